@@ -1,0 +1,33 @@
+// The CLI's plumbing. Each subcommand lives in its own file and registers itself with
+// RIDGE_COMMAND(name, setup); `setup` adds the subcommand to the root app and sets its callback.
+// Callbacks report bad input by throwing ridge::Error; main prints that one line and exits 2.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <iostream>
+#include <string>
+#include <vector>
+
+namespace ridge::cli {
+
+using Setup = void (*)(CLI::App& root);
+
+struct Registration {
+  std::string name;
+  Setup setup;
+};
+std::vector<Registration>& registry();
+
+struct Register {
+  Register(const char* name, Setup setup) { registry().push_back({name, setup}); }
+};
+
+// Prints a JSON document the way every --json output does: indented, newline-terminated.
+inline void print_json(const nlohmann::json& j) { std::cout << j.dump(2) << "\n"; }
+
+}  // namespace ridge::cli
+
+#define RIDGE_COMMAND(name, setup) \
+  static const ::ridge::cli::Register ridge_command_registration_##name(#name, setup)

@@ -1,0 +1,83 @@
+// `ridge info`: what this CPU can do and which kernel path ridge takes on it.
+#include <fmt/format.h>
+
+#include "cli.hpp"
+#include "ridge/core.hpp"
+
+namespace {
+
+nlohmann::json info_json() {
+  using namespace ridge;
+  const auto& in = cpu::info();
+  const auto& f = in.features;
+  nlohmann::json j;
+  j["vendor"] = in.vendor;
+  j["brand"] = in.brand;
+  j["family"] = in.family;
+  j["model"] = in.model;
+  j["stepping"] = in.stepping;
+  j["logical_cpus"] = in.logical_cpus;
+  j["threads"] = get_num_threads();
+  j["caches"] = {{"l1d_bytes", in.caches.l1d},
+                 {"l2_bytes", in.caches.l2},
+                 {"l3_bytes", in.caches.l3},
+                 {"l3_shared_by", in.caches.l3_sharing},
+                 {"line_bytes", in.caches.line}};
+  j["features"] = {{"sse4.2", f.sse42},         {"avx", f.avx},
+                   {"avx2", f.avx2},            {"fma", f.fma},
+                   {"f16c", f.f16c},            {"bmi2", f.bmi2},
+                   {"avx512f", f.avx512f},      {"avx512bw", f.avx512bw},
+                   {"avx512vl", f.avx512vl},    {"avx512dq", f.avx512dq},
+                   {"avx512cd", f.avx512cd},    {"avx512_bf16", f.avx512_bf16},
+                   {"avx512_vnni", f.avx512_vnni}, {"avx512_fp16", f.avx512_fp16},
+                   {"avx_vnni", f.avx_vnni},    {"amx_tile", f.amx_tile},
+                   {"amx_bf16", f.amx_bf16},    {"amx_int8", f.amx_int8}};
+  j["os_saves"] = {{"avx", f.os_avx}, {"avx512", f.os_avx512}, {"amx", f.os_amx}};
+  nlohmann::json paths = nlohmann::json::array();
+  for (auto isa : cpu::supported_isas()) paths.push_back(cpu::isa_name(isa));
+  j["isa_paths"] = paths;
+  j["best_isa"] = cpu::isa_name(cpu::best_isa());
+  j["active_isa"] = cpu::isa_name(cpu::active_isa());
+  return j;
+}
+
+void print_table(const nlohmann::json& j) {
+  using ridge::units::format_bytes;
+  fmt::print("cpu        {} ({}; family {}, model {}, stepping {})\n", j["brand"].get<std::string>(),
+             j["vendor"].get<std::string>(), j["family"].get<int>(), j["model"].get<int>(),
+             j["stepping"].get<int>());
+  fmt::print("cpus       {} logical CPUs available, ridge uses {} threads\n", j["logical_cpus"].get<int>(),
+             j["threads"].get<int>());
+  const auto& c = j["caches"];
+  fmt::print("caches     L1d {} per core, L2 {} per core, L3 {} shared by {} CPUs, line {} B\n",
+             format_bytes(c["l1d_bytes"].get<double>()), format_bytes(c["l2_bytes"].get<double>()),
+             format_bytes(c["l3_bytes"].get<double>()), c["l3_shared_by"].get<int>(),
+             c["line_bytes"].get<int>());
+  std::string yes, no;
+  for (const auto& [k, v] : j["features"].items()) (v.get<bool>() ? yes : no) += " " + k;
+  fmt::print("has       {}\n", yes);
+  fmt::print("lacks     {}\n", no.empty() ? " (nothing ridge looks for)" : no);
+  const auto& os = j["os_saves"];
+  fmt::print("os saves   avx {}, avx512 {}, amx {} (xgetbv)\n", os["avx"].get<bool>() ? "yes" : "no",
+             os["avx512"].get<bool>() ? "yes" : "no", os["amx"].get<bool>() ? "yes" : "no");
+  std::string paths;
+  for (const auto& p : j["isa_paths"]) paths += " " + p.get<std::string>();
+  fmt::print("isa paths {}\n", paths);
+  fmt::print("active     {} (best {}; set RIDGE_ISA=scalar|avx2|avx512|avx512bf16 to force a lower path)\n",
+             j["active_isa"].get<std::string>(), j["best_isa"].get<std::string>());
+}
+
+void setup(CLI::App& root) {
+  auto* cmd = root.add_subcommand("info", "CPU features, caches and the kernel path ridge takes here");
+  static bool json = false;
+  cmd->add_flag("--json", json, "print one JSON document");
+  cmd->callback([] {
+    const auto j = info_json();
+    if (json) ridge::cli::print_json(j);
+    else print_table(j);
+  });
+}
+
+}  // namespace
+
+RIDGE_COMMAND(info, setup);

@@ -1,0 +1,66 @@
+// ridge: the command-line program. Parsing and printing only; the work is in the libraries.
+#include <algorithm>
+#include <cstdio>
+#include <iostream>
+#include <new>
+
+#include "cli.hpp"
+#include "ridge/core.hpp"
+
+namespace ridge::cli {
+std::vector<Registration>& registry() {
+  static std::vector<Registration> r;
+  return r;
+}
+}  // namespace ridge::cli
+
+namespace {
+
+// CLI11 messages can span lines; ridge promises one line per error.
+std::string one_line(std::string s) {
+  std::replace(s.begin(), s.end(), '\n', ' ');
+  while (!s.empty() && s.back() == ' ') s.pop_back();
+  return s;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"ridge: roofline-guided LLM performance engineering (analyzer, probe, benchmarks, kernels)",
+               "ridge"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "ridge 0.1.0");
+  auto& reg = ridge::cli::registry();
+  std::sort(reg.begin(), reg.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
+  for (const auto& r : reg) r.setup(app);
+
+  try {
+    ridge::cpu::active_isa();  // a bad RIDGE_ISA is a user error: report it before any work
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    std::cout << app.help();
+    return 0;
+  } catch (const CLI::CallForAllHelp&) {
+    std::cout << app.help("", CLI::AppFormatMode::All);
+    return 0;
+  } catch (const CLI::CallForVersion& e) {
+    std::cout << e.what() << "\n";
+    return 0;
+  } catch (const CLI::Success&) {
+    return 0;
+  } catch (const CLI::ParseError& e) {
+    // Help requested on a subcommand surfaces as CallForHelp above; everything else is bad input.
+    std::cerr << "ridge: " << one_line(e.what()) << " (see 'ridge --help')\n";
+    return 2;
+  } catch (const ridge::Error& e) {
+    std::cerr << "ridge: " << one_line(e.what()) << "\n";
+    return 2;
+  } catch (const std::bad_alloc&) {
+    std::cerr << "ridge: out of memory\n";
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << "ridge: internal error: " << one_line(e.what()) << "\n";
+    return 1;
+  }
+  return 0;
+}

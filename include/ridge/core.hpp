@@ -1,0 +1,10 @@
+// ridge core: errors, numeric formats, CPU facts and ISA selection, memory, views, threads.
+#pragma once
+
+#include "ridge/core/cpu.hpp"
+#include "ridge/core/error.hpp"
+#include "ridge/core/format.hpp"
+#include "ridge/core/memory.hpp"
+#include "ridge/core/tensor.hpp"
+#include "ridge/core/threads.hpp"
+#include "ridge/core/units.hpp"

@@ -1,0 +1,72 @@
+// What the CPU can do, read from cpuid with the xgetbv check that the OS saves the wide registers,
+// and which instruction-set path the kernels take.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace ridge::cpu {
+
+struct Features {
+  bool sse42 = false, avx = false, avx2 = false, fma = false, f16c = false, bmi2 = false;
+  bool avx512f = false, avx512bw = false, avx512vl = false, avx512dq = false, avx512cd = false;
+  bool avx512_bf16 = false, avx512_vnni = false, avx512_fp16 = false, avx_vnni = false;
+  bool amx_tile = false, amx_bf16 = false, amx_int8 = false;
+  bool os_avx = false;     // XCR0 has XMM and YMM state
+  bool os_avx512 = false;  // XCR0 has opmask and ZMM state
+  bool os_amx = false;     // XCR0 has tile state
+};
+
+struct Caches {
+  // Bytes per instance; 0 when unknown. l1d and l2 are per core; l3 is per shared instance.
+  int64_t l1d = 0, l2 = 0, l3 = 0;
+  int l3_sharing = 0;  // logical CPUs sharing one L3
+  int64_t line = 64;
+};
+
+struct Info {
+  std::string vendor, brand;
+  int family = 0, model = 0, stepping = 0;
+  int logical_cpus = 0;  // online logical CPUs available to this process
+  Features features;
+  Caches caches;
+};
+
+// Read once and cached.
+const Info& info();
+
+// Instruction-set paths, lowest first. Each path needs all features of the ones below it.
+enum class Isa : int { scalar = 0, avx2 = 1, avx512 = 2, avx512bf16 = 3 };
+
+const char* isa_name(Isa isa);
+// Parses "scalar", "avx2", "avx512", "avx512bf16"; throws ridge::Error naming the accepted values.
+Isa parse_isa(const std::string& name);
+// Whether this machine (and OS) can run `isa`.
+bool supported(Isa isa);
+// The best path this machine supports.
+Isa best_isa();
+// Every path the machine supports, lowest first (tests run all of them).
+std::vector<Isa> supported_isas();
+
+// The path kernels take: RIDGE_ISA if set (a path above what the machine has is an error), else
+// the best one. A process-wide override set by `set_isa` (tests, A/B timing) wins over both.
+Isa active_isa();
+// Forces a path for this process; throws ridge::Error if the machine cannot run it.
+void set_isa(Isa isa);
+// Clears the override set by set_isa.
+void reset_isa();
+
+// RAII override for tests: every kernel called inside the scope takes `isa`.
+class ScopedIsa {
+ public:
+  explicit ScopedIsa(Isa isa);
+  ~ScopedIsa();
+  ScopedIsa(const ScopedIsa&) = delete;
+  ScopedIsa& operator=(const ScopedIsa&) = delete;
+
+ private:
+  int previous_;
+};
+
+}  // namespace ridge::cpu

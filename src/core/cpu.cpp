@@ -1,0 +1,246 @@
+#include "ridge/core/cpu.hpp"
+
+#include <cpuid.h>
+#include <sched.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <string>
+
+#include "ridge/core/error.hpp"
+
+namespace ridge::cpu {
+namespace {
+
+struct Regs {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+};
+
+Regs cpuid(unsigned leaf, unsigned sub = 0) {
+  Regs r;
+  __cpuid_count(leaf, sub, r.a, r.b, r.c, r.d);
+  return r;
+}
+
+uint64_t xgetbv0() {
+  uint32_t lo, hi;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  return (static_cast<uint64_t>(hi) << 32) | lo;
+}
+
+bool bit(unsigned v, int i) { return (v >> i) & 1u; }
+
+// Deterministic cache parameters: leaf 4 on Intel, 0x8000001D on AMD (same layout).
+void read_caches_cpuid(unsigned leaf, Caches& c) {
+  for (unsigned sub = 0; sub < 16; ++sub) {
+    const Regs r = cpuid(leaf, sub);
+    const unsigned type = r.a & 0x1F;
+    if (type == 0) break;
+    const unsigned level = (r.a >> 5) & 7;
+    const int64_t ways = ((r.b >> 22) & 0x3FF) + 1, parts = ((r.b >> 12) & 0x3FF) + 1;
+    const int64_t line = (r.b & 0xFFF) + 1, sets = static_cast<int64_t>(r.c) + 1;
+    const int64_t size = ways * parts * line * sets;
+    const int sharing = static_cast<int>(((r.a >> 14) & 0xFFF) + 1);
+    if (level == 1 && type == 1) {
+      c.l1d = size;
+      c.line = line;
+    } else if (level == 2 && type != 2) {
+      c.l2 = size;
+    } else if (level == 3 && type != 2) {
+      c.l3 = size;
+      c.l3_sharing = sharing;
+    }
+  }
+}
+
+int64_t read_sysfs_size(const std::string& path) {
+  std::ifstream f(path);
+  std::string s;
+  if (!(f >> s) || s.empty()) return 0;
+  int64_t v = std::atoll(s.c_str());
+  const char u = s.back();
+  if (u == 'K') v <<= 10;
+  else if (u == 'M') v <<= 20;
+  return v;
+}
+
+void read_caches_sysfs(Caches& c) {
+  for (int i = 0; i < 8; ++i) {
+    const std::string base = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(i) + "/";
+    std::ifstream lf(base + "level"), tf(base + "type");
+    int level = 0;
+    std::string type;
+    if (!(lf >> level) || !(tf >> type)) break;
+    const int64_t size = read_sysfs_size(base + "size");
+    if (level == 1 && type == "Data" && c.l1d == 0) c.l1d = size;
+    if (level == 2 && type != "Instruction" && c.l2 == 0) c.l2 = size;
+    if (level == 3 && type != "Instruction" && c.l3 == 0) c.l3 = size;
+  }
+}
+
+Info read_info() {
+  Info in;
+  const Regs r0 = cpuid(0);
+  const unsigned max_leaf = r0.a;
+  char vendor[13] = {};
+  std::memcpy(vendor, &r0.b, 4);
+  std::memcpy(vendor + 4, &r0.d, 4);
+  std::memcpy(vendor + 8, &r0.c, 4);
+  in.vendor = vendor;
+
+  const Regs r1 = cpuid(1);
+  const unsigned base_family = (r1.a >> 8) & 0xF;
+  in.family = static_cast<int>(base_family == 0xF ? base_family + ((r1.a >> 20) & 0xFF) : base_family);
+  in.model = static_cast<int>(((r1.a >> 4) & 0xF) |
+                              ((base_family == 6 || base_family == 0xF) ? ((r1.a >> 12) & 0xF0) : 0));
+  in.stepping = static_cast<int>(r1.a & 0xF);
+
+  Features& f = in.features;
+  f.sse42 = bit(r1.c, 20);
+  f.fma = bit(r1.c, 12);
+  f.f16c = bit(r1.c, 29);
+  const bool osxsave = bit(r1.c, 27);
+  f.avx = bit(r1.c, 28);
+  if (osxsave) {
+    const uint64_t xcr0 = xgetbv0();
+    f.os_avx = (xcr0 & 0x6) == 0x6;
+    f.os_avx512 = f.os_avx && (xcr0 & 0xE0) == 0xE0;
+    f.os_amx = (xcr0 & 0x60000) == 0x60000;
+  }
+  if (max_leaf >= 7) {
+    const Regs r7 = cpuid(7, 0);
+    f.avx2 = bit(r7.b, 5);
+    f.bmi2 = bit(r7.b, 8);
+    f.avx512f = bit(r7.b, 16);
+    f.avx512dq = bit(r7.b, 17);
+    f.avx512cd = bit(r7.b, 28);
+    f.avx512bw = bit(r7.b, 30);
+    f.avx512vl = bit(r7.b, 31);
+    f.avx512_vnni = bit(r7.c, 11);
+    f.avx512_fp16 = bit(r7.d, 23);
+    f.amx_bf16 = bit(r7.d, 22);
+    f.amx_tile = bit(r7.d, 24);
+    f.amx_int8 = bit(r7.d, 25);
+    if (r7.a >= 1) {
+      const Regs r71 = cpuid(7, 1);
+      f.avx_vnni = bit(r71.a, 4);
+      f.avx512_bf16 = bit(r71.a, 5);
+    }
+  }
+  // Features the OS does not save registers for are unusable: report them as absent.
+  if (!f.os_avx) f.avx = f.avx2 = f.fma = f.f16c = f.avx_vnni = false;
+  if (!f.os_avx512)
+    f.avx512f = f.avx512bw = f.avx512vl = f.avx512dq = f.avx512cd = f.avx512_bf16 = f.avx512_vnni =
+        f.avx512_fp16 = false;
+  if (!f.os_amx) f.amx_tile = f.amx_bf16 = f.amx_int8 = false;
+
+  const unsigned max_ext = cpuid(0x80000000).a;
+  if (max_ext >= 0x80000004) {
+    char brand[49] = {};
+    for (unsigned i = 0; i < 3; ++i) {
+      const Regs r = cpuid(0x80000002 + i);
+      std::memcpy(brand + 16 * i, &r, 16);
+    }
+    in.brand = brand;
+    const auto b = in.brand.find_first_not_of(' ');
+    const auto e = in.brand.find_last_not_of(' ');
+    in.brand = b == std::string::npos ? "" : in.brand.substr(b, e - b + 1);
+  }
+
+  if (in.vendor == "GenuineIntel" && max_leaf >= 4) read_caches_cpuid(4, in.caches);
+  else if (in.vendor == "AuthenticAMD" && max_ext >= 0x8000001D) read_caches_cpuid(0x8000001D, in.caches);
+  read_caches_sysfs(in.caches);  // fills what cpuid did not give
+
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) in.logical_cpus = CPU_COUNT(&set);
+  if (in.logical_cpus <= 0) in.logical_cpus = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
+  if (in.logical_cpus <= 0) in.logical_cpus = 1;
+  return in;
+}
+
+constexpr int kNoOverride = -1;
+std::atomic<int> g_override{kNoOverride};
+
+}  // namespace
+
+const Info& info() {
+  static const Info in = read_info();
+  return in;
+}
+
+const char* isa_name(Isa isa) {
+  switch (isa) {
+    case Isa::scalar: return "scalar";
+    case Isa::avx2: return "avx2";
+    case Isa::avx512: return "avx512";
+    case Isa::avx512bf16: return "avx512bf16";
+  }
+  return "?";
+}
+
+Isa parse_isa(const std::string& name) {
+  for (Isa i : {Isa::scalar, Isa::avx2, Isa::avx512, Isa::avx512bf16})
+    if (name == isa_name(i)) return i;
+  fail("RIDGE_ISA: '{}' is not an ISA path (accepted: scalar, avx2, avx512, avx512bf16)", name);
+}
+
+bool supported(Isa isa) {
+  const Features& f = info().features;
+  const bool avx2 = f.avx2 && f.fma && f.f16c && f.bmi2;
+  const bool avx512 = avx2 && f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq;
+  switch (isa) {
+    case Isa::scalar: return true;
+    case Isa::avx2: return avx2;
+    case Isa::avx512: return avx512;
+    case Isa::avx512bf16: return avx512 && f.avx512_bf16;
+  }
+  return false;
+}
+
+Isa best_isa() {
+  for (Isa i : {Isa::avx512bf16, Isa::avx512, Isa::avx2})
+    if (supported(i)) return i;
+  return Isa::scalar;
+}
+
+std::vector<Isa> supported_isas() {
+  std::vector<Isa> out;
+  for (Isa i : {Isa::scalar, Isa::avx2, Isa::avx512, Isa::avx512bf16})
+    if (supported(i)) out.push_back(i);
+  return out;
+}
+
+namespace {
+Isa env_or_best() {
+  const char* env = std::getenv("RIDGE_ISA");
+  if (!env || !*env) return best_isa();
+  const Isa want = parse_isa(env);
+  check(supported(want), "RIDGE_ISA: this machine cannot run '{}' (it supports up to '{}')", env,
+        isa_name(best_isa()));
+  return want;
+}
+}  // namespace
+
+Isa active_isa() {
+  const int o = g_override.load(std::memory_order_relaxed);
+  if (o != kNoOverride) return static_cast<Isa>(o);
+  static const Isa chosen = env_or_best();
+  return chosen;
+}
+
+void set_isa(Isa isa) {
+  check(supported(isa), "isa: this machine cannot run '{}' (it supports up to '{}')", isa_name(isa),
+        isa_name(best_isa()));
+  g_override.store(static_cast<int>(isa), std::memory_order_relaxed);
+}
+
+void reset_isa() { g_override.store(kNoOverride, std::memory_order_relaxed); }
+
+ScopedIsa::ScopedIsa(Isa isa) : previous_(g_override.load()) { set_isa(isa); }
+ScopedIsa::~ScopedIsa() { g_override.store(previous_); }
+
+}  // namespace ridge::cpu
