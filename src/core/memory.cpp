@@ -1,22 +1,283 @@
 #include "ridge/core/memory.hpp"
 
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
+#include <deque>
+#include <mutex>
 #include <new>
+#include <unordered_map>
 
 #include "ridge/core/error.hpp"
 
 namespace ridge::memory {
 
-void* allocate(size_t bytes, const char* /*tag*/, size_t alignment) {
+namespace hooks {
+std::atomic<unsigned> active{0};
+
+void set_bits(unsigned bits, bool on) noexcept {
+  if (on) active.fetch_or(bits, std::memory_order_relaxed);
+  else active.fetch_and(~bits, std::memory_order_relaxed);
+}
+
+namespace {
+// Deep nesting past this still balances (depth counts) but names the allocation by the deepest
+// name kept; 64 levels is far beyond any real call tree.
+constexpr int kMaxDepth = 64;
+struct RangeStack {
+  const char* names[kMaxDepth];
+  int depth = 0;
+};
+thread_local RangeStack t_ranges;
+}  // namespace
+
+void push_range_name(const char* name) noexcept {
+  auto& s = t_ranges;
+  if (s.depth < kMaxDepth) s.names[s.depth] = name;
+  ++s.depth;
+}
+
+void pop_range_name() noexcept {
+  auto& s = t_ranges;
+  if (s.depth > 0) --s.depth;
+}
+
+const char* current_range_name() noexcept {
+  const auto& s = t_ranges;
+  if (s.depth == 0) return nullptr;
+  return s.names[(s.depth < kMaxDepth ? s.depth : kMaxDepth) - 1];
+}
+
+int32_t thread_id() noexcept {
+  thread_local int32_t tid = static_cast<int32_t>(::syscall(SYS_gettid));
+  return tid;
+}
+}  // namespace hooks
+
+namespace {
+
+struct Live {
+  int64_t bytes;
+  int32_t tag;
+};
+
+// Everything behind one mutex: allocations are large and rare next to the work done on them, and
+// a single lock makes the accounting exact under any interleaving of threads.
+struct State {
+  std::mutex mu;
+  std::unordered_map<uintptr_t, Live> live;
+  std::unordered_map<std::string, int32_t> tag_ids;
+  std::vector<std::string> tag_names;
+  std::vector<int64_t> live_by_tag;  // indexed by tag id
+  int64_t current = 0, peak = 0;
+
+  bool recording = false;
+  size_t max_entries = 0;
+  uint64_t dropped = 0;
+  int64_t t0 = 0;
+  std::deque<Event> events;
+  std::unordered_map<uintptr_t, Event> baseline;  // live before events.front()
+
+  int32_t intern(const char* tag) {
+    std::string key = tag;
+    auto it = tag_ids.find(key);
+    if (it != tag_ids.end()) return it->second;
+    const auto id = static_cast<int32_t>(tag_names.size());
+    tag_names.push_back(key);
+    live_by_tag.push_back(0);
+    tag_ids.emplace(std::move(key), id);
+    return id;
+  }
+
+  void push_event(const Event& e) {
+    events.push_back(e);
+    while (events.size() > max_entries) {
+      // Fold the evicted event into the baseline so replay from the baseline stays exact.
+      const Event& old = events.front();
+      if (old.alloc) baseline[old.address] = old;
+      else baseline.erase(old.address);
+      events.pop_front();
+      ++dropped;
+    }
+  }
+};
+
+State& state() {
+  // Leaked on purpose: buffers in static objects may be freed after main returns.
+  static State* s = new State;
+  return *s;
+}
+
+}  // namespace
+
+int64_t clock_ns() noexcept {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+void* allocate(size_t bytes, const char* tag, size_t alignment) {
   check(alignment >= sizeof(void*) && (alignment & (alignment - 1)) == 0,
         "memory: alignment {} must be a power of two >= {}", alignment, sizeof(void*));
   check(bytes <= (size_t{1} << 50), "memory: {} bytes is beyond any machine (at most 2^50)", bytes);
   const size_t rounded = (bytes + alignment - 1) / alignment * alignment;
   void* p = std::aligned_alloc(alignment, rounded == 0 ? alignment : rounded);
   if (!p) throw std::bad_alloc();
+  if (!tag) tag = hooks::current_range_name();
+  if (!tag) tag = "untagged";
+  const auto n = static_cast<int64_t>(bytes);
+  auto& s = state();
+  try {
+    std::lock_guard lock(s.mu);
+    const int32_t id = s.intern(tag);
+    s.live[reinterpret_cast<uintptr_t>(p)] = Live{n, id};
+    s.live_by_tag[static_cast<size_t>(id)] += n;
+    s.current += n;
+    if (s.current > s.peak) s.peak = s.current;
+    if (s.recording)
+      s.push_event(Event{clock_ns(), reinterpret_cast<uintptr_t>(p), n, id, hooks::thread_id(), true});
+  } catch (...) {
+    std::free(p);
+    throw;
+  }
   return p;
 }
 
-void deallocate(void* p) noexcept { std::free(p); }
+void deallocate(void* p) noexcept {
+  if (!p) return;
+  auto& s = state();
+  {
+    std::lock_guard lock(s.mu);
+    auto it = s.live.find(reinterpret_cast<uintptr_t>(p));
+    if (it != s.live.end()) {
+      const Live l = it->second;
+      s.live.erase(it);
+      s.live_by_tag[static_cast<size_t>(l.tag)] -= l.bytes;
+      s.current -= l.bytes;
+      if (s.recording) {
+        try {
+          s.push_event(
+              Event{clock_ns(), reinterpret_cast<uintptr_t>(p), l.bytes, l.tag, hooks::thread_id(), false});
+        } catch (...) {
+          // Out of memory while recording a free: the history loses one event, the free proceeds.
+          ++s.dropped;
+        }
+      }
+    }
+  }
+  std::free(p);
+}
+
+Usage usage() {
+  Usage u;
+  auto& s = state();
+  {
+    std::lock_guard lock(s.mu);
+    u.current_bytes = s.current;
+    u.peak_bytes = s.peak;
+    u.live_allocations = static_cast<int64_t>(s.live.size());
+    for (size_t i = 0; i < s.tag_names.size(); ++i)
+      if (s.live_by_tag[i] != 0) u.live_by_tag[s.tag_names[i]] = s.live_by_tag[i];
+  }
+  u.peak_rss_bytes = peak_rss_bytes();
+  u.current_rss_bytes = current_rss_bytes();
+  return u;
+}
+
+int64_t current_bytes() {
+  auto& s = state();
+  std::lock_guard lock(s.mu);
+  return s.current;
+}
+
+int64_t peak_bytes() {
+  auto& s = state();
+  std::lock_guard lock(s.mu);
+  return s.peak;
+}
+
+void reset_peak() {
+  auto& s = state();
+  std::lock_guard lock(s.mu);
+  s.peak = s.current;
+}
+
+int64_t peak_rss_bytes() {
+  rusage ru{};
+  if (getrusage(RUSAGE_SELF, &ru) != 0) return 0;
+  return static_cast<int64_t>(ru.ru_maxrss) * 1024;  // Linux reports KiB
+}
+
+int64_t current_rss_bytes() {
+  std::FILE* f = std::fopen("/proc/self/statm", "r");
+  if (!f) return 0;
+  long pages_total = 0, pages_resident = 0;
+  const int got = std::fscanf(f, "%ld %ld", &pages_total, &pages_resident);
+  std::fclose(f);
+  if (got != 2) return 0;
+  return static_cast<int64_t>(pages_resident) * static_cast<int64_t>(::sysconf(_SC_PAGESIZE));
+}
+
+void record_history(size_t max_entries) {
+  check(max_entries >= 1, "memory: max_entries {} must be at least 1", max_entries);
+  auto& s = state();
+  {
+    std::lock_guard lock(s.mu);
+    s.events.clear();
+    s.baseline.clear();
+    s.dropped = 0;
+    s.max_entries = max_entries;
+    s.t0 = clock_ns();
+    // What is already live is the starting point of the timeline.
+    for (const auto& [addr, l] : s.live) s.baseline[addr] = Event{s.t0, addr, l.bytes, l.tag, 0, true};
+    s.recording = true;
+  }
+  hooks::set_bits(hooks::kMemory, true);
+}
+
+void stop_recording() {
+  auto& s = state();
+  {
+    std::lock_guard lock(s.mu);
+    s.recording = false;
+    s.events.clear();
+    s.events.shrink_to_fit();
+    s.baseline.clear();
+    s.dropped = 0;
+  }
+  hooks::set_bits(hooks::kMemory, false);
+}
+
+bool recording() {
+  auto& s = state();
+  std::lock_guard lock(s.mu);
+  return s.recording;
+}
+
+History history() {
+  History h;
+  auto& s = state();
+  {
+    std::lock_guard lock(s.mu);
+    h.recording = s.recording;
+    h.max_entries = s.max_entries;
+    h.dropped = s.dropped;
+    h.t0_ns = s.t0;
+    h.now_ns = clock_ns();
+    h.tags = s.tag_names;
+    h.baseline.reserve(s.baseline.size());
+    for (const auto& [addr, e] : s.baseline) h.baseline.push_back(e);
+    h.events.assign(s.events.begin(), s.events.end());
+  }
+  std::sort(h.baseline.begin(), h.baseline.end(),
+            [](const Event& a, const Event& b) { return a.address < b.address; });
+  h.peak_rss_bytes = peak_rss_bytes();
+  return h;
+}
 
 }  // namespace ridge::memory

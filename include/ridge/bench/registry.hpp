@@ -1,0 +1,127 @@
+// Named benchmarks that `ridge bench NAME` runs over a sweep grid. A benchmark file in bench/
+// registers itself at static-initialisation time:
+//
+//   void run_stream(ridge::bench::Context& ctx) {
+//     for (int64_t n : ctx.grid.counts("n", {1 << 20, 1 << 24})) { ...; ctx.emit(row); ctx.progress.tick(); }
+//   }
+//   RIDGE_BENCHMARK(stream, "stream", "STREAM copy/scale/add/triad over array sizes", run_stream);
+//
+// A benchmark with its own flags passes a fifth argument, a function that adds them to its CLI11
+// subcommand (keep the values in statics of the benchmark file, the way apps/ridge commands do):
+//
+//   void gemm_options(CLI::App& app) { app.add_option("--dtype", g_dtype, "fp32|bf16|fp8"); }
+//   RIDGE_BENCHMARK(gemm, "gemm", "GEMM against OpenBLAS and oneDNN", run_gemm, gemm_options);
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ridge/bench/measure.hpp"
+#include "ridge/bench/result.hpp"
+
+namespace CLI {
+class App;
+}
+
+namespace ridge::bench {
+
+// A sweep: named axes, each with a list of values, in the order given. On the command line:
+// `--set n=1M,4M,16M --set kernel=copy,triad` (repeatable; `--grid` is the same flag); in a JSON
+// file (`--grid-file F`): {"n": ["1M", "4M"], "kernel": "copy"} (a scalar is a one-value axis).
+class Grid {
+ public:
+  Grid() = default;
+  // "key=v1,v2,..." items; a repeated key replaces the earlier one. ridge::Error on bad syntax.
+  static Grid parse(const std::vector<std::string>& items);
+  static Grid from_json(const nlohmann::json& doc, const std::string& origin);
+  static Grid from_file(const std::string& path);
+  // Axes of `other` replace or extend this grid's.
+  void merge(const Grid& other);
+
+  bool has(const std::string& key) const;
+  bool empty() const { return axes_.empty(); }
+  // Raw values of an axis, or `fallback` when the grid does not set it.
+  std::vector<std::string> values(const std::string& key, std::vector<std::string> fallback = {}) const;
+  // Values parsed as counts ("4096", "4k", "1M" = 2^20, "1e6") or byte sizes ("64KiB", "1GB");
+  // ridge::Error naming the axis on a bad value.
+  std::vector<int64_t> counts(const std::string& key, std::vector<int64_t> fallback = {}) const;
+  std::vector<int64_t> bytes(const std::string& key, std::vector<int64_t> fallback = {}) const;
+  std::vector<double> numbers(const std::string& key, std::vector<double> fallback = {}) const;
+  // ridge::Error naming the first axis not in `known` and listing the known ones, so a typo in
+  // --set is reported instead of silently ignored.
+  void check_keys(const std::vector<std::string>& known, const std::string& benchmark) const;
+  // Every combination of the axes (the last axis varies fastest), each as a JSON object of strings.
+  std::vector<nlohmann::json> cases() const;
+  const std::vector<std::pair<std::string, std::vector<std::string>>>& axes() const { return axes_; }
+  nlohmann::json to_json() const;
+
+ private:
+  std::vector<std::pair<std::string, std::vector<std::string>>> axes_;
+};
+
+// Progress of a sweep on stderr: "[3/12] 4.1 s elapsed, ~12 s left: stream n=4M". Silent until
+// the sweep has run for `quiet_s` seconds, so short runs print nothing; rewrites one line on a
+// terminal and prints whole lines otherwise.
+class Progress {
+ public:
+  explicit Progress(bool enabled = true, double quiet_s = 1.0);
+  ~Progress();
+  void start(size_t total);     // total 0: unknown (no ETA)
+  void add_total(size_t more);  // when the sweep grows as it goes
+  void tick(const std::string& what = "");
+  void finish();
+  size_t done() const { return done_; }
+  size_t total() const { return total_; }
+
+ private:
+  bool enabled_, tty_, printed_ = false;
+  double quiet_s_;
+  size_t total_ = 0, done_ = 0;
+  std::chrono::steady_clock::time_point t0_;
+};
+
+// What a benchmark's run function gets.
+struct Context {
+  std::string benchmark;  // the registered name
+  Grid grid;              // the sweep asked for (empty: the benchmark's defaults)
+  bool quick = false;     // --quick: a short sweep that still exercises every path
+  int threads = 1;        // ridge::get_num_threads() after --threads was applied
+  Options options;        // measure() options from --warmup/--iters/--min-time/--max-time
+  Sink& sink;
+  Progress& progress;
+
+  Context(std::string name, Sink& s, Progress& p) : benchmark(std::move(name)), sink(s), progress(p) {}
+  // Sets row.benchmark when empty, then hands the row to the sink.
+  void emit(Row row);
+};
+
+using RunFn = void (*)(Context&);
+using OptionsFn = void (*)(CLI::App&);
+
+struct Benchmark {
+  std::string name, description;
+  RunFn run = nullptr;
+  OptionsFn add_options = nullptr;  // may be null
+};
+
+// Sorted by name.
+std::vector<Benchmark> benchmarks();
+// ridge::Error listing the registered names when absent.
+const Benchmark& find_benchmark(const std::string& name);
+void register_benchmark(Benchmark b);
+
+struct Registrar {
+  Registrar(const char* name, const char* description, RunFn run, OptionsFn add_options = nullptr) {
+    register_benchmark(Benchmark{name, description, run, add_options});
+  }
+};
+
+}  // namespace ridge::bench
+
+#define RIDGE_BENCHMARK(id, name, description, ...) \
+  static const ::ridge::bench::Registrar ridge_benchmark_registration_##id(name, description, __VA_ARGS__)

@@ -1,0 +1,418 @@
+#include "ridge/bench/result.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <mutex>
+#include <optional>
+#include <set>
+
+#include "ridge/core/cpu.hpp"
+#include "ridge/core/error.hpp"
+#include "ridge/core/threads.hpp"
+#include "ridge/roofline.hpp"
+
+namespace ridge::bench {
+
+using nlohmann::json;
+
+void Row::set_time(const Measurement& m) {
+  median_ms = m.median_ms();
+  min_ms = m.min_ms();
+}
+
+void Row::add_peer(const std::string& name, double peer_median_ms) {
+  peers.push_back(Peer{name, peer_median_ms, median_ms > 0 ? peer_median_ms / median_ms : 0});
+}
+
+json Row::to_json() const {
+  json j;
+  j["benchmark"] = benchmark;
+  j["case"] = case_.is_null() ? json::object() : case_;
+  j["dtype"] = dtype;
+  j["threads"] = threads;
+  j["isa"] = isa;
+  j["machine"] = machine;
+  j["median_ms"] = median_ms;
+  j["min_ms"] = min_ms;
+  if (flops > 0) {
+    j["flops"] = flops;
+    j["gflops"] = gflops();
+  }
+  if (bytes > 0) {
+    j["bytes"] = bytes;
+    j["gbps"] = gbps();
+  }
+  if (bound_gflops > 0) j["bound_gflops"] = bound_gflops;
+  if (bound_gbps > 0) j["bound_gbps"] = bound_gbps;
+  if (bound_gflops > 0 || bound_gbps > 0) {
+    j["bound_level"] = bound_level;
+    j["pct_of_bound"] = pct_of_bound;
+  }
+  json peers_j = json::array();
+  for (const auto& p : peers) peers_j.push_back({{"name", p.name}, {"median_ms", p.median_ms}, {"speedup", p.speedup}});
+  j["peers"] = peers_j;
+  if (!note.empty()) j["note"] = note;
+  if (extra.is_object())
+    for (const auto& [k, v] : extra.items())
+      if (!j.contains(k)) j[k] = v;
+  return j;
+}
+
+Row Row::from_json(const json& j) {
+  check(j.is_object(), "result row: expected a JSON object, got {}", j.type_name());
+  static const std::set<std::string> known = {"benchmark", "case",   "dtype",       "threads",      "isa",
+                                              "machine",   "median_ms", "min_ms",   "flops",        "gflops",
+                                              "bytes",     "gbps",   "bound_gflops", "bound_gbps", "bound_level",
+                                              "pct_of_bound", "peers", "note"};
+  Row r;
+  try {
+    r.benchmark = j.value("benchmark", "");
+    r.case_ = j.value("case", json::object());
+    r.dtype = j.value("dtype", "");
+    r.threads = j.value("threads", 0);
+    r.isa = j.value("isa", "");
+    r.machine = j.value("machine", "");
+    r.median_ms = j.value("median_ms", 0.0);
+    r.min_ms = j.value("min_ms", 0.0);
+    r.flops = j.value("flops", 0.0);
+    r.bytes = j.value("bytes", 0.0);
+    r.bound_gflops = j.value("bound_gflops", 0.0);
+    r.bound_gbps = j.value("bound_gbps", 0.0);
+    r.bound_level = j.value("bound_level", "");
+    r.pct_of_bound = j.value("pct_of_bound", 0.0);
+    r.note = j.value("note", "");
+    if (j.contains("peers"))
+      for (const auto& p : j["peers"])
+        r.peers.push_back(Peer{p.at("name").get<std::string>(), p.at("median_ms").get<double>(),
+                               p.at("speedup").get<double>()});
+  } catch (const json::exception& e) {
+    fail("result row: {}", e.what());
+  }
+  for (const auto& [k, v] : j.items())
+    if (!known.count(k)) r.extra[k] = v;
+  return r;
+}
+
+namespace {
+
+struct ProbeCache {
+  std::once_flag once;
+  std::optional<roofline::Chip> chip;
+};
+ProbeCache& probe_cache() {
+  static ProbeCache c;
+  return c;
+}
+
+const roofline::Chip* probed_chip() {
+  auto& c = probe_cache();
+  std::call_once(c.once, [&] {
+    try {
+      if (roofline::has_probe_result()) c.chip = roofline::load_chip("this");
+    } catch (const std::exception&) {
+      // A broken probe file must not stop a benchmark; rows simply carry no bound.
+    }
+  });
+  return c.chip ? &*c.chip : nullptr;
+}
+
+}  // namespace
+
+bool fill_bound(Row& row) {
+  const roofline::Chip* chip = probed_chip();
+  if (!chip) return false;
+  double bw = 0;
+  std::string level = row.bound_level;
+  try {
+    bw = chip->bandwidth(level);
+  } catch (const std::exception&) {
+    level.clear();
+    try {
+      bw = chip->bandwidth();
+    } catch (const std::exception&) {
+      bw = 0;
+    }
+  }
+  if (level.empty()) {
+    try {
+      level = chip->memory_level().level;
+    } catch (const std::exception&) {
+    }
+  }
+  row.bound_level = level;
+  if (bw > 0) row.bound_gbps = bw / 1e9;
+  if (row.flops > 0) {
+    double peak = 0;
+    try {
+      peak = chip->peak(row.dtype);
+    } catch (const std::exception&) {
+      peak = 0;
+    }
+    double bound = peak;
+    if (row.bytes > 0 && bw > 0) {
+      const double by_memory = row.flops / row.bytes * bw;
+      bound = bound > 0 ? std::min(bound, by_memory) : 0;
+    }
+    if (bound > 0) {
+      row.bound_gflops = bound / 1e9;
+      row.pct_of_bound = row.gflops() / row.bound_gflops * 100.0;
+      return true;
+    }
+  }
+  if (row.bytes > 0 && row.bound_gbps > 0) {
+    row.pct_of_bound = row.gbps() / row.bound_gbps * 100.0;
+    return true;
+  }
+  return false;
+}
+
+bool fill_defaults(Row& row) {
+  if (row.threads <= 0) row.threads = get_num_threads();
+  if (row.isa.empty()) row.isa = cpu::isa_name(cpu::active_isa());
+  if (row.machine.empty()) row.machine = cpu::info().brand;
+  if (row.case_.is_null()) row.case_ = json::object();
+  return fill_bound(row);
+}
+
+json machine_context() {
+  const auto& in = cpu::info();
+  json paths = json::array();
+  for (auto isa : cpu::supported_isas()) paths.push_back(cpu::isa_name(isa));
+  return {{"cpu", in.brand},
+          {"vendor", in.vendor},
+          {"logical_cpus", in.logical_cpus},
+          {"threads", get_num_threads()},
+          {"l1d_bytes", in.caches.l1d},
+          {"l2_bytes", in.caches.l2},
+          {"l3_bytes", in.caches.l3},
+          {"isa_paths", paths},
+          {"active_isa", cpu::isa_name(cpu::active_isa())}};
+}
+
+// ---- printers ----
+
+namespace {
+
+std::string case_value(const json& v) {
+  if (v.is_string()) return v.get<std::string>();
+  return v.dump();
+}
+
+std::vector<std::string> case_keys(const std::vector<Row>& rows) {
+  std::vector<std::string> keys;
+  for (const auto& r : rows)
+    if (r.case_.is_object())
+      for (const auto& [k, v] : r.case_.items())
+        if (std::find(keys.begin(), keys.end(), k) == keys.end()) keys.push_back(k);
+  return keys;
+}
+
+std::vector<std::string> peer_names(const std::vector<Row>& rows) {
+  std::vector<std::string> names;
+  for (const auto& r : rows)
+    for (const auto& p : r.peers)
+      if (std::find(names.begin(), names.end(), p.name) == names.end()) names.push_back(p.name);
+  return names;
+}
+
+std::vector<std::string> extra_keys(const std::vector<Row>& rows) {
+  std::vector<std::string> keys;
+  for (const auto& r : rows)
+    if (r.extra.is_object())
+      for (const auto& [k, v] : r.extra.items())
+        if (std::find(keys.begin(), keys.end(), k) == keys.end()) keys.push_back(k);
+  return keys;
+}
+
+const Peer* find_peer(const Row& r, const std::string& name) {
+  for (const auto& p : r.peers)
+    if (p.name == name) return &p;
+  return nullptr;
+}
+
+std::string num(double v) { return fmt::format("{:.4g}", v); }
+
+struct Column {
+  std::string header;
+  bool right = true;
+  std::vector<std::string> cells;
+};
+
+}  // namespace
+
+std::string to_table(const std::vector<Row>& rows) {
+  if (rows.empty()) return "(no results)\n";
+  std::vector<Column> cols;
+  auto add = [&](std::string header, bool right, auto cell) {
+    Column c{std::move(header), right, {}};
+    for (const auto& r : rows) c.cells.push_back(cell(r));
+    cols.push_back(std::move(c));
+  };
+  const bool any = [&] {
+    for (const auto& r : rows)
+      if (r.benchmark != rows.front().benchmark) return true;
+    return false;
+  }();
+  if (any) add("benchmark", false, [](const Row& r) { return r.benchmark; });
+  for (const auto& k : case_keys(rows))
+    add(k, false, [&](const Row& r) { return r.case_.contains(k) ? case_value(r.case_[k]) : ""; });
+  add("dtype", false, [](const Row& r) { return r.dtype; });
+  add("thr", true, [](const Row& r) { return std::to_string(r.threads); });
+  add("isa", false, [](const Row& r) { return r.isa; });
+  add("median", true, [](const Row& r) { return num(r.median_ms) + " ms"; });
+  add("min", true, [](const Row& r) { return num(r.min_ms) + " ms"; });
+  const auto has = [&](auto pred) { return std::any_of(rows.begin(), rows.end(), pred); };
+  if (has([](const Row& r) { return r.flops > 0; }))
+    add("GFLOP/s", true, [](const Row& r) { return r.flops > 0 ? fmt::format("{:.1f}", r.gflops()) : ""; });
+  if (has([](const Row& r) { return r.bytes > 0; }))
+    add("GB/s", true, [](const Row& r) { return r.bytes > 0 ? fmt::format("{:.1f}", r.gbps()) : ""; });
+  if (has([](const Row& r) { return r.bound_gflops > 0; }))
+    add("bound GFLOP/s", true,
+        [](const Row& r) { return r.bound_gflops > 0 ? fmt::format("{:.1f}", r.bound_gflops) : ""; });
+  if (has([](const Row& r) { return r.bound_gflops <= 0 && r.bound_gbps > 0 && r.bytes > 0; }))
+    add("bound GB/s", true, [](const Row& r) {
+      return r.bound_gflops <= 0 && r.bound_gbps > 0 ? fmt::format("{:.1f} ({})", r.bound_gbps, r.bound_level) : "";
+    });
+  if (has([](const Row& r) { return r.pct_of_bound > 0; }))
+    add("% bound", true, [](const Row& r) { return r.pct_of_bound > 0 ? fmt::format("{:.0f}%", r.pct_of_bound) : ""; });
+  for (const auto& p : peer_names(rows)) {
+    add(p, true, [&](const Row& r) {
+      const Peer* q = find_peer(r, p);
+      return q ? num(q->median_ms) + " ms" : "";
+    });
+    add("vs " + p, true, [&](const Row& r) {
+      const Peer* q = find_peer(r, p);
+      return q ? fmt::format("{:.2f}x", q->speedup) : "";
+    });
+  }
+  for (const auto& k : extra_keys(rows))
+    add(k, true, [&](const Row& r) { return r.extra.contains(k) ? case_value(r.extra[k]) : ""; });
+  if (has([](const Row& r) { return !r.note.empty(); }))
+    add("note", false, [](const Row& r) { return r.note; });
+
+  std::string out;
+  std::vector<size_t> width;
+  for (const auto& c : cols) {
+    size_t w = c.header.size();
+    for (const auto& s : c.cells) w = std::max(w, s.size());
+    width.push_back(w);
+  }
+  auto line = [&](auto get) {
+    std::string l;
+    for (size_t i = 0; i < cols.size(); ++i) {
+      const std::string s = get(i);
+      const size_t pad = width[i] - s.size();
+      if (i) l += "  ";
+      if (cols[i].right) l += std::string(pad, ' ') + s;
+      else l += s + (i + 1 < cols.size() ? std::string(pad, ' ') : "");
+    }
+    while (!l.empty() && l.back() == ' ') l.pop_back();
+    return l + "\n";
+  };
+  out += line([&](size_t i) { return cols[i].header; });
+  for (size_t r = 0; r < rows.size(); ++r) out += line([&](size_t i) { return cols[i].cells[r]; });
+  return out;
+}
+
+namespace {
+std::string csv_cell(const std::string& s) {
+  if (s.find_first_of(",\"\n") == std::string::npos) return s;
+  std::string q = "\"";
+  for (char c : s) {
+    if (c == '"') q += '"';
+    q += c;
+  }
+  return q + "\"";
+}
+std::string csv_num(double v, bool defined) { return defined ? fmt::format("{:.6g}", v) : ""; }
+}  // namespace
+
+std::string to_csv(const std::vector<Row>& rows) {
+  const auto ckeys = case_keys(rows);
+  const auto peers = peer_names(rows);
+  const auto ekeys = extra_keys(rows);
+  std::vector<std::string> header = {"benchmark"};
+  for (const auto& k : ckeys) header.push_back("case." + k);
+  for (const char* h : {"dtype", "threads", "isa", "machine", "median_ms", "min_ms", "flops", "gflops", "bytes",
+                        "gbps", "bound_gflops", "bound_gbps", "bound_level", "pct_of_bound"})
+    header.push_back(h);
+  for (const auto& p : peers) {
+    header.push_back("peer." + p + ".median_ms");
+    header.push_back("peer." + p + ".speedup");
+  }
+  for (const auto& k : ekeys) header.push_back(k);
+  header.push_back("note");
+  std::string out;
+  for (size_t i = 0; i < header.size(); ++i) {
+    if (i) out += ',';
+    out += csv_cell(header[i]);
+  }
+  out += "\n";
+  for (const auto& r : rows) {
+    std::vector<std::string> c = {r.benchmark};
+    for (const auto& k : ckeys) c.push_back(r.case_.contains(k) ? case_value(r.case_[k]) : "");
+    c.push_back(r.dtype);
+    c.push_back(std::to_string(r.threads));
+    c.push_back(r.isa);
+    c.push_back(r.machine);
+    c.push_back(csv_num(r.median_ms, true));
+    c.push_back(csv_num(r.min_ms, true));
+    c.push_back(csv_num(r.flops, r.flops > 0));
+    c.push_back(csv_num(r.gflops(), r.flops > 0));
+    c.push_back(csv_num(r.bytes, r.bytes > 0));
+    c.push_back(csv_num(r.gbps(), r.bytes > 0));
+    c.push_back(csv_num(r.bound_gflops, r.bound_gflops > 0));
+    c.push_back(csv_num(r.bound_gbps, r.bound_gbps > 0));
+    c.push_back(r.bound_level);
+    c.push_back(csv_num(r.pct_of_bound, r.bound_gflops > 0 || r.bound_gbps > 0));
+    for (const auto& p : peers) {
+      const Peer* q = find_peer(r, p);
+      c.push_back(q ? csv_num(q->median_ms, true) : "");
+      c.push_back(q ? csv_num(q->speedup, true) : "");
+    }
+    for (const auto& k : ekeys) c.push_back(r.extra.contains(k) ? case_value(r.extra[k]) : "");
+    c.push_back(r.note);
+    for (size_t i = 0; i < c.size(); ++i) {
+      if (i) out += ',';
+      out += csv_cell(c[i]);
+    }
+    out += "\n";
+  }
+  return out;
+}
+
+std::string to_json_lines(const std::vector<Row>& rows) {
+  std::string out;
+  for (const auto& r : rows) out += r.to_json().dump() + "\n";
+  return out;
+}
+
+Sink::Sink(Format format, std::FILE* out) : format_(format), out_(out) {}
+
+Sink::~Sink() {
+  try {
+    finish();
+  } catch (...) {
+  }
+}
+
+void Sink::emit(Row row) {
+  fill_defaults(row);
+  if (format_ == Format::json) {
+    const std::string s = row.to_json().dump() + "\n";
+    std::fputs(s.c_str(), out_);
+    std::fflush(out_);
+  }
+  rows_.push_back(std::move(row));
+}
+
+void Sink::finish() {
+  if (finished_) return;
+  finished_ = true;
+  if (format_ == Format::table) std::fputs(to_table(rows_).c_str(), out_);
+  if (format_ == Format::csv) std::fputs(to_csv(rows_).c_str(), out_);
+  std::fflush(out_);
+}
+
+}  // namespace ridge::bench
