@@ -1,0 +1,527 @@
+// The GEMM driver: argument checks, cache blocking from the machine's cache sizes, packing, and
+// the loops around the micro-kernel, threaded with OpenMP.
+//
+// Loop order per thread (each thread owns a rectangle of D, so threads never synchronise):
+//   jc (NC columns of B, packed over all of K)  ->  ic (MC rows of A)  ->  pc (KC deep, A block
+//   packed here, sits in L2)  ->  jr (NR-wide B micro-panel, reused from L1 by every ir)  ->  ir.
+// pc inside ic keeps a D block (MC x NC) warm while K is swept; a bf16 output accumulates across
+// K blocks in an fp32 scratch of that size and is rounded once at the last block.
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <string>
+
+#include "gemm/internal.hpp"
+#include "ridge/core/error.hpp"
+#include "ridge/core/memory.hpp"
+#include "ridge/core/threads.hpp"
+#include "ridge/gemm.hpp"
+
+namespace ridge::gemm {
+namespace detail {
+
+KernelInfo select_kernel(bool bf16_inputs, cpu::Isa isa) {
+  switch (isa) {
+    case cpu::Isa::avx512bf16:
+      return bf16_inputs ? kernel_avx512bf16_bf16() : kernel_avx512_f32();
+    case cpu::Isa::avx512:
+      return kernel_avx512_f32();
+    case cpu::Isa::avx2:
+      return kernel_avx2_f32();
+    case cpu::Isa::scalar:
+      break;
+  }
+  return kernel_scalar_f32();
+}
+
+}  // namespace detail
+
+namespace {
+
+using detail::KernelInfo;
+using detail::Panel;
+using detail::Tile;
+
+int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+int64_t ceil_div(int64_t x, int64_t m) { return (x + m - 1) / m; }
+
+// Experiment knobs (docs/gemm-dense.md): RIDGE_GEMM_KC / _MC / _NC override the derived sizes.
+int64_t env_int(const char* name) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return 0;
+  char* end = nullptr;
+  const long long x = std::strtoll(v, &end, 10);
+  check(end && *end == '\0' && x > 0, "{}: '{}' is not a positive integer", name, v);
+  return x;
+}
+
+size_t panel_elt(Panel p) { return p == Panel::f32 ? 4 : 2; }
+// K as stored in a panel: bf16 pairs pad K to even.
+int64_t panel_k(Panel p, int64_t k) { return p == Panel::f32 ? k : round_up(k, 2); }
+
+Blocking derive_blocking(const KernelInfo& ki, int64_t k) {
+  const auto& caches = cpu::info().caches;
+  const int64_t l1 = caches.l1d > 0 ? caches.l1d : 32 * 1024;
+  const int64_t l2 = caches.l2 > 0 ? caches.l2 : 256 * 1024;
+  const int64_t l3 = caches.l3 > 0 ? caches.l3 : 8 * 1024 * 1024;
+  const int64_t elt = static_cast<int64_t>(panel_elt(ki.panel));
+  Blocking b;
+  b.mr = ki.mr;
+  b.nr = ki.nr;
+  b.kernel = ki.name;
+  // The B micro-panel (KC x NR) takes half of L1; the other half holds the A micro-panel stream
+  // and the D tile.
+  int64_t kc = std::clamp<int64_t>(l1 / 2 / (ki.nr * elt), 64, 1024);
+  if (const int64_t e = env_int("RIDGE_GEMM_KC")) kc = e;
+  // Balance the K blocks so the last is not a sliver.
+  const int64_t nblk = std::max<int64_t>(1, ceil_div(k, kc));
+  kc = round_up(std::max<int64_t>(1, ceil_div(k, nblk)), 8);
+  b.kc = kc;
+  // The A block (MC x KC) takes half of L2.
+  int64_t mc = std::max<int64_t>(ki.mr, l2 / 2 / (kc * elt) / ki.mr * ki.mr);
+  if (const int64_t e = env_int("RIDGE_GEMM_MC")) mc = round_up(e, ki.mr);
+  b.mc = mc;
+  // The B block (all of K x NC) should stay in this thread's share of L3; at least 1024 columns
+  // so repacking A per column block stays a small fraction of the work.
+  const int threads = std::max(1, get_num_threads());
+  const int64_t share = l3 / 2 / threads;
+  int64_t nc = std::max<int64_t>(1024, share / (panel_k(ki.panel, k) * elt));
+  if (const int64_t e = env_int("RIDGE_GEMM_NC")) nc = e;
+  b.nc = round_up(nc, ki.nr);
+  return b;
+}
+
+// Copies `count` rows of src (row-major, ld elements), columns [p0, p0 + kc), into panels of R
+// rows: panel q holds rows [q*R, q*R + R) as [k][R] (f32) or [k/2][R][2] (bf16 pairs); rows past
+// `count` and the odd-K pad are zero. Panel stride: R * panel_k(kc) elements.
+void pack_panels(const void* src, bool src_bf16, int64_t ld, int64_t count, int64_t p0, int64_t kc, int R,
+                 Panel panel, void* dst) {
+  const int64_t kp = panel_k(panel, kc);
+  const int64_t npanels = ceil_div(count, R);
+  for (int64_t q = 0; q < npanels; ++q) {
+    const int64_t r0 = q * R;
+    const int rows = static_cast<int>(std::min<int64_t>(R, count - r0));
+    if (panel == Panel::f32) {
+      float* out = static_cast<float*>(dst) + q * R * kp;
+      for (int r = 0; r < rows; ++r) {
+        if (src_bf16) {
+          const bf16* s = static_cast<const bf16*>(src) + (r0 + r) * ld + p0;
+          for (int64_t p = 0; p < kc; ++p) out[p * R + r] = to_float(s[p]);
+        } else {
+          const float* s = static_cast<const float*>(src) + (r0 + r) * ld + p0;
+          for (int64_t p = 0; p < kc; ++p) out[p * R + r] = s[p];
+        }
+      }
+      for (int r = rows; r < R; ++r)
+        for (int64_t p = 0; p < kc; ++p) out[p * R + r] = 0.0f;
+    } else {
+      // bf16 pairs: each (k, k+1) pair is one 32-bit word, so this is a 32-bit transpose.
+      uint32_t* out = reinterpret_cast<uint32_t*>(static_cast<uint16_t*>(dst) + q * R * kp);
+      const int64_t full = kc / 2;
+      for (int r = 0; r < rows; ++r) {
+        const uint16_t* s = static_cast<const uint16_t*>(src) + (r0 + r) * ld + p0;
+        for (int64_t p = 0; p < full; ++p) {
+          uint32_t w;
+          std::memcpy(&w, s + 2 * p, 4);
+          out[p * R + r] = w;
+        }
+        if (kc & 1) out[full * R + r] = s[kc - 1];
+      }
+      for (int r = rows; r < R; ++r)
+        for (int64_t p = 0; p < kp / 2; ++p) out[p * R + r] = 0;
+    }
+  }
+}
+
+// One GEMM problem as the driver sees it, dtypes erased.
+struct Problem {
+  int64_t m = 0, n = 0, k = 0;
+  const void* a = nullptr;
+  int64_t lda = 0;
+  const void* b = nullptr;
+  int64_t ldb = 0;
+  bool in_bf16 = false;  // A and B dtype
+  void* d = nullptr;
+  int64_t ldd = 0;
+  bool out_bf16 = false;  // D and C dtype
+  const void* c = nullptr;
+  int64_t ldc = 0;
+  const PackedB::Impl* packed = nullptr;
+};
+
+}  // namespace
+
+struct PackedB::Impl {
+  Buffer<std::byte> data;
+  int64_t n = 0, k = 0, kp = 0;
+  DType dtype = DType::f32;
+  cpu::Isa isa = cpu::Isa::scalar;
+  KernelInfo ki;
+  // Panel q (NR columns, all of K) starts at q * nr * kp elements.
+  const std::byte* panel(int64_t q) const {
+    return data.data() + static_cast<size_t>(q * ki.nr * kp) * panel_elt(ki.panel);
+  }
+};
+
+namespace {
+
+template <typename T>
+int64_t extent(const MatrixView<T>& v) {
+  return v.rows == 0 || v.cols == 0 ? 0 : (v.rows - 1) * v.ld + v.cols;
+}
+
+template <typename T>
+void check_view(const char* fn, const char* name, const MatrixView<T>& v) {
+  check(v.rows >= 0 && v.cols >= 0, "{}: {} has negative shape [{}, {}]", fn, name, v.rows, v.cols);
+  check(v.ld >= v.cols, "{}: {}.ld = {} is smaller than its {} columns (expected ld >= cols)", fn, name, v.ld,
+        v.cols);
+  check(v.data != nullptr || v.rows == 0 || v.cols == 0, "{}: {} is null but has shape [{}, {}]", fn, name,
+        v.rows, v.cols);
+}
+
+template <typename T, typename U>
+bool overlaps(const MatrixView<T>& x, const MatrixView<U>& y) {
+  const int64_t ex = extent(x), ey = extent(y);
+  if (ex == 0 || ey == 0) return false;
+  const auto x0 = reinterpret_cast<uintptr_t>(x.data), y0 = reinterpret_cast<uintptr_t>(y.data);
+  const auto x1 = x0 + static_cast<uintptr_t>(ex) * sizeof(T), y1 = y0 + static_cast<uintptr_t>(ey) * sizeof(U);
+  return x0 < y1 && y0 < x1;
+}
+
+template <typename TA, typename TD>
+void check_ad_c(const char* fn, const MatrixView<const TA>& a, const MatrixView<TD>& d,
+                const MatrixView<const TD>& c, int64_t n, int64_t k) {
+  check_view(fn, "a", a);
+  check_view(fn, "d", d);
+  check(a.cols == k, "{}: a has {} columns but b has {} (both are K)", fn, a.cols, k);
+  check(d.rows == a.rows && d.cols == n, "{}: d is [{}, {}], expected [m, n] = [{}, {}]", fn, d.rows, d.cols,
+        a.rows, n);
+  check(c.rows >= 0 && c.cols >= 0, "{}: c has negative shape [{}, {}]", fn, c.rows, c.cols);
+  if (c.data == nullptr) {
+    check(c.rows == 0 && c.cols == 0, "{}: c is null but has shape [{}, {}] (pass an empty view for no C)", fn,
+          c.rows, c.cols);
+  } else {
+    check(c.rows == d.rows && c.cols == d.cols, "{}: c is [{}, {}], expected d's shape [{}, {}]", fn, c.rows,
+          c.cols, d.rows, d.cols);
+    check(c.ld >= c.cols, "{}: c.ld = {} is smaller than its {} columns (expected ld >= cols)", fn, c.ld, c.cols);
+    const bool same = static_cast<const void*>(c.data) == static_cast<const void*>(d.data) && c.ld == d.ld;
+    check(same || !overlaps(c, d), "{}: c overlaps d without being the same matrix (same pointer and ld)", fn);
+  }
+  check(!overlaps(a, d), "{}: d overlaps a", fn);
+}
+
+template <typename TA, typename TD>
+Problem make_problem(const char* fn, MatrixView<const TA> a, MatrixView<const TA> b, MatrixView<TD> d,
+                     MatrixView<const TD> c) {
+  check_view(fn, "b", b);
+  check_ad_c(fn, a, d, c, b.rows, b.cols);
+  check(!overlaps(b, d), "{}: d overlaps b", fn);
+  Problem p;
+  p.m = a.rows;
+  p.n = b.rows;
+  p.k = a.cols;
+  p.a = a.data;
+  p.lda = a.ld;
+  p.b = b.data;
+  p.ldb = b.ld;
+  p.in_bf16 = std::is_same_v<TA, bf16>;
+  p.d = d.data;
+  p.ldd = d.ld;
+  p.out_bf16 = std::is_same_v<TD, bf16>;
+  p.c = c.data;
+  p.ldc = c.ld;
+  return p;
+}
+
+template <typename TA, typename TD>
+Problem make_problem(const char* fn, MatrixView<const TA> a, const PackedB& b, MatrixView<TD> d,
+                     MatrixView<const TD> c) {
+  check(!b.empty(), "{}: b is an empty PackedB (use PackedB::pack)", fn);
+  const auto& impl = b.impl();
+  check(impl.dtype == dtype_of<TA>(), "{}: b was packed from {} but a is {}", fn, dtype_name(impl.dtype),
+        dtype_name(dtype_of<TA>()));
+  check(impl.isa == cpu::active_isa(), "{}: b was packed for the {} path but the active path is {} (pack again)",
+        fn, cpu::isa_name(impl.isa), cpu::isa_name(cpu::active_isa()));
+  check_ad_c(fn, a, d, c, impl.n, impl.k);
+  Problem p;
+  p.m = a.rows;
+  p.n = impl.n;
+  p.k = impl.k;
+  p.a = a.data;
+  p.lda = a.ld;
+  p.in_bf16 = std::is_same_v<TA, bf16>;
+  p.d = d.data;
+  p.ldd = d.ld;
+  p.out_bf16 = std::is_same_v<TD, bf16>;
+  p.c = c.data;
+  p.ldc = c.ld;
+  p.packed = &impl;
+  return p;
+}
+
+// K = 0: D = C (or 0).
+void fill_k0(const Problem& p) {
+  for (int64_t i = 0; i < p.m; ++i) {
+    for (int64_t j = 0; j < p.n; ++j) {
+      float v = 0.0f;
+      if (p.c) v = p.out_bf16 ? to_float(static_cast<const bf16*>(p.c)[i * p.ldc + j])
+                              : static_cast<const float*>(p.c)[i * p.ldc + j];
+      if (p.out_bf16) static_cast<bf16*>(p.d)[i * p.ldd + j] = to_bf16(v);
+      else static_cast<float*>(p.d)[i * p.ldd + j] = v;
+    }
+  }
+}
+
+// Splits `threads` into a tm x tn grid over the micro-tiles so the busiest thread has the fewest
+// tiles; ties go to splitting N (each thread then packs a disjoint part of B).
+void thread_grid(int64_t mtiles, int64_t ntiles, int threads, int& tm, int& tn) {
+  int64_t best = -1;
+  tm = 1;
+  tn = 1;
+  for (int x = 1; x <= threads; ++x) {
+    if (threads % x) continue;
+    const int y = threads / x;  // x along M, y along N
+    if (x > mtiles || y > ntiles) continue;
+    const int64_t load = ceil_div(mtiles, x) * ceil_div(ntiles, y);
+    if (best < 0 || load < best || (load == best && y > tn)) {
+      best = load;
+      tm = x;
+      tn = y;
+    }
+  }
+}
+
+// One thread's rectangle: rows [m0, m1), columns [n0, n1) (n0 a multiple of NR).
+void run_rect(const Problem& p, const KernelInfo& ki, const Blocking& bk, int64_t m0, int64_t m1, int64_t n0,
+              int64_t n1) {
+  if (m0 >= m1 || n0 >= n1) return;
+  const size_t elt = panel_elt(ki.panel);
+  const int64_t kp_full = panel_k(ki.panel, p.k);
+  const int64_t nc_max = std::min<int64_t>(bk.nc, round_up(n1 - n0, ki.nr));
+  const int64_t mc_max = std::min<int64_t>(bk.mc, round_up(m1 - m0, ki.mr));
+  const int64_t kc_max = std::min<int64_t>(bk.kc, p.k);
+  const bool multi_k = p.k > bk.kc;
+  const bool need_scratch = p.out_bf16 && multi_k;
+
+  const size_t a_bytes = static_cast<size_t>(mc_max * panel_k(ki.panel, kc_max)) * elt;
+  const size_t b_bytes = p.packed ? 0 : static_cast<size_t>(nc_max * kp_full) * elt;
+  const size_t s_bytes = need_scratch ? static_cast<size_t>(mc_max * nc_max) * 4 : 0;
+  Buffer<std::byte> ws(a_bytes + b_bytes + s_bytes + 128, "gemm.pack");
+  std::byte* abuf = ws.data();
+  std::byte* bbuf = abuf + round_up(static_cast<int64_t>(a_bytes), 64);
+  float* scratch = reinterpret_cast<float*>(bbuf + round_up(static_cast<int64_t>(b_bytes), 64));
+  const int64_t lds = nc_max;
+
+  const size_t in_elt = p.in_bf16 ? 2 : 4;
+  const size_t out_elt = p.out_bf16 ? 2 : 4;
+  for (int64_t jc = n0; jc < n1; jc += bk.nc) {
+    const int64_t nc = std::min<int64_t>(bk.nc, n1 - jc);
+    const std::byte* bblock;
+    if (p.packed) {
+      bblock = p.packed->panel(jc / ki.nr);
+    } else {
+      pack_panels(static_cast<const std::byte*>(p.b) + jc * p.ldb * in_elt, p.in_bf16, p.ldb, nc, 0, p.k, ki.nr,
+                  ki.panel, bbuf);
+      bblock = bbuf;
+    }
+    for (int64_t ic = m0; ic < m1; ic += bk.mc) {
+      const int64_t mc = std::min<int64_t>(bk.mc, m1 - ic);
+      for (int64_t pc = 0; pc < p.k; pc += bk.kc) {
+        const int64_t kc = std::min<int64_t>(bk.kc, p.k - pc);
+        const int64_t kp = panel_k(ki.panel, kc);
+        pack_panels(static_cast<const std::byte*>(p.a) + ic * p.lda * in_elt, p.in_bf16, p.lda, mc, pc, kc, ki.mr,
+                    ki.panel, abuf);
+        const bool first = pc == 0, last = pc + kc >= p.k;
+        for (int64_t jr = 0; jr < nc; jr += ki.nr) {
+          const int nr = static_cast<int>(std::min<int64_t>(ki.nr, nc - jr));
+          const std::byte* bpanel =
+              bblock + static_cast<size_t>((jr / ki.nr) * ki.nr * kp_full + pc * ki.nr) * elt;
+          for (int64_t ir = 0; ir < mc; ir += ki.mr) {
+            const int mr = static_cast<int>(std::min<int64_t>(ki.mr, mc - ir));
+            const std::byte* apanel = abuf + static_cast<size_t>((ir / ki.mr) * ki.mr * kp) * elt;
+            const int64_t gi = ic + ir, gj = jc + jr;
+            void* dtile = static_cast<std::byte*>(p.d) + (gi * p.ldd + gj) * out_elt;
+            float* stile = scratch + ir * lds + jr;
+            Tile t;
+            if (first) {
+              if (p.c) {
+                t.src = static_cast<const std::byte*>(p.c) + (gi * p.ldc + gj) * out_elt;
+                t.lds = p.ldc;
+                t.src_bf16 = p.out_bf16;
+              }
+            } else if (need_scratch) {
+              t.src = stile;
+              t.lds = lds;
+            } else {
+              t.src = dtile;
+              t.lds = p.ldd;
+            }
+            if (last || !need_scratch) {
+              t.dst = dtile;
+              t.ldd = p.ldd;
+              t.dst_bf16 = p.out_bf16;
+            } else {
+              t.dst = stile;
+              t.ldd = lds;
+            }
+            ki.ukernel(kc, apanel, bpanel, mr, nr, t);
+          }
+        }
+      }
+    }
+  }
+}
+
+void run(const Problem& p) {
+  if (p.m == 0 || p.n == 0) return;
+  if (p.k == 0) {
+    fill_k0(p);
+    return;
+  }
+  const cpu::Isa isa = p.packed ? p.packed->isa : cpu::active_isa();
+  const KernelInfo ki = p.packed ? p.packed->ki : detail::select_kernel(p.in_bf16, isa);
+  const Blocking bk = derive_blocking(ki, p.k);
+  const int64_t mtiles = ceil_div(p.m, ki.mr), ntiles = ceil_div(p.n, ki.nr);
+  const int threads = std::max(1, get_num_threads());
+  int tm = 1, tn = 1;
+  thread_grid(mtiles, ntiles, threads, tm, tn);
+  const int used = tm * tn;
+  std::exception_ptr error;
+#pragma omp parallel num_threads(used)
+  {
+    const int t = omp_get_thread_num();
+    const int tx = t / tn, ty = t % tn;
+    const int64_t m0 = std::min(p.m, ceil_div(mtiles * tx, tm) * ki.mr);
+    const int64_t m1 = std::min(p.m, ceil_div(mtiles * (tx + 1), tm) * ki.mr);
+    const int64_t n0 = std::min(p.n, ceil_div(ntiles * ty, tn) * ki.nr);
+    const int64_t n1 = std::min(p.n, ceil_div(ntiles * (ty + 1), tn) * ki.nr);
+    try {
+      run_rect(p, ki, bk, m0, m1, n0, n1);
+    } catch (...) {
+#pragma omp critical(ridge_gemm_error)
+      if (!error) error = std::current_exception();
+    }
+  }
+  if (error) std::rethrow_exception(error);
+}
+
+template <typename TB>
+PackedB::Impl* pack_impl(MatrixView<const TB> b) {
+  check_view("PackedB::pack", "b", b);
+  auto* impl = new PackedB::Impl;
+  impl->n = b.rows;
+  impl->k = b.cols;
+  impl->dtype = dtype_of<TB>();
+  impl->isa = cpu::active_isa();
+  impl->ki = detail::select_kernel(std::is_same_v<TB, bf16>, impl->isa);
+  impl->kp = panel_k(impl->ki.panel, b.cols);
+  const int64_t npanels = ceil_div(b.rows, impl->ki.nr);
+  const size_t panel_bytes = static_cast<size_t>(impl->ki.nr * impl->kp) * panel_elt(impl->ki.panel);
+  impl->data = Buffer<std::byte>(static_cast<size_t>(npanels) * panel_bytes + 64, "gemm.packed_b");
+  const KernelInfo ki = impl->ki;
+#pragma omp parallel for num_threads(get_num_threads()) schedule(static)
+  for (int64_t q = 0; q < npanels; ++q) {
+    const int64_t cnt = std::min<int64_t>(ki.nr, b.rows - q * ki.nr);
+    pack_panels(b.data + q * ki.nr * b.ld, std::is_same_v<TB, bf16>, b.ld, cnt, 0, b.cols, ki.nr, ki.panel,
+                impl->data.data() + q * panel_bytes);
+  }
+  return impl;
+}
+
+template <typename TA, typename TB, typename TD>
+void reference(const char* fn, MatrixView<const TA> a, MatrixView<const TB> b, MatrixView<TD> d,
+               MatrixView<const TD> c) {
+  check_view(fn, "b", b);
+  check_ad_c(fn, a, d, c, b.rows, b.cols);
+  auto f = [](auto x) {
+    if constexpr (std::is_same_v<decltype(x), bf16>) return to_float(x);
+    else return static_cast<float>(x);
+  };
+  for (int64_t i = 0; i < a.rows; ++i) {
+    for (int64_t j = 0; j < b.rows; ++j) {
+      float acc = 0.0f;
+      for (int64_t p = 0; p < a.cols; ++p) acc += f(a(i, p)) * f(b(j, p));
+      if (c.data) acc += f(c(i, j));
+      d(i, j) = acc;
+    }
+  }
+}
+
+}  // namespace
+
+PackedB::PackedB() = default;
+PackedB::~PackedB() = default;
+PackedB::PackedB(PackedB&&) noexcept = default;
+PackedB& PackedB::operator=(PackedB&&) noexcept = default;
+PackedB PackedB::pack(MatrixView<const float> b) {
+  PackedB p;
+  p.impl_.reset(pack_impl(b));
+  return p;
+}
+PackedB PackedB::pack(MatrixView<const bf16> b) {
+  PackedB p;
+  p.impl_.reset(pack_impl(b));
+  return p;
+}
+int64_t PackedB::n() const { return impl_ ? impl_->n : 0; }
+int64_t PackedB::k() const { return impl_ ? impl_->k : 0; }
+DType PackedB::dtype() const { return impl_ ? impl_->dtype : DType::f32; }
+cpu::Isa PackedB::isa() const { return impl_ ? impl_->isa : cpu::Isa::scalar; }
+bool PackedB::empty() const { return !impl_; }
+const PackedB::Impl& PackedB::impl() const {
+  check(impl_ != nullptr, "PackedB: empty (use PackedB::pack)");
+  return *impl_;
+}
+
+void f32_gemm_nt(MatrixView<const float> a, MatrixView<const float> b, MatrixView<float> d,
+                 MatrixView<const float> c) {
+  run(make_problem("f32_gemm_nt", a, b, d, c));
+}
+void f32_gemm_nt(MatrixView<const float> a, MatrixView<const float> b, MatrixView<bf16> d,
+                 MatrixView<const bf16> c) {
+  run(make_problem("f32_gemm_nt", a, b, d, c));
+}
+void bf16_gemm_nt(MatrixView<const bf16> a, MatrixView<const bf16> b, MatrixView<float> d,
+                  MatrixView<const float> c) {
+  run(make_problem("bf16_gemm_nt", a, b, d, c));
+}
+void bf16_gemm_nt(MatrixView<const bf16> a, MatrixView<const bf16> b, MatrixView<bf16> d,
+                  MatrixView<const bf16> c) {
+  run(make_problem("bf16_gemm_nt", a, b, d, c));
+}
+void f32_gemm_nt(MatrixView<const float> a, const PackedB& b, MatrixView<float> d, MatrixView<const float> c) {
+  run(make_problem("f32_gemm_nt", a, b, d, c));
+}
+void f32_gemm_nt(MatrixView<const float> a, const PackedB& b, MatrixView<bf16> d, MatrixView<const bf16> c) {
+  run(make_problem("f32_gemm_nt", a, b, d, c));
+}
+void bf16_gemm_nt(MatrixView<const bf16> a, const PackedB& b, MatrixView<float> d, MatrixView<const float> c) {
+  run(make_problem("bf16_gemm_nt", a, b, d, c));
+}
+void bf16_gemm_nt(MatrixView<const bf16> a, const PackedB& b, MatrixView<bf16> d, MatrixView<const bf16> c) {
+  run(make_problem("bf16_gemm_nt", a, b, d, c));
+}
+
+void f32_gemm_nt_reference(MatrixView<const float> a, MatrixView<const float> b, MatrixView<float> d,
+                           MatrixView<const float> c) {
+  reference("f32_gemm_nt_reference", a, b, d, c);
+}
+void bf16_gemm_nt_reference(MatrixView<const bf16> a, MatrixView<const bf16> b, MatrixView<float> d,
+                            MatrixView<const float> c) {
+  reference("bf16_gemm_nt_reference", a, b, d, c);
+}
+
+Blocking blocking(DType input, cpu::Isa isa, int64_t k) {
+  check(input == DType::f32 || input == DType::bf16, "gemm::blocking: input dtype {} (expected f32 or bf16)",
+        dtype_name(input));
+  check(k >= 0, "gemm::blocking: k = {} (expected >= 0)", k);
+  return derive_blocking(detail::select_kernel(input == DType::bf16, isa), std::max<int64_t>(k, 1));
+}
+
+int get_num_threads() { return ridge::get_num_threads(); }
+void set_num_threads(int n) { ridge::set_num_threads(n); }
+
+}  // namespace ridge::gemm

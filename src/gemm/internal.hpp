@@ -1,0 +1,53 @@
+// Internals shared by the GEMM driver and the per-ISA micro-kernel files. Per-ISA files keep
+// everything in anonymous namespaces and expose only the plain functions declared here (ODR: no
+// inline function compiled with wide-ISA flags may be merged into a plain x86-64 caller).
+#pragma once
+
+#include <cstdint>
+
+#include "ridge/core/cpu.hpp"
+#include "ridge/core/format.hpp"
+
+namespace ridge::gemm::detail {
+
+// How a packed panel holds K.
+enum class Panel {
+  f32,       // one fp32 per (k, row): [k][R]
+  bf16pair,  // two bf16 per (k-pair, row), for vdpbf16ps: [k/2][R][2]; K padded to even with 0
+};
+
+// Where a micro-tile's result goes: dst = (src ? src : 0) + acc, for the first `mr` rows and `nr`
+// columns. src may equal dst (in-place accumulate). Pointers are at the tile's origin.
+struct Tile {
+  const void* src = nullptr;
+  int64_t lds = 0;
+  bool src_bf16 = false;
+  void* dst = nullptr;
+  int64_t ldd = 0;
+  bool dst_bf16 = false;
+};
+
+// acc[mr x NR] = sum over kc of A-panel (MR rows) x B-panel (NR columns), then the Tile epilogue.
+// kc counts k elements (for bf16pair, the panels hold ceil(kc/2) pairs). 1 <= mr <= MR, 1 <= nr <= NR.
+using MicroKernel = void (*)(int64_t kc, const void* a, const void* b, int mr, int nr, const Tile& t);
+
+struct KernelInfo {
+  const char* name = "";
+  int mr = 0, nr = 0;
+  Panel panel = Panel::f32;
+  MicroKernel ukernel = nullptr;
+};
+
+// One per ISA file. The bf16pair kernel exists only in the avx512bf16 file.
+KernelInfo kernel_scalar_f32();
+KernelInfo kernel_avx2_f32();
+KernelInfo kernel_avx512_f32();
+KernelInfo kernel_avx512bf16_bf16();
+
+// The kernel the driver uses for an input dtype (f32 or bf16) on an ISA path.
+KernelInfo select_kernel(bool bf16_inputs, cpu::Isa isa);
+
+// Epilogue for tiles with a bf16 side, shared by the scalar path (exact ridge::to_bf16 rounding).
+void store_tile_generic(const float* acc, int64_t acc_ld, int mr, int nr, const Tile& t);
+
+}  // namespace ridge::gemm::detail

@@ -1,0 +1,76 @@
+// AVX2+FMA fp32 micro-kernel, 6x16: 12 ymm accumulators + 2 B vectors + 1 broadcast fit the 16
+// registers. Also the bf16 path on AVX2 machines (the driver widens bf16 to fp32 while packing).
+#include <immintrin.h>
+
+#include <utility>
+
+#include "gemm/internal.hpp"
+
+namespace ridge::gemm::detail {
+namespace {
+
+constexpr int kMR = 6;
+constexpr int kNR = 16;
+
+template <int M>
+void ukernel(int64_t kc, const void* a_panel, const void* b_panel, int mr, int nr, const Tile& t) {
+  const float* a = static_cast<const float*>(a_panel);
+  const float* b = static_cast<const float*>(b_panel);
+  __m256 c0[M], c1[M];
+#pragma GCC unroll 6
+  for (int i = 0; i < M; ++i) {
+    c0[i] = _mm256_setzero_ps();
+    c1[i] = _mm256_setzero_ps();
+  }
+  for (int64_t p = 0; p < kc; ++p) {
+    const __m256 b0 = _mm256_load_ps(b);
+    const __m256 b1 = _mm256_load_ps(b + 8);
+#pragma GCC unroll 6
+    for (int i = 0; i < M; ++i) {
+      const __m256 ai = _mm256_broadcast_ss(a + i);
+      c0[i] = _mm256_fmadd_ps(ai, b0, c0[i]);
+      c1[i] = _mm256_fmadd_ps(ai, b1, c1[i]);
+    }
+    a += kMR;
+    b += kNR;
+  }
+  if (nr == kNR && !t.src_bf16 && !t.dst_bf16) {
+#pragma GCC unroll 6
+    for (int i = 0; i < M; ++i) {
+      float* d = static_cast<float*>(t.dst) + i * t.ldd;
+      __m256 v0 = c0[i], v1 = c1[i];
+      if (t.src) {
+        const float* s = static_cast<const float*>(t.src) + i * t.lds;
+        v0 = _mm256_add_ps(v0, _mm256_loadu_ps(s));
+        v1 = _mm256_add_ps(v1, _mm256_loadu_ps(s + 8));
+      }
+      _mm256_storeu_ps(d, v0);
+      _mm256_storeu_ps(d + 8, v1);
+    }
+    return;
+  }
+  alignas(32) float acc[kMR][kNR];
+#pragma GCC unroll 6
+  for (int i = 0; i < M; ++i) {
+    _mm256_store_ps(acc[i], c0[i]);
+    _mm256_store_ps(acc[i] + 8, c1[i]);
+  }
+  store_tile_generic(&acc[0][0], kNR, mr, nr, t);
+}
+
+template <int... Ms>
+constexpr MicroKernel pick(int mr, std::integer_sequence<int, Ms...>) {
+  MicroKernel k = nullptr;
+  ((k = (mr == Ms + 1 ? &ukernel<Ms + 1> : k)), ...);
+  return k;
+}
+
+void ukernel_dispatch(int64_t kc, const void* a, const void* b, int mr, int nr, const Tile& t) {
+  pick(mr, std::make_integer_sequence<int, kMR>{})(kc, a, b, mr, nr, t);
+}
+
+}  // namespace
+
+KernelInfo kernel_avx2_f32() { return {"f32_avx2_6x16", kMR, kNR, Panel::f32, &ukernel_dispatch}; }
+
+}  // namespace ridge::gemm::detail

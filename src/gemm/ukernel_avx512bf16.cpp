@@ -1,0 +1,101 @@
+// AVX512_BF16 micro-kernel, 14x32 over K pairs: vdpbf16ps multiplies two bf16 pairs per fp32
+// lane and adds both products into the lane, so the panels interleave K in pairs: A holds one
+// 32-bit (k, k+1) word per row, broadcast; B holds 32 columns x 2 k per zmm pair. 28 accumulators
+// cover the instruction's latency at two per cycle.
+// GCC 12 reports its own intrinsics' undefined-value temporaries as maybe-uninitialized.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include <cstring>
+#include <utility>
+
+#include "gemm/internal.hpp"
+
+namespace ridge::gemm::detail {
+namespace {
+
+constexpr int kMR = 14;
+constexpr int kNR = 32;
+
+inline __m512 load_row(const void* p, bool is_bf16, __mmask16 m) {
+  if (is_bf16) {
+    const __m256i h = _mm256_maskz_loadu_epi16(m, p);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  }
+  return _mm512_maskz_loadu_ps(m, p);
+}
+
+inline __m256i f32_to_bf16_rne(__m512 v) {
+  // Integer rounding rather than vcvtneps2bf16, which flushes fp32 subnormals: this keeps the
+  // output bit-identical to ridge::to_bf16 and to the other paths.
+  const __m512i x = _mm512_castps_si512(v);
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(1));
+  __m512i r = _mm512_add_epi32(x, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7FFF)));
+  const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+  r = _mm512_mask_or_epi32(r, nan, x, _mm512_set1_epi32(0x00400000));
+  return _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16));
+}
+
+inline void store_row(void* p, bool is_bf16, __mmask16 m, __m512 v) {
+  if (is_bf16) _mm256_mask_storeu_epi16(p, m, f32_to_bf16_rne(v));
+  else _mm512_mask_storeu_ps(p, m, v);
+}
+
+template <int M>
+void ukernel(int64_t kc, const void* a_panel, const void* b_panel, int /*mr*/, int nr, const Tile& t) {
+  const uint32_t* a = static_cast<const uint32_t*>(a_panel);
+  const __m512bh* b = static_cast<const __m512bh*>(b_panel);
+  __m512 c0[M], c1[M];
+#pragma GCC unroll 14
+  for (int i = 0; i < M; ++i) {
+    c0[i] = _mm512_setzero_ps();
+    c1[i] = _mm512_setzero_ps();
+  }
+  const int64_t pairs = (kc + 1) / 2;
+  for (int64_t p = 0; p < pairs; ++p) {
+    const __m512bh b0 = b[0];
+    const __m512bh b1 = b[1];
+#pragma GCC unroll 14
+    for (int i = 0; i < M; ++i) {
+      const __m512bh ai = (__m512bh)_mm512_set1_epi32(static_cast<int>(a[i]));
+      c0[i] = _mm512_dpbf16_ps(c0[i], ai, b0);
+      c1[i] = _mm512_dpbf16_ps(c1[i], ai, b1);
+    }
+    a += kMR;
+    b += 2;
+  }
+  const __mmask16 m0 = nr >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << nr) - 1);
+  const __mmask16 m1 = nr >= 32 ? __mmask16(0xFFFF) : nr > 16 ? __mmask16((1u << (nr - 16)) - 1) : __mmask16(0);
+  const size_t es = t.dst_bf16 ? 2 : 4, ss = t.src_bf16 ? 2 : 4;
+#pragma GCC unroll 14
+  for (int i = 0; i < M; ++i) {
+    char* d = static_cast<char*>(t.dst) + i * t.ldd * es;
+    __m512 v0 = c0[i], v1 = c1[i];
+    if (t.src) {
+      const char* s = static_cast<const char*>(t.src) + i * t.lds * ss;
+      v0 = _mm512_add_ps(v0, load_row(s, t.src_bf16, m0));
+      v1 = _mm512_add_ps(v1, load_row(s + 16 * ss, t.src_bf16, m1));
+    }
+    store_row(d, t.dst_bf16, m0, v0);
+    store_row(d + 16 * es, t.dst_bf16, m1, v1);
+  }
+}
+
+template <int... Ms>
+constexpr MicroKernel pick(int mr, std::integer_sequence<int, Ms...>) {
+  MicroKernel k = nullptr;
+  ((k = (mr == Ms + 1 ? &ukernel<Ms + 1> : k)), ...);
+  return k;
+}
+
+void ukernel_dispatch(int64_t kc, const void* a, const void* b, int mr, int nr, const Tile& t) {
+  pick(mr, std::make_integer_sequence<int, kMR>{})(kc, a, b, mr, nr, t);
+}
+
+}  // namespace
+
+KernelInfo kernel_avx512bf16_bf16() {
+  return {"bf16_avx512bf16_14x32", kMR, kNR, Panel::bf16pair, &ukernel_dispatch};
+}
+
+}  // namespace ridge::gemm::detail
