@@ -8,7 +8,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <set>
 #include <string>
+#include <utility>
 
 #include "ridge/core/error.hpp"
 
@@ -81,6 +83,21 @@ void read_caches_sysfs(Caches& c) {
   }
 }
 
+// Physical cores among the CPUs this process may run on: distinct (package, core id) pairs from
+// sysfs. 0 when the topology files are missing (containers may hide them).
+int count_cores(const cpu_set_t& set) {
+  std::set<std::pair<int, int>> cores;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (!CPU_ISSET(c, &set)) continue;
+    const std::string base = "/sys/devices/system/cpu/cpu" + std::to_string(c) + "/topology/";
+    std::ifstream pf(base + "physical_package_id"), cf(base + "core_id");
+    int package = 0, core = 0;
+    if (!(pf >> package) || !(cf >> core)) return 0;
+    cores.insert({package, core});
+  }
+  return static_cast<int>(cores.size());
+}
+
 Info read_info() {
   Info in;
   const Regs r0 = cpuid(0);
@@ -150,15 +167,23 @@ Info read_info() {
     in.brand = b == std::string::npos ? "" : in.brand.substr(b, e - b + 1);
   }
 
+  // Leaf 0x8000001D is only defined when the topology extensions bit is set (older AMD parts and
+  // some hypervisors leave it clear); sysfs fills in whatever cpuid could not.
+  const bool topoext = max_ext >= 0x80000001 && bit(cpuid(0x80000001).c, 22);
   if (in.vendor == "GenuineIntel" && max_leaf >= 4) read_caches_cpuid(4, in.caches);
-  else if (in.vendor == "AuthenticAMD" && max_ext >= 0x8000001D) read_caches_cpuid(0x8000001D, in.caches);
-  read_caches_sysfs(in.caches);  // fills what cpuid did not give
+  else if ((in.vendor == "AuthenticAMD" || in.vendor == "HygonGenuine") && topoext && max_ext >= 0x8000001D)
+    read_caches_cpuid(0x8000001D, in.caches);
+  read_caches_sysfs(in.caches);
 
   cpu_set_t set;
   CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) in.logical_cpus = CPU_COUNT(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+    in.logical_cpus = CPU_COUNT(&set);
+    in.cores = count_cores(set);
+  }
   if (in.logical_cpus <= 0) in.logical_cpus = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
   if (in.logical_cpus <= 0) in.logical_cpus = 1;
+  if (in.cores <= 0 || in.cores > in.logical_cpus) in.cores = in.logical_cpus;
   return in;
 }
 
@@ -182,10 +207,10 @@ const char* isa_name(Isa isa) {
   return "?";
 }
 
-Isa parse_isa(const std::string& name) {
+Isa parse_isa(const std::string& name, const std::string& what) {
   for (Isa i : {Isa::scalar, Isa::avx2, Isa::avx512, Isa::avx512bf16})
     if (name == isa_name(i)) return i;
-  fail("RIDGE_ISA: '{}' is not an ISA path (accepted: scalar, avx2, avx512, avx512bf16)", name);
+  fail("{}: '{}' is not an ISA path (accepted: scalar, avx2, avx512, avx512bf16)", what, name);
 }
 
 bool supported(Isa isa) {
@@ -214,14 +239,18 @@ std::vector<Isa> supported_isas() {
   return out;
 }
 
+Isa resolve_isa_request(const std::string& request) {
+  if (request.empty()) return best_isa();
+  const Isa want = parse_isa(request, "RIDGE_ISA");
+  check(supported(want), "RIDGE_ISA: this machine cannot run '{}' (it supports up to '{}')", request,
+        isa_name(best_isa()));
+  return want;
+}
+
 namespace {
 Isa env_or_best() {
   const char* env = std::getenv("RIDGE_ISA");
-  if (!env || !*env) return best_isa();
-  const Isa want = parse_isa(env);
-  check(supported(want), "RIDGE_ISA: this machine cannot run '{}' (it supports up to '{}')", env,
-        isa_name(best_isa()));
-  return want;
+  return resolve_isa_request(env ? env : "");
 }
 }  // namespace
 

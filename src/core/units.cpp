@@ -12,14 +12,19 @@
 namespace ridge::units {
 namespace {
 
-double parse_number_with_suffix(const std::string& text, const std::string& what, std::string& suffix) {
+double parse_number_with_suffix(const std::string& text, const std::string& what, const char* examples,
+                                std::string& suffix) {
   const char* begin = text.c_str();
   char* end = nullptr;
   const double v = std::strtod(begin, &end);
   if (end == begin || text.empty() || std::isspace(static_cast<unsigned char>(text[0])))
-    fail("{}: '{}' is not a number (expected e.g. 4096, 1e9, 64KiB, 1GiB)", what, text);
+    fail("{}: '{}' is not a number (expected e.g. {})", what, text, examples);
   if (!std::isfinite(v)) fail("{}: '{}' is not a finite number", what, text);
+  // strtod also reads hexadecimal ("0x10"); nobody means that for a size, so it is rejected.
+  if (std::string(begin, static_cast<const char*>(end)).find_first_of("xX") != std::string::npos)
+    fail("{}: '{}' is not a decimal number (expected e.g. {})", what, text, examples);
   suffix = std::string(end);
+  suffix.erase(0, suffix.find_first_not_of(' '));  // "64 KiB" reads like "64KiB"
   std::transform(suffix.begin(), suffix.end(), suffix.begin(), [](unsigned char c) { return std::tolower(c); });
   return v;
 }
@@ -28,7 +33,7 @@ double parse_number_with_suffix(const std::string& text, const std::string& what
 
 int64_t parse_bytes(const std::string& text, const std::string& what, bool allow_zero) {
   std::string suffix;
-  double v = parse_number_with_suffix(text, what, suffix);
+  double v = parse_number_with_suffix(text, what, "4096, 1e9, 64KiB, 1GiB", suffix);
   double mul = 1;
   if (suffix.empty() || suffix == "b") mul = 1;
   else if (suffix == "kib" || suffix == "k") mul = 0x1p10;
@@ -50,7 +55,7 @@ int64_t parse_bytes(const std::string& text, const std::string& what, bool allow
 
 int64_t parse_count(const std::string& text, const std::string& what) {
   std::string suffix;
-  double v = parse_number_with_suffix(text, what, suffix);
+  double v = parse_number_with_suffix(text, what, "4096, 4k, 1e6", suffix);
   if (suffix == "k") v *= 1024;
   else if (suffix == "m") v *= 1024 * 1024;
   else if (!suffix.empty()) fail("{}: '{}' is not a whole number (accepted: 4096, 4k, 1e6)", what, text);
@@ -60,38 +65,63 @@ int64_t parse_count(const std::string& text, const std::string& what) {
   return static_cast<int64_t>(v);
 }
 
-std::string format_bytes(double b) {
-  const char* names[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
-  int i = 0;
-  while (std::fabs(b) >= 1024 && i < 5) {
-    b /= 1024;
-    ++i;
-  }
-  return i == 0 ? fmt::format("{:.0f} B", b) : fmt::format("{:.3g} {}", b, names[i]);
-}
-
-std::string format_seconds(double s) {
-  const double a = std::fabs(s);
-  if (a >= 1) return fmt::format("{:.3g} s", s);
-  if (a >= 1e-3) return fmt::format("{:.3g} ms", s * 1e3);
-  if (a >= 1e-6) return fmt::format("{:.3g} us", s * 1e6);
-  return fmt::format("{:.3g} ns", s * 1e9);
-}
-
 namespace {
-std::string si(double v, const char* unit) {
-  const char* p[] = {"", "K", "M", "G", "T", "P", "E"};
+
+// Three significant digits without an exponent, e.g. 1.23, 12.3, 123 (and 1000..1023 for binary
+// units, which have no room for a fourth digit otherwise).
+std::string digits3(double v) {
+  const double a = std::fabs(v);
+  if (a >= 100 || a == 0) return fmt::format("{:.0f}", v);
+  if (a >= 10) return fmt::format("{:.1f}", v);
+  return fmt::format("{:.2f}", v);
+}
+
+// Scales `v` by `base` until it is below `base` (or the prefixes run out) and prints it with the
+// prefix. The scaling is redone when rounding to three digits would print `base` itself (so
+// 999.7 prints as "1.00 k", not "1000"), and below `base` no exponent ever appears.
+std::string scaled(double v, double base, const char* const* prefixes, int count, const char* unit) {
+  if (!std::isfinite(v)) return fmt::format("{} {}{}", v, prefixes[0], unit);
   int i = 0;
-  while (std::fabs(v) >= 1000 && i < 6) {
-    v /= 1000;
+  double x = v;
+  while (i + 1 < count && std::fabs(x) >= base) {
+    x /= base;
     ++i;
   }
-  return fmt::format("{:.3g} {}{}", v, p[i], unit);
+  if (i + 1 < count && std::fabs(std::stod(digits3(x))) >= base) {
+    x /= base;
+    ++i;
+  }
+  const std::string num = i == 0 && base == 1024 ? fmt::format("{:.0f}", x) : digits3(x);
+  const std::string suffix = std::string(prefixes[i]) + unit;
+  return suffix.empty() ? num : num + " " + suffix;
 }
+
+constexpr const char* kBinary[] = {"", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei"};
+constexpr const char* kDecimal[] = {"", "K", "M", "G", "T", "P", "E"};
+
 }  // namespace
 
-std::string format_flops(double f) { return si(f, "FLOP/s"); }
-std::string format_rate(double r) { return si(r, "B/s"); }
-std::string format_count(double n) { return si(n, ""); }
+std::string format_bytes(double b) { return scaled(b, 1024, kBinary, 7, "B"); }
+
+std::string format_seconds(double s) {
+  if (!std::isfinite(s)) return fmt::format("{} s", s);
+  struct Unit {
+    double scale;
+    const char* name;
+  };
+  constexpr Unit units[] = {{1e-9, "ns"}, {1e-6, "us"}, {1e-3, "ms"}, {1, "s"}};
+  int i = 3;
+  while (i > 0 && std::fabs(s) < units[i].scale && s != 0) --i;
+  std::string num = digits3(s / units[i].scale);
+  if (i < 3 && std::fabs(std::stod(num)) >= 1000) {  // 0.9996 ms prints as "1.00 ms", not "1000 us"
+    ++i;
+    num = digits3(s / units[i].scale);
+  }
+  return num + " " + units[i].name;
+}
+
+std::string format_flops(double f) { return scaled(f, 1000, kDecimal, 7, "FLOP/s"); }
+std::string format_rate(double r) { return scaled(r, 1000, kDecimal, 7, "B/s"); }
+std::string format_count(double n) { return scaled(n, 1000, kDecimal, 7, ""); }
 
 }  // namespace ridge::units

@@ -29,6 +29,7 @@ struct Info {
   std::string vendor, brand;
   int family = 0, model = 0, stepping = 0;
   int logical_cpus = 0;  // online logical CPUs available to this process
+  int cores = 0;         // distinct physical cores among them (SMT siblings counted once)
   Features features;
   Caches caches;
 };
@@ -40,14 +41,19 @@ const Info& info();
 enum class Isa : int { scalar = 0, avx2 = 1, avx512 = 2, avx512bf16 = 3 };
 
 const char* isa_name(Isa isa);
-// Parses "scalar", "avx2", "avx512", "avx512bf16"; throws ridge::Error naming the accepted values.
-Isa parse_isa(const std::string& name);
+// Parses "scalar", "avx2", "avx512", "avx512bf16"; throws ridge::Error naming `what` (the flag or
+// variable the text came from) and the accepted values.
+Isa parse_isa(const std::string& name, const std::string& what = "RIDGE_ISA");
 // Whether this machine (and OS) can run `isa`.
 bool supported(Isa isa);
 // The best path this machine supports.
 Isa best_isa();
 // Every path the machine supports, lowest first (tests run all of them).
 std::vector<Isa> supported_isas();
+
+// What a RIDGE_ISA value asks for: the best path when empty, else that path; ridge::Error when the
+// text is not a path or names one above what this machine supports.
+Isa resolve_isa_request(const std::string& request);
 
 // The path kernels take: RIDGE_ISA if set (a path above what the machine has is an error), else
 // the best one. A process-wide override set by `set_isa` (tests, A/B timing) wins over both.

@@ -5,8 +5,10 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 
+#include "ridge/core/error.hpp"
 #include "ridge/core/format.hpp"
 
 namespace ridge {
@@ -50,8 +52,10 @@ struct TensorView {
     for (int i = 0; i < rank; ++i) n *= shape[i];
     return n;
   }
-  // Dense row-major view of the given shape.
+  // Dense row-major view of the given shape (at most 4 dimensions, each >= 0).
   static TensorView contiguous(T* p, std::initializer_list<int64_t> dims) {
+    check(dims.size() <= 4, "shape: {} dimensions given, a TensorView holds at most 4", dims.size());
+    for (int64_t d : dims) check(d >= 0, "shape: dimension {} is negative", d);
     TensorView v;
     v.data = p;
     v.rank = static_cast<int>(dims.size());

@@ -6,17 +6,19 @@
 
 namespace ridge::units {
 
-// "4096", "1e9", "64KiB", "1.5GiB", "2GB", "512MB" -> bytes. Binary (KiB, MiB, GiB, TiB) and
+// "4096", "1e9", "64KiB", "64 KiB", "1.5GiB", "2GB", "512MB" -> bytes. Binary (KiB, MiB, GiB, TiB) and
 // decimal (KB, MB, GB, TB) suffixes, case-insensitive. `what` names the argument in the error.
 // Rejects negatives, zero unless allow_zero, non-numbers, and anything above 2^60.
 int64_t parse_bytes(const std::string& text, const std::string& what, bool allow_zero = false);
 // A positive integer count such as a shape dimension: "4096", "4k", "1e6" (at most 2^40).
 int64_t parse_count(const std::string& text, const std::string& what);
 
-std::string format_bytes(double bytes);        // "1.50 GiB"
-std::string format_seconds(double seconds);    // "12.3 ms", "4.56 us"
+// Three significant digits and a unit, never an exponent; rounding that reaches the next unit
+// moves to it (999.7 GFLOP/s prints as "1.00 TFLOP/s").
+std::string format_bytes(double bytes);        // "1.50 GiB", "512 B" (binary prefixes)
+std::string format_seconds(double seconds);    // "12.3 ms", "4.56 us", "0 s"
 std::string format_flops(double flops_per_s);  // "989 TFLOP/s"
 std::string format_rate(double bytes_per_s);   // "3.35 TB/s" (decimal, as vendors quote bandwidth)
-std::string format_count(double n);            // "1.07e+09" style with SI prefix: "1.07 G"
+std::string format_count(double n);            // "1.07 G", "12"
 
 }  // namespace ridge::units
