@@ -75,4 +75,135 @@ std::vector<std::string> chip_ids();
 // Where the database was found: $RIDGE_HW_DIR, the source tree's hardware/, or "(embedded)".
 std::string hardware_location();
 
+// ---------------------------------------------------------------------------------------------
+// Cost models. Counts are long double so a large shape cannot overflow on the way; every shape
+// argument must be in [1, 2^40] and every tensor at most 2^60 elements (ridge::Error otherwise).
+
+// One tensor's traffic to or from a memory level, or over a link.
+struct Traffic {
+  std::string name;   // "X", "W", "scores (write)", "scale A", ...
+  std::string dtype;  // "bf16", "fp32", ...
+  long double elements = 0;
+  long double bytes = 0;
+  bool write = false;
+};
+
+struct Cost {
+  std::string op;       // "matmul", "attention-flash", "all-reduce", ...
+  std::string shape;    // "B=4096 D=8192 F=8192", for tables
+  std::string compute;  // the peak_flops key the FLOPs run at ("bf16", "int8", "tf32", ...)
+  long double flops = 0;
+  std::vector<Traffic> memory;  // through the chip's memory level (HBM or DRAM by default)
+  std::vector<Traffic> link;    // over one chip-to-chip link, per chip
+
+  long double memory_bytes() const;
+  long double link_bytes() const;
+  // FLOPs per memory byte; NaN when the op moves no memory bytes (a pure collective).
+  double intensity() const;
+  nlohmann::json to_json() const;
+};
+
+struct BoundOptions {
+  std::string level;                 // memory level; empty = outermost (HBM/DRAM)
+  std::string link = "intra_node";   // which link carries Cost::link bytes
+};
+
+// The roofline bound of a cost on a chip. T_comm = max(T_memory, T_link) since the two move over
+// different hardware and overlap; T_lower = max(T_math, T_comm), T_upper = T_math + T_comm.
+struct Bound {
+  std::string chip, level, link;
+  double peak = 0;            // FLOP/s of Cost::compute
+  double bandwidth = 0;       // bytes/s of the memory level
+  double link_bandwidth = 0;  // bytes/s one way; 0 when the op uses no link
+  double flops = 0, memory_bytes = 0, link_bytes = 0;
+  double intensity = 0;        // FLOPs / memory byte (NaN if none)
+  double ridge_intensity = 0;  // peak / bandwidth: the intensity at which the roofs meet
+  double t_math = 0, t_memory = 0, t_link = 0, t_comm = 0, t_lower = 0, t_upper = 0;
+  std::string binding;              // "compute", "memory", "link"
+  double attainable_flops = 0;      // flops / t_lower
+  double fraction_of_peak = 0;      // t_math / t_lower: the share of peak FLOP/s attainable
+  nlohmann::json to_json() const;
+};
+
+Bound bound(const Cost& cost, const Chip& chip, const BoundOptions& opt = {});
+
+// The dtypes of a matmul X[B,D] @ W[D,F] -> Y[B,F]. compute empty = the wider of x and w
+// (bf16 activations x int8 weights run bf16 FLOPs); "tf32" selects the TF32 tensor-core peak.
+struct MatmulDtypes {
+  DType x = DType::bf16, w = DType::bf16, out = DType::bf16;
+  std::string compute;
+  std::string compute_key() const;
+};
+
+// x . y of two length-n vectors: 2n-1 FLOPs, reads 2n elements, writes one.
+Cost dot(int64_t n, DType t);
+// An n-element elementwise op reading `inputs` tensors and writing one.
+Cost elementwise(int64_t n, DType t, int inputs = 2, double flops_per_element = 1);
+Cost matmul(int64_t b, int64_t d, int64_t f, const MatmulDtypes& dt = {});
+// `count` independent matmuls [M,K] x [K,N] (a batched matmul with shared shapes).
+Cost batched_matmul(int64_t count, int64_t m, int64_t k, int64_t n, const MatmulDtypes& dt = {});
+// X[B,D] x W[B,D,F] -> Y[B,F]: a weight per example, so intensity stays about 2 whatever B is.
+Cost matmul_per_example(int64_t b, int64_t d, int64_t f, const MatmulDtypes& dt = {});
+// Row softmax over [rows, cols]: max, subtract, exp, sum, divide = 5 FLOPs per element.
+Cost softmax(int64_t rows, int64_t cols, DType t);
+
+struct AttentionShape {
+  int64_t batch = 1, heads = 1, seq_q = 1, seq_kv = 1, head_dim = 64;
+  DType dtype = DType::bf16;
+  bool causal = false;
+  bool backward = false;  // forward + backward (backward = 2.5x the forward's matmul FLOPs)
+};
+// Materialises the scores: writes S and P [seq_q, seq_kv] and reads them back.
+Cost attention_naive(const AttentionShape& s);
+// Tiles the scores on chip: reads Q, K, V and writes O plus the fp32 log-sum-exp only.
+Cost attention_flash(const AttentionShape& s);
+
+// D[m,n] = A[m,k] B[n,k]^T with fp8 inputs, fp32 scales per 1x128 block of A and per 128x128
+// block of B (DeepGEMM's fine-grained scaling), output `out`.
+Cost fp8_gemm(int64_t m, int64_t n, int64_t k, DType in = DType::fp8_e4m3, DType out = DType::bf16);
+// M-grouped GEMM for MoE: each group g multiplies its rows of A by its own B[g] [n,k].
+// Contiguous: groups' rows are packed back to back (m_per_group[g] rows each).
+Cost grouped_gemm_contiguous(const std::vector<int64_t>& m_per_group, int64_t n, int64_t k,
+                             DType in = DType::fp8_e4m3, DType out = DType::bf16);
+// Masked: A is [groups, max_m, k] but only valid_m[g] rows of group g are real; only those are
+// counted (FLOPs, A reads, D writes). A group with no valid row does not read its B.
+Cost grouped_gemm_masked(int64_t max_m, const std::vector<int64_t>& valid_m, int64_t n, int64_t k,
+                         DType in = DType::fp8_e4m3, DType out = DType::bf16);
+
+// Collectives over `chips` chips in a ring, `bytes` = the full buffer S. Link bytes per chip:
+// send S; all-reduce 2(n-1)/n S; all-gather and reduce-scatter (n-1)/n S.
+Cost send(int64_t bytes, DType t = DType::bf16);
+Cost all_reduce(int64_t bytes, int64_t chips, DType t = DType::bf16);
+Cost all_gather(int64_t bytes, int64_t chips, DType t = DType::bf16);
+Cost reduce_scatter(int64_t bytes, int64_t chips, DType t = DType::bf16);
+// Matmul with D split over `chips`: each computes X[:,Dc] W[Dc,:] and the partial sums [B,F] are
+// all-reduced (for 2 chips: each sends its partial sum to the other). Link traffic only.
+Cost matmul_split_d(int64_t b, int64_t d, int64_t f, int64_t chips, const MatmulDtypes& dt = {});
+
+// The smallest token batch B at which X[B,D] @ W[D,F] is compute-bound (T_math >= T_memory),
+// solved from the exact byte counts; `asymptotic` is the B << D, F limit peak/bw * size(w)/2.
+struct CriticalBatch {
+  std::string chip, compute, level;
+  double peak = 0, bandwidth = 0;
+  int64_t d = 0, f = 0;
+  double asymptotic = 0;
+  std::optional<int64_t> exact;  // none: never compute-bound at these D, F
+  nlohmann::json to_json() const;
+};
+CriticalBatch critical_batch(const Chip& chip, int64_t d, int64_t f, const MatmulDtypes& dt = {},
+                             const std::string& level = "");
+
+// For matmul_split_d: the smallest D at which T_math >= T_link, for any B (B cancels):
+// D >= (n-1) size(out) peak / link_bw.
+struct CriticalSplit {
+  std::string chip, compute, link;
+  double peak = 0, link_bandwidth = 0;
+  int64_t chips = 2;
+  double threshold = 0;  // compute-bound when D >= threshold
+  int64_t exact = 0;     // smallest whole D that is
+  nlohmann::json to_json() const;
+};
+CriticalSplit critical_split_d(const Chip& chip, int64_t chips, const MatmulDtypes& dt = {},
+                               const std::string& link = "intra_node");
+
 }  // namespace ridge::roofline
