@@ -1,0 +1,201 @@
+// FlashAttention-2 entry points: argument checks, block sizes from the caches, and dispatch to
+// the per-ISA kernels (flash_<isa>.cpp).
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#include "attention/internal.hpp"
+#include "ridge/attention.hpp"
+#include "ridge/core/cpu.hpp"
+#include "ridge/core/error.hpp"
+#include "ridge/core/threads.hpp"
+
+namespace ridge::attention {
+namespace detail {
+
+void choose_blocks(int64_t d, int w, int want_q, int want_k, int& bq, int& bk) {
+  const int unit = std::max(w, 16);
+  auto round_to = [&](int x) { return std::max(unit, (x + unit - 1) / unit * unit); };
+  // Queries per block: enough that every K/V element loaded is reused for 64 queries, few enough
+  // that Q^T and O^T (2 * d * bq floats) stay in L1/L2 beside the key block.
+  bq = want_q > 0 ? round_to(want_q) : 64;
+  if (want_k > 0) {
+    bk = round_to(want_k);
+    return;
+  }
+  // Keys per block: the per-thread working set (Q^T, O^T, K, V blocks and S^T) within half of L2.
+  int64_t l2 = cpu::info().caches.l2;
+  if (l2 <= 0) l2 = 512 * 1024;
+  const int64_t budget = l2 / 2 / 4 - 2 * d * bq;
+  int64_t k = budget / (2 * d + bq);
+  k = std::clamp<int64_t>(k, unit, 128);
+  bk = static_cast<int>(k / unit * unit);
+}
+
+}  // namespace detail
+
+namespace {
+
+template <typename T>
+detail::Operand operand(const TensorView<T>& t) {
+  detail::Operand o;
+  o.data = const_cast<void*>(static_cast<const void*>(t.data));
+  o.sb = t.stride[0];
+  o.sh = t.stride[1];
+  o.ss = t.stride[2];
+  o.sd = t.stride[3];
+  return o;
+}
+
+template <typename T>
+void check_view(const TensorView<T>& t, const char* name, int64_t b, int64_t h, int64_t n, int64_t d) {
+  check(t.data != nullptr, "attention: {} has no data", name);
+  check(t.rank == 4, "attention: {} must be rank 4 [batch, heads, seq, d], got rank {}", name, t.rank);
+  check(t.shape[0] == b && t.shape[1] == h && t.shape[2] == n && t.shape[3] == d,
+        "attention: {} must be [{}, {}, {}, {}], got [{}, {}, {}, {}]", name, b, h, n, d, t.shape[0], t.shape[1],
+        t.shape[2], t.shape[3]);
+}
+
+template <typename T>
+detail::Problem make_problem(const TensorView<T>& q, const TensorView<T>& k, const TensorView<T>& v,
+                             const TensorView<float>& lse, const Options& options) {
+  check(q.rank == 4, "attention: q must be rank 4 [batch, heads, n_q, d], got rank {}", q.rank);
+  check(k.rank == 4, "attention: k must be rank 4 [batch, kv_heads, n_k, d], got rank {}", k.rank);
+  detail::Problem p;
+  p.batch = q.shape[0];
+  p.heads = q.shape[1];
+  p.n_q = q.shape[2];
+  p.d = q.shape[3];
+  p.kv_heads = k.shape[1];
+  p.n_k = k.shape[2];
+  check(p.batch >= 1 && p.heads >= 1 && p.kv_heads >= 1, "attention: batch, heads and kv_heads must be >= 1");
+  check(p.n_q >= 1, "attention: q's sequence length n_q must be >= 1, got {}", p.n_q);
+  check(p.n_k >= 1, "attention: k's sequence length n_k must be >= 1, got {}", p.n_k);
+  check(p.d >= 16 && p.d <= 256, "attention: head dimension d must be in 16..256, got {}", p.d);
+  check(p.heads % p.kv_heads == 0, "attention: heads ({}) must be a multiple of kv_heads ({})", p.heads,
+        p.kv_heads);
+  check_view(q, "q", p.batch, p.heads, p.n_q, p.d);
+  check_view(k, "k", p.batch, p.kv_heads, p.n_k, p.d);
+  check_view(v, "v", p.batch, p.kv_heads, p.n_k, p.d);
+  check(lse.data != nullptr && lse.rank == 3 && lse.shape[0] == p.batch && lse.shape[1] == p.heads &&
+            lse.shape[2] == p.n_q,
+        "attention: lse must be an fp32 view [batch, heads, n_q] = [{}, {}, {}]", p.batch, p.heads, p.n_q);
+  check(std::isfinite(options.scale) && options.scale >= 0.0f,
+        "attention: scale must be finite and > 0 (0 means 1/sqrt(d)), got {}", options.scale);
+  p.bf16 = std::is_same_v<T, bf16>;
+  p.causal = options.causal;
+  p.scale = options.scale == 0.0f ? static_cast<float>(1.0 / std::sqrt(static_cast<double>(p.d))) : options.scale;
+  p.q = operand(q);
+  p.k = operand(k);
+  p.v = operand(v);
+  p.lse = lse.data;
+  p.lse_sb = lse.stride[0];
+  p.lse_sh = lse.stride[1];
+  p.lse_ss = lse.stride[2];
+  p.threads = get_num_threads();
+  return p;
+}
+
+template <typename T>
+TensorView<T> dense(Buffer<T>& buf, int64_t a, int64_t b, int64_t c, int64_t d) {
+  return TensorView<T>::contiguous(buf.data(), {a, b, c, d});
+}
+
+}  // namespace
+
+template <typename T>
+void flash_attention_forward(const TensorView<T>& q, const TensorView<T>& k, const TensorView<T>& v,
+                             const TensorView<T>& o, const TensorView<float>& lse, const Options& options) {
+  detail::Problem p = make_problem(q, k, v, lse, options);
+  check_view(o, "o", p.batch, p.heads, p.n_q, p.d);
+  p.o = operand(o);
+  switch (cpu::active_isa()) {
+    case cpu::Isa::avx512bf16: detail::forward_avx512bf16(p); break;
+    case cpu::Isa::avx512: detail::forward_avx512(p); break;
+    case cpu::Isa::avx2: detail::forward_avx2(p); break;
+    default: detail::forward_scalar(p); break;
+  }
+}
+
+template <typename T>
+void flash_attention_backward(const TensorView<T>& q, const TensorView<T>& k, const TensorView<T>& v,
+                              const TensorView<T>& o, const TensorView<T>& d_o, const TensorView<float>& lse,
+                              const TensorView<T>& dq, const TensorView<T>& dk, const TensorView<T>& dv,
+                              const Options& options) {
+  detail::Problem p = make_problem(q, k, v, lse, options);
+  check_view(o, "o", p.batch, p.heads, p.n_q, p.d);
+  check_view(d_o, "do", p.batch, p.heads, p.n_q, p.d);
+  check_view(dq, "dq", p.batch, p.heads, p.n_q, p.d);
+  check_view(dk, "dk", p.batch, p.kv_heads, p.n_k, p.d);
+  check_view(dv, "dv", p.batch, p.kv_heads, p.n_k, p.d);
+  p.o = operand(o);
+  p.d_o = operand(d_o);
+  p.dq = operand(dq);
+  p.dk = operand(dk);
+  p.dv = operand(dv);
+  switch (cpu::active_isa()) {
+    case cpu::Isa::avx512bf16: detail::backward_avx512bf16(p); break;
+    case cpu::Isa::avx512: detail::backward_avx512(p); break;
+    case cpu::Isa::avx2: detail::backward_avx2(p); break;
+    default: detail::backward_scalar(p); break;
+  }
+}
+
+template <typename T>
+ForwardResult<T> flash_attention_forward(const TensorView<T>& q, const TensorView<T>& k, const TensorView<T>& v,
+                                         const Options& options) {
+  check(q.rank == 4, "attention: q must be rank 4 [batch, heads, n_q, d], got rank {}", q.rank);
+  const int64_t b = q.shape[0], h = q.shape[1], n = q.shape[2], d = q.shape[3];
+  ForwardResult<T> r;
+  r.o_storage = Buffer<T>(static_cast<size_t>(std::max<int64_t>(0, b * h * n * d)), "attention.o");
+  r.lse_storage = Buffer<float>(static_cast<size_t>(std::max<int64_t>(0, b * h * n)), "attention.lse");
+  r.o = dense(r.o_storage, b, h, n, d);
+  r.lse = TensorView<float>::contiguous(r.lse_storage.data(), {b, h, n});
+  flash_attention_forward(q, k, v, r.o, r.lse, options);
+  return r;
+}
+
+template <typename T>
+BackwardResult<T> flash_attention_backward(const TensorView<T>& q, const TensorView<T>& k, const TensorView<T>& v,
+                                           const TensorView<T>& o, const TensorView<T>& d_o,
+                                           const TensorView<float>& lse, const Options& options) {
+  check(q.rank == 4 && k.rank == 4, "attention: q and k must be rank 4 [batch, heads, seq, d]");
+  BackwardResult<T> r;
+  const auto qs = q.shape, ks = k.shape;
+  r.dq_storage = Buffer<T>(static_cast<size_t>(std::max<int64_t>(0, qs[0] * qs[1] * qs[2] * qs[3])), "attention.dq");
+  r.dk_storage = Buffer<T>(static_cast<size_t>(std::max<int64_t>(0, ks[0] * ks[1] * ks[2] * ks[3])), "attention.dk");
+  r.dv_storage = Buffer<T>(static_cast<size_t>(std::max<int64_t>(0, ks[0] * ks[1] * ks[2] * ks[3])), "attention.dv");
+  r.dq = dense(r.dq_storage, qs[0], qs[1], qs[2], qs[3]);
+  r.dk = dense(r.dk_storage, ks[0], ks[1], ks[2], ks[3]);
+  r.dv = dense(r.dv_storage, ks[0], ks[1], ks[2], ks[3]);
+  flash_attention_backward(q, k, v, o, d_o, lse, r.dq, r.dk, r.dv, options);
+  return r;
+}
+
+double attention_flops(int64_t batch, int64_t heads, int64_t n_q, int64_t n_k, int64_t d, bool causal,
+                       bool backward) {
+  double f = 4.0 * static_cast<double>(batch) * static_cast<double>(heads) * static_cast<double>(n_q) *
+             static_cast<double>(n_k) * static_cast<double>(d);
+  if (causal) f *= 0.5;
+  if (backward) f *= 2.5;
+  return f;
+}
+
+#define RIDGE_INSTANTIATE(T)                                                                                       \
+  template void flash_attention_forward<T>(const TensorView<T>&, const TensorView<T>&, const TensorView<T>&,       \
+                                           const TensorView<T>&, const TensorView<float>&, const Options&);        \
+  template void flash_attention_backward<T>(const TensorView<T>&, const TensorView<T>&, const TensorView<T>&,      \
+                                            const TensorView<T>&, const TensorView<T>&, const TensorView<float>&,  \
+                                            const TensorView<T>&, const TensorView<T>&, const TensorView<T>&,      \
+                                            const Options&);                                                       \
+  template ForwardResult<T> flash_attention_forward<T>(const TensorView<T>&, const TensorView<T>&,                 \
+                                                       const TensorView<T>&, const Options&);                      \
+  template BackwardResult<T> flash_attention_backward<T>(const TensorView<T>&, const TensorView<T>&,               \
+                                                         const TensorView<T>&, const TensorView<T>&,               \
+                                                         const TensorView<T>&, const TensorView<float>&,           \
+                                                         const Options&);
+RIDGE_INSTANTIATE(float)
+RIDGE_INSTANTIATE(bf16)
+#undef RIDGE_INSTANTIATE
+
+}  // namespace ridge::attention

@@ -1,0 +1,38 @@
+// FlashAttention-2, scalar reference path: one float per "vector", exact exp2. The other ISA
+// files run the same algorithm (flash_impl.inc) and are tested against this one.
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+
+#include "attention/internal.hpp"
+#include "ridge/core/format.hpp"
+#include "ridge/core/memory.hpp"
+
+namespace ridge::attention::detail {
+namespace {
+
+struct V {
+  using R = float;
+  static constexpr int W = 1;
+  static constexpr int RMAX = 4, CVMAX = 4;
+  static R zero() { return 0.0f; }
+  static R load(const float* p) { return *p; }
+  static void store(float* p, R x) { *p = x; }
+  static R set1(float x) { return x; }
+  static R fma(R a, R b, R c) { return a * b + c; }
+  static R add(R a, R b) { return a + b; }
+  static R sub(R a, R b) { return a - b; }
+  static R mul(R a, R b) { return a * b; }
+  static R max(R a, R b) { return a > b ? a : b; }
+  static R exp2(R x) { return exp2f(x); }
+};
+
+#include "attention/flash_impl.inc"
+
+}  // namespace
+
+void forward_scalar(const Problem& p) { forward(p); }
+void backward_scalar(const Problem& p) { backward(p); }
+
+}  // namespace ridge::attention::detail

@@ -1,0 +1,43 @@
+// What the public attention API hands to the per-ISA kernels: one plain description of the
+// problem (pointers, shapes, element strides), so every ISA file exposes only plain functions.
+#pragma once
+
+#include <cstdint>
+
+namespace ridge::attention::detail {
+
+// A [batch, heads, seq, d] operand; element strides.
+struct Operand {
+  void* data = nullptr;
+  int64_t sb = 0, sh = 0, ss = 0, sd = 0;
+};
+
+struct Problem {
+  int64_t batch = 0, heads = 0, kv_heads = 0, n_q = 0, n_k = 0, d = 0;
+  bool bf16 = false;  // element type of every operand but lse (fp32 otherwise)
+  bool causal = false;
+  float scale = 1.0f;
+  Operand q, k, v, o, d_o, dq, dk, dv;
+  float* lse = nullptr;
+  int64_t lse_sb = 0, lse_sh = 0, lse_ss = 0;
+  int threads = 1;
+  // Block sizes (queries per block, keys per block); 0 = choose from the cache sizes.
+  int block_q = 0, block_k = 0;
+};
+
+void forward_scalar(const Problem& p);
+void backward_scalar(const Problem& p);
+void forward_avx2(const Problem& p);
+void backward_avx2(const Problem& p);
+void forward_avx512(const Problem& p);
+void backward_avx512(const Problem& p);
+void forward_avx512bf16(const Problem& p);
+void backward_avx512bf16(const Problem& p);
+
+}  // namespace ridge::attention::detail
+
+namespace ridge::attention::detail {
+// Block sizes (queries, keys) for a head dimension and vector width; want_* > 0 overrides
+// (rounded to a multiple of w). Both come out multiples of w.
+void choose_blocks(int64_t d, int w, int want_q, int want_k, int& bq, int& bk);
+}  // namespace ridge::attention::detail

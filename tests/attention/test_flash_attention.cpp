@@ -1,0 +1,435 @@
+// FlashAttention-2 forward and backward against the fp64 math path, every ISA path against the
+// scalar one, a finite-difference check of the reference's gradients, masking edge cases and
+// argument errors.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "ridge/attention.hpp"
+#include "ridge/core.hpp"
+
+namespace ridge::attention {
+namespace {
+
+bool small_tests() {
+  const char* s = std::getenv("RIDGE_TEST_SMALL");
+  return s && std::string(s) == "1";
+}
+
+struct Shape {
+  int64_t batch, heads, kv_heads, n_q, n_k, d;
+  bool causal;
+};
+
+std::string describe(const Shape& s) {
+  return fmt::format("b{} h{} kvh{} nq{} nk{} d{} {}", s.batch, s.heads, s.kv_heads, s.n_q, s.n_k, s.d,
+                     s.causal ? "causal" : "full");
+}
+
+// A tensor [b, h, n, d] stored as [b, n, h, d] (the layout a fused QKV projection produces), so
+// every test runs on non-contiguous views.
+template <typename T>
+struct Tensor {
+  std::vector<T> data;
+  TensorView<T> view;
+  Tensor(int64_t b, int64_t h, int64_t n, int64_t d) : data(static_cast<size_t>(b * h * n * d)) {
+    view.data = data.data();
+    view.rank = 4;
+    view.shape = {b, h, n, d};
+    view.stride = {n * h * d, d, h * d, 1};
+  }
+  T& at(int64_t b, int64_t h, int64_t i, int64_t c) {
+    return view.data[b * view.stride[0] + h * view.stride[1] + i * view.stride[2] + c * view.stride[3]];
+  }
+  double get(int64_t b, int64_t h, int64_t i, int64_t c) {
+    if constexpr (std::is_same_v<T, bf16>) return to_float(at(b, h, i, c));
+    else return static_cast<double>(at(b, h, i, c));
+  }
+};
+
+template <typename T>
+void fill_random(Tensor<T>& t, std::mt19937& rng, double sigma) {
+  std::normal_distribution<float> dist(0.0f, static_cast<float>(sigma));
+  for (auto& x : t.data) {
+    if constexpr (std::is_same_v<T, bf16>) x = to_bf16(dist(rng));
+    else x = static_cast<T>(dist(rng));
+  }
+}
+
+// max |a - b| / max |b| over a [b, h, n, d] pair.
+template <typename A, typename B>
+double rel_error(Tensor<A>& a, Tensor<B>& b) {
+  double num = 0, den = 0;
+  const auto& s = b.view.shape;
+  for (int64_t i0 = 0; i0 < s[0]; ++i0)
+    for (int64_t i1 = 0; i1 < s[1]; ++i1)
+      for (int64_t i2 = 0; i2 < s[2]; ++i2)
+        for (int64_t i3 = 0; i3 < s[3]; ++i3) {
+          const double x = a.get(i0, i1, i2, i3), y = b.get(i0, i1, i2, i3);
+          EXPECT_FALSE(std::isnan(x));
+          num = std::max(num, std::abs(x - y));
+          den = std::max(den, std::abs(y));
+        }
+  return den > 0 ? num / den : num;
+}
+
+// Count of elements outside |a - b| <= atol + rtol |b|.
+template <typename A, typename B>
+int64_t count_outside(Tensor<A>& a, Tensor<B>& b, double rtol, double atol) {
+  int64_t bad = 0;
+  const auto& s = b.view.shape;
+  for (int64_t i0 = 0; i0 < s[0]; ++i0)
+    for (int64_t i1 = 0; i1 < s[1]; ++i1)
+      for (int64_t i2 = 0; i2 < s[2]; ++i2)
+        for (int64_t i3 = 0; i3 < s[3]; ++i3) {
+          const double x = a.get(i0, i1, i2, i3), y = b.get(i0, i1, i2, i3);
+          if (!(std::abs(x - y) <= atol + rtol * std::abs(y))) ++bad;
+        }
+  return bad;
+}
+
+template <typename T>
+struct Case {
+  Shape s;
+  Tensor<T> q, k, v, d_o, o, dq, dk, dv;
+  std::vector<float> lse;
+  TensorView<float> lse_view;
+  explicit Case(const Shape& shape, uint32_t seed = 1)
+      : s(shape),
+        q(s.batch, s.heads, s.n_q, s.d),
+        k(s.batch, s.kv_heads, s.n_k, s.d),
+        v(s.batch, s.kv_heads, s.n_k, s.d),
+        d_o(s.batch, s.heads, s.n_q, s.d),
+        o(s.batch, s.heads, s.n_q, s.d),
+        dq(s.batch, s.heads, s.n_q, s.d),
+        dk(s.batch, s.kv_heads, s.n_k, s.d),
+        dv(s.batch, s.kv_heads, s.n_k, s.d),
+        lse(static_cast<size_t>(s.batch * s.heads * s.n_q)) {
+    std::mt19937 rng(seed);
+    fill_random(q, rng, 1.0);
+    fill_random(k, rng, 1.0);
+    fill_random(v, rng, 1.0);
+    fill_random(d_o, rng, 1.0);
+    lse_view = TensorView<float>::contiguous(lse.data(), {s.batch, s.heads, s.n_q});
+  }
+  Options options() const { return Options{s.causal, 0.0f}; }
+  void forward() { flash_attention_forward(q.view, k.view, v.view, o.view, lse_view, options()); }
+  void backward() {
+    flash_attention_backward(q.view, k.view, v.view, o.view, d_o.view, lse_view, dq.view, dk.view, dv.view,
+                             options());
+  }
+};
+
+template <typename T>
+struct Reference {
+  Tensor<double> o, dq, dk, dv;
+  std::vector<double> lse;
+  explicit Reference(Case<T>& r, bool with_backward = true)
+      : o(r.s.batch, r.s.heads, r.s.n_q, r.s.d),
+        dq(r.s.batch, r.s.heads, r.s.n_q, r.s.d),
+        dk(r.s.batch, r.s.kv_heads, r.s.n_k, r.s.d),
+        dv(r.s.batch, r.s.kv_heads, r.s.n_k, r.s.d),
+        lse(static_cast<size_t>(r.s.batch * r.s.heads * r.s.n_q)) {
+    auto lv = TensorView<double>::contiguous(lse.data(), {r.s.batch, r.s.heads, r.s.n_q});
+    attention_reference_forward(r.q.view, r.k.view, r.v.view, o.view, lv, r.options());
+    if (with_backward)
+      attention_reference_backward(r.q.view, r.k.view, r.v.view, r.d_o.view, dq.view, dk.view, dv.view,
+                                   r.options());
+  }
+};
+
+void expect_lse_close(const std::vector<float>& got, const std::vector<double>& want, double tol) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (std::isinf(want[i])) {
+      EXPECT_TRUE(std::isinf(got[i]) && got[i] < 0) << "row " << i << " got " << got[i];
+    } else {
+      EXPECT_NEAR(got[i], want[i], tol * std::max(1.0, std::abs(want[i]))) << "row " << i;
+    }
+  }
+}
+
+void check_fp32(const Shape& s, bool with_backward = true) {
+  SCOPED_TRACE(describe(s));
+  Case<float> r(s);
+  r.forward();
+  Reference<float> ref(r, with_backward);
+  EXPECT_LE(rel_error(r.o, ref.o), 1e-5);
+  expect_lse_close(r.lse, ref.lse, 1e-5);
+  if (!with_backward) return;
+  r.backward();
+  EXPECT_LE(rel_error(r.dq, ref.dq), 1e-5);
+  EXPECT_LE(rel_error(r.dk, ref.dk), 1e-5);
+  EXPECT_LE(rel_error(r.dv, ref.dv), 1e-5);
+}
+
+TEST(FlashAttention, Fp32MatchesFp64Reference) {
+  const std::vector<Shape> shapes = {
+      {1, 2, 2, 17, 17, 64, false},   {1, 2, 2, 17, 17, 64, true},    {2, 4, 2, 127, 127, 32, true},
+      {1, 2, 1, 1, 1000, 80, true},   {1, 1, 1, 1000, 17, 16, false}, {1, 1, 1, 300, 127, 128, true},
+      {1, 2, 2, 129, 300, 256, false}, {1, 1, 1, 64, 64, 256, true},  {1, 3, 1, 70, 33, 48, true},
+      {1, 1, 1, 1, 1, 16, false},     {1, 1, 1, 1, 1, 16, true},
+  };
+  for (const auto& s : shapes) check_fp32(s);
+}
+
+TEST(FlashAttention, Fp32MatchesFp64ReferenceOddLengthsAllHeadDims) {
+  for (int64_t d : {16, 32, 64, 80, 128, 256})
+    for (int64_t n : {1, 17, 127}) check_fp32({1, 2, 1, n, n, d, (n + d) % 2 == 0});
+}
+
+TEST(FlashAttention, Fp32LongSequence) {
+  const int64_t n = small_tests() ? 512 : 4096;
+  check_fp32({1, 1, 1, n, n, 64, true});
+  check_fp32({1, 1, 1, small_tests() ? 300 : 1000, small_tests() ? 300 : 1000, 64, false});
+}
+
+TEST(FlashAttention, Fp32LongSequenceNonCausalForward) {
+  const int64_t n = small_tests() ? 512 : 4096;
+  check_fp32({1, 1, 1, n, n, 64, false}, false);
+}
+
+TEST(FlashAttention, CustomScale) {
+  Shape s{1, 2, 2, 40, 50, 32, true};
+  Case<float> r(s);
+  const Options opt{true, 0.37f};
+  flash_attention_forward(r.q.view, r.k.view, r.v.view, r.o.view, r.lse_view, opt);
+  flash_attention_backward(r.q.view, r.k.view, r.v.view, r.o.view, r.d_o.view, r.lse_view, r.dq.view, r.dk.view,
+                           r.dv.view, opt);
+  Tensor<double> o(1, 2, 40, 32), dq(1, 2, 40, 32), dk(1, 2, 50, 32), dv(1, 2, 50, 32);
+  std::vector<double> lse(80);
+  attention_reference_forward(r.q.view, r.k.view, r.v.view, o.view,
+                              TensorView<double>::contiguous(lse.data(), {1, 2, 40}), opt);
+  attention_reference_backward(r.q.view, r.k.view, r.v.view, r.d_o.view, dq.view, dk.view, dv.view, opt);
+  EXPECT_LE(rel_error(r.o, o), 1e-5);
+  EXPECT_LE(rel_error(r.dq, dq), 1e-5);
+  EXPECT_LE(rel_error(r.dk, dk), 1e-5);
+  EXPECT_LE(rel_error(r.dv, dv), 1e-5);
+}
+
+void check_bf16(const Shape& s) {
+  SCOPED_TRACE(describe(s));
+  Case<bf16> r(s);
+  r.forward();
+  r.backward();
+  Reference<bf16> ref(r);
+  EXPECT_EQ(count_outside(r.o, ref.o, 1e-2, 1e-2), 0);
+  expect_lse_close(r.lse, ref.lse, 1e-2);
+  EXPECT_EQ(count_outside(r.dq, ref.dq, 1e-2, 1e-2), 0);
+  EXPECT_EQ(count_outside(r.dk, ref.dk, 1e-2, 1e-2), 0);
+  EXPECT_EQ(count_outside(r.dv, ref.dv, 1e-2, 1e-2), 0);
+}
+
+TEST(FlashAttention, Bf16MatchesFp64Reference) {
+  const std::vector<Shape> shapes = {
+      {1, 2, 2, 17, 17, 64, true},  {2, 4, 1, 127, 127, 128, false}, {1, 2, 2, 100, 257, 80, true},
+      {1, 1, 1, 1, 300, 16, true},  {1, 2, 2, 64, 64, 256, true},    {1, 2, 1, 33, 1, 32, false},
+  };
+  for (const auto& s : shapes) check_bf16(s);
+  check_bf16({1, 2, 1, small_tests() ? 256 : 1000, small_tests() ? 256 : 1000, 64, true});
+}
+
+// Every ISA path the machine has gives what the scalar path gives.
+template <typename T>
+void check_isas(const Shape& s, double tol) {
+  SCOPED_TRACE(describe(s));
+  Case<T> base(s, 7);
+  {
+    cpu::ScopedIsa scalar(cpu::Isa::scalar);
+    base.forward();
+    base.backward();
+  }
+  for (cpu::Isa isa : cpu::supported_isas()) {
+    if (isa == cpu::Isa::scalar) continue;
+    SCOPED_TRACE(cpu::isa_name(isa));
+    cpu::ScopedIsa scoped(isa);
+    Case<T> r(s, 7);
+    r.forward();
+    r.backward();
+    if constexpr (std::is_same_v<T, float>) {
+      EXPECT_LE(rel_error(r.o, base.o), tol);
+      EXPECT_LE(rel_error(r.dq, base.dq), tol);
+      EXPECT_LE(rel_error(r.dk, base.dk), tol);
+      EXPECT_LE(rel_error(r.dv, base.dv), tol);
+    } else {
+      EXPECT_EQ(count_outside(r.o, base.o, tol, tol), 0);
+      EXPECT_EQ(count_outside(r.dq, base.dq, tol, tol), 0);
+      EXPECT_EQ(count_outside(r.dk, base.dk, tol, tol), 0);
+      EXPECT_EQ(count_outside(r.dv, base.dv, tol, tol), 0);
+    }
+    for (size_t i = 0; i < r.lse.size(); ++i) {
+      if (std::isinf(base.lse[i])) EXPECT_EQ(r.lse[i], base.lse[i]);
+      else EXPECT_NEAR(r.lse[i], base.lse[i], 1e-4 * std::max(1.0f, std::abs(base.lse[i])));
+    }
+  }
+}
+
+TEST(FlashAttention, EveryIsaMatchesScalar) {
+  const std::vector<Shape> shapes = {
+      {1, 2, 1, 17, 17, 64, true}, {2, 2, 2, 129, 77, 80, false}, {1, 4, 2, 200, 200, 16, true},
+      {1, 1, 1, 40, 90, 256, true}, {1, 1, 1, 1, 7, 32, false},
+  };
+  for (const auto& s : shapes) {
+    check_isas<float>(s, 1e-5);
+    check_isas<bf16>(s, 1e-2);
+  }
+}
+
+// The reference's analytic gradients against central differences of its forward pass (fp64),
+// and the flash gradients against both: loss = sum(o * do).
+TEST(FlashAttention, NumericalGradientTinyCase) {
+  // Hundreds of tiny forward passes: one thread avoids waking a team for each.
+  const int threads = get_num_threads();
+  set_num_threads(1);
+  Shape s{1, 2, 1, 5, 7, 16, true};
+  Case<float> r(s, 3);
+  Reference<float> ref(r);
+  r.forward();
+  r.backward();
+  auto loss = [&](Case<float>& run) {
+    Tensor<double> o(1, 2, 5, 16);
+    std::vector<double> lse(10);
+    attention_reference_forward(run.q.view, run.k.view, run.v.view, o.view,
+                                TensorView<double>::contiguous(lse.data(), {1, 2, 5}), run.options());
+    double l = 0;
+    for (int64_t h = 0; h < 2; ++h)
+      for (int64_t i = 0; i < 5; ++i)
+        for (int64_t c = 0; c < 16; ++c) l += o.get(0, h, i, c) * run.d_o.get(0, h, i, c);
+    return l;
+  };
+  // fp32 inputs limit the step: 1e-2 keeps the truncation error ~1e-5 and the rounding ~1e-5.
+  const float eps = 1e-2f;
+  auto check_grad = [&](Tensor<float>& x, Tensor<double>& analytic, Tensor<float>& flash, const char* name) {
+    SCOPED_TRACE(name);
+    const auto& sh = x.view.shape;
+    for (int64_t h = 0; h < sh[1]; ++h)
+      for (int64_t i = 0; i < sh[2]; ++i)
+        for (int64_t c = 0; c < sh[3]; c += 5) {
+          const float keep = x.at(0, h, i, c);
+          const float hi = keep + eps, lo = keep - eps;
+          x.at(0, h, i, c) = hi;
+          const double up = loss(r);
+          x.at(0, h, i, c) = lo;
+          const double down = loss(r);
+          x.at(0, h, i, c) = keep;
+          const double numeric = (up - down) / (static_cast<double>(hi) - static_cast<double>(lo));
+          EXPECT_NEAR(analytic.get(0, h, i, c), numeric, 2e-3 * std::max(1.0, std::abs(numeric)));
+          EXPECT_NEAR(flash.get(0, h, i, c), numeric, 2e-3 * std::max(1.0, std::abs(numeric)));
+        }
+  };
+  check_grad(r.q, ref.dq, r.dq, "dq");
+  check_grad(r.k, ref.dk, r.dk, "dk");
+  check_grad(r.v, ref.dv, r.dv, "dv");
+  set_num_threads(threads);
+}
+
+// Causal with n_q > n_k: the first n_q - n_k queries see no key.
+TEST(FlashAttention, FullyMaskedRowsGiveZerosNotNaN) {
+  for (cpu::Isa isa : cpu::supported_isas()) {
+    SCOPED_TRACE(cpu::isa_name(isa));
+    cpu::ScopedIsa scoped(isa);
+    Shape s{1, 2, 1, 70, 3, 32, true};
+    Case<float> r(s);
+    r.forward();
+    r.backward();
+    for (int64_t h = 0; h < 2; ++h)
+      for (int64_t i = 0; i < 70; ++i) {
+        const bool masked = i < 67;
+        EXPECT_EQ(std::isinf(r.lse[h * 70 + i]) && r.lse[h * 70 + i] < 0, masked) << i;
+        for (int64_t c = 0; c < 32; ++c) {
+          if (masked) {
+            EXPECT_EQ(r.o.at(0, h, i, c), 0.0f);
+            EXPECT_EQ(r.dq.at(0, h, i, c), 0.0f);
+          }
+          EXPECT_FALSE(std::isnan(r.o.at(0, h, i, c)));
+          EXPECT_FALSE(std::isnan(r.dq.at(0, h, i, c)));
+        }
+      }
+    Reference<float> ref(r);
+    EXPECT_LE(rel_error(r.o, ref.o), 1e-5);
+    EXPECT_LE(rel_error(r.dk, ref.dk), 1e-5);
+    EXPECT_LE(rel_error(r.dv, ref.dv), 1e-5);
+  }
+}
+
+TEST(FlashAttention, ConvenienceOverloadsAllocate) {
+  Shape s{2, 2, 2, 33, 33, 32, true};
+  Case<float> r(s);
+  auto f = flash_attention_forward(r.q.view, r.k.view, r.v.view, r.options());
+  auto g = flash_attention_backward(r.q.view, r.k.view, r.v.view, f.o, r.d_o.view, f.lse, r.options());
+  r.forward();
+  r.backward();
+  for (int64_t b = 0; b < 2; ++b)
+    for (int64_t h = 0; h < 2; ++h)
+      for (int64_t i = 0; i < 33; ++i)
+        for (int64_t c = 0; c < 32; ++c) {
+          const int64_t x = ((b * 2 + h) * 33 + i) * 32 + c;
+          EXPECT_EQ(f.o.data[x], r.o.at(b, h, i, c));
+          EXPECT_EQ(g.dq.data[x], r.dq.at(b, h, i, c));
+          EXPECT_EQ(g.dk.data[x], r.dk.at(b, h, i, c));
+        }
+}
+
+TEST(FlashAttention, BadInputIsAnError) {
+  Shape s{1, 4, 2, 8, 8, 32, false};
+  Case<float> r(s);
+  auto expect_error = [&](auto&& fn, const char* needle) {
+    try {
+      fn();
+      ADD_FAILURE() << "no error for " << needle;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  expect_error([&] { flash_attention_forward(r.q.view, r.k.view, r.v.view, r.o.view, r.lse_view, {false, -1.0f}); },
+               "scale");
+  expect_error(
+      [&] {
+        flash_attention_forward(r.q.view, r.k.view, r.v.view, r.o.view, r.lse_view,
+                                {false, std::numeric_limits<float>::quiet_NaN()});
+      },
+      "scale");
+  auto bad_d = r.q.view;
+  bad_d.shape[3] = 8;
+  auto bad_kd = r.k.view;
+  bad_kd.shape[3] = 8;
+  auto bad_vd = r.v.view;
+  bad_vd.shape[3] = 8;
+  auto bad_od = r.o.view;
+  bad_od.shape[3] = 8;
+  expect_error([&] { flash_attention_forward(bad_d, bad_kd, bad_vd, bad_od, r.lse_view); }, "head dimension");
+  auto bad_heads = r.k.view;
+  bad_heads.shape[1] = 3;
+  expect_error([&] { flash_attention_forward(r.q.view, bad_heads, r.v.view, r.o.view, r.lse_view); }, "kv_heads");
+  auto bad_v = r.v.view;
+  bad_v.shape[2] = 7;
+  expect_error([&] { flash_attention_forward(r.q.view, r.k.view, bad_v, r.o.view, r.lse_view); }, "v must be");
+  auto bad_lse = r.lse_view;
+  bad_lse.shape[2] = 9;
+  expect_error([&] { flash_attention_forward(r.q.view, r.k.view, r.v.view, r.o.view, bad_lse); }, "lse");
+  auto rank3 = r.q.view;
+  rank3.rank = 3;
+  expect_error([&] { flash_attention_forward(rank3, r.k.view, r.v.view, r.o.view, r.lse_view); }, "rank 4");
+  auto empty = r.k.view;
+  empty.shape[2] = 0;
+  expect_error([&] { flash_attention_forward(r.q.view, empty, r.v.view, r.o.view, r.lse_view); }, "n_k");
+  auto null_o = r.o.view;
+  null_o.data = nullptr;
+  expect_error([&] { flash_attention_forward(r.q.view, r.k.view, r.v.view, null_o, r.lse_view); }, "o has no data");
+  auto bad_dk = r.dk.view;
+  bad_dk.shape[1] = 4;
+  expect_error(
+      [&] {
+        flash_attention_backward(r.q.view, r.k.view, r.v.view, r.o.view, r.d_o.view, r.lse_view, r.dq.view, bad_dk,
+                                 r.dv.view);
+      },
+      "dk must be");
+}
+
+}  // namespace
+}  // namespace ridge::attention
