@@ -40,11 +40,15 @@ int64_t parse_bytes(const std::string& text, const std::string& what, bool allow
   else if (suffix == "mib" || suffix == "m") mul = 0x1p20;
   else if (suffix == "gib" || suffix == "g") mul = 0x1p30;
   else if (suffix == "tib" || suffix == "t") mul = 0x1p40;
+  else if (suffix == "pib" || suffix == "p") mul = 0x1p50;
+  else if (suffix == "eib") mul = 0x1p60;
   else if (suffix == "kb") mul = 1e3;
   else if (suffix == "mb") mul = 1e6;
   else if (suffix == "gb") mul = 1e9;
   else if (suffix == "tb") mul = 1e12;
-  else fail("{}: unknown unit in '{}' (accepted: B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)", what, text);
+  else if (suffix == "pb") mul = 1e15;
+  else if (suffix == "eb") mul = 1e18;
+  else fail("{}: unknown unit in '{}' (accepted: B, KiB, MiB, GiB, TiB, PiB, EiB, KB, MB, GB, TB, PB, EB)", what, text);
   v *= mul;
   if (v < 0) fail("{}: '{}' is negative; a byte count must be positive", what, text);
   if (v == 0 && !allow_zero) fail("{}: '{}' is zero; a byte count must be positive", what, text);

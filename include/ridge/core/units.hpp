@@ -6,9 +6,9 @@
 
 namespace ridge::units {
 
-// "4096", "1e9", "64KiB", "64 KiB", "1.5GiB", "2GB", "512MB" -> bytes. Binary (KiB, MiB, GiB, TiB) and
-// decimal (KB, MB, GB, TB) suffixes, case-insensitive. `what` names the argument in the error.
-// Rejects negatives, zero unless allow_zero, non-numbers, and anything above 2^60.
+// "4096", "1e9", "64KiB", "64 KiB", "1.5GiB", "2GB", "512MB" -> bytes. Binary (KiB ... EiB; K, M, G, T,
+// P alone are binary too) and decimal (KB ... EB) suffixes, case-insensitive. `what` names the
+// argument in the error. Rejects negatives, zero unless allow_zero, non-numbers, and anything above 2^60.
 int64_t parse_bytes(const std::string& text, const std::string& what, bool allow_zero = false);
 // A positive integer count such as a shape dimension: "4096", "4k", "1e6" (at most 2^40).
 int64_t parse_count(const std::string& text, const std::string& what);

@@ -1,0 +1,141 @@
+// The real `ridge` binary: `ridge info` (table and JSON), RIDGE_ISA, and the one-line error contract
+// (exit 2, exactly one line on stderr) for bad flags, subcommands and environment.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "ridge/core.hpp"
+
+namespace {
+
+using namespace ridge;
+
+struct RunResult {
+  int code = -1;
+  std::string out, err;
+};
+
+// Runs `env ridge args` through the shell; stdout through the pipe, stderr through a temp file.
+RunResult run_ridge(const std::string& args, const std::string& env = "") {
+  char path[] = "/tmp/ridge_cli_core_XXXXXX";
+  const int fd = mkstemp(path);
+  if (fd < 0) throw std::runtime_error("mkstemp failed");
+  close(fd);
+  const std::string cmd = (env.empty() ? "" : "env " + env + " ") + std::string(RIDGE_BINARY) + " " + args + " 2>" + path;
+  RunResult r;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) throw std::runtime_error("popen failed");
+  char buf[4096];
+  size_t got;
+  while ((got = fread(buf, 1, sizeof(buf), p)) > 0) r.out.append(buf, got);
+  const int status = pclose(p);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  r.err = ss.str();
+  std::remove(path);
+  return r;
+}
+
+std::vector<std::string> lines(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  for (std::string l; std::getline(ss, l);) out.push_back(l);
+  return out;
+}
+
+// The error contract: exit 2, nothing on stdout, one line on stderr that starts with "ridge: ".
+void expect_one_line_error(const RunResult& r, const std::string& must_mention) {
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_TRUE(r.out.empty()) << r.out;
+  const auto l = lines(r.err);
+  ASSERT_EQ(l.size(), 1u) << r.err;
+  EXPECT_EQ(l[0].rfind("ridge: ", 0), 0u) << l[0];
+  EXPECT_NE(l[0].find(must_mention), std::string::npos) << l[0];
+}
+
+TEST(CliCore, InfoPrintsEveryLine) {
+  const RunResult r = run_ridge("info");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(r.err.empty()) << r.err;
+  const auto l = lines(r.out);
+  const std::vector<std::string> starts = {"cpu ", "cpus ", "caches ", "has ", "lacks ", "os saves ", "isa paths ",
+                                           "active "};
+  for (const auto& s : starts) {
+    bool found = false;
+    for (const auto& line : l) found = found || line.rfind(s, 0) == 0;
+    EXPECT_TRUE(found) << "no line starting with '" << s << "' in:\n" << r.out;
+  }
+  std::string paths;
+  for (cpu::Isa i : cpu::supported_isas()) paths += std::string(" ") + cpu::isa_name(i);
+  EXPECT_NE(r.out.find(paths), std::string::npos) << r.out;
+}
+
+TEST(CliCore, InfoJsonAgreesWithCpuInfo) {
+  const RunResult r = run_ridge("info --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);  // throws (test fails) unless exactly one JSON document
+  const auto& in = cpu::info();
+  EXPECT_EQ(j.at("vendor"), in.vendor);
+  EXPECT_EQ(j.at("brand"), in.brand);
+  EXPECT_EQ(j.at("family"), in.family);
+  EXPECT_EQ(j.at("model"), in.model);
+  EXPECT_EQ(j.at("logical_cpus"), in.logical_cpus);
+  EXPECT_EQ(j.at("caches").at("l1d_bytes"), in.caches.l1d);
+  EXPECT_EQ(j.at("caches").at("l2_bytes"), in.caches.l2);
+  EXPECT_EQ(j.at("caches").at("l3_bytes"), in.caches.l3);
+  const auto& f = in.features;
+  const auto& jf = j.at("features");
+  EXPECT_EQ(jf.at("avx2"), f.avx2);
+  EXPECT_EQ(jf.at("fma"), f.fma);
+  EXPECT_EQ(jf.at("avx512f"), f.avx512f);
+  EXPECT_EQ(jf.at("avx512bw"), f.avx512bw);
+  EXPECT_EQ(jf.at("avx512_bf16"), f.avx512_bf16);
+  EXPECT_EQ(jf.at("avx512_vnni"), f.avx512_vnni);
+  EXPECT_EQ(jf.at("amx_tile"), f.amx_tile);
+  std::vector<std::string> paths;
+  for (cpu::Isa i : cpu::supported_isas()) paths.push_back(cpu::isa_name(i));
+  EXPECT_EQ(j.at("isa_paths").get<std::vector<std::string>>(), paths);
+  EXPECT_EQ(j.at("best_isa"), cpu::isa_name(cpu::best_isa()));
+  EXPECT_EQ(j.at("active_isa"), cpu::isa_name(cpu::active_isa()));  // same environment as this process
+}
+
+TEST(CliCore, RidgeIsaForcesALowerPath) {
+  for (cpu::Isa i : cpu::supported_isas()) {
+    const RunResult r = run_ridge("info --json", std::string("RIDGE_ISA=") + cpu::isa_name(i));
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_EQ(nlohmann::json::parse(r.out).at("active_isa"), cpu::isa_name(i));
+  }
+  const RunResult r = run_ridge("info", "RIDGE_ISA=scalar");
+  EXPECT_NE(r.out.find("active     scalar"), std::string::npos) << r.out;
+}
+
+TEST(CliCore, BadRidgeIsaIsOneLineNamingTheVariable) {
+  expect_one_line_error(run_ridge("info", "RIDGE_ISA=bogus"), "RIDGE_ISA");
+  expect_one_line_error(run_ridge("info", "RIDGE_ISA=AVX2"), "RIDGE_ISA");
+  for (cpu::Isa i : {cpu::Isa::avx2, cpu::Isa::avx512, cpu::Isa::avx512bf16})
+    if (!cpu::supported(i)) expect_one_line_error(run_ridge("info", std::string("RIDGE_ISA=") + cpu::isa_name(i)), "RIDGE_ISA");
+}
+
+TEST(CliCore, BadFlagIsOneLine) { expect_one_line_error(run_ridge("info --bogus"), "--bogus"); }
+
+TEST(CliCore, UnknownSubcommandIsOneLine) { expect_one_line_error(run_ridge("frobnicate"), "frobnicate"); }
+
+TEST(CliCore, HelpAndVersionExitZero) {
+  for (const char* args : {"--help", "info --help", "--version"}) {
+    const RunResult r = run_ridge(args);
+    EXPECT_EQ(r.code, 0) << args << ": " << r.err;
+    EXPECT_FALSE(r.out.empty()) << args;
+  }
+}
+
+}  // namespace
