@@ -1,0 +1,347 @@
+// Dense fp32 / bf16 GEMM: every ISA path the machine supports against an fp64 product and the
+// scalar reference twin, on awkward shapes, with accumulate, strides, bf16 output and packed B.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "ridge/core.hpp"
+#include "ridge/gemm.hpp"
+
+namespace {
+
+using ridge::bf16;
+using ridge::MatrixView;
+namespace cpu = ridge::cpu;
+namespace gemm = ridge::gemm;
+
+bool small() {
+  const char* s = std::getenv("RIDGE_TEST_SMALL");
+  return s && std::string(s) == "1";
+}
+
+struct Shape {
+  int64_t m, n, k;
+};
+
+std::vector<Shape> shapes() {
+  std::vector<Shape> s = {{1, 1, 1},    {1, 7, 17},    {7, 1, 3},     {7, 17, 5},   {17, 7, 129},
+                          {14, 32, 64}, {15, 33, 65},  {127, 129, 33}, {29, 61, 576}, {3, 2112, 16},
+                          {64, 64, 1}, {13, 37, 1001}};
+  if (!small()) {
+    s.push_back({129, 127, 576});
+    s.push_back({131, 257, 300});
+    s.push_back({64, 2112, 96});
+    s.push_back({100, 96, 2049});
+  }
+  return s;
+}
+
+// A matrix with ld >= cols; the padding holds a sentinel that must survive.
+template <typename T>
+struct Mat {
+  int64_t rows, cols, ld;
+  std::vector<T> v;
+  Mat(int64_t r, int64_t c, int64_t pad = 0) : rows(r), cols(c), ld(c + pad), v(std::max<int64_t>(1, r * (c + pad))) {}
+  MatrixView<T> view() { return {v.data(), rows, cols, ld}; }
+  MatrixView<const T> cview() const { return {v.data(), rows, cols, ld}; }
+  T& at(int64_t i, int64_t j) { return v[i * ld + j]; }
+  const T& at(int64_t i, int64_t j) const { return v[i * ld + j]; }
+};
+
+float as_float(float x) { return x; }
+float as_float(bf16 x) { return ridge::to_float(x); }
+
+template <typename T>
+void fill(Mat<T>& m, std::mt19937& rng, float sentinel = 1e30f) {
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (int64_t i = 0; i < m.rows; ++i)
+    for (int64_t j = 0; j < m.ld; ++j) {
+      const float x = j < m.cols ? u(rng) : sentinel;
+      if constexpr (std::is_same_v<T, bf16>) m.at(i, j) = ridge::to_bf16(x);
+      else m.at(i, j) = x;
+    }
+}
+
+// fp64 product plus, per element, sum |a||b| (+ |c|): the scale the rounding error bound uses.
+template <typename TA, typename TC>
+void fp64_reference(const Mat<TA>& a, const Mat<TA>& b, const Mat<TC>* c, std::vector<double>& ref,
+                    std::vector<double>& mag) {
+  ref.assign(a.rows * b.rows, 0.0);
+  mag.assign(a.rows * b.rows, 0.0);
+  for (int64_t i = 0; i < a.rows; ++i)
+    for (int64_t j = 0; j < b.rows; ++j) {
+      double s = 0, g = 0;
+      for (int64_t p = 0; p < a.cols; ++p) {
+        const double x = as_float(a.at(i, p)), y = as_float(b.at(j, p));
+        s += x * y;
+        g += std::fabs(x * y);
+      }
+      if (c) {
+        s += as_float(c->at(i, j));
+        g += std::fabs(as_float(c->at(i, j)));
+      }
+      ref[i * b.rows + j] = s;
+      mag[i * b.rows + j] = g;
+    }
+}
+
+// fp32 accumulation over k terms (+ C): |error| <= (k + 1) * 2^-24 * sum|a b| in the worst case;
+// a bf16 output adds one rounding of the result (2^-8 relative).
+double tolerance(int64_t k, double mag, double ref, bool bf16_out) {
+  double t = (k + 2) * std::ldexp(1.0, -24) * mag + 1e-30;
+  if (bf16_out) t += std::ldexp(1.0, -8) * std::fabs(ref) * 1.0001;
+  return t;
+}
+
+template <typename TD>
+void expect_close(const Mat<TD>& d, const std::vector<double>& ref, const std::vector<double>& mag, int64_t k,
+                  const std::string& what) {
+  int bad = 0;
+  for (int64_t i = 0; i < d.rows; ++i)
+    for (int64_t j = 0; j < d.cols; ++j) {
+      const double r = ref[i * d.cols + j];
+      const double got = as_float(d.at(i, j));
+      const double tol = tolerance(k, mag[i * d.cols + j], r, std::is_same_v<TD, bf16>);
+      if (!(std::fabs(got - r) <= tol) && bad++ < 5)
+        ADD_FAILURE() << what << " d(" << i << "," << j << ") = " << got << ", fp64 " << r << ", tol " << tol;
+    }
+  EXPECT_EQ(bad, 0) << what;
+}
+
+template <typename T>
+void expect_padding_intact(const Mat<T>& d, float sentinel, const std::string& what) {
+  float expected = sentinel;
+  if constexpr (std::is_same_v<T, bf16>) expected = ridge::to_float(ridge::to_bf16(sentinel));
+  for (int64_t i = 0; i < d.rows; ++i)
+    for (int64_t j = d.cols; j < d.ld; ++j)
+      ASSERT_EQ(as_float(d.at(i, j)), expected) << what << " wrote padding at (" << i << "," << j << ")";
+}
+
+void gemm_call(const Mat<float>& a, const Mat<float>& b, Mat<float>& d, const Mat<float>* c) {
+  gemm::f32_gemm_nt(a.cview(), b.cview(), d.view(), c ? c->cview() : MatrixView<const float>{});
+}
+void gemm_call(const Mat<float>& a, const Mat<float>& b, Mat<bf16>& d, const Mat<bf16>* c) {
+  gemm::f32_gemm_nt(a.cview(), b.cview(), d.view(), c ? c->cview() : MatrixView<const bf16>{});
+}
+void gemm_call(const Mat<bf16>& a, const Mat<bf16>& b, Mat<float>& d, const Mat<float>* c) {
+  gemm::bf16_gemm_nt(a.cview(), b.cview(), d.view(), c ? c->cview() : MatrixView<const float>{});
+}
+void gemm_call(const Mat<bf16>& a, const Mat<bf16>& b, Mat<bf16>& d, const Mat<bf16>* c) {
+  gemm::bf16_gemm_nt(a.cview(), b.cview(), d.view(), c ? c->cview() : MatrixView<const bf16>{});
+}
+
+std::string label(cpu::Isa isa, const Shape& s) {
+  return std::string(cpu::isa_name(isa)) + " m=" + std::to_string(s.m) + " n=" + std::to_string(s.n) +
+         " k=" + std::to_string(s.k);
+}
+
+// Every path, every shape: plain, with C, with padded strides.
+template <typename TA, typename TD>
+void sweep(uint32_t seed) {
+  std::mt19937 rng(seed);
+  for (cpu::Isa isa : cpu::supported_isas()) {
+    cpu::ScopedIsa scope(isa);
+    for (const Shape& s : shapes()) {
+      for (int variant = 0; variant < 3; ++variant) {
+        const bool with_c = variant >= 1;
+        const int64_t pad = variant == 2 ? 3 : 0;
+        Mat<TA> a(s.m, s.k, pad), b(s.n, s.k, pad * 2);
+        Mat<TD> d(s.m, s.n, pad), c(s.m, s.n, pad + 1);
+        fill(a, rng);
+        fill(b, rng);
+        fill(c, rng);
+        fill(d, rng, 7.0f);
+        std::vector<double> ref, mag;
+        fp64_reference(a, b, with_c ? &c : nullptr, ref, mag);
+        gemm_call(a, b, d, with_c ? &c : nullptr);
+        const std::string what = label(isa, s) + (with_c ? " +C" : "") + (pad ? " strided" : "");
+        expect_close(d, ref, mag, s.k, what);
+        expect_padding_intact(d, 7.0f, what);
+      }
+    }
+  }
+}
+
+TEST(GemmDense, F32AllPathsMatchFp64) { sweep<float, float>(1); }
+TEST(GemmDense, F32Bf16OutAllPathsMatchFp64) { sweep<float, bf16>(2); }
+TEST(GemmDense, Bf16AllPathsMatchFp64) { sweep<bf16, float>(3); }
+TEST(GemmDense, Bf16Bf16OutAllPathsMatchFp64) { sweep<bf16, bf16>(4); }
+
+// The scalar reference twin itself agrees with fp64, and the fast paths agree with it.
+TEST(GemmDense, ReferenceTwinsAgree) {
+  std::mt19937 rng(5);
+  for (const Shape& s : {Shape{17, 33, 129}, Shape{5, 3, 1000}, Shape{40, 70, 31}}) {
+    Mat<float> a(s.m, s.k), b(s.n, s.k), c(s.m, s.n), d(s.m, s.n), r(s.m, s.n);
+    fill(a, rng);
+    fill(b, rng);
+    fill(c, rng);
+    std::vector<double> ref, mag;
+    fp64_reference(a, b, &c, ref, mag);
+    gemm::f32_gemm_nt_reference(a.cview(), b.cview(), r.view(), c.cview());
+    expect_close(r, ref, mag, s.k, "f32 reference");
+    Mat<bf16> ab(s.m, s.k), bb(s.n, s.k);
+    fill(ab, rng);
+    fill(bb, rng);
+    fp64_reference(ab, bb, &c, ref, mag);
+    gemm::bf16_gemm_nt_reference(ab.cview(), bb.cview(), r.view(), c.cview());
+    expect_close(r, ref, mag, s.k, "bf16 reference");
+    for (cpu::Isa isa : cpu::supported_isas()) {
+      cpu::ScopedIsa scope(isa);
+      gemm::bf16_gemm_nt(ab.cview(), bb.cview(), d.view(), c.cview());
+      for (int64_t i = 0; i < s.m; ++i)
+        for (int64_t j = 0; j < s.n; ++j)
+          ASSERT_NEAR(d.at(i, j), r.at(i, j), 2 * tolerance(s.k, mag[i * s.n + j], 0, false))
+              << cpu::isa_name(isa);
+    }
+  }
+}
+
+// C may be D itself: D += A * B^T in place, for both output dtypes.
+TEST(GemmDense, InPlaceAccumulate) {
+  std::mt19937 rng(6);
+  for (cpu::Isa isa : cpu::supported_isas()) {
+    cpu::ScopedIsa scope(isa);
+    const Shape s{37, 45, small() ? 300 : 700};
+    Mat<bf16> a(s.m, s.k), b(s.n, s.k);
+    fill(a, rng);
+    fill(b, rng);
+    Mat<float> d(s.m, s.n, 2);
+    fill(d, rng);
+    const Mat<float> c0 = d;
+    std::vector<double> ref, mag;
+    fp64_reference(a, b, &c0, ref, mag);
+    gemm::bf16_gemm_nt(a.cview(), b.cview(), d.view(), d.cview());
+    expect_close(d, ref, mag, s.k, std::string("in-place f32 ") + cpu::isa_name(isa));
+    Mat<bf16> db(s.m, s.n, 1);
+    fill(db, rng);
+    const Mat<bf16> cb = db;
+    fp64_reference(a, b, &cb, ref, mag);
+    gemm::bf16_gemm_nt(a.cview(), b.cview(), db.view(), db.cview());
+    expect_close(db, ref, mag, s.k, std::string("in-place bf16 ") + cpu::isa_name(isa));
+  }
+}
+
+// Threads split D into disjoint rectangles computed the same way: bitwise equal results.
+TEST(GemmDense, ThreadCountDoesNotChangeBits) {
+  std::mt19937 rng(7);
+  const int saved = gemm::get_num_threads();
+  const Shape s{small() ? 70 : 150, 97, 300};
+  Mat<float> a(s.m, s.k), b(s.n, s.k), d1(s.m, s.n), d3(s.m, s.n);
+  fill(a, rng);
+  fill(b, rng);
+  gemm::set_num_threads(1);
+  gemm::f32_gemm_nt(a.cview(), b.cview(), d1.view());
+  gemm::set_num_threads(3);
+  gemm::f32_gemm_nt(a.cview(), b.cview(), d3.view());
+  gemm::set_num_threads(saved);
+  EXPECT_EQ(d1.v, d3.v);
+}
+
+// A packed B gives the same bits as packing per call, for each path.
+TEST(GemmDense, PackedBMatchesUnpacked) {
+  std::mt19937 rng(8);
+  for (cpu::Isa isa : cpu::supported_isas()) {
+    cpu::ScopedIsa scope(isa);
+    for (const Shape& s : {Shape{1, 7, 33}, Shape{16, 100, 257}, Shape{65, 2112, 40}}) {
+      Mat<bf16> a(s.m, s.k), b(s.n, s.k), d1(s.m, s.n), d2(s.m, s.n);
+      fill(a, rng);
+      fill(b, rng);
+      gemm::bf16_gemm_nt(a.cview(), b.cview(), d1.view());
+      const gemm::PackedB pb = gemm::PackedB::pack(b.cview());
+      EXPECT_EQ(pb.n(), s.n);
+      EXPECT_EQ(pb.k(), s.k);
+      EXPECT_EQ(pb.isa(), isa);
+      gemm::bf16_gemm_nt(a.cview(), pb, d2.view());
+      for (size_t i = 0; i < d1.v.size(); ++i) ASSERT_EQ(d1.v[i].bits, d2.v[i].bits) << label(isa, s);
+      Mat<float> af(s.m, s.k), bf(s.n, s.k), e1(s.m, s.n), e2(s.m, s.n);
+      fill(af, rng);
+      fill(bf, rng);
+      gemm::f32_gemm_nt(af.cview(), bf.cview(), e1.view());
+      gemm::f32_gemm_nt(af.cview(), gemm::PackedB::pack(bf.cview()), e2.view());
+      EXPECT_EQ(e1.v, e2.v) << label(isa, s);
+    }
+  }
+}
+
+TEST(GemmDense, DegenerateShapes) {
+  std::mt19937 rng(9);
+  Mat<float> a(5, 0), b(4, 0), c(5, 4), d(5, 4);
+  fill(c, rng);
+  gemm::f32_gemm_nt(a.cview(), b.cview(), d.view(), c.cview());
+  EXPECT_EQ(d.v, c.v);  // k = 0: D = C
+  gemm::f32_gemm_nt(a.cview(), b.cview(), d.view());
+  for (float x : d.v) EXPECT_EQ(x, 0.0f);
+  Mat<float> a0(0, 3), b0(4, 3), d0(0, 4);
+  gemm::f32_gemm_nt(a0.cview(), b0.cview(), d0.view());  // m = 0: nothing to do, no error
+  gemm::f32_gemm_nt(MatrixView<const float>{nullptr, 0, 3, 3}, b0.cview(), MatrixView<float>{nullptr, 0, 4, 4});
+}
+
+template <typename F>
+void expect_error(F&& f, const std::string& needle) {
+  try {
+    f();
+    ADD_FAILURE() << "expected ridge::Error mentioning '" << needle << "'";
+  } catch (const ridge::Error& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+}
+
+TEST(GemmDense, BadInputIsAnError) {
+  std::vector<float> buf(1000, 1.0f), out(1000);
+  const float* p = buf.data();
+  float* q = out.data();
+  using CV = MatrixView<const float>;
+  using V = MatrixView<float>;
+  expect_error([&] { gemm::f32_gemm_nt(CV{p, 4, 8, 7}, CV{p, 3, 8, 8}, V{q, 4, 3, 3}); }, "a.ld");
+  expect_error([&] { gemm::f32_gemm_nt(CV{p, 4, 8, 8}, CV{p, 3, 8, 2}, V{q, 4, 3, 3}); }, "b.ld");
+  expect_error([&] { gemm::f32_gemm_nt(CV{p, 4, 8, 8}, CV{p, 3, 8, 8}, V{q, 4, 3, 2}); }, "d.ld");
+  expect_error([&] { gemm::f32_gemm_nt(CV{nullptr, 4, 8, 8}, CV{p, 3, 8, 8}, V{q, 4, 3, 3}); }, "a is null");
+  expect_error([&] { gemm::f32_gemm_nt(CV{p, 4, 8, 8}, CV{nullptr, 3, 8, 8}, V{q, 4, 3, 3}); }, "b is null");
+  expect_error([&] { gemm::f32_gemm_nt(CV{p, 4, 8, 8}, CV{p, 3, 8, 8}, V{nullptr, 4, 3, 3}); }, "d is null");
+  expect_error([&] { gemm::f32_gemm_nt(CV{p, -1, 8, 8}, CV{p, 3, 8, 8}, V{q, -1, 3, 3}); }, "negative");
+  expect_error([&] { gemm::f32_gemm_nt(CV{p, 4, 8, 8}, CV{p, 3, 7, 7}, V{q, 4, 3, 3}); }, "K");
+  expect_error([&] { gemm::f32_gemm_nt(CV{p, 4, 8, 8}, CV{p, 3, 8, 8}, V{q, 4, 4, 4}); }, "expected [m, n]");
+  expect_error([&] { gemm::f32_gemm_nt(CV{p, 4, 8, 8}, CV{p, 3, 8, 8}, V{q, 4, 3, 3}, CV{p, 4, 4, 4}); },
+               "c is [4, 4]");
+  expect_error([&] { gemm::f32_gemm_nt(CV{p, 4, 8, 8}, CV{p, 3, 8, 8}, V{q, 4, 3, 3}, CV{nullptr, 4, 3, 3}); },
+               "c is null");
+  expect_error([&] { gemm::f32_gemm_nt(CV{p, 4, 8, 8}, CV{p, 3, 8, 8}, V{q, 4, 3, 3}, CV{q + 1, 4, 3, 3}); },
+               "overlaps");
+  expect_error([&] { gemm::f32_gemm_nt(CV{q + 2, 4, 8, 8}, CV{p, 3, 8, 8}, V{q, 4, 3, 3}); }, "d overlaps a");
+  expect_error([&] { gemm::f32_gemm_nt(CV{p, 4, 8, 8}, gemm::PackedB{}, V{q, 4, 3, 3}); }, "empty PackedB");
+  const gemm::PackedB pb = gemm::PackedB::pack(CV{p, 3, 8, 8});
+  std::vector<bf16> hb(100);
+  expect_error([&] { gemm::bf16_gemm_nt(MatrixView<const bf16>{hb.data(), 4, 8, 8}, pb, V{q, 4, 3, 3}); },
+               "packed from fp32");
+  expect_error([&] { gemm::f32_gemm_nt(CV{p, 4, 5, 5}, pb, V{q, 4, 3, 3}); }, "K");
+  const auto isas = cpu::supported_isas();
+  if (isas.size() > 1) {
+    cpu::ScopedIsa scope(isas.front());
+    expect_error([&] { gemm::f32_gemm_nt(CV{p, 4, 8, 8}, pb, V{q, 4, 3, 3}); }, "pack again");
+  }
+  expect_error([] { gemm::set_num_threads(0); }, "threads");
+}
+
+TEST(GemmDense, BlockingComesFromCaches) {
+  for (cpu::Isa isa : cpu::supported_isas()) {
+    for (auto dt : {ridge::DType::f32, ridge::DType::bf16}) {
+      const gemm::Blocking b = gemm::blocking(dt, isa, 7168);
+      EXPECT_GT(b.mr, 0);
+      EXPECT_GT(b.nr, 0);
+      EXPECT_GE(b.kc, 8);
+      EXPECT_EQ(b.mc % b.mr, 0);
+      EXPECT_EQ(b.nc % b.nr, 0);
+      const int64_t elt = std::string(b.kernel).rfind("bf16", 0) == 0 && isa == cpu::Isa::avx512bf16 ? 2 : 4;
+      const auto& caches = cpu::info().caches;
+      if (caches.l2 > 0) {
+        EXPECT_LE(b.mc * b.kc * elt, caches.l2) << b.kernel;
+      }
+    }
+  }
+}
+
+}  // namespace
