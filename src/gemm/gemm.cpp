@@ -72,9 +72,10 @@ Blocking derive_blocking(const KernelInfo& ki, int64_t k) {
   b.mr = ki.mr;
   b.nr = ki.nr;
   b.kernel = ki.name;
-  // The B micro-panel (KC x NR) takes half of L1; the other half holds the A micro-panel stream
-  // and the D tile.
-  int64_t kc = std::clamp<int64_t>(l1 / 2 / (ki.nr * elt), 64, 1024);
+  // Deep K blocks: each micro-kernel call pays a D-tile epilogue, so KC should be large. The B
+  // micro-panel (KC x NR) is sized to an eighth of L2 rather than half of L1: on Zen 5 the L2
+  // streams it fast enough (experiment 2 in docs/gemm-dense.md: KC 256 -> 2048 gained 1.3x).
+  int64_t kc = std::clamp<int64_t>(l2 / 8 / (ki.nr * elt), std::max<int64_t>(64, l1 / 2 / (ki.nr * elt)), 4096);
   if (const int64_t e = env_int("RIDGE_GEMM_KC")) kc = e;
   // Balance the K blocks so the last is not a sliver.
   const int64_t nblk = std::max<int64_t>(1, ceil_div(k, kc));
@@ -99,6 +100,9 @@ Blocking derive_blocking(const KernelInfo& ki, int64_t k) {
 // `count` and the odd-K pad are zero. Panel stride: R * panel_k(kc) elements.
 void pack_panels(const void* src, bool src_bf16, int64_t ld, int64_t count, int64_t p0, int64_t kc, int R,
                  Panel panel, void* dst) {
+  // K is walked in chunks so the R destination rows being transposed into stay in L1 (a whole
+  // deep panel does not; experiment 3 in docs/gemm-dense.md).
+  constexpr int64_t kChunk = 64;
   const int64_t kp = panel_k(panel, kc);
   const int64_t npanels = ceil_div(count, R);
   for (int64_t q = 0; q < npanels; ++q) {
@@ -106,32 +110,44 @@ void pack_panels(const void* src, bool src_bf16, int64_t ld, int64_t count, int6
     const int rows = static_cast<int>(std::min<int64_t>(R, count - r0));
     if (panel == Panel::f32) {
       float* out = static_cast<float*>(dst) + q * R * kp;
-      for (int r = 0; r < rows; ++r) {
-        if (src_bf16) {
-          const bf16* s = static_cast<const bf16*>(src) + (r0 + r) * ld + p0;
-          for (int64_t p = 0; p < kc; ++p) out[p * R + r] = to_float(s[p]);
-        } else {
-          const float* s = static_cast<const float*>(src) + (r0 + r) * ld + p0;
-          for (int64_t p = 0; p < kc; ++p) out[p * R + r] = s[p];
+      for (int64_t c0 = 0; c0 < kc; c0 += kChunk) {
+        const int64_t c1 = std::min(kc, c0 + kChunk);
+        for (int r = 0; r < rows; ++r) {
+          if (src_bf16) {
+            const uint16_t* s = static_cast<const uint16_t*>(src) + (r0 + r) * ld + p0;
+            for (int64_t p = c0; p < c1; ++p) {
+              const uint32_t w = static_cast<uint32_t>(s[p]) << 16;
+              std::memcpy(&out[p * R + r], &w, 4);
+            }
+          } else {
+            const float* s = static_cast<const float*>(src) + (r0 + r) * ld + p0;
+            for (int64_t p = c0; p < c1; ++p) out[p * R + r] = s[p];
+          }
         }
+        for (int r = rows; r < R; ++r)
+          for (int64_t p = c0; p < c1; ++p) out[p * R + r] = 0.0f;
       }
-      for (int r = rows; r < R; ++r)
-        for (int64_t p = 0; p < kc; ++p) out[p * R + r] = 0.0f;
     } else {
       // bf16 pairs: each (k, k+1) pair is one 32-bit word, so this is a 32-bit transpose.
       uint32_t* out = reinterpret_cast<uint32_t*>(static_cast<uint16_t*>(dst) + q * R * kp);
       const int64_t full = kc / 2;
-      for (int r = 0; r < rows; ++r) {
-        const uint16_t* s = static_cast<const uint16_t*>(src) + (r0 + r) * ld + p0;
-        for (int64_t p = 0; p < full; ++p) {
-          uint32_t w;
-          std::memcpy(&w, s + 2 * p, 4);
-          out[p * R + r] = w;
+      for (int64_t c0 = 0; c0 < full; c0 += kChunk) {
+        const int64_t c1 = std::min(full, c0 + kChunk);
+        for (int r = 0; r < rows; ++r) {
+          const uint16_t* s = static_cast<const uint16_t*>(src) + (r0 + r) * ld + p0;
+          for (int64_t p = c0; p < c1; ++p) {
+            uint32_t w;
+            std::memcpy(&w, s + 2 * p, 4);
+            out[p * R + r] = w;
+          }
         }
-        if (kc & 1) out[full * R + r] = s[kc - 1];
+        for (int r = rows; r < R; ++r)
+          for (int64_t p = c0; p < c1; ++p) out[p * R + r] = 0;
       }
-      for (int r = rows; r < R; ++r)
-        for (int64_t p = 0; p < kp / 2; ++p) out[p * R + r] = 0;
+      if (kc & 1) {
+        for (int r = 0; r < R; ++r)
+          out[full * R + r] = r < rows ? static_cast<const uint16_t*>(src)[(r0 + r) * ld + p0 + kc - 1] : 0;
+      }
     }
   }
 }
