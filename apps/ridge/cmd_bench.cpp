@@ -1,0 +1,145 @@
+// `ridge bench NAME`: runs a registered benchmark (bench/*.cpp) over a sweep and prints its rows as
+// a table, JSON lines or CSV; `--trace` and `--memory` record a trace and a memory snapshot of any
+// benchmark. `ridge bench list` shows what is registered.
+#include <fmt/format.h>
+
+#include "cli.hpp"
+#include "ridge/bench.hpp"
+#include "ridge/core.hpp"
+
+namespace {
+
+using namespace ridge;
+
+struct Common {
+  std::vector<std::string> set;
+  std::string grid_file;
+  bool quick = false;
+  int threads = 0;
+  bool json = false, csv = false;
+  std::string trace_file, memory_file;
+  size_t memory_entries = 1'000'000;
+  int warmup = -1, iters = -1;
+  double min_time = -1, max_time = -1;
+  bool no_progress = false;
+};
+Common g;  // one benchmark runs per process, so its subcommands share one set of values
+
+void add_common(CLI::App* cmd) {
+  cmd->add_option("--set,--grid", g.set,
+                  "sweep axis key=v1,v2,... (repeatable), e.g. --set n=1M,16M --set kernel=triad");
+  cmd->add_option("--grid-file", g.grid_file, "JSON file {\"key\": [values], ...}; --set overrides its axes");
+  cmd->add_flag("--quick", g.quick, "a short sweep that still runs every path");
+  cmd->add_option("--threads", g.threads, "threads for ridge kernels (default: OMP_NUM_THREADS or all CPUs)");
+  cmd->add_flag("--json", g.json, "one JSON object per result row (JSON lines)");
+  cmd->add_flag("--csv", g.csv, "CSV with a header row");
+  cmd->add_option("--trace", g.trace_file, "write a Chrome trace (Perfetto, chrome://tracing) to FILE");
+  cmd->add_option("--memory", g.memory_file, "write a memory snapshot to FILE (see 'ridge memory show')");
+  cmd->add_option("--memory-entries", g.memory_entries, "allocation events kept by --memory (newest)");
+  cmd->add_option("--warmup", g.warmup, "untimed calls before timing (benchmark default if unset)");
+  cmd->add_option("--iters", g.iters, "minimum timed calls per case");
+  cmd->add_option("--min-time", g.min_time, "minimum timed seconds per case");
+  cmd->add_option("--max-time", g.max_time, "stop timing a case after this many seconds");
+  cmd->add_flag("--no-progress", g.no_progress, "no progress lines on stderr");
+}
+
+void run(const std::string& name) {
+  const auto& b = bench::find_benchmark(name);
+  check(!(g.json && g.csv), "bench: --json and --csv are exclusive; choose one");
+  if (g.threads != 0) {
+    check(g.threads >= 1, "--threads: {} is not a thread count (expected an integer >= 1)", g.threads);
+    set_num_threads(g.threads);
+  }
+  check(g.memory_entries >= 1, "--memory-entries: must be at least 1");
+  bench::Grid grid;
+  if (!g.grid_file.empty()) grid = bench::Grid::from_file(g.grid_file);
+  grid.merge(bench::Grid::parse(g.set));
+
+  bench::Options opt;
+  if (g.quick) {
+    opt.warmup = 1;
+    opt.iters = 3;
+  }
+  check(g.warmup >= -1, "--warmup: {} must be >= 0", g.warmup);
+  check(g.iters == -1 || g.iters >= 1, "--iters: {} must be >= 1", g.iters);
+  check(g.min_time == -1 || g.min_time >= 0, "--min-time: {} must be >= 0 seconds", g.min_time);
+  check(g.max_time == -1 || g.max_time >= 0, "--max-time: {} must be >= 0 seconds", g.max_time);
+  if (g.warmup >= 0) opt.warmup = g.warmup;
+  if (g.iters >= 1) opt.iters = g.iters;
+  if (g.min_time >= 0) opt.min_time_s = g.min_time;
+  if (g.max_time >= 0) opt.max_time_s = g.max_time;
+
+  // Open the output files before the run, so a bad path fails in a second, not after the sweep.
+  for (const auto* path : {&g.trace_file, &g.memory_file}) {
+    if (path->empty()) continue;
+    std::FILE* f = std::fopen(path->c_str(), "w");
+    check(f != nullptr, "{}: cannot write '{}'", path == &g.trace_file ? "--trace" : "--memory", *path);
+    std::fclose(f);
+  }
+
+  const auto format = g.json ? bench::Format::json : g.csv ? bench::Format::csv : bench::Format::table;
+  bench::Sink sink(format);
+  bench::Progress progress(!g.no_progress);
+  bench::Context ctx(b.name, sink, progress);
+  ctx.grid = grid;
+  ctx.quick = g.quick;
+  ctx.threads = get_num_threads();
+  ctx.options = opt;
+
+  if (!g.trace_file.empty()) {
+    trace::set_thread_name("main");
+    trace::start_recording();
+  }
+  if (!g.memory_file.empty()) memory::record_history(g.memory_entries);
+  {
+    RIDGE_RANGE("bench " + b.name);
+    b.run(ctx);
+  }
+  progress.finish();
+  sink.finish();
+  if (!g.memory_file.empty()) {
+    memory::dump_snapshot(g.memory_file);
+    const auto tl = memory::replay(memory::history());
+    memory::stop_recording();
+    fmt::print(stderr, "memory: peak {} live through ridge's allocator ({} allocations), process peak RSS {} -> {}\n",
+               units::format_bytes(static_cast<double>(tl.peak_bytes)), tl.allocs,
+               units::format_bytes(static_cast<double>(memory::peak_rss_bytes())), g.memory_file);
+  }
+  if (!g.trace_file.empty()) {
+    trace::stop_recording();
+    trace::write(g.trace_file);
+    fmt::print(stderr, "trace: {} events -> {} (open in https://ui.perfetto.dev or chrome://tracing)\n",
+               trace::event_count(), g.trace_file);
+  }
+}
+
+void setup(CLI::App& root) {
+  auto* cmd = root.add_subcommand("bench", "run a benchmark over a sweep: table, JSON lines or CSV");
+  cmd->require_subcommand(1);
+  static bool list_json = false;
+  auto* list = cmd->add_subcommand("list", "the registered benchmarks");
+  list->add_flag("--json", list_json, "print one JSON document");
+  list->callback([] {
+    const auto all = bench::benchmarks();
+    if (list_json) {
+      nlohmann::json j = nlohmann::json::array();
+      for (const auto& b : all) j.push_back({{"name", b.name}, {"description", b.description}});
+      cli::print_json(j);
+      return;
+    }
+    size_t w = 4;
+    for (const auto& b : all) w = std::max(w, b.name.size());
+    for (const auto& b : all) fmt::print("{:<{}}  {}\n", b.name, w, b.description);
+  });
+  for (const auto& b : bench::benchmarks()) {
+    auto* sub = cmd->add_subcommand(b.name, b.description);
+    add_common(sub);
+    if (b.add_options) b.add_options(*sub);
+    const std::string name = b.name;
+    sub->callback([name] { run(name); });
+  }
+}
+
+}  // namespace
+
+RIDGE_COMMAND(bench, setup);

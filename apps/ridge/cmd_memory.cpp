@@ -1,0 +1,118 @@
+// `ridge memory show SNAPSHOT`: the peak and what was live at the peak, by tag.
+// `ridge memory plot SNAPSHOT -o FILE.png`: the live-bytes timeline stacked by tag, peak marked
+// (drawn by tools/plot_memory.py with matplotlib).
+#include <fmt/format.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+
+#include "cli.hpp"
+#include "ridge/bench.hpp"
+#include "ridge/core.hpp"
+
+namespace {
+
+using namespace ridge;
+using units::format_bytes;
+
+std::string bytes(int64_t b) { return format_bytes(static_cast<double>(b)); }
+
+std::vector<std::pair<std::string, int64_t>> by_size(const std::map<std::string, int64_t>& m) {
+  std::vector<std::pair<std::string, int64_t>> v(m.begin(), m.end());
+  std::stable_sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  return v;
+}
+
+void show(const std::string& path, bool json, int top) {
+  const auto h = memory::load_snapshot(path);
+  const auto tl = memory::replay(h);
+  if (json) {
+    nlohmann::json peak = nlohmann::json::object(), end = nlohmann::json::object();
+    for (const auto& [k, v] : tl.live_at_peak) peak[k] = v;
+    for (const auto& [k, v] : tl.live_at_end) end[k] = v;
+    cli::print_json({{"snapshot", path},
+                     {"events", h.events.size()},
+                     {"allocs", tl.allocs},
+                     {"frees", tl.frees},
+                     {"dropped", h.dropped},
+                     {"duration_s", static_cast<double>(h.now_ns - h.t0_ns) / 1e9},
+                     {"start_bytes", tl.start_bytes},
+                     {"peak_bytes", tl.peak_bytes},
+                     {"peak_t_s", tl.peak_t_s},
+                     {"live_at_peak", peak},
+                     {"end_bytes", tl.end_bytes},
+                     {"live_at_end", end},
+                     {"peak_rss_bytes", h.peak_rss_bytes}});
+    return;
+  }
+  fmt::print("snapshot  {}: {} events ({} allocs, {} frees), {} dropped, {:.3f} s recorded\n", path,
+             h.events.size(), tl.allocs, tl.frees, h.dropped, static_cast<double>(h.now_ns - h.t0_ns) / 1e9);
+  fmt::print("start     {} live when recording began\n", bytes(tl.start_bytes));
+  fmt::print("peak      {} live at {:.3f} s (process peak RSS {}, all allocators)\n", bytes(tl.peak_bytes),
+             tl.peak_t_s, bytes(h.peak_rss_bytes));
+  const auto rows = by_size(tl.live_at_peak);
+  size_t w = 3;
+  for (const auto& [k, v] : rows) w = std::max(w, k.size());
+  fmt::print("live at peak, by tag:\n");
+  int shown = 0;
+  int64_t rest = 0;
+  for (const auto& [k, v] : rows) {
+    if (top > 0 && shown >= top) {
+      rest += v;
+      continue;
+    }
+    ++shown;
+    const double pct = tl.peak_bytes > 0 ? 100.0 * static_cast<double>(v) / static_cast<double>(tl.peak_bytes) : 0;
+    fmt::print("  {:<{}}  {:>10}  {:5.1f}%\n", k, w, bytes(v), pct);
+  }
+  if (rest > 0) fmt::print("  {:<{}}  {:>10}\n", "(other tags)", w, bytes(rest));
+  if (rows.empty()) fmt::print("  (nothing)\n");
+  fmt::print("end       {} live when the snapshot was taken\n", bytes(tl.end_bytes));
+}
+
+std::string quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) {
+    if (c == '\'') q += "'\\''";
+    else q += c;
+  }
+  return q + "'";
+}
+
+void plot(const std::string& path, const std::string& out) {
+  check(!out.empty(), "memory plot: -o FILE.png is required");
+  memory::load_snapshot(path);  // validate first, so a bad file gets ridge's one-line error
+  namespace fs = std::filesystem;
+  std::string script;
+  if (const char* d = std::getenv("RIDGE_TOOLS_DIR")) script = std::string(d) + "/plot_memory.py";
+  else script = std::string(RIDGE_SOURCE_DIR) + "/tools/plot_memory.py";
+  check(fs::exists(script), "memory plot: cannot find {} (set RIDGE_TOOLS_DIR to ridge's tools/ folder)", script);
+  const std::string cmd = "python3 " + quote(script) + " " + quote(path) + " -o " + quote(out);
+  const int rc = std::system(cmd.c_str());
+  check(rc != -1 && WIFEXITED(rc) && WEXITSTATUS(rc) == 0,
+        "memory plot: {} failed (needs python3 with matplotlib: scripts/setup installs it)", script);
+  fmt::print("wrote {}\n", out);
+}
+
+void setup(CLI::App& root) {
+  auto* cmd = root.add_subcommand("memory", "inspect memory snapshots (write one with 'ridge bench ... --memory F')");
+  cmd->require_subcommand(1);
+  static std::string show_path, plot_path, plot_out;
+  static bool json = false;
+  static int top = 0;
+  auto* s = cmd->add_subcommand("show", "the peak and what was live at the peak, by tag");
+  s->add_option("snapshot", show_path, "snapshot JSON file")->required();
+  s->add_flag("--json", json, "print one JSON document");
+  s->add_option("--top", top, "show only the N largest tags (0: all)");
+  s->callback([] { show(show_path, json, top); });
+  auto* p = cmd->add_subcommand("plot", "live bytes over time, stacked by tag, peak marked (PNG)");
+  p->add_option("snapshot", plot_path, "snapshot JSON file")->required();
+  p->add_option("-o,--output", plot_out, "output image (.png, .svg, .pdf)")->required();
+  p->callback([] { plot(plot_path, plot_out); });
+}
+
+}  // namespace
+
+RIDGE_COMMAND(memory, setup);

@@ -1,0 +1,151 @@
+// `ridge bench` and `ridge memory` through the real binary: exit codes, one-line errors, the
+// result schema in JSON lines and CSV, trace and memory files.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+namespace {
+
+struct Run {
+  int code;
+  std::string out;
+};
+
+// stdout only; stderr goes to a file so the one-line error can be checked too.
+Run run(const std::string& args, std::string* err = nullptr) {
+  const std::string errfile = ::testing::TempDir() + "ridge_cli_bench_err.txt";
+  const std::string cmd = std::string(RIDGE_BINARY) + " " + args + " 2>" + errfile;
+  std::FILE* p = popen(cmd.c_str(), "r");
+  std::string out;
+  std::array<char, 4096> buf{};
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+  const int status = pclose(p);
+  if (err) {
+    std::ifstream in(errfile);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    *err = ss.str();
+  }
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+std::vector<nlohmann::json> json_lines(const std::string& s) {
+  std::vector<nlohmann::json> v;
+  std::istringstream in(s);
+  std::string line;
+  while (std::getline(in, line))
+    if (!line.empty()) v.push_back(nlohmann::json::parse(line));
+  return v;
+}
+
+const char* kQuick = "bench stream --quick --set n=4k,64k --iters 2 --warmup 1 --min-time 0 --max-time 0.05";
+
+TEST(CliBench, ListsBenchmarks) {
+  const auto r = run("bench list");
+  EXPECT_EQ(r.code, 0);
+  EXPECT_NE(r.out.find("stream"), std::string::npos);
+  EXPECT_NE(r.out.find("trace-overhead"), std::string::npos);
+  const auto j = nlohmann::json::parse(run("bench list --json").out);
+  ASSERT_TRUE(j.is_array());
+  EXPECT_TRUE(j[0].contains("description"));
+}
+
+TEST(CliBench, StreamJsonLinesFollowTheSchema) {
+  const auto r = run(std::string(kQuick) + " --json");
+  ASSERT_EQ(r.code, 0);
+  const auto rows = json_lines(r.out);
+  ASSERT_EQ(rows.size(), 8u);  // 2 sizes x 4 kernels
+  for (const auto& row : rows) {
+    for (const char* k : {"benchmark", "case", "dtype", "threads", "isa", "median_ms", "min_ms", "gbps", "peers"})
+      EXPECT_TRUE(row.contains(k)) << k << " in " << row.dump();
+    EXPECT_EQ(row["benchmark"], "stream");
+    EXPECT_GT(row["gbps"].get<double>(), 0);
+    EXPECT_DOUBLE_EQ(row["gbps"].get<double>(),
+                     row["bytes"].get<double>() / (row["median_ms"].get<double>() * 1e-3) / 1e9);
+    if (row["case"]["kernel"] == "copy") {
+      ASSERT_EQ(row["peers"].size(), 1u);
+      EXPECT_EQ(row["peers"][0]["name"], "memcpy");
+      EXPECT_NEAR(row["peers"][0]["speedup"].get<double>(),
+                  row["peers"][0]["median_ms"].get<double>() / row["median_ms"].get<double>(), 1e-9);
+    }
+  }
+}
+
+TEST(CliBench, CsvAndTable) {
+  const auto csv = run(std::string(kQuick) + " --set kernel=triad --csv");
+  ASSERT_EQ(csv.code, 0);
+  EXPECT_EQ(csv.out.rfind("benchmark,case.n,case.kernel", 0), 0u) << csv.out;
+  EXPECT_EQ(std::count(csv.out.begin(), csv.out.end(), '\n'), 3);  // header + 2 sizes
+  const auto table = run(std::string(kQuick) + " --set kernel=copy");
+  ASSERT_EQ(table.code, 0);
+  EXPECT_NE(table.out.find("GB/s"), std::string::npos);
+  EXPECT_NE(table.out.find("vs memcpy"), std::string::npos);
+}
+
+TEST(CliBench, GridFromFile) {
+  const std::string path = ::testing::TempDir() + "ridge_grid.json";
+  std::ofstream(path) << R"({"n": ["8k"], "kernel": ["add", "scale"]})";
+  const auto rows = json_lines(run("bench stream --grid-file " + path + " --iters 2 --max-time 0.05 --json").out);
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0]["case"]["n"], 8192);
+  EXPECT_EQ(rows[1]["case"]["kernel"], "scale");
+}
+
+TEST(CliBench, TraceAndMemoryFiles) {
+  const std::string tr = ::testing::TempDir() + "ridge_bench_trace.json";
+  const std::string mem = ::testing::TempDir() + "ridge_bench_mem.json";
+  std::string err;
+  const auto r = run(std::string(kQuick) + " --json --trace " + tr + " --memory " + mem, &err);
+  ASSERT_EQ(r.code, 0) << err;
+  std::ifstream in(tr);
+  const auto doc = nlohmann::json::parse(in);
+  int triads = 0;
+  for (const auto& e : doc["traceEvents"])
+    if (e["ph"] == "X" && e["name"] == "stream.triad") ++triads;
+  EXPECT_GT(triads, 0);
+
+  const auto show = run("memory show " + mem);
+  ASSERT_EQ(show.code, 0);
+  EXPECT_NE(show.out.find("stream.a"), std::string::npos);
+  EXPECT_NE(show.out.find("peak"), std::string::npos);
+  const auto j = nlohmann::json::parse(run("memory show --json " + mem).out);
+  // Three arrays of 64k doubles (plus copy's memcpy destination) live at the peak.
+  EXPECT_EQ(j["live_at_peak"]["stream.a"], 65536 * 8);
+  EXPECT_EQ(j["live_at_peak"]["stream.memcpy_dst"], 65536 * 8);
+
+  const std::string png = ::testing::TempDir() + "ridge_bench_mem.png";
+  std::filesystem::remove(png);
+  const auto plot = run("memory plot " + mem + " -o " + png);
+  if (plot.code == 0) EXPECT_GT(std::filesystem::file_size(png), 1000u);
+  else GTEST_SKIP() << "python3 with matplotlib not available";
+}
+
+TEST(CliBench, TraceOverheadRuns) {
+  const auto rows =
+      json_lines(run("bench trace-overhead --quick --set calls=1000 --iters 2 --max-time 0.05 --json").out);
+  ASSERT_GE(rows.size(), 6u);
+  for (const auto& row : rows) EXPECT_TRUE(row.contains("ns_per_call"));
+}
+
+TEST(CliBench, BadInputIsOneLineAndExit2) {
+  for (const char* args : {"bench stream --set nn=4k", "bench stream --set n=abc", "bench stream --set kernel=fma",
+                           "bench stream --set n", "bench nope", "bench stream --json --csv",
+                           "bench stream --grid-file /nonexistent.json", "bench stream --trace /nonexistent/t.json",
+                           "memory show /nonexistent.json", "bench stream --threads 0"}) {
+    std::string err;
+    const auto r = run(args, &err);
+    EXPECT_EQ(r.code, 2) << args;
+    EXPECT_EQ(err.rfind("ridge: ", 0), 0u) << args << ": " << err;
+    EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << args << ": " << err;
+  }
+}
+
+}  // namespace
