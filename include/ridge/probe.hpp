@@ -1,0 +1,127 @@
+// ridge probe: measures the roofline of the machine at hand — peak FLOP/s per dtype (1 thread and
+// all threads) and read bandwidth per memory level from a working-set sweep — and writes it as a
+// chip file in the database's schema, so "this" machine is analysed like any published chip.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace ridge::probe {
+
+struct ProbeOptions {
+  bool quick = false;  // ~10 s instead of ~30 s: fewer trials, sizes and chain counts
+  int threads = 0;     // threads for the "all threads" figures; 0 = ridge::get_num_threads()
+  int trials = 0;      // trials per figure; 0 = 5 (quick) or 9
+  // Largest total working set of the sweep; 0 = 4x the last-level cache (8x in the full run).
+  int64_t max_bytes = 0;
+  bool sweep_one_thread = true;  // also sweep with 1 thread (full run only)
+  // Called with a short line before each phase (the CLI prints it to stderr); may be empty.
+  std::function<void(const std::string&)> progress;
+};
+
+// One peak kernel: a dtype, the instruction that computes it and the ISA it needs.
+struct PeakKernel {
+  std::string dtype;        // chip-file key: "fp64", "fp32", "bf16", "int8"
+  std::string isa;          // "avx512", "avx512bf16", "avx512vnni", "avx2", "scalar"
+  std::string instruction;  // "vfmadd231ps zmm", ...
+  double ops_per_instruction = 0;  // FLOP (OP for int8) per instruction per chain
+};
+
+// Every peak kernel this machine can run, best ISA first within each dtype.
+std::vector<PeakKernel> supported_peak_kernels();
+
+// The trials behind one figure. A trial is clean when every thread was on a CPU for at least 95%
+// of its wall time (by its thread CPU clock): on a shared machine a trial in which the scheduler
+// took a thread away measures the neighbours, not the hardware. Trials are repeated until `want`
+// are clean or the time budget is spent; then the fastest unclean ones top up the set.
+struct Trials {
+  std::vector<double> rates;  // per trial: FLOP/s or bytes/s, all threads together
+  int attempted = 0;
+  int clean = 0;
+  double median() const;
+  double best() const;
+};
+
+struct PeakResult {
+  PeakKernel kernel;
+  int chains = 0;      // accumulator chains of the best configuration
+  Trials one_thread;   // 1 thread
+  Trials all_threads;  // `threads` threads
+};
+
+// Measures one kernel: `threads` threads each running `chains` chains (8, 12, 16 or 24) for about
+// `seconds` per trial, `trials` trials within about `budget_s`. Throws ridge::Error for a kernel
+// the CPU lacks or a nonsensical count.
+Trials measure_peak(const PeakKernel& k, int chains, int threads, int trials, double seconds,
+                    double budget_s = 1.0);
+
+struct SweepPoint {
+  int64_t bytes_per_thread = 0;
+  int64_t total_bytes = 0;  // working set of all threads together
+  double read = 0;          // bytes/s read, all threads, median
+  double read_write = 0;    // bytes/s read + written (in-place update), all threads, median
+  int attempted = 0, clean = 0;  // trials of both kernels
+};
+
+// Bandwidth of one working set, `threads` threads each walking its own buffer of
+// `bytes_per_thread`. `update` = in-place read+write (both directions counted) instead of read.
+Trials measure_bandwidth(int64_t bytes_per_thread, int threads, bool update, int trials, double seconds,
+                         double budget_s = 1.0);
+
+// Where a level's plateau lies and its bandwidth.
+struct Plateau {
+  std::string level;         // "l1", "l2", "l3", "dram"
+  int64_t capacity = 0;      // bytes of that level available to the threads (0 for dram)
+  int64_t lo = 0, hi = 0;    // total working-set range whose points were used
+  int points = 0;
+  double read = 0;           // bytes/s, median over the range
+  double read_write = 0;
+  double spread = 0;         // (max - min) / median of read over the range: how flat it is
+};
+
+// Cache capacities as seen by a sweep with `threads` threads, in total working-set bytes.
+struct Hierarchy {
+  int64_t l1 = 0, l2 = 0, l3 = 0;  // aggregate over the threads; 0 = level unknown
+};
+Hierarchy hierarchy_for(int threads);
+
+// Finds the plateau of every level: the points whose total working set lies well inside the
+// range a level serves (more than 2x the level below, at most half of the level itself; dram from
+// 2x the last cache), medians over them; a level whose range holds no point is widened to the
+// whole range between the neighbouring capacities, and dropped if still empty. `sweep` must be
+// sorted by total_bytes.
+std::vector<Plateau> find_plateaus(const std::vector<SweepPoint>& sweep, const Hierarchy& h);
+
+struct ProbeResult {
+  std::string date;        // UTC, ISO 8601
+  int threads = 0;
+  int trials = 0;
+  bool quick = false;
+  double seconds = 0;      // wall time of the whole probe
+  std::vector<PeakResult> peaks;      // best kernel per dtype
+  std::vector<SweepPoint> sweep;      // all threads
+  std::vector<SweepPoint> sweep_one;  // one thread (empty in quick runs)
+  std::vector<Plateau> plateaus;      // all threads
+  std::vector<Plateau> plateaus_one;  // one thread
+  Hierarchy hierarchy;
+};
+
+ProbeResult run(const ProbeOptions& opts);
+
+// The chip file: kind "cpu", id "this", peak_flops per dtype (all threads), memory levels
+// dram, l3, l2, l1 (read bandwidth, all threads), and the details under "measured".
+nlohmann::json to_chip_json(const ProbeResult& r);
+
+// Where `ridge probe` writes by default: $RIDGE_HOME/this.json, else ~/.cache/ridge/this.json.
+std::string default_output_path();
+// Writes `chip` to `path`, creating parent folders; ridge::Error naming the path on failure.
+void write_chip_file(const nlohmann::json& chip, const std::string& path);
+// Creates the parent folders of `path` and checks a file can be written there; ridge::Error
+// naming the path otherwise.
+void check_writable(const std::string& path);
+
+}  // namespace ridge::probe

@@ -1,0 +1,222 @@
+// The probe's driver: peaks per dtype, the bandwidth sweep, plateaus, and the chip file.
+#include "ridge/probe.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+
+#include "probe/internal.hpp"
+#include "ridge/core.hpp"
+
+namespace ridge::probe {
+namespace {
+
+double now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+std::string utc_now() {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+void say(const ProbeOptions& o, const std::string& s) {
+  if (o.progress) o.progress(s);
+}
+
+// Settings of one run. Why these sizes: a trial must be long against the barrier (microseconds)
+// and short against the scheduler's slices on a shared machine, so that a preempted trial is an
+// outlier the median drops rather than a bias on every trial.
+struct Plan {
+  int trials;
+  double peak_trial_s, peak_budget_s;  // one peak trial; all trials of one figure
+  double scan_trial_s, scan_budget_s;  // the same while choosing the chain count
+  std::vector<int> chains;             // chain counts tried
+  double bw_trial_s, bw_budget_s;
+  int points_per_octave;
+  int64_t max_total;
+  // Hard limits per phase, so the whole run keeps its promise (quick <= 15 s, full <= 60 s) even
+  // on a machine busy enough that trials take many times their nominal length.
+  double peaks_s, sweep_s, sweep_one_s;
+};
+
+// Shares what is left of a phase's time among the measurements still to come.
+struct Schedule {
+  double end;
+  int left;
+  double next() {
+    const double n = internal::clock_now();
+    const double share = std::max(0.0, end - n) / std::max(left, 1);
+    left = std::max(left - 1, 0);
+    return n + share;
+  }
+};
+
+Plan make_plan(const ProbeOptions& o, int threads) {
+  Plan p{};
+  p.trials = o.trials > 0 ? o.trials : (o.quick ? 5 : 11);
+  p.peak_trial_s = o.quick ? 0.003 : 0.005;
+  p.peak_budget_s = o.quick ? 0.3 : 0.8;
+  p.scan_trial_s = 0.002;
+  p.scan_budget_s = o.quick ? 0.06 : 0.15;
+  p.chains = {8, 12, 16, 24};
+  p.bw_trial_s = o.quick ? 0.002 : 0.003;
+  p.bw_budget_s = o.quick ? 0.08 : 0.15;
+  p.points_per_octave = o.quick ? 2 : 4;
+  p.peaks_s = o.quick ? 5 : 16;
+  p.sweep_s = o.quick ? 7.5 : 22;
+  p.sweep_one_s = o.quick ? 0 : 12;
+  const Hierarchy h = hierarchy_for(threads);
+  const int64_t llc = h.l3 > 0 ? h.l3 : h.l2 > 0 ? h.l2 : (int64_t{8} << 20);
+  p.max_total = o.max_bytes > 0 ? o.max_bytes : std::max<int64_t>((o.quick ? 4 : 8) * llc, int64_t{64} << 20);
+  return p;
+}
+
+PeakResult measure_dtype(const PeakKernel& k, int threads, const Plan& plan, Schedule& sched) {
+  PeakResult r;
+  r.kernel = k;
+  // Choose the chain count on one thread: enough chains to cover latency x throughput, but not
+  // so many that the accumulators spill out of the register file.
+  double best = -1;
+  for (int c : plan.chains) {
+    const double m = internal::peak_trials(k, c, 1, 3, plan.scan_trial_s, plan.scan_budget_s, sched.next()).best();
+    if (m > best) {
+      best = m;
+      r.chains = c;
+    }
+  }
+  r.one_thread = internal::peak_trials(k, r.chains, 1, plan.trials, plan.peak_trial_s, plan.peak_budget_s, sched.next());
+  r.all_threads =
+      internal::peak_trials(k, r.chains, threads, plan.trials, plan.peak_trial_s, plan.peak_budget_s, sched.next());
+  return r;
+}
+
+std::vector<int64_t> sweep_sizes(int threads, const Plan& plan) {
+  // Per-thread sizes from 8 KiB (so a 2-thread sweep starts at 16 KiB in total and the L1 range
+  // holds several points) up to max_total / threads, geometric.
+  std::vector<int64_t> out;
+  const double top = static_cast<double>(plan.max_total) / threads;
+  for (int i = 0;; ++i) {
+    const double s = 8192.0 * std::pow(2.0, static_cast<double>(i) / plan.points_per_octave);
+    const int64_t b = (static_cast<int64_t>(s) + 4095) / 4096 * 4096;
+    if (!out.empty() && b == out.back()) continue;
+    if (s > top * 1.0001) break;
+    out.push_back(b);
+  }
+  return out;
+}
+
+std::vector<SweepPoint> sweep(int threads, const Plan& plan, double seconds) {
+  const auto sizes = sweep_sizes(threads, plan);
+  internal::ThreadBuffers bufs(threads, sizes.back());
+  Schedule sched{internal::clock_now() + seconds, 2 * static_cast<int>(sizes.size())};
+  std::vector<SweepPoint> out;
+  for (int64_t s : sizes) {
+    SweepPoint p;
+    p.bytes_per_thread = s;
+    p.total_bytes = s * threads;
+    const Trials rd =
+        internal::bandwidth_trials(bufs, s, false, plan.trials, plan.bw_trial_s, plan.bw_budget_s, sched.next());
+    const Trials rw =
+        internal::bandwidth_trials(bufs, s, true, plan.trials, plan.bw_trial_s, plan.bw_budget_s, sched.next());
+    p.read = rd.median();
+    p.read_write = rw.median();
+    p.attempted = rd.attempted + rw.attempted;
+    p.clean = rd.clean + rw.clean;
+    out.push_back(p);
+  }
+  return out;
+}
+
+}  // namespace
+
+ProbeResult run(const ProbeOptions& o) {
+  const double t0 = now();
+  ProbeResult r;
+  r.threads = o.threads > 0 ? o.threads : get_num_threads();
+  check(r.threads <= 4096, "--threads: {} is more threads than any machine has", r.threads);
+  r.quick = o.quick;
+  r.date = utc_now();
+  const Plan plan = make_plan(o, r.threads);
+  r.trials = plan.trials;
+  r.hierarchy = hierarchy_for(r.threads);
+
+  std::vector<std::string> seen;
+  std::vector<PeakKernel> best;
+  for (const auto& k : supported_peak_kernels()) {
+    if (std::find(seen.begin(), seen.end(), k.dtype) != seen.end()) continue;  // best ISA only
+    seen.push_back(k.dtype);
+    best.push_back(k);
+  }
+  Schedule sched{internal::clock_now() + plan.peaks_s, static_cast<int>(best.size() * (plan.chains.size() + 2))};
+  for (const auto& k : best) {
+    say(o, "peak " + k.dtype + " (" + k.instruction + ")");
+    r.peaks.push_back(measure_dtype(k, r.threads, plan, sched));
+  }
+
+  say(o, "bandwidth sweep, " + std::to_string(r.threads) + " threads, up to " +
+             units::format_bytes(static_cast<double>(plan.max_total)));
+  r.sweep = sweep(r.threads, plan, plan.sweep_s);
+  r.plateaus = find_plateaus(r.sweep, r.hierarchy);
+  if (!o.quick && o.sweep_one_thread && r.threads > 1) {
+    say(o, "bandwidth sweep, 1 thread");
+    Plan one = plan;
+    one.points_per_octave = 2;
+    one.max_total = std::max<int64_t>(plan.max_total / 2, 4 * hierarchy_for(1).l3);
+    r.sweep_one = sweep(1, one, plan.sweep_one_s);
+    r.plateaus_one = find_plateaus(r.sweep_one, hierarchy_for(1));
+  }
+  r.seconds = now() - t0;
+  return r;
+}
+
+std::string default_output_path() {
+  if (const char* home = std::getenv("RIDGE_HOME"); home && *home) return std::string(home) + "/this.json";
+  const char* h = std::getenv("HOME");
+  check(h && *h, "probe: neither RIDGE_HOME nor HOME is set; pass -o FILE");
+  return std::string(h) + "/.cache/ridge/this.json";
+}
+
+void check_writable(const std::string& path) {
+  namespace fs = std::filesystem;
+  check(!path.empty(), "-o: empty file name");
+  const fs::path p(path);
+  std::error_code ec;
+  check(!fs::is_directory(p, ec), "-o {}: is a folder (expected a file name)", path);
+  if (p.has_parent_path()) fs::create_directories(p.parent_path(), ec);
+  check(!ec, "-o {}: cannot create folder {}: {}", path, p.parent_path().string(), ec.message());
+  const std::string dir = p.has_parent_path() ? p.parent_path().string() : ".";
+  check(::access(dir.c_str(), W_OK) == 0, "-o {}: folder {} is not writable", path, dir);
+}
+
+void write_chip_file(const nlohmann::json& chip, const std::string& path) {
+  namespace fs = std::filesystem;
+  check(!path.empty(), "-o: empty file name");
+  std::error_code ec;
+  const fs::path p(path);
+  if (p.has_parent_path()) fs::create_directories(p.parent_path(), ec);
+  check(!ec, "-o {}: cannot create folder {}: {}", path, p.parent_path().string(), ec.message());
+  // Write beside and rename, so a reader never sees half a file.
+  const std::string tmp = path + ".tmp" + std::to_string(::getpid());
+  {
+    std::ofstream f(tmp);
+    check(static_cast<bool>(f), "-o {}: cannot write (check the folder exists and is writable)", path);
+    f << chip.dump(2) << "\n";
+    check(static_cast<bool>(f), "-o {}: write failed", path);
+  }
+  fs::rename(tmp, p, ec);
+  if (ec) fs::remove(tmp);
+  check(!ec, "-o {}: cannot write: {}", path, ec.message());
+}
+
+}  // namespace ridge::probe

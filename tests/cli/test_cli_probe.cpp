@@ -1,0 +1,79 @@
+// `ridge probe` through the real binary: bad flags are one-line errors with exit 2, and a tiny
+// run writes a chip file and prints it as one JSON document.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace {
+
+struct ProbeRun {
+  int code;
+  std::string out, err;
+};
+
+ProbeRun run_ridge(const std::string& args) {
+  const auto dir = std::filesystem::temp_directory_path() / "ridge_cli_probe";
+  std::filesystem::create_directories(dir);
+  const auto errf = (dir / "stderr.txt").string();
+  const std::string cmd = std::string("RIDGE_HOME=") + dir.string() + " " + RIDGE_BINARY + " " + args + " 2>" + errf;
+  ProbeRun r{};
+  FILE* p = popen(cmd.c_str(), "r");
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  const int st = pclose(p);
+  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  std::ifstream f(errf);
+  r.err.assign(std::istreambuf_iterator<char>(f), {});
+  return r;
+}
+
+int lines(const std::string& s) {
+  int n = 0;
+  for (char c : s) n += c == '\n';
+  return n;
+}
+
+TEST(CliProbe, BadFlagsAreOneLineErrors) {
+  for (const char* args : {"--bogus", "--threads 0", "--threads two", "--threads 100000", "--trials 0",
+                           "--max-bytes -5", "--max-bytes lots", "-o /proc/ridge-no-such-dir/x.json",
+                           "-o /tmp"}) {
+    SCOPED_TRACE(args);
+    const ProbeRun r = run_ridge(std::string("probe ") + args);
+    EXPECT_EQ(r.code, 2);
+    EXPECT_EQ(lines(r.err), 1) << r.err;
+    EXPECT_EQ(r.err.rfind("ridge: ", 0), 0u) << r.err;
+    EXPECT_TRUE(r.out.empty());
+  }
+}
+
+TEST(CliProbe, TinyRunWritesTheChipFileAndPrintsJson) {
+  const auto path = (std::filesystem::temp_directory_path() / "ridge_cli_probe" / "out" / "chip.json").string();
+  std::filesystem::remove(path);
+  const ProbeRun r = run_ridge("probe --quick --trials 1 --max-bytes 512KiB --json -o " + path);
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["id"], "this");
+  EXPECT_EQ(j["kind"], "cpu");
+  EXPECT_TRUE(j["peak_flops"].contains("fp32"));
+  EXPECT_NE(r.err.find(path), std::string::npos);
+  std::ifstream f(path);
+  ASSERT_TRUE(f.good());
+  EXPECT_EQ(nlohmann::json::parse(f), j);
+}
+
+TEST(CliProbe, TableSaysWhereItWrote) {
+  const ProbeRun r = run_ridge("probe --quick --trials 1 --max-bytes 256KiB --threads 1");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("fp32"), std::string::npos);
+  EXPECT_NE(r.out.find("GFLOP/s"), std::string::npos);
+  EXPECT_NE(r.out.find("wrote "), std::string::npos);
+  EXPECT_NE(r.out.find("this.json"), std::string::npos);
+}
+
+}  // namespace
