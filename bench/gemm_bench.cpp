@@ -1,0 +1,175 @@
+// `ridge bench gemm`: the published GEMM shape sets (bench/shapes/gemm-shapes.json: DeepGEMM's
+// dense, grouped contiguous and grouped masked tables plus memory-bound decode shapes) for fp32,
+// bf16 and fp8, each against its peer measured in the same run. --quick runs a subset (< 2 min)
+// that still has, per dtype, shapes with m >= 64 and decode shapes with m <= 16.
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "gemm_bench.hpp"
+#include "gemm_bench_fp8.hpp"
+#include "ridge/bench/registry.hpp"
+#include "ridge/core.hpp"
+
+namespace ridge::gemm_bench {
+namespace {
+
+std::string g_dtypes = "fp32,bf16,fp8";
+std::string g_shapes_file;
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= s.size()) {
+    const size_t comma = s.find(',', start);
+    const std::string item = s.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    if (!item.empty()) out.push_back(item);
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return out;
+}
+
+nlohmann::json load_shapes() {
+  std::vector<std::string> candidates;
+  if (!g_shapes_file.empty()) candidates.push_back(g_shapes_file);
+  else {
+    candidates.push_back(std::string(RIDGE_SOURCE_DIR) + "/bench/shapes/gemm-shapes.json");
+    candidates.push_back(std::string(RIDGE_SOURCE_DIR) + "/../shared/benchmarks/gemm-shapes.json");
+  }
+  for (const auto& path : candidates) {
+    std::ifstream in(path);
+    if (!in) {
+      check(g_shapes_file.empty(), "--shapes: cannot read '{}'", path);
+      continue;
+    }
+    try {
+      auto j = nlohmann::json::parse(in);
+      for (const char* set : {"dense", "grouped_contiguous", "grouped_masked", "decode"})
+        check(j.contains(set) && j[set].is_array(), "{}: missing the '{}' array", path, set);
+      return j;
+    } catch (const nlohmann::json::exception& e) {
+      fail("{}: not valid JSON ({})", path, e.what());
+    }
+  }
+  fail("bench gemm: no shape file found (looked for bench/shapes/gemm-shapes.json); pass --shapes FILE");
+}
+
+struct Item {
+  std::string set;
+  int64_t m, n, k, groups = 0;
+};
+
+int64_t get(const nlohmann::json& j, const char* key, const std::string& set) {
+  check(j.contains(key) && j[key].is_number_integer() && j[key].get<int64_t>() > 0,
+        "gemm shapes: an entry of '{}' lacks a positive integer '{}'", set, key);
+  return j[key].get<int64_t>();
+}
+
+std::vector<Item> items(const nlohmann::json& shapes, const std::vector<std::string>& sets, bool quick) {
+  std::vector<Item> out;
+  for (const auto& set : sets) {
+    check(shapes.contains(set), "--set set={}: unknown (expected dense, grouped_contiguous, grouped_masked, decode)",
+          set);
+    for (const auto& e : shapes[set]) {
+      Item it{set, 0, get(e, "n", set), get(e, "k", set)};
+      if (set == "grouped_contiguous" || set == "grouped_masked") {
+        it.groups = get(e, "groups", set);
+        it.m = get(e, "m_per_group", set);
+      } else {
+        it.m = get(e, "m", set);
+      }
+      out.push_back(it);
+    }
+  }
+  if (!quick) return out;
+  // The quick subset: two m >= 64 shapes, two decode shapes, and one of each grouped layout with
+  // fewer rows per group than published (marked in the row's note).
+  std::vector<Item> q;
+  auto pick = [&](const std::string& set, int64_t m, int64_t n, int64_t k) {
+    for (const auto& it : out)
+      if (it.set == set && it.m == m && it.n == n && it.k == k) q.push_back(it);
+  };
+  pick("dense", 64, 2112, 7168);
+  pick("dense", 128, 7168, 2048);
+  pick("decode", 1, 4096, 7168);
+  pick("decode", 16, 24576, 1536);
+  for (const auto& it : out)
+    if (it.set == "grouped_masked" && it.groups == 4 && it.k == 2048) q.push_back(it);
+  for (const auto& it : out)
+    if (it.set == "grouped_contiguous" && it.groups == 4 && it.k == 2048) {
+      Item s = it;
+      s.m = 256;
+      q.push_back(s);
+      break;
+    }
+  return q;
+}
+
+void run_gemm(bench::Context& ctx) {
+  ctx.grid.check_keys({"set", "dtype", "threads", "peer"}, ctx.benchmark);
+  const auto shapes = load_shapes();
+  const auto sets = ctx.grid.values("set", {"dense", "grouped_contiguous", "grouped_masked", "decode"});
+  auto dtypes = ctx.grid.values("dtype", split(g_dtypes));
+  for (const auto& d : dtypes)
+    check(d == "fp32" || d == "bf16" || d == "fp8", "--dtype: '{}' (expected fp32, bf16 or fp8)", d);
+  const auto threads = ctx.grid.counts("threads", {get_num_threads()});
+  const bool peer = ctx.grid.values("peer", {"1"}).front() != "0";
+  const auto list = items(shapes, sets, ctx.quick);
+  const int restore = get_num_threads();
+  size_t total = 0;
+  for (const auto& it : list) total += it.groups ? 1 : dtypes.size();
+  ctx.progress.start(total * threads.size());
+  for (int64_t t : threads) {
+    check(t >= 1 && t <= 1024, "--set threads={}: expected a thread count >= 1", t);
+    set_num_threads(static_cast<int>(t));
+    for (const auto& it : list) {
+      const bool quick_scaled = ctx.quick && it.set == "grouped_contiguous";
+      for (const auto& dt : dtypes) {
+        if (it.groups && dt != "fp8") continue;  // grouped layouts exist for fp8 only
+        bench::Row row;
+        if (dt == "fp8") {
+          Fp8Case c;
+          c.m = it.m;
+          c.n = it.n;
+          c.k = it.k;
+          c.groups = it.groups;
+          c.layout = it.set == "grouped_contiguous" ? "contiguous" : it.set == "grouped_masked" ? "masked" : "";
+          c.peer = peer;
+          row = run_fp8_case(c, ctx.options);
+        } else {
+          GemmCase c;
+          c.m = it.m;
+          c.n = it.n;
+          c.k = it.k;
+          c.dtype = dt == "fp32" ? DType::f32 : DType::bf16;
+          c.out = dt == "fp32" ? DType::f32 : DType::bf16;
+          c.peer = peer;
+          row = run_dense_case(c, ctx.options);
+        }
+        row.case_["set"] = it.set;
+        if (quick_scaled) row.note = "m_per_group scaled down from the published shape for --quick";
+        ctx.emit(std::move(row));
+        ctx.progress.tick(it.set + " " + dt);
+      }
+    }
+  }
+  set_num_threads(restore);
+}
+
+void gemm_options(CLI::App& app) {
+  app.add_option("--dtype", g_dtypes, "comma-separated dtypes: fp32, bf16, fp8 (default all)");
+  app.add_option("--shapes", g_shapes_file, "shape-set JSON (default bench/shapes/gemm-shapes.json)");
+}
+
+}  // namespace
+}  // namespace ridge::gemm_bench
+
+RIDGE_BENCHMARK(gemm, "gemm",
+                "GEMM shape sets: fp32 vs OpenBLAS, bf16 vs oneDNN, fp8 (DeepGEMM semantics) vs oneDNN on "
+                "dequantized operands; grouped MoE layouts vs dense",
+                ridge::gemm_bench::run_gemm, ridge::gemm_bench::gemm_options);

@@ -1,0 +1,26 @@
+// The FP8 half of `ridge bench gemm` (bench/gemm_bench_fp8.cpp): dense fp8_gemm_nt against oneDNN's
+// bf16 matmul on the dequantized operands, and the grouped layouts against the dense fp8 GEMM of the
+// same total size.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "ridge/bench/measure.hpp"
+#include "ridge/bench/result.hpp"
+
+namespace ridge::gemm_bench {
+
+struct Fp8Case {
+  int64_t m = 0, n = 0, k = 0;  // dense; for grouped: m = rows per group
+  int64_t groups = 0;           // 0: dense
+  std::string layout;           // "contiguous" or "masked" for grouped runs
+  bool peer = true;
+};
+
+// DeepGEMM's byte count: A and B in fp8, D in bf16 (scales are < 1% and left out, as DeepGEMM does).
+double fp8_bytes(int64_t m, int64_t n, int64_t k, int64_t groups_of_b = 1);
+
+bench::Row run_fp8_case(const Fp8Case& c, const bench::Options& options);
+
+}  // namespace ridge::gemm_bench

@@ -1,0 +1,110 @@
+// The blocked FP8 GEMM driver, shared by the per-ISA files. Include it INSIDE an anonymous
+// namespace of an ISA file (it instantiates templates with that file's ISA flags, which must not
+// be merged with other TUs' copies) after defining a kernel traits type `K` with:
+//   using Elem;                       panel element (uint16_t bf16 bits, or float)
+//   static constexpr int MR, NR;      micro-tile
+//   static constexpr int64_t kPad;    A rows in a packed block are padded with zeros to a multiple of kPad
+//   static int64_t b_panel_elems(int64_t kc);    elements of one packed NR-row B panel of depth kc
+//   static void pack_a(const Problem&, int64_t i0, int64_t mc, int64_t k0, int64_t kc, Elem* ap, int64_t ldap);
+//   static void pack_b(const Problem&, int64_t j0, int64_t nc, int64_t k0, int64_t kc, Elem* bp);
+//   static void ukernel(int mr, int64_t kc, const Elem* a, int64_t lda, const Elem* b, const float* sa,
+//                       int64_t ldsa, const float* sb, float* c, int64_t ldc);   c[mr x NR] += tile
+// Loops (per thread, over its own block of D): jc (NC columns) -> ic (MC rows) -> pc (KC depth,
+// a multiple of 128 so scale blocks never straddle it) -> jr (NR) -> ir (MR).
+
+// The including file provides, before its namespaces: <omp.h>, <algorithm>, <cstring>, <vector>,
+// "ridge/core/{cpu,format,memory,threads}.hpp" and "gemm/fp8_internal.hpp".
+
+struct Blocks {
+  int64_t kc, mc, nc;
+};
+
+template <class K>
+Blocks choose_blocks(const ridge::gemm::fp8::Problem& p) {
+  const auto& caches = ridge::cpu::info().caches;
+  const int64_t l1 = caches.l1d > 0 ? caches.l1d : 32 * 1024;
+  const int64_t l2 = caches.l2 > 0 ? caches.l2 : 512 * 1024;
+  const int64_t e = static_cast<int64_t>(sizeof(typename K::Elem));
+  // The B micro-panel (kc x NR) stays in half of L1 while a column of micro-tiles reuses it.
+  int64_t kc = std::max<int64_t>(128, (l1 / 2 / (K::NR * e)) / 128 * 128);
+  kc = std::min(kc, (p.k + 127) / 128 * 128);
+  // The packed A block (mc x kc) in a quarter of L2, the fp32 accumulator block (mc x nc) in half.
+  int64_t mc = std::max<int64_t>(K::MR, (l2 / 4 / (kc * e)) / K::MR * K::MR);
+  const int64_t m_hint = p.expected_m > 0 ? std::min(p.m, p.expected_m) : p.m;
+  mc = std::min(mc, (std::max<int64_t>(m_hint, 1) + K::MR - 1) / K::MR * K::MR);
+  int64_t nc = std::min(l2 / 4 / (kc * e), l2 / 2 / (mc * 4));
+  nc = std::max<int64_t>(K::NR, nc / K::NR * K::NR);
+  return {kc, mc, nc};
+}
+
+template <class K>
+void run_panel(const ridge::gemm::fp8::Problem& p) {
+  using Elem = typename K::Elem;
+  const Blocks bl = choose_blocks<K>(p);
+  const int threads = std::max(1, ridge::get_num_threads());
+  const int64_t n_tiles = (p.n + K::NR - 1) / K::NR;
+  const int64_t m_tiles = (p.m + K::MR - 1) / K::MR;
+  // Split D among threads: by columns when there are enough of them (B, the bigger operand for
+  // the shapes that matter, is then read by one thread only), else by rows.
+  int tn = threads, tm = 1;
+  if (n_tiles < 4 * threads && m_tiles >= 4 * threads) {
+    tn = 1;
+    tm = threads;
+  }
+  tn = static_cast<int>(std::min<int64_t>(tn, n_tiles));
+  tm = static_cast<int>(std::min<int64_t>(tm, m_tiles));
+  const int used = tn * tm;
+  const int64_t ldap = (bl.kc + K::kPad - 1) / K::kPad * K::kPad;
+  const int64_t panel = K::b_panel_elems(bl.kc);
+  const int64_t ldw = bl.nc;
+  std::vector<ridge::Buffer<Elem>> abuf, bbuf;
+  std::vector<ridge::Buffer<float>> wbuf;
+  for (int t = 0; t < used; ++t) {
+    abuf.emplace_back(static_cast<size_t>(bl.mc * ldap), "gemm.fp8.pack_a");
+    bbuf.emplace_back(static_cast<size_t>((bl.nc / K::NR) * panel), "gemm.fp8.pack_b");
+    wbuf.emplace_back(static_cast<size_t>(bl.mc * ldw), "gemm.fp8.acc");
+  }
+#pragma omp parallel num_threads(used)
+  {
+    const int t = omp_get_thread_num();
+    const int ti = t / tn, tj = t % tn;
+    const int64_t m0 = std::min(p.m, (m_tiles * ti / tm) * K::MR), m1 = std::min(p.m, (m_tiles * (ti + 1) / tm) * K::MR);
+    const int64_t n0 = std::min(p.n, (n_tiles * tj / tn) * K::NR), n1 = std::min(p.n, (n_tiles * (tj + 1) / tn) * K::NR);
+    Elem* ap = abuf[t].data();
+    Elem* bp = bbuf[t].data();
+    float* w = wbuf[t].data();
+    for (int64_t jc = n0; jc < n1; jc += bl.nc) {
+      const int64_t nc = std::min(bl.nc, n1 - jc);
+      for (int64_t ic = m0; ic < m1; ic += bl.mc) {
+        const int64_t mc = std::min(bl.mc, m1 - ic);
+        std::memset(w, 0, sizeof(float) * static_cast<size_t>(mc * ldw));
+        for (int64_t pc = 0; pc < p.k; pc += bl.kc) {
+          const int64_t kc = std::min(bl.kc, p.k - pc);
+          K::pack_a(p, ic, mc, pc, kc, ap, ldap);
+          K::pack_b(p, jc, nc, pc, kc, bp);
+          for (int64_t jr = 0; jr < nc; jr += K::NR) {
+            const float* sb = p.sb + ((jc + jr) / 128) * p.ldsb + pc / 128;
+            const Elem* bpanel = bp + (jr / K::NR) * K::b_panel_elems(kc);
+            for (int64_t ir = 0; ir < mc; ir += K::MR) {
+              const int mr = static_cast<int>(std::min<int64_t>(K::MR, mc - ir));
+              K::ukernel(mr, kc, ap + ir * ldap, ldap, bpanel, p.sa + (ic + ir) * p.ldsa + pc / 128, p.ldsa, sb,
+                         w + ir * ldw + jr, ldw);
+            }
+          }
+        }
+        for (int64_t i = 0; i < mc; ++i) {
+          float* row = w + i * ldw;
+          if (p.c) {
+            const float* c = p.c + (ic + i) * p.ldc + jc;
+            for (int64_t j = 0; j < nc; ++j) row[j] += c[j];
+          }
+          if (p.d_bf16) {
+            ridge::convert(row, static_cast<ridge::bf16*>(p.d) + (ic + i) * p.ldd + jc, static_cast<size_t>(nc));
+          } else {
+            std::memcpy(static_cast<float*>(p.d) + (ic + i) * p.ldd + jc, row, sizeof(float) * static_cast<size_t>(nc));
+          }
+        }
+      }
+    }
+  }
+}

@@ -1,0 +1,121 @@
+// Quantization helpers with DeepGEMM's conventions: one scale per 1x128 (per token) or per 128x128
+// (per block) tile, scale = max(amax, 1e-4) / 448, values rounded to nearest even.
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "ridge/core/error.hpp"
+#include "ridge/core/threads.hpp"
+#include "ridge/gemm_fp8.hpp"
+
+namespace ridge::gemm {
+
+namespace {
+
+template <typename T>
+void check_view(const MatrixView<T>& v, const char* name, int64_t rows, int64_t cols) {
+  check(v.rows == rows && v.cols == cols, "{}: expected shape [{}, {}], got [{}, {}]", name, rows, cols, v.rows,
+        v.cols);
+  check(v.ld >= std::max<int64_t>(cols, 1), "{}: leading dimension {} is smaller than its {} columns", name, v.ld,
+        cols);
+  check(v.data != nullptr || rows * cols == 0, "{}: null data for a non-empty matrix", name);
+}
+
+// amax of a block; NaN propagates so a NaN input gives a NaN scale rather than a silent finite one.
+float block_amax(const MatrixView<const float>& x, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+  float amax = 0.0f;
+  bool nan = false;
+  for (int64_t r = r0; r < r1; ++r)
+    for (int64_t c = c0; c < c1; ++c) {
+      const float v = std::fabs(x(r, c));
+      nan |= std::isnan(v);
+      amax = std::max(amax, v);
+    }
+  return nan ? NAN : std::max(amax, kFp8AmaxFloor);
+}
+
+void quantize_rows(const MatrixView<const float>& x, const MatrixView<fp8_e4m3>& q, int64_t r0, int64_t r1,
+                   int64_t c0, int64_t c1, float amax, std::vector<float>& tmp) {
+  const float mul = 448.0f / amax;
+  tmp.resize(static_cast<size_t>(c1 - c0));
+  for (int64_t r = r0; r < r1; ++r) {
+    for (int64_t c = c0; c < c1; ++c) tmp[c - c0] = x(r, c) * mul;
+    convert(tmp.data(), &q(r, c0), tmp.size(), Saturation::finite);
+  }
+}
+
+}  // namespace
+
+void per_token_cast_to_fp8(MatrixView<const float> x, MatrixView<fp8_e4m3> q, MatrixView<float> scales) {
+  check(x.rows >= 0 && x.cols >= 1, "x: expected [m, k] with k >= 1, got [{}, {}]", x.rows, x.cols);
+  check_view(x, "x", x.rows, x.cols);
+  check_view(q, "q", x.rows, x.cols);
+  check_view(scales, "scales", x.rows, fp8_scale_blocks(x.cols));
+  const int64_t kb = fp8_scale_blocks(x.cols);
+#pragma omp parallel num_threads(get_num_threads())
+  {
+    std::vector<float> tmp;
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < x.rows; ++r)
+      for (int64_t b = 0; b < kb; ++b) {
+        const int64_t c0 = b * kFp8Block, c1 = std::min(x.cols, c0 + kFp8Block);
+        const float amax = block_amax(x, r, r + 1, c0, c1);
+        scales(r, b) = amax / 448.0f;
+        quantize_rows(x, q, r, r + 1, c0, c1, amax, tmp);
+      }
+  }
+}
+
+void per_block_cast_to_fp8(MatrixView<const float> x, MatrixView<fp8_e4m3> q, MatrixView<float> scales) {
+  check(x.rows >= 0 && x.cols >= 1, "x: expected [n, k] with k >= 1, got [{}, {}]", x.rows, x.cols);
+  check_view(x, "x", x.rows, x.cols);
+  check_view(q, "q", x.rows, x.cols);
+  check_view(scales, "scales", fp8_scale_blocks(x.rows), fp8_scale_blocks(x.cols));
+  const int64_t rb = fp8_scale_blocks(x.rows), kb = fp8_scale_blocks(x.cols);
+#pragma omp parallel num_threads(get_num_threads())
+  {
+    std::vector<float> tmp;
+#pragma omp for schedule(static) collapse(2)
+    for (int64_t br = 0; br < rb; ++br)
+      for (int64_t b = 0; b < kb; ++b) {
+        const int64_t r0 = br * kFp8Block, r1 = std::min(x.rows, r0 + kFp8Block);
+        const int64_t c0 = b * kFp8Block, c1 = std::min(x.cols, c0 + kFp8Block);
+        const float amax = block_amax(x, r0, r1, c0, c1);
+        scales(br, b) = amax / 448.0f;
+        quantize_rows(x, q, r0, r1, c0, c1, amax, tmp);
+      }
+  }
+}
+
+namespace {
+
+Fp8Matrix make_matrix(int64_t rows, int64_t cols, int64_t srows) {
+  Fp8Matrix out;
+  out.rows = rows;
+  out.cols = cols;
+  out.scale_rows = srows;
+  out.scale_cols = fp8_scale_blocks(cols);
+  out.values = Buffer<fp8_e4m3>(static_cast<size_t>(rows * cols), "gemm.fp8.values");
+  out.scales = Buffer<float>(static_cast<size_t>(srows * out.scale_cols), "gemm.fp8.scales");
+  return out;
+}
+
+}  // namespace
+
+Fp8Matrix per_token_cast_to_fp8(MatrixView<const float> x) {
+  check(x.rows >= 0 && x.cols >= 1, "x: expected [m, k] with k >= 1, got [{}, {}]", x.rows, x.cols);
+  Fp8Matrix out = make_matrix(x.rows, x.cols, x.rows);
+  per_token_cast_to_fp8(x, {out.values.data(), x.rows, x.cols, x.cols},
+                        {out.scales.data(), out.scale_rows, out.scale_cols, out.scale_cols});
+  return out;
+}
+
+Fp8Matrix per_block_cast_to_fp8(MatrixView<const float> x) {
+  check(x.rows >= 0 && x.cols >= 1, "x: expected [n, k] with k >= 1, got [{}, {}]", x.rows, x.cols);
+  Fp8Matrix out = make_matrix(x.rows, x.cols, fp8_scale_blocks(x.rows));
+  per_block_cast_to_fp8(x, {out.values.data(), x.rows, x.cols, x.cols},
+                        {out.scales.data(), out.scale_rows, out.scale_cols, out.scale_cols});
+  return out;
+}
+
+}  // namespace ridge::gemm

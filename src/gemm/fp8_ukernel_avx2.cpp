@@ -1,0 +1,103 @@
+// FP8 GEMM on AVX2 + FMA: fp8 widened to fp32 while packing (table lookup, exact), then
+// a 6x16 fp32 FMA micro-kernel with the two-level (per 128-wide K block) scaling: 12 partial-sum registers, the scaled totals in the L1-resident accumulator block.
+#include <immintrin.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "gemm/fp8_internal.hpp"
+#include "ridge/core/cpu.hpp"
+#include "ridge/core/format.hpp"
+#include "ridge/core/memory.hpp"
+#include "ridge/core/threads.hpp"
+
+namespace ridge::gemm::fp8 {
+namespace {
+
+using Problem = ::ridge::gemm::fp8::Problem;
+
+template <int MR>
+void ukernel_t(int64_t kc, const float* a, int64_t lda, const float* b, const float* sa, int64_t ldsa, const float* sb,
+               float* c, int64_t ldc) {
+  for (int64_t kb = 0, k0 = 0; k0 < kc; ++kb, k0 += 128) {
+    const int64_t k1 = k0 + 128 < kc ? k0 + 128 : kc;
+    __m256 s[MR][2];
+    for (int i = 0; i < MR; ++i) s[i][0] = s[i][1] = _mm256_setzero_ps();
+    for (int64_t kk = k0; kk < k1; ++kk) {
+      const __m256 b0 = _mm256_loadu_ps(b + kk * 16);
+      const __m256 b1 = _mm256_loadu_ps(b + kk * 16 + 8);
+      for (int i = 0; i < MR; ++i) {
+        const __m256 av = _mm256_broadcast_ss(a + i * lda + kk);
+        s[i][0] = _mm256_fmadd_ps(av, b0, s[i][0]);
+        s[i][1] = _mm256_fmadd_ps(av, b1, s[i][1]);
+      }
+    }
+    const float sbk = sb[kb];
+    for (int i = 0; i < MR; ++i) {
+      const __m256 sc = _mm256_set1_ps(sa[i * ldsa + kb] * sbk);
+      float* row = c + i * ldc;
+      _mm256_storeu_ps(row, _mm256_fmadd_ps(s[i][0], sc, _mm256_loadu_ps(row)));
+      _mm256_storeu_ps(row + 8, _mm256_fmadd_ps(s[i][1], sc, _mm256_loadu_ps(row + 8)));
+    }
+  }
+}
+
+struct Kern {
+  using Elem = float;
+  static constexpr int MR = 6, NR = 16;
+  static constexpr int64_t kPad = 8;
+
+  static int64_t b_panel_elems(int64_t kc) { return kc * 16; }
+
+  static void pack_a(const Problem& p, int64_t i0, int64_t mc, int64_t k0, int64_t kc, float* ap, int64_t ldap) {
+    const float* lut = e4m3_table();
+    for (int64_t i = 0; i < mc; ++i) {
+      const uint8_t* src = p.a + (i0 + i) * p.lda + k0;
+      float* dst = ap + i * ldap;
+      for (int64_t kk = 0; kk < kc; ++kk) dst[kk] = lut[src[kk]];
+      for (int64_t kk = kc; kk < ldap; ++kk) dst[kk] = 0.0f;
+    }
+  }
+
+  static void pack_b(const Problem& p, int64_t j0, int64_t nc, int64_t k0, int64_t kc, float* bp) {
+    const float* lut = e4m3_table();
+    for (int64_t jp = 0; jp < nc; jp += 16) {
+      float* panel = bp + (jp / 16) * b_panel_elems(kc);
+      for (int64_t r = 0; r < 16; ++r) {
+        const int64_t j = j0 + jp + r;
+        if (j >= p.n) {
+          for (int64_t kk = 0; kk < kc; ++kk) panel[kk * 16 + r] = 0.0f;
+        } else if (p.b_packed) {
+          const uint8_t* src = p.b_packed + (j / kPanelRows) * p.packed_pairs * kPanelPairBytes + (j % kPanelRows) * 2;
+          for (int64_t kk = 0; kk < kc; ++kk)
+            panel[kk * 16 + r] = lut[src[((k0 + kk) / 2) * kPanelPairBytes + ((k0 + kk) & 1)]];
+        } else {
+          const uint8_t* src = p.b + j * p.ldb + k0;
+          for (int64_t kk = 0; kk < kc; ++kk) panel[kk * 16 + r] = lut[src[kk]];
+        }
+      }
+    }
+  }
+
+  static void ukernel(int mr, int64_t kc, const float* a, int64_t lda, const float* b, const float* sa, int64_t ldsa,
+                      const float* sb, float* c, int64_t ldc) {
+    switch (mr) {
+      case 6: return ukernel_t<6>(kc, a, lda, b, sa, ldsa, sb, c, ldc);
+      case 5: return ukernel_t<5>(kc, a, lda, b, sa, ldsa, sb, c, ldc);
+      case 4: return ukernel_t<4>(kc, a, lda, b, sa, ldsa, sb, c, ldc);
+      case 3: return ukernel_t<3>(kc, a, lda, b, sa, ldsa, sb, c, ldc);
+      case 2: return ukernel_t<2>(kc, a, lda, b, sa, ldsa, sb, c, ldc);
+      default: return ukernel_t<1>(kc, a, lda, b, sa, ldsa, sb, c, ldc);
+    }
+  }
+};
+
+#include "gemm/fp8_driver.hpp"
+
+}  // namespace
+
+void run_avx2(const Problem& p) { run_panel<Kern>(p); }
+
+}  // namespace ridge::gemm::fp8

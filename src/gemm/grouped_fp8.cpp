@@ -1,0 +1,138 @@
+// M-grouped FP8 GEMMs for MoE layers (DeepGEMM's contiguous and masked layouts). Groups share n and
+// k, so each group (or each run of rows of one group) is an ordinary dense problem on its own B.
+#include <algorithm>
+#include <string>
+
+#include "gemm/fp8_internal.hpp"
+#include "ridge/core/error.hpp"
+#include "ridge/gemm_fp8.hpp"
+
+namespace ridge::gemm {
+
+namespace {
+
+template <typename T>
+void check_tensor3(const TensorView<T>& v, const char* name, int64_t d0, int64_t d1, int64_t d2) {
+  check(v.rank == 3, "{}: expected a rank-3 tensor [{}, {}, {}], got rank {}", name, d0, d1, d2, v.rank);
+  check(v.shape[0] == d0 && v.shape[1] == d1 && v.shape[2] == d2, "{}: expected shape [{}, {}, {}], got [{}, {}, {}]",
+        name, d0, d1, d2, v.shape[0], v.shape[1], v.shape[2]);
+  check(v.stride[2] == 1, "{}: the last dimension must be contiguous (stride 1), got stride {}", name, v.stride[2]);
+  check(v.stride[1] >= std::max<int64_t>(d2, 1), "{}: row stride {} is smaller than the {} columns", name,
+        v.stride[1], d2);
+  check(v.stride[0] >= std::max<int64_t>(d1, 1) * v.stride[1] || d0 <= 1,
+        "{}: group stride {} makes groups overlap (need >= {})", name, v.stride[0], d1 * v.stride[1]);
+  check(v.data != nullptr || d0 * d1 * d2 == 0, "{}: null data for a non-empty tensor", name);
+}
+
+template <typename T>
+void check_matrix(const MatrixView<T>& v, const char* name, int64_t rows, int64_t cols) {
+  check(v.rows == rows && v.cols == cols, "{}: expected shape [{}, {}], got [{}, {}]", name, rows, cols, v.rows,
+        v.cols);
+  check(v.ld >= std::max<int64_t>(cols, 1), "{}: leading dimension {} is smaller than its {} columns", name, v.ld,
+        cols);
+  check(v.data != nullptr || rows * cols == 0, "{}: null data for a non-empty matrix", name);
+}
+
+fp8::Problem group_problem(int64_t n, int64_t k, const TensorView<const fp8_e4m3>& b,
+                           const TensorView<const float>& sb, int64_t g) {
+  fp8::Problem p;
+  p.n = n;
+  p.k = k;
+  p.b = reinterpret_cast<const uint8_t*>(b.data + g * b.stride[0]);
+  p.ldb = b.stride[1];
+  p.sb = sb.data + g * sb.stride[0];
+  p.ldsb = sb.stride[1];
+  return p;
+}
+
+}  // namespace
+
+void m_grouped_fp8_gemm_nt_contiguous(MatrixView<const fp8_e4m3> a, MatrixView<const float> sa,
+                                      TensorView<const fp8_e4m3> b, TensorView<const float> sb, MatrixView<bf16> d,
+                                      std::span<const int32_t> m_indices) {
+  check(b.rank == 3, "b: expected a rank-3 tensor [groups, n, k], got rank {}", b.rank);
+  const int64_t groups = b.shape[0], n = b.shape[1], k = a.cols, m_sum = a.rows;
+  check(groups >= 1, "b: expected at least one group, got {}", groups);
+  check(k >= 1 && n >= 0 && m_sum >= 0, "a, b: bad dimensions m_sum={}, n={}, k={}", m_sum, n, k);
+  check_matrix(a, "a", m_sum, k);
+  check_matrix(sa, "a_scales", m_sum, fp8_scale_blocks(k));
+  check_tensor3(b, "b", groups, n, k);
+  check_tensor3(sb, "b_scales", groups, fp8_scale_blocks(n), fp8_scale_blocks(k));
+  check_matrix(d, "d", m_sum, n);
+  check(static_cast<int64_t>(m_indices.size()) == m_sum, "m_indices: expected {} entries (rows of a), got {}", m_sum,
+        m_indices.size());
+  check(m_indices.empty() || m_indices.data() != nullptr, "m_indices: null data");
+  const int64_t align = m_alignment_for_contiguous_layout();
+  check(m_sum % align == 0, "a: m_sum={} is not a multiple of the contiguous-layout alignment {}", m_sum, align);
+  for (int64_t r = 0; r < m_sum; ++r) {
+    const int32_t g = m_indices[r];
+    check(g >= -1 && g < groups, "m_indices[{}] = {}: expected a group in [0, {}) or -1 for padding", r, g, groups);
+  }
+  for (int64_t r0 = 0; r0 < m_sum; r0 += align) {
+    int32_t seen = -1;
+    for (int64_t r = r0; r < r0 + align; ++r) {
+      const int32_t g = m_indices[r];
+      if (g < 0) continue;
+      check(seen < 0 || g == seen,
+            "m_indices: rows {}..{} (one aligned block of {}) mix groups {} and {}; each group's segment must be "
+            "padded with -1 to a multiple of m_alignment_for_contiguous_layout()",
+            r0, r0 + align - 1, align, seen, g);
+      seen = g;
+    }
+  }
+  for (int64_t r = 0; r < m_sum;) {
+    const int32_t g = m_indices[r];
+    int64_t e = r + 1;
+    while (e < m_sum && m_indices[e] == g) ++e;
+    if (g >= 0) {
+      fp8::Problem p = group_problem(n, k, b, sb, g);
+      p.m = e - r;
+      p.a = reinterpret_cast<const uint8_t*>(a.data + r * a.ld);
+      p.lda = a.ld;
+      p.sa = sa.data + r * sa.ld;
+      p.ldsa = sa.ld;
+      p.d = d.data + r * d.ld;
+      p.ldd = d.ld;
+      p.d_bf16 = true;
+      fp8::run(p);
+    }
+    r = e;
+  }
+}
+
+void m_grouped_fp8_gemm_nt_masked(TensorView<const fp8_e4m3> a, TensorView<const float> sa,
+                                  TensorView<const fp8_e4m3> b, TensorView<const float> sb, TensorView<bf16> d,
+                                  std::span<const int32_t> masked_m, int64_t expected_m) {
+  check(a.rank == 3 && b.rank == 3, "a, b: expected rank-3 tensors [groups, m_max, k] and [groups, n, k]");
+  const int64_t groups = a.shape[0], m_max = a.shape[1], k = a.shape[2], n = b.shape[1];
+  check(groups >= 1 && m_max >= 0 && k >= 1 && n >= 0, "a, b: bad dimensions groups={}, m_max={}, n={}, k={}", groups,
+        m_max, n, k);
+  check_tensor3(a, "a", groups, m_max, k);
+  check_tensor3(sa, "a_scales", groups, m_max, fp8_scale_blocks(k));
+  check_tensor3(b, "b", groups, n, k);
+  check_tensor3(sb, "b_scales", groups, fp8_scale_blocks(n), fp8_scale_blocks(k));
+  check_tensor3(d, "d", groups, m_max, n);
+  check(static_cast<int64_t>(masked_m.size()) == groups, "masked_m: expected {} entries (one per group), got {}",
+        groups, masked_m.size());
+  check(masked_m.empty() || masked_m.data() != nullptr, "masked_m: null data");
+  for (int64_t g = 0; g < groups; ++g)
+    check(masked_m[g] >= 0 && masked_m[g] <= m_max, "masked_m[{}] = {}: expected 0 <= masked_m <= m_max = {}", g,
+          masked_m[g], m_max);
+  check(expected_m >= 0, "expected_m: must be >= 0, got {}", expected_m);
+  for (int64_t g = 0; g < groups; ++g) {
+    if (masked_m[g] == 0) continue;
+    fp8::Problem p = group_problem(n, k, b, sb, g);
+    p.m = masked_m[g];
+    p.a = reinterpret_cast<const uint8_t*>(a.data + g * a.stride[0]);
+    p.lda = a.stride[1];
+    p.sa = sa.data + g * sa.stride[0];
+    p.ldsa = sa.stride[1];
+    p.d = d.data + g * d.stride[0];
+    p.ldd = d.stride[1];
+    p.d_bf16 = true;
+    p.expected_m = expected_m;
+    fp8::run(p);
+  }
+}
+
+}  // namespace ridge::gemm

@@ -1,0 +1,430 @@
+// FP8 GEMM with DeepGEMM semantics: every ISA path against the scalar reference and an fp64
+// product of the dequantized operands, DeepGEMM's calc_diff against the unquantized product,
+// packed weights, grouped layouts (padding rows untouched), quantization helpers, bad input.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "ridge/core.hpp"
+#include "ridge/gemm.hpp"
+#include "ridge/gemm_fp8.hpp"
+
+namespace {
+
+using ridge::bf16;
+using ridge::fp8_e4m3;
+using ridge::MatrixView;
+using ridge::TensorView;
+namespace cpu = ridge::cpu;
+namespace gemm = ridge::gemm;
+
+bool small() {
+  const char* s = std::getenv("RIDGE_TEST_SMALL");
+  return s && std::string(s) == "1";
+}
+
+std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = dist(rng);
+  return v;
+}
+
+// DeepGEMM's similarity metric: 0 for identical tensors, ~1 for unrelated ones.
+double calc_diff(const std::vector<double>& x, const std::vector<double>& y) {
+  double xy = 0, xx_yy = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    xy += x[i] * y[i];
+    xx_yy += x[i] * x[i] + y[i] * y[i];
+  }
+  return 1.0 - 2.0 * xy / xx_yy;
+}
+
+// A quantized operand pair plus everything the checks need.
+struct Operands {
+  int64_t m, n, k;
+  std::vector<float> af, bf;  // unquantized
+  gemm::Fp8Matrix a, b;       // per-token A, per-block B
+  Operands(int64_t m_, int64_t n_, int64_t k_, uint32_t seed) : m(m_), n(n_), k(k_) {
+    af = randn(static_cast<size_t>(m * k), seed);
+    bf = randn(static_cast<size_t>(n * k), seed + 1);
+    a = gemm::per_token_cast_to_fp8(MatrixView<const float>{af.data(), m, k, k});
+    b = gemm::per_block_cast_to_fp8(MatrixView<const float>{bf.data(), n, k, k});
+  }
+  double adq(int64_t i, int64_t kk) const {
+    return double(ridge::to_float(a.values[i * k + kk])) * a.scales[i * a.scale_cols + kk / 128];
+  }
+  double bdq(int64_t j, int64_t kk) const {
+    return double(ridge::to_float(b.values[j * k + kk])) * b.scales[(j / 128) * b.scale_cols + kk / 128];
+  }
+  // fp64 product of the dequantized operands, and sum of |terms| for the rounding bound.
+  void exact(std::vector<double>& out, std::vector<double>& abssum) const {
+    out.assign(static_cast<size_t>(m * n), 0.0);
+    abssum.assign(static_cast<size_t>(m * n), 0.0);
+    std::vector<double> ad(static_cast<size_t>(m * k)), bd(static_cast<size_t>(n * k));
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t kk = 0; kk < k; ++kk) ad[i * k + kk] = adq(i, kk);
+    for (int64_t j = 0; j < n; ++j)
+      for (int64_t kk = 0; kk < k; ++kk) bd[j * k + kk] = bdq(j, kk);
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        double s = 0, sa = 0;
+        for (int64_t kk = 0; kk < k; ++kk) {
+          const double t = ad[i * k + kk] * bd[j * k + kk];
+          s += t;
+          sa += std::fabs(t);
+        }
+        out[i * n + j] = s;
+        abssum[i * n + j] = sa;
+      }
+  }
+  // fp32 rounding bound for a 128-term exact-product block sum plus the block promotion chain.
+  double tol_factor() const { return (128.0 + double((k + 127) / 128) + 4.0) * std::ldexp(1.0, -24); }
+};
+
+std::vector<cpu::Isa> isas() { return cpu::supported_isas(); }
+
+struct Shape {
+  int64_t m, n, k;
+};
+
+std::vector<Shape> shapes() {
+  std::vector<Shape> s = {{1, 1, 1},    {1, 7, 17},   {7, 1, 3},      {7, 33, 130},   {17, 7, 129},
+                          {6, 32, 128}, {13, 37, 257}, {29, 61, 576}, {3, 300, 100}, {1, 129, 1000}};
+  if (!small()) {
+    s.push_back({129, 127, 576});
+    s.push_back({64, 2112, 256});
+    s.push_back({70, 96, 1153});
+    s.push_back({16, 515, 700});
+  }
+  return s;
+}
+
+TEST(Fp8Gemm, EveryIsaMatchesReferenceAndExactProduct) {
+  uint32_t seed = 1;
+  for (const auto& sh : shapes()) {
+    Operands op(sh.m, sh.n, sh.k, seed++);
+    std::vector<double> ex, abssum;
+    op.exact(ex, abssum);
+    std::vector<float> ref(static_cast<size_t>(sh.m * sh.n));
+    gemm::fp8_gemm_nt_reference(op.a.view(), op.a.scale_view(), op.b.view(), op.b.scale_view(),
+                                MatrixView<float>{ref.data(), sh.m, sh.n, sh.n});
+    const double tf = op.tol_factor();
+    for (size_t i = 0; i < ref.size(); ++i)
+      ASSERT_NEAR(ref[i], ex[i], tf * abssum[i] + 1e-30) << "reference m=" << sh.m << " n=" << sh.n << " k=" << sh.k;
+    for (auto isa : isas()) {
+      cpu::ScopedIsa guard(isa);
+      std::vector<float> d(static_cast<size_t>(sh.m * sh.n), NAN);
+      gemm::fp8_gemm_nt(op.a.view(), op.a.scale_view(), op.b.view(), op.b.scale_view(),
+                        MatrixView<float>{d.data(), sh.m, sh.n, sh.n});
+      std::vector<bf16> db(static_cast<size_t>(sh.m * sh.n));
+      gemm::fp8_gemm_nt(op.a.view(), op.a.scale_view(), op.b.view(), op.b.scale_view(),
+                        MatrixView<bf16>{db.data(), sh.m, sh.n, sh.n});
+      for (size_t i = 0; i < d.size(); ++i) {
+        const double t = tf * abssum[i] + 1e-30;
+        ASSERT_NEAR(d[i], ex[i], t) << cpu::isa_name(isa) << " m=" << sh.m << " n=" << sh.n << " k=" << sh.k
+                                    << " at " << i;
+        ASSERT_NEAR(d[i], ref[i], 2 * t) << cpu::isa_name(isa);
+        // bf16 output: one rounding of the fp32 result.
+        ASSERT_NEAR(ridge::to_float(db[i]), ex[i], std::fabs(ex[i]) * std::ldexp(1.0, -8) + t)
+            << cpu::isa_name(isa) << " bf16 out";
+      }
+    }
+  }
+}
+
+// Every e4m3 code (subnormals included) must widen exactly: D[0, j] = A[0, j] through an identity B.
+TEST(Fp8Gemm, WideningIsExactForEveryCode) {
+  const int64_t k = 256, n = 256;
+  std::vector<fp8_e4m3> a(k), b(static_cast<size_t>(n * k), fp8_e4m3{0});
+  for (int64_t i = 0; i < k; ++i) a[i] = fp8_e4m3{static_cast<uint8_t>((i & 0x7F) == 0x7F ? 0 : i)};
+  for (int64_t j = 0; j < n; ++j) b[j * k + j] = ridge::to_fp8_e4m3(1.0f);
+  std::vector<float> sa(2, 1.0f), sb(4, 1.0f);
+  for (auto isa : isas()) {
+    cpu::ScopedIsa guard(isa);
+    std::vector<float> d(n, NAN);
+    gemm::fp8_gemm_nt(MatrixView<const fp8_e4m3>{a.data(), 1, k, k}, MatrixView<const float>{sa.data(), 1, 2, 2},
+                      MatrixView<const fp8_e4m3>{b.data(), n, k, k}, MatrixView<const float>{sb.data(), 2, 2, 2},
+                      MatrixView<float>{d.data(), 1, n, n});
+    for (int64_t j = 0; j < n; ++j) ASSERT_EQ(d[j], ridge::to_float(a[j])) << cpu::isa_name(isa) << " code " << j;
+  }
+}
+
+TEST(Fp8Gemm, CalcDiffAgainstUnquantizedProduct) {
+  const std::vector<Shape> s = small() ? std::vector<Shape>{{16, 64, 576}, {1, 130, 512}}
+                                       : std::vector<Shape>{{64, 256, 1024}, {129, 300, 576}, {4, 2112, 512}};
+  uint32_t seed = 100;
+  for (const auto& sh : s) {
+    Operands op(sh.m, sh.n, sh.k, seed++);
+    std::vector<double> truth(static_cast<size_t>(sh.m * sh.n));
+    for (int64_t i = 0; i < sh.m; ++i)
+      for (int64_t j = 0; j < sh.n; ++j) {
+        double acc = 0;
+        for (int64_t kk = 0; kk < sh.k; ++kk) acc += double(op.af[i * sh.k + kk]) * op.bf[j * sh.k + kk];
+        truth[i * sh.n + j] = acc;
+      }
+    for (auto isa : isas()) {
+      cpu::ScopedIsa guard(isa);
+      std::vector<bf16> d(static_cast<size_t>(sh.m * sh.n));
+      gemm::fp8_gemm_nt(op.a.view(), op.a.scale_view(), op.b.view(), op.b.scale_view(),
+                        MatrixView<bf16>{d.data(), sh.m, sh.n, sh.n});
+      std::vector<double> got(d.size());
+      for (size_t i = 0; i < d.size(); ++i) got[i] = ridge::to_float(d[i]);
+      const double diff = calc_diff(got, truth);
+      EXPECT_LT(diff, 1e-3) << cpu::isa_name(isa) << " m=" << sh.m << " n=" << sh.n << " k=" << sh.k;
+      EXPECT_GE(diff, 0.0);
+    }
+  }
+}
+
+TEST(Fp8Gemm, AccumulateStridesAndPackedWeights) {
+  const int64_t m = 19, n = 70, k = 300, lda = 310, ldd = 75;
+  Operands op(m, n, k, 7);
+  // A copy of A with a wider row stride, and a strided D.
+  std::vector<fp8_e4m3> as(static_cast<size_t>(m * lda), fp8_e4m3{0x7F});
+  for (int64_t i = 0; i < m; ++i) std::memcpy(&as[i * lda], &op.a.values[i * k], k);
+  const auto c = randn(static_cast<size_t>(m * ldd), 9);
+  std::vector<float> ref(static_cast<size_t>(m * n));
+  gemm::fp8_gemm_nt_reference(op.a.view(), op.a.scale_view(), op.b.view(), op.b.scale_view(),
+                              MatrixView<float>{ref.data(), m, n, n});
+  const auto packed = gemm::PackedFp8B::pack(op.b.view(), op.b.scale_view());
+  EXPECT_EQ(packed.n(), n);
+  EXPECT_EQ(packed.k(), k);
+  EXPECT_LE(packed.bytes(), size_t((n + 31) / 32 * 32) * size_t(k + 1));  // still one byte per element
+  for (auto isa : isas()) {
+    cpu::ScopedIsa guard(isa);
+    std::vector<float> d(static_cast<size_t>(m * ldd), -7.0f);
+    gemm::fp8_gemm_nt(MatrixView<const fp8_e4m3>{as.data(), m, k, lda}, op.a.scale_view(), op.b.view(),
+                      op.b.scale_view(), MatrixView<float>{d.data(), m, n, ldd},
+                      MatrixView<const float>{c.data(), m, n, ldd});
+    std::vector<float> dp(static_cast<size_t>(m * n));
+    gemm::fp8_gemm_nt(op.a.view(), op.a.scale_view(), packed, MatrixView<float>{dp.data(), m, n, n});
+    // In-place accumulate: C aliases D.
+    std::vector<float> acc(c);
+    gemm::fp8_gemm_nt(op.a.view(), op.a.scale_view(), packed, MatrixView<float>{acc.data(), m, n, ldd},
+                      MatrixView<const float>{acc.data(), m, n, ldd});
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j) {
+        const float r = ref[i * n + j];
+        const double tol = 1e-5 * (std::fabs(r) + 1.0);
+        ASSERT_NEAR(d[i * ldd + j], r + c[i * ldd + j], tol) << cpu::isa_name(isa);
+        ASSERT_NEAR(dp[i * n + j], r, tol) << cpu::isa_name(isa) << " packed";
+        ASSERT_NEAR(acc[i * ldd + j], r + c[i * ldd + j], tol) << cpu::isa_name(isa) << " in place";
+      }
+      for (int64_t j = n; j < ldd; ++j) ASSERT_EQ(d[i * ldd + j], -7.0f) << "wrote past n";
+    }
+  }
+}
+
+TEST(Fp8Grouped, ContiguousLayoutGroupByGroup) {
+  const int64_t G = 3, n = 130, k = 260, align = gemm::m_alignment_for_contiguous_layout();
+  const std::vector<int64_t> rows = {align + 5, 0, 2 * align - 3};  // group 1 empty
+  std::vector<int32_t> idx;
+  for (int64_t g = 0; g < G; ++g) {
+    const int64_t padded = (rows[g] + align - 1) / align * align;
+    for (int64_t r = 0; r < padded; ++r) idx.push_back(r < rows[g] ? int32_t(g) : -1);
+  }
+  idx.insert(idx.end(), align, -1);  // a block of pure padding
+  const int64_t m_sum = static_cast<int64_t>(idx.size());
+  Operands a(m_sum, 1, k, 21);
+  std::vector<Operands> bs;
+  for (int64_t g = 0; g < G; ++g) bs.emplace_back(1, n, k, 30 + g);
+  const int64_t nb = gemm::fp8_scale_blocks(n), kb = gemm::fp8_scale_blocks(k);
+  std::vector<fp8_e4m3> b(static_cast<size_t>(G * n * k));
+  std::vector<float> sb(static_cast<size_t>(G * nb * kb));
+  for (int64_t g = 0; g < G; ++g) {
+    std::memcpy(&b[g * n * k], bs[g].b.values.data(), n * k);
+    std::memcpy(&sb[g * nb * kb], bs[g].b.scales.data(), sizeof(float) * nb * kb);
+  }
+  auto bt = TensorView<const fp8_e4m3>::contiguous(b.data(), {G, n, k});
+  auto sbt = TensorView<const float>::contiguous(sb.data(), {G, nb, kb});
+  const bf16 sentinel = ridge::to_bf16(12345.0f);
+  for (auto isa : isas()) {
+    cpu::ScopedIsa guard(isa);
+    std::vector<bf16> d(static_cast<size_t>(m_sum * n), sentinel);
+    gemm::m_grouped_fp8_gemm_nt_contiguous(a.a.view(), a.a.scale_view(), bt, sbt,
+                                           MatrixView<bf16>{d.data(), m_sum, n, n}, idx);
+    for (int64_t r = 0; r < m_sum; ++r) {
+      const int32_t g = idx[r];
+      if (g < 0) {
+        for (int64_t j = 0; j < n; ++j) ASSERT_EQ(d[r * n + j].bits, sentinel.bits) << "padding row " << r;
+        continue;
+      }
+      std::vector<float> ref(n);
+      gemm::fp8_gemm_nt_reference(MatrixView<const fp8_e4m3>{&a.a.values[r * k], 1, k, k},
+                                  MatrixView<const float>{&a.a.scales[r * kb], 1, kb, kb}, bs[g].b.view(),
+                                  bs[g].b.scale_view(), MatrixView<float>{ref.data(), 1, n, n});
+      for (int64_t j = 0; j < n; ++j)
+        ASSERT_NEAR(ridge::to_float(d[r * n + j]), ref[j], std::fabs(ref[j]) * 0.0079 + 1e-4)
+            << cpu::isa_name(isa) << " row " << r << " group " << g;
+    }
+  }
+}
+
+TEST(Fp8Grouped, MaskedLayoutLeavesRowsPastTheMaskUntouched) {
+  const int64_t G = 3, m_max = small() ? 9 : 20, n = 70, k = 200;
+  const std::vector<int32_t> masked = {0, 7, static_cast<int32_t>(m_max)};
+  const int64_t kb = gemm::fp8_scale_blocks(k), nb = gemm::fp8_scale_blocks(n);
+  Operands a(G * m_max, 1, k, 41);
+  std::vector<Operands> bs;
+  for (int64_t g = 0; g < G; ++g) bs.emplace_back(1, n, k, 50 + g);
+  std::vector<fp8_e4m3> b(static_cast<size_t>(G * n * k));
+  std::vector<float> sb(static_cast<size_t>(G * nb * kb));
+  for (int64_t g = 0; g < G; ++g) {
+    std::memcpy(&b[g * n * k], bs[g].b.values.data(), n * k);
+    std::memcpy(&sb[g * nb * kb], bs[g].b.scales.data(), sizeof(float) * nb * kb);
+  }
+  const bf16 sentinel = ridge::to_bf16(-999.0f);
+  for (auto isa : isas()) {
+    cpu::ScopedIsa guard(isa);
+    std::vector<bf16> d(static_cast<size_t>(G * m_max * n), sentinel);
+    gemm::m_grouped_fp8_gemm_nt_masked(TensorView<const fp8_e4m3>::contiguous(a.a.values.data(), {G, m_max, k}),
+                                       TensorView<const float>::contiguous(a.a.scales.data(), {G, m_max, kb}),
+                                       TensorView<const fp8_e4m3>::contiguous(b.data(), {G, n, k}),
+                                       TensorView<const float>::contiguous(sb.data(), {G, nb, kb}),
+                                       TensorView<bf16>::contiguous(d.data(), {G, m_max, n}), masked, 8);
+    for (int64_t g = 0; g < G; ++g)
+      for (int64_t r = 0; r < m_max; ++r) {
+        const int64_t row = g * m_max + r;
+        if (r >= masked[g]) {
+          for (int64_t j = 0; j < n; ++j) ASSERT_EQ(d[row * n + j].bits, sentinel.bits) << "masked row";
+          continue;
+        }
+        std::vector<float> ref(n);
+        gemm::fp8_gemm_nt_reference(MatrixView<const fp8_e4m3>{&a.a.values[row * k], 1, k, k},
+                                    MatrixView<const float>{&a.a.scales[row * kb], 1, kb, kb}, bs[g].b.view(),
+                                    bs[g].b.scale_view(), MatrixView<float>{ref.data(), 1, n, n});
+        for (int64_t j = 0; j < n; ++j)
+          ASSERT_NEAR(ridge::to_float(d[row * n + j]), ref[j], std::fabs(ref[j]) * 0.0079 + 1e-4)
+              << cpu::isa_name(isa) << " group " << g << " row " << r;
+      }
+  }
+}
+
+TEST(Fp8Quant, PerTokenScalesRoundingAndTails) {
+  const int64_t m = 5, k = 300;  // last block 44 wide
+  auto x = randn(static_cast<size_t>(m * k), 3, 2.0f);
+  for (int64_t kk = 128; kk < 256; ++kk) x[2 * k + kk] = 0.0f;  // an all-zero block: floored amax
+  x[1 * k + 7] = 1000.0f;                                       // an outlier only its own block sees
+  auto q = gemm::per_token_cast_to_fp8(MatrixView<const float>{x.data(), m, k, k});
+  ASSERT_EQ(q.scale_cols, 3);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t b = 0; b < 3; ++b) {
+      float amax = 0;
+      for (int64_t kk = b * 128; kk < std::min<int64_t>(k, b * 128 + 128); ++kk) amax = std::max(amax, std::fabs(x[i * k + kk]));
+      amax = std::max(amax, gemm::kFp8AmaxFloor);
+      ASSERT_FLOAT_EQ(q.scales[i * 3 + b], amax / 448.0f);
+      for (int64_t kk = b * 128; kk < std::min<int64_t>(k, b * 128 + 128); ++kk) {
+        const auto want = ridge::to_fp8_e4m3(x[i * k + kk] * (448.0f / amax), ridge::Saturation::finite);
+        ASSERT_EQ(q.values[i * k + kk].bits, want.bits) << i << "," << kk;
+      }
+    }
+  // The block maximum maps to +-448 exactly.
+  EXPECT_EQ(ridge::to_float(q.values[1 * k + 7]), 448.0f);
+  EXPECT_FLOAT_EQ(q.scales[2 * 3 + 1], gemm::kFp8AmaxFloor / 448.0f);
+  EXPECT_EQ(ridge::to_float(q.values[2 * k + 200]), 0.0f);
+}
+
+TEST(Fp8Quant, PerBlockScalesAndTails) {
+  const int64_t n = 130, k = 200;
+  auto x = randn(static_cast<size_t>(n * k), 4);
+  auto q = gemm::per_block_cast_to_fp8(MatrixView<const float>{x.data(), n, k, k});
+  ASSERT_EQ(q.scale_rows, 2);
+  ASSERT_EQ(q.scale_cols, 2);
+  for (int64_t br = 0; br < 2; ++br)
+    for (int64_t bc = 0; bc < 2; ++bc) {
+      float amax = 0;
+      for (int64_t r = br * 128; r < std::min<int64_t>(n, br * 128 + 128); ++r)
+        for (int64_t c = bc * 128; c < std::min<int64_t>(k, bc * 128 + 128); ++c) amax = std::max(amax, std::fabs(x[r * k + c]));
+      ASSERT_FLOAT_EQ(q.scales[br * 2 + bc], amax / 448.0f);
+      for (int64_t r = br * 128; r < std::min<int64_t>(n, br * 128 + 128); ++r)
+        for (int64_t c = bc * 128; c < std::min<int64_t>(k, bc * 128 + 128); ++c)
+          ASSERT_EQ(q.values[r * k + c].bits, ridge::to_fp8_e4m3(x[r * k + c] * (448.0f / amax), ridge::Saturation::finite).bits);
+    }
+  // Dequantized values are within half an e4m3 ulp (2^-4 relative) of the originals.
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t c = 0; c < k; ++c) {
+      const double v = ridge::to_float(q.values[r * k + c]) * double(q.scales[(r / 128) * 2 + c / 128]);
+      ASSERT_NEAR(v, x[r * k + c], std::fabs(x[r * k + c]) * 0.0625 + q.scales[(r / 128) * 2 + c / 128] * 0.002);
+    }
+}
+
+TEST(Fp8Errors, BadShapesStridesScalesAndGroups) {
+  const int64_t m = 4, n = 8, k = 130;
+  std::vector<fp8_e4m3> a(m * k), b(n * k);
+  std::vector<float> sa(m * 2, 1.f), sb(1 * 2, 1.f), df(m * n);
+  std::vector<bf16> d(m * n);
+  MatrixView<const fp8_e4m3> av{a.data(), m, k, k}, bv{b.data(), n, k, k};
+  MatrixView<const float> sav{sa.data(), m, 2, 2}, sbv{sb.data(), 1, 2, 2};
+  MatrixView<bf16> dv{d.data(), m, n, n};
+  EXPECT_NO_THROW(gemm::fp8_gemm_nt(av, sav, bv, sbv, dv));
+  EXPECT_THROW(gemm::fp8_gemm_nt(av, MatrixView<const float>{sa.data(), m, 1, 1}, bv, sbv, dv), ridge::Error);
+  EXPECT_THROW(gemm::fp8_gemm_nt(av, sav, bv, MatrixView<const float>{sb.data(), 1, 1, 1}, dv), ridge::Error);
+  EXPECT_THROW(gemm::fp8_gemm_nt(av, sav, MatrixView<const fp8_e4m3>{b.data(), n, k - 1, k}, sbv, dv), ridge::Error);
+  EXPECT_THROW(gemm::fp8_gemm_nt(MatrixView<const fp8_e4m3>{a.data(), m, k, k - 1}, sav, bv, sbv, dv), ridge::Error);
+  EXPECT_THROW(gemm::fp8_gemm_nt(av, sav, bv, sbv, MatrixView<bf16>{d.data(), m, n - 1, n}), ridge::Error);
+  EXPECT_THROW(gemm::fp8_gemm_nt(av, sav, bv, sbv, MatrixView<bf16>{nullptr, m, n, n}), ridge::Error);
+  EXPECT_THROW(gemm::fp8_gemm_nt(MatrixView<const fp8_e4m3>{a.data(), m, 0, 1}, MatrixView<const float>{sa.data(), m, 0, 1},
+                                 MatrixView<const fp8_e4m3>{b.data(), n, 0, 1}, MatrixView<const float>{sb.data(), 1, 0, 1}, dv),
+               ridge::Error);
+  // d overlapping an input
+  std::vector<float> big(m * k);
+  EXPECT_THROW(gemm::fp8_gemm_nt(av, MatrixView<const float>{big.data(), m, 2, 2}, bv, sbv,
+                                 MatrixView<float>{big.data(), m, n, n}),
+               ridge::Error);
+  // contiguous: bad group index, misaligned m_sum, mixed groups in one aligned block
+  const int64_t align = gemm::m_alignment_for_contiguous_layout();
+  std::vector<fp8_e4m3> ag(align * k);
+  std::vector<float> sag(align * 2, 1.f), sbg(2 * 1 * 2, 1.f);
+  std::vector<fp8_e4m3> bg(2 * n * k);
+  std::vector<bf16> dg(align * n);
+  auto bt = TensorView<const fp8_e4m3>::contiguous(bg.data(), {2, n, k});
+  auto sbt = TensorView<const float>::contiguous(sbg.data(), {2, 1, 2});
+  MatrixView<const fp8_e4m3> agv{ag.data(), align, k, k};
+  MatrixView<const float> sagv{sag.data(), align, 2, 2};
+  MatrixView<bf16> dgv{dg.data(), align, n, n};
+  std::vector<int32_t> idx(align, 0);
+  EXPECT_NO_THROW(gemm::m_grouped_fp8_gemm_nt_contiguous(agv, sagv, bt, sbt, dgv, idx));
+  idx[3] = 2;
+  EXPECT_THROW(gemm::m_grouped_fp8_gemm_nt_contiguous(agv, sagv, bt, sbt, dgv, idx), ridge::Error);
+  idx[3] = -2;
+  EXPECT_THROW(gemm::m_grouped_fp8_gemm_nt_contiguous(agv, sagv, bt, sbt, dgv, idx), ridge::Error);
+  idx[3] = 1;
+  EXPECT_THROW(gemm::m_grouped_fp8_gemm_nt_contiguous(agv, sagv, bt, sbt, dgv, idx), ridge::Error);
+  idx[3] = 0;
+  EXPECT_THROW(gemm::m_grouped_fp8_gemm_nt_contiguous(agv, sagv, bt, sbt, dgv, std::span<const int32_t>(idx).first(5)),
+               ridge::Error);
+  EXPECT_THROW(gemm::m_grouped_fp8_gemm_nt_contiguous(
+                   MatrixView<const fp8_e4m3>{ag.data(), 5, k, k}, MatrixView<const float>{sag.data(), 5, 2, 2}, bt, sbt,
+                   MatrixView<bf16>{dg.data(), 5, n, n}, std::span<const int32_t>(idx).first(5)),
+               ridge::Error);
+  // masked: masked_m out of range, wrong count
+  auto at = TensorView<const fp8_e4m3>::contiguous(ag.data(), {2, 4, k});
+  auto sat = TensorView<const float>::contiguous(sag.data(), {2, 4, 2});
+  auto dt = TensorView<bf16>::contiguous(dg.data(), {2, 4, n});
+  std::vector<int32_t> mm = {4, 0};
+  EXPECT_NO_THROW(gemm::m_grouped_fp8_gemm_nt_masked(at, sat, bt, sbt, dt, mm, 4));
+  mm = {5, 0};
+  EXPECT_THROW(gemm::m_grouped_fp8_gemm_nt_masked(at, sat, bt, sbt, dt, mm, 4), ridge::Error);
+  mm = {-1, 0};
+  EXPECT_THROW(gemm::m_grouped_fp8_gemm_nt_masked(at, sat, bt, sbt, dt, mm, 4), ridge::Error);
+  mm = {1};
+  EXPECT_THROW(gemm::m_grouped_fp8_gemm_nt_masked(at, sat, bt, sbt, dt, mm, 4), ridge::Error);
+  mm = {1, 1};
+  EXPECT_THROW(gemm::m_grouped_fp8_gemm_nt_masked(at, sat, bt, sbt, dt, mm, -1), ridge::Error);
+  // quantization: scale shape mismatch
+  std::vector<float> x(m * k);
+  std::vector<fp8_e4m3> q(m * k);
+  EXPECT_THROW(gemm::per_token_cast_to_fp8(MatrixView<const float>{x.data(), m, k, k}, MatrixView<fp8_e4m3>{q.data(), m, k, k},
+                                           MatrixView<float>{sa.data(), m, 1, 1}),
+               ridge::Error);
+  EXPECT_THROW(gemm::PackedFp8B().impl(), ridge::Error);
+}
+
+}  // namespace
