@@ -325,7 +325,11 @@ void run_rect(const Problem& p, const KernelInfo& ki, const Blocking& bk, int64_
   const size_t a_bytes = static_cast<size_t>(mc_max * panel_k(ki.panel, kc_max)) * elt;
   const size_t b_bytes = p.packed ? 0 : static_cast<size_t>(nc_max * kp_full) * elt;
   const size_t s_bytes = need_scratch ? static_cast<size_t>(mc_max * nc_max) * 4 : 0;
-  Buffer<std::byte> ws(a_bytes + b_bytes + s_bytes + 128, "gemm.pack");
+  // Packing buffers persist per thread and only grow: a fresh allocation per call costs page
+  // faults on every touch of a multi-MiB B block (experiment 5 in docs/gemm-dense.md).
+  thread_local Buffer<std::byte> ws;
+  const size_t need = a_bytes + b_bytes + s_bytes + 128;
+  if (ws.size() < need) ws = Buffer<std::byte>(need, "gemm.workspace");
   std::byte* abuf = ws.data();
   std::byte* bbuf = abuf + round_up(static_cast<int64_t>(a_bytes), 64);
   float* scratch = reinterpret_cast<float*>(bbuf + round_up(static_cast<int64_t>(b_bytes), 64));
@@ -391,6 +395,29 @@ void run_rect(const Problem& p, const KernelInfo& ki, const Blocking& bk, int64_
   }
 }
 
+// Decode shapes (m <= kSmallM) are bound by reading B; packing it would read it twice.
+constexpr int64_t kSmallM = 16;
+
+void run_small_m(const Problem& p, const KernelInfo& ki) {
+  Tile t;
+  t.dst = p.d;
+  t.ldd = p.ldd;
+  t.dst_bf16 = p.out_bf16;
+  if (p.c) {
+    t.src = p.c;
+    t.lds = p.ldc;
+    t.src_bf16 = p.out_bf16;
+  }
+  const int threads = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(get_num_threads(), ceil_div(p.n, 64))));
+  const int64_t blocks = ceil_div(p.n, 4);
+#pragma omp parallel num_threads(threads)
+  {
+    const int id = omp_get_thread_num(), nt = omp_get_num_threads();
+    const int64_t n0 = std::min(p.n, blocks * id / nt * 4), n1 = std::min(p.n, blocks * (id + 1) / nt * 4);
+    if (n0 < n1) ki.small_m(p.m, n0, n1, p.k, p.a, p.lda, p.b, p.ldb, t);
+  }
+}
+
 void run(const Problem& p) {
   if (p.m == 0 || p.n == 0) return;
   if (p.k == 0) {
@@ -399,6 +426,10 @@ void run(const Problem& p) {
   }
   const cpu::Isa isa = p.packed ? p.packed->isa : cpu::active_isa();
   const KernelInfo ki = p.packed ? p.packed->ki : detail::select_kernel(p.in_bf16, isa);
+  if (!p.packed && p.m <= kSmallM && ki.small_m && (ki.panel == Panel::bf16pair) == p.in_bf16) {
+    run_small_m(p, ki);
+    return;
+  }
   const Blocking bk = derive_blocking(ki, p.k);
   const int64_t mtiles = ceil_div(p.m, ki.mr), ntiles = ceil_div(p.n, ki.nr);
   const int threads = std::max(1, get_num_threads());

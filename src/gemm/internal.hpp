@@ -31,11 +31,20 @@ struct Tile {
 // kc counts k elements (for bf16pair, the panels hold ceil(kc/2) pairs). 1 <= mr <= MR, 1 <= nr <= NR.
 using MicroKernel = void (*)(int64_t kc, const void* a, const void* b, int mr, int nr, const Tile& t);
 
+// Small-m ("decode") path: D[0:m, n0:n1] as dot products over k read straight from the row-major
+// operands, B streamed once with no packing (the op is memory-bound). t is at D's origin.
+using SmallMKernel = void (*)(int64_t m, int64_t n0, int64_t n1, int64_t k, const void* a, int64_t lda,
+                              const void* b, int64_t ldb, const Tile& t);
+
+// The tile of t starting at row i, column j.
+Tile tile_at(const Tile& t, int64_t i, int64_t j);
+
 struct KernelInfo {
   const char* name = "";
   int mr = 0, nr = 0;
   Panel panel = Panel::f32;
   MicroKernel ukernel = nullptr;
+  SmallMKernel small_m = nullptr;  // for the inputs this kernel takes, when the ISA has one
 };
 
 // One per ISA file. The bf16pair kernel exists only in the avx512bf16 file.

@@ -6,6 +6,7 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstring>
 #include <utility>
 
@@ -92,10 +93,45 @@ void ukernel_dispatch(int64_t kc, const void* a, const void* b, int mr, int nr, 
   pick(mr, std::make_integer_sequence<int, kMR>{})(kc, a, b, mr, nr, t);
 }
 
+
+// Decode shapes: 4 rows of A x 4 rows of B per block; vdpbf16ps works on k-contiguous rows as
+// they are, 32 bf16 per step, so nothing is packed and B is streamed once per 4 rows of A.
+void small_m(int64_t m, int64_t n0, int64_t n1, int64_t k, const void* a_, int64_t lda, const void* b_, int64_t ldb,
+             const Tile& t) {
+  const uint16_t* a = static_cast<const uint16_t*>(a_);
+  const uint16_t* b = static_cast<const uint16_t*>(b_);
+  for (int64_t j0 = n0; j0 < n1; j0 += 4) {
+    const int nj = static_cast<int>(std::min<int64_t>(4, n1 - j0));
+    for (int64_t i0 = 0; i0 < m; i0 += 4) {
+      const int mi = static_cast<int>(std::min<int64_t>(4, m - i0));
+      __m512 acc[4][4];
+      for (int i = 0; i < 4; ++i)
+        for (int j = 0; j < 4; ++j) acc[i][j] = _mm512_setzero_ps();
+      const uint16_t* ar[4];
+      const uint16_t* br[4];
+      for (int i = 0; i < 4; ++i) ar[i] = a + (i0 + std::min(i, mi - 1)) * lda;
+      for (int j = 0; j < 4; ++j) br[j] = b + (j0 + std::min(j, nj - 1)) * ldb;
+      for (int64_t p = 0; p < k; p += 32) {
+        const __mmask32 km = k - p >= 32 ? __mmask32(0xFFFFFFFFu) : __mmask32((1u << (k - p)) - 1);
+        __m512bh bv[4];
+        for (int j = 0; j < 4; ++j) bv[j] = (__m512bh)_mm512_maskz_loadu_epi16(km, br[j] + p);
+        for (int i = 0; i < 4; ++i) {
+          const __m512bh av = (__m512bh)_mm512_maskz_loadu_epi16(km, ar[i] + p);
+          for (int j = 0; j < 4; ++j) acc[i][j] = _mm512_dpbf16_ps(acc[i][j], av, bv[j]);
+        }
+      }
+      float out[4][4];
+      for (int i = 0; i < 4; ++i)
+        for (int j = 0; j < 4; ++j) out[i][j] = _mm512_reduce_add_ps(acc[i][j]);
+      store_tile_generic(&out[0][0], 4, mi, nj, tile_at(t, i0, j0));
+    }
+  }
+}
+
 }  // namespace
 
 KernelInfo kernel_avx512bf16_bf16() {
-  return {"bf16_avx512bf16_14x32", kMR, kNR, Panel::bf16pair, &ukernel_dispatch};
+  return {"bf16_avx512bf16_14x32", kMR, kNR, Panel::bf16pair, &ukernel_dispatch, &small_m};
 }
 
 }  // namespace ridge::gemm::detail

@@ -39,6 +39,13 @@ void store_tile_generic(const float* acc, int64_t acc_ld, int mr, int nr, const 
   }
 }
 
+Tile tile_at(const Tile& t, int64_t i, int64_t j) {
+  Tile r = t;
+  if (t.src) r.src = static_cast<const char*>(t.src) + (i * t.lds + j) * (t.src_bf16 ? 2 : 4);
+  r.dst = static_cast<char*>(t.dst) + (i * t.ldd + j) * (t.dst_bf16 ? 2 : 4);
+  return r;
+}
+
 KernelInfo kernel_scalar_f32() { return {"f32_scalar_4x8", kMR, kNR, Panel::f32, &ukernel_scalar}; }
 
 }  // namespace ridge::gemm::detail
