@@ -31,8 +31,7 @@ def main():
         import torch
         import torch.nn.functional as F
     except Exception as e:  # torch absent or broken: say so, the benchmark row reports it
-        print(json.dumps({"error": f"PyTorch not available ({type(e).__name__}: {e}); "
-                                   "scripts/setup-torch installs the CPU wheel"}))
+        print(json.dumps({"error": f"PyTorch absent ({type(e).__name__}); scripts/setup-torch installs it"}))
         return 3
     torch.set_num_threads(a.threads)
     dt = torch.float32 if a.dtype == "fp32" else torch.bfloat16

@@ -433,3 +433,31 @@ TEST(FlashAttention, BadInputIsAnError) {
 
 }  // namespace
 }  // namespace ridge::attention
+
+namespace ridge::attention {
+namespace {
+
+// Extra memory is O(threads x block) in forward and O(n) in backward, never O(n_q * n_k): the
+// allocator's high-water mark above what was live before the call, at two lengths 8x apart.
+TEST(FlashAttention, ExtraMemoryDoesNotGrowWithTheScoreMatrix) {
+  auto extra = [](int64_t n, bool backward) {
+    Case<float> r({1, 1, 1, n, n, 64, true});
+    r.forward();
+    memory::reset_peak();
+    const int64_t base = memory::current_bytes();
+    if (backward) r.backward();
+    else r.forward();
+    return memory::peak_bytes() - base;
+  };
+  const int64_t f_small = extra(256, false), f_large = extra(2048, false);
+  EXPECT_GT(f_small, 0);
+  EXPECT_EQ(f_large, f_small);  // the same per-thread workspace whatever the length
+  const int64_t b_small = extra(256, true), b_large = extra(2048, true);
+  // Linear in n (row statistics, the dq accumulator): at most 8x (+ the fixed workspace), far
+  // below the 64x a materialised n x n matrix would need.
+  EXPECT_LE(b_large, 8 * b_small + 1024 * 1024);
+  EXPECT_LT(b_large, 2048 * 2048 * 4);
+}
+
+}  // namespace
+}  // namespace ridge::attention
