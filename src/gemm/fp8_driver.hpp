@@ -15,6 +15,36 @@
 // The including file provides, before its namespaces: <omp.h>, <algorithm>, <cstring>, <vector>,
 // "ridge/core/{cpu,format,memory,threads}.hpp" and "gemm/fp8_internal.hpp".
 
+// Local helpers: templates and inline functions from shared headers (std::min, ridge::Buffer,
+// ridge::to_bf16) instantiated here would be compiled with this file's ISA flags and could be
+// merged by the linker into callers on machines without that ISA.
+inline int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
+inline int64_t imax(int64_t a, int64_t b) { return a > b ? a : b; }
+
+// Per-thread scratch blocks from ridge's allocator, freed on scope exit.
+class Scratch {
+ public:
+  explicit Scratch(int count) : count_(count) {
+    ptrs_ = static_cast<void**>(ridge::memory::allocate(sizeof(void*) * static_cast<size_t>(count), "gemm.fp8.scratch"));
+    for (int i = 0; i < count_; ++i) ptrs_[i] = nullptr;
+  }
+  ~Scratch() {
+    for (int i = 0; i < count_; ++i) ridge::memory::deallocate(ptrs_[i]);
+    ridge::memory::deallocate(ptrs_);
+  }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  void* alloc(int i, int64_t bytes, const char* tag) {
+    ptrs_[i] = ridge::memory::allocate(static_cast<size_t>(bytes), tag);
+    return ptrs_[i];
+  }
+  void* get(int i) const { return ptrs_[i]; }
+
+ private:
+  void** ptrs_;
+  int count_;
+};
+
 struct Blocks {
   int64_t kc, mc, nc;
 };
@@ -26,14 +56,14 @@ Blocks choose_blocks(const ridge::gemm::fp8::Problem& p) {
   const int64_t l2 = caches.l2 > 0 ? caches.l2 : 512 * 1024;
   const int64_t e = static_cast<int64_t>(sizeof(typename K::Elem));
   // The B micro-panel (kc x NR) stays in half of L1 while a column of micro-tiles reuses it.
-  int64_t kc = std::max<int64_t>(128, (l1 / 2 / (K::NR * e)) / 128 * 128);
-  kc = std::min(kc, (p.k + 127) / 128 * 128);
+  int64_t kc = imax(128, (l1 / 2 / (K::NR * e)) / 128 * 128);
+  kc = imin(kc, (p.k + 127) / 128 * 128);
   // The packed A block (mc x kc) in a quarter of L2, the fp32 accumulator block (mc x nc) in half.
-  int64_t mc = std::max<int64_t>(K::MR, (l2 / 4 / (kc * e)) / K::MR * K::MR);
-  const int64_t m_hint = p.expected_m > 0 ? std::min(p.m, p.expected_m) : p.m;
-  mc = std::min(mc, (std::max<int64_t>(m_hint, 1) + K::MR - 1) / K::MR * K::MR);
-  int64_t nc = std::min(l2 / 4 / (kc * e), l2 / 2 / (mc * 4));
-  nc = std::max<int64_t>(K::NR, nc / K::NR * K::NR);
+  int64_t mc = imax(K::MR, (l2 / 4 / (kc * e)) / K::MR * K::MR);
+  const int64_t m_hint = p.expected_m > 0 ? imin(p.m, p.expected_m) : p.m;
+  mc = imin(mc, (imax(m_hint, 1) + K::MR - 1) / K::MR * K::MR);
+  int64_t nc = imin(l2 / 4 / (kc * e), l2 / 2 / (mc * 4));
+  nc = imax(K::NR, nc / K::NR * K::NR);
   return {kc, mc, nc};
 }
 
@@ -41,7 +71,7 @@ template <class K>
 void run_panel(const ridge::gemm::fp8::Problem& p) {
   using Elem = typename K::Elem;
   const Blocks bl = choose_blocks<K>(p);
-  const int threads = std::max(1, ridge::get_num_threads());
+  const int threads = static_cast<int>(imax(1, ridge::get_num_threads()));
   const int64_t n_tiles = (p.n + K::NR - 1) / K::NR;
   const int64_t m_tiles = (p.m + K::MR - 1) / K::MR;
   // Split D among threads: by columns when there are enough of them (B, the bigger operand for
@@ -51,42 +81,41 @@ void run_panel(const ridge::gemm::fp8::Problem& p) {
     tn = 1;
     tm = threads;
   }
-  tn = static_cast<int>(std::min<int64_t>(tn, n_tiles));
-  tm = static_cast<int>(std::min<int64_t>(tm, m_tiles));
+  tn = static_cast<int>(imin(tn, n_tiles));
+  tm = static_cast<int>(imin(tm, m_tiles));
   const int used = tn * tm;
   const int64_t ldap = (bl.kc + K::kPad - 1) / K::kPad * K::kPad;
   const int64_t panel = K::b_panel_elems(bl.kc);
   const int64_t ldw = bl.nc;
-  std::vector<ridge::Buffer<Elem>> abuf, bbuf;
-  std::vector<ridge::Buffer<float>> wbuf;
+  Scratch scratch(3 * used);
   for (int t = 0; t < used; ++t) {
-    abuf.emplace_back(static_cast<size_t>(bl.mc * ldap), "gemm.fp8.pack_a");
-    bbuf.emplace_back(static_cast<size_t>((bl.nc / K::NR) * panel), "gemm.fp8.pack_b");
-    wbuf.emplace_back(static_cast<size_t>(bl.mc * ldw), "gemm.fp8.acc");
+    scratch.alloc(3 * t, bl.mc * ldap * static_cast<int64_t>(sizeof(Elem)), "gemm.fp8.pack_a");
+    scratch.alloc(3 * t + 1, (bl.nc / K::NR) * panel * static_cast<int64_t>(sizeof(Elem)), "gemm.fp8.pack_b");
+    scratch.alloc(3 * t + 2, bl.mc * ldw * 4, "gemm.fp8.acc");
   }
 #pragma omp parallel num_threads(used)
   {
     const int t = omp_get_thread_num();
     const int ti = t / tn, tj = t % tn;
-    const int64_t m0 = std::min(p.m, (m_tiles * ti / tm) * K::MR), m1 = std::min(p.m, (m_tiles * (ti + 1) / tm) * K::MR);
-    const int64_t n0 = std::min(p.n, (n_tiles * tj / tn) * K::NR), n1 = std::min(p.n, (n_tiles * (tj + 1) / tn) * K::NR);
-    Elem* ap = abuf[t].data();
-    Elem* bp = bbuf[t].data();
-    float* w = wbuf[t].data();
+    const int64_t m0 = imin(p.m, (m_tiles * ti / tm) * K::MR), m1 = imin(p.m, (m_tiles * (ti + 1) / tm) * K::MR);
+    const int64_t n0 = imin(p.n, (n_tiles * tj / tn) * K::NR), n1 = imin(p.n, (n_tiles * (tj + 1) / tn) * K::NR);
+    Elem* ap = static_cast<Elem*>(scratch.get(3 * t));
+    Elem* bp = static_cast<Elem*>(scratch.get(3 * t + 1));
+    float* w = static_cast<float*>(scratch.get(3 * t + 2));
     for (int64_t jc = n0; jc < n1; jc += bl.nc) {
-      const int64_t nc = std::min(bl.nc, n1 - jc);
+      const int64_t nc = imin(bl.nc, n1 - jc);
       for (int64_t ic = m0; ic < m1; ic += bl.mc) {
-        const int64_t mc = std::min(bl.mc, m1 - ic);
+        const int64_t mc = imin(bl.mc, m1 - ic);
         std::memset(w, 0, sizeof(float) * static_cast<size_t>(mc * ldw));
         for (int64_t pc = 0; pc < p.k; pc += bl.kc) {
-          const int64_t kc = std::min(bl.kc, p.k - pc);
+          const int64_t kc = imin(bl.kc, p.k - pc);
           K::pack_a(p, ic, mc, pc, kc, ap, ldap);
           K::pack_b(p, jc, nc, pc, kc, bp);
           for (int64_t jr = 0; jr < nc; jr += K::NR) {
             const float* sb = p.sb + ((jc + jr) / 128) * p.ldsb + pc / 128;
             const Elem* bpanel = bp + (jr / K::NR) * K::b_panel_elems(kc);
             for (int64_t ir = 0; ir < mc; ir += K::MR) {
-              const int mr = static_cast<int>(std::min<int64_t>(K::MR, mc - ir));
+              const int mr = static_cast<int>(imin(K::MR, mc - ir));
               K::ukernel(mr, kc, ap + ir * ldap, ldap, bpanel, p.sa + (ic + ir) * p.ldsa + pc / 128, p.ldsa, sb,
                          w + ir * ldw + jr, ldw);
             }

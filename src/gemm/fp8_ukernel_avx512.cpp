@@ -13,6 +13,10 @@
 #include "ridge/core/memory.hpp"
 #include "ridge/core/threads.hpp"
 
+// GCC 12's AVX-512 intrinsics initialise their "undefined" operand from itself, which -O3 reports
+// as maybe-uninitialized (a known false positive).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
 namespace ridge::gemm::fp8 {
 namespace {
 

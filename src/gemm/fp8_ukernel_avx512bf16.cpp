@@ -20,6 +20,10 @@
 #include "ridge/core/memory.hpp"
 #include "ridge/core/threads.hpp"
 
+// GCC 12's AVX-512 intrinsics initialise their "undefined" operand from itself, which -O3 reports
+// as maybe-uninitialized (a known false positive).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
 namespace ridge::gemm::fp8 {
 namespace {
 
@@ -175,10 +179,81 @@ struct Kern {
   }
 };
 
+
 #include "gemm/fp8_driver.hpp"
+
+// Round to nearest even; NaN stays NaN (quieted).
+inline uint16_t round_bf16(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<uint16_t>((u >> 16) | 0x40);
+  return static_cast<uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+
+// Decode shapes (a few rows of A): each group of 4 rows of B is read once, 128 fp8 at a time,
+// widened in registers and dotted with every row of A (pre-widened once, it is small). Lanes keep
+// partial sums along K; the per-block scale is applied lane-wise (it is linear), and lanes are
+// reduced once at the end.
+constexpr int64_t kStreamMaxM = 16;
+
+void run_stream(const Problem& p) {
+  const int64_t nkb = (p.k + 127) / 128, kpad = nkb * 128;
+  const __m512i table = subnormal_table();
+  const int64_t groups = (p.n + 3) / 4;
+  const int used = static_cast<int>(imin(imax(1, ridge::get_num_threads()), groups));
+  Scratch scratch(1 + used);
+  auto* aw = static_cast<uint16_t*>(scratch.alloc(0, p.m * kpad * 2, "gemm.fp8.stream_a"));
+  for (int t = 0; t < used; ++t) scratch.alloc(1 + t, p.m * 64 * 4, "gemm.fp8.stream_acc");
+  for (int64_t i = 0; i < p.m; ++i)
+    for (int64_t kk = 0; kk < kpad; kk += 32)
+      _mm512_storeu_si512(aw + i * kpad + kk, widen(load_bytes(p.a + i * p.lda + kk, p.k - kk), table));
+#pragma omp parallel num_threads(used)
+  {
+    const int t = omp_get_thread_num();
+    const int64_t g0 = groups * t / used, g1 = groups * (t + 1) / used;
+    float* f = static_cast<float*>(scratch.get(1 + t));
+    for (int64_t g = g0; g < g1; ++g) {
+      const int64_t j0 = g * 4;
+      const uint8_t* rows[4];
+      for (int jj = 0; jj < 4; ++jj) rows[jj] = p.b + imin(j0 + jj, p.n - 1) * p.ldb;
+      std::memset(f, 0, sizeof(float) * static_cast<size_t>(p.m * 64));
+      const float* sbrow = p.sb + (j0 / 128) * p.ldsb;
+      for (int64_t kb = 0; kb < nkb; ++kb) {
+        const int64_t k0 = kb * 128;
+        __m512i bz[4][4];
+        for (int jj = 0; jj < 4; ++jj)
+          for (int c = 0; c < 4; ++c) bz[jj][c] = widen(load_bytes(rows[jj] + k0 + 32 * c, p.k - k0 - 32 * c), table);
+        const float sbk = sbrow[kb];
+        for (int64_t i = 0; i < p.m; ++i) {
+          const uint16_t* ar = aw + i * kpad + k0;
+          __m512 acc[4];
+          for (int jj = 0; jj < 4; ++jj) acc[jj] = _mm512_setzero_ps();
+          for (int c = 0; c < 4; ++c) {
+            const __m512bh av = as_bh(_mm512_loadu_si512(ar + 32 * c));
+            for (int jj = 0; jj < 4; ++jj) acc[jj] = _mm512_dpbf16_ps(acc[jj], av, as_bh(bz[jj][c]));
+          }
+          const __m512 sc = _mm512_set1_ps(p.sa[i * p.ldsa + kb] * sbk);
+          float* fi = f + i * 64;
+          for (int jj = 0; jj < 4; ++jj)
+            _mm512_storeu_ps(fi + 16 * jj, _mm512_fmadd_ps(acc[jj], sc, _mm512_loadu_ps(fi + 16 * jj)));
+        }
+      }
+      for (int64_t i = 0; i < p.m; ++i)
+        for (int jj = 0; jj < 4 && j0 + jj < p.n; ++jj) {
+          float v = _mm512_reduce_add_ps(_mm512_loadu_ps(f + i * 64 + 16 * jj));
+          if (p.c) v += p.c[i * p.ldc + j0 + jj];
+          if (p.d_bf16) static_cast<uint16_t*>(p.d)[i * p.ldd + j0 + jj] = round_bf16(v);
+          else static_cast<float*>(p.d)[i * p.ldd + j0 + jj] = v;
+        }
+    }
+  }
+}
 
 }  // namespace
 
-void run_avx512bf16(const Problem& p) { run_panel<Kern>(p); }
+void run_avx512bf16(const Problem& p) {
+  if (!p.b_packed && p.m <= kStreamMaxM) return run_stream(p);
+  run_panel<Kern>(p);
+}
 
 }  // namespace ridge::gemm::fp8
