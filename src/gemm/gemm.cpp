@@ -99,7 +99,7 @@ Blocking derive_blocking(const KernelInfo& ki, int64_t k) {
 // rows: panel q holds rows [q*R, q*R + R) as [k][R] (f32) or [k/2][R][2] (bf16 pairs); rows past
 // `count` and the odd-K pad are zero. Panel stride: R * panel_k(kc) elements.
 void pack_panels(const void* src, bool src_bf16, int64_t ld, int64_t count, int64_t p0, int64_t kc, int R,
-                 Panel panel, void* dst) {
+                 Panel panel, void* dst, detail::PackWords pack_words) {
   // K is walked in chunks so the R destination rows being transposed into stay in L1 (a whole
   // deep panel does not; experiment 3 in docs/gemm-dense.md).
   constexpr int64_t kChunk = 64;
@@ -108,6 +108,11 @@ void pack_panels(const void* src, bool src_bf16, int64_t ld, int64_t count, int6
   for (int64_t q = 0; q < npanels; ++q) {
     const int64_t r0 = q * R;
     const int rows = static_cast<int>(std::min<int64_t>(R, count - r0));
+    if (pack_words && panel == Panel::f32 && !src_bf16) {
+      pack_words(static_cast<const float*>(src) + r0 * ld + p0, ld * 4, rows, kc, R,
+                 reinterpret_cast<uint32_t*>(static_cast<float*>(dst) + q * R * kp));
+      continue;
+    }
     if (panel == Panel::f32) {
       float* out = static_cast<float*>(dst) + q * R * kp;
       for (int64_t c0 = 0; c0 < kc; c0 += kChunk) {
@@ -131,7 +136,8 @@ void pack_panels(const void* src, bool src_bf16, int64_t ld, int64_t count, int6
       // bf16 pairs: each (k, k+1) pair is one 32-bit word, so this is a 32-bit transpose.
       uint32_t* out = reinterpret_cast<uint32_t*>(static_cast<uint16_t*>(dst) + q * R * kp);
       const int64_t full = kc / 2;
-      for (int64_t c0 = 0; c0 < full; c0 += kChunk) {
+      if (pack_words) pack_words(static_cast<const uint16_t*>(src) + r0 * ld + p0, ld * 2, rows, full, R, out);
+      for (int64_t c0 = 0; !pack_words && c0 < full; c0 += kChunk) {
         const int64_t c1 = std::min(full, c0 + kChunk);
         for (int r = 0; r < rows; ++r) {
           const uint16_t* s = static_cast<const uint16_t*>(src) + (r0 + r) * ld + p0;
@@ -321,6 +327,7 @@ void run_rect(const Problem& p, const KernelInfo& ki, const Blocking& bk, int64_
   const int64_t kc_max = std::min<int64_t>(bk.kc, p.k);
   const bool multi_k = p.k > bk.kc;
   const bool need_scratch = p.out_bf16 && multi_k;
+  const detail::PackWords pack_words = std::getenv("RIDGE_GEMM_SCALAR_PACK") ? nullptr : ki.pack_words;
 
   const size_t a_bytes = static_cast<size_t>(mc_max * panel_k(ki.panel, kc_max)) * elt;
   const size_t b_bytes = p.packed ? 0 : static_cast<size_t>(nc_max * kp_full) * elt;
@@ -344,7 +351,7 @@ void run_rect(const Problem& p, const KernelInfo& ki, const Blocking& bk, int64_
       bblock = p.packed->panel(jc / ki.nr);
     } else {
       pack_panels(static_cast<const std::byte*>(p.b) + jc * p.ldb * in_elt, p.in_bf16, p.ldb, nc, 0, p.k, ki.nr,
-                  ki.panel, bbuf);
+                  ki.panel, bbuf, pack_words);
       bblock = bbuf;
     }
     for (int64_t ic = m0; ic < m1; ic += bk.mc) {
@@ -353,7 +360,7 @@ void run_rect(const Problem& p, const KernelInfo& ki, const Blocking& bk, int64_
         const int64_t kc = std::min<int64_t>(bk.kc, p.k - pc);
         const int64_t kp = panel_k(ki.panel, kc);
         pack_panels(static_cast<const std::byte*>(p.a) + ic * p.lda * in_elt, p.in_bf16, p.lda, mc, pc, kc, ki.mr,
-                    ki.panel, abuf);
+                    ki.panel, abuf, pack_words);
         const bool first = pc == 0, last = pc + kc >= p.k;
         for (int64_t jr = 0; jr < nc; jr += ki.nr) {
           const int nr = static_cast<int>(std::min<int64_t>(ki.nr, nc - jr));
@@ -473,7 +480,7 @@ PackedB::Impl* pack_impl(MatrixView<const TB> b) {
   for (int64_t q = 0; q < npanels; ++q) {
     const int64_t cnt = std::min<int64_t>(ki.nr, b.rows - q * ki.nr);
     pack_panels(b.data + q * ki.nr * b.ld, std::is_same_v<TB, bf16>, b.ld, cnt, 0, b.cols, ki.nr, ki.panel,
-                impl->data.data() + q * panel_bytes);
+                impl->data.data() + q * panel_bytes, ki.pack_words);
   }
   return impl;
 }

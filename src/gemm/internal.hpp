@@ -36,6 +36,11 @@ using MicroKernel = void (*)(int64_t kc, const void* a, const void* b, int mr, i
 using SmallMKernel = void (*)(int64_t m, int64_t n0, int64_t n1, int64_t k, const void* a, int64_t lda,
                               const void* b, int64_t ldb, const Tile& t);
 
+// Packs 32-bit words (fp32 values or bf16 pairs): dst[p * R + r] = word p of row r for r < rows,
+// 0 for rows <= r < R, p < words; row r starts at src + r * ld_bytes. R <= 32.
+using PackWords = void (*)(const void* src, int64_t ld_bytes, int rows, int64_t words, int R, uint32_t* dst);
+void pack_words_avx512(const void* src, int64_t ld_bytes, int rows, int64_t words, int R, uint32_t* dst);
+
 // The tile of t starting at row i, column j.
 Tile tile_at(const Tile& t, int64_t i, int64_t j);
 
@@ -45,6 +50,7 @@ struct KernelInfo {
   Panel panel = Panel::f32;
   MicroKernel ukernel = nullptr;
   SmallMKernel small_m = nullptr;  // for the inputs this kernel takes, when the ISA has one
+  PackWords pack_words = nullptr;  // vector transpose for packing, when the ISA has one
 };
 
 // One per ISA file. The bf16pair kernel exists only in the avx512bf16 file.

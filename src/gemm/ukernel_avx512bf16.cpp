@@ -131,7 +131,7 @@ void small_m(int64_t m, int64_t n0, int64_t n1, int64_t k, const void* a_, int64
 }  // namespace
 
 KernelInfo kernel_avx512bf16_bf16() {
-  return {"bf16_avx512bf16_14x32", kMR, kNR, Panel::bf16pair, &ukernel_dispatch, &small_m};
+  return {"bf16_avx512bf16_14x32", kMR, kNR, Panel::bf16pair, &ukernel_dispatch, &small_m, &pack_words_avx512};
 }
 
 }  // namespace ridge::gemm::detail
