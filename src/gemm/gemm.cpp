@@ -323,7 +323,12 @@ void run_rect(const Problem& p, const KernelInfo& ki, const Blocking& bk, int64_
   const size_t elt = panel_elt(ki.panel);
   const int64_t kp_full = panel_k(ki.panel, p.k);
   const int64_t nc_max = std::min<int64_t>(bk.nc, round_up(n1 - n0, ki.nr));
-  const int64_t mc_max = std::min<int64_t>(bk.mc, round_up(m1 - m0, ki.mr));
+  // Row blocks balanced over this thread's rows, rounding to the nearest count rather than up: a
+  // last block of a few rows would stream the whole B block again for them (m = 128 with MC = 126
+  // did; experiment 7 in docs/gemm-dense.md).
+  const int64_t mblocks = std::max<int64_t>(1, (m1 - m0 + bk.mc / 2) / bk.mc);
+  const int64_t mc_t = round_up(ceil_div(m1 - m0, mblocks), ki.mr);
+  const int64_t mc_max = std::min<int64_t>(mc_t, round_up(m1 - m0, ki.mr));
   const int64_t kc_max = std::min<int64_t>(bk.kc, p.k);
   const bool multi_k = p.k > bk.kc;
   const bool need_scratch = p.out_bf16 && multi_k;
@@ -354,8 +359,8 @@ void run_rect(const Problem& p, const KernelInfo& ki, const Blocking& bk, int64_
                   ki.panel, bbuf, pack_words);
       bblock = bbuf;
     }
-    for (int64_t ic = m0; ic < m1; ic += bk.mc) {
-      const int64_t mc = std::min<int64_t>(bk.mc, m1 - ic);
+    for (int64_t ic = m0; ic < m1; ic += mc_t) {
+      const int64_t mc = std::min<int64_t>(mc_t, m1 - ic);
       for (int64_t pc = 0; pc < p.k; pc += bk.kc) {
         const int64_t kc = std::min<int64_t>(bk.kc, p.k - pc);
         const int64_t kp = panel_k(ki.panel, kc);
