@@ -206,4 +206,48 @@ struct CriticalSplit {
 CriticalSplit critical_split_d(const Chip& chip, int64_t chips, const MatmulDtypes& dt = {},
                                const std::string& link = "intra_node");
 
+// ---------------------------------------------------------------------------------------------
+// Presenting bounds: text for the CLI, standard shapes, measured points, plot input.
+
+// A multi-line human-readable account of one cost on one chip (FLOPs, bytes by operand,
+// intensity, the times, the binding roof, the attainable fraction of peak).
+std::string describe(const Cost& cost, const Bound& b, const Chip& chip);
+// One chip's figures with sources, as `ridge hw show` prints them.
+std::string describe(const Chip& chip);
+
+// An operation with a label and a group ("dense", "decode", "attention-flash", ...), for reports.
+struct NamedCost {
+  std::string group;
+  std::string label;
+  Cost cost;
+};
+// The benchmark shapes of bench/shapes/ (gemm-shapes.json and attention-shapes.json, copied from
+// the project's shared benchmark list) as bf16 costs: dense and decode GEMMs D[m,n] = A[m,k]B[n,k]^T,
+// the M-grouped MoE GEMMs, naive attention (head_dim 64), flash attention (bf16, head_dim 64,
+// causal) and the forward+backward leaderboard shape. `dir` empty = locate bench/shapes.
+std::vector<NamedCost> standard_ops(const std::string& dir = "");
+std::string shapes_location();
+
+// A measured point: one row of a benchmark results file (JSON lines of the bench result schema:
+// benchmark, case, dtype, gflops, and flops + bytes or intensity).
+struct MeasuredPoint {
+  std::string label;  // "gemm m=128 n=7168 k=2048"
+  std::string benchmark, dtype;
+  nlohmann::json case_;
+  double gflops = 0;     // achieved GFLOP/s
+  double intensity = 0;  // FLOPs per byte; 0 when the row gives neither
+};
+// Reads a JSON-lines results file; skips rows without gflops (pure bandwidth rows); errors name
+// the file and the line.
+std::vector<MeasuredPoint> read_measured(const std::string& path);
+
+// The JSON document tools/plot_roofline.py draws: roofs (per chip, dtype and memory level),
+// predicted points (each op on each chip at min(peak, I * bw)) and measured points.
+nlohmann::json plot_spec(const std::vector<Chip>& chips, const std::vector<NamedCost>& ops,
+                         const std::vector<MeasuredPoint>& measured, const std::string& title);
+// Writes `spec` beside `out` and runs python3 tools/plot_roofline.py on it, producing out.png and
+// out.svg (`out` without extension). Returns the paths written; ridge::Error when python3 or
+// matplotlib is missing, naming what to install.
+std::vector<std::string> render_plot(const nlohmann::json& spec, const std::string& out);
+
 }  // namespace ridge::roofline

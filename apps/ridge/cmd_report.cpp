@@ -1,0 +1,186 @@
+// `ridge report` (what scripts/demo runs): probe this machine quickly, put its roofline beside a
+// GPU's, bound the standard benchmark shapes on both, and draw the chart. Measured kernel points
+// join through --results (JSON lines of bench result rows) and measured_table() below.
+#include <fmt/format.h>
+
+#include <iostream>
+#include <memory>
+
+#include "cli.hpp"
+#include "ridge/core.hpp"
+#include "ridge/probe.hpp"
+#include "ridge/roofline.hpp"
+
+namespace {
+
+namespace rr = ridge::roofline;
+using ridge::units::format_bytes;
+using ridge::units::format_flops;
+using ridge::units::format_rate;
+using ridge::units::format_seconds;
+
+struct Opts {
+  std::string hw = "h100", this_file, out = "ridge-roofline", results;
+  bool reuse_probe = false, json = false;
+};
+
+// The one place the probe is called: a quick run, written as this machine's chip file unless a
+// (presumably fuller) probe result exists already.
+rr::Chip this_machine(const Opts& o, std::string& how) {
+  if (!o.this_file.empty()) {
+    how = "from " + o.this_file;
+    return rr::load_chip(o.this_file);
+  }
+  if (o.reuse_probe && rr::has_probe_result()) {
+    how = "from the probe result at " + rr::probe_result_path();
+    return rr::load_chip("this");
+  }
+  ridge::probe::ProbeOptions po;
+  po.quick = true;
+  po.progress = [](const std::string& line) { std::cerr << "probe: " << line << "\n"; };
+  const auto result = ridge::probe::run(po);
+  const auto doc = ridge::probe::to_chip_json(result);
+  how = fmt::format("quick probe, {:.1f} s", result.seconds);
+  if (!rr::has_probe_result()) {
+    ridge::probe::write_chip_file(doc, rr::probe_result_path());
+    how += ", written to " + rr::probe_result_path();
+  }
+  return rr::parse_chip(doc, "probe (quick)");
+}
+
+std::string peak_cell(const rr::Chip& c, const char* k) { return c.has_peak(k) ? format_flops(c.peak(k)) : "-"; }
+
+std::string chips_table(const rr::Chip& a, const rr::Chip& b) {
+  std::string s = fmt::format("{:<22} {:>22} {:>22}\n", "", a.id, b.id);
+  for (const char* k : {"fp32", "bf16", "fp16", "fp8", "int8"})
+    s += fmt::format("{:<22} {:>22} {:>22}\n", fmt::format("peak {}", k), peak_cell(a, k), peak_cell(b, k));
+  auto levels = [](const rr::Chip& c) {
+    std::vector<std::string> v;
+    for (const auto& m : c.memory) v.push_back(m.level);
+    return v;
+  };
+  std::vector<std::string> all = levels(a);
+  for (const auto& l : levels(b))
+    if (std::find(all.begin(), all.end(), l) == all.end()) all.insert(all.begin(), l);
+  for (const auto& l : all) {
+    auto cell = [&](const rr::Chip& c) {
+      for (const auto& m : c.memory)
+        if (m.level == l) return format_rate(m.bandwidth.value);
+      return std::string("-");
+    };
+    s += fmt::format("{:<22} {:>22} {:>22}\n", "bandwidth " + l, cell(a), cell(b));
+  }
+  auto ridge_pt = [](const rr::Chip& c) {
+    const char* k = c.has_peak("bf16") ? "bf16" : "fp32";
+    return fmt::format("{:.3g} FLOP/B ({})", c.peak(k) / c.bandwidth(), k);
+  };
+  s += fmt::format("{:<22} {:>22} {:>22}\n", "ridge point (outer)", ridge_pt(a), ridge_pt(b));
+  return s;
+}
+
+struct Cell {
+  bool ok = false;
+  rr::Bound b;
+};
+
+Cell bound_cell(const rr::NamedCost& op, const rr::Chip& c) {
+  Cell cell;
+  if (!c.has_peak(op.cost.compute)) return cell;
+  cell.b = rr::bound(op.cost, c);
+  cell.ok = true;
+  return cell;
+}
+
+std::string cell_text(const Cell& c) {
+  if (!c.ok) return fmt::format("{:>10} {:>8} {:>5}", "-", "no peak", "");
+  return fmt::format("{:>10} {:>8} {:>4.0f}%", format_seconds(c.b.t_lower), c.b.binding, 100 * c.b.fraction_of_peak);
+}
+
+// Measured points (bench result rows) against this machine's roof: achieved vs the bound at the
+// row's intensity. The kernel issues fill this section by passing --results.
+std::string measured_table(const std::vector<rr::MeasuredPoint>& pts, const rr::Chip& c, nlohmann::json& j) {
+  std::string s = fmt::format("{:<46} {:>10} {:>14} {:>14} {:>9}\n", "measured", "intensity", "achieved",
+                              fmt::format("bound ({})", c.id), "% bound");
+  for (const auto& p : pts) {
+    double bound = 0;
+    if (c.has_peak(p.dtype)) bound = std::min(c.peak(p.dtype), p.intensity * c.bandwidth());
+    const double pct = bound > 0 ? 100 * p.gflops * 1e9 / bound : 0;
+    s += fmt::format("{:<46} {:>10.3g} {:>14} {:>14} {:>8.0f}%\n", p.label.substr(0, 46), p.intensity,
+                     format_flops(p.gflops * 1e9), bound > 0 ? format_flops(bound) : "-", pct);
+    j.push_back({{"label", p.label}, {"dtype", p.dtype}, {"intensity", p.intensity}, {"gflops", p.gflops},
+                 {"bound_flops", bound}, {"pct_of_bound", pct}});
+  }
+  return s;
+}
+
+void run(const Opts& o) {
+  const auto gpu = rr::load_chip(o.hw);
+  std::string how;
+  const auto me = this_machine(o, how);
+  const auto ops = rr::standard_ops();
+  const auto measured = o.results.empty() ? std::vector<rr::MeasuredPoint>{} : rr::read_measured(o.results);
+
+  nlohmann::json j;
+  j["this"] = me.to_json();
+  j["this_source"] = how;
+  j["gpu"] = gpu.id;
+  j["shapes"] = nlohmann::json::array();
+  std::string table = fmt::format("{:<16} {:<40} {:>11} {:>11} {:>9}  {:<25}  {:<25}\n", "group", "shape", "FLOPs",
+                                  "bytes", "FLOP/B", fmt::format("{}: T_lower roof %pk", me.id),
+                                  fmt::format("{}: T_lower roof %pk", gpu.id));
+  for (const auto& op : ops) {
+    const Cell a = bound_cell(op, me), b = bound_cell(op, gpu);
+    std::string flops = format_flops(static_cast<double>(op.cost.flops));
+    flops = flops.substr(0, flops.size() - 2);
+    table += fmt::format("{:<16} {:<40} {:>11} {:>11} {:>9.4g}  {}  {}\n", op.group, op.label.substr(0, 40), flops,
+                         format_bytes(static_cast<double>(op.cost.memory_bytes())), op.cost.intensity(), cell_text(a),
+                         cell_text(b));
+    nlohmann::json row{{"group", op.group}, {"label", op.label}, {"cost", op.cost.to_json()}};
+    row[me.id] = a.ok ? a.b.to_json() : nlohmann::json(nullptr);
+    row[gpu.id] = b.ok ? b.b.to_json() : nlohmann::json(nullptr);
+    j["shapes"].push_back(row);
+  }
+  nlohmann::json mj = nlohmann::json::array();
+  const std::string mtable = measured.empty() ? "" : measured_table(measured, me, mj);
+  j["measured"] = mj;
+
+  std::string plot_line;
+  try {
+    const auto files = rr::render_plot(
+        rr::plot_spec({me, gpu}, ops, measured, fmt::format("roofline: {} vs {}", me.name, gpu.name)), o.out);
+    j["plot"] = {{"png", files[0]}, {"svg", files[1]}};
+    plot_line = fmt::format("plot: {} (and {})\n", files[0], files[1]);
+  } catch (const ridge::Error& e) {
+    // The numbers stand without the chart; say why it is missing instead of failing the report.
+    j["plot"] = {{"error", e.what()}};
+    plot_line = fmt::format("plot: not written: {}\n", e.what());
+  }
+
+  if (o.json) {
+    ridge::cli::print_json(j);
+    return;
+  }
+  fmt::print("this machine: {} ({})\n\n{}\n", me.name, how, chips_table(me, gpu));
+  fmt::print("predicted bound of the standard shapes (bf16 unless noted; T_lower = max(T_math, T_memory) against the "
+             "outermost memory level; %pk = share of peak FLOP/s attainable)\n{}",
+             table);
+  if (!mtable.empty()) fmt::print("\n{}", mtable);
+  fmt::print("\n{}", plot_line);
+}
+
+void setup(CLI::App& root) {
+  auto o = std::make_shared<Opts>();
+  auto* c = root.add_subcommand("report", "probe this machine, put its roofline beside a GPU's, bound the standard "
+                                          "shapes on both and draw the chart");
+  c->add_option("--hw", o->hw, "the chip to compare with (id or chip JSON file)")->capture_default_str();
+  c->add_option("--this", o->this_file, "use this chip file for the machine instead of probing");
+  c->add_flag("--reuse-probe", o->reuse_probe, "use the existing probe result if there is one");
+  c->add_option("--out", o->out, "plot path without extension (.png and .svg are written)")->capture_default_str();
+  c->add_option("--results", o->results, "JSON-lines benchmark rows to add as measured points");
+  c->add_flag("--json", o->json, "print one JSON document");
+  c->callback([o] { run(*o); });
+}
+
+}  // namespace
+
+RIDGE_COMMAND(report, setup);
