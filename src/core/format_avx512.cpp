@@ -4,8 +4,9 @@
 // ridge/core/format.hpp. Everything but the entry points is in an anonymous namespace (see
 // format_isa.hpp for why).
 // GCC 12's AVX-512 headers build some intrinsics from a self-initialised "undefined" vector,
-// which -Wmaybe-uninitialized reports at every inlined use (a false positive, GCC bug 105593).
+// which -W(maybe-)uninitialized reports at every inlined use (a false positive, GCC bug 105593).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
 
 #include "core/format_isa.hpp"

@@ -95,7 +95,8 @@ std::string scaled(double v, double base, const char* const* prefixes, int count
     x /= base;
     ++i;
   }
-  const std::string num = i == 0 && base == 1024 ? fmt::format("{:.0f}", x) : digits3(x);
+  // Sizes that are whole in their unit (caches, pages, buffers) print whole: "32 KiB", "1 MiB".
+  const std::string num = base == 1024 && x == std::floor(x) ? fmt::format("{:.0f}", x) : digits3(x);
   const std::string suffix = std::string(prefixes[i]) + unit;
   return suffix.empty() ? num : num + " " + suffix;
 }

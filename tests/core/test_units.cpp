@@ -62,11 +62,13 @@ TEST(Units, FormatKeepsThreeDigitsAndNeverAnExponent) {
   EXPECT_EQ(format_bytes(0), "0 B");
   EXPECT_EQ(format_bytes(512), "512 B");
   EXPECT_EQ(format_bytes(1023), "1023 B");
-  EXPECT_EQ(format_bytes(1024), "1.00 KiB");
+  EXPECT_EQ(format_bytes(1024), "1 KiB");  // whole sizes print whole
+  EXPECT_EQ(format_bytes(1 << 20), "1 MiB");
+  EXPECT_EQ(format_bytes(1536), "1.50 KiB");
   EXPECT_EQ(format_bytes(1.5 * (1 << 30)), "1.50 GiB");
   EXPECT_EQ(format_bytes(1000 * 1024), "1000 KiB");
   EXPECT_EQ(format_bytes(1023.9 * 1024), "1.00 MiB");
-  EXPECT_EQ(format_bytes(32768), "32.0 KiB");
+  EXPECT_EQ(format_bytes(32768), "32 KiB");
   EXPECT_EQ(format_seconds(0.0123), "12.3 ms");
   EXPECT_EQ(format_seconds(4.56e-6), "4.56 us");
   EXPECT_EQ(format_seconds(0.9996e-3), "1.00 ms");
