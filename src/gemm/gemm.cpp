@@ -451,14 +451,17 @@ void run(const Problem& p) {
   std::exception_ptr error;
 #pragma omp parallel num_threads(used)
   {
-    const int t = omp_get_thread_num();
-    const int tx = t / tn, ty = t % tn;
-    const int64_t m0 = std::min(p.m, ceil_div(mtiles * tx, tm) * ki.mr);
-    const int64_t m1 = std::min(p.m, ceil_div(mtiles * (tx + 1), tm) * ki.mr);
-    const int64_t n0 = std::min(p.n, ceil_div(ntiles * ty, tn) * ki.nr);
-    const int64_t n1 = std::min(p.n, ceil_div(ntiles * (ty + 1), tn) * ki.nr);
+    // The team can be smaller than asked (nested inside another parallel region): the threads
+    // that exist take the rectangles in turn.
     try {
-      run_rect(p, ki, bk, m0, m1, n0, n1);
+      for (int t = omp_get_thread_num(); t < used; t += omp_get_num_threads()) {
+        const int tx = t / tn, ty = t % tn;
+        const int64_t m0 = std::min(p.m, ceil_div(mtiles * tx, tm) * ki.mr);
+        const int64_t m1 = std::min(p.m, ceil_div(mtiles * (tx + 1), tm) * ki.mr);
+        const int64_t n0 = std::min(p.n, ceil_div(ntiles * ty, tn) * ki.nr);
+        const int64_t n1 = std::min(p.n, ceil_div(ntiles * (ty + 1), tn) * ki.nr);
+        run_rect(p, ki, bk, m0, m1, n0, n1);
+      }
     } catch (...) {
 #pragma omp critical(ridge_gemm_error)
       if (!error) error = std::current_exception();

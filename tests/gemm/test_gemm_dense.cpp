@@ -1,6 +1,7 @@
 // Dense fp32 / bf16 GEMM: every ISA path the machine supports against an fp64 product and the
 // scalar reference twin, on awkward shapes, with accumulate, strides, bf16 output and packed B.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cmath>
 #include <cstdlib>
@@ -239,6 +240,27 @@ TEST(GemmDense, ThreadCountDoesNotChangeBits) {
   gemm::f32_gemm_nt(a.cview(), b.cview(), d3.view());
   gemm::set_num_threads(saved);
   EXPECT_EQ(d1.v, d3.v);
+}
+
+// Called from inside another parallel region (nested teams get one thread), every rectangle of D
+// must still be computed.
+TEST(GemmDense, InsideParallelRegion) {
+  std::mt19937 rng(10);
+  const int saved = gemm::get_num_threads();
+  gemm::set_num_threads(2);
+  const Shape s{60, 90, 40};
+  Mat<float> a(s.m, s.k), b(s.n, s.k), d0(s.m, s.n), d1(s.m, s.n), d2(s.m, s.n);
+  fill(a, rng);
+  fill(b, rng);
+  gemm::f32_gemm_nt(a.cview(), b.cview(), d0.view());
+#pragma omp parallel num_threads(2)
+  {
+    Mat<float>& d = omp_get_thread_num() == 0 ? d1 : d2;
+    gemm::f32_gemm_nt(a.cview(), b.cview(), d.view());
+  }
+  gemm::set_num_threads(saved);
+  EXPECT_EQ(d0.v, d1.v);
+  EXPECT_EQ(d0.v, d2.v);
 }
 
 // A packed B gives the same bits as packing per call, for each path.
