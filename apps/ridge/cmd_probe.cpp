@@ -55,17 +55,37 @@ void print_table(const ridge::probe::ProbeResult& r, const std::string& path) {
   fmt::print("\nwrote {} (use it as --hw this, or --hw {})\n", path, path);
 }
 
+// On a busy machine most trials are disturbed and the figures come out low; say so.
+void warn_if_noisy(const ridge::probe::ProbeResult& r) {
+  int clean = 0, attempted = 0;
+  for (const auto& p : r.peaks) {
+    clean += p.one_thread.clean + p.all_threads.clean;
+    attempted += p.one_thread.attempted + p.all_threads.attempted;
+  }
+  for (const auto& s : r.sweep) {
+    clean += s.clean;
+    attempted += s.attempted;
+  }
+  if (attempted > 0 && clean < attempted / 2)
+    std::cerr << fmt::format("probe: warning: only {} of {} trials ran with every thread on a CPU; the machine is "
+                             "busy and these figures are likely low; rerun when it is idle\n",
+                             clean, attempted);
+}
+
 void setup(CLI::App& root) {
   auto* cmd = root.add_subcommand("probe", "measure this machine's peak FLOP/s and bandwidth per memory level, "
                                            "and write them as a chip file");
   static bool quick = false, json = false;
   static int threads = 0, trials = 0;
+  static double max_seconds = 0;
   static std::string out, max_bytes;
   cmd->add_flag("--quick", quick, "a shorter run (at most ~15 s) with fewer trials and sweep points");
   cmd->add_option("--threads", threads, "threads for the all-threads figures (default: ridge's thread count)")
       ->check(CLI::Range(1, 4096));
   cmd->add_option("--trials", trials, "trials per figure, of which the median is reported (default 5 quick, 11)")
       ->check(CLI::Range(1, 1000));
+  cmd->add_option("--max-seconds", max_seconds, "time limit of the run (default ~12 s quick, ~50 s)")
+      ->check(CLI::Range(0.1, 3600.0));
   cmd->add_option("--max-bytes", max_bytes,
                   "largest total working set of the sweep, e.g. 256MiB (default 4x the last-level cache, 8x "
                   "without --quick)");
@@ -82,11 +102,13 @@ void setup(CLI::App& root) {
     o.quick = quick;
     o.threads = threads;
     o.trials = trials;
+    o.max_seconds = max_seconds;
     if (!max_bytes.empty()) o.max_bytes = ridge::units::parse_bytes(max_bytes, "--max-bytes");
     o.progress = [](const std::string& s) { std::cerr << "probe: " << s << "\n"; };
     const auto r = ridge::probe::run(o);
     const auto chip = ridge::probe::to_chip_json(r);
     ridge::probe::write_chip_file(chip, path);
+    warn_if_noisy(r);
     if (json) {
       ridge::cli::print_json(chip);
       std::cerr << "probe: wrote " << path << "\n";

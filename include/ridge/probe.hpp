@@ -19,6 +19,9 @@ struct ProbeOptions {
   // Largest total working set of the sweep; 0 = 4x the last-level cache (8x in the full run).
   int64_t max_bytes = 0;
   bool sweep_one_thread = true;  // also sweep with 1 thread (full run only)
+  // Hard limit on the run's time; 0 = about 12 s quick, 50 s full. A busy machine gets fewer
+  // clean trials within it rather than a longer run.
+  double max_seconds = 0;
   // Called with a short line before each phase (the CLI prints it to stderr); may be empty.
   std::function<void(const std::string&)> progress;
 };

@@ -13,6 +13,7 @@
 
 #include "probe/internal.hpp"
 #include "ridge/core.hpp"
+#include "ridge/roofline.hpp"
 
 namespace ridge::probe {
 namespace {
@@ -73,9 +74,15 @@ Plan make_plan(const ProbeOptions& o, int threads) {
   p.bw_trial_s = o.quick ? 0.002 : 0.003;
   p.bw_budget_s = o.quick ? 0.08 : 0.15;
   p.points_per_octave = o.quick ? 2 : 4;
-  p.peaks_s = o.quick ? 5 : 16;
-  p.sweep_s = o.quick ? 7.5 : 22;
+  p.peaks_s = o.quick ? 4 : 16;
+  p.sweep_s = o.quick ? 6 : 22;
   p.sweep_one_s = o.quick ? 0 : 12;
+  if (o.max_seconds > 0) {  // shrink every phase alike; the nominal total is 10 s quick, 50 s full
+    const double scale = o.max_seconds / (p.peaks_s + p.sweep_s + p.sweep_one_s) * 0.85;
+    p.peaks_s *= scale;
+    p.sweep_s *= scale;
+    p.sweep_one_s *= scale;
+  }
   const Hierarchy h = hierarchy_for(threads);
   const int64_t llc = h.l3 > 0 ? h.l3 : h.l2 > 0 ? h.l2 : (int64_t{8} << 20);
   p.max_total = o.max_bytes > 0 ? o.max_bytes : std::max<int64_t>((o.quick ? 4 : 8) * llc, int64_t{64} << 20);
@@ -180,12 +187,8 @@ ProbeResult run(const ProbeOptions& o) {
   return r;
 }
 
-std::string default_output_path() {
-  if (const char* home = std::getenv("RIDGE_HOME"); home && *home) return std::string(home) + "/this.json";
-  const char* h = std::getenv("HOME");
-  check(h && *h, "probe: neither RIDGE_HOME nor HOME is set; pass -o FILE");
-  return std::string(h) + "/.cache/ridge/this.json";
-}
+// The roofline module owns the rule, so "--hw this" always reads what the probe wrote.
+std::string default_output_path() { return roofline::probe_result_path(); }
 
 void check_writable(const std::string& path) {
   namespace fs = std::filesystem;

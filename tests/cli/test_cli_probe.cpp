@@ -41,7 +41,7 @@ int lines(const std::string& s) {
 
 TEST(CliProbe, BadFlagsAreOneLineErrors) {
   for (const char* args : {"--bogus", "--threads 0", "--threads two", "--threads 100000", "--trials 0",
-                           "--max-bytes -5", "--max-bytes lots", "-o /proc/ridge-no-such-dir/x.json",
+                           "--max-bytes -5", "--max-bytes lots", "--max-seconds 0", "-o /proc/ridge-no-such-dir/x.json",
                            "-o /tmp"}) {
     SCOPED_TRACE(args);
     const ProbeRun r = run_ridge(std::string("probe ") + args);
@@ -55,7 +55,7 @@ TEST(CliProbe, BadFlagsAreOneLineErrors) {
 TEST(CliProbe, TinyRunWritesTheChipFileAndPrintsJson) {
   const auto path = (std::filesystem::temp_directory_path() / "ridge_cli_probe" / "out" / "chip.json").string();
   std::filesystem::remove(path);
-  const ProbeRun r = run_ridge("probe --quick --trials 1 --max-bytes 512KiB --json -o " + path);
+  const ProbeRun r = run_ridge("probe --quick --trials 1 --max-seconds 2 --max-bytes 512KiB --json -o " + path);
   ASSERT_EQ(r.code, 0) << r.err;
   const auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["id"], "this");
@@ -68,7 +68,7 @@ TEST(CliProbe, TinyRunWritesTheChipFileAndPrintsJson) {
 }
 
 TEST(CliProbe, TableSaysWhereItWrote) {
-  const ProbeRun r = run_ridge("probe --quick --trials 1 --max-bytes 256KiB --threads 1");
+  const ProbeRun r = run_ridge("probe --quick --trials 1 --max-seconds 2 --max-bytes 256KiB --threads 1");
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("fp32"), std::string::npos);
   EXPECT_NE(r.out.find("GFLOP/s"), std::string::npos);

@@ -180,9 +180,9 @@ TEST(ProbeMeasure, QuickPeakIsPositiveAndFiniteForEverySupportedKernel) {
   for (const auto& k : ks) {
     SCOPED_TRACE(k.dtype + " " + k.isa);
     for (int threads : {1, std::max(1, get_num_threads())}) {
-      const Trials t = measure_peak(k, 8, threads, 2, 2e-4, 0);
-      ASSERT_EQ(t.rates.size(), 2u);
-      EXPECT_GE(t.attempted, 2);
+      const Trials t = measure_peak(k, 8, threads, 1, 2e-4, 0);
+      ASSERT_EQ(t.rates.size(), 1u);
+      EXPECT_GE(t.attempted, 1);
       EXPECT_TRUE(std::isfinite(t.median()) && t.median() > 0);
       EXPECT_GE(t.best(), t.median());
     }
@@ -212,6 +212,7 @@ TEST(ProbeChip, TinyRunWritesAChipFileThatLoadsBack) {
   o.quick = true;
   o.trials = 1;
   o.max_bytes = 1 << 20;
+  o.max_seconds = 2;
   const ProbeResult r = run(o);
   ASSERT_FALSE(r.peaks.empty());
   ASSERT_FALSE(r.sweep.empty());
