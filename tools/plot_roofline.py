@@ -61,7 +61,7 @@ def main():
         y = [xmin * r["bandwidth"], r["peak_flops"], r["peak_flops"]]
         ax.plot(x, y, color=chip_colors[r["chip"]], linestyle=level_styles.get(r["level"], "-"),
                 linewidth=dtype_width.get(r["dtype"], 1.5), alpha=0.85 if is_outer else 0.55)
-        if is_outer or r["level"] == "l1":
+        if is_outer:
             ax.annotate(f'{r["chip"]} {r["dtype"]} {r["level"]}', (xmax, r["peak_flops"]), fontsize=7,
                         ha="right", va="bottom", color=chip_colors[r["chip"]])
 

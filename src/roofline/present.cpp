@@ -49,16 +49,16 @@ std::string describe(const Cost& cost, const Bound& b, const Chip& chip) {
   std::string s;
   s += fmt::format("{} {} on {} ({})\n", cost.op, cost.shape, chip.id, chip.name);
   s += fmt::format("  FLOPs            {} at {} ({})\n", flop_count(b.flops), cost.compute, units::format_flops(b.peak));
-  auto traffic = [&](const char* title, const std::vector<Traffic>& v, double total) {
+  auto traffic = [&](const char* title, const std::vector<Traffic>& v, double total, bool link) {
     if (v.empty()) return;
     s += fmt::format("  {:<16} {}\n", title, units::format_bytes(total));
     for (const auto& t : v)
       s += fmt::format("    {:<28} {:<9} {:>10} elements {:>10}  {}\n", t.name, t.dtype,
                        units::format_count(static_cast<double>(t.elements)),
-                       units::format_bytes(static_cast<double>(t.bytes)), t.write ? "write" : "read");
+                       units::format_bytes(static_cast<double>(t.bytes)), link ? "sent" : t.write ? "write" : "read");
   };
-  traffic(fmt::format("bytes ({})", b.level).c_str(), cost.memory, b.memory_bytes);
-  traffic(fmt::format("bytes ({})", b.link).c_str(), cost.link, b.link_bytes);
+  traffic(fmt::format("bytes ({})", b.level).c_str(), cost.memory, b.memory_bytes, false);
+  traffic(fmt::format("bytes ({})", b.link).c_str(), cost.link, b.link_bytes, true);
   s += fmt::format("  intensity        {}   (ridge point of {} at {}: {:.4g} FLOP/B)\n", intensity_text(b.intensity),
                    chip.id, b.level, b.ridge_intensity);
   s += fmt::format("  T_math           {}   (FLOPs / {})\n", units::format_seconds(b.t_math),
@@ -288,18 +288,29 @@ std::string find_plot_script() {
   fail("plot: tools/plot_roofline.py not found (set RIDGE_TOOLS_DIR to the folder that holds it)");
 }
 
+std::string shell_quote(const std::string& s);
+
+// The first python3 that can import matplotlib: $RIDGE_PYTHON, each python3 on PATH, then the
+// system one (a pyenv or venv python3 early on PATH often lacks the Debian matplotlib).
 std::string find_python() {
-  if (auto p = env_or_empty("RIDGE_PYTHON"); !p.empty()) return p;
-  const std::string path = env_or_empty("PATH");
-  std::stringstream ss(path);
+  std::vector<std::string> candidates;
+  if (auto p = env_or_empty("RIDGE_PYTHON"); !p.empty()) candidates.push_back(p);
+  std::stringstream ss(env_or_empty("PATH"));
   std::string d;
-  while (std::getline(ss, d, ':')) {
-    if (d.empty()) continue;
+  while (std::getline(ss, d, ':'))
+    if (!d.empty()) candidates.push_back((fs::path(d) / "python3").string());
+  candidates.push_back("/usr/bin/python3");
+  bool any = false;
+  for (const auto& c : candidates) {
     std::error_code ec;
-    const auto p = fs::path(d) / "python3";
-    if (fs::is_regular_file(p, ec)) return p.string();
+    if (!fs::is_regular_file(c, ec)) continue;
+    any = true;
+    const std::string cmd = shell_quote(c) + " -c 'import matplotlib' >/dev/null 2>&1";
+    if (std::system(cmd.c_str()) == 0) return c;
   }
-  fail("plot: python3 not found on PATH (install python3 and python3-matplotlib, or set RIDGE_PYTHON)");
+  if (!any) fail("plot: python3 not found (install python3 and python3-matplotlib, or set RIDGE_PYTHON)");
+  fail("plot: matplotlib is missing for every python3 found (Debian: apt-get install python3-matplotlib; "
+       "or pip install matplotlib; or set RIDGE_PYTHON to a python3 that has it)");
 }
 
 std::string shell_quote(const std::string& s) {
