@@ -1,4 +1,4 @@
-// FlashAttention-2 with AVX-512 (fp32 compute): 16 floats per register, 4 x 4 register
+// FlashAttention-2 with AVX-512 (fp32 compute): 16 floats per register, 6 x 4 register
 // micro-tiles, exp2 with vscalefps (which also flushes very negative exponents to exactly 0).
 // GCC 12 reports its own _mm512_undefined_ps() inside the intrinsics headers as maybe-uninitialized
 // (GCC PR 105593), a false positive.
