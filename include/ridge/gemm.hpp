@@ -65,6 +65,9 @@ void bf16_gemm_nt(MatrixView<const bf16> a, const PackedB& b, MatrixView<float> 
 void bf16_gemm_nt(MatrixView<const bf16> a, const PackedB& b, MatrixView<bf16> d,
                   MatrixView<const bf16> c = {});
 
+// Shapes with m <= 16 and an unpacked B take a decode path (dot products streaming B once, no
+// packing) on AVX-512 machines; the result differs from the packed path only by summation order.
+//
 // Scalar reference twins: plain loops, fp32 accumulation in k order. The oracle the tests hold
 // every optimized path against (together with an fp64 product).
 void f32_gemm_nt_reference(MatrixView<const float> a, MatrixView<const float> b, MatrixView<float> d,
@@ -76,9 +79,9 @@ void bf16_gemm_nt_reference(MatrixView<const bf16> a, MatrixView<const bf16> b, 
 // the benchmark notes and tests).
 struct Blocking {
   int mr = 0, nr = 0;    // micro-tile
-  int64_t kc = 0;        // depth of one packed block (fits the B micro-panel in L1)
-  int64_t mc = 0;        // rows of one packed A block (fits L2)
-  int64_t nc = 0;        // columns of B per outer block (fits a share of L3)
+  int64_t kc = 0;        // depth of one packed block (B micro-panel KC x NR = 1/8 of L2)
+  int64_t mc = 0;        // rows of one packed A block (MC x KC = 1/2 of L2)
+  int64_t nc = 0;        // columns of B per outer block (K x NC in this thread's share of L3)
   const char* kernel = "";
 };
 Blocking blocking(DType input, cpu::Isa isa, int64_t k);
