@@ -94,7 +94,7 @@ TEST_F(TraceTest, MarkersCarryCategoryColourAndPayload) {
 
 TEST_F(TraceTest, ManyThreadsLoseNoEvent) {
   const int threads = 8;
-  const int per = std::getenv("RIDGE_TEST_SMALL") ? 2000 : 20000;
+  const int per = std::getenv("RIDGE_TEST_SMALL") ? 1000 : 5000;
   std::vector<std::thread> pool;
   for (int t = 0; t < threads; ++t)
     pool.emplace_back([t, per] {

@@ -53,7 +53,7 @@ inline void do_not_optimize(const T& value) {
 }
 template <typename T>
 inline void do_not_optimize(T& value) {
-  asm volatile("" : "+r,m"(value) : : "memory");
+  asm volatile("" : "+m"(value) : : "memory");
 }
 // Makes every pending write to memory count as observed.
 inline void clobber_memory() { asm volatile("" : : : "memory"); }
