@@ -147,3 +147,40 @@ TEST(CliRoofline, MalformedChipFileNamesFileAndField) {
   expect_user_error("roofline matmul --hw " + p.string(), p.string());
   expect_user_error("hw show " + p.string(), "peak_flops.bf16.value");
 }
+
+// The report with a given chip file instead of a probe (tests must not time the machine), a
+// measured row through --results, and the chart when matplotlib is there.
+TEST(CliRoofline, ReportPlacesShapesAndMeasuredRowsOnBothChips) {
+  const auto dir = std::filesystem::temp_directory_path() / "ridge_cli_report";
+  std::filesystem::create_directories(dir);
+  const auto rows = dir / "rows.jsonl";
+  std::ofstream(rows) << R"({"benchmark": "gemm", "case": {"m": 128, "n": 7168, "k": 2048}, "dtype": "bf16", "gflops": 50000, "flops": 3758096384, "bytes": 31719424})"
+                      << "\n"
+                      << R"({"benchmark": "stream", "case": {"bytes": 1024}, "dtype": "fp32", "gbps": 30})" << "\n";
+  const auto out = (dir / "chart").string();
+  const auto r = ridge_run("report --this " + std::string(RIDGE_SOURCE_DIR) + "/hardware/tpu-v5e.json --hw h100 --out " +
+                           out + " --results " + rows.string() + " --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["gpu"], "h100");
+  EXPECT_GT(j["shapes"].size(), 40u);
+  const auto& first = j["shapes"][0];
+  EXPECT_TRUE(first["h100"].is_object());
+  EXPECT_TRUE(first["tpu-v5e"].is_object());
+  ASSERT_EQ(j["measured"].size(), 1u);  // the bandwidth-only row has no place on a FLOP/s axis
+  // bf16 bound on v5e at intensity 118.5: min(197e12, 118.5 * 8.19e11).
+  EXPECT_NEAR(j["measured"][0]["bound_flops"].get<double>(), 3758096384.0 / 31719424 * 8.19e11, 1e3);
+  if (j["plot"].contains("error")) {
+    EXPECT_NE(j["plot"]["error"].get<std::string>().find("matplotlib"), std::string::npos) << j["plot"];
+    GTEST_SKIP() << "no matplotlib: " << j["plot"]["error"];
+  }
+  EXPECT_GT(std::filesystem::file_size(out + ".png"), 10000u);
+  EXPECT_GT(std::filesystem::file_size(out + ".svg"), 10000u);
+}
+
+TEST(CliRoofline, PlotNeedsAChipAndReadsResults) {
+  expect_user_error("roofline plot --hw nosuch", "nosuch");
+  const auto bad = std::filesystem::temp_directory_path() / "ridge_cli_bad_rows.jsonl";
+  std::ofstream(bad) << "{\"gflops\": 1}\nnot json\n";
+  expect_user_error("roofline plot --hw h100 --results " + bad.string(), "line 1");
+}
