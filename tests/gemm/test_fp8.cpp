@@ -244,6 +244,11 @@ TEST(Fp8Grouped, ContiguousLayoutGroupByGroup) {
   }
   auto bt = TensorView<const fp8_e4m3>::contiguous(b.data(), {G, n, k});
   auto sbt = TensorView<const float>::contiguous(sb.data(), {G, nb, kb});
+  // Every row of A against every group's B, once; each row is then checked against its own group.
+  std::vector<std::vector<float>> refs(G, std::vector<float>(static_cast<size_t>(m_sum * n)));
+  for (int64_t g = 0; g < G; ++g)
+    gemm::fp8_gemm_nt_reference(a.a.view(), a.a.scale_view(), bs[g].b.view(), bs[g].b.scale_view(),
+                                MatrixView<float>{refs[g].data(), m_sum, n, n});
   const bf16 sentinel = ridge::to_bf16(12345.0f);
   for (auto isa : isas()) {
     cpu::ScopedIsa guard(isa);
@@ -256,10 +261,7 @@ TEST(Fp8Grouped, ContiguousLayoutGroupByGroup) {
         for (int64_t j = 0; j < n; ++j) ASSERT_EQ(d[r * n + j].bits, sentinel.bits) << "padding row " << r;
         continue;
       }
-      std::vector<float> ref(n);
-      gemm::fp8_gemm_nt_reference(MatrixView<const fp8_e4m3>{&a.a.values[r * k], 1, k, k},
-                                  MatrixView<const float>{&a.a.scales[r * kb], 1, kb, kb}, bs[g].b.view(),
-                                  bs[g].b.scale_view(), MatrixView<float>{ref.data(), 1, n, n});
+      const float* ref = &refs[g][r * n];
       for (int64_t j = 0; j < n; ++j)
         ASSERT_NEAR(ridge::to_float(d[r * n + j]), ref[j], std::fabs(ref[j]) * 0.0079 + 1e-4)
             << cpu::isa_name(isa) << " row " << r << " group " << g;
@@ -280,6 +282,10 @@ TEST(Fp8Grouped, MaskedLayoutLeavesRowsPastTheMaskUntouched) {
     std::memcpy(&b[g * n * k], bs[g].b.values.data(), n * k);
     std::memcpy(&sb[g * nb * kb], bs[g].b.scales.data(), sizeof(float) * nb * kb);
   }
+  std::vector<std::vector<float>> refs(G, std::vector<float>(static_cast<size_t>(G * m_max * n)));
+  for (int64_t g = 0; g < G; ++g)
+    gemm::fp8_gemm_nt_reference(a.a.view(), a.a.scale_view(), bs[g].b.view(), bs[g].b.scale_view(),
+                                MatrixView<float>{refs[g].data(), G * m_max, n, n});
   const bf16 sentinel = ridge::to_bf16(-999.0f);
   for (auto isa : isas()) {
     cpu::ScopedIsa guard(isa);
@@ -296,10 +302,7 @@ TEST(Fp8Grouped, MaskedLayoutLeavesRowsPastTheMaskUntouched) {
           for (int64_t j = 0; j < n; ++j) ASSERT_EQ(d[row * n + j].bits, sentinel.bits) << "masked row";
           continue;
         }
-        std::vector<float> ref(n);
-        gemm::fp8_gemm_nt_reference(MatrixView<const fp8_e4m3>{&a.a.values[row * k], 1, k, k},
-                                    MatrixView<const float>{&a.a.scales[row * kb], 1, kb, kb}, bs[g].b.view(),
-                                    bs[g].b.scale_view(), MatrixView<float>{ref.data(), 1, n, n});
+        const float* ref = &refs[g][row * n];
         for (int64_t j = 0; j < n; ++j)
           ASSERT_NEAR(ridge::to_float(d[row * n + j]), ref[j], std::fabs(ref[j]) * 0.0079 + 1e-4)
               << cpu::isa_name(isa) << " group " << g << " row " << r;
