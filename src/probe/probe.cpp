@@ -74,9 +74,9 @@ Plan make_plan(const ProbeOptions& o, int threads) {
   p.bw_trial_s = o.quick ? 0.002 : 0.003;
   p.bw_budget_s = o.quick ? 0.08 : 0.15;
   p.points_per_octave = o.quick ? 2 : 4;
-  p.peaks_s = o.quick ? 4 : 16;
-  p.sweep_s = o.quick ? 6 : 22;
-  p.sweep_one_s = o.quick ? 0 : 12;
+  p.peaks_s = o.quick ? 3 : 14;
+  p.sweep_s = o.quick ? 4.5 : 20;
+  p.sweep_one_s = o.quick ? 0 : 10;
   if (o.max_seconds > 0) {  // shrink every phase alike; the nominal total is 10 s quick, 50 s full
     const double scale = o.max_seconds / (p.peaks_s + p.sweep_s + p.sweep_one_s) * 0.85;
     p.peaks_s *= scale;
