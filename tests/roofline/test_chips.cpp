@@ -56,9 +56,9 @@ TEST(Chips, EveryFigureHasASourceAndTheOutermostLevelIsHbm) {
     EXPECT_FALSE(c.intra_node->bandwidth_per_direction.source.empty());
     // Dense, never "with sparsity": bf16 (or fp16) above fp32 and below fp8/int8 by the usual 2x.
     // (1979 vs 2 x 989 is the vendors' rounding.)
-    if (c.has_peak("fp8") && c.has_peak("bf16")) EXPECT_NEAR(c.peak("fp8") / c.peak("bf16"), 2, 0.002) << id;
-    if (c.has_peak("int8") && c.has_peak("bf16")) EXPECT_NEAR(c.peak("int8") / c.peak("bf16"), 2, 0.002) << id;
-    if (c.has_peak("fp32") && c.has_peak("bf16")) EXPECT_GT(c.peak("bf16"), c.peak("fp32")) << id;
+    if (c.has_peak("fp8") && c.has_peak("bf16")) { EXPECT_NEAR(c.peak("fp8") / c.peak("bf16"), 2, 0.002) << id; }
+    if (c.has_peak("int8") && c.has_peak("bf16")) { EXPECT_NEAR(c.peak("int8") / c.peak("bf16"), 2, 0.002) << id; }
+    if (c.has_peak("fp32") && c.has_peak("bf16")) { EXPECT_GT(c.peak("bf16"), c.peak("fp32")) << id; }
   }
 }
 
