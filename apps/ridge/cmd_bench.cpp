@@ -15,7 +15,7 @@ struct Common {
   std::vector<std::string> set;
   std::string grid_file;
   bool quick = false;
-  int threads = 0;
+  int threads = -1;  // -1: not given
   bool json = false, csv = false;
   std::string trace_file, memory_file;
   size_t memory_entries = 1'000'000;
@@ -46,7 +46,7 @@ void add_common(CLI::App* cmd) {
 void run(const std::string& name) {
   const auto& b = bench::find_benchmark(name);
   check(!(g.json && g.csv), "bench: --json and --csv are exclusive; choose one");
-  if (g.threads != 0) {
+  if (g.threads != -1) {
     check(g.threads >= 1, "--threads: {} is not a thread count (expected an integer >= 1)", g.threads);
     set_num_threads(g.threads);
   }

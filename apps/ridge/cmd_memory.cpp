@@ -89,7 +89,12 @@ void plot(const std::string& path, const std::string& out) {
   if (const char* d = std::getenv("RIDGE_TOOLS_DIR")) script = std::string(d) + "/plot_memory.py";
   else script = std::string(RIDGE_SOURCE_DIR) + "/tools/plot_memory.py";
   check(fs::exists(script), "memory plot: cannot find {} (set RIDGE_TOOLS_DIR to ridge's tools/ folder)", script);
-  const std::string cmd = "python3 " + quote(script) + " " + quote(path) + " -o " + quote(out);
+  // scripts/setup installs matplotlib as a Debian package, i.e. for /usr/bin/python3, which a
+  // pyenv or venv python3 earlier on PATH would not see. RIDGE_PYTHON overrides.
+  std::string python = "python3";
+  if (const char* p = std::getenv("RIDGE_PYTHON")) python = p;
+  else if (fs::exists("/usr/bin/python3")) python = "/usr/bin/python3";
+  const std::string cmd = quote(python) + " " + quote(script) + " " + quote(path) + " -o " + quote(out);
   const int rc = std::system(cmd.c_str());
   check(rc != -1 && WIFEXITED(rc) && WEXITSTATUS(rc) == 0,
         "memory plot: {} failed (needs python3 with matplotlib: scripts/setup installs it)", script);

@@ -82,7 +82,9 @@ TEST(CliBench, StreamJsonLinesFollowTheSchema) {
 TEST(CliBench, CsvAndTable) {
   const auto csv = run(std::string(kQuick) + " --set kernel=triad --csv");
   ASSERT_EQ(csv.code, 0);
-  EXPECT_EQ(csv.out.rfind("benchmark,case.n,case.kernel", 0), 0u) << csv.out;
+  EXPECT_EQ(csv.out.rfind("benchmark,", 0), 0u) << csv.out;
+  EXPECT_NE(csv.out.find(",case.n,"), std::string::npos) << csv.out;
+  EXPECT_NE(csv.out.find(",gbps,"), std::string::npos) << csv.out;
   EXPECT_EQ(std::count(csv.out.begin(), csv.out.end(), '\n'), 3);  // header + 2 sizes
   const auto table = run(std::string(kQuick) + " --set kernel=copy");
   ASSERT_EQ(table.code, 0);
