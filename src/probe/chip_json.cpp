@@ -98,12 +98,13 @@ json to_chip_json(const ProbeResult& r) {
                                            " .. " + units::format_bytes(double(pl->hi)) + ", " +
                                            std::to_string(r.threads) + " threads, read");
     const int64_t cap = std::string(level) == "dram" ? physical_memory() : pl->capacity;
-    if (cap > 0)
-      m["capacity"] = sourced(double(cap), std::string("read by ridge probe on ") + day +
-                                               (std::string(level) == "dram" ? " from sysconf (physical memory)"
-                                                                             : " from cpuid, summed over " +
-                                                                                   std::to_string(r.threads) +
-                                                                                   " threads' cores"));
+    if (cap > 0) {
+      const std::string lv = level;
+      const std::string how = lv == "dram" ? " from sysconf (physical memory)"
+                              : lv == "l3" ? " from cpuid (the L3 instances the threads share)"
+                                           : " from cpuid, summed over " + std::to_string(r.threads) + " threads' cores";
+      m["capacity"] = sourced(double(cap), "read by ridge probe on " + day + how);
+    }
     mem.push_back(m);
   }
   chip["memory"] = mem;
