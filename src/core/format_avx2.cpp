@@ -19,8 +19,9 @@ __m256i select(__m256i mask, __m256i if_false, __m256i if_true) {
 
 // float bits -> narrow code; mirrors encode_narrow in format_avx512.cpp. Lane values stay below
 // 2^31 wherever they are compared, so signed compares serve.
+// Forced inline: as a call, every vector passes through memory and the loop runs several times slower.
 template <int E, int M, bool HasInf>
-__m256i encode_narrow(__m256i f, bool satfinite) {
+[[gnu::always_inline]] inline __m256i encode_narrow(__m256i f, bool satfinite) {
   constexpr int bias = (1 << (E - 1)) - 1;
   constexpr int emin = 1 - bias;
   constexpr u32 sign_bit = 1u << (E + M);
@@ -54,7 +55,7 @@ __m256i encode_narrow(__m256i f, bool satfinite) {
   return _mm256_or_si256(code, sign);
 }
 
-__m256i encode_bf16(__m256i f, bool satfinite) {
+[[gnu::always_inline]] inline __m256i encode_bf16(__m256i f, bool satfinite) {
   const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(f, 16), set1(1));
   __m256i out = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(f, set1(0x7FFF)), lsb), 16);
   const __m256i sign = _mm256_and_si256(_mm256_srli_epi32(f, 16), set1(0x8000));
@@ -130,7 +131,7 @@ void decode(const Code* src, float* dst, size_t n, Decode dec) {
 __m128i load8_u16(const uint16_t* p) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)); }
 __m128i load8_u8(const uint8_t* p) { return _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)); }
 
-__m256i decode_e4m3(__m256i c) {
+[[gnu::always_inline]] inline __m256i decode_e4m3(__m256i c) {
   const __m256i mag = _mm256_and_si256(c, set1(0x7F));
   const __m256i sign = _mm256_slli_epi32(_mm256_and_si256(c, set1(0x80)), 24);
   const __m256i normal = _mm256_add_epi32(_mm256_slli_epi32(mag, 20), set1(120u << 23));
