@@ -117,7 +117,7 @@ bench::Row run_fp8_case(const Fp8Case& c, const bench::Options& options) {
   const int64_t kb = gemm::fp8_scale_blocks(k), nb = gemm::fp8_scale_blocks(n);
   bench::Row row;
   row.benchmark = "gemm";
-  row.case_ = {{"m", m}, {"n", n}, {"k", k}};
+  row.case_ = {{"m", m}, {"n", n}, {"k", k}, {"out", "bf16"}};
   if (grouped) {
     row.case_["groups"] = G;
     row.case_["m_per_group"] = c.m;
