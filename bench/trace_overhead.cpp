@@ -23,7 +23,7 @@ void run(bench::Context& ctx) {
   for (const auto& m : modes)
     check(std::find(modes_all.begin(), modes_all.end(), m) != modes_all.end(),
           "--set mode: '{}' is not one of off, on{}", m, trace::nvtx_compiled() ? ", nvtx" : "");
-  const auto calls_v = ctx.grid.counts("calls", {ctx.quick ? 10'000 : 50'000});
+  const auto calls_v = ctx.grid.counts("calls", {1000});
   check(calls_v.size() == 1 && calls_v[0] >= 1 && calls_v[0] <= 10'000'000,
         "--set calls: give one count in 1 .. 1e7");
   const int64_t calls = calls_v[0];
