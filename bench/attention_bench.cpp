@@ -400,7 +400,9 @@ void run_case(const AttnCase& c, bench::Context& ctx, double peak_of_dtype) {
     if (auto it = torch_ms.find(pass); it != torch_ms.end()) {
       row.add_peer("pytorch sdpa", it->second);
       note += "; " + torch_why;
-    } else if (!g_no_torch) {
+    } else if (g_no_torch) {
+      note += "; " + torch_why;
+    } else {
       note += "; PyTorch peer: " + (torch_why.empty() ? std::string("no result") : torch_why);
     }
     if (c.headline) note += "; headline shape (1 sample)";
