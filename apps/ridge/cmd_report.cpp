@@ -1,12 +1,20 @@
 // `ridge report` (what scripts/demo runs): probe this machine quickly, put its roofline beside a
 // GPU's, bound the standard benchmark shapes on both, and draw the chart. Measured kernel points
-// join through --results (JSON lines of bench result rows) and measured_table() below.
+// join through --results (JSON lines of bench result rows) and, unless --no-measure, from a short
+// live run of the GEMM and attention benchmarks (measured_rows() below), so the kernels appear as
+// points under the roof the probe just measured.
 #include <fmt/format.h>
 
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <memory>
 
 #include "cli.hpp"
+#include "ridge/bench.hpp"
 #include "ridge/core.hpp"
 #include "ridge/probe.hpp"
 #include "ridge/roofline.hpp"
@@ -21,8 +29,52 @@ using ridge::units::format_seconds;
 
 struct Opts {
   std::string hw = "h100", this_file, out = "ridge-roofline", results;
-  bool reuse_probe = false, json = false;
+  bool reuse_probe = false, json = false, no_measure = false;
 };
+
+// A short live run of registered kernel benchmarks (no peers: the report places ridge's own kernels
+// on this machine's roof; `ridge bench gemm|attention` gives the peer ratios). Each case is a few
+// milliseconds to a few hundred, so the whole set stays well under a minute.
+std::vector<rr::MeasuredPoint> measured_rows() {
+  namespace rb = ridge::bench;
+  struct Run {
+    const char* name;
+    std::vector<std::string> grid;
+  };
+  const std::vector<Run> runs = {
+      {"gemm", {"set=dense", "dtype=fp32,bf16,fp8", "peer=0"}},
+      {"gemm", {"set=decode", "dtype=fp32,bf16,fp8", "peer=0"}},
+      {"attention", {"seq=2048", "head_dim=128", "dtype=fp32,bf16", "causal=false", "pass=forward,backward"}},
+      {"attention", {"seq=4096", "head_dim=64", "dtype=fp32", "causal=true", "pass=forward"}},
+  };
+  std::FILE* devnull = std::fopen("/dev/null", "w");
+  if (!devnull) ridge::fail("report: cannot open /dev/null for the measured runs");
+  const auto path = std::filesystem::temp_directory_path() / fmt::format("ridge-report-{}.jsonl", ::getpid());
+  {
+    std::ofstream out(path);
+    for (const auto& r : runs) {
+      const auto& b = rb::find_benchmark(r.name);
+      rb::Sink sink(rb::Format::json, devnull);
+      rb::Progress progress(false);
+      rb::Context ctx(b.name, sink, progress);
+      ctx.grid = rb::Grid::parse(r.grid);
+      ctx.quick = true;
+      ctx.threads = ridge::get_num_threads();
+      ctx.options.warmup = 1;
+      ctx.options.iters = 5;
+      std::cerr << "report: measuring " << r.name;
+      for (const auto& g : r.grid) std::cerr << " " << g;
+      std::cerr << "\n";
+      b.run(ctx);
+      sink.finish();
+      out << rb::to_json_lines(sink.rows());
+    }
+  }
+  std::fclose(devnull);
+  auto pts = rr::read_measured(path.string());
+  std::filesystem::remove(path);
+  return pts;
+}
 
 // The one place the probe is called: a quick run, written as this machine's chip file unless a
 // (presumably fuller) probe result exists already.
@@ -118,7 +170,11 @@ void run(const Opts& o) {
   std::string how;
   const auto me = this_machine(o, how);
   const auto ops = rr::standard_ops();
-  const auto measured = o.results.empty() ? std::vector<rr::MeasuredPoint>{} : rr::read_measured(o.results);
+  auto measured = o.results.empty() ? std::vector<rr::MeasuredPoint>{} : rr::read_measured(o.results);
+  if (!o.no_measure) {
+    auto live = measured_rows();
+    measured.insert(measured.end(), live.begin(), live.end());
+  }
 
   nlohmann::json j;
   j["this"] = me.to_json();
@@ -177,6 +233,7 @@ void setup(CLI::App& root) {
   c->add_flag("--reuse-probe", o->reuse_probe, "use the existing probe result if there is one");
   c->add_option("--out", o->out, "plot path without extension (.png and .svg are written)")->capture_default_str();
   c->add_option("--results", o->results, "JSON-lines benchmark rows to add as measured points");
+  c->add_flag("--no-measure", o->no_measure, "skip the short live GEMM and attention runs");
   c->add_flag("--json", o->json, "print one JSON document");
   c->callback([o] { run(*o); });
 }

@@ -80,7 +80,10 @@ double read_avx2(const void* p, size_t bytes, int64_t passes) {
                         _mm256_add_epi64(_mm256_add_epi64(a4, a5), _mm256_add_epi64(a6, a7)));
   alignas(32) long long out[4];
   _mm256_store_si256(reinterpret_cast<__m256i*>(out), a0);
-  return static_cast<double>(out[0] + out[1] + out[2] + out[3]);
+  // The lanes wrapped modulo 2^64 (vpaddq); sum the same way, since signed overflow is undefined.
+  unsigned long long s = 0;
+  for (long long x : out) s += static_cast<unsigned long long>(x);
+  return static_cast<double>(static_cast<long long>(s));
 }
 
 void update_avx2(void* p, size_t bytes, int64_t passes) {

@@ -29,9 +29,10 @@ double hsum(__m512d v) {
 double hsum_epi64(__m512i v) {
   alignas(64) long long o[8];
   _mm512_store_si512(o, v);
-  long long s = 0;
-  for (long long x : o) s += x;
-  return static_cast<double>(s);
+  // The lanes wrapped modulo 2^64 (vpaddq); sum the same way, since signed overflow is undefined.
+  unsigned long long s = 0;
+  for (long long x : o) s += static_cast<unsigned long long>(x);
+  return static_cast<double>(static_cast<long long>(s));
 }
 
 template <int N>
