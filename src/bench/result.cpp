@@ -142,6 +142,11 @@ bool fill_bound(Row& row) {
   }
   row.bound_level = level;
   if (bw > 0) row.bound_gbps = bw / 1e9;
+  if (row.flops > 0 && row.bound_gflops > 0) {
+    // The benchmark chose its own compute roof (e.g. fp8 running on the bf16 units): keep it.
+    row.pct_of_bound = row.gflops() / row.bound_gflops * 100.0;
+    return true;
+  }
   if (row.flops > 0) {
     double peak = 0;
     try {
