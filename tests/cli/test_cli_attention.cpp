@@ -1,5 +1,6 @@
 // `ridge bench attention` through the real binary: the row schema in JSON lines, the math-path
 // peer, the PyTorch peer's absence (or presence) said in the row, one-line errors with exit 2.
+#include <unistd.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 #include <sys/wait.h>
@@ -20,7 +21,7 @@ struct Result {
 };
 
 Result ridge(const std::string& args) {
-  const std::string errfile = ::testing::TempDir() + "ridge_cli_attention_err.txt";
+  const std::string errfile = ::testing::TempDir() + "ridge_cli_attention_err." + std::to_string(::getpid()) + ".txt";
   const std::string cmd = std::string(RIDGE_BINARY) + " " + args + " 2>" + errfile;
   std::FILE* p = popen(cmd.c_str(), "r");
   std::string out;

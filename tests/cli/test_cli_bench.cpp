@@ -1,5 +1,6 @@
 // `ridge bench` and `ridge memory` through the real binary: exit codes, one-line errors, the
 // result schema in JSON lines and CSV, trace and memory files.
+#include <unistd.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 #include <sys/wait.h>
@@ -20,7 +21,7 @@ struct Run {
 
 // stdout only; stderr goes to a file so the one-line error can be checked too.
 Run run(const std::string& args, std::string* err = nullptr) {
-  const std::string errfile = ::testing::TempDir() + "ridge_cli_bench_err.txt";
+  const std::string errfile = ::testing::TempDir() + "ridge_cli_bench_err." + std::to_string(::getpid()) + ".txt";
   const std::string cmd = std::string(RIDGE_BINARY) + " " + args + " 2>" + errfile;
   std::FILE* p = popen(cmd.c_str(), "r");
   std::string out;

@@ -1,5 +1,6 @@
 // `ridge bench gemm` through the real binary, on a tiny shape file: every dtype and both grouped
 // layouts produce rows in the result schema with their peers; bad flags give one-line errors.
+#include <unistd.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 #include <sys/wait.h>
@@ -20,7 +21,7 @@ struct Run {
 };
 
 Run run(const std::string& args) {
-  const std::string errfile = ::testing::TempDir() + "ridge_cli_gemm_err.txt";
+  const std::string errfile = ::testing::TempDir() + "ridge_cli_gemm_err." + std::to_string(::getpid()) + ".txt";
   const std::string cmd = std::string(RIDGE_BINARY) + " " + args + " 2>" + errfile;
   std::FILE* p = popen(cmd.c_str(), "r");
   std::string out;

@@ -1,5 +1,6 @@
 // `ridge probe` through the real binary: bad flags are one-line errors with exit 2, and a tiny
 // run writes a chip file and prints it as one JSON document.
+#include <unistd.h>
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
@@ -17,7 +18,8 @@ struct ProbeRun {
 };
 
 ProbeRun run_ridge(const std::string& args) {
-  const auto dir = std::filesystem::temp_directory_path() / "ridge_cli_probe";
+  // One folder per test process: ctest runs tests in parallel, each as its own process.
+  const auto dir = std::filesystem::temp_directory_path() / ("ridge_cli_probe." + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   const auto errf = (dir / "stderr.txt").string();
   const std::string cmd = std::string("RIDGE_HOME=") + dir.string() + " " + RIDGE_BINARY + " " + args + " 2>" + errf;
@@ -53,7 +55,7 @@ TEST(CliProbe, BadFlagsAreOneLineErrors) {
 }
 
 TEST(CliProbe, TinyRunWritesTheChipFileAndPrintsJson) {
-  const auto path = (std::filesystem::temp_directory_path() / "ridge_cli_probe" / "out" / "chip.json").string();
+  const auto path = (std::filesystem::temp_directory_path() / ("ridge_cli_probe." + std::to_string(::getpid())) / "out" / "chip.json").string();
   std::filesystem::remove(path);
   const ProbeRun r = run_ridge("probe --quick --trials 1 --max-seconds 2 --max-bytes 512KiB --json -o " + path);
   ASSERT_EQ(r.code, 0) << r.err;

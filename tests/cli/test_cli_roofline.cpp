@@ -1,4 +1,5 @@
 // The roofline CLI: exit codes, one-line errors, JSON documents with the worked numbers.
+#include <unistd.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -17,7 +18,8 @@ struct Run {
 };
 
 Run ridge_run(const std::string& args) {
-  const auto dir = std::filesystem::temp_directory_path() / "ridge_cli_roofline";
+  // One folder per test process: ctest runs tests in parallel, each as its own process.
+  const auto dir = std::filesystem::temp_directory_path() / ("ridge_cli_roofline." + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   const std::string err_path = (dir / "stderr.txt").string();
   const std::string cmd = std::string(RIDGE_BINARY) + " " + args + " 2>" + err_path;
@@ -140,7 +142,7 @@ TEST(CliRoofline, BadInputIsOneLineExit2) {
 }
 
 TEST(CliRoofline, MalformedChipFileNamesFileAndField) {
-  const auto p = std::filesystem::temp_directory_path() / "ridge_cli_bad_chip.json";
+  const auto p = std::filesystem::temp_directory_path() / ("ridge_cli_bad_chip." + std::to_string(::getpid()) + ".json");
   std::ofstream(p) << R"({"id": "bad", "name": "Bad", "kind": "gpu",
     "peak_flops": {"bf16": {"value": -1, "source": "x"}},
     "memory": [{"level": "hbm", "bandwidth": {"value": 1e12, "source": "x"}}]})";
@@ -151,7 +153,7 @@ TEST(CliRoofline, MalformedChipFileNamesFileAndField) {
 // The report with a given chip file instead of a probe (tests must not time the machine), a
 // measured row through --results, and the chart when matplotlib is there.
 TEST(CliRoofline, ReportPlacesShapesAndMeasuredRowsOnBothChips) {
-  const auto dir = std::filesystem::temp_directory_path() / "ridge_cli_report";
+  const auto dir = std::filesystem::temp_directory_path() / ("ridge_cli_report." + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   const auto rows = dir / "rows.jsonl";
   std::ofstream(rows) << R"({"benchmark": "gemm", "case": {"m": 128, "n": 7168, "k": 2048}, "dtype": "bf16", "gflops": 50000, "flops": 3758096384, "bytes": 31719424})"
@@ -180,7 +182,7 @@ TEST(CliRoofline, ReportPlacesShapesAndMeasuredRowsOnBothChips) {
 
 TEST(CliRoofline, PlotNeedsAChipAndReadsResults) {
   expect_user_error("roofline plot --hw nosuch", "nosuch");
-  const auto bad = std::filesystem::temp_directory_path() / "ridge_cli_bad_rows.jsonl";
+  const auto bad = std::filesystem::temp_directory_path() / ("ridge_cli_bad_rows." + std::to_string(::getpid()) + ".jsonl");
   std::ofstream(bad) << "{\"gflops\": 1}\nnot json\n";
   expect_user_error("roofline plot --hw h100 --results " + bad.string(), "line 1");
 }
