@@ -94,7 +94,7 @@ detail::Problem make_problem(const TensorView<T>& q, const TensorView<T>& k, con
   p.lse_sh = lse.stride[1];
   p.lse_ss = lse.stride[2];
   p.threads = get_num_threads();
-  // Block-size experiments without a rebuild (docs/attention.md records them).
+  // Block-size experiments without a rebuild (the README's attention section records them).
   if (const char* e = std::getenv("RIDGE_ATTENTION_BLOCK_Q")) p.block_q = std::atoi(e);
   if (const char* e = std::getenv("RIDGE_ATTENTION_BLOCK_K")) p.block_k = std::atoi(e);
   return p;

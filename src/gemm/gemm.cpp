@@ -48,7 +48,7 @@ using detail::Tile;
 int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 int64_t ceil_div(int64_t x, int64_t m) { return (x + m - 1) / m; }
 
-// Experiment knobs (docs/gemm-dense.md): RIDGE_GEMM_KC / _MC / _NC override the derived sizes.
+// Experiment knobs (the README's dense GEMM section): RIDGE_GEMM_KC / _MC / _NC override the derived sizes.
 int64_t env_int(const char* name) {
   const char* v = std::getenv(name);
   if (!v || !*v) return 0;
@@ -74,7 +74,7 @@ Blocking derive_blocking(const KernelInfo& ki, int64_t k) {
   b.kernel = ki.name;
   // Deep K blocks: each micro-kernel call pays a D-tile epilogue, so KC should be large. The B
   // micro-panel (KC x NR) is sized to an eighth of L2 rather than half of L1: on Zen 5 the L2
-  // streams it fast enough (experiment 2 in docs/gemm-dense.md: KC 256 -> 2048 gained 1.3x).
+  // streams it fast enough (experiment 2 in the README's dense GEMM section: KC 256 -> 2048 gained 1.3x).
   int64_t kc = std::clamp<int64_t>(l2 / 8 / (ki.nr * elt), std::max<int64_t>(64, l1 / 2 / (ki.nr * elt)), 4096);
   if (const int64_t e = env_int("RIDGE_GEMM_KC")) kc = e;
   // Balance the K blocks so the last is not a sliver.
@@ -101,7 +101,7 @@ Blocking derive_blocking(const KernelInfo& ki, int64_t k) {
 void pack_panels(const void* src, bool src_bf16, int64_t ld, int64_t count, int64_t p0, int64_t kc, int R,
                  Panel panel, void* dst, detail::PackWords pack_words) {
   // K is walked in chunks so the R destination rows being transposed into stay in L1 (a whole
-  // deep panel does not; experiment 3 in docs/gemm-dense.md).
+  // deep panel does not; experiment 3 in the README's dense GEMM section).
   constexpr int64_t kChunk = 64;
   const int64_t kp = panel_k(panel, kc);
   const int64_t npanels = ceil_div(count, R);
@@ -325,7 +325,7 @@ void run_rect(const Problem& p, const KernelInfo& ki, const Blocking& bk, int64_
   const int64_t nc_max = std::min<int64_t>(bk.nc, round_up(n1 - n0, ki.nr));
   // Row blocks balanced over this thread's rows, rounding to the nearest count rather than up: a
   // last block of a few rows would stream the whole B block again for them (m = 128 with MC = 126
-  // did; experiment 7 in docs/gemm-dense.md).
+  // did; experiment 7 in the README's dense GEMM section).
   const int64_t mblocks = std::max<int64_t>(1, (m1 - m0 + bk.mc / 2) / bk.mc);
   const int64_t mc_t = round_up(ceil_div(m1 - m0, mblocks), ki.mr);
   const int64_t mc_max = std::min<int64_t>(mc_t, round_up(m1 - m0, ki.mr));
@@ -338,7 +338,7 @@ void run_rect(const Problem& p, const KernelInfo& ki, const Blocking& bk, int64_
   const size_t b_bytes = p.packed ? 0 : static_cast<size_t>(nc_max * kp_full) * elt;
   const size_t s_bytes = need_scratch ? static_cast<size_t>(mc_max * nc_max) * 4 : 0;
   // Packing buffers persist per thread and only grow: a fresh allocation per call costs page
-  // faults on every touch of a multi-MiB B block (experiment 5 in docs/gemm-dense.md).
+  // faults on every touch of a multi-MiB B block (experiment 5 in the README's dense GEMM section).
   thread_local Buffer<std::byte> ws;
   const size_t need = a_bytes + b_bytes + s_bytes + 128;
   if (ws.size() < need) ws = Buffer<std::byte>(need, "gemm.workspace");
