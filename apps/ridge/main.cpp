@@ -36,6 +36,17 @@ int main(int argc, char** argv) {
 
   try {
     ridge::cpu::active_isa();  // a bad RIDGE_ISA is a user error: report it before any work
+    // CLI11 answers an unknown subcommand with "A subcommand is required"; name it and the choices.
+    if (argc > 1 && argv[1][0] != '-') {
+      const std::string word = argv[1];
+      std::string names;
+      bool known = false;
+      for (const auto& r : reg) {
+        known = known || r.name == word;
+        names += (names.empty() ? "" : ", ") + r.name;
+      }
+      if (!known) throw ridge::Error("'" + word + "' is not a ridge subcommand (accepted: " + names + ")");
+    }
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
     std::cout << app.help();
