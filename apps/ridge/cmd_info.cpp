@@ -28,7 +28,7 @@ nlohmann::json info_json() {
                    {"f16c", f.f16c},            {"bmi2", f.bmi2},
                    {"avx512f", f.avx512f},      {"avx512bw", f.avx512bw},
                    {"avx512vl", f.avx512vl},    {"avx512dq", f.avx512dq},
-                   {"avx512cd", f.avx512cd},    {"avx512_bf16", f.avx512_bf16},
+                   {"avx512cd", f.avx512cd},    {"avx512_vbmi", f.avx512_vbmi},    {"avx512_bf16", f.avx512_bf16},
                    {"avx512_vnni", f.avx512_vnni}, {"avx512_fp16", f.avx512_fp16},
                    {"avx_vnni", f.avx_vnni},    {"amx_tile", f.amx_tile},
                    {"amx_bf16", f.amx_bf16},    {"amx_int8", f.amx_int8}};

@@ -136,6 +136,7 @@ Info read_info() {
     f.avx512cd = bit(r7.b, 28);
     f.avx512bw = bit(r7.b, 30);
     f.avx512vl = bit(r7.b, 31);
+    f.avx512_vbmi = bit(r7.c, 1);
     f.avx512_vnni = bit(r7.c, 11);
     f.avx512_fp16 = bit(r7.d, 23);
     f.amx_bf16 = bit(r7.d, 22);
@@ -150,7 +151,7 @@ Info read_info() {
   // Features the OS does not save registers for are unusable: report them as absent.
   if (!f.os_avx) f.avx = f.avx2 = f.fma = f.f16c = f.avx_vnni = false;
   if (!f.os_avx512)
-    f.avx512f = f.avx512bw = f.avx512vl = f.avx512dq = f.avx512cd = f.avx512_bf16 = f.avx512_vnni =
+    f.avx512f = f.avx512bw = f.avx512vl = f.avx512dq = f.avx512cd = f.avx512_vbmi = f.avx512_bf16 = f.avx512_vnni =
         f.avx512_fp16 = false;
   if (!f.os_amx) f.amx_tile = f.amx_bf16 = f.amx_int8 = false;
 

@@ -1,6 +1,7 @@
 // Public FP8 GEMM entry points: argument checks, the packed-weights type, and dispatch to the
 // per-ISA implementation chosen by cpu::active_isa().
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -17,10 +18,17 @@ int64_t m_alignment_for_contiguous_layout() { return 64; }
 
 namespace fp8 {
 
+namespace {
+std::atomic<bool> g_allow_vbmi{true};
+}
+
+void allow_vbmi(bool allowed) { g_allow_vbmi.store(allowed); }
+bool uses_vbmi() { return g_allow_vbmi.load(std::memory_order_relaxed) && cpu::info().features.avx512_vbmi; }
+
 void run(const Problem& p) {
   if (p.m == 0 || p.n == 0) return;
   switch (cpu::active_isa()) {
-    case cpu::Isa::avx512bf16: return run_avx512bf16(p);
+    case cpu::Isa::avx512bf16: return uses_vbmi() ? run_avx512bf16_vbmi(p) : run_avx512bf16(p);
     case cpu::Isa::avx512: return run_avx512(p);
     case cpu::Isa::avx2: return run_avx2(p);
     case cpu::Isa::scalar: return run_reference(p);

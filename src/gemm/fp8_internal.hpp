@@ -40,6 +40,12 @@ void run_reference(const Problem& p);
 void run_avx2(const Problem& p);
 void run_avx512(const Problem& p);
 void run_avx512bf16(const Problem& p);
+void run_avx512bf16_vbmi(const Problem& p);  // the same, widening with byte permutes (AVX512_VBMI)
+
+// Whether the avx512bf16 path may use its VBMI variant when the CPU has VBMI (default yes). Tests
+// turn it off to check the generic widening on a machine that has both.
+void allow_vbmi(bool allowed);
+bool uses_vbmi();  // allowed, and the CPU has it
 
 // Runs `p` on the active ISA path.
 void run(const Problem& p);

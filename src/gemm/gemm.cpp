@@ -316,6 +316,85 @@ void thread_grid(int64_t mtiles, int64_t ntiles, int threads, int& tm, int& tn) 
   }
 }
 
+// The tile of D at (gi, gj) for one micro-kernel call: read C on the first K block (or the
+// previous partial sum), write D on the last (bf16 output keeps fp32 partial sums in `stile`).
+Tile make_tile(const Problem& p, int64_t gi, int64_t gj, bool first, bool last, bool need_scratch, float* stile,
+               int64_t lds) {
+  const size_t out_elt = p.out_bf16 ? 2 : 4;
+  void* dtile = static_cast<std::byte*>(p.d) + (gi * p.ldd + gj) * out_elt;
+  Tile t;
+  if (first) {
+    if (p.c) {
+      t.src = static_cast<const std::byte*>(p.c) + (gi * p.ldc + gj) * out_elt;
+      t.lds = p.ldc;
+      t.src_bf16 = p.out_bf16;
+    }
+  } else if (need_scratch) {
+    t.src = stile;
+    t.lds = lds;
+  } else {
+    t.src = dtile;
+    t.lds = p.ldd;
+  }
+  if (last || !need_scratch) {
+    t.dst = dtile;
+    t.ldd = p.ldd;
+    t.dst_bf16 = p.out_bf16;
+  } else {
+    t.dst = stile;
+    t.ldd = lds;
+  }
+  return t;
+}
+
+// A thread whose rows fit one A block (m up to ~MC: the m = 64..192 shapes of a prefill or a
+// decode batch): packing a K x NC block of B, as the general loop does, would read B, write a
+// copy, and read the copy again, for only a few row tiles of work per B element. Here A (all of
+// K, small) is packed once, and B is packed one KC x NR micro-panel at a time into a buffer that
+// stays in L2 and is used at once by every row tile: B crosses memory once.
+void run_rect_narrow(const Problem& p, const KernelInfo& ki, const Blocking& bk, int64_t m0, int64_t m1, int64_t n0,
+                     int64_t n1, detail::PackWords pack_words) {
+  const size_t elt = panel_elt(ki.panel);
+  const size_t in_elt = p.in_bf16 ? 2 : 4;
+  const int64_t rows = m1 - m0;
+  const int64_t mp = round_up(rows, ki.mr);
+  const int64_t kc_max = std::min<int64_t>(bk.kc, p.k);
+  const int64_t kp_max = panel_k(ki.panel, kc_max);
+  const int64_t kblocks = ceil_div(p.k, bk.kc);
+  const bool need_scratch = p.out_bf16 && kblocks > 1;
+  const size_t a_block = static_cast<size_t>(mp * kp_max) * elt;
+  const size_t a_bytes = a_block * static_cast<size_t>(kblocks);
+  const size_t b_bytes = static_cast<size_t>(ki.nr * kp_max) * elt;
+  const size_t s_bytes = need_scratch ? static_cast<size_t>(mp * ki.nr) * 4 : 0;
+  thread_local Buffer<std::byte> ws;
+  const size_t need = a_bytes + b_bytes + s_bytes + 192;
+  if (ws.size() < need) ws = Buffer<std::byte>(need, "gemm.workspace");
+  std::byte* abuf = ws.data();
+  std::byte* bbuf = abuf + round_up(static_cast<int64_t>(a_bytes), 64);
+  float* scratch = reinterpret_cast<float*>(bbuf + round_up(static_cast<int64_t>(b_bytes), 64));
+  for (int64_t kb = 0; kb < kblocks; ++kb) {
+    const int64_t pc = kb * bk.kc, kc = std::min<int64_t>(bk.kc, p.k - pc);
+    pack_panels(static_cast<const std::byte*>(p.a) + m0 * p.lda * in_elt, p.in_bf16, p.lda, rows, pc, kc, ki.mr,
+                ki.panel, abuf + kb * a_block, pack_words);
+  }
+  for (int64_t jr = n0; jr < n1; jr += ki.nr) {
+    const int nr = static_cast<int>(std::min<int64_t>(ki.nr, n1 - jr));
+    for (int64_t kb = 0; kb < kblocks; ++kb) {
+      const int64_t pc = kb * bk.kc, kc = std::min<int64_t>(bk.kc, p.k - pc);
+      const int64_t kp = panel_k(ki.panel, kc);
+      pack_panels(static_cast<const std::byte*>(p.b) + jr * p.ldb * in_elt, p.in_bf16, p.ldb, nr, pc, kc, ki.nr,
+                  ki.panel, bbuf, pack_words);
+      const bool first = kb == 0, last = kb + 1 == kblocks;
+      for (int64_t ir = 0; ir < rows; ir += ki.mr) {
+        const int mr = static_cast<int>(std::min<int64_t>(ki.mr, rows - ir));
+        const std::byte* apanel = abuf + kb * a_block + static_cast<size_t>((ir / ki.mr) * ki.mr * kp) * elt;
+        const Tile t = make_tile(p, m0 + ir, jr, first, last, need_scratch, scratch + ir * ki.nr, ki.nr);
+        ki.ukernel(kc, apanel, bbuf, mr, nr, t);
+      }
+    }
+  }
+}
+
 // One thread's rectangle: rows [m0, m1), columns [n0, n1) (n0 a multiple of NR).
 void run_rect(const Problem& p, const KernelInfo& ki, const Blocking& bk, int64_t m0, int64_t m1, int64_t n0,
               int64_t n1) {
@@ -333,6 +412,10 @@ void run_rect(const Problem& p, const KernelInfo& ki, const Blocking& bk, int64_
   const bool multi_k = p.k > bk.kc;
   const bool need_scratch = p.out_bf16 && multi_k;
   const detail::PackWords pack_words = std::getenv("RIDGE_GEMM_SCALAR_PACK") ? nullptr : ki.pack_words;
+  if (!p.packed && mblocks == 1 && !std::getenv("RIDGE_GEMM_NO_NARROW")) {
+    run_rect_narrow(p, ki, bk, m0, m1, n0, n1, pack_words);
+    return;
+  }
 
   const size_t a_bytes = static_cast<size_t>(mc_max * panel_k(ki.panel, kc_max)) * elt;
   const size_t b_bytes = p.packed ? 0 : static_cast<size_t>(nc_max * kp_full) * elt;
@@ -348,7 +431,6 @@ void run_rect(const Problem& p, const KernelInfo& ki, const Blocking& bk, int64_
   const int64_t lds = nc_max;
 
   const size_t in_elt = p.in_bf16 ? 2 : 4;
-  const size_t out_elt = p.out_bf16 ? 2 : 4;
   for (int64_t jc = n0; jc < n1; jc += bk.nc) {
     const int64_t nc = std::min<int64_t>(bk.nc, n1 - jc);
     const std::byte* bblock;
@@ -374,31 +456,7 @@ void run_rect(const Problem& p, const KernelInfo& ki, const Blocking& bk, int64_
           for (int64_t ir = 0; ir < mc; ir += ki.mr) {
             const int mr = static_cast<int>(std::min<int64_t>(ki.mr, mc - ir));
             const std::byte* apanel = abuf + static_cast<size_t>((ir / ki.mr) * ki.mr * kp) * elt;
-            const int64_t gi = ic + ir, gj = jc + jr;
-            void* dtile = static_cast<std::byte*>(p.d) + (gi * p.ldd + gj) * out_elt;
-            float* stile = scratch + ir * lds + jr;
-            Tile t;
-            if (first) {
-              if (p.c) {
-                t.src = static_cast<const std::byte*>(p.c) + (gi * p.ldc + gj) * out_elt;
-                t.lds = p.ldc;
-                t.src_bf16 = p.out_bf16;
-              }
-            } else if (need_scratch) {
-              t.src = stile;
-              t.lds = lds;
-            } else {
-              t.src = dtile;
-              t.lds = p.ldd;
-            }
-            if (last || !need_scratch) {
-              t.dst = dtile;
-              t.ldd = p.ldd;
-              t.dst_bf16 = p.out_bf16;
-            } else {
-              t.dst = stile;
-              t.ldd = lds;
-            }
+            const Tile t = make_tile(p, ic + ir, jc + jr, first, last, need_scratch, scratch + ir * lds + jr, lds);
             ki.ukernel(kc, apanel, bpanel, mr, nr, t);
           }
         }

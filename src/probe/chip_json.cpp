@@ -39,7 +39,7 @@ json machine_json() {
   const std::pair<const char*, bool> list[] = {
       {"avx2", f.avx2},         {"fma", f.fma},           {"avx512f", f.avx512f},
       {"avx512bw", f.avx512bw}, {"avx512vl", f.avx512vl}, {"avx512dq", f.avx512dq},
-      {"avx512_bf16", f.avx512_bf16}, {"avx512_vnni", f.avx512_vnni}, {"avx512_fp16", f.avx512_fp16},
+      {"avx512_vbmi", f.avx512_vbmi}, {"avx512_bf16", f.avx512_bf16}, {"avx512_vnni", f.avx512_vnni}, {"avx512_fp16", f.avx512_fp16},
       {"avx_vnni", f.avx_vnni}, {"amx_bf16", f.amx_bf16}, {"amx_int8", f.amx_int8}};
   for (const auto& [name, has] : list)
     if (has) feats.push_back(name);

@@ -12,6 +12,7 @@
 
 #include "ridge/core.hpp"
 #include "ridge/gemm.hpp"
+#include "gemm/fp8_internal.hpp"
 #include "ridge/gemm_fp8.hpp"
 
 namespace {
@@ -88,7 +89,33 @@ struct Operands {
   double tol_factor() const { return (128.0 + double((k + 127) / 128) + 4.0) * std::ldexp(1.0, -24); }
 };
 
-std::vector<cpu::Isa> isas() { return cpu::supported_isas(); }
+// Every path this machine can run: each ISA, and on avx512bf16 both fp8 widenings (byte permutes
+// with VBMI, arithmetic without) when the CPU has VBMI.
+struct Path {
+  cpu::Isa isa;
+  bool vbmi;
+};
+std::vector<Path> isas() {
+  std::vector<Path> out;
+  for (auto isa : cpu::supported_isas()) {
+    out.push_back({isa, false});
+    if (isa == cpu::Isa::avx512bf16 && cpu::info().features.avx512_vbmi) out.push_back({isa, true});
+  }
+  return out;
+}
+std::string path_name(const Path& p) { return std::string(cpu::isa_name(p.isa)) + (p.vbmi ? "+vbmi" : ""); }
+
+// Selects a path for a scope.
+class PathGuard {
+ public:
+  explicit PathGuard(const Path& p) : isa_(p.isa) { gemm::fp8::allow_vbmi(p.vbmi); }
+  ~PathGuard() { gemm::fp8::allow_vbmi(true); }
+  PathGuard(const PathGuard&) = delete;
+  PathGuard& operator=(const PathGuard&) = delete;
+
+ private:
+  cpu::ScopedIsa isa_;
+};
 
 struct Shape {
   int64_t m, n, k;
@@ -118,8 +145,8 @@ TEST(Fp8Gemm, EveryIsaMatchesReferenceAndExactProduct) {
     const double tf = op.tol_factor();
     for (size_t i = 0; i < ref.size(); ++i)
       ASSERT_NEAR(ref[i], ex[i], tf * abssum[i] + 1e-30) << "reference m=" << sh.m << " n=" << sh.n << " k=" << sh.k;
-    for (auto isa : isas()) {
-      cpu::ScopedIsa guard(isa);
+    for (const auto& path : isas()) {
+      PathGuard guard(path);
       std::vector<float> d(static_cast<size_t>(sh.m * sh.n), NAN);
       gemm::fp8_gemm_nt(op.a.view(), op.a.scale_view(), op.b.view(), op.b.scale_view(),
                         MatrixView<float>{d.data(), sh.m, sh.n, sh.n});
@@ -128,12 +155,12 @@ TEST(Fp8Gemm, EveryIsaMatchesReferenceAndExactProduct) {
                         MatrixView<bf16>{db.data(), sh.m, sh.n, sh.n});
       for (size_t i = 0; i < d.size(); ++i) {
         const double t = tf * abssum[i] + 1e-30;
-        ASSERT_NEAR(d[i], ex[i], t) << cpu::isa_name(isa) << " m=" << sh.m << " n=" << sh.n << " k=" << sh.k
+        ASSERT_NEAR(d[i], ex[i], t) << path_name(path) << " m=" << sh.m << " n=" << sh.n << " k=" << sh.k
                                     << " at " << i;
-        ASSERT_NEAR(d[i], ref[i], 2 * t) << cpu::isa_name(isa);
+        ASSERT_NEAR(d[i], ref[i], 2 * t) << path_name(path);
         // bf16 output: one rounding of the fp32 result.
         ASSERT_NEAR(ridge::to_float(db[i]), ex[i], std::fabs(ex[i]) * std::ldexp(1.0, -8) + t)
-            << cpu::isa_name(isa) << " bf16 out";
+            << path_name(path) << " bf16 out";
       }
     }
   }
@@ -146,13 +173,13 @@ TEST(Fp8Gemm, WideningIsExactForEveryCode) {
   for (int64_t i = 0; i < k; ++i) a[i] = fp8_e4m3{static_cast<uint8_t>((i & 0x7F) == 0x7F ? 0 : i)};
   for (int64_t j = 0; j < n; ++j) b[j * k + j] = ridge::to_fp8_e4m3(1.0f);
   std::vector<float> sa(2, 1.0f), sb(4, 1.0f);
-  for (auto isa : isas()) {
-    cpu::ScopedIsa guard(isa);
+  for (const auto& path : isas()) {
+    PathGuard guard(path);
     std::vector<float> d(n, NAN);
     gemm::fp8_gemm_nt(MatrixView<const fp8_e4m3>{a.data(), 1, k, k}, MatrixView<const float>{sa.data(), 1, 2, 2},
                       MatrixView<const fp8_e4m3>{b.data(), n, k, k}, MatrixView<const float>{sb.data(), 2, 2, 2},
                       MatrixView<float>{d.data(), 1, n, n});
-    for (int64_t j = 0; j < n; ++j) ASSERT_EQ(d[j], ridge::to_float(a[j])) << cpu::isa_name(isa) << " code " << j;
+    for (int64_t j = 0; j < n; ++j) ASSERT_EQ(d[j], ridge::to_float(a[j])) << path_name(path) << " code " << j;
   }
 }
 
@@ -169,15 +196,15 @@ TEST(Fp8Gemm, CalcDiffAgainstUnquantizedProduct) {
         for (int64_t kk = 0; kk < sh.k; ++kk) acc += double(op.af[i * sh.k + kk]) * op.bf[j * sh.k + kk];
         truth[i * sh.n + j] = acc;
       }
-    for (auto isa : isas()) {
-      cpu::ScopedIsa guard(isa);
+    for (const auto& path : isas()) {
+      PathGuard guard(path);
       std::vector<bf16> d(static_cast<size_t>(sh.m * sh.n));
       gemm::fp8_gemm_nt(op.a.view(), op.a.scale_view(), op.b.view(), op.b.scale_view(),
                         MatrixView<bf16>{d.data(), sh.m, sh.n, sh.n});
       std::vector<double> got(d.size());
       for (size_t i = 0; i < d.size(); ++i) got[i] = ridge::to_float(d[i]);
       const double diff = calc_diff(got, truth);
-      EXPECT_LT(diff, 1e-3) << cpu::isa_name(isa) << " m=" << sh.m << " n=" << sh.n << " k=" << sh.k;
+      EXPECT_LT(diff, 1e-3) << path_name(path) << " m=" << sh.m << " n=" << sh.n << " k=" << sh.k;
       EXPECT_GE(diff, 0.0);
     }
   }
@@ -197,8 +224,8 @@ TEST(Fp8Gemm, AccumulateStridesAndPackedWeights) {
   EXPECT_EQ(packed.n(), n);
   EXPECT_EQ(packed.k(), k);
   EXPECT_LE(packed.bytes(), size_t((n + 31) / 32 * 32) * size_t(k + 1));  // still one byte per element
-  for (auto isa : isas()) {
-    cpu::ScopedIsa guard(isa);
+  for (const auto& path : isas()) {
+    PathGuard guard(path);
     std::vector<float> d(static_cast<size_t>(m * ldd), -7.0f);
     gemm::fp8_gemm_nt(MatrixView<const fp8_e4m3>{as.data(), m, k, lda}, op.a.scale_view(), op.b.view(),
                       op.b.scale_view(), MatrixView<float>{d.data(), m, n, ldd},
@@ -213,9 +240,9 @@ TEST(Fp8Gemm, AccumulateStridesAndPackedWeights) {
       for (int64_t j = 0; j < n; ++j) {
         const float r = ref[i * n + j];
         const double tol = 1e-5 * (std::fabs(r) + 1.0);
-        ASSERT_NEAR(d[i * ldd + j], r + c[i * ldd + j], tol) << cpu::isa_name(isa);
-        ASSERT_NEAR(dp[i * n + j], r, tol) << cpu::isa_name(isa) << " packed";
-        ASSERT_NEAR(acc[i * ldd + j], r + c[i * ldd + j], tol) << cpu::isa_name(isa) << " in place";
+        ASSERT_NEAR(d[i * ldd + j], r + c[i * ldd + j], tol) << path_name(path);
+        ASSERT_NEAR(dp[i * n + j], r, tol) << path_name(path) << " packed";
+        ASSERT_NEAR(acc[i * ldd + j], r + c[i * ldd + j], tol) << path_name(path) << " in place";
       }
       for (int64_t j = n; j < ldd; ++j) ASSERT_EQ(d[i * ldd + j], -7.0f) << "wrote past n";
     }
@@ -250,8 +277,8 @@ TEST(Fp8Grouped, ContiguousLayoutGroupByGroup) {
     gemm::fp8_gemm_nt_reference(a.a.view(), a.a.scale_view(), bs[g].b.view(), bs[g].b.scale_view(),
                                 MatrixView<float>{refs[g].data(), m_sum, n, n});
   const bf16 sentinel = ridge::to_bf16(12345.0f);
-  for (auto isa : isas()) {
-    cpu::ScopedIsa guard(isa);
+  for (const auto& path : isas()) {
+    PathGuard guard(path);
     std::vector<bf16> d(static_cast<size_t>(m_sum * n), sentinel);
     gemm::m_grouped_fp8_gemm_nt_contiguous(a.a.view(), a.a.scale_view(), bt, sbt,
                                            MatrixView<bf16>{d.data(), m_sum, n, n}, idx);
@@ -264,7 +291,7 @@ TEST(Fp8Grouped, ContiguousLayoutGroupByGroup) {
       const float* ref = &refs[g][r * n];
       for (int64_t j = 0; j < n; ++j)
         ASSERT_NEAR(ridge::to_float(d[r * n + j]), ref[j], std::fabs(ref[j]) * 0.0079 + 1e-4)
-            << cpu::isa_name(isa) << " row " << r << " group " << g;
+            << path_name(path) << " row " << r << " group " << g;
     }
   }
 }
@@ -287,8 +314,8 @@ TEST(Fp8Grouped, MaskedLayoutLeavesRowsPastTheMaskUntouched) {
     gemm::fp8_gemm_nt_reference(a.a.view(), a.a.scale_view(), bs[g].b.view(), bs[g].b.scale_view(),
                                 MatrixView<float>{refs[g].data(), G * m_max, n, n});
   const bf16 sentinel = ridge::to_bf16(-999.0f);
-  for (auto isa : isas()) {
-    cpu::ScopedIsa guard(isa);
+  for (const auto& path : isas()) {
+    PathGuard guard(path);
     std::vector<bf16> d(static_cast<size_t>(G * m_max * n), sentinel);
     gemm::m_grouped_fp8_gemm_nt_masked(TensorView<const fp8_e4m3>::contiguous(a.a.values.data(), {G, m_max, k}),
                                        TensorView<const float>::contiguous(a.a.scales.data(), {G, m_max, kb}),
@@ -305,7 +332,7 @@ TEST(Fp8Grouped, MaskedLayoutLeavesRowsPastTheMaskUntouched) {
         const float* ref = &refs[g][row * n];
         for (int64_t j = 0; j < n; ++j)
           ASSERT_NEAR(ridge::to_float(d[row * n + j]), ref[j], std::fabs(ref[j]) * 0.0079 + 1e-4)
-              << cpu::isa_name(isa) << " group " << g << " row " << r;
+              << path_name(path) << " group " << g << " row " << r;
       }
   }
 }

@@ -11,6 +11,7 @@ namespace ridge::cpu {
 struct Features {
   bool sse42 = false, avx = false, avx2 = false, fma = false, f16c = false, bmi2 = false;
   bool avx512f = false, avx512bw = false, avx512vl = false, avx512dq = false, avx512cd = false;
+  bool avx512_vbmi = false;  // byte permutes (vpermb, vpermt2b): the fp8 widening uses them when present
   bool avx512_bf16 = false, avx512_vnni = false, avx512_fp16 = false, avx_vnni = false;
   bool amx_tile = false, amx_bf16 = false, amx_int8 = false;
   bool os_avx = false;     // XCR0 has XMM and YMM state
