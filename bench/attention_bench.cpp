@@ -1,7 +1,8 @@
-// `ridge bench attention`: FlashAttention-2 forward, backward and both, against two peers measured
-// in the same run: the math path (materialised S and P; OpenBLAS sgemm for its matmuls when the
-// build has OpenBLAS, else ridge's own fp32 math path) and PyTorch's CPU
-// scaled_dot_product_attention (tools/torch_attention_peer.py in a subprocess, when torch exists).
+// `ridge bench attention`: FlashAttention-2 forward, backward and both, against peers measured in
+// the same run: the math path (materialised S and P; OpenBLAS sgemm for its matmuls when the build
+// has OpenBLAS, else ridge's own fp32 math path), PyTorch's CPU scaled_dot_product_attention (its
+// flash kernel) and PyTorch's math backend (tools/torch_attention_peer.py in a subprocess, when
+// torch is installed).
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -237,16 +238,19 @@ struct MathPath {
 
 // ---------------------------------------------------------------- the PyTorch peer
 // {pass: median_ms} from tools/torch_attention_peer.py, or an explanation in `why`.
-std::map<std::string, double> torch_peer(const AttnCase& c, int threads, const bench::Options& opt, std::string& why) {
+// backend "flash" is F.scaled_dot_product_attention (PyTorch's CPU flash kernel), "math" its
+// materialised math backend.
+std::map<std::string, double> torch_peer(const AttnCase& c, int threads, const bench::Options& opt, std::string& why,
+                                         const char* backend) {
   std::map<std::string, double> out;
   std::string passes;
   for (const auto& p : c.passes) passes += (passes.empty() ? "" : ",") + p;
   const std::string cmd = fmt::format(
       "{} {}/tools/torch_attention_peer.py --batch {} --heads {} --kv-heads {} --seq {} --head-dim {} --dtype {} "
-      "{} --passes {} --threads {} --warmup {} --iters {} 2>&1",
+      "{} --passes {} --threads {} --warmup {} --iters {} --backend {} 2>&1",
       g_python, RIDGE_SOURCE_DIR, c.batch, c.heads, c.kv_heads, c.seq, c.d, dtype_key(c.dtype),
       c.causal ? "--causal" : "", passes, threads, c.headline ? 0 : std::max(1, opt.warmup),
-      c.headline ? 1 : std::max(3, opt.iters));
+      c.headline ? 1 : std::max(3, opt.iters), backend);
   std::FILE* f = popen(cmd.c_str(), "r");
   if (!f) {
     why = "PyTorch peer: cannot start python";
@@ -309,7 +313,14 @@ void run_case(const AttnCase& c, bench::Context& ctx, double peak_of_dtype) {
 
   std::string torch_why;
   std::map<std::string, double> torch_ms;
-  if (!g_no_torch) torch_ms = torch_peer(c, ctx.threads, opt, torch_why);
+  std::map<std::string, double> torch_math_ms;
+  if (!g_no_torch) {
+    torch_ms = torch_peer(c, ctx.threads, opt, torch_why, "flash");
+    // PyTorch's own math backend, where its materialised S fits the same 8 GiB limit as ours.
+    std::string why_math;
+    if (!g_no_math && !torch_ms.empty() && MathPath::bytes_needed(c, true) <= 8.0 * (1ull << 30))
+      torch_math_ms = torch_peer(c, ctx.threads, opt, why_math, "math");
+  }
   else torch_why = "PyTorch peer skipped (--no-torch)";
 
   const double math_bytes_fwd = MathPath::bytes_needed(c, false), math_bytes_bwd = MathPath::bytes_needed(c, true);
@@ -399,6 +410,7 @@ void run_case(const AttnCase& c, bench::Context& ctx, double peak_of_dtype) {
     }
     if (auto it = torch_ms.find(pass); it != torch_ms.end()) {
       row.add_peer("pytorch sdpa", it->second);
+      if (auto im = torch_math_ms.find(pass); im != torch_math_ms.end()) row.add_peer("pytorch math", im->second);
       note += "; " + torch_why;
     } else if (g_no_torch) {
       note += "; " + torch_why;

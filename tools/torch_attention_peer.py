@@ -26,6 +26,9 @@ def main():
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--iters", type=int, default=5)
+    ap.add_argument("--backend", choices=["flash", "math"], default="flash",
+                    help="flash: F.scaled_dot_product_attention (PyTorch picks its CPU flash kernel); "
+                         "math: PyTorch's materialised math backend, aten._scaled_dot_product_attention_math")
     a = ap.parse_args()
     try:
         import torch
@@ -46,12 +49,18 @@ def main():
     if a.kv_heads != a.heads:
         kw["enable_gqa"] = True
 
+    if a.backend == "math":
+        def sdpa(*args, **kwargs):
+            return torch.ops.aten._scaled_dot_product_attention_math(*args, **kwargs)[0]
+    else:
+        sdpa = F.scaled_dot_product_attention
+
     def fwd():
         with torch.no_grad():
-            return F.scaled_dot_product_attention(q, k, v, **kw)
+            return sdpa(q, k, v, **kw)
 
     def fwd_graph():
-        return F.scaled_dot_product_attention(q, k, v, **kw)
+        return sdpa(q, k, v, **kw)
 
     def timed(fn, setup=None):
         for _ in range(a.warmup):

@@ -1,42 +1,22 @@
 // `ridge bench attention` through the real binary: the row schema in JSON lines, the math-path
 // peer, the PyTorch peer's absence (or presence) said in the row, one-line errors with exit 2.
-#include <unistd.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
-#include <sys/wait.h>
 
 #include <algorithm>
-#include <array>
-#include <cstdio>
-#include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "run.hpp"
+
 namespace {
 
-struct Result {
-  int code;
-  std::string out, err;
-};
-
-Result ridge(const std::string& args) {
-  const std::string errfile = ::testing::TempDir() + "ridge_cli_attention_err." + std::to_string(::getpid()) + ".txt";
-  const std::string cmd = std::string(RIDGE_BINARY) + " " + args + " 2>" + errfile;
-  std::FILE* p = popen(cmd.c_str(), "r");
-  std::string out;
-  std::array<char, 4096> buf{};
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-  const int status = pclose(p);
-  std::ifstream in(errfile);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out, ss.str()};
-}
+using ridge::test::RunResult;
+using ridge::test::run;
 
 TEST(CliAttention, RowsCarryCaseFlopsPeersAndMemory) {
-  const Result r = ridge(
+  const RunResult r = run(
       "bench attention --json --no-progress --iters 1 --warmup 0 --set seq=64,33 --set head_dim=16 "
       "--set causal=true --set pass=forward,backward,forward+backward --set heads=2 --set kv_heads=1 --no-torch");
   ASSERT_EQ(r.code, 0) << r.err;
@@ -83,7 +63,7 @@ TEST(CliAttention, BadInputIsOneLineExit2) {
                            "bench attention --set heads=3 --set kv_heads=2 --set seq=16 --set head_dim=16 --no-torch",
                            "bench attention --set head_dim=8 --set seq=16 --no-torch --no-math"}) {
     SCOPED_TRACE(args);
-    const Result r = ridge(args);
+    const RunResult r = run(args);
     EXPECT_EQ(r.code, 2);
     EXPECT_EQ(r.err.rfind("ridge: ", 0), 0u) << r.err;
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;

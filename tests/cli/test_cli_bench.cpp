@@ -1,42 +1,20 @@
 // `ridge bench` and `ridge memory` through the real binary: exit codes, one-line errors, the
 // result schema in JSON lines and CSV, trace and memory files.
-#include <unistd.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
-#include <sys/wait.h>
 
-#include <array>
-#include <cstdio>
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
+
+#include "run.hpp"
 
 namespace {
 
-struct Run {
-  int code;
-  std::string out;
-};
-
-// stdout only; stderr goes to a file so the one-line error can be checked too.
-Run run(const std::string& args, std::string* err = nullptr) {
-  const std::string errfile = ::testing::TempDir() + "ridge_cli_bench_err." + std::to_string(::getpid()) + ".txt";
-  const std::string cmd = std::string(RIDGE_BINARY) + " " + args + " 2>" + errfile;
-  std::FILE* p = popen(cmd.c_str(), "r");
-  std::string out;
-  std::array<char, 4096> buf{};
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-  const int status = pclose(p);
-  if (err) {
-    std::ifstream in(errfile);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    *err = ss.str();
-  }
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
+using ridge::test::run;
 
 std::vector<nlohmann::json> json_lines(const std::string& s) {
   std::vector<nlohmann::json> v;
@@ -105,9 +83,8 @@ TEST(CliBench, GridFromFile) {
 TEST(CliBench, TraceAndMemoryFiles) {
   const std::string tr = ::testing::TempDir() + "ridge_bench_trace.json";
   const std::string mem = ::testing::TempDir() + "ridge_bench_mem.json";
-  std::string err;
-  const auto r = run(std::string(kQuick) + " --json --trace " + tr + " --memory " + mem, &err);
-  ASSERT_EQ(r.code, 0) << err;
+  const auto r = run(std::string(kQuick) + " --json --trace " + tr + " --memory " + mem);
+  ASSERT_EQ(r.code, 0) << r.err;
   std::ifstream in(tr);
   const auto doc = nlohmann::json::parse(in);
   int triads = 0;
@@ -143,11 +120,10 @@ TEST(CliBench, BadInputIsOneLineAndExit2) {
                            "bench stream --set n", "bench nope", "bench stream --json --csv",
                            "bench stream --grid-file /nonexistent.json", "bench stream --trace /nonexistent/t.json",
                            "memory show /nonexistent.json", "bench stream --threads 0"}) {
-    std::string err;
-    const auto r = run(args, &err);
+    const auto r = run(args);
     EXPECT_EQ(r.code, 2) << args;
-    EXPECT_EQ(err.rfind("ridge: ", 0), 0u) << args << ": " << err;
-    EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << args << ": " << err;
+    EXPECT_EQ(r.err.rfind("ridge: ", 0), 0u) << args << ": " << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << args << ": " << r.err;
   }
 }
 

@@ -1,50 +1,20 @@
 // The real `ridge` binary: `ridge info` (table and JSON), RIDGE_ISA, and the one-line error contract
 // (exit 2, exactly one line on stderr) for bad flags, subcommands and environment.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
-#include <cstdio>
-#include <cstdlib>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "ridge/core.hpp"
+#include "run.hpp"
 
 namespace {
 
 using namespace ridge;
-
-struct RunResult {
-  int code = -1;
-  std::string out, err;
-};
-
-// Runs `env ridge args` through the shell; stdout through the pipe, stderr through a temp file.
-RunResult run_ridge(const std::string& args, const std::string& env = "") {
-  char path[] = "/tmp/ridge_cli_core_XXXXXX";
-  const int fd = mkstemp(path);
-  if (fd < 0) throw std::runtime_error("mkstemp failed");
-  close(fd);
-  const std::string cmd = (env.empty() ? "" : "env " + env + " ") + std::string(RIDGE_BINARY) + " " + args + " 2>" + path;
-  RunResult r;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) throw std::runtime_error("popen failed");
-  char buf[4096];
-  size_t got;
-  while ((got = fread(buf, 1, sizeof(buf), p)) > 0) r.out.append(buf, got);
-  const int status = pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  std::ifstream f(path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  r.err = ss.str();
-  std::remove(path);
-  return r;
-}
+using test::RunResult;
+using test::run;
 
 std::vector<std::string> lines(const std::string& s) {
   std::vector<std::string> out;
@@ -64,7 +34,7 @@ void expect_one_line_error(const RunResult& r, const std::string& must_mention) 
 }
 
 TEST(CliCore, InfoPrintsEveryLine) {
-  const RunResult r = run_ridge("info");
+  const RunResult r = run("info");
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_TRUE(r.err.empty()) << r.err;
   const auto l = lines(r.out);
@@ -81,7 +51,7 @@ TEST(CliCore, InfoPrintsEveryLine) {
 }
 
 TEST(CliCore, InfoJsonAgreesWithCpuInfo) {
-  const RunResult r = run_ridge("info --json");
+  const RunResult r = run("info --json");
   ASSERT_EQ(r.code, 0) << r.err;
   const auto j = nlohmann::json::parse(r.out);  // throws (test fails) unless exactly one JSON document
   const auto& in = cpu::info();
@@ -111,33 +81,34 @@ TEST(CliCore, InfoJsonAgreesWithCpuInfo) {
 
 TEST(CliCore, RidgeIsaForcesALowerPath) {
   for (cpu::Isa i : cpu::supported_isas()) {
-    const RunResult r = run_ridge("info --json", std::string("RIDGE_ISA=") + cpu::isa_name(i));
+    const RunResult r = run("info --json", std::string("RIDGE_ISA=") + cpu::isa_name(i));
     ASSERT_EQ(r.code, 0) << r.err;
     EXPECT_EQ(nlohmann::json::parse(r.out).at("active_isa"), cpu::isa_name(i));
   }
-  const RunResult r = run_ridge("info", "RIDGE_ISA=scalar");
+  const RunResult r = run("info", "RIDGE_ISA=scalar");
   EXPECT_NE(r.out.find("active     scalar"), std::string::npos) << r.out;
 }
 
 TEST(CliCore, BadRidgeIsaIsOneLineNamingTheVariable) {
-  expect_one_line_error(run_ridge("info", "RIDGE_ISA=bogus"), "RIDGE_ISA");
-  expect_one_line_error(run_ridge("info", "RIDGE_ISA=AVX2"), "RIDGE_ISA");
+  expect_one_line_error(run("info", "RIDGE_ISA=bogus"), "RIDGE_ISA");
+  expect_one_line_error(run("info", "RIDGE_ISA=AVX2"), "RIDGE_ISA");
   for (cpu::Isa i : {cpu::Isa::avx2, cpu::Isa::avx512, cpu::Isa::avx512bf16})
-    if (!cpu::supported(i)) expect_one_line_error(run_ridge("info", std::string("RIDGE_ISA=") + cpu::isa_name(i)), "RIDGE_ISA");
+    if (!cpu::supported(i))
+      expect_one_line_error(run("info", std::string("RIDGE_ISA=") + cpu::isa_name(i)), "RIDGE_ISA");
 }
 
-TEST(CliCore, BadFlagIsOneLine) { expect_one_line_error(run_ridge("info --bogus"), "--bogus"); }
+TEST(CliCore, BadFlagIsOneLine) { expect_one_line_error(run("info --bogus"), "--bogus"); }
 
 // An unknown subcommand is named, with the accepted ones; no subcommand at all says one is wanted.
 TEST(CliCore, UnknownSubcommandIsOneLine) {
-  expect_one_line_error(run_ridge("frobnicate"), "'frobnicate' is not a ridge subcommand");
-  expect_one_line_error(run_ridge("frobnicate"), "accepted: bench, hw, info");
-  expect_one_line_error(run_ridge(""), "subcommand");
+  expect_one_line_error(run("frobnicate"), "'frobnicate' is not a ridge subcommand");
+  expect_one_line_error(run("frobnicate"), "accepted: bench, hw, info");
+  expect_one_line_error(run(""), "subcommand");
 }
 
 TEST(CliCore, HelpAndVersionExitZero) {
   for (const char* args : {"--help", "info --help", "--version"}) {
-    const RunResult r = run_ridge(args);
+    const RunResult r = run(args);
     EXPECT_EQ(r.code, 0) << args << ": " << r.err;
     EXPECT_FALSE(r.out.empty()) << args;
   }

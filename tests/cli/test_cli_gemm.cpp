@@ -1,39 +1,19 @@
 // `ridge bench gemm` through the real binary, on a tiny shape file: every dtype and both grouped
 // layouts produce rows in the result schema with their peers; bad flags give one-line errors.
-#include <unistd.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
-#include <sys/wait.h>
 
 #include <algorithm>
-#include <array>
-#include <cstdio>
 #include <fstream>
 #include <set>
 #include <sstream>
 #include <string>
 
+#include "run.hpp"
+
 namespace {
 
-struct Run {
-  int code;
-  std::string out, err;
-};
-
-Run run(const std::string& args) {
-  const std::string errfile = ::testing::TempDir() + "ridge_cli_gemm_err." + std::to_string(::getpid()) + ".txt";
-  const std::string cmd = std::string(RIDGE_BINARY) + " " + args + " 2>" + errfile;
-  std::FILE* p = popen(cmd.c_str(), "r");
-  std::string out;
-  std::array<char, 4096> buf{};
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-  const int status = pclose(p);
-  std::ifstream in(errfile);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out, ss.str()};
-}
+using ridge::test::run;
 
 std::string tiny_shapes() {
   const std::string path = ::testing::TempDir() + "ridge_gemm_tiny_shapes.json";

@@ -2,37 +2,27 @@
 // run writes a chip file and prints it as one JSON document.
 #include <unistd.h>
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "run.hpp"
+
 namespace {
 
-struct ProbeRun {
-  int code;
-  std::string out, err;
-};
+using ridge::test::RunResult;
 
-ProbeRun run_ridge(const std::string& args) {
-  // One folder per test process: ctest runs tests in parallel, each as its own process.
+// One RIDGE_HOME folder per test process: ctest runs tests in parallel, each as its own process.
+std::filesystem::path ridge_home() {
   const auto dir = std::filesystem::temp_directory_path() / ("ridge_cli_probe." + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
-  const auto errf = (dir / "stderr.txt").string();
-  const std::string cmd = std::string("RIDGE_HOME=") + dir.string() + " " + RIDGE_BINARY + " " + args + " 2>" + errf;
-  ProbeRun r{};
-  FILE* p = popen(cmd.c_str(), "r");
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  const int st = pclose(p);
-  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  std::ifstream f(errf);
-  r.err.assign(std::istreambuf_iterator<char>(f), {});
-  return r;
+  return dir;
+}
+
+RunResult run_ridge(const std::string& args) {
+  return ridge::test::run(args, "RIDGE_HOME=" + ridge_home().string());
 }
 
 int lines(const std::string& s) {
@@ -46,7 +36,7 @@ TEST(CliProbe, BadFlagsAreOneLineErrors) {
                            "--max-bytes -5", "--max-bytes lots", "--max-seconds 0", "-o /proc/ridge-no-such-dir/x.json",
                            "-o /tmp"}) {
     SCOPED_TRACE(args);
-    const ProbeRun r = run_ridge(std::string("probe ") + args);
+    const RunResult r = run_ridge(std::string("probe ") + args);
     EXPECT_EQ(r.code, 2);
     EXPECT_EQ(lines(r.err), 1) << r.err;
     EXPECT_EQ(r.err.rfind("ridge: ", 0), 0u) << r.err;
@@ -55,9 +45,10 @@ TEST(CliProbe, BadFlagsAreOneLineErrors) {
 }
 
 TEST(CliProbe, TinyRunWritesTheChipFileAndPrintsJson) {
-  const auto path = (std::filesystem::temp_directory_path() / ("ridge_cli_probe." + std::to_string(::getpid())) / "out" / "chip.json").string();
+  const auto path = (ridge_home() / "out" / "chip.json").string();
   std::filesystem::remove(path);
-  const ProbeRun r = run_ridge("probe --quick --trials 1 --max-seconds 2 --max-bytes 512KiB --json -o " + path);
+  const RunResult r =
+      run_ridge("probe --quick --trials 1 --max-seconds 2 --max-bytes 512KiB --json -o " + path);
   ASSERT_EQ(r.code, 0) << r.err;
   const auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["id"], "this");
@@ -70,7 +61,7 @@ TEST(CliProbe, TinyRunWritesTheChipFileAndPrintsJson) {
 }
 
 TEST(CliProbe, TableSaysWhereItWrote) {
-  const ProbeRun r = run_ridge("probe --quick --trials 1 --max-seconds 2 --max-bytes 256KiB --threads 1");
+  const RunResult r = run_ridge("probe --quick --trials 1 --max-seconds 2 --max-bytes 256KiB --threads 1");
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("fp32"), std::string::npos);
   EXPECT_NE(r.out.find("GFLOP/s"), std::string::npos);

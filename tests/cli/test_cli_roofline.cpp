@@ -3,46 +3,25 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include <array>
-#include <cstdio>
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <string>
-#include <sys/wait.h>
+
+#include "run.hpp"
 
 namespace {
 
-struct Run {
-  int code = -1;
-  std::string out, err;
-};
+using ridge::test::RunResult;
+using ridge::test::run;
 
-Run ridge_run(const std::string& args) {
-  // One folder per test process: ctest runs tests in parallel, each as its own process.
-  const auto dir = std::filesystem::temp_directory_path() / ("ridge_cli_roofline." + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
-  const std::string err_path = (dir / "stderr.txt").string();
-  const std::string cmd = std::string(RIDGE_BINARY) + " " + args + " 2>" + err_path;
-  Run r;
-  std::FILE* p = ::popen(cmd.c_str(), "r");
-  if (!p) return r;
-  std::array<char, 4096> buf{};
-  size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  const int status = ::pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  std::ifstream e(err_path);
-  r.err.assign(std::istreambuf_iterator<char>(e), {});
-  return r;
-}
-
-nlohmann::json json_of(const Run& r) {
+nlohmann::json json_of(const RunResult& r) {
   EXPECT_EQ(r.code, 0) << r.err;
   return nlohmann::json::parse(r.out);
 }
 
 void expect_user_error(const std::string& args, const std::string& mention) {
-  const auto r = ridge_run(args);
+  const auto r = run(args);
   EXPECT_EQ(r.code, 2) << args << "\n" << r.out << r.err;
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << args << ": " << r.err;
   EXPECT_EQ(r.err.rfind("ridge: ", 0), 0u) << r.err;
@@ -52,22 +31,22 @@ void expect_user_error(const std::string& args, const std::string& mention) {
 }  // namespace
 
 TEST(CliRoofline, HwListAndShow) {
-  const auto r = ridge_run("hw list");
+  const auto r = run("hw list");
   EXPECT_EQ(r.code, 0) << r.err;
   for (const char* id : {"v100", "a100", "h100", "h200", "b200", "tpu-v5e", "tpu-v5p", "tpu-v6e"})
     EXPECT_NE(r.out.find(id), std::string::npos) << id;
-  const auto j = json_of(ridge_run("hw list --json"));
+  const auto j = json_of(run("hw list --json"));
   EXPECT_GE(j["chips"].size(), 8u);
-  const auto h = json_of(ridge_run("hw show h100 --json"));
+  const auto h = json_of(run("hw show h100 --json"));
   EXPECT_DOUBLE_EQ(h["peak_flops"]["bf16"]["value"].get<double>(), 9.89e14);
-  const auto s = ridge_run("hw show a100");
+  const auto s = run("hw show a100");
   EXPECT_EQ(s.code, 0);
   EXPECT_NE(s.out.find("312 TFLOP/s"), std::string::npos) << s.out;
   expect_user_error("hw show h1000", "h1000");
 }
 
 TEST(CliRoofline, MatmulOnH100) {
-  const auto j = json_of(ridge_run("roofline matmul --b 4096 --d 8192 --f 8192 --dtype bf16 --hw h100 --json"));
+  const auto j = json_of(run("roofline matmul --b 4096 --d 8192 --f 8192 --dtype bf16 --hw h100 --json"));
   EXPECT_DOUBLE_EQ(j["flops"].get<double>(), 2.0 * 4096 * 8192 * 8192);
   EXPECT_DOUBLE_EQ(j["memory_bytes"].get<double>(), 2.0 * (4096.0 * 8192 * 2 + 8192.0 * 8192));
   ASSERT_EQ(j["bounds"].size(), 1u);
@@ -76,7 +55,7 @@ TEST(CliRoofline, MatmulOnH100) {
   EXPECT_NEAR(b["t_math_s"].get<double>(), 2.0 * 4096 * 8192 * 8192 / 9.89e14, 1e-12);
   EXPECT_LE(b["t_upper_s"].get<double>(), 2 * b["t_lower_s"].get<double>());
   // Readable by default, with units.
-  const auto t = ridge_run("roofline matmul --b 4096 --d 8192 --f 8192 --dtype bf16 --hw h100");
+  const auto t = run("roofline matmul --b 4096 --d 8192 --f 8192 --dtype bf16 --hw h100");
   EXPECT_EQ(t.code, 0);
   EXPECT_NE(t.out.find("T_lower"), std::string::npos);
   EXPECT_NE(t.out.find("FLOP/B"), std::string::npos);
@@ -84,14 +63,14 @@ TEST(CliRoofline, MatmulOnH100) {
 
 TEST(CliRoofline, PerOperandDtypesAndSeveralChips) {
   const auto j = json_of(
-      ridge_run("roofline matmul --b 64 --d 1024 --f 2048 --x-dtype bf16 --w-dtype int8 --hw tpu-v5e,h100 --json"));
+      run("roofline matmul --b 64 --d 1024 --f 2048 --x-dtype bf16 --w-dtype int8 --hw tpu-v5e,h100 --json"));
   EXPECT_EQ(j["compute_dtype"], "bf16");
   EXPECT_DOUBLE_EQ(j["memory_bytes"].get<double>(), 2.0 * 64 * 1024 + 1024.0 * 2048 + 2.0 * 64 * 2048);
   EXPECT_EQ(j["bounds"].size(), 2u);
 }
 
 TEST(CliRoofline, CriticalBatchTpuV5e) {
-  const auto j = json_of(ridge_run("roofline critical-batch --hw tpu-v5e --dtype bf16 --json"));
+  const auto j = json_of(run("roofline critical-batch --hw tpu-v5e --dtype bf16 --json"));
   EXPECT_NEAR(j["batch"]["asymptotic_batch"].get<double>(), 1.97e14 / 8.19e11, 1e-6);
   EXPECT_GT(j["batch"]["exact_batch"].get<int64_t>(), 240);
   EXPECT_NEAR(j["split"]["threshold_d"].get<double>(), 2 * 1.97e14 / 4.5e10, 1e-6);
@@ -99,11 +78,11 @@ TEST(CliRoofline, CriticalBatchTpuV5e) {
 }
 
 TEST(CliRoofline, AllReduce) {
-  const auto j = json_of(ridge_run("roofline allreduce --bytes 1GiB --chips 8 --hw h100 --json"));
+  const auto j = json_of(run("roofline allreduce --bytes 1GiB --chips 8 --hw h100 --json"));
   const auto& b = j["bounds"][0];
   EXPECT_EQ(b["binding"], "link");
   EXPECT_NEAR(b["t_link_s"].get<double>(), 2.0 * 7 / 8 * 1073741824.0 / 4.5e11, 1e-12);
-  const auto g = json_of(ridge_run("roofline allgather --bytes 1GiB --chips 8 --hw h100 --link inter_node --json"));
+  const auto g = json_of(run("roofline allgather --bytes 1GiB --chips 8 --hw h100 --link inter_node --json"));
   EXPECT_NEAR(g["bounds"][0]["t_link_s"].get<double>(), 7.0 / 8 * 1073741824.0 / 5e10, 1e-12);
 }
 
@@ -114,15 +93,15 @@ TEST(CliRoofline, EveryOpPrintsJson) {
                            "grouped-gemm --layout masked --groups 2 --m-per-group 512 --valid 100,0",
                            "reducescatter --bytes 64MiB --chips 4", "send --bytes 1MiB", "per-example --b 8",
                            "batched-matmul --batch 4 --b 128", "split-matmul --b 16 --d 16384 --f 4096"}) {
-    const auto r = ridge_run(std::string("roofline ") + args + " --json");
+    const auto r = run(std::string("roofline ") + args + " --json");
     ASSERT_EQ(r.code, 0) << args << ": " << r.err;
     const auto j = nlohmann::json::parse(r.out);
     EXPECT_TRUE(j.contains("bounds")) << args;
-    const auto t = ridge_run(std::string("roofline ") + args);
+    const auto t = run(std::string("roofline ") + args);
     EXPECT_EQ(t.code, 0) << args;
     EXPECT_NE(t.out.find("bound by"), std::string::npos) << args;
   }
-  const auto d = json_of(ridge_run("roofline dot --n 1000000 --json"));
+  const auto d = json_of(run("roofline dot --n 1000000 --json"));
   EXPECT_NEAR(d["intensity"].get<double>(), 0.5, 1e-6);
 }
 
@@ -160,8 +139,9 @@ TEST(CliRoofline, ReportPlacesShapesAndMeasuredRowsOnBothChips) {
                       << "\n"
                       << R"({"benchmark": "stream", "case": {"bytes": 1024}, "dtype": "fp32", "gbps": 30})" << "\n";
   const auto out = (dir / "chart").string();
-  const auto r = ridge_run("report --this " + std::string(RIDGE_SOURCE_DIR) + "/hardware/tpu-v5e.json --hw h100 --out " +
-                           out + " --results " + rows.string() + " --no-measure --json");
+  const auto r =
+      run("report --this " + std::string(RIDGE_SOURCE_DIR) + "/hardware/tpu-v5e.json --hw h100 --out " + out +
+          " --results " + rows.string() + " --no-measure --json");
   ASSERT_EQ(r.code, 0) << r.err;
   const auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["gpu"], "h100");

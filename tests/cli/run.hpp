@@ -1,0 +1,55 @@
+// Runs the real `ridge` binary for the CLI tests: stdout through a pipe, stderr through a temp file
+// made for this one call (mkstemp) and removed afterwards, so that tests ctest runs at the same time,
+// even two of one file, never share a file.
+#pragma once
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <stdexcept>
+#include <string>
+
+#ifndef RIDGE_BINARY
+#error "RIDGE_BINARY must name the ridge executable (CMakeLists.txt defines it for test_cli)"
+#endif
+
+namespace ridge::test {
+
+struct RunResult {
+  int code = -1;  // the exit status; -1 when the binary did not exit (a signal)
+  std::string out, err;
+};
+
+// `ridge args` through the shell; env, when given, is NAME=value words set for the binary (env(1)).
+inline RunResult run(const std::string& args, const std::string& env = "") {
+  std::string err_path = (std::filesystem::temp_directory_path() / "ridge_cli_err.XXXXXX").string();
+  const int fd = ::mkstemp(err_path.data());
+  if (fd < 0) throw std::runtime_error("mkstemp failed for " + err_path);
+  ::close(fd);
+  const std::string cmd =
+      (env.empty() ? std::string() : "env " + env + " ") + RIDGE_BINARY + " " + args + " 2>" + err_path;
+  RunResult r;
+  std::FILE* p = ::popen(cmd.c_str(), "r");
+  if (!p) {
+    std::remove(err_path.c_str());
+    throw std::runtime_error("popen failed for " + cmd);
+  }
+  std::array<char, 4096> buf{};
+  size_t n;
+  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
+  const int status = ::pclose(p);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  {
+    std::ifstream e(err_path);
+    r.err.assign(std::istreambuf_iterator<char>(e), {});
+  }
+  std::remove(err_path.c_str());
+  return r;
+}
+
+}  // namespace ridge::test
