@@ -210,41 +210,59 @@ TEST(Fp8Gemm, CalcDiffAgainstUnquantizedProduct) {
   }
 }
 
+// Strided A and D, accumulate (C beside D and C aliasing D), bf16 output with C, and packed weights,
+// at row counts that reach every small-m path: streaming (3), rows in ymm / zmm lanes (7, 13),
+// narrow (19), blocked (40).
 TEST(Fp8Gemm, AccumulateStridesAndPackedWeights) {
-  const int64_t m = 19, n = 70, k = 300, lda = 310, ldd = 75;
-  Operands op(m, n, k, 7);
-  // A copy of A with a wider row stride, and a strided D.
-  std::vector<fp8_e4m3> as(static_cast<size_t>(m * lda), fp8_e4m3{0x7F});
-  for (int64_t i = 0; i < m; ++i) std::memcpy(&as[i * lda], &op.a.values[i * k], k);
-  const auto c = randn(static_cast<size_t>(m * ldd), 9);
-  std::vector<float> ref(static_cast<size_t>(m * n));
-  gemm::fp8_gemm_nt_reference(op.a.view(), op.a.scale_view(), op.b.view(), op.b.scale_view(),
-                              MatrixView<float>{ref.data(), m, n, n});
-  const auto packed = gemm::PackedFp8B::pack(op.b.view(), op.b.scale_view());
-  EXPECT_EQ(packed.n(), n);
-  EXPECT_EQ(packed.k(), k);
-  EXPECT_LE(packed.bytes(), size_t((n + 31) / 32 * 32) * size_t(k + 1));  // still one byte per element
-  for (const auto& path : isas()) {
-    PathGuard guard(path);
-    std::vector<float> d(static_cast<size_t>(m * ldd), -7.0f);
-    gemm::fp8_gemm_nt(MatrixView<const fp8_e4m3>{as.data(), m, k, lda}, op.a.scale_view(), op.b.view(),
-                      op.b.scale_view(), MatrixView<float>{d.data(), m, n, ldd},
-                      MatrixView<const float>{c.data(), m, n, ldd});
-    std::vector<float> dp(static_cast<size_t>(m * n));
-    gemm::fp8_gemm_nt(op.a.view(), op.a.scale_view(), packed, MatrixView<float>{dp.data(), m, n, n});
-    // In-place accumulate: C aliases D.
-    std::vector<float> acc(c);
-    gemm::fp8_gemm_nt(op.a.view(), op.a.scale_view(), packed, MatrixView<float>{acc.data(), m, n, ldd},
-                      MatrixView<const float>{acc.data(), m, n, ldd});
-    for (int64_t i = 0; i < m; ++i) {
-      for (int64_t j = 0; j < n; ++j) {
-        const float r = ref[i * n + j];
-        const double tol = 1e-5 * (std::fabs(r) + 1.0);
-        ASSERT_NEAR(d[i * ldd + j], r + c[i * ldd + j], tol) << path_name(path);
-        ASSERT_NEAR(dp[i * n + j], r, tol) << path_name(path) << " packed";
-        ASSERT_NEAR(acc[i * ldd + j], r + c[i * ldd + j], tol) << path_name(path) << " in place";
+  const int64_t n = 70, k = 300, lda = 310, ldd = 75;
+  for (const int64_t m : {3, 7, 13, 19, 40}) {
+    Operands op(m, n, k, static_cast<uint32_t>(7 + m));
+    // A copy of A with a wider row stride, and a strided D.
+    std::vector<fp8_e4m3> as(static_cast<size_t>(m * lda), fp8_e4m3{0x7F});
+    for (int64_t i = 0; i < m; ++i) std::memcpy(&as[i * lda], &op.a.values[i * k], k);
+    const auto c = randn(static_cast<size_t>(m * ldd), 9);
+    std::vector<float> ref(static_cast<size_t>(m * n));
+    gemm::fp8_gemm_nt_reference(op.a.view(), op.a.scale_view(), op.b.view(), op.b.scale_view(),
+                                MatrixView<float>{ref.data(), m, n, n});
+    const auto packed = gemm::PackedFp8B::pack(op.b.view(), op.b.scale_view());
+    EXPECT_EQ(packed.n(), n);
+    EXPECT_EQ(packed.k(), k);
+    EXPECT_LE(packed.bytes(), size_t((n + 31) / 32 * 32) * size_t(k + 1));  // still one byte per element
+    for (const auto& path : isas()) {
+      PathGuard guard(path);
+      SCOPED_TRACE(path_name(path) + " m=" + std::to_string(m));
+      std::vector<float> d(static_cast<size_t>(m * ldd), -7.0f);
+      gemm::fp8_gemm_nt(MatrixView<const fp8_e4m3>{as.data(), m, k, lda}, op.a.scale_view(), op.b.view(),
+                        op.b.scale_view(), MatrixView<float>{d.data(), m, n, ldd},
+                        MatrixView<const float>{c.data(), m, n, ldd});
+      std::vector<bf16> db(static_cast<size_t>(m * ldd), bf16{0x7F80});
+      gemm::fp8_gemm_nt(MatrixView<const fp8_e4m3>{as.data(), m, k, lda}, op.a.scale_view(), op.b.view(),
+                        op.b.scale_view(), MatrixView<bf16>{db.data(), m, n, ldd},
+                        MatrixView<const float>{c.data(), m, n, ldd});
+      std::vector<float> dp(static_cast<size_t>(m * n));
+      gemm::fp8_gemm_nt(op.a.view(), op.a.scale_view(), packed, MatrixView<float>{dp.data(), m, n, n});
+      // In-place accumulate: C aliases D, with packed and with raw B.
+      std::vector<float> acc(c), acc_raw(c);
+      gemm::fp8_gemm_nt(op.a.view(), op.a.scale_view(), packed, MatrixView<float>{acc.data(), m, n, ldd},
+                        MatrixView<const float>{acc.data(), m, n, ldd});
+      gemm::fp8_gemm_nt(op.a.view(), op.a.scale_view(), op.b.view(), op.b.scale_view(),
+                        MatrixView<float>{acc_raw.data(), m, n, ldd}, MatrixView<const float>{acc_raw.data(), m, n, ldd});
+      for (int64_t i = 0; i < m; ++i) {
+        for (int64_t j = 0; j < n; ++j) {
+          const float r = ref[i * n + j];
+          const double tol = 1e-5 * (std::fabs(r) + 1.0);
+          const double want = double(r) + c[i * ldd + j];
+          ASSERT_NEAR(d[i * ldd + j], want, tol);
+          ASSERT_NEAR(ridge::to_float(db[i * ldd + j]), want, std::fabs(want) * std::ldexp(1.0, -8) + tol) << "bf16 out";
+          ASSERT_NEAR(dp[i * n + j], r, tol) << "packed";
+          ASSERT_NEAR(acc[i * ldd + j], want, tol) << "in place, packed";
+          ASSERT_NEAR(acc_raw[i * ldd + j], want, tol) << "in place";
+        }
+        for (int64_t j = n; j < ldd; ++j) {
+          ASSERT_EQ(d[i * ldd + j], -7.0f) << "wrote past n";
+          ASSERT_EQ(db[i * ldd + j].bits, 0x7F80) << "wrote past n (bf16)";
+        }
       }
-      for (int64_t j = n; j < ldd; ++j) ASSERT_EQ(d[i * ldd + j], -7.0f) << "wrote past n";
     }
   }
 }
