@@ -183,16 +183,21 @@ struct LaneReg<8> {
   using A = __m256bh;
 };
 
-constexpr int64_t kLaneChunk = 256;  // k per copied chunk: 16 x 256 bf16 = 8 KiB
+// k per copied chunk: 16 rows of bf16 in a quarter of L1 (256 on a 32 KiB L1), a multiple of 32.
+inline int64_t lane_chunk() {
+  const int64_t l1 = cpu::info().caches.l1d > 0 ? cpu::info().caches.l1d : 32 * 1024;
+  return std::min<int64_t>(1024, std::max<int64_t>(64, l1 / 4 / 32 / 32 * 32));
+}
 
-// Copies 16 rows of B, k in [k0, k0 + kLaneChunk), into buf (zero past k); prefetches the rows of
+// Copies 16 rows of B, k in [k0, k0 + chunk), into buf (zero past k); prefetches the rows of
 // the next column block.
-inline void copy_chunk(int64_t k, int64_t k0, const uint16_t* const br[16], int64_t ldb, uint16_t* buf) {
+inline void copy_chunk(int64_t k, int64_t k0, int64_t chunk, const uint16_t* const br[16], int64_t ldb,
+                       uint16_t* buf) {
   for (int j = 0; j < 16; ++j) {
-    for (int64_t x = 0; x < kLaneChunk; x += 32) {
+    for (int64_t x = 0; x < chunk; x += 32) {
       const int64_t left = k - k0 - x;
       const __mmask32 km = left >= 32 ? ~__mmask32(0) : left <= 0 ? __mmask32(0) : (__mmask32(1) << left) - 1;
-      _mm512_storeu_si512(buf + j * kLaneChunk + x, _mm512_maskz_loadu_epi16(km, br[j] + k0 + x));
+      _mm512_storeu_si512(buf + j * chunk + x, _mm512_maskz_loadu_epi16(km, br[j] + k0 + x));
       if (left > 0) _mm_prefetch(reinterpret_cast<const char*>(br[j] + 16 * ldb + k0 + x), _MM_HINT_T1);
     }
   }
@@ -202,17 +207,17 @@ inline void copy_chunk(int64_t k, int64_t k0, const uint16_t* const br[16], int6
 // keeps them in registers (an array live across the copy loop was spilled: a load and a store
 // around every product).
 template <int L>
-void lanes_block(int64_t k, const uint32_t* at, const uint16_t* const br[16], int64_t ldb, uint16_t* buf,
-                 __m512 out[16]) {
+void lanes_block(int64_t k, int64_t chunk, const uint32_t* at, const uint16_t* const br[16], int64_t ldb,
+                 uint16_t* buf, __m512 out[16]) {
   using R = typename LaneReg<L>::R;
   R a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15;
   if constexpr (L == 16) a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = a8 = a9 = a10 = a11 = a12 = a13 = a14 = a15 = _mm512_setzero_ps();
   else a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = a8 = a9 = a10 = a11 = a12 = a13 = a14 = a15 = _mm256_setzero_ps();
   const uint32_t* b32 = reinterpret_cast<const uint32_t*>(buf);
-  constexpr int64_t S = kLaneChunk / 2;
-  for (int64_t k0 = 0; k0 < k; k0 += kLaneChunk) {
-    copy_chunk(k, k0, br, ldb, buf);
-    const int64_t np = std::min<int64_t>(kLaneChunk, k - k0 + 1) / 2;
+  const int64_t S = chunk / 2;
+  for (int64_t k0 = 0; k0 < k; k0 += chunk) {
+    copy_chunk(k, k0, chunk, br, ldb, buf);
+    const int64_t np = std::min<int64_t>(chunk, k - k0 + 1) / 2;
     const uint32_t* ap = at + (k0 / 2) * 16;
     for (int64_t kp = 0; kp < np; ++kp) {
       typename LaneReg<L>::A a;
@@ -258,7 +263,8 @@ void small_m_lanes(int64_t m, int64_t n0, int64_t n1, int64_t k, const void* a_,
   const uint16_t* b = static_cast<const uint16_t*>(b_);
   const int64_t full = k / 2, pairs = (k + 1) / 2;
   auto* at = static_cast<uint32_t*>(ridge::memory::allocate(static_cast<size_t>(pairs * 16 * 4), "gemm.lanes_at"));
-  auto* buf = static_cast<uint16_t*>(ridge::memory::allocate(16 * kLaneChunk * 2, "gemm.lanes_b"));
+  const int64_t chunk = lane_chunk();
+  auto* buf = static_cast<uint16_t*>(ridge::memory::allocate(static_cast<size_t>(16 * chunk * 2), "gemm.lanes_b"));
   for (int64_t kp = 0; kp < pairs; ++kp)
     for (int i = 0; i < 16; ++i) {
       uint32_t w = 0;
@@ -273,8 +279,8 @@ void small_m_lanes(int64_t m, int64_t n0, int64_t n1, int64_t k, const void* a_,
     const uint16_t* br[16];
     for (int j = 0; j < 16; ++j) br[j] = b + (j0 + std::min(j, nj - 1)) * ldb;
     __m512 v[16];
-    if (m > 8) lanes_block<16>(k, at, br, ldb, buf, v);
-    else lanes_block<8>(k, at, br, ldb, buf, v);
+    if (m > 8) lanes_block<16>(k, chunk, at, br, ldb, buf, v);
+    else lanes_block<8>(k, chunk, at, br, ldb, buf, v);
     transpose16_ps(v);  // v[i] = row i, columns j0..j0+15
     alignas(64) float out[16][16];
     for (int i = 0; i < m; ++i) _mm512_store_ps(out[i], v[i]);

@@ -129,6 +129,7 @@ std::vector<Shape> shapes() {
     s.push_back({64, 2112, 256});
     s.push_back({70, 96, 1153});
     s.push_back({16, 515, 700});
+    s.push_back({600, 256, 300});  // several row blocks per thread: B packed over all of K once
   }
   return s;
 }
