@@ -3,6 +3,7 @@
 // join through --results (JSON lines of bench result rows) and, unless --no-measure, from a short
 // live run of the GEMM and attention benchmarks (measured_rows() below), so the kernels appear as
 // points under the roof the probe just measured.
+#include <algorithm>
 #include <fmt/format.h>
 
 #include <unistd.h>
@@ -151,7 +152,10 @@ std::string cell_text(const Cell& c) {
 // Measured points (bench result rows) against this machine's roof: achieved vs the bound at the
 // row's intensity. The kernel issues fill this section by passing --results.
 std::string measured_table(const std::vector<rr::MeasuredPoint>& pts, const rr::Chip& c, nlohmann::json& j) {
-  std::string s = fmt::format("{:<72} {:>10} {:>14} {:>14} {:>9}\n", "measured", "intensity", "achieved",
+  // The label column fits the longest label, so no case field (attention's pass, say) is cut off.
+  size_t w = 8;
+  for (const auto& p : pts) w = std::max(w, p.dtype.size() + 1 + p.label.size());
+  std::string s = fmt::format("{:<{}} {:>10} {:>14} {:>14} {:>9}\n", "measured", w, "intensity", "achieved",
                               fmt::format("bound ({})", c.id), "% bound");
   for (const auto& p : pts) {
     // fp8 runs on the bf16 dot-product units of a chip without fp8 arithmetic (as on every x86 CPU
@@ -163,7 +167,7 @@ std::string measured_table(const std::vector<rr::MeasuredPoint>& pts, const rr::
     if (c.has_peak(roof)) bound = std::min(c.peak(roof), p.intensity * c.bandwidth());
     const double pct = bound > 0 ? 100 * p.gflops * 1e9 / bound : 0;
     const std::string label = p.dtype + " " + p.label;
-    s += fmt::format("{:<72} {:>10.3g} {:>14} {:>14} {:>8.0f}%\n", label.substr(0, 72), p.intensity,
+    s += fmt::format("{:<{}} {:>10.3g} {:>14} {:>14} {:>8.0f}%\n", label, w, p.intensity,
                      format_flops(p.gflops * 1e9), bound > 0 ? format_flops(bound) : "-", pct);
     j.push_back({{"label", p.label}, {"dtype", p.dtype}, {"intensity", p.intensity}, {"gflops", p.gflops},
                  {"bound_flops", bound}, {"pct_of_bound", pct}});
