@@ -347,6 +347,25 @@ Tile make_tile(const Problem& p, int64_t gi, int64_t gj, bool first, bool last, 
   return t;
 }
 
+// A thread's packing buffers: A block, B block, fp32 scratch, each 64-byte aligned. They persist
+// per thread and only grow: a fresh allocation per call costs page faults on every touch of a
+// multi-MiB B block (experiment 5 in the README's dense GEMM section).
+struct Workspace {
+  std::byte* a;
+  std::byte* b;
+  float* scratch;
+};
+Workspace thread_workspace(size_t a_bytes, size_t b_bytes, size_t s_bytes) {
+  thread_local Buffer<std::byte> ws;
+  const size_t need = a_bytes + b_bytes + s_bytes + 192;
+  if (ws.size() < need) ws = Buffer<std::byte>(need, "gemm.workspace");
+  Workspace w;
+  w.a = ws.data();
+  w.b = w.a + round_up(static_cast<int64_t>(a_bytes), 64);
+  w.scratch = reinterpret_cast<float*>(w.b + round_up(static_cast<int64_t>(b_bytes), 64));
+  return w;
+}
+
 // A thread whose rows fit one A block (m up to ~MC: the m = 64..192 shapes of a prefill or a
 // decode batch): packing a K x NC block of B, as the general loop does, would read B, write a
 // copy, and read the copy again, for only a few row tiles of work per B element. Here A (all of
@@ -366,12 +385,10 @@ void run_rect_narrow(const Problem& p, const KernelInfo& ki, const Blocking& bk,
   const size_t a_bytes = a_block * static_cast<size_t>(kblocks);
   const size_t b_bytes = static_cast<size_t>(ki.nr * kp_max) * elt;
   const size_t s_bytes = need_scratch ? static_cast<size_t>(mp * ki.nr) * 4 : 0;
-  thread_local Buffer<std::byte> ws;
-  const size_t need = a_bytes + b_bytes + s_bytes + 192;
-  if (ws.size() < need) ws = Buffer<std::byte>(need, "gemm.workspace");
-  std::byte* abuf = ws.data();
-  std::byte* bbuf = abuf + round_up(static_cast<int64_t>(a_bytes), 64);
-  float* scratch = reinterpret_cast<float*>(bbuf + round_up(static_cast<int64_t>(b_bytes), 64));
+  const Workspace ws = thread_workspace(a_bytes, b_bytes, s_bytes);
+  std::byte* abuf = ws.a;
+  std::byte* bbuf = ws.b;
+  float* scratch = ws.scratch;
   for (int64_t kb = 0; kb < kblocks; ++kb) {
     const int64_t pc = kb * bk.kc, kc = std::min<int64_t>(bk.kc, p.k - pc);
     pack_panels(static_cast<const std::byte*>(p.a) + m0 * p.lda * in_elt, p.in_bf16, p.lda, rows, pc, kc, ki.mr,
@@ -420,14 +437,10 @@ void run_rect(const Problem& p, const KernelInfo& ki, const Blocking& bk, int64_
   const size_t a_bytes = static_cast<size_t>(mc_max * panel_k(ki.panel, kc_max)) * elt;
   const size_t b_bytes = p.packed ? 0 : static_cast<size_t>(nc_max * kp_full) * elt;
   const size_t s_bytes = need_scratch ? static_cast<size_t>(mc_max * nc_max) * 4 : 0;
-  // Packing buffers persist per thread and only grow: a fresh allocation per call costs page
-  // faults on every touch of a multi-MiB B block (experiment 5 in the README's dense GEMM section).
-  thread_local Buffer<std::byte> ws;
-  const size_t need = a_bytes + b_bytes + s_bytes + 128;
-  if (ws.size() < need) ws = Buffer<std::byte>(need, "gemm.workspace");
-  std::byte* abuf = ws.data();
-  std::byte* bbuf = abuf + round_up(static_cast<int64_t>(a_bytes), 64);
-  float* scratch = reinterpret_cast<float*>(bbuf + round_up(static_cast<int64_t>(b_bytes), 64));
+  const Workspace ws = thread_workspace(a_bytes, b_bytes, s_bytes);
+  std::byte* abuf = ws.a;
+  std::byte* bbuf = ws.b;
+  float* scratch = ws.scratch;
   const int64_t lds = nc_max;
 
   const size_t in_elt = p.in_bf16 ? 2 : 4;

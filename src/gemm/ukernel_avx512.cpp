@@ -125,30 +125,7 @@ void small_m(int64_t m, int64_t n0, int64_t n1, int64_t k, const void* a_, int64
   }
 }
 
-// 16 x 16 transpose of 32-bit words in registers: unpack 32-bit, unpack 64-bit, then two rounds of
-// 128-bit lane shuffles. r[i] holds row i on entry; o[w] holds word w of rows 0..15 on exit.
-inline void transpose16(__m512i r[16], __m512i o[16]) {
-  __m512i t[16];
-  for (int i = 0; i < 8; ++i) {
-    t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
-  }
-  for (int i = 0; i < 4; ++i) {
-    r[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
-    r[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
-    r[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
-    r[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
-  }
-  for (int j = 0; j < 4; ++j) {
-    const __m512i x = _mm512_shuffle_i32x4(r[j], r[4 + j], 0x88), y = _mm512_shuffle_i32x4(r[j], r[4 + j], 0xDD);
-    const __m512i z = _mm512_shuffle_i32x4(r[8 + j], r[12 + j], 0x88),
-                  w = _mm512_shuffle_i32x4(r[8 + j], r[12 + j], 0xDD);
-    o[j] = _mm512_shuffle_i32x4(x, z, 0x88);
-    o[4 + j] = _mm512_shuffle_i32x4(y, w, 0x88);
-    o[8 + j] = _mm512_shuffle_i32x4(x, z, 0xDD);
-    o[12 + j] = _mm512_shuffle_i32x4(y, w, 0xDD);
-  }
-}
+#include "gemm/transpose_avx512.inc"
 
 }  // namespace
 
@@ -161,18 +138,14 @@ void pack_words_avx512(const void* src, int64_t ld_bytes, int rows, int64_t word
     for (int64_t p0 = 0; p0 < words; p0 += 16) {
       const int nw = static_cast<int>(std::min<int64_t>(16, words - p0));
       const __mmask16 km = nw >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << nw) - 1);
-      __m512i r[16], o[16];
+      __m512i r[16];
       for (int i = 0; i < 16; ++i)
         r[i] = i < gr ? _mm512_maskz_loadu_epi32(km, base + (g + i) * ld_bytes + p0 * 4) : _mm512_setzero_si512();
-      transpose16(r, o);
-      for (int w = 0; w < nw; ++w) _mm512_mask_storeu_epi32(dst + (p0 + w) * R + g, sm, o[w]);
+      transpose16(r);
+      for (int w = 0; w < nw; ++w) _mm512_mask_storeu_epi32(dst + (p0 + w) * R + g, sm, r[w]);
     }
   }
 }
-
-namespace {
-
-}  // namespace
 
 KernelInfo kernel_avx512_f32() {
   return {"f32_avx512_14x32", kMR, kNR, Panel::f32, &ukernel_dispatch, &small_m, &pack_words_avx512};

@@ -142,29 +142,13 @@ inline void dp_bcast(__m256& acc, __m256bh a, const void* b) {
           : [a] "v"(a), [b] "m"(*static_cast<const uint32_t*>(b)));
 }
 
-// 16 x 16 transpose of 32-bit words in registers (the pattern of pack_words_avx512's transpose16).
+#include "gemm/transpose_avx512.inc"
+
 inline void transpose16_ps(__m512 v[16]) {
-  __m512i r[16], t[16];
+  __m512i r[16];
   for (int i = 0; i < 16; ++i) r[i] = _mm512_castps_si512(v[i]);
-  for (int i = 0; i < 8; ++i) {
-    t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
-  }
-  for (int i = 0; i < 4; ++i) {
-    r[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
-    r[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
-    r[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
-    r[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
-  }
-  for (int j = 0; j < 4; ++j) {
-    const __m512i x = _mm512_shuffle_i32x4(r[j], r[4 + j], 0x88), y = _mm512_shuffle_i32x4(r[j], r[4 + j], 0xDD);
-    const __m512i z = _mm512_shuffle_i32x4(r[8 + j], r[12 + j], 0x88),
-                  w = _mm512_shuffle_i32x4(r[8 + j], r[12 + j], 0xDD);
-    v[j] = _mm512_castsi512_ps(_mm512_shuffle_i32x4(x, z, 0x88));
-    v[4 + j] = _mm512_castsi512_ps(_mm512_shuffle_i32x4(y, w, 0x88));
-    v[8 + j] = _mm512_castsi512_ps(_mm512_shuffle_i32x4(x, z, 0xDD));
-    v[12 + j] = _mm512_castsi512_ps(_mm512_shuffle_i32x4(y, w, 0xDD));
-  }
+  transpose16(r);
+  for (int i = 0; i < 16; ++i) v[i] = _mm512_castsi512_ps(r[i]);
 }
 
 // D[:, j0 .. j0+16) for m <= L rows held in the lanes: acc[j] (one register per column of B) sums
