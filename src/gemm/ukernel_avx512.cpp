@@ -2,8 +2,9 @@
 // the FMA latency (4 cycles x 2 pipes on Zen 5 needs >= 8 in flight); A is broadcast from the
 // packed panel, B is two vector loads per k. Also the bf16 path on AVX-512 machines without
 // AVX512_BF16 (the driver widens bf16 to fp32 while packing).
-// GCC 12 reports its own intrinsics' undefined-value temporaries as maybe-uninitialized.
+// GCC 12 reports its own intrinsics' undefined-value temporaries as (maybe-)uninitialized.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
 
 #include <algorithm>

@@ -2,8 +2,9 @@
 // lane and adds both products into the lane, so the panels interleave K in pairs: A holds one
 // 32-bit (k, k+1) word per row, broadcast; B holds 32 columns x 2 k per zmm pair. 28 accumulators
 // cover the instruction's latency at two per cycle.
-// GCC 12 reports its own intrinsics' undefined-value temporaries as maybe-uninitialized.
+// GCC 12 reports its own intrinsics' undefined-value temporaries as (maybe-)uninitialized.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
 
 #include <algorithm>
