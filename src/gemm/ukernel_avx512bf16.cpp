@@ -20,29 +20,7 @@ namespace {
 constexpr int kMR = 14;
 constexpr int kNR = 32;
 
-inline __m512 load_row(const void* p, bool is_bf16, __mmask16 m) {
-  if (is_bf16) {
-    const __m256i h = _mm256_maskz_loadu_epi16(m, p);
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-  }
-  return _mm512_maskz_loadu_ps(m, p);
-}
-
-inline __m256i f32_to_bf16_rne(__m512 v) {
-  // Integer rounding rather than vcvtneps2bf16, which flushes fp32 subnormals: this keeps the
-  // output bit-identical to ridge::to_bf16 and to the other paths.
-  const __m512i x = _mm512_castps_si512(v);
-  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(1));
-  __m512i r = _mm512_add_epi32(x, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7FFF)));
-  const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
-  r = _mm512_mask_or_epi32(r, nan, x, _mm512_set1_epi32(0x00400000));
-  return _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16));
-}
-
-inline void store_row(void* p, bool is_bf16, __mmask16 m, __m512 v) {
-  if (is_bf16) _mm256_mask_storeu_epi16(p, m, f32_to_bf16_rne(v));
-  else _mm512_mask_storeu_ps(p, m, v);
-}
+#include "gemm/ukernel_avx512_common.inc"
 
 template <int M>
 void ukernel(int64_t kc, const void* a_panel, const void* b_panel, int /*mr*/, int nr, const Tile& t) {
@@ -67,21 +45,7 @@ void ukernel(int64_t kc, const void* a_panel, const void* b_panel, int /*mr*/, i
     a += kMR;
     b += 2;
   }
-  const __mmask16 m0 = nr >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << nr) - 1);
-  const __mmask16 m1 = nr >= 32 ? __mmask16(0xFFFF) : nr > 16 ? __mmask16((1u << (nr - 16)) - 1) : __mmask16(0);
-  const size_t es = t.dst_bf16 ? 2 : 4, ss = t.src_bf16 ? 2 : 4;
-#pragma GCC unroll 14
-  for (int i = 0; i < M; ++i) {
-    char* d = static_cast<char*>(t.dst) + i * t.ldd * es;
-    __m512 v0 = c0[i], v1 = c1[i];
-    if (t.src) {
-      const char* s = static_cast<const char*>(t.src) + i * t.lds * ss;
-      v0 = _mm512_add_ps(v0, load_row(s, t.src_bf16, m0));
-      v1 = _mm512_add_ps(v1, load_row(s + 16 * ss, t.src_bf16, m1));
-    }
-    store_row(d, t.dst_bf16, m0, v0);
-    store_row(d + 16 * es, t.dst_bf16, m1, v1);
-  }
+  store_tile_x32<M>(c0, c1, nr, t);
 }
 
 template <int... Ms>
@@ -96,38 +60,26 @@ void ukernel_dispatch(int64_t kc, const void* a, const void* b, int mr, int nr, 
 }
 
 
-// Decode shapes: 4 rows of A x 4 rows of B per block; vdpbf16ps works on k-contiguous rows as
-// they are, 32 bf16 per step, so nothing is packed and B is streamed once per 4 rows of A.
-void small_m(int64_t m, int64_t n0, int64_t n1, int64_t k, const void* a_, int64_t lda, const void* b_, int64_t ldb,
-             const Tile& t) {
-  const uint16_t* a = static_cast<const uint16_t*>(a_);
-  const uint16_t* b = static_cast<const uint16_t*>(b_);
-  for (int64_t j0 = n0; j0 < n1; j0 += 4) {
-    const int nj = static_cast<int>(std::min<int64_t>(4, n1 - j0));
-    for (int64_t i0 = 0; i0 < m; i0 += 4) {
-      const int mi = static_cast<int>(std::min<int64_t>(4, m - i0));
-      __m512 acc[4][4];
-      for (int i = 0; i < 4; ++i)
-        for (int j = 0; j < 4; ++j) acc[i][j] = _mm512_setzero_ps();
-      const uint16_t* ar[4];
-      const uint16_t* br[4];
-      for (int i = 0; i < 4; ++i) ar[i] = a + (i0 + std::min(i, mi - 1)) * lda;
-      for (int j = 0; j < 4; ++j) br[j] = b + (j0 + std::min(j, nj - 1)) * ldb;
-      for (int64_t p = 0; p < k; p += 32) {
-        const __mmask32 km = k - p >= 32 ? __mmask32(0xFFFFFFFFu) : __mmask32((1u << (k - p)) - 1);
-        __m512bh bv[4];
-        for (int j = 0; j < 4; ++j) bv[j] = (__m512bh)_mm512_maskz_loadu_epi16(km, br[j] + p);
-        for (int i = 0; i < 4; ++i) {
-          const __m512bh av = (__m512bh)_mm512_maskz_loadu_epi16(km, ar[i] + p);
-          for (int j = 0; j < 4; ++j) acc[i][j] = _mm512_dpbf16_ps(acc[i][j], av, bv[j]);
-        }
-      }
-      float out[4][4];
-      for (int i = 0; i < 4; ++i)
-        for (int j = 0; j < 4; ++j) out[i][j] = _mm512_reduce_add_ps(acc[i][j]);
-      store_tile_generic(&out[0][0], 4, mi, nj, tile_at(t, i0, j0));
+// Decode shapes of 1..4 rows (small_m_blocks): vdpbf16ps works on k-contiguous rows as they are, 32
+// bf16 per step, so nothing is packed.
+struct DotBf16 {
+  using E = uint16_t;
+  static constexpr int kStep = 32;
+  static void step(__m512 acc[4][4], const uint16_t* const ar[4], const uint16_t* const br[4], int64_t p,
+                   int64_t k) {
+    const __mmask32 km = k - p >= 32 ? __mmask32(0xFFFFFFFFu) : __mmask32((1u << (k - p)) - 1);
+    __m512bh bv[4];
+    for (int j = 0; j < 4; ++j) bv[j] = (__m512bh)_mm512_maskz_loadu_epi16(km, br[j] + p);
+    for (int i = 0; i < 4; ++i) {
+      const __m512bh av = (__m512bh)_mm512_maskz_loadu_epi16(km, ar[i] + p);
+      for (int j = 0; j < 4; ++j) acc[i][j] = _mm512_dpbf16_ps(acc[i][j], av, bv[j]);
     }
   }
+};
+
+void small_m(int64_t m, int64_t n0, int64_t n1, int64_t k, const void* a, int64_t lda, const void* b, int64_t ldb,
+             const Tile& t) {
+  small_m_blocks<DotBf16>(m, n0, n1, k, a, lda, b, ldb, t);
 }
 
 // acc += a . broadcast(*b), the broadcast embedded in the memory operand ({1toN}); GCC's separate
