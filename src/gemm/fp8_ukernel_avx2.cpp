@@ -44,42 +44,12 @@ void ukernel_t(int64_t kc, const float* a, int64_t lda, const float* b, const fl
   }
 }
 
-struct Kern {
+#include "gemm/fp8_lut_pack.inc"
+
+struct Kern : LutPack<16> {
   using Elem = float;
   static constexpr int MR = 6, NR = 16;
   static constexpr int64_t kPad = 8;
-
-  static int64_t b_panel_elems(int64_t kc) { return kc * 16; }
-
-  static void pack_a(const Problem& p, int64_t i0, int64_t mc, int64_t k0, int64_t kc, float* ap, int64_t ldap) {
-    const float* lut = e4m3_table();
-    for (int64_t i = 0; i < mc; ++i) {
-      const uint8_t* src = p.a + (i0 + i) * p.lda + k0;
-      float* dst = ap + i * ldap;
-      for (int64_t kk = 0; kk < kc; ++kk) dst[kk] = lut[src[kk]];
-      for (int64_t kk = kc; kk < ldap; ++kk) dst[kk] = 0.0f;
-    }
-  }
-
-  static void pack_b(const Problem& p, int64_t j0, int64_t nc, int64_t k0, int64_t kc, float* bp) {
-    const float* lut = e4m3_table();
-    for (int64_t jp = 0; jp < nc; jp += 16) {
-      float* panel = bp + (jp / 16) * b_panel_elems(kc);
-      for (int64_t r = 0; r < 16; ++r) {
-        const int64_t j = j0 + jp + r;
-        if (j >= p.n) {
-          for (int64_t kk = 0; kk < kc; ++kk) panel[kk * 16 + r] = 0.0f;
-        } else if (p.b_packed) {
-          const uint8_t* src = p.b_packed + (j / kPanelRows) * p.packed_pairs * kPanelPairBytes + (j % kPanelRows) * 2;
-          for (int64_t kk = 0; kk < kc; ++kk)
-            panel[kk * 16 + r] = lut[src[((k0 + kk) / 2) * kPanelPairBytes + ((k0 + kk) & 1)]];
-        } else {
-          const uint8_t* src = p.b + j * p.ldb + k0;
-          for (int64_t kk = 0; kk < kc; ++kk) panel[kk * 16 + r] = lut[src[kk]];
-        }
-      }
-    }
-  }
 
   static void ukernel(int mr, int64_t kc, const float* a, int64_t lda, const float* b, const float* sa, int64_t ldsa,
                       const float* sb, float* c, int64_t ldc) {
