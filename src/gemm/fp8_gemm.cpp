@@ -8,11 +8,14 @@
 #include <type_traits>
 #include <utility>
 
+#include "gemm/fp8_checks.hpp"
 #include "gemm/fp8_internal.hpp"
 #include "ridge/core/error.hpp"
 #include "ridge/gemm_fp8.hpp"
 
 namespace ridge::gemm {
+
+using fp8::check_matrix;
 
 int64_t m_alignment_for_contiguous_layout() { return 64; }
 
@@ -39,15 +42,6 @@ void run(const Problem& p) {
 }  // namespace fp8
 
 namespace {
-
-template <typename T>
-void check_matrix(const MatrixView<T>& v, const char* name, int64_t rows, int64_t cols) {
-  check(v.rows == rows && v.cols == cols, "{}: expected shape [{}, {}], got [{}, {}]", name, rows, cols, v.rows,
-        v.cols);
-  check(v.ld >= std::max<int64_t>(cols, 1), "{}: leading dimension {} is smaller than its {} columns", name, v.ld,
-        cols);
-  check(v.data != nullptr || rows * cols == 0, "{}: null data for a non-empty [{}, {}] matrix", name, rows, cols);
-}
 
 template <typename T>
 std::pair<const char*, const char*> byte_range(const MatrixView<T>& v) {

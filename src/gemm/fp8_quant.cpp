@@ -4,22 +4,16 @@
 #include <cmath>
 #include <vector>
 
+#include "gemm/fp8_checks.hpp"
 #include "ridge/core/error.hpp"
 #include "ridge/core/threads.hpp"
 #include "ridge/gemm_fp8.hpp"
 
 namespace ridge::gemm {
 
-namespace {
+using fp8::check_matrix;
 
-template <typename T>
-void check_view(const MatrixView<T>& v, const char* name, int64_t rows, int64_t cols) {
-  check(v.rows == rows && v.cols == cols, "{}: expected shape [{}, {}], got [{}, {}]", name, rows, cols, v.rows,
-        v.cols);
-  check(v.ld >= std::max<int64_t>(cols, 1), "{}: leading dimension {} is smaller than its {} columns", name, v.ld,
-        cols);
-  check(v.data != nullptr || rows * cols == 0, "{}: null data for a non-empty matrix", name);
-}
+namespace {
 
 // amax of a block; NaN propagates so a NaN input gives a NaN scale rather than a silent finite one.
 float block_amax(const MatrixView<const float>& x, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
@@ -48,9 +42,9 @@ void quantize_rows(const MatrixView<const float>& x, const MatrixView<fp8_e4m3>&
 
 void per_token_cast_to_fp8(MatrixView<const float> x, MatrixView<fp8_e4m3> q, MatrixView<float> scales) {
   check(x.rows >= 0 && x.cols >= 1, "x: expected [m, k] with k >= 1, got [{}, {}]", x.rows, x.cols);
-  check_view(x, "x", x.rows, x.cols);
-  check_view(q, "q", x.rows, x.cols);
-  check_view(scales, "scales", x.rows, fp8_scale_blocks(x.cols));
+  check_matrix(x, "x", x.rows, x.cols);
+  check_matrix(q, "q", x.rows, x.cols);
+  check_matrix(scales, "scales", x.rows, fp8_scale_blocks(x.cols));
   const int64_t kb = fp8_scale_blocks(x.cols);
 #pragma omp parallel num_threads(get_num_threads())
   {
@@ -68,9 +62,9 @@ void per_token_cast_to_fp8(MatrixView<const float> x, MatrixView<fp8_e4m3> q, Ma
 
 void per_block_cast_to_fp8(MatrixView<const float> x, MatrixView<fp8_e4m3> q, MatrixView<float> scales) {
   check(x.rows >= 0 && x.cols >= 1, "x: expected [n, k] with k >= 1, got [{}, {}]", x.rows, x.cols);
-  check_view(x, "x", x.rows, x.cols);
-  check_view(q, "q", x.rows, x.cols);
-  check_view(scales, "scales", fp8_scale_blocks(x.rows), fp8_scale_blocks(x.cols));
+  check_matrix(x, "x", x.rows, x.cols);
+  check_matrix(q, "q", x.rows, x.cols);
+  check_matrix(scales, "scales", fp8_scale_blocks(x.rows), fp8_scale_blocks(x.cols));
   const int64_t rb = fp8_scale_blocks(x.rows), kb = fp8_scale_blocks(x.cols);
 #pragma omp parallel num_threads(get_num_threads())
   {

@@ -3,11 +3,14 @@
 #include <algorithm>
 #include <string>
 
+#include "gemm/fp8_checks.hpp"
 #include "gemm/fp8_internal.hpp"
 #include "ridge/core/error.hpp"
 #include "ridge/gemm_fp8.hpp"
 
 namespace ridge::gemm {
+
+using fp8::check_matrix;
 
 namespace {
 
@@ -22,15 +25,6 @@ void check_tensor3(const TensorView<T>& v, const char* name, int64_t d0, int64_t
   check(v.stride[0] >= std::max<int64_t>(d1, 1) * v.stride[1] || d0 <= 1,
         "{}: group stride {} makes groups overlap (need >= {})", name, v.stride[0], d1 * v.stride[1]);
   check(v.data != nullptr || d0 * d1 * d2 == 0, "{}: null data for a non-empty tensor", name);
-}
-
-template <typename T>
-void check_matrix(const MatrixView<T>& v, const char* name, int64_t rows, int64_t cols) {
-  check(v.rows == rows && v.cols == cols, "{}: expected shape [{}, {}], got [{}, {}]", name, rows, cols, v.rows,
-        v.cols);
-  check(v.ld >= std::max<int64_t>(cols, 1), "{}: leading dimension {} is smaller than its {} columns", name, v.ld,
-        cols);
-  check(v.data != nullptr || rows * cols == 0, "{}: null data for a non-empty matrix", name);
 }
 
 fp8::Problem group_problem(int64_t n, int64_t k, const TensorView<const fp8_e4m3>& b,
