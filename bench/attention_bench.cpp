@@ -3,6 +3,7 @@
 // has OpenBLAS, else ridge's own fp32 math path), PyTorch's CPU scaled_dot_product_attention (its
 // flash kernel) and PyTorch's math backend (tools/torch_attention_peer.py in a subprocess, when
 // torch is installed).
+#include "ridge/build_paths.h"  // RIDGE_SOURCE_DIR, RIDGE_BINARY (generated)
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 

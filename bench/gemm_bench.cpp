@@ -2,6 +2,7 @@
 // dense, grouped contiguous and grouped masked tables plus memory-bound decode shapes) for fp32,
 // bf16 and fp8, each against its peer measured in the same run. --quick runs a subset (< 2 min)
 // that still has, per dtype, shapes with m >= 64 and decode shapes with m <= 16.
+#include "ridge/build_paths.h"  // RIDGE_SOURCE_DIR, RIDGE_BINARY (generated)
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 

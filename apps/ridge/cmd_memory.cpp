@@ -1,6 +1,7 @@
 // `ridge memory show SNAPSHOT`: the peak and what was live at the peak, by tag.
 // `ridge memory plot SNAPSHOT -o FILE.png`: the live-bytes timeline stacked by tag, peak marked
 // (drawn by tools/plot_memory.py with matplotlib).
+#include "ridge/build_paths.h"  // RIDGE_SOURCE_DIR, RIDGE_BINARY (generated)
 #include <fmt/format.h>
 #include <sys/wait.h>
 

@@ -1,3 +1,4 @@
+#include "ridge/build_paths.h"  // RIDGE_SOURCE_DIR, RIDGE_BINARY (generated)
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 

@@ -1,4 +1,5 @@
 // Text for the CLI, the standard benchmark shapes, measured points and the plot's input.
+#include "ridge/build_paths.h"  // RIDGE_SOURCE_DIR, RIDGE_BINARY (generated)
 #include <fmt/format.h>
 
 #include <cmath>

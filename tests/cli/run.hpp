@@ -3,6 +3,7 @@
 // even two of one file, never share a file.
 #pragma once
 
+#include "ridge/build_paths.h"  // RIDGE_SOURCE_DIR, RIDGE_BINARY (generated)
 #include <sys/wait.h>
 #include <unistd.h>
 

@@ -1,4 +1,5 @@
 // The roofline CLI: exit codes, one-line errors, JSON documents with the worked numbers.
+#include "ridge/build_paths.h"  // RIDGE_SOURCE_DIR, RIDGE_BINARY (generated)
 #include <unistd.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>

@@ -1,5 +1,6 @@
 // The chip database: every file loads, carries its sources, and holds the corrected figures
 // (not the seed tables' errors); malformed files are rejected naming the file and the field.
+#include "ridge/build_paths.h"  // RIDGE_SOURCE_DIR, RIDGE_BINARY (generated)
 #include <gtest/gtest.h>
 
 #include <cstdlib>
