@@ -160,19 +160,21 @@ void pack_panels(const void* src, bool src_bf16, int64_t ld, int64_t count, int6
 
 // pack_panels for an operand stored K-major ([k, rows], ld elements: A of tn/tt, B of nn/tn), src
 // at (k = 0, row = 0). The panels are [k][R] (or [k/2][R][2]), so each k step copies a contiguous
-// run of rows: no transpose, the source rows only interleave in pairs for bf16.
+// run of rows: no transpose; bf16 pairs interleave two source rows. k is the outer loop so each
+// source row is used up while in L1: panel by panel, a power-of-two ld would map every row's
+// slice to one L1 set and an R = 14 panel would read each line from L3 about twice.
 void pack_panels_kmajor(const void* src, bool src_bf16, int64_t ld, int64_t count, int64_t kc, int R,
                         Panel panel, void* dst) {
   const int64_t kp = panel_k(panel, kc);
   const int64_t npanels = ceil_div(count, R);
   const auto* s16 = static_cast<const uint16_t*>(src);
   const auto* s32 = static_cast<const float*>(src);
-  for (int64_t q = 0; q < npanels; ++q) {
-    const int64_t r0 = q * R;
-    const int rows = static_cast<int>(std::min<int64_t>(R, count - r0));
-    if (panel == Panel::f32) {
-      float* out = static_cast<float*>(dst) + q * R * kp;
-      for (int64_t p = 0; p < kc; ++p, out += R) {
+  if (panel == Panel::f32) {
+    for (int64_t p = 0; p < kc; ++p) {
+      for (int64_t q = 0; q < npanels; ++q) {
+        const int64_t r0 = q * R;
+        const int rows = static_cast<int>(std::min<int64_t>(R, count - r0));
+        float* out = static_cast<float*>(dst) + q * R * kp + p * R;
         if (src_bf16) {
           const uint16_t* s = s16 + p * ld + r0;
           for (int r = 0; r < rows; ++r) {
@@ -184,18 +186,22 @@ void pack_panels_kmajor(const void* src, bool src_bf16, int64_t ld, int64_t coun
         }
         for (int r = rows; r < R; ++r) out[r] = 0.0f;
       }
-    } else {
-      uint32_t* out = reinterpret_cast<uint32_t*>(static_cast<uint16_t*>(dst) + q * R * kp);
-      for (int64_t p = 0; p < kc; p += 2, out += R) {
-        const uint16_t* lo = s16 + p * ld + r0;
-        if (p + 1 < kc) {
-          const uint16_t* hi = lo + ld;
-          for (int r = 0; r < rows; ++r) out[r] = lo[r] | static_cast<uint32_t>(hi[r]) << 16;
-        } else {
-          for (int r = 0; r < rows; ++r) out[r] = lo[r];
-        }
-        for (int r = rows; r < R; ++r) out[r] = 0;
+    }
+    return;
+  }
+  for (int64_t p = 0; p < kc; p += 2) {
+    const uint16_t* lo = s16 + p * ld;
+    const uint16_t* hi = p + 1 < kc ? lo + ld : nullptr;  // odd K: the pad half is 0
+    for (int64_t q = 0; q < npanels; ++q) {
+      const int64_t r0 = q * R;
+      const int rows = static_cast<int>(std::min<int64_t>(R, count - r0));
+      uint32_t* out = reinterpret_cast<uint32_t*>(static_cast<uint16_t*>(dst) + q * R * kp) + p / 2 * R;
+      if (hi) {
+        for (int r = 0; r < rows; ++r) out[r] = lo[r0 + r] | static_cast<uint32_t>(hi[r0 + r]) << 16;
+      } else {
+        for (int r = 0; r < rows; ++r) out[r] = lo[r0 + r];
       }
+      for (int r = rows; r < R; ++r) out[r] = 0;
     }
   }
 }
@@ -203,10 +209,14 @@ void pack_panels_kmajor(const void* src, bool src_bf16, int64_t ld, int64_t coun
 // Packs rows [r0, r0 + count) and k [p0, p0 + kc) of an operand stored row-major by row (K
 // contiguous, the nt case) or K-major.
 void pack_operand(const void* base, bool kmajor, bool src_bf16, int64_t ld, int64_t r0, int64_t count,
-                  int64_t p0, int64_t kc, int R, Panel panel, void* dst, detail::PackWords pack_words) {
+                  int64_t p0, int64_t kc, int R, Panel panel, void* dst, detail::PackWords pack_words,
+                  detail::PackKmajorPairs pack_pairs) {
   const size_t in_elt = src_bf16 ? 2 : 4;
   const std::byte* b = static_cast<const std::byte*>(base);
-  if (kmajor) {
+  if (kmajor && pack_pairs && panel == Panel::bf16pair) {
+    pack_pairs(reinterpret_cast<const uint16_t*>(b + (p0 * ld + r0) * in_elt), ld, count, kc, R,
+               static_cast<uint32_t*>(dst));
+  } else if (kmajor) {
     pack_panels_kmajor(b + (p0 * ld + r0) * in_elt, src_bf16, ld, count, kc, R, panel, dst);
   } else {
     pack_panels(b + r0 * ld * in_elt, src_bf16, ld, count, p0, kc, R, panel, dst, pack_words);
@@ -446,6 +456,7 @@ void run_rect_narrow(const Problem& p, const KernelInfo& ki, const Blocking& bk,
                      int64_t n1, detail::PackWords pack_words) {
   const size_t elt = panel_elt(ki.panel);
   const int64_t rows = m1 - m0;
+  const detail::PackKmajorPairs pack_pairs = pack_words ? ki.pack_kmajor_pairs : nullptr;
   const int64_t mp = round_up(rows, ki.mr);
   const int64_t kc_max = std::min<int64_t>(bk.kc, p.k);
   const int64_t kp_max = panel_k(ki.panel, kc_max);
@@ -462,14 +473,15 @@ void run_rect_narrow(const Problem& p, const KernelInfo& ki, const Blocking& bk,
   for (int64_t kb = 0; kb < kblocks; ++kb) {
     const int64_t pc = kb * bk.kc, kc = std::min<int64_t>(bk.kc, p.k - pc);
     pack_operand(p.a, p.a_kmajor, p.in_bf16, p.lda, m0, rows, pc, kc, ki.mr, ki.panel, abuf + kb * a_block,
-                 pack_words);
+                 pack_words, pack_pairs);
   }
   for (int64_t jr = n0; jr < n1; jr += ki.nr) {
     const int nr = static_cast<int>(std::min<int64_t>(ki.nr, n1 - jr));
     for (int64_t kb = 0; kb < kblocks; ++kb) {
       const int64_t pc = kb * bk.kc, kc = std::min<int64_t>(bk.kc, p.k - pc);
       const int64_t kp = panel_k(ki.panel, kc);
-      pack_operand(p.b, p.b_kmajor, p.in_bf16, p.ldb, jr, nr, pc, kc, ki.nr, ki.panel, bbuf, pack_words);
+      pack_operand(p.b, p.b_kmajor, p.in_bf16, p.ldb, jr, nr, pc, kc, ki.nr, ki.panel, bbuf, pack_words,
+                   pack_pairs);
       const bool first = kb == 0, last = kb + 1 == kblocks;
       for (int64_t ir = 0; ir < rows; ir += ki.mr) {
         const int mr = static_cast<int>(std::min<int64_t>(ki.mr, rows - ir));
@@ -503,6 +515,7 @@ void run_rect(const Problem& p, const KernelInfo& ki, const Blocking& bk, int64_
     return;
   }
 
+  const detail::PackKmajorPairs pack_pairs = pack_words ? ki.pack_kmajor_pairs : nullptr;
   const size_t a_bytes = static_cast<size_t>(mc_max * panel_k(ki.panel, kc_max)) * elt;
   const size_t b_bytes = p.packed ? 0 : static_cast<size_t>(nc_max * kp_full) * elt;
   const size_t s_bytes = need_scratch ? static_cast<size_t>(mc_max * nc_max) * 4 : 0;
@@ -518,7 +531,8 @@ void run_rect(const Problem& p, const KernelInfo& ki, const Blocking& bk, int64_
     if (p.packed) {
       bblock = p.packed->panel(jc / ki.nr);
     } else {
-      pack_operand(p.b, p.b_kmajor, p.in_bf16, p.ldb, jc, nc, 0, p.k, ki.nr, ki.panel, bbuf, pack_words);
+      pack_operand(p.b, p.b_kmajor, p.in_bf16, p.ldb, jc, nc, 0, p.k, ki.nr, ki.panel, bbuf, pack_words,
+                   pack_pairs);
       bblock = bbuf;
     }
     for (int64_t ic = m0; ic < m1; ic += mc_t) {
@@ -526,7 +540,8 @@ void run_rect(const Problem& p, const KernelInfo& ki, const Blocking& bk, int64_
       for (int64_t pc = 0; pc < p.k; pc += bk.kc) {
         const int64_t kc = std::min<int64_t>(bk.kc, p.k - pc);
         const int64_t kp = panel_k(ki.panel, kc);
-        pack_operand(p.a, p.a_kmajor, p.in_bf16, p.lda, ic, mc, pc, kc, ki.mr, ki.panel, abuf, pack_words);
+        pack_operand(p.a, p.a_kmajor, p.in_bf16, p.lda, ic, mc, pc, kc, ki.mr, ki.panel, abuf, pack_words,
+                     pack_pairs);
         const bool first = pc == 0, last = pc + kc >= p.k;
         for (int64_t jr = 0; jr < nc; jr += ki.nr) {
           const int nr = static_cast<int>(std::min<int64_t>(ki.nr, nc - jr));

@@ -306,6 +306,29 @@ TEST(GemmLayouts, Bf16LayoutsMatchNtBits) {
   layouts_match_nt_bits<bf16>(18);
 }
 
+// The vector packers (the nt transpose, avx512bf16's K-major pair interleave) against the plain
+// loops that RIDGE_GEMM_SCALAR_PACK=1 selects: same panels, so the same bits, in every layout.
+TEST(GemmLayouts, VectorPackersMatchScalarPacking) {
+  std::mt19937 rng(23);
+  const ScopedBlocking blocks("40", "30", "70");  // ragged K blocks: odd kc pairs in the middle of K
+  for (cpu::Isa isa : cpu::supported_isas()) {
+    cpu::ScopedIsa scope(isa);
+    for (gemm_layout l : kLayouts) {
+      for (const Shape& s : {Shape{17, 45, 33}, Shape{75, 100, 101}}) {
+        Operands<bf16> o(l, s, 1);
+        fill(o.a, rng);
+        fill(o.b, rng);
+        Mat<float> d1(s.m, s.n), d2(s.m, s.n);
+        gemm::bf16_gemm(l, o.a.cview(), o.b.cview(), d1.view());
+        setenv("RIDGE_GEMM_SCALAR_PACK", "1", 1);
+        gemm::bf16_gemm(l, o.a.cview(), o.b.cview(), d2.view());
+        unsetenv("RIDGE_GEMM_SCALAR_PACK");
+        ASSERT_EQ(d1.v, d2.v) << label(l, isa, s);
+      }
+    }
+  }
+}
+
 // C may be D itself: D += op(A) op(B) in place, both output dtypes, every layout.
 TEST(GemmLayouts, InPlaceAccumulate) {
   std::mt19937 rng(19);
