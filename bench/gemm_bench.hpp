@@ -8,6 +8,7 @@
 #include "ridge/bench/measure.hpp"
 #include "ridge/bench/result.hpp"
 #include "ridge/core/tensor.hpp"
+#include "ridge/gemm.hpp"
 
 namespace ridge::gemm_bench {
 
@@ -18,6 +19,8 @@ struct GemmCase {
   DType out = DType::bf16;
   bool packed_b = false;  // time ridge with B packed once, untimed (weights), instead of per call
   bool peer = true;       // also time the peer in the same run
+  // Operands as stored: A [m,k] (nt, nn) or [k,m] (tn, tt), B [n,k] (nt, tt) or [k,n] (nn, tn).
+  gemm::Layout layout = gemm::Layout::nt;
 };
 
 // Runs ridge's kernel and its peer (OpenBLAS sgemm for fp32, oneDNN bf16 matmul for bf16) on the

@@ -73,12 +73,21 @@ bench::Row run_dense_case(const GemmCase& c, const bench::Options& options) {
   check(c.out == DType::f32 || c.out == DType::bf16, "bench gemm: output dtype {} (expected fp32 or bf16)",
         dtype_name(c.out));
   check(c.m > 0 && c.n > 0 && c.k > 0, "bench gemm: shape m={} n={} k={} (expected all > 0)", c.m, c.n, c.k);
+  check(!c.packed_b || c.layout == gemm::Layout::nt, "bench gemm: packed B with layout {} (PackedB is nt only)",
+        gemm::layout_name(c.layout));
   const int64_t m = c.m, n = c.n, k = c.k;
+  const gemm::Layout layout = c.layout;
+  const bool a_km = layout == gemm::Layout::tn || layout == gemm::Layout::tt;
+  const bool b_km = layout == gemm::Layout::nn || layout == gemm::Layout::tn;
+  // Leading dimensions of the operands as stored.
+  const int64_t lda = a_km ? m : k, ldb = b_km ? n : k;
+  const int64_t a_rows = a_km ? k : m, b_rows = b_km ? k : n;
   const int threads = get_num_threads();
   bench::Row row;
   row.benchmark = "gemm";
   row.case_ = {{"m", m}, {"n", n}, {"k", k}, {"out", dtype_name(c.out)}};
   if (c.packed_b) row.case_["packed_b"] = true;
+  if (layout != gemm::Layout::nt) row.case_["layout"] = gemm::layout_name(layout);
   row.dtype = c.dtype == DType::f32 ? "fp32" : "bf16";
   row.threads = threads;
   row.flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
@@ -94,21 +103,21 @@ bench::Row run_dense_case(const GemmCase& c, const bench::Options& options) {
     Buffer<float> a(static_cast<size_t>(m * k), "bench.gemm.a"), b(static_cast<size_t>(n * k), "bench.gemm.b");
     fill_random(a, 1);
     fill_random(b, 2);
-    const MatrixView<const float> av{a.data(), m, k, k}, bv{b.data(), n, k, k};
+    const MatrixView<const float> av{a.data(), a_rows, lda, lda}, bv{b.data(), b_rows, ldb, ldb};
     gemm::PackedB pb;
     if (c.packed_b) pb = gemm::PackedB::pack(bv);
     std::function<void()> ours = [&] {
       if (out_f32) {
         if (c.packed_b) gemm::f32_gemm_nt(av, pb, MatrixView<float>{d32.data(), m, n, n});
-        else gemm::f32_gemm_nt(av, bv, MatrixView<float>{d32.data(), m, n, n});
+        else gemm::f32_gemm(layout, av, bv, MatrixView<float>{d32.data(), m, n, n});
       } else {
         if (c.packed_b) gemm::f32_gemm_nt(av, pb, MatrixView<bf16>{d16.data(), m, n, n});
-        else gemm::f32_gemm_nt(av, bv, MatrixView<bf16>{d16.data(), m, n, n});
+        else gemm::f32_gemm(layout, av, bv, MatrixView<bf16>{d16.data(), m, n, n});
       }
     };
     Buffer<float> dp(static_cast<size_t>(m * n), "bench.gemm.peer_d");
     std::function<void()> peer = [&] {
-      gemm_peers::openblas_sgemm_nt(m, n, k, a.data(), k, b.data(), k, dp.data(), n);
+      gemm_peers::openblas_sgemm(a_km, b_km, m, n, k, a.data(), lda, b.data(), ldb, dp.data(), n);
     };
     const bool have_peer = c.peer && gemm_peers::openblas_available();
     if (have_peer) {
@@ -125,16 +134,16 @@ bench::Row run_dense_case(const GemmCase& c, const bench::Options& options) {
     Buffer<bf16> a(static_cast<size_t>(m * k), "bench.gemm.a"), b(static_cast<size_t>(n * k), "bench.gemm.b");
     fill_random(a, 1);
     fill_random(b, 2);
-    const MatrixView<const bf16> av{a.data(), m, k, k}, bv{b.data(), n, k, k};
+    const MatrixView<const bf16> av{a.data(), a_rows, lda, lda}, bv{b.data(), b_rows, ldb, ldb};
     gemm::PackedB pb;
     if (c.packed_b) pb = gemm::PackedB::pack(bv);
     std::function<void()> ours = [&] {
       if (out_f32) {
         if (c.packed_b) gemm::bf16_gemm_nt(av, pb, MatrixView<float>{d32.data(), m, n, n});
-        else gemm::bf16_gemm_nt(av, bv, MatrixView<float>{d32.data(), m, n, n});
+        else gemm::bf16_gemm(layout, av, bv, MatrixView<float>{d32.data(), m, n, n});
       } else {
         if (c.packed_b) gemm::bf16_gemm_nt(av, pb, MatrixView<bf16>{d16.data(), m, n, n});
-        else gemm::bf16_gemm_nt(av, bv, MatrixView<bf16>{d16.data(), m, n, n});
+        else gemm::bf16_gemm(layout, av, bv, MatrixView<bf16>{d16.data(), m, n, n});
       }
     };
     const bool have_peer = c.peer && gemm_peers::onednn_available();
@@ -143,7 +152,7 @@ bench::Row run_dense_case(const GemmCase& c, const bench::Options& options) {
     Buffer<bf16> dp16(have_peer && !out_f32 ? static_cast<size_t>(m * n) : 0, "bench.gemm.peer_d");
     std::function<void()> peer;
     if (have_peer) {
-      mm = std::make_unique<gemm_peers::OnednnBf16Matmul>(m, n, k, c.out);
+      mm = std::make_unique<gemm_peers::OnednnBf16Matmul>(m, n, k, c.out, lda, ldb, n, a_km, b_km);
       peer = [&] { mm->run(a.data(), b.data(), out_f32 ? static_cast<void*>(dp32.data()) : dp16.data()); };
       row.extra["peer_kernel"] = "onednn " + gemm_peers::onednn_version() + " " + mm->impl_name();
     }
@@ -165,7 +174,7 @@ namespace ridge::gemm_bench {
 namespace {
 
 void run_gemm_dense(bench::Context& ctx) {
-  ctx.grid.check_keys({"m", "n", "k", "dtype", "out", "packed", "peer"}, ctx.benchmark);
+  ctx.grid.check_keys({"m", "n", "k", "dtype", "out", "packed", "peer", "layout"}, ctx.benchmark);
   const auto ms = ctx.grid.counts("m", {ctx.quick ? 256 : 2048});
   const auto ns = ctx.grid.counts("n", {ctx.quick ? 256 : 2048});
   const auto ks = ctx.grid.counts("k", {ctx.quick ? 256 : 2048});
@@ -173,24 +182,29 @@ void run_gemm_dense(bench::Context& ctx) {
   const auto outs = ctx.grid.values("out", {"default"});
   const auto packed = ctx.grid.values("packed", {"0"});
   const auto peer = ctx.grid.values("peer", {"1"});
-  ctx.progress.start(ms.size() * ns.size() * ks.size() * dtypes.size() * outs.size() * packed.size());
-  for (const auto& dt : dtypes)
-    for (const auto& out : outs)
-      for (const auto& pk : packed)
-        for (int64_t m : ms)
-          for (int64_t n : ns)
-            for (int64_t k : ks) {
-              GemmCase c;
-              c.m = m;
-              c.n = n;
-              c.k = k;
-              c.dtype = parse_dtype(dt);
-              c.out = out == "default" ? (c.dtype == DType::f32 ? DType::f32 : DType::bf16) : parse_dtype(out);
-              c.packed_b = pk == "1";
-              c.peer = peer.front() == "1";
-              ctx.emit(run_dense_case(c, ctx.options));
-              ctx.progress.tick();
-            }
+  std::vector<gemm::Layout> layouts;
+  for (const auto& l : ctx.grid.values("layout", {"nt"})) layouts.push_back(gemm::parse_layout(l, "--set layout"));
+  ctx.progress.start(ms.size() * ns.size() * ks.size() * dtypes.size() * outs.size() * packed.size() *
+                     layouts.size());
+  for (const gemm::Layout layout : layouts)
+    for (const auto& dt : dtypes)
+      for (const auto& out : outs)
+        for (const auto& pk : packed)
+          for (int64_t m : ms)
+            for (int64_t n : ns)
+              for (int64_t k : ks) {
+                GemmCase c;
+                c.m = m;
+                c.n = n;
+                c.k = k;
+                c.dtype = parse_dtype(dt);
+                c.out = out == "default" ? (c.dtype == DType::f32 ? DType::f32 : DType::bf16) : parse_dtype(out);
+                c.packed_b = pk == "1";
+                c.peer = peer.front() == "1";
+                c.layout = layout;
+                ctx.emit(run_dense_case(c, ctx.options));
+                ctx.progress.tick();
+              }
 }
 
 }  // namespace
