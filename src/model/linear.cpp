@@ -1,7 +1,5 @@
 #include "model/linear.hpp"
 
-#include <vector>
-
 #include "ridge/core/threads.hpp"
 #include "ridge/gemm.hpp"
 
@@ -34,15 +32,6 @@ void loops(bool ta, bool tb, const double* a, const double* b, double* d, int64_
     }
 }
 
-// INTERIM until the GEMM's nn/tn layouts land: transposed copies, then nt.
-template <typename T>
-std::vector<T> transposed(const T* p, int64_t rows, int64_t cols, int64_t ld) {
-  std::vector<T> t(static_cast<size_t>(rows * cols));
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) t[static_cast<size_t>(c * rows + r)] = p[r * ld + c];
-  return t;
-}
-
 }  // namespace
 
 void nt(const float* a, const float* b, float* d, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb,
@@ -60,13 +49,11 @@ void nt(const double* a, const double* b, double* d, int64_t m, int64_t n, int64
 
 void nn(const float* a, const float* b, float* d, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb,
         int64_t ldd, bool accumulate) {
-  auto bt = transposed(b, k, n, ldb);
-  gemm::f32_gemm_nt(in(a, m, k, lda), in(bt.data(), n, k, k), out(d, m, n, ldd), acc(d, m, n, ldd, accumulate));
+  gemm::f32_gemm_nn(in(a, m, k, lda), in(b, k, n, ldb), out(d, m, n, ldd), acc(d, m, n, ldd, accumulate));
 }
 void nn(const bf16* a, const bf16* b, float* d, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb,
         int64_t ldd, bool accumulate) {
-  auto bt = transposed(b, k, n, ldb);
-  gemm::bf16_gemm_nt(in(a, m, k, lda), in(bt.data(), n, k, k), out(d, m, n, ldd), acc(d, m, n, ldd, accumulate));
+  gemm::bf16_gemm_nn(in(a, m, k, lda), in(b, k, n, ldb), out(d, m, n, ldd), acc(d, m, n, ldd, accumulate));
 }
 void nn(const double* a, const double* b, double* d, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb,
         int64_t ldd, bool accumulate) {
@@ -75,15 +62,11 @@ void nn(const double* a, const double* b, double* d, int64_t m, int64_t n, int64
 
 void tn(const float* a, const float* b, float* d, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb,
         int64_t ldd, bool accumulate) {
-  auto at_ = transposed(a, k, m, lda);
-  auto bt = transposed(b, k, n, ldb);
-  gemm::f32_gemm_nt(in(at_.data(), m, k, k), in(bt.data(), n, k, k), out(d, m, n, ldd), acc(d, m, n, ldd, accumulate));
+  gemm::f32_gemm_tn(in(a, k, m, lda), in(b, k, n, ldb), out(d, m, n, ldd), acc(d, m, n, ldd, accumulate));
 }
 void tn(const bf16* a, const bf16* b, float* d, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb,
         int64_t ldd, bool accumulate) {
-  auto at_ = transposed(a, k, m, lda);
-  auto bt = transposed(b, k, n, ldb);
-  gemm::bf16_gemm_nt(in(at_.data(), m, k, k), in(bt.data(), n, k, k), out(d, m, n, ldd), acc(d, m, n, ldd, accumulate));
+  gemm::bf16_gemm_tn(in(a, k, m, lda), in(b, k, n, ldb), out(d, m, n, ldd), acc(d, m, n, ldd, accumulate));
 }
 void tn(const double* a, const double* b, double* d, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb,
         int64_t ldd, bool accumulate) {
