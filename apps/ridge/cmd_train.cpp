@@ -14,6 +14,7 @@
 #include "cli.hpp"
 #include "ridge/core.hpp"
 #include "ridge/model/data.hpp"
+#include "ridge/bench/trace.hpp"
 #include "ridge/model/train.hpp"
 #include "ridge/roofline.hpp"
 
@@ -26,7 +27,7 @@ struct Args {
   std::string size = "tiny";
   int64_t d_model = 0, d_ff = 0, layers = -1, heads = 0, vocab = 0;
   int64_t context = 256, batch = 4, steps = 100, log_every = 10, save_every = 0;
-  std::string data, text, precision = "fp32", attention = "flash", checkpoint, resume;
+  std::string data, text, precision = "fp32", attention = "flash", checkpoint, resume, trace;
   double lr = 1e-3, lr_min = -1, weight_decay = 0.1, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, clip = 1.0;
   int64_t warmup = -1;
   uint64_t seed = 0;
@@ -165,6 +166,12 @@ void run(const Args& a) {
     check(!fs::is_directory(p, ec), "--checkpoint: '{}' is a folder; give a file path", a.checkpoint);
   }
 
+  if (!a.trace.empty()) {
+    check(a.trace != a.checkpoint && a.trace != a.resume && a.trace != a.data && a.trace != a.text,
+          "--trace: '{}' is also an input or the checkpoint; choose another path", a.trace);
+    trace::set_thread_name("main");
+    trace::start_recording();
+  }
   model::Trainer trainer(c, t);
   if (!a.resume.empty()) {
     try {
@@ -262,6 +269,12 @@ void run(const Args& a) {
     if (!a.checkpoint.empty() && ((a.save_every > 0 && (s + 1) % a.save_every == 0) || last))
       trainer.save(a.checkpoint);
   }
+  if (!a.trace.empty()) {
+    trace::stop_recording();
+    trace::write(a.trace);
+    if (!a.json)
+      fmt::print("trace     {} events -> {} (open in https://ui.perfetto.dev)\n", trace::event_count(), a.trace);
+  }
   if (!a.json) {
     const double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     fmt::print("done      {} steps in {}{}\n", a.steps - first, duration(total),
@@ -300,6 +313,7 @@ void setup(CLI::App& root) {
   cmd->add_option("--resume", a.resume, "resume from a checkpoint (or start from safetensors weights)");
   cmd->add_option("--log-every", a.log_every, "print every N steps")->capture_default_str();
   cmd->add_option("--threads", a.threads, "threads (default: OMP_NUM_THREADS or all CPUs)");
+  cmd->add_option("--trace", a.trace, "write a Chrome trace of the run (ranges per step, layer and operation)");
   cmd->add_flag("--json", a.json, "one JSON object per logged step");
   cmd->callback([] { run(a); });
 }
