@@ -105,19 +105,21 @@ ProbeCache& probe_cache() {
   return c;
 }
 
+}  // namespace
+
 const roofline::Chip* probed_chip() {
   auto& c = probe_cache();
   std::call_once(c.once, [&] {
     try {
       if (roofline::has_probe_result()) c.chip = roofline::load_chip("this");
-    } catch (const std::exception&) {
-      // A broken probe file must not stop a benchmark; rows simply carry no bound.
+    } catch (const std::exception& e) {
+      // A broken probe file must not stop a benchmark; its rows carry no bound, and the user is told.
+      std::fprintf(stderr, "ridge: warning: ignoring the probe result (%s); rows carry no roofline bound until "
+                   "'ridge probe' writes it again\n", e.what());
     }
   });
   return c.chip ? &*c.chip : nullptr;
 }
-
-}  // namespace
 
 bool fill_bound(Row& row) {
   const roofline::Chip* chip = probed_chip();
