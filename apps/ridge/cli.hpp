@@ -34,7 +34,7 @@ inline CLI::Validator decimal_integer() {
           if (s[i] < '0' || s[i] > '9') return "'" + s + "' is not a decimal integer";
         return {};
       },
-      "INT");
+      "");
 }
 
 // Prints a JSON document the way every --json output does: indented, newline-terminated.
