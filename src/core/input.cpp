@@ -82,11 +82,11 @@ std::string read_input_file(const std::string& path, const std::string& what, in
   check(!path.empty(), "{}: empty file name", what);
   struct stat st{};
   if (::stat(path.c_str(), &st) != 0)
-    fail("{}: cannot read '{}' ({})", what, path, errno == ENOENT ? "no such file" : std::strerror(errno));
+    fail("{}: '{}' cannot be read ({})", what, path, errno == ENOENT ? "no such file" : std::strerror(errno));
   check(S_ISREG(st.st_mode), "{}: '{}' is {}; expected a regular file", what, path, kind_of(st.st_mode));
   // O_NONBLOCK: should the path be swapped for a FIFO after the stat, open must still not block.
   const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) fail("{}: cannot read '{}' ({})", what, path, std::strerror(errno));
+  if (fd < 0) fail("{}: '{}' cannot be read ({})", what, path, std::strerror(errno));
   std::string text;
   try {
     check(::fstat(fd, &st) == 0 && S_ISREG(st.st_mode), "{}: '{}' is {}; expected a regular file", what, path,
