@@ -9,6 +9,7 @@
 
 #include "ridge/core/cpu.hpp"
 #include "ridge/core/error.hpp"
+#include "ridge/core/input.hpp"
 #include "ridge/core/threads.hpp"
 #include "ridge/roofline.hpp"
 
@@ -87,7 +88,7 @@ Row Row::from_json(const json& j) {
         r.peers.push_back(Peer{p.at("name").get<std::string>(), p.at("median_ms").get<double>(),
                                p.at("speedup").get<double>()});
   } catch (const json::exception& e) {
-    fail("result row: {}", e.what());
+    fail("result row: {}", input::plain_json_error(e));
   }
   for (const auto& [k, v] : j.items())
     if (!known.count(k)) r.extra[k] = v;

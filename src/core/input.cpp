@@ -59,16 +59,19 @@ void check_depth(const std::string& text, const std::string& what) {
   for (size_t i = 0; i < text.size(); ++i) {
     const char c = text[i];
     if (in_string) {
-      if (c == '\\') ++i;
-      else if (c == '"') in_string = false;
+      if (c == '\\')
+        ++i;
+      else if (c == '"')
+        in_string = false;
       continue;
     }
-    if (c == '"') in_string = true;
+    if (c == '"')
+      in_string = true;
     else if (c == '[' || c == '{') {
       if (++depth > kMaxJsonDepth) {
         const auto [line, col] = line_column(text, i);
-        fail("{}: nested deeper than {} levels at line {}, column {} (not a ridge input)", what, kMaxJsonDepth, line,
-             col);
+        fail("{}: nested deeper than {} levels at line {}, column {} (not a ridge input)", what,
+             kMaxJsonDepth, line, col);
       }
     } else if (c == ']' || c == '}') {
       --depth;
@@ -80,7 +83,7 @@ void check_depth(const std::string& text, const std::string& what) {
 
 std::string read_input_file(const std::string& path, const std::string& what, int64_t max_bytes) {
   check(!path.empty(), "{}: empty file name", what);
-  struct stat st{};
+  struct stat st {};
   if (::stat(path.c_str(), &st) != 0)
     fail("{}: '{}' cannot be read ({})", what, path, errno == ENOENT ? "no such file" : std::strerror(errno));
   check(S_ISREG(st.st_mode), "{}: '{}' is {}; expected a regular file", what, path, kind_of(st.st_mode));
@@ -92,7 +95,8 @@ std::string read_input_file(const std::string& path, const std::string& what, in
     check(::fstat(fd, &st) == 0 && S_ISREG(st.st_mode), "{}: '{}' is {}; expected a regular file", what, path,
           kind_of(st.st_mode));
     check(st.st_size <= max_bytes, "{}: '{}' is {}, above the {} limit for this input", what, path,
-          units::format_bytes(static_cast<double>(st.st_size)), units::format_bytes(static_cast<double>(max_bytes)));
+          units::format_bytes(static_cast<double>(st.st_size)),
+          units::format_bytes(static_cast<double>(max_bytes)));
     text.reserve(static_cast<size_t>(st.st_size));
     char buf[1 << 16];
     for (;;) {
@@ -101,8 +105,8 @@ std::string read_input_file(const std::string& path, const std::string& what, in
       if (n < 0) fail("{}: error reading '{}' ({})", what, path, std::strerror(errno));
       if (n == 0) break;
       text.append(buf, static_cast<size_t>(n));
-      check(static_cast<int64_t>(text.size()) <= max_bytes, "{}: '{}' is above the {} limit for this input", what,
-            path, units::format_bytes(static_cast<double>(max_bytes)));
+      check(static_cast<int64_t>(text.size()) <= max_bytes, "{}: '{}' is above the {} limit for this input",
+            what, path, units::format_bytes(static_cast<double>(max_bytes)));
     }
   } catch (...) {
     ::close(fd);
@@ -117,7 +121,8 @@ nlohmann::json parse_json(const std::string& text, const std::string& what) {
   try {
     return nlohmann::json::parse(text);
   } catch (const nlohmann::json::parse_error& e) {
-    if (text.find_first_not_of(" \t\r\n") == std::string::npos) fail("{}: empty, expected a JSON document", what);
+    if (text.find_first_not_of(" \t\r\n") == std::string::npos)
+      fail("{}: empty, expected a JSON document", what);
     const auto [line, col] = line_column(text, e.byte > 0 ? e.byte - 1 : 0);
     fail("{}: not valid JSON at line {}, column {}: {}", what, line, col, plain_message(e.what()));
   } catch (const nlohmann::json::out_of_range& e) {
@@ -140,6 +145,10 @@ nlohmann::json read_json_file(const std::string& path, const std::string& what, 
   return parse_json(read_input_file(path, what, max_bytes), fmt::format("{} '{}'", what, path));
 }
 
+std::string plain_json_error(const nlohmann::json::exception& e) {
+  return plain_message(e.what());
+}
+
 const nlohmann::json& field(const nlohmann::json& obj, const std::string& key, const std::string& path,
                             const std::string& what) {
   check(obj.is_object(), "{}: '{}' must be a JSON object (got {})", what, path, obj.type_name());
@@ -157,8 +166,8 @@ double number(const nlohmann::json& v, const std::string& path, const std::strin
 
 int64_t integer(const nlohmann::json& v, const std::string& path, const std::string& what) {
   if (v.is_number_unsigned()) {
-    check(v.get<uint64_t>() <= static_cast<uint64_t>(INT64_MAX), "{}: field '{}' is {}, above 2^63-1", what, path,
-          v.get<uint64_t>());
+    check(v.get<uint64_t>() <= static_cast<uint64_t>(INT64_MAX), "{}: field '{}' is {}, above 2^63-1", what,
+          path, v.get<uint64_t>());
     return static_cast<int64_t>(v.get<uint64_t>());
   }
   check(v.is_number_integer(), "{}: field '{}' must be an integer (got {})", what, path,

@@ -60,7 +60,8 @@ std::string last_line(const std::string& output) {
   size_t end = output.find_last_not_of(" \t\r\n");
   if (end == std::string::npos) return {};
   const size_t start = output.rfind('\n', end);
-  return output.substr(start == std::string::npos ? 0 : start + 1, end - (start == std::string::npos ? 0 : start + 1) + 1);
+  return output.substr(start == std::string::npos ? 0 : start + 1,
+                       end - (start == std::string::npos ? 0 : start + 1) + 1);
 }
 
 }  // namespace ridge::process

@@ -126,11 +126,8 @@ std::vector<NamedCost> standard_ops(const std::string& dir_in) {
     return standard_ops_unchecked(dir_in);
   } catch (const nlohmann::json::exception& e) {
     // A hand-edited shapes file with a field of the wrong type: one line, not the library's text.
-    std::string msg = e.what();
-    if (const auto close = msg.find("] "); msg.rfind("[json.exception.", 0) == 0 && close != std::string::npos)
-      msg = msg.substr(close + 2);
     fail("shapes: a field in {} has the wrong type or is missing ({})",
-         dir_in.empty() ? shapes_location() : dir_in, msg);
+         dir_in.empty() ? shapes_location() : dir_in, input::plain_json_error(e));
   }
 }
 

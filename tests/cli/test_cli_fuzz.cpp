@@ -6,7 +6,6 @@
 // one line on stderr; the input files must be unchanged. Bounded in count and wall time; seeded:
 // RIDGE_FUZZ_SEED=N replays a run, RIDGE_FUZZ_RUNS=N sets the count (RIDGE_TEST_SMALL=1: fewer),
 // RIDGE_FUZZ_BINARY=PATH fuzzes another ridge binary.
-#include "ridge/build_paths.h"  // RIDGE_SOURCE_DIR, RIDGE_BINARY (generated)
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -28,13 +27,15 @@
 #include <thread>
 #include <vector>
 
+#include "ridge/build_paths.h"  // RIDGE_SOURCE_DIR, RIDGE_BINARY (generated)
+
 namespace {
 
 namespace fs = std::filesystem;
 
 struct Outcome {
-  int code = -1;    // exit status, or -1
-  int signal = 0;   // the signal that ended it, or 0
+  int code = -1;   // exit status, or -1
+  int signal = 0;  // the signal that ended it, or 0
   bool timed_out = false;
   std::string err;  // stderr
 };
@@ -97,7 +98,9 @@ std::string slurp(const fs::path& p) {
   return {std::istreambuf_iterator<char>(in), {}};
 }
 
-void spit(const fs::path& p, const std::string& s) { std::ofstream(p, std::ios::binary) << s; }
+void spit(const fs::path& p, const std::string& s) {
+  std::ofstream(p, std::ios::binary) << s;
+}
 
 class Fuzzer {
  public:
@@ -113,9 +116,28 @@ class Fuzzer {
   // Values for any flag: the hostile list, sometimes a plausible one.
   std::string value(const std::vector<std::string>& plausible) {
     static const std::vector<std::string> hostile = {
-        "-1", "0", "1", "99999999999999999999", "nan", "inf", "-inf", "", "0x10", "1e400", "1e-400", "-0",
-        "\xc3\xbc\xc3\xb1\xc3\xaf\xc3\xa7\xc3\xb8\xc3\xb0\xc3\xa9", std::string(5000, '7'), " 4", "4k", "1,2", "=",
-        "--json", "2^62", "5e-324", "1.5"};
+        "-1",
+        "0",
+        "1",
+        "99999999999999999999",
+        "nan",
+        "inf",
+        "-inf",
+        "",
+        "0x10",
+        "1e400",
+        "1e-400",
+        "-0",
+        "\xc3\xbc\xc3\xb1\xc3\xaf\xc3\xa7\xc3\xb8\xc3\xb0\xc3\xa9",
+        std::string(5000, '7'),
+        " 4",
+        "4k",
+        "1,2",
+        "=",
+        "--json",
+        "2^62",
+        "5e-324",
+        "1.5"};
     return chance(0.5) && !plausible.empty() ? one(plausible) : one(hostile);
   }
 
@@ -124,8 +146,8 @@ class Fuzzer {
     const double r = std::uniform_real_distribution<double>(0, 1)(rng_);
     if (r < 0.25) return (dir_ / ("base." + kind)).string();
     if (r < 0.75) return mutated(kind);
-    static const std::vector<std::string> odd = {"fifo", "a-dir", "/dev/zero", "missing.json", "", "/dev/null",
-                                                 "/", "deep.json"};
+    static const std::vector<std::string> odd = {"fifo", "a-dir",     "/dev/zero", "missing.json",
+                                                 "",     "/dev/null", "/",         "deep.json"};
     return one(odd);
   }
 
@@ -149,14 +171,28 @@ class Fuzzer {
       case 3:
       case 4:
       case 5: {  // replace one number or string with a hostile JSON value
-        static const std::vector<std::string> vals = {
-            "1e400", "-1", "0", "5e-324", "18446744073709551615", "\"text\"", "null", "[]", "{}", "true",
-            "-9223372036854775808", "1e300", "4611686018427387904", "\"\"", "[[[[1]]]]"};
+        static const std::vector<std::string> vals = {"1e400",
+                                                      "-1",
+                                                      "0",
+                                                      "5e-324",
+                                                      "18446744073709551615",
+                                                      "\"text\"",
+                                                      "null",
+                                                      "[]",
+                                                      "{}",
+                                                      "true",
+                                                      "-9223372036854775808",
+                                                      "1e300",
+                                                      "4611686018427387904",
+                                                      "\"\"",
+                                                      "[[[[1]]]]"};
         std::vector<size_t> spots;
         for (size_t i = 0; i < s.size(); ++i) {
-          const bool starts_number = (s[i] >= '0' && s[i] <= '9') && (i == 0 || s[i - 1] == ' ' || s[i - 1] == ':' ||
-                                                                     s[i - 1] == '[' || s[i - 1] == ',');
-          if (starts_number || (s[i] == '"' && i > 0 && (s[i - 1] == ' ' || s[i - 1] == ':'))) spots.push_back(i);
+          const bool starts_number =
+              (s[i] >= '0' && s[i] <= '9') &&
+              (i == 0 || s[i - 1] == ' ' || s[i - 1] == ':' || s[i - 1] == '[' || s[i - 1] == ',');
+          if (starts_number || (s[i] == '"' && i > 0 && (s[i - 1] == ' ' || s[i - 1] == ':')))
+            spots.push_back(i);
         }
         if (spots.empty()) break;
         const size_t at = one(spots);
@@ -178,8 +214,10 @@ class Fuzzer {
         for (std::string l; std::getline(ss, l);) lines.push_back(l);
         if (lines.empty()) break;
         const size_t i = pick(lines.size());
-        if (chance(0.5)) lines.insert(lines.begin() + static_cast<long>(i), lines[i]);
-        else lines.erase(lines.begin() + static_cast<long>(i));
+        if (chance(0.5))
+          lines.insert(lines.begin() + static_cast<long>(i), lines[i]);
+        else
+          lines.erase(lines.begin() + static_cast<long>(i));
         s.clear();
         for (const auto& l : lines) s += l + "\n";
       }
@@ -227,8 +265,8 @@ class Fuzzer {
         break;
       }
       case 4:
-        a = {"roofline", "attention", "--seq", value({"1024"}), "--head-dim", value({"64"}), "--impl",
-             value({"naive", "flash"})};
+        a = {"roofline",   "attention",   "--seq",  value({"1024"}),
+             "--head-dim", value({"64"}), "--impl", value({"naive", "flash"})};
         if (chance(0.3)) a.insert(a.end(), {"--batch", value({"2"})});
         if (chance(0.3)) a.push_back("--causal");
         break;
@@ -236,8 +274,8 @@ class Fuzzer {
         a = {"roofline", "fp8-gemm", "--m", value({"64"}), "--n", value({"128"}), "--k", value({"256"})};
         break;
       case 6:
-        a = {"bench", "stream", "--quick", "--no-progress", "--set", "n=" + value({"4k", "1024"}), "--iters",
-             value({"1"}), "--warmup", value({"0"})};
+        a = {"bench",   "stream",     "--quick",  "--no-progress", "--set", "n=" + value({"4k", "1024"}),
+             "--iters", value({"1"}), "--warmup", value({"0"})};
         if (chance(0.3)) a.insert(a.end(), {"--threads", value({"1"})});
         if (chance(0.3)) a.insert(a.end(), {"--grid-file", file("grid.json")});
         if (chance(0.2)) a.insert(a.end(), {"--memory", out_path(), "--memory-entries", value({"100"})});
@@ -245,22 +283,42 @@ class Fuzzer {
         if (chance(0.3)) a.push_back("--json");
         break;
       case 7:
-        a = {"bench", "gemm-dense", "--no-progress", "--iters", "1", "--warmup", "0", "--set",
-             "m=" + one(small), "--set", "n=" + one(small), "--set", "k=" + value(small), "--set",
-             "peer=" + value({"0", "false", "off"}), "--set", "dtype=" + value({"fp32", "bf16"})};
+        a = {"bench",
+             "gemm-dense",
+             "--no-progress",
+             "--iters",
+             "1",
+             "--warmup",
+             "0",
+             "--set",
+             "m=" + one(small),
+             "--set",
+             "n=" + one(small),
+             "--set",
+             "k=" + value(small),
+             "--set",
+             "peer=" + value({"0", "false", "off"}),
+             "--set",
+             "dtype=" + value({"fp32", "bf16"})};
         break;
       case 8:
-        a = {"bench", "gemm", "--quick", "--no-progress", "--iters", "1", "--warmup", "0", "--shapes",
-             file("shapes.json"), "--set", "peer=0", "--dtype", value({"fp32", "bf16", "fp8", "fp32,bf16"})};
+        a = {"bench",    "gemm",
+             "--quick",  "--no-progress",
+             "--iters",  "1",
+             "--warmup", "0",
+             "--shapes", file("shapes.json"),
+             "--set",    "peer=0",
+             "--dtype",  value({"fp32", "bf16", "fp8", "fp32,bf16"})};
         break;
       case 9:
-        a = {"report", "--this", chip(), "--hw", chance(0.5) ? one(chips) : file("chip.json"), "--no-measure",
-             "--json", "--out", out_path()};
+        a = {"report",       "--this", chip(),  "--hw",    chance(0.5) ? one(chips) : file("chip.json"),
+             "--no-measure", "--json", "--out", out_path()};
         if (chance(0.3)) a.insert(a.end(), {"--results", file("results.jsonl")});
         break;
       case 10:
-        a = {"roofline", "plot", "--hw", chance(0.5) ? one(chips) : file("chip.json"), "--no-shapes", "--out",
-             out_path(), "--results", file("results.jsonl")};
+        a = {"roofline",           "plot",  "--hw",     chance(0.5) ? one(chips) : file("chip.json"),
+             "--no-shapes",        "--out", out_path(), "--results",
+             file("results.jsonl")};
         break;
       default: {
         static const V words = {"bogus", "bench", "roofline", "memory", "hw", "probe", "--help", "", "-x"};
@@ -284,7 +342,8 @@ std::string env_or(const char* name, const std::string& fallback) {
 
 std::string show(const std::vector<std::string>& a) {
   std::string s = "ridge";
-  for (const auto& x : a) s += " '" + (x.size() > 60 ? x.substr(0, 60) + "...(" + std::to_string(x.size()) + ")" : x) + "'";
+  for (const auto& x : a)
+    s += " '" + (x.size() > 60 ? x.substr(0, 60) + "...(" + std::to_string(x.size()) + ")" : x) + "'";
   return s;
 }
 
@@ -314,20 +373,29 @@ TEST(CliFuzz, HostileArgumentsAndFilesKeepTheContract) {
   ASSERT_EQ(::mkfifo((dir / "fifo").c_str(), 0644), 0);
   spit(dir / "base.chip.json", slurp(fs::path(RIDGE_SOURCE_DIR) / "hardware" / "h100.json"));
   spit(dir / "base.shapes.json",
-       R"({"dense": [{"m": 8, "n": 16, "k": 32}], "decode": [{"m": 1, "n": 16, "k": 64}]})" "\n");
-  spit(dir / "base.grid.json", R"({"n": ["4k", "8k"], "kernel": "copy"})" "\n");
+       R"({"dense": [{"m": 8, "n": 16, "k": 32}], "decode": [{"m": 1, "n": 16, "k": 64}]})"
+       "\n");
+  spit(dir / "base.grid.json", R"({"n": ["4k", "8k"], "kernel": "copy"})"
+                               "\n");
   spit(dir / "base.results.jsonl",
-       R"({"benchmark": "gemm", "dtype": "bf16", "case": {"m": 64}, "gflops": 120.5, "intensity": 30.2})" "\n"
-       R"({"benchmark": "stream", "case": {"n": "4k"}, "gbps": 20.1})" "\n"
-       R"({"benchmark": "gemm", "dtype": "fp32", "gflops": 50, "flops": 1000000, "bytes": 4096})" "\n");
+       R"({"benchmark": "gemm", "dtype": "bf16", "case": {"m": 64}, "gflops": 120.5, "intensity": 30.2})"
+       "\n"
+       R"({"benchmark": "stream", "case": {"n": "4k"}, "gbps": 20.1})"
+       "\n"
+       R"({"benchmark": "gemm", "dtype": "fp32", "gflops": 50, "flops": 1000000, "bytes": 4096})"
+       "\n");
   spit(dir / "base.snapshot.json",
        R"({"format": "ridge-memory-snapshot", "version": 1, "duration_us": 120.5, "dropped": 0,)"
        R"( "peak_rss_bytes": 1048576, "tags": ["weights", "acts"],)"
        R"( "baseline": [{"t_us": 0, "action": "alloc", "address": "0x1000", "bytes": 64, "tag": "weights"}],)"
-       R"( "events": [)" "\n"
-       R"({"t_us": 1.5, "action": "alloc", "address": "0x2000", "bytes": 4096, "tag": "acts", "thread": 7},)" "\n"
-       R"({"t_us": 2.5, "action": "alloc", "address": "0x3000", "bytes": 100, "tag": "weights"},)" "\n"
-       R"({"t_us": 3.5, "action": "free", "address": "0x2000", "bytes": 4096, "tag": "acts"}]})" "\n");
+       R"( "events": [)"
+       "\n"
+       R"({"t_us": 1.5, "action": "alloc", "address": "0x2000", "bytes": 4096, "tag": "acts", "thread": 7},)"
+       "\n"
+       R"({"t_us": 2.5, "action": "alloc", "address": "0x3000", "bytes": 100, "tag": "weights"},)"
+       "\n"
+       R"({"t_us": 3.5, "action": "free", "address": "0x2000", "bytes": 4096, "tag": "acts"}]})"
+       "\n");
   spit(dir / "deep.json", std::string(60000, '{') + std::string(60000, '}'));
 
   Fuzzer fz(seed, dir);
@@ -346,19 +414,25 @@ TEST(CliFuzz, HostileArgumentsAndFilesKeepTheContract) {
     ++done;
     ++codes[o.timed_out ? -2 : o.signal ? -100 - o.signal : o.code];
     std::string why;
-    if (o.timed_out) why = "timed out after 20 s";
-    else if (o.signal) why = "killed by signal " + std::to_string(o.signal);
-    else if (o.code != 0 && o.code != 2) why = "exit " + std::to_string(o.code);
+    if (o.timed_out)
+      why = "timed out after 20 s";
+    else if (o.signal)
+      why = "killed by signal " + std::to_string(o.signal);
+    else if (o.code != 0 && o.code != 2)
+      why = "exit " + std::to_string(o.code);
     else if (o.code == 2) {
       const auto nl = o.err.find('\n');
-      if (o.err.empty() || nl != o.err.size() - 1) why = "exit 2 without exactly one line on stderr";
-      else if (o.err.rfind("ridge: ", 0) != 0) why = "exit 2 with a line not starting 'ridge: '";
+      if (o.err.empty() || nl != o.err.size() - 1)
+        why = "exit 2 without exactly one line on stderr";
+      else if (o.err.rfind("ridge: ", 0) != 0)
+        why = "exit 2 with a line not starting 'ridge: '";
     }
     for (const auto& [p, content] : inputs)
       if (slurp(p) != content) why += (why.empty() ? "" : "; ") + std::string("changed its input ") + p;
     if (!why.empty()) {
       ++failures;
-      ADD_FAILURE() << why << " (seed " << seed << ", run " << i << "):\n  " << show(a) << "\n  stderr: " << o.err;
+      ADD_FAILURE() << why << " (seed " << seed << ", run " << i << "):\n  " << show(a)
+                    << "\n  stderr: " << o.err;
       if (failures >= 10) break;
     }
   }

@@ -16,8 +16,8 @@
 namespace {
 
 namespace fs = std::filesystem;
-using ridge::test::RunResult;
 using ridge::test::run;
+using ridge::test::RunResult;
 
 // A temp folder for one test, removed at the end.
 struct TempDir {
@@ -56,13 +56,14 @@ std::string level(const std::string& l, const std::string& bw) {
 }
 
 std::string snapshot(const std::string& events, const std::string& extra = "") {
-  return R"({"format": "ridge-memory-snapshot", "version": 1, "tags": [], )" + extra + R"("events": [)" + events +
-         "]}";
+  return R"({"format": "ridge-memory-snapshot", "version": 1, "tags": [], )" + extra + R"("events": [)" +
+         events + "]}";
 }
-std::string event(double t, const char* action, const char* addr, const std::string& bytes, const std::string& tag) {
+std::string event(double t, const char* action, const char* addr, const std::string& bytes,
+                  const std::string& tag) {
   std::ostringstream s;
-  s << R"({"t_us": )" << t << R"(, "action": ")" << action << R"(", "address": ")" << addr << R"(", "bytes": )"
-    << bytes << R"(, "tag": ")" << tag << R"("})";
+  s << R"({"t_us": )" << t << R"(, "action": ")" << action << R"(", "address": ")" << addr
+    << R"(", "bytes": )" << bytes << R"(, "tag": ")" << tag << R"("})";
   return s.str();
 }
 
@@ -114,14 +115,18 @@ TEST(CliInput, JsonErrorsSayWhereAndWhat) {
 TEST(CliInput, ChipFileLevelsMustBeOrderedDistinctAndPlausible) {
   TempDir d("chip");
   // l1 first once became the "outermost" level: ridge point 9.89 instead of 295 FLOP/B.
-  expect_error(run("hw show " + d.file("order.json", chip_json(level("l1", "1e14") + "," + level("dram", "3e12")))),
-               "memory[1].level");
-  expect_error(run("hw show " + d.file("dup.json", chip_json(level("l2", "1e13") + "," + level("l2", "1e13")))),
-               "distinct");
+  expect_error(
+      run("hw show " + d.file("order.json", chip_json(level("l1", "1e14") + "," + level("dram", "3e12")))),
+      "memory[1].level");
+  expect_error(
+      run("hw show " + d.file("dup.json", chip_json(level("l2", "1e13") + "," + level("l2", "1e13")))),
+      "distinct");
   expect_error(run("hw show " + d.file("tiny.json", chip_json(level("hbm", "3e12"), "5e-324"))),
                "peak_flops.bf16.value");
-  const auto ok = run("hw show " + d.file("ok.json", chip_json(level("dram", "1e11") + "," + level("l3", "1e12") +
-                                                                "," + level("l1", "1e13"))) + " --json");
+  const auto ok = run("hw show " +
+                      d.file("ok.json", chip_json(level("dram", "1e11") + "," + level("l3", "1e12") + "," +
+                                                  level("l1", "1e13"))) +
+                      " --json");
   ASSERT_EQ(ok.code, 0) << ok.err;
   EXPECT_EQ(nlohmann::json::parse(ok.out)["memory"].size(), 3u);
 }
@@ -142,14 +147,17 @@ TEST(CliInput, MemoryShowRefusesImpossibleSnapshots) {
   expect_error(run("memory show " + d.file("dur.json", snapshot(event(1, "alloc", "0x1", "1", "a"),
                                                                 R"("duration_us": 1e300, )"))),
                "duration_us");
-  expect_error(run("memory show " + d.file("max.json", snapshot(event(1, "alloc", "0x1", "18446744073709551615", "a")))),
+  expect_error(run("memory show " +
+                   d.file("max.json", snapshot(event(1, "alloc", "0x1", "18446744073709551615", "a")))),
                "bytes");
   expect_error(run("memory show " + d.file("type.json", snapshot(event(1, "alloc", "0x1", "\"100\"", "a")))),
                "'bytes' must be an integer");
   // With entries dropped, a free whose allocation was dropped is expected and ignored.
-  const auto ok = run("memory show --json " + d.file("dropped.json", snapshot(event(1, "alloc", "0x1", "100", "a") +
-                                                                              std::string(",") + event(2, "free", "0x9", "0", "a"),
-                                                                          R"("dropped": 1, )")));
+  const auto ok =
+      run("memory show --json " +
+          d.file("dropped.json", snapshot(event(1, "alloc", "0x1", "100", "a") + std::string(",") +
+                                              event(2, "free", "0x9", "0", "a"),
+                                          R"("dropped": 1, )")));
   ASSERT_EQ(ok.code, 0) << ok.err;
   const auto j = nlohmann::json::parse(ok.out);
   EXPECT_EQ(j["peak_bytes"], 100);
@@ -181,10 +189,13 @@ TEST(CliInput, MemoryShowManyTagsAtThePeak) {
 TEST(CliInput, ResultsFilesWithNoRowsOrWrongTypes) {
   TempDir d("results");
   expect_error(run("roofline plot --hw h100 --results " + d.path.string()), "directory");
-  expect_error(run("roofline plot --hw h100 --results " + d.file("empty.jsonl", "\n\n")), "no benchmark rows");
-  expect_error(run("roofline plot --hw h100 --results " + d.file("type.jsonl", R"({"gflops": "fast"})" "\n")),
+  expect_error(run("roofline plot --hw h100 --results " + d.file("empty.jsonl", "\n\n")),
+               "no benchmark rows");
+  expect_error(run("roofline plot --hw h100 --results " + d.file("type.jsonl", R"({"gflops": "fast"})"
+                                                                               "\n")),
                "'gflops' must be a number");
-  expect_error(run("roofline plot --hw h100 --results " + d.file("big.jsonl", R"({"gflops": 1e400})" "\n")),
+  expect_error(run("roofline plot --hw h100 --results " + d.file("big.jsonl", R"({"gflops": 1e400})"
+                                                                              "\n")),
                "line 1");
 }
 
@@ -238,9 +249,10 @@ TEST(CliInput, MemoryPlotChecksTheOutputPathFirst) {
 TEST(CliInput, PythonIsStartedWithoutAShell) {
   TempDir d("python");
   const std::string marker = d / "ran";
-  const auto r = run("bench attention --no-math --no-progress --iters 1 --warmup 0 --set seq=64 --set head_dim=64 "
-                     "--set pass=forward --set dtype=fp32 --set causal=false --json --python 'touch " + marker +
-                     "; false'");
+  const auto r =
+      run("bench attention --no-math --no-progress --iters 1 --warmup 0 --set seq=64 --set head_dim=64 "
+          "--set pass=forward --set dtype=fp32 --set causal=false --json --python 'touch " +
+          marker + "; false'");
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_FALSE(fs::exists(marker)) << "--python was run by a shell";
   EXPECT_NE(r.out.find("cannot run"), std::string::npos) << r.out;
@@ -251,9 +263,10 @@ TEST(CliInput, CorruptProbeCacheIsReported) {
   const auto home = d.path / "home";
   fs::create_directories(home);
   std::ofstream(home / "this.json") << "{broken";
-  const auto r = run("bench gemm-dense --no-progress --iters 1 --warmup 0 --set m=8 --set n=8 --set k=8 "
-                     "--set dtype=fp32 --set peer=0 --json",
-                     "RIDGE_HOME=" + home.string());
+  const auto r =
+      run("bench gemm-dense --no-progress --iters 1 --warmup 0 --set m=8 --set n=8 --set k=8 "
+          "--set dtype=fp32 --set peer=0 --json",
+          "RIDGE_HOME=" + home.string());
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.err.find("warning"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find((home / "this.json").string()), std::string::npos) << r.err;
@@ -262,13 +275,16 @@ TEST(CliInput, CorruptProbeCacheIsReported) {
 TEST(CliInput, ShapesFileMayOmitSets) {
   TempDir d("shapes");
   const auto f = d.file("shapes.json", R"({"decode": [{"m": 1, "n": 16, "k": 64}]})");
-  const auto r = run("bench gemm --shapes " + f + " --set set=decode --dtype fp32 --set peer=0 --iters 1 --warmup 0 "
+  const auto r = run("bench gemm --shapes " + f +
+                     " --set set=decode --dtype fp32 --set peer=0 --iters 1 --warmup 0 "
                      "--no-progress --json");
   ASSERT_EQ(r.code, 0) << r.err;
   const auto row = nlohmann::json::parse(r.out.substr(0, r.out.find('\n')));
   EXPECT_EQ(row["case"]["n"], 16);
-  EXPECT_EQ(run("bench gemm --shapes " + f + " --set set=dense --dtype fp32 --set peer=0 --iters 1 --no-progress "
-                "--json").code,
+  EXPECT_EQ(run("bench gemm --shapes " + f +
+                " --set set=dense --dtype fp32 --set peer=0 --iters 1 --no-progress "
+                "--json")
+                .code,
             0);
 }
 

@@ -4,9 +4,8 @@
 // opened (so nothing blocks), and the size is capped (so /dev/zero or a huge file cannot eat memory).
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 
 namespace ridge::input {
@@ -17,7 +16,8 @@ inline constexpr int kMaxJsonDepth = 256;
 // The whole content of the regular file `path`. `what` names the argument in errors
 // ("--hw", "chip file", "memory show"). Throws ridge::Error for a missing, unreadable or
 // non-regular file, or one above max_bytes.
-std::string read_input_file(const std::string& path, const std::string& what, int64_t max_bytes = kMaxInputBytes);
+std::string read_input_file(const std::string& path, const std::string& what,
+                            int64_t max_bytes = kMaxInputBytes);
 
 // Parses `text` as one JSON document. Errors say where (line, column) and what was wrong, never the
 // JSON library's own codes; nesting deeper than kMaxJsonDepth and numbers beyond a double's range
@@ -25,7 +25,11 @@ std::string read_input_file(const std::string& path, const std::string& what, in
 nlohmann::json parse_json(const std::string& text, const std::string& what);
 
 // read_input_file, then parse_json, naming `what` and `path` in errors.
-nlohmann::json read_json_file(const std::string& path, const std::string& what, int64_t max_bytes = kMaxInputBytes);
+nlohmann::json read_json_file(const std::string& path, const std::string& what,
+                              int64_t max_bytes = kMaxInputBytes);
+
+// A JSON library error in plain words, without its "[json.exception.type_error.302]" code.
+std::string plain_json_error(const nlohmann::json::exception& e);
 
 // Typed access that names the field's path ("events[3].bytes") when it is missing or of the wrong
 // type. `what` is the input's name as in parse_json.
