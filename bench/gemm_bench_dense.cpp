@@ -181,7 +181,7 @@ void run_gemm_dense(bench::Context& ctx) {
   const auto dtypes = ctx.grid.values("dtype", {"fp32", "bf16"});
   const auto outs = ctx.grid.values("out", {"default"});
   const auto packed = ctx.grid.values("packed", {"0"});
-  const auto peer = ctx.grid.values("peer", {"1"});
+  const bool peer = ctx.grid.switches("peer", {true}).front();
   std::vector<gemm::Layout> layouts;
   for (const auto& l : ctx.grid.values("layout", {"nt"})) layouts.push_back(gemm::parse_layout(l, "--set layout"));
   ctx.progress.start(ms.size() * ns.size() * ks.size() * dtypes.size() * outs.size() * packed.size() *
@@ -200,7 +200,7 @@ void run_gemm_dense(bench::Context& ctx) {
                 c.dtype = parse_dtype(dt);
                 c.out = out == "default" ? (c.dtype == DType::f32 ? DType::f32 : DType::bf16) : parse_dtype(out);
                 c.packed_b = pk == "1";
-                c.peer = peer.front() == "1";
+                c.peer = peer;
                 c.layout = layout;
                 ctx.emit(run_dense_case(c, ctx.options));
                 ctx.progress.tick();

@@ -10,6 +10,10 @@
 
 #include "ridge/bench/measure.hpp"
 
+namespace ridge::roofline {
+struct Chip;
+}
+
 namespace ridge::bench {
 
 // A peer measured in the same run (OpenBLAS, oneDNN, memcpy, the math path, ...).
@@ -55,6 +59,9 @@ struct Row {
 // fields from it (the probe result is loaded once per process). Returns false when no probe exists.
 bool fill_defaults(Row& row);
 bool fill_bound(Row& row);
+// This machine's probe result (`ridge probe`), loaded once per process; nullptr when there is none.
+// A probe file that cannot be read or parsed gives one warning line on stderr naming it, not silence.
+const roofline::Chip* probed_chip();
 
 enum class Format { table, json, csv };
 
