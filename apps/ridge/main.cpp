@@ -35,7 +35,8 @@ int main(int argc, char** argv) {
   for (const auto& r : reg) r.setup(app);
 
   try {
-    ridge::cpu::active_isa();  // a bad RIDGE_ISA is a user error: report it before any work
+    // A bad RIDGE_* knob or OMP_NUM_THREADS is a user error: report it before any work.
+    ridge::env::knobs();
     // CLI11 answers an unknown subcommand with "A subcommand is required"; name it and the choices.
     if (argc > 1 && argv[1][0] != '-') {
       const std::string word = argv[1];

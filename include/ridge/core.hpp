@@ -2,6 +2,7 @@
 #pragma once
 
 #include "ridge/core/cpu.hpp"
+#include "ridge/core/env.hpp"
 #include "ridge/core/error.hpp"
 #include "ridge/core/format.hpp"
 #include "ridge/core/memory.hpp"

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "ridge/bench/result.hpp"
+#include "ridge/core/env.hpp"
 #include "ridge/core/error.hpp"
 
 #if defined(RIDGE_HAVE_NVTX)
@@ -115,7 +116,7 @@ nvtxEventAttributes_t nvtx_attributes(const char* message, uint32_t colour) {
 struct NvtxAutoEnable {
   NvtxAutoEnable() {
 #if defined(RIDGE_HAVE_NVTX)
-    if (std::getenv("NVTX_INJECTION64_PATH")) hooks::set_bits(hooks::kNvtx, true);
+    if (!env::text("NVTX_INJECTION64_PATH").empty()) hooks::set_bits(hooks::kNvtx, true);
 #endif
   }
 } g_nvtx_auto;

@@ -10,6 +10,7 @@
 #include <set>
 #include <sstream>
 
+#include "ridge/core/env.hpp"
 #include "ridge/core/error.hpp"
 #include "ridge/roofline.hpp"
 #include "roofline/embedded.hpp"
@@ -103,10 +104,7 @@ Chip parse_text(const std::string& text, const std::string& origin) {
   return parse_chip(doc, origin);
 }
 
-std::string env_or_empty(const char* name) {
-  const char* v = std::getenv(name);
-  return v ? std::string(v) : std::string();
-}
+std::string env_or_empty(const char* name) { return env::text(name); }
 
 // Directories searched for <id>.json, in order: $RIDGE_HW_DIR, then the source tree's hardware/.
 std::vector<fs::path> hardware_dirs() {

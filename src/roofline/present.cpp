@@ -9,6 +9,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "ridge/core/env.hpp"
 #include "ridge/core/error.hpp"
 #include "ridge/core/units.hpp"
 #include "ridge/roofline.hpp"
@@ -24,10 +25,7 @@ std::string flop_count(double x) {
 
 std::string intensity_text(double i) { return std::isfinite(i) ? fmt::format("{:.4g} FLOP/B", i) : "-"; }
 
-std::string env_or_empty(const char* name) {
-  const char* v = std::getenv(name);
-  return v ? std::string(v) : std::string();
-}
+std::string env_or_empty(const char* name) { return env::text(name); }
 
 nlohmann::json read_json_file(const fs::path& p) {
   std::ifstream in(p);
