@@ -47,7 +47,8 @@ void run(const std::string& name) {
   const auto& b = bench::find_benchmark(name);
   check(!(g.json && g.csv), "bench: --json and --csv are exclusive; choose one");
   if (g.threads != -1) {
-    check(g.threads >= 1, "--threads: {} is not a thread count (expected an integer >= 1)", g.threads);
+    check(g.threads >= 1 && g.threads <= env::kMaxThreads,
+          "--threads: {} is not accepted (expected a thread count in 1 .. {})", g.threads, env::kMaxThreads);
     set_num_threads(g.threads);
   }
   check(g.memory_entries >= 1, "--memory-entries: must be at least 1");

@@ -50,7 +50,8 @@ Knobs parse_knobs(const char* (*lookup)(const char* name)) {
     const auto v = get(name);
     if (v.empty()) continue;
     const auto x = parse_int(name, v, 16, 1024, ", a multiple of 16");
-    if (x % 16 != 0) fail("{}: '{}' is not accepted (expected a whole number in 16 .. 1024, a multiple of 16)", name, v);
+    if (x % 16 != 0)
+      fail("{}: '{}' is not accepted (expected a whole number in 16 .. 1024, a multiple of 16)", name, v);
     *slot = static_cast<int>(x);
   }
   // OpenMP accepts a list ("8,2") for nested levels; ridge's count is the first entry.

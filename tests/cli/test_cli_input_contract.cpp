@@ -18,8 +18,8 @@ namespace {
 
 namespace fs = std::filesystem;
 using namespace ridge;
-using test::RunResult;
 using test::run;
+using test::RunResult;
 
 std::vector<std::string> lines(const std::string& s) {
   std::vector<std::string> out;
@@ -44,9 +44,8 @@ TEST(CliInputContract, BadAttentionBlockIsOneLineNamingTheVariable) {
     SCOPED_TRACE(v);
     for (const char* var : {"RIDGE_ATTENTION_BLOCK_Q", "RIDGE_ATTENTION_BLOCK_K"}) {
       const std::string env = std::string(var) + "=" + v;
-      expect_one_line_error(run("bench attention --quick --no-torch --no-math --iters 1 --warmup 0 --set seq=64",
-                                env),
-                            var);
+      expect_one_line_error(
+          run("bench attention --quick --no-torch --no-math --iters 1 --warmup 0 --set seq=64", env), var);
       expect_one_line_error(run("info", env), var);  // checked up front, whatever the command
     }
   }
@@ -77,10 +76,72 @@ TEST(CliInputContract, BadOmpNumThreadsIsOneLine) {
 }
 
 TEST(CliInputContract, GoodKnobsStillRun) {
-  const RunResult r = run("bench attention --no-torch --no-math --iters 1 --warmup 0 --set seq=64 --set head_dim=64 "
-                          "--set pass=forward --threads 1",
-                          "RIDGE_ATTENTION_BLOCK_Q=32 RIDGE_ATTENTION_BLOCK_K=48 OMP_NUM_THREADS=2");
+  const RunResult r =
+      run("bench attention --no-torch --no-math --iters 1 --warmup 0 --set seq=64 --set head_dim=64 "
+          "--set pass=forward --threads 1",
+          "RIDGE_ATTENTION_BLOCK_Q=32 RIDGE_ATTENTION_BLOCK_K=48 OMP_NUM_THREADS=2");
   EXPECT_EQ(r.code, 0) << r.err;
+}
+
+}  // namespace
+
+namespace {
+
+// ---------------------------------------------------------------- crashes (issue 10, 1-4 and 6)
+
+TEST(CliInputContract, AttentionSizeProductThatWrapsIsOneLine) {
+  const std::string args = "bench attention --no-torch --no-math --iters 1 --threads 1 --set pass=forward ";
+  // Each value passes its own limit; the product passes 2^64.
+  expect_one_line_error(
+      run(args + "--set batch=16777216 --set heads=16777216 --set seq=65536 --set head_dim=64"),
+      "--set batch*heads*seq*head_dim");
+  // A product that fits 64 bits but not this machine: held against its memory before allocating.
+  const RunResult r = run(args + "--set batch=1024 --set heads=64 --set seq=65536 --set head_dim=64");
+  expect_one_line_error(r, "--set batch*heads*seq*head_dim");
+  EXPECT_NE(r.err.find("memory this machine has available"), std::string::npos) << r.err;
+}
+
+TEST(CliInputContract, CountSuffixIsAppliedBeforeTheRangeCheck) {
+  expect_one_line_error(
+      run("bench gemm-dense --set k=4294967296G --set m=1 --set n=1 --set dtype=fp32 --set peer=0"),
+      "--set k");
+  expect_one_line_error(run("bench gemm-dense --set k=1G --set m=1G --set n=1 --set dtype=fp32 --set peer=0"),
+                        "--set m=1073741824 n=1 k=1073741824");
+}
+
+TEST(CliInputContract, HugeKInAShapesFileIsOneLine) {
+  const fs::path f = fs::temp_directory_path() / ("ridge_shapes_" + std::to_string(::getpid()) + ".json");
+  {
+    std::ofstream o(f);
+    o << R"({"dense": [{"m": 1, "n": 1, "k": 4611686018427387904}], "grouped_contiguous": [],
+             "grouped_masked": [], "decode": []})";
+  }
+  expect_one_line_error(run("bench gemm --shapes " + f.string() + " --dtype fp32 --set set=dense"), "'k'");
+  fs::remove(f);
+}
+
+TEST(CliInputContract, ProbeMaxBytesTooSmallOrBeyondMemoryIsOneLine) {
+  const fs::path out = fs::temp_directory_path() / ("ridge_probe_" + std::to_string(::getpid()) + ".json");
+  for (const char* v : {"1", "8KiB", "1e3"}) {
+    const RunResult r = run("probe --quick --max-bytes " + std::string(v) + " -o " + out.string());
+    expect_one_line_error(r, "--max-bytes");
+    EXPECT_NE(r.err.find("at least"), std::string::npos) << "names the minimum: " << r.err;
+  }
+  const RunResult r = run("probe --quick --max-bytes 1EiB -o " + out.string());
+  expect_one_line_error(r, "--max-bytes");
+  EXPECT_NE(r.err.find("memory this machine has available"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(out));
+}
+
+TEST(CliInputContract, StreamBeyondMemoryIsOneLine) {
+  // 2^31 doubles x 3 arrays = 48 GiB; a machine with that much free has no test to fail here.
+  if (memory::available_bytes() > (int64_t{48} << 30)) GTEST_SKIP() << "this machine has 48 GiB free";
+  expect_one_line_error(run("bench stream --set n=2G --iters 1"), "--set n=2147483648");
+}
+
+TEST(CliInputContract, ThreadCountBeyondTheLimitIsOneLine) {
+  expect_one_line_error(run("bench stream --set n=4k --threads 100000"), "--threads");
+  expect_one_line_error(run("bench stream --set n=4k --threads 1025"), "1 .. 1024");
 }
 
 }  // namespace

@@ -1,8 +1,10 @@
 // Environment knobs: parsed and validated in one place; junk is an error naming the variable.
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "ridge/core.hpp"
 
@@ -37,7 +39,8 @@ void expect_rejected(const std::string& name, const std::string& value) {
 }
 
 TEST(Env, UnsetAndEmptyMeanTheDefaults) {
-  for (const auto& k : {parse({}), parse({{"RIDGE_GEMM_KC", ""}, {"RIDGE_ATTENTION_BLOCK_Q", ""}, {"RIDGE_ISA", ""}})}) {
+  for (const auto& k :
+       {parse({}), parse({{"RIDGE_GEMM_KC", ""}, {"RIDGE_ATTENTION_BLOCK_Q", ""}, {"RIDGE_ISA", ""}})}) {
     EXPECT_EQ(k.isa, -1);
     EXPECT_EQ(k.gemm_kc, 0);
     EXPECT_EQ(k.gemm_mc, 0);
@@ -97,6 +100,47 @@ TEST(Env, ThreadLimitIsEnforcedBySetNumThreads) {
   EXPECT_EQ(get_num_threads(), before);
   EXPECT_GE(get_num_threads(), 1);
   EXPECT_LE(get_num_threads(), env::kMaxThreads);
+}
+
+}  // namespace
+
+namespace {
+
+TEST(CheckedProduct, OverflowAndNegativesAreErrorsNamingTheArgument) {
+  EXPECT_EQ(checked_product({16, 16, 4096, 64}, "q"), int64_t{16} * 16 * 4096 * 64);
+  EXPECT_EQ(checked_product({}, "q"), 1);
+  EXPECT_EQ(checked_product({0, int64_t{1} << 62}, "q"), 0);
+  EXPECT_EQ(checked_product({int64_t{1} << 31, int64_t{1} << 31}, "q"), int64_t{1} << 62);
+  for (auto f : {std::vector<int64_t>{16777216, 16777216, 65536, 64},
+                 {int64_t{1} << 62, 2},
+                 {int64_t{1} << 31, (int64_t{1} << 31) + 1}}) {
+    try {
+      if (f.size() == 4)
+        checked_product({f[0], f[1], f[2], f[3]}, "q");
+      else
+        checked_product({f[0], f[1]}, "q");
+      ADD_FAILURE() << "no error";
+    } catch (const Error& e) {
+      EXPECT_EQ(std::string(e.what()).rfind("q: ", 0), 0u) << e.what();
+    }
+  }
+  EXPECT_THROW(checked_product({4, -1}, "q"), Error);
+}
+
+TEST(Memory, CheckFitsAgainstWhatTheMachineHas) {
+  const int64_t avail = memory::available_bytes();
+  EXPECT_GT(avail, 0);
+  EXPECT_LE(avail, memory::physical_bytes());
+  EXPECT_NO_THROW(memory::check_fits(1 << 20, "n"));
+  EXPECT_THROW(memory::check_fits(2.0 * static_cast<double>(memory::physical_bytes()), "n"), Error);
+  // A buffer past physical memory is an error named by its tag, not bad_alloc or a wrap.
+  try {
+    Buffer<double> b(static_cast<size_t>(memory::physical_bytes()), "too.big");
+    ADD_FAILURE() << "allocated more than the machine has";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("too.big: ", 0), 0u) << e.what();
+  }
+  EXPECT_THROW(Buffer<double>(SIZE_MAX / 4, "wraps"), Error);
 }
 
 }  // namespace
