@@ -4,6 +4,7 @@
 #include "ridge/core/cpu.hpp"
 #include "ridge/core/env.hpp"
 #include "ridge/core/error.hpp"
+#include "ridge/core/files.hpp"
 #include "ridge/core/format.hpp"
 #include "ridge/core/memory.hpp"
 #include "ridge/core/tensor.hpp"

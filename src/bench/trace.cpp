@@ -13,6 +13,7 @@
 #include "ridge/bench/result.hpp"
 #include "ridge/core/env.hpp"
 #include "ridge/core/error.hpp"
+#include "ridge/core/files.hpp"
 
 #if defined(RIDGE_HAVE_NVTX)
 #include <nvtx3/nvToolsExt.h>
@@ -343,10 +344,7 @@ nlohmann::json to_json() {
 
 void write(const std::string& path) {
   const auto doc = to_json();
-  std::ofstream out(path);
-  check(out.good(), "trace: cannot write '{}'", path);
-  out << doc.dump() << "\n";
-  check(out.good(), "trace: error writing '{}'", path);
+  files::write_text(path, doc.dump() + "\n", "trace");  // temp + rename: a failure keeps the old file
 }
 
 }  // namespace ridge::trace

@@ -217,19 +217,10 @@ void write_chip_file(const nlohmann::json& chip, const std::string& path) {
   check(!path.empty(), "-o: empty file name");
   std::error_code ec;
   const fs::path p(path);
-  if (p.has_parent_path()) fs::create_directories(p.parent_path(), ec);
-  check(!ec, "-o {}: cannot create folder {}: {}", path, p.parent_path().string(), ec.message());
-  // Write beside and rename, so a reader never sees half a file.
-  const std::string tmp = path + ".tmp" + std::to_string(::getpid());
-  {
-    std::ofstream f(tmp);
-    check(static_cast<bool>(f), "-o {}: cannot write (check the folder exists and is writable)", path);
-    f << chip.dump(2) << "\n";
-    check(static_cast<bool>(f), "-o {}: write failed", path);
-  }
-  fs::rename(tmp, p, ec);
-  if (ec) fs::remove(tmp);
-  check(!ec, "-o {}: cannot write: {}", path, ec.message());
+  if (p.has_parent_path()) fs::create_directories(p.parent_path(), ec);  // ~/.cache/ridge on a first run
+  // A regular file through a temporary and a rename (a reader never sees half a file); a symlink
+  // written through, a device such as /dev/null written in place, never replaced.
+  files::write_text(path, chip.dump(2) + "\n", "-o");
 }
 
 }  // namespace ridge::probe

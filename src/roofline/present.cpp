@@ -1,6 +1,6 @@
 // Text for the CLI, the standard benchmark shapes, measured points and the plot's input.
-#include "ridge/build_paths.h"  // RIDGE_SOURCE_DIR, RIDGE_BINARY (generated)
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
@@ -9,8 +9,10 @@
 #include <fstream>
 #include <sstream>
 
+#include "ridge/build_paths.h"  // RIDGE_SOURCE_DIR, RIDGE_BINARY (generated)
 #include "ridge/core/env.hpp"
 #include "ridge/core/error.hpp"
+#include "ridge/core/files.hpp"
 #include "ridge/core/units.hpp"
 #include "ridge/roofline.hpp"
 
@@ -320,20 +322,40 @@ std::string shell_quote(const std::string& s) {
 
 }  // namespace
 
-std::vector<std::string> render_plot(const nlohmann::json& spec, const std::string& out) {
+std::vector<std::string> plot_outputs(const std::string& out) {
   check(!out.empty(), "--out: empty path");
   fs::path base(out);
   if (base.extension() == ".png" || base.extension() == ".svg") base.replace_extension();
+  return {base.string() + ".png", base.string() + ".svg", base.string() + ".json"};
+}
+
+void check_plot_outputs(const std::string& out, const std::vector<std::string>& inputs) {
+  for (const auto& f : plot_outputs(out)) files::check_not_an_input(f, inputs, "--out " + out);
+}
+
+std::vector<std::string> render_plot(const nlohmann::json& spec, const std::string& out) {
+  const auto outputs = plot_outputs(out);
+  const fs::path base = fs::path(outputs[0]).replace_extension();
   std::error_code ec;
   if (base.has_parent_path()) fs::create_directories(base.parent_path(), ec);
-  const std::string spec_path = base.string() + ".json";
+  for (const auto& f : outputs) files::check_writable(f, "--out");
+  const std::string spec_path = outputs[2];
+  // Python reads a private copy; out.json itself is replaced only after the plot succeeded.
+  std::string tmp_spec = (fs::temp_directory_path() / "ridge-plot-spec.XXXXXX").string();
   {
-    std::ofstream f(spec_path);
-    if (!f) fail("--out: cannot write {}", spec_path);
-    f << spec.dump(1) << "\n";
+    const int fd = ::mkstemp(tmp_spec.data());
+    if (fd < 0) fail("plot: cannot create a temporary file in {}", fs::temp_directory_path().string());
+    ::close(fd);
   }
-  const std::string cmd = fmt::format("{} {} {} {} 2>&1", shell_quote(find_python()), shell_quote(find_plot_script()),
-                                      shell_quote(spec_path), shell_quote(base.string()));
+  struct Remove {
+    std::string p;
+    ~Remove() { std::remove(p.c_str()); }
+  } remove_tmp{tmp_spec};
+  const std::string spec_text = spec.dump(1) + "\n";
+  files::write_text(tmp_spec, spec_text, "plot");
+  const std::string cmd =
+      fmt::format("{} {} {} {} 2>&1", shell_quote(find_python()), shell_quote(find_plot_script()),
+                  shell_quote(tmp_spec), shell_quote(base.string()));
   std::FILE* p = ::popen(cmd.c_str(), "r");
   if (!p) fail("plot: cannot start python3");
   std::string output;
@@ -345,7 +367,8 @@ std::vector<std::string> render_plot(const nlohmann::json& spec, const std::stri
     const auto nl = output.rfind('\n');
     fail("plot: {}", nl == std::string::npos ? output : output.substr(nl + 1));
   }
-  return {base.string() + ".png", base.string() + ".svg", spec_path};
+  files::write_text(spec_path, spec_text, "--out");
+  return outputs;
 }
 
 }  // namespace ridge::roofline

@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -142,6 +143,102 @@ TEST(CliInputContract, StreamBeyondMemoryIsOneLine) {
 TEST(CliInputContract, ThreadCountBeyondTheLimitIsOneLine) {
   expect_one_line_error(run("bench stream --set n=4k --threads 100000"), "--threads");
   expect_one_line_error(run("bench stream --set n=4k --threads 1025"), "1 .. 1024");
+}
+
+}  // namespace
+
+namespace {
+
+// ---------------------------------------------------------------- files the user had
+
+struct Dir {
+  fs::path path = fs::temp_directory_path() / ("ridge_cli_files_" + std::to_string(::getpid()));
+  Dir() { fs::create_directories(path); }
+  ~Dir() { fs::remove_all(path); }
+  std::string file(const std::string& name, const std::string& text) const {
+    std::ofstream(path / name) << text;
+    return (path / name).string();
+  }
+};
+
+std::string slurp(const std::string& p) {
+  std::ifstream in(p);
+  return {std::istreambuf_iterator<char>(in), {}};
+}
+
+TEST(CliInputContract, FailedRunKeepsTheOldTraceAndSnapshot) {
+  Dir d;
+  const auto t = d.file("t.json", "OLD TRACE"), m = d.file("m.json", "OLD SNAPSHOT");
+  for (const char* bad : {"--set kernel=bogus", "--set n=0"}) {
+    expect_one_line_error(run(std::string("bench stream ") + bad + " --trace " + t + " --memory " + m),
+                          "--set");
+    EXPECT_EQ(slurp(t), "OLD TRACE");
+    EXPECT_EQ(slurp(m), "OLD SNAPSHOT");
+  }
+  expect_one_line_error(run("bench attention --no-torch --set head_dim=8 --trace " + t), "head");
+  EXPECT_EQ(slurp(t), "OLD TRACE");
+  // A run that succeeds replaces it.
+  const RunResult ok = run("bench stream --quick --set n=4k --iters 1 --no-progress --trace " + t);
+  ASSERT_EQ(ok.code, 0) << ok.err;
+  EXPECT_NE(slurp(t).find("traceEvents"), std::string::npos);
+}
+
+TEST(CliInputContract, TraceAndMemoryNamingOneFileIsAnError) {
+  Dir d;
+  const auto f = d.file("both.json", "KEEP");
+  expect_one_line_error(
+      run("bench stream --quick --set n=4k --trace " + f + " --memory " + d.path.string() + "/./both.json"),
+      "--trace and --memory");
+  EXPECT_EQ(slurp(f), "KEEP");
+}
+
+TEST(CliInputContract, PlotNeverWritesOverAnInput) {
+  Dir d;
+  const std::string chip = slurp(std::string(RIDGE_SOURCE_DIR) + "/hardware/h100.json");
+  ASSERT_FALSE(chip.empty());
+  const auto rows = d.file("rows.json", "{\"benchmark\": \"x\"}\n"), mine = d.file("mine.json", chip);
+  const std::string base = d.path.string() + "/";
+  const RunResult a = run("roofline plot --hw h100 --results " + rows + " --out " + base + "rows");
+  expect_one_line_error(a, "--out");
+  EXPECT_NE(a.err.find("rows.json"), std::string::npos) << a.err;
+  expect_one_line_error(run("roofline plot --hw " + mine + " --out " + base + "mine"), "--out");
+  expect_one_line_error(run("report --this " + mine + " --out " + base + "mine --no-measure"), "--out");
+  expect_one_line_error(run("report --this " + mine + " --out " + base + "mine.png --no-measure"), "--out");
+  EXPECT_EQ(slurp(rows), "{\"benchmark\": \"x\"}\n");
+  EXPECT_EQ(slurp(mine), chip);
+}
+
+TEST(CliInputContract, FailedPlotKeepsTheOldSpec) {
+  Dir d;
+  const auto spec = d.file("p.json", "OLD SPEC");
+  // A plot script that fails: the plot fails after the spec is made, and p.json stays as it was.
+  d.file("plot_roofline.py", "import sys\nsys.exit('broken plot')\n");
+  const RunResult r =
+      run("roofline plot --hw h100 --out " + d.path.string() + "/p", "RIDGE_TOOLS_DIR=" + d.path.string());
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_NE(r.err.find("broken plot"), std::string::npos) << r.err;
+  EXPECT_EQ(slurp(spec), "OLD SPEC");
+}
+
+}  // namespace
+
+namespace {
+
+// probe -o through a symlink writes its target and keeps the link; /dev/null stays a device.
+TEST(CliInputContract, ProbeOutputThroughLinksAndDevices) {
+  Dir d;
+  const auto target = d.file("target.json", "OLD");
+  const fs::path link = d.path / "link.json";
+  fs::create_symlink(target, link);
+  const RunResult r = run("probe --quick --max-seconds 2 --max-bytes 1MiB -o " + link.string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(fs::is_symlink(fs::symlink_status(link)));
+  EXPECT_NE(slurp(target).find("\"memory\""), std::string::npos) << slurp(target);
+  const RunResult n = run("probe --quick --max-seconds 2 --max-bytes 1MiB -o /dev/null");
+  ASSERT_EQ(n.code, 0) << n.err;
+  struct stat st {};
+  ASSERT_EQ(::stat("/dev/null", &st), 0);
+  EXPECT_TRUE(S_ISCHR(st.st_mode)) << "/dev/null was replaced";
 }
 
 }  // namespace
