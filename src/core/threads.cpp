@@ -23,8 +23,8 @@ int get_num_threads() {
 }
 
 void set_num_threads(int n) {
-  check(n >= 1 && n <= env::kMaxThreads, "threads: {} is not accepted (expected a thread count in 1 .. {})", n,
-        env::kMaxThreads);
+  check(n >= 1 && n <= env::kMaxThreads, "threads: {} is not accepted (expected a thread count in 1 .. {})",
+        n, env::kMaxThreads);
   g_threads.store(n, std::memory_order_relaxed);
 }
 
