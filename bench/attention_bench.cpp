@@ -287,7 +287,12 @@ template <typename T>
 void run_case(const AttnCase& c, bench::Context& ctx, double peak_of_dtype) {
   const int64_t B = c.batch, H = c.heads, KH = c.kv_heads, N = c.seq, Dh = c.d;
   check(H % KH == 0, "bench attention: heads {} must be a multiple of kv_heads {}", H, KH);
-  const size_t nq = static_cast<size_t>(B * H * N * Dh), nk = static_cast<size_t>(B * KH * N * Dh);
+  // Each size passes its own limit, but their product can wrap 64 bits: checked, then held against
+  // the memory this machine has before anything is allocated.
+  const char* what = "--set batch*heads*seq*head_dim";
+  const auto nq = static_cast<size_t>(checked_product({B, H, N, Dh}, what));
+  const auto nk = static_cast<size_t>(checked_product({B, KH, N, Dh}, what));
+  memory::check_fits((5.0 * static_cast<double>(nq) + 3.0 * static_cast<double>(nk)) * sizeof(T), what);
   Buffer<T> q(nq, "bench.q"), k(nk, "bench.k"), v(nk, "bench.v"), o(nq, "bench.o"), d_o(nq, "bench.do"),
       dq(nq, "bench.dq"), dk(nk, "bench.dk"), dv(nk, "bench.dv");
   Buffer<float> lse(static_cast<size_t>(B * H * N), "bench.lse");

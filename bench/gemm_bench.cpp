@@ -65,6 +65,9 @@ struct Item {
 int64_t get(const nlohmann::json& j, const char* key, const std::string& set) {
   check(j.contains(key) && j[key].is_number_integer() && j[key].get<int64_t>() > 0,
         "gemm shapes: an entry of '{}' lacks a positive integer '{}'", set, key);
+  // The limit --set sizes have (units::parse_count): a k of 2^62 would wrap the blocking's products.
+  check(j[key].get<int64_t>() <= (int64_t{1} << 40),
+        "gemm shapes: '{}' = {} in '{}' is too large (at most 2^40)", key, j[key].get<int64_t>(), set);
   return j[key].get<int64_t>();
 }
 
@@ -81,6 +84,10 @@ std::vector<Item> items(const nlohmann::json& shapes, const std::vector<std::str
       } else {
         it.m = get(e, "m", set);
       }
+      const double g = it.groups ? static_cast<double>(it.groups) : 1.0, m = static_cast<double>(it.m),
+                   n = static_cast<double>(it.n), k = static_cast<double>(it.k);
+      memory::check_fits(4.0 * g * (m * k + n * k + m * n),
+                         fmt::format("gemm shapes: '{}' entry m={} n={} k={}", set, it.m, it.n, it.k));
       out.push_back(it);
     }
   }

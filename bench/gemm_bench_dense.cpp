@@ -193,6 +193,11 @@ void run_gemm_dense(bench::Context& ctx) {
           for (int64_t m : ms)
             for (int64_t n : ns)
               for (int64_t k : ks) {
+                // Each size is at most 2^40, but m*k and m*n can pass 64 bits: held against memory first.
+                const double dm = static_cast<double>(m), dn = static_cast<double>(n),
+                             dk = static_cast<double>(k);
+                memory::check_fits(4.0 * (dm * dk + dn * dk + 2.0 * dm * dn),
+                                   fmt::format("--set m={} n={} k={}", m, n, k));
                 GemmCase c;
                 c.m = m;
                 c.n = n;

@@ -76,6 +76,8 @@ void run(bench::Context& ctx) {
           "--set kernel: '{}' is not a STREAM kernel (expected copy, scale, add, triad)", k);
   for (int64_t n : sizes)
     check(n >= 1 && n <= (int64_t{1} << 31), "--set n: {} elements is out of range (1 .. 2^31)", n);
+  for (int64_t n : sizes)  // three arrays of doubles, held against the memory there is, up front
+    memory::check_fits(3.0 * 8.0 * static_cast<double>(n), fmt::format("--set n={}", n));
 
   bench::Options opt = ctx.options;
   if (opt.min_time_s == 0) opt.min_time_s = ctx.quick ? 0.005 : 0.05;

@@ -53,7 +53,8 @@ void run(const std::string& name) {
   const auto& b = bench::find_benchmark(name);
   check(!(g.json && g.csv), "bench: --json and --csv are exclusive; choose one");
   if (g.threads) {
-    check(*g.threads >= 1, "--threads: {} is not a thread count (expected an integer >= 1)", *g.threads);
+    check(*g.threads >= 1 && *g.threads <= env::kMaxThreads,
+          "--threads: {} is not accepted (expected a thread count in 1 .. {})", *g.threads, env::kMaxThreads);
     set_num_threads(*g.threads);
   }
   check(g.memory_entries >= 1, "--memory-entries: must be at least 1");
@@ -77,13 +78,12 @@ void run(const std::string& name) {
   if (g.min_time) opt.min_time_s = *g.min_time;
   if (g.max_time) opt.max_time_s = *g.max_time;
 
-  // Open the output files before the run, so a bad path fails in a second, not after the sweep.
-  for (const auto* path : {&g.trace_file, &g.memory_file}) {
-    if (path->empty()) continue;
-    std::FILE* f = std::fopen(path->c_str(), "w");
-    check(f != nullptr, "{}: cannot write '{}'", path == &g.trace_file ? "--trace" : "--memory", *path);
-    std::fclose(f);
-  }
+  // Check the output files before the run, so a bad path fails in a second, not after the sweep;
+  // without opening them: a run that fails must leave the user's old file as it was.
+  if (!g.trace_file.empty()) files::check_writable(g.trace_file, "--trace");
+  if (!g.memory_file.empty()) files::check_writable(g.memory_file, "--memory");
+  check(g.trace_file.empty() || !files::same_file(g.trace_file, g.memory_file),
+        "--trace and --memory: both name '{}'; give each its own file", g.trace_file);
 
   const auto format = g.json ? bench::Format::json : g.csv ? bench::Format::csv : bench::Format::table;
   bench::Sink sink(format);

@@ -87,13 +87,13 @@ void plot(const std::string& path, const std::string& out) {
   check(!fs::exists(o, ec) || fs::is_regular_file(o, ec), "-o: '{}' exists and is not a regular file", out);
   memory::load_snapshot(path);  // validate first, so a bad file gets ridge's one-line error
   std::string script;
-  if (const char* d = std::getenv("RIDGE_TOOLS_DIR")) script = std::string(d) + "/plot_memory.py";
+  if (const auto d = ridge::env::text("RIDGE_TOOLS_DIR"); !d.empty()) script = d + "/plot_memory.py";
   else script = std::string(RIDGE_SOURCE_DIR) + "/tools/plot_memory.py";
   check(fs::exists(script), "memory plot: cannot find {} (set RIDGE_TOOLS_DIR to ridge's tools/ folder)", script);
   // scripts/setup installs matplotlib as a Debian package, i.e. for /usr/bin/python3, which a
   // pyenv or venv python3 earlier on PATH would not see. RIDGE_PYTHON overrides.
   std::string python = "python3";
-  if (const char* p = std::getenv("RIDGE_PYTHON")) python = p;
+  if (const auto p = ridge::env::text("RIDGE_PYTHON"); !p.empty()) python = p;
   else if (fs::exists("/usr/bin/python3")) python = "/usr/bin/python3";
   const auto r = process::run({python, script, path, "-o", out});
   check(r.started, "memory plot: cannot run '{}' (needs python3 with matplotlib: scripts/setup installs it; or set "

@@ -107,7 +107,14 @@ void setup(CLI::App& root) {
     o.threads = threads;
     o.trials = trials;
     o.max_seconds = max_seconds;
-    if (!max_bytes.empty()) o.max_bytes = ridge::units::parse_bytes(max_bytes, "--max-bytes");
+    if (!max_bytes.empty()) {
+      o.max_bytes = ridge::units::parse_bytes(max_bytes, "--max-bytes");
+      const int t = threads > 0 ? threads : ridge::get_num_threads();
+      const int64_t least = ridge::probe::min_max_bytes(t);
+      ridge::check(o.max_bytes >= least, "--max-bytes: '{}' is too small (at least {} for {} threads)",
+                   max_bytes, ridge::units::format_bytes(static_cast<double>(least)), t);
+      ridge::memory::check_fits(static_cast<double>(o.max_bytes), "--max-bytes " + max_bytes);
+    }
     o.progress = [](const std::string& s) { std::cerr << "probe: " << s << "\n"; };
     const auto r = ridge::probe::run(o);
     const auto chip = ridge::probe::to_chip_json(r);

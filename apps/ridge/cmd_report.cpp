@@ -176,6 +176,7 @@ std::string measured_table(const std::vector<rr::MeasuredPoint>& pts, const rr::
 }
 
 void run(const Opts& o) {
+  rr::check_plot_outputs(o.out, {o.hw, o.this_file, o.results});  // never write over an input
   const auto gpu = rr::load_chip(o.hw);
   std::string how;
   const auto me = this_machine(o, how);

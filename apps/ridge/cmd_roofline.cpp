@@ -354,6 +354,9 @@ void setup_plot(CLI::App* r) {
   c->add_flag("--no-shapes", o->no_shapes, "omit the standard shapes' predicted points");
   c->add_flag("--json", o->json, "print one JSON document naming the files written");
   c->callback([o] {
+    auto inputs = split(o->hw);  // the plot must not write over a chip file or the results it reads
+    inputs.push_back(o->results);
+    rr::check_plot_outputs(o->out, inputs);
     std::vector<rr::Chip> chips;
     std::vector<std::string> skipped;
     for (const auto& name : split(o->hw)) {

@@ -35,7 +35,8 @@ int main(int argc, char** argv) {
   for (const auto& r : reg) r.setup(app);
 
   try {
-    ridge::cpu::active_isa();  // a bad RIDGE_ISA is a user error: report it before any work
+    // A bad RIDGE_* knob or OMP_NUM_THREADS is a user error: report it before any work.
+    ridge::env::knobs();
     // CLI11 answers an unknown subcommand with "A subcommand is required"; name it and the choices,
     // at the top level and one level down (`ridge bench bogus`, `ridge roofline bogus`).
     const CLI::App* parent = &app;

@@ -2,7 +2,9 @@
 #pragma once
 
 #include "ridge/core/cpu.hpp"
+#include "ridge/core/env.hpp"
 #include "ridge/core/error.hpp"
+#include "ridge/core/files.hpp"
 #include "ridge/core/format.hpp"
 #include "ridge/core/input.hpp"
 #include "ridge/core/memory.hpp"

@@ -17,6 +17,7 @@ struct ProbeOptions {
   int threads = 0;     // threads for the "all threads" figures; 0 = ridge::get_num_threads()
   int trials = 0;      // trials per figure; 0 = 5 (quick) or 9
   // Largest total working set of the sweep; 0 = 4x the last-level cache (8x in the full run).
+  // At least min_max_bytes(threads) and at most the memory available (ridge::Error otherwise).
   int64_t max_bytes = 0;
   bool sweep_one_thread = true;  // also sweep with 1 thread (full run only)
   // Hard limit on the run's time; 0 = about 12 s quick, 50 s full. A busy machine gets fewer
@@ -25,6 +26,10 @@ struct ProbeOptions {
   // Called with a short line before each phase (the CLI prints it to stderr); may be empty.
   std::function<void(const std::string&)> progress;
 };
+
+// The smallest max_bytes a sweep on `threads` threads can run with: 64 KiB per thread, so the
+// sweep (from 8 KiB per thread) has points enough to find a plateau.
+int64_t min_max_bytes(int threads);
 
 // One peak kernel: a dtype, the instruction that computes it and the ISA it needs.
 struct PeakKernel {

@@ -248,6 +248,12 @@ nlohmann::json plot_spec(const std::vector<Chip>& chips, const std::vector<Named
 // Writes `spec` beside `out` and runs python3 tools/plot_roofline.py on it, producing out.png and
 // out.svg (`out` without extension). Returns the paths written; ridge::Error when python3 or
 // matplotlib is missing, naming what to install.
+// The spec is written (through ridge::files) only once the plot succeeded: a failed plot leaves an
+// old out.json as it was.
 std::vector<std::string> render_plot(const nlohmann::json& spec, const std::string& out);
+// The files render_plot(spec, out) writes: out.png, out.svg, out.json (".png"/".svg" on `out` dropped).
+std::vector<std::string> plot_outputs(const std::string& out);
+// ridge::Error naming --out when a file the plot writes is one of `inputs` (chip files, results).
+void check_plot_outputs(const std::string& out, const std::vector<std::string>& inputs);
 
 }  // namespace ridge::roofline

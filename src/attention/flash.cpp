@@ -8,6 +8,7 @@
 #include "attention/internal.hpp"
 #include "ridge/attention.hpp"
 #include "ridge/core/cpu.hpp"
+#include "ridge/core/env.hpp"
 #include "ridge/core/error.hpp"
 #include "ridge/core/threads.hpp"
 
@@ -97,8 +98,8 @@ detail::Problem make_problem(const TensorView<T>& q, const TensorView<T>& k, con
   p.lse_ss = lse.stride[2];
   p.threads = get_num_threads();
   // Block-size experiments without a rebuild (the README's attention section records them).
-  if (const char* e = std::getenv("RIDGE_ATTENTION_BLOCK_Q")) p.block_q = std::atoi(e);
-  if (const char* e = std::getenv("RIDGE_ATTENTION_BLOCK_K")) p.block_k = std::atoi(e);
+  p.block_q = env::knobs().attention_block_q;  // 0 when unset; checked where it is parsed
+  p.block_k = env::knobs().attention_block_k;
   return p;
 }
 

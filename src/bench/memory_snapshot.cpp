@@ -9,6 +9,7 @@
 #include "ridge/bench/result.hpp"
 #include "ridge/core/error.hpp"
 #include "ridge/core/input.hpp"
+#include "ridge/core/files.hpp"
 
 namespace ridge::memory {
 
@@ -180,10 +181,8 @@ void dump_snapshot(const std::string& path) {
   const History h = history();
   check(h.recording, "memory: dump_snapshot('{}') needs record_history() to be running", path);
   const json doc = snapshot_json(h);
-  std::ofstream out(path);
-  check(out.good(), "memory: cannot write snapshot '{}'", path);
-  out << doc.dump() << "\n";
-  check(out.good(), "memory: error writing snapshot '{}'", path);
+  files::write_text(path, doc.dump() + "\n",
+                    "memory snapshot");  // temp + rename: a failure keeps the old file
 }
 
 History load_snapshot(const std::string& path) {

@@ -110,23 +110,9 @@ std::vector<int64_t> Grid::counts(const std::string& key, std::vector<int64_t> f
   if (!has(key)) return fallback;
   std::vector<int64_t> out;
   for (const auto& v : values(key)) {
-    // "1M" means 2^20 elements here, the way array sizes are usually written in sweeps.
-    std::string s = v;
-    int64_t mult = 1;
-    if (!s.empty()) {
-      const char c = static_cast<char>(std::toupper(static_cast<unsigned char>(s.back())));
-      if (c == 'K' || c == 'M' || c == 'G') {
-        mult = c == 'K' ? int64_t{1} << 10 : c == 'M' ? int64_t{1} << 20 : int64_t{1} << 30;
-        s.pop_back();
-      }
-    }
-    int64_t n = 0;
-    try {
-      n = units::parse_count(s, "--set " + key) * mult;
-    } catch (const Error&) {
-      fail("--set {}: '{}' is not a count (e.g. 4096, 64k, 1M = 2^20, 1e6)", key, v);
-    }
-    out.push_back(n);
+    // "1M" means 2^20 elements here, the way array sizes are usually written in sweeps; the range
+    // (at most 2^40) is checked after the multiplier, so "4294967296G" cannot wrap.
+    out.push_back(units::parse_count(v, "--set " + key));
   }
   return out;
 }

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <exception>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -399,6 +400,8 @@ std::string to_json_lines(const std::vector<Row>& rows) {
 Sink::Sink(Format format, std::FILE* out) : format_(format), out_(out) {}
 
 Sink::~Sink() {
+  // Unwinding from a bad argument before any row: the error line alone, no "(no results)" table.
+  if (std::uncaught_exceptions() > 0 && rows_.empty()) return;
   try {
     finish();
   } catch (...) {

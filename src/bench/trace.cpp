@@ -11,7 +11,9 @@
 #include <vector>
 
 #include "ridge/bench/result.hpp"
+#include "ridge/core/env.hpp"
 #include "ridge/core/error.hpp"
+#include "ridge/core/files.hpp"
 
 #if defined(RIDGE_HAVE_NVTX)
 #include <nvtx3/nvToolsExt.h>
@@ -115,7 +117,7 @@ nvtxEventAttributes_t nvtx_attributes(const char* message, uint32_t colour) {
 struct NvtxAutoEnable {
   NvtxAutoEnable() {
 #if defined(RIDGE_HAVE_NVTX)
-    if (std::getenv("NVTX_INJECTION64_PATH")) hooks::set_bits(hooks::kNvtx, true);
+    if (!env::text("NVTX_INJECTION64_PATH").empty()) hooks::set_bits(hooks::kNvtx, true);
 #endif
   }
 } g_nvtx_auto;
@@ -342,10 +344,7 @@ nlohmann::json to_json() {
 
 void write(const std::string& path) {
   const auto doc = to_json();
-  std::ofstream out(path);
-  check(out.good(), "trace: cannot write '{}'", path);
-  out << doc.dump() << "\n";
-  check(out.good(), "trace: error writing '{}'", path);
+  files::write_text(path, doc.dump() + "\n", "trace");  // temp + rename: a failure keeps the old file
 }
 
 }  // namespace ridge::trace

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <charconv>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -12,6 +13,7 @@
 #include <string>
 #include <utility>
 
+#include "ridge/core/env.hpp"
 #include "ridge/core/error.hpp"
 
 namespace ridge::cpu {
@@ -62,8 +64,10 @@ int64_t read_sysfs_size(const std::string& path) {
   std::ifstream f(path);
   std::string s;
   if (!(f >> s) || s.empty()) return 0;
-  int64_t v = std::atoll(s.c_str());
-  const char u = s.back();
+  int64_t v = 0;
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || v < 0 || v > (int64_t{1} << 40)) return 0;  // unreadable: unknown
+  const char u = end < s.data() + s.size() ? *end : 'B';
   if (u == 'K') v <<= 10;
   else if (u == 'M') v <<= 20;
   return v;
@@ -248,18 +252,12 @@ Isa resolve_isa_request(const std::string& request) {
   return want;
 }
 
-namespace {
-Isa env_or_best() {
-  const char* env = std::getenv("RIDGE_ISA");
-  return resolve_isa_request(env ? env : "");
-}
-}  // namespace
-
 Isa active_isa() {
   const int o = g_override.load(std::memory_order_relaxed);
   if (o != kNoOverride) return static_cast<Isa>(o);
-  static const Isa chosen = env_or_best();
-  return chosen;
+  static const Isa best = best_isa();
+  const int forced = env::knobs().isa;  // RIDGE_ISA, parsed and checked once
+  return forced >= 0 ? static_cast<Isa>(forced) : best;
 }
 
 void set_isa(Isa isa) {

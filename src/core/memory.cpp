@@ -14,6 +14,7 @@
 #include <unordered_map>
 
 #include "ridge/core/error.hpp"
+#include "ridge/core/units.hpp"
 
 namespace ridge::memory {
 
@@ -121,10 +122,39 @@ int64_t clock_ns() noexcept {
       .count();
 }
 
+int64_t physical_bytes() {
+  static const int64_t total = [] {
+    const long pages = ::sysconf(_SC_PHYS_PAGES), size = ::sysconf(_SC_PAGE_SIZE);
+    return pages > 0 && size > 0 ? static_cast<int64_t>(pages) * size : int64_t{1} << 50;
+  }();
+  return total;
+}
+
+int64_t available_bytes() {
+  std::FILE* f = std::fopen("/proc/meminfo", "r");
+  if (!f) return physical_bytes();
+  char line[256];
+  int64_t kib = -1;
+  while (std::fgets(line, sizeof line, f))
+    if (std::sscanf(line, "MemAvailable: %ld kB", &kib) == 1) break;
+  std::fclose(f);
+  return kib >= 0 ? std::min(kib * 1024, physical_bytes()) : physical_bytes();
+}
+
+void check_fits(double bytes, const std::string& what) {
+  const int64_t avail = available_bytes();
+  if (!(bytes <= static_cast<double>(avail)))
+    fail("{}: needs {}, more than the {} of memory this machine has available", what,
+         units::format_bytes(bytes), units::format_bytes(static_cast<double>(avail)));
+}
+
 void* allocate(size_t bytes, const char* tag, size_t alignment) {
   check(alignment >= sizeof(void*) && (alignment & (alignment - 1)) == 0,
         "memory: alignment {} must be a power of two >= {}", alignment, sizeof(void*));
-  check(bytes <= (size_t{1} << 50), "memory: {} bytes is beyond any machine (at most 2^50)", bytes);
+  if (bytes > static_cast<size_t>(physical_bytes()))
+    fail("{}: {} asked for, more than this machine's {} of memory", tag ? tag : "memory",
+         units::format_bytes(static_cast<double>(bytes)),
+         units::format_bytes(static_cast<double>(physical_bytes())));
   const size_t rounded = (bytes + alignment - 1) / alignment * alignment;
   void* p = std::aligned_alloc(alignment, rounded == 0 ? alignment : rounded);
   if (!p) throw std::bad_alloc();

@@ -2,22 +2,29 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <atomic>
 
+#include "ridge/core/env.hpp"
 #include "ridge/core/error.hpp"
 
 namespace ridge {
 namespace {
-std::atomic<int> g_threads{0};  // 0: not chosen yet, follow OpenMP's default
+std::atomic<int> g_threads{0};  // 0: not chosen yet, follow OMP_NUM_THREADS or OpenMP's default
 }
 
 int get_num_threads() {
   const int n = g_threads.load(std::memory_order_relaxed);
-  return n > 0 ? n : omp_get_max_threads();
+  if (n > 0) return n;
+  // OMP_NUM_THREADS was checked against 1 .. kMaxThreads; OpenMP's own default (all CPUs) is
+  // capped too, for a machine with more CPUs than that.
+  if (const int e = env::knobs().omp_threads; e > 0) return e;
+  return std::clamp(omp_get_max_threads(), 1, env::kMaxThreads);
 }
 
 void set_num_threads(int n) {
-  check(n >= 1, "threads: {} is not a thread count (expected an integer >= 1)", n);
+  check(n >= 1 && n <= env::kMaxThreads, "threads: {} is not accepted (expected a thread count in 1 .. {})",
+        n, env::kMaxThreads);
   g_threads.store(n, std::memory_order_relaxed);
 }
 

@@ -60,9 +60,15 @@ int64_t parse_bytes(const std::string& text, const std::string& what, bool allow
 int64_t parse_count(const std::string& text, const std::string& what) {
   std::string suffix;
   double v = parse_number_with_suffix(text, what, "4096, 4k, 1e6", suffix);
-  if (suffix == "k") v *= 1024;
-  else if (suffix == "m") v *= 1024 * 1024;
-  else if (!suffix.empty()) fail("{}: '{}' is not a whole number (accepted: 4096, 4k, 1e6)", what, text);
+  // The multiplier is applied before the range check, so "4294967296G" is too large, not a wrap.
+  if (suffix == "k")
+    v *= 0x1p10;
+  else if (suffix == "m")
+    v *= 0x1p20;
+  else if (suffix == "g")
+    v *= 0x1p30;
+  else if (!suffix.empty())
+    fail("{}: '{}' is not a whole number (accepted: 4096, 4k, 1M, 1G, 1e6)", what, text);
   if (v <= 0) fail("{}: '{}' must be a positive whole number", what, text);
   if (v > 0x1p40) fail("{}: '{}' is too large (at most 2^40)", what, text);
   if (v != std::floor(v)) fail("{}: '{}' is not a whole number", what, text);

@@ -15,6 +15,7 @@
 #include <string>
 
 #include "gemm/internal.hpp"
+#include "ridge/core/env.hpp"
 #include "ridge/core/error.hpp"
 #include "ridge/core/memory.hpp"
 #include "ridge/core/threads.hpp"
@@ -48,16 +49,6 @@ using detail::Tile;
 int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 int64_t ceil_div(int64_t x, int64_t m) { return (x + m - 1) / m; }
 
-// Experiment knobs (the README's dense GEMM section): RIDGE_GEMM_KC / _MC / _NC override the derived sizes.
-int64_t env_int(const char* name) {
-  const char* v = std::getenv(name);
-  if (!v || !*v) return 0;
-  char* end = nullptr;
-  const long long x = std::strtoll(v, &end, 10);
-  check(end && *end == '\0' && x > 0, "{}: '{}' is not a positive integer", name, v);
-  return x;
-}
-
 size_t panel_elt(Panel p) { return p == Panel::f32 ? 4 : 2; }
 // K as stored in a panel: bf16 pairs pad K to even.
 int64_t panel_k(Panel p, int64_t k) { return p == Panel::f32 ? k : round_up(k, 2); }
@@ -76,21 +67,22 @@ Blocking derive_blocking(const KernelInfo& ki, int64_t k) {
   // micro-panel (KC x NR) is sized to an eighth of L2 rather than half of L1: on Zen 5 the L2
   // streams it fast enough (experiment 2 in the README's dense GEMM section: KC 256 -> 2048 gained 1.3x).
   int64_t kc = std::clamp<int64_t>(l2 / 8 / (ki.nr * elt), std::max<int64_t>(64, l1 / 2 / (ki.nr * elt)), 4096);
-  if (const int64_t e = env_int("RIDGE_GEMM_KC")) kc = e;
+  // Experiment knobs (the README's dense GEMM section): RIDGE_GEMM_KC / _MC / _NC override the sizes.
+  if (const int64_t e = env::knobs().gemm_kc) kc = e;
   // Balance the K blocks so the last is not a sliver.
   const int64_t nblk = std::max<int64_t>(1, ceil_div(k, kc));
   kc = round_up(std::max<int64_t>(1, ceil_div(k, nblk)), 8);
   b.kc = kc;
   // The A block (MC x KC) takes half of L2.
   int64_t mc = std::max<int64_t>(ki.mr, l2 / 2 / (kc * elt) / ki.mr * ki.mr);
-  if (const int64_t e = env_int("RIDGE_GEMM_MC")) mc = round_up(e, ki.mr);
+  if (const int64_t e = env::knobs().gemm_mc) mc = round_up(e, ki.mr);
   b.mc = mc;
   // The B block (all of K x NC) should stay in this thread's share of L3; at least 1024 columns
   // so repacking A per column block stays a small fraction of the work.
   const int threads = std::max(1, get_num_threads());
   const int64_t share = l3 / 2 / threads;
   int64_t nc = std::max<int64_t>(1024, share / (panel_k(ki.panel, k) * elt));
-  if (const int64_t e = env_int("RIDGE_GEMM_NC")) nc = e;
+  if (const int64_t e = env::knobs().gemm_nc) nc = e;
   b.nc = round_up(nc, ki.nr);
   return b;
 }
@@ -509,8 +501,8 @@ void run_rect(const Problem& p, const KernelInfo& ki, const Blocking& bk, int64_
   const int64_t kc_max = std::min<int64_t>(bk.kc, p.k);
   const bool multi_k = p.k > bk.kc;
   const bool need_scratch = p.out_bf16 && multi_k;
-  const detail::PackWords pack_words = std::getenv("RIDGE_GEMM_SCALAR_PACK") ? nullptr : ki.pack_words;
-  if (!p.packed && mblocks == 1 && !std::getenv("RIDGE_GEMM_NO_NARROW")) {
+  const detail::PackWords pack_words = env::knobs().gemm_scalar_pack ? nullptr : ki.pack_words;
+  if (!p.packed && mblocks == 1 && !env::knobs().gemm_no_narrow) {
     run_rect_narrow(p, ki, bk, m0, m1, n0, n1, pack_words);
     return;
   }

@@ -147,11 +147,21 @@ std::vector<SweepPoint> sweep(int threads, const Plan& plan, double seconds) {
 
 }  // namespace
 
+int64_t min_max_bytes(int threads) {
+  return (int64_t{64} << 10) * std::max(threads, 1);
+}
+
 ProbeResult run(const ProbeOptions& o) {
   const double t0 = now();
   ProbeResult r;
   r.threads = o.threads > 0 ? o.threads : get_num_threads();
   check(r.threads <= 4096, "--threads: {} is more threads than any machine has", r.threads);
+  if (o.max_bytes != 0) {  // an empty size list crashed the sweep; a size beyond memory ended in bad_alloc
+    check(o.max_bytes >= min_max_bytes(r.threads), "max_bytes: {} is too small (at least {} for {} threads)",
+          units::format_bytes(static_cast<double>(o.max_bytes)),
+          units::format_bytes(static_cast<double>(min_max_bytes(r.threads))), r.threads);
+    memory::check_fits(static_cast<double>(o.max_bytes), "max_bytes");
+  }
   r.quick = o.quick;
   r.date = utc_now();
   const Plan plan = make_plan(o, r.threads);
@@ -207,19 +217,10 @@ void write_chip_file(const nlohmann::json& chip, const std::string& path) {
   check(!path.empty(), "-o: empty file name");
   std::error_code ec;
   const fs::path p(path);
-  if (p.has_parent_path()) fs::create_directories(p.parent_path(), ec);
-  check(!ec, "-o {}: cannot create folder {}: {}", path, p.parent_path().string(), ec.message());
-  // Write beside and rename, so a reader never sees half a file.
-  const std::string tmp = path + ".tmp" + std::to_string(::getpid());
-  {
-    std::ofstream f(tmp);
-    check(static_cast<bool>(f), "-o {}: cannot write (check the folder exists and is writable)", path);
-    f << chip.dump(2) << "\n";
-    check(static_cast<bool>(f), "-o {}: write failed", path);
-  }
-  fs::rename(tmp, p, ec);
-  if (ec) fs::remove(tmp);
-  check(!ec, "-o {}: cannot write: {}", path, ec.message());
+  if (p.has_parent_path()) fs::create_directories(p.parent_path(), ec);  // ~/.cache/ridge on a first run
+  // A regular file through a temporary and a rename (a reader never sees half a file); a symlink
+  // written through, a device such as /dev/null written in place, never replaced.
+  files::write_text(path, chip.dump(2) + "\n", "-o");
 }
 
 }  // namespace ridge::probe

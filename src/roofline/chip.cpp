@@ -10,6 +10,7 @@
 #include <set>
 #include <sstream>
 
+#include "ridge/core/env.hpp"
 #include "ridge/core/error.hpp"
 #include "ridge/core/input.hpp"
 #include "ridge/roofline.hpp"
@@ -107,10 +108,7 @@ int level_rank(const std::string& level) {
   return 3;  // l1
 }
 
-std::string env_or_empty(const char* name) {
-  const char* v = std::getenv(name);
-  return v ? std::string(v) : std::string();
-}
+std::string env_or_empty(const char* name) { return env::text(name); }
 
 // Directories searched for <id>.json, in order: $RIDGE_HW_DIR, then the source tree's hardware/.
 std::vector<fs::path> hardware_dirs() {

@@ -1,6 +1,6 @@
 // Text for the CLI, the standard benchmark shapes, measured points and the plot's input.
-#include "ridge/build_paths.h"  // RIDGE_SOURCE_DIR, RIDGE_BINARY (generated)
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
@@ -9,9 +9,12 @@
 #include <fstream>
 #include <sstream>
 
+#include "ridge/build_paths.h"  // RIDGE_SOURCE_DIR, RIDGE_BINARY (generated)
+#include "ridge/core/env.hpp"
 #include "ridge/core/error.hpp"
 #include "ridge/core/input.hpp"
 #include "ridge/core/process.hpp"
+#include "ridge/core/files.hpp"
 #include "ridge/core/units.hpp"
 #include "ridge/roofline.hpp"
 
@@ -26,10 +29,7 @@ std::string flop_count(double x) {
 
 std::string intensity_text(double i) { return std::isfinite(i) ? fmt::format("{:.4g} FLOP/B", i) : "-"; }
 
-std::string env_or_empty(const char* name) {
-  const char* v = std::getenv(name);
-  return v ? std::string(v) : std::string();
-}
+std::string env_or_empty(const char* name) { return env::text(name); }
 
 nlohmann::json read_json_file(const fs::path& p) { return input::read_json_file(p.string(), "shapes"); }
 
@@ -317,22 +317,42 @@ std::string find_python() {
 
 }  // namespace
 
-std::vector<std::string> render_plot(const nlohmann::json& spec, const std::string& out) {
+std::vector<std::string> plot_outputs(const std::string& out) {
   check(!out.empty(), "--out: empty path");
   fs::path base(out);
   if (base.extension() == ".png" || base.extension() == ".svg") base.replace_extension();
+  return {base.string() + ".png", base.string() + ".svg", base.string() + ".json"};
+}
+
+void check_plot_outputs(const std::string& out, const std::vector<std::string>& inputs) {
+  for (const auto& f : plot_outputs(out)) files::check_not_an_input(f, inputs, "--out " + out);
+}
+
+std::vector<std::string> render_plot(const nlohmann::json& spec, const std::string& out) {
+  const auto outputs = plot_outputs(out);
+  const fs::path base = fs::path(outputs[0]).replace_extension();
   std::error_code ec;
   if (base.has_parent_path()) fs::create_directories(base.parent_path(), ec);
-  const std::string spec_path = base.string() + ".json";
+  for (const auto& f : outputs) files::check_writable(f, "--out");
+  const std::string spec_path = outputs[2];
+  // Python reads a private copy; out.json itself is replaced only after the plot succeeded.
+  std::string tmp_spec = (fs::temp_directory_path() / "ridge-plot-spec.XXXXXX").string();
   {
-    std::ofstream f(spec_path);
-    if (!f) fail("--out: cannot write {}", spec_path);
-    f << spec.dump(1) << "\n";
+    const int fd = ::mkstemp(tmp_spec.data());
+    if (fd < 0) fail("plot: cannot create a temporary file in {}", fs::temp_directory_path().string());
+    ::close(fd);
   }
-  const auto r = process::run({find_python(), find_plot_script(), spec_path, base.string()});
+  struct Remove {
+    std::string p;
+    ~Remove() { std::remove(p.c_str()); }
+  } remove_tmp{tmp_spec};
+  const std::string spec_text = spec.dump(1) + "\n";
+  files::write_text(tmp_spec, spec_text, "plot");
+  const auto r = process::run({find_python(), find_plot_script(), tmp_spec, base.string()});
   if (!r.started) fail("plot: cannot start python3");
   if (r.exit_code != 0) fail("plot: {}", process::last_line(r.output));
-  return {base.string() + ".png", base.string() + ".svg", spec_path};
+  files::write_text(spec_path, spec_text, "--out");
+  return outputs;
 }
 
 }  // namespace ridge::roofline

@@ -144,17 +144,28 @@ TEST_F(TraceTest, WritesAFileThatParses) {
 }
 
 TEST(TraceNvtx, CallsWorkWithForwardingOn) {
-  // Without a tool injected NVTX calls are no-ops; this checks the forwarding path runs cleanly
-  // in builds with and without the NVTX headers.
+  // Without a tool injected NVTX calls are no-ops, so what can be checked is ridge's side: the
+  // forwarding switch sets exactly the NVTX bit (only in builds with the headers), and with it on
+  // every call still reaches the trace, balanced, in builds with and without NVTX.
+  namespace hooks = ridge::memory::hooks;
+  trace::start_recording();
   trace::set_nvtx(true);
+  EXPECT_EQ((hooks::active.load() & hooks::kNvtx) != 0, trace::nvtx_compiled());
   {
     RIDGE_RANGE("nvtx range");
+    EXPECT_STREQ(hooks::current_range_name(), "nvtx range");
     trace::mark("nvtx mark", {"cat", trace::color::blue, 1.0});
     trace::end_range(trace::start_range("nvtx async"));
     trace::set_thread_name("nvtx thread");
   }
   trace::set_nvtx(false);
-  SUCCEED();
+  EXPECT_EQ(hooks::active.load() & hooks::kNvtx, 0u);
+  EXPECT_EQ(hooks::current_range_name(), nullptr) << "the range was popped";
+  const std::string doc = trace::to_json().dump();
+  trace::stop_recording();
+  for (const char* name : {"\"nvtx range\"", "\"nvtx mark\"", "\"nvtx async\"", "\"nvtx thread\""})
+    EXPECT_NE(doc.find(name), std::string::npos) << name << " missing from the trace";
+  EXPECT_FALSE(trace::recording());
 }
 
 }  // namespace

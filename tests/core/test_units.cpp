@@ -53,7 +53,12 @@ TEST(Units, ParseCountAcceptsAndRejects) {
   EXPECT_EQ(parse_count("1m", "m"), 1 << 20);
   EXPECT_EQ(parse_count("1e6", "m"), 1000000);
   EXPECT_EQ(parse_count("1099511627776", "m"), 1LL << 40);
-  for (const char* bad : {"", "0", "-3", "2.5", "1KiB", "4g", "x", "1099511627777", "nan", "0x20"})
+  EXPECT_EQ(parse_count("4g", "m"), 4LL << 30);
+  EXPECT_EQ(parse_count("1024G", "m"), 1LL << 40);
+  // The multiplier comes before the range check: these would wrap or pass 2^40 after it.
+  for (const char* bad : {"4294967296G", "1025G", "1048577M", "1073741825k", "1e12k"})
+    expect_error_naming([&] { parse_count(bad, "--m"); }, "--m", bad);
+  for (const char* bad : {"", "0", "-3", "2.5", "1KiB", "4t", "x", "1099511627777", "nan", "0x20"})
     expect_error_naming([&] { parse_count(bad, "--m"); }, "--m", bad);
 }
 

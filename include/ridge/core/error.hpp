@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include <cstdint>
+#include <initializer_list>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -25,6 +27,19 @@ inline void check(bool cond, fmt::format_string<Args...> f, Args&&... args) {
 template <typename... Args>
 [[noreturn]] inline void fail(fmt::format_string<Args...> f, Args&&... args) {
   throw Error(fmt::format(f, std::forward<Args>(args)...));
+}
+
+// The product of sizes (shape dimensions, element counts, byte sizes), checked: ridge::Error naming
+// `what` when a factor is negative or the product passes 2^62, where it would wrap (a shape whose
+// every dimension passes its own limit can still overflow 64 bits in the product).
+inline int64_t checked_product(std::initializer_list<int64_t> factors, const std::string& what) {
+  int64_t p = 1;
+  for (int64_t f : factors) {
+    if (f < 0) fail("{}: a negative size ({}) in the product", what, f);
+    if (__builtin_mul_overflow(p, f, &p) || p > (int64_t{1} << 62))
+      fail("{}: the sizes multiply past 2^62 (an overflow); use smaller sizes", what);
+  }
+  return p;
 }
 
 }  // namespace ridge

@@ -13,15 +13,26 @@
 #include <utility>
 #include <vector>
 
+#include "ridge/core/error.hpp"
+
 namespace ridge::memory {
 
 inline constexpr size_t kDefaultAlignment = 64;
 
 // Aligned allocation (zero bytes allowed). `tag` names what the bytes are for; when null, the
 // innermost open trace range on this thread names them ("untagged" outside any range). Throws
-// std::bad_alloc when out of memory and ridge::Error for an absurd size or alignment.
+// std::bad_alloc when out of memory and ridge::Error for a bad alignment or a size beyond this
+// machine's physical memory (named by the tag).
 void* allocate(size_t bytes, const char* tag = nullptr, size_t alignment = kDefaultAlignment);
 void deallocate(void* p) noexcept;
+
+// This machine's physical memory, and what /proc/meminfo says is available now (MemAvailable;
+// the physical size where that is unreadable). Bytes.
+int64_t physical_bytes();
+int64_t available_bytes();
+// An up-front check for a run that will need `bytes` at once: ridge::Error, one line starting
+// with `what`, when that is more than the memory available now. A double: a size product cannot wrap.
+void check_fits(double bytes, const std::string& what);
 
 // ---- Accounting (always on; one mutex per allocation, which is noise next to the allocation) ----
 
@@ -105,7 +116,7 @@ class Buffer {
  public:
   Buffer() = default;
   explicit Buffer(size_t n, const char* tag = nullptr)
-      : data_(static_cast<T*>(memory::allocate(n * sizeof(T), tag))), size_(n) {}
+      : data_(static_cast<T*>(memory::allocate(bytes_for(n, tag), tag))), size_(n) {}
   ~Buffer() { memory::deallocate(data_); }
   Buffer(Buffer&& o) noexcept : data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)) {}
   Buffer& operator=(Buffer&& o) noexcept {
@@ -132,6 +143,12 @@ class Buffer {
   std::span<const T> span() const { return {data_, size_}; }
 
  private:
+  static size_t bytes_for(size_t n, const char* tag) {
+    if (n > (size_t{1} << 62) / sizeof(T))
+      throw Error(std::string(tag ? tag : "buffer") + ": " + std::to_string(n) +
+                  " elements overflow a byte size");
+    return n * sizeof(T);
+  }
   T* data_ = nullptr;
   size_t size_ = 0;
 };

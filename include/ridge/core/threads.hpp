@@ -3,9 +3,10 @@
 
 namespace ridge {
 
-// Threads ridge kernels use; defaults to OMP_NUM_THREADS or the number of online CPUs.
+// Threads ridge kernels use; defaults to OMP_NUM_THREADS or the number of online CPUs (at most
+// env::kMaxThreads).
 int get_num_threads();
-// Sets the count for all later kernel calls; n must be >= 1 (ridge::Error otherwise).
+// Sets the count for all later kernel calls; n must be in 1 .. env::kMaxThreads (ridge::Error otherwise).
 void set_num_threads(int n);
 
 }  // namespace ridge

@@ -1,0 +1,41 @@
+// Every environment variable ridge reads, in one place. The knobs (RIDGE_ISA, RIDGE_GEMM_*,
+// RIDGE_ATTENTION_BLOCK_*, OMP_NUM_THREADS) are parsed and validated once, at first use, and then
+// read from memory: kernels never call getenv. A bad value is a ridge::Error that names the variable
+// and says what is accepted, so the CLI prints one line and exits 2.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace ridge::env {
+
+// The most threads ridge runs a kernel on (--threads, OMP_NUM_THREADS, set_num_threads): far
+// above any core count, well below where creating the threads fails.
+inline constexpr int kMaxThreads = 1024;
+
+struct Knobs {
+  // RIDGE_ISA: -1 when unset (the best path the machine has), else the cpu::Isa value it names.
+  int isa = -1;
+  // RIDGE_GEMM_KC / _MC / _NC: block sizes overriding the derived ones; 0 when unset.
+  int64_t gemm_kc = 0, gemm_mc = 0, gemm_nc = 0;
+  // RIDGE_GEMM_NO_NARROW=1: no decode (narrow) path; RIDGE_GEMM_SCALAR_PACK=1: no vector packer.
+  bool gemm_no_narrow = false, gemm_scalar_pack = false;
+  // RIDGE_ATTENTION_BLOCK_Q / _K: queries and keys per attention block; 0 when unset.
+  int attention_block_q = 0, attention_block_k = 0;
+  // OMP_NUM_THREADS (its first entry): the default thread count; 0 when unset.
+  int omp_threads = 0;
+};
+
+// The knobs of this process, parsed at the first call (a bad value throws at every call until the
+// variable is fixed; nothing is cached from a failed parse).
+const Knobs& knobs();
+
+// Parses the knobs from a lookup function instead of the process environment (tests).
+Knobs parse_knobs(const char* (*lookup)(const char* name));
+
+// A variable that names a path or a program (RIDGE_HOME, RIDGE_HW_DIR, RIDGE_TOOLS_DIR,
+// RIDGE_SHAPES_DIR, RIDGE_PYTHON, HOME, PATH): "" when unset. Read at each call, never in a hot
+// path, so a test or a program that sets one sees it.
+std::string text(const char* name);
+
+}  // namespace ridge::env

@@ -1,0 +1,73 @@
+#include "ridge/core/env.hpp"
+
+#include <cctype>
+#include <cstdlib>
+#include <limits>
+
+#include "ridge/core/cpu.hpp"
+#include "ridge/core/error.hpp"
+
+namespace ridge::env {
+namespace {
+
+// A whole decimal number in [lo, hi], nothing else: no sign, no spaces, no suffix, no hex, no
+// overflow ("16x", "-1", "0x10", "99999999999" are errors).
+int64_t parse_int(const char* name, const std::string& v, int64_t lo, int64_t hi, const char* note = "") {
+  bool ok = !v.empty() && v.size() <= 18;
+  for (char c : v) ok = ok && std::isdigit(static_cast<unsigned char>(c));
+  const int64_t x = ok ? std::stoll(v) : 0;
+  if (!ok || x < lo || x > hi)
+    fail("{}: '{}' is not accepted (expected a whole number in {} .. {}{})", name, v, lo, hi, note);
+  return x;
+}
+
+bool parse_switch(const char* name, const std::string& v) {
+  if (v == "1") return true;
+  if (v == "0") return false;
+  fail("{}: '{}' is not accepted (expected 1 to switch it on or 0 for off)", name, v);
+}
+
+}  // namespace
+
+Knobs parse_knobs(const char* (*lookup)(const char* name)) {
+  // Unset and empty are the same: the default.
+  auto get = [&](const char* name) {
+    const char* v = lookup(name);
+    return v ? std::string(v) : std::string();
+  };
+  Knobs k;
+  if (const auto v = get("RIDGE_ISA"); !v.empty()) k.isa = static_cast<int>(cpu::resolve_isa_request(v));
+  if (const auto v = get("RIDGE_GEMM_KC"); !v.empty()) k.gemm_kc = parse_int("RIDGE_GEMM_KC", v, 1, 16384);
+  if (const auto v = get("RIDGE_GEMM_MC"); !v.empty()) k.gemm_mc = parse_int("RIDGE_GEMM_MC", v, 1, 16384);
+  if (const auto v = get("RIDGE_GEMM_NC"); !v.empty()) k.gemm_nc = parse_int("RIDGE_GEMM_NC", v, 1, 1 << 20);
+  if (const auto v = get("RIDGE_GEMM_NO_NARROW"); !v.empty())
+    k.gemm_no_narrow = parse_switch("RIDGE_GEMM_NO_NARROW", v);
+  if (const auto v = get("RIDGE_GEMM_SCALAR_PACK"); !v.empty())
+    k.gemm_scalar_pack = parse_switch("RIDGE_GEMM_SCALAR_PACK", v);
+  // Attention blocks are whole vectors of 16 floats (the widest ISA's register).
+  for (auto [name, slot] : {std::pair{"RIDGE_ATTENTION_BLOCK_Q", &k.attention_block_q},
+                            std::pair{"RIDGE_ATTENTION_BLOCK_K", &k.attention_block_k}}) {
+    const auto v = get(name);
+    if (v.empty()) continue;
+    const auto x = parse_int(name, v, 16, 1024, ", a multiple of 16");
+    if (x % 16 != 0)
+      fail("{}: '{}' is not accepted (expected a whole number in 16 .. 1024, a multiple of 16)", name, v);
+    *slot = static_cast<int>(x);
+  }
+  // OpenMP accepts a list ("8,2") for nested levels; ridge's count is the first entry.
+  if (const auto v = get("OMP_NUM_THREADS"); !v.empty())
+    k.omp_threads = static_cast<int>(parse_int("OMP_NUM_THREADS", v.substr(0, v.find(',')), 1, kMaxThreads));
+  return k;
+}
+
+const Knobs& knobs() {
+  static const Knobs k = parse_knobs([](const char* name) -> const char* { return std::getenv(name); });
+  return k;
+}
+
+std::string text(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? std::string(v) : std::string();
+}
+
+}  // namespace ridge::env

@@ -1,0 +1,117 @@
+#include "ridge/core/files.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "ridge/core/error.hpp"
+
+namespace ridge::files {
+namespace fs = std::filesystem;
+namespace {
+
+// The file a write lands in: a symlink's final target (so the link itself survives).
+fs::path resolve(const std::string& path) {
+  std::error_code ec;
+  const fs::path p(path);
+  if (fs::is_symlink(fs::symlink_status(p, ec))) {
+    const fs::path t = fs::weakly_canonical(p, ec);
+    if (!ec) return t;
+  }
+  return p;
+}
+
+// Writes all of `text` to an open descriptor; false on any short write.
+bool write_all(int fd, const std::string& text) {
+  const char* p = text.data();
+  size_t left = text.size();
+  while (left > 0) {
+    const ssize_t n = ::write(fd, p, left);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    p += n;
+    left -= static_cast<size_t>(n);
+  }
+  return true;
+}
+
+}  // namespace
+
+void check_writable(const std::string& path, const std::string& what) {
+  check(!path.empty(), "{}: empty file name", what);
+  const fs::path p = resolve(path);
+  std::error_code ec;
+  const auto st = fs::status(p, ec);
+  check(!fs::is_directory(st), "{}: '{}' is a folder (expected a file name)", what, path);
+  if (fs::exists(st) && !fs::is_regular_file(st)) {  // a device or FIFO: it must open for writing
+    check(::access(p.c_str(), W_OK) == 0, "{}: '{}' is not writable", what, path);
+    return;
+  }
+  const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
+  check(fs::is_directory(dir, ec), "{}: folder '{}' does not exist (for '{}')", what, dir.string(), path);
+  check(::access(dir.c_str(), W_OK) == 0, "{}: folder '{}' is not writable", what, dir.string());
+  if (fs::exists(st)) check(::access(p.c_str(), W_OK) == 0, "{}: '{}' is not writable", what, path);
+}
+
+void write_text(const std::string& path, const std::string& text, const std::string& what) {
+  check_writable(path, what);
+  const fs::path p = resolve(path);
+  std::error_code ec;
+  const auto st = fs::status(p, ec);
+  if (fs::exists(st) && !fs::is_regular_file(st)) {  // device or FIFO: write in place
+    const int fd = ::open(p.c_str(), O_WRONLY | O_CLOEXEC);
+    check(fd >= 0, "{}: cannot open '{}': {}", what, path, std::strerror(errno));
+    const bool ok = write_all(fd, text);
+    ::close(fd);
+    check(ok, "{}: error writing '{}'", what, path);
+    return;
+  }
+  // A regular (or new) file: a temporary beside it, renamed over it only when complete.
+  std::string tmp = p.string() + ".tmpXXXXXX";
+  const int fd = ::mkstemp(tmp.data());
+  check(fd >= 0, "{}: cannot write beside '{}': {}", what, path, std::strerror(errno));
+  bool ok = write_all(fd, text) && ::fsync(fd) == 0;
+  // Keep an existing file's permissions (mkstemp makes 0600).
+  struct stat old {};
+  if (::stat(p.c_str(), &old) == 0)
+    ok = ok && ::fchmod(fd, old.st_mode & 07777) == 0;
+  else
+    ok = ok && ::fchmod(
+                   fd, 0666 & ~[] {
+                     const mode_t m = ::umask(0);
+                     ::umask(m);
+                     return m;
+                   }()) == 0;
+  ok = ::close(fd) == 0 && ok;
+  if (ok) ok = ::rename(tmp.c_str(), p.c_str()) == 0;
+  if (!ok) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    fail("{}: cannot write '{}': {}", what, path, std::strerror(err));
+  }
+}
+
+bool same_file(const std::string& a, const std::string& b) {
+  if (a.empty() || b.empty()) return false;
+  std::error_code ec;
+  if (fs::exists(a, ec) && fs::exists(b, ec)) {
+    const bool eq = fs::equivalent(a, b, ec);
+    if (!ec) return eq;
+  }
+  const fs::path ca = fs::weakly_canonical(fs::absolute(a, ec), ec),
+                 cb = fs::weakly_canonical(fs::absolute(b, ec), ec);
+  return ca == cb;
+}
+
+void check_not_an_input(const std::string& output, const std::vector<std::string>& inputs,
+                        const std::string& what) {
+  for (const auto& in : inputs)
+    check(!same_file(output, in), "{}: '{}' is also an input ('{}'); writing it would destroy that file",
+          what, output, in);
+}
+
+}  // namespace ridge::files

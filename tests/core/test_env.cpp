@@ -1,0 +1,146 @@
+// Environment knobs: parsed and validated in one place; junk is an error naming the variable.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "ridge/core.hpp"
+
+namespace {
+
+using namespace ridge;
+
+std::map<std::string, std::string> g_vars;
+
+const char* lookup(const char* name) {
+  const auto it = g_vars.find(name);
+  return it == g_vars.end() ? nullptr : it->second.c_str();
+}
+
+env::Knobs parse(std::map<std::string, std::string> vars) {
+  g_vars = std::move(vars);
+  return env::parse_knobs(lookup);
+}
+
+void expect_rejected(const std::string& name, const std::string& value) {
+  try {
+    parse({{name, value}});
+    ADD_FAILURE() << name << "='" << value << "' was accepted";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_EQ(msg.rfind(name + ":", 0), 0u) << "names the variable first: " << msg;
+    EXPECT_NE(msg.find("'" + value + "'"), std::string::npos) << "quotes the value: " << msg;
+    EXPECT_TRUE(msg.find("expected") != std::string::npos || msg.find("accepted") != std::string::npos)
+        << "says what is accepted: " << msg;
+    EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+  }
+}
+
+TEST(Env, UnsetAndEmptyMeanTheDefaults) {
+  for (const auto& k :
+       {parse({}), parse({{"RIDGE_GEMM_KC", ""}, {"RIDGE_ATTENTION_BLOCK_Q", ""}, {"RIDGE_ISA", ""}})}) {
+    EXPECT_EQ(k.isa, -1);
+    EXPECT_EQ(k.gemm_kc, 0);
+    EXPECT_EQ(k.gemm_mc, 0);
+    EXPECT_EQ(k.gemm_nc, 0);
+    EXPECT_FALSE(k.gemm_no_narrow);
+    EXPECT_FALSE(k.gemm_scalar_pack);
+    EXPECT_EQ(k.attention_block_q, 0);
+    EXPECT_EQ(k.attention_block_k, 0);
+    EXPECT_EQ(k.omp_threads, 0);
+  }
+}
+
+TEST(Env, GoodValuesAreParsed) {
+  const auto k = parse({{"RIDGE_ISA", "scalar"},
+                        {"RIDGE_GEMM_KC", "512"},
+                        {"RIDGE_GEMM_MC", "126"},
+                        {"RIDGE_GEMM_NC", "4096"},
+                        {"RIDGE_GEMM_NO_NARROW", "1"},
+                        {"RIDGE_GEMM_SCALAR_PACK", "0"},
+                        {"RIDGE_ATTENTION_BLOCK_Q", "32"},
+                        {"RIDGE_ATTENTION_BLOCK_K", "1024"},
+                        {"OMP_NUM_THREADS", "3,2"}});
+  EXPECT_EQ(k.isa, static_cast<int>(cpu::Isa::scalar));
+  EXPECT_EQ(k.gemm_kc, 512);
+  EXPECT_EQ(k.gemm_mc, 126);
+  EXPECT_EQ(k.gemm_nc, 4096);
+  EXPECT_TRUE(k.gemm_no_narrow);
+  EXPECT_FALSE(k.gemm_scalar_pack);
+  EXPECT_EQ(k.attention_block_q, 32);
+  EXPECT_EQ(k.attention_block_k, 1024);
+  EXPECT_EQ(k.omp_threads, 3) << "the first entry of OpenMP's list";
+}
+
+TEST(Env, JunkIsAnErrorNamingTheVariable) {
+  for (const char* v : {"0", "-1", "abc", "16x", "99999999999", "0x10", " 64", "1e3", "17", "2048"}) {
+    expect_rejected("RIDGE_ATTENTION_BLOCK_Q", v);
+    expect_rejected("RIDGE_ATTENTION_BLOCK_K", v);
+  }
+  for (const char* v : {"0", "-1", "abc", "16x", "99999999999", "999999999999999999999", "+8"}) {
+    expect_rejected("RIDGE_GEMM_KC", v);
+    expect_rejected("RIDGE_GEMM_MC", v);
+    expect_rejected("RIDGE_GEMM_NC", v);
+  }
+  for (const char* v : {"yes", "2", "-1", "on"}) {
+    expect_rejected("RIDGE_GEMM_NO_NARROW", v);
+    expect_rejected("RIDGE_GEMM_SCALAR_PACK", v);
+  }
+  for (const char* v : {"0", "-1", "abc", "100000", "1025", "16x"}) expect_rejected("OMP_NUM_THREADS", v);
+  expect_rejected("RIDGE_ISA", "bogus");
+  expect_rejected("RIDGE_ISA", "AVX2");
+}
+
+TEST(Env, ThreadLimitIsEnforcedBySetNumThreads) {
+  const int before = get_num_threads();
+  EXPECT_THROW(set_num_threads(env::kMaxThreads + 1), Error);
+  EXPECT_THROW(set_num_threads(100000), Error);
+  EXPECT_EQ(get_num_threads(), before);
+  EXPECT_GE(get_num_threads(), 1);
+  EXPECT_LE(get_num_threads(), env::kMaxThreads);
+}
+
+}  // namespace
+
+namespace {
+
+TEST(CheckedProduct, OverflowAndNegativesAreErrorsNamingTheArgument) {
+  EXPECT_EQ(checked_product({16, 16, 4096, 64}, "q"), int64_t{16} * 16 * 4096 * 64);
+  EXPECT_EQ(checked_product({}, "q"), 1);
+  EXPECT_EQ(checked_product({0, int64_t{1} << 62}, "q"), 0);
+  EXPECT_EQ(checked_product({int64_t{1} << 31, int64_t{1} << 31}, "q"), int64_t{1} << 62);
+  for (auto f : {std::vector<int64_t>{16777216, 16777216, 65536, 64},
+                 {int64_t{1} << 62, 2},
+                 {int64_t{1} << 31, (int64_t{1} << 31) + 1}}) {
+    try {
+      if (f.size() == 4)
+        checked_product({f[0], f[1], f[2], f[3]}, "q");
+      else
+        checked_product({f[0], f[1]}, "q");
+      ADD_FAILURE() << "no error";
+    } catch (const Error& e) {
+      EXPECT_EQ(std::string(e.what()).rfind("q: ", 0), 0u) << e.what();
+    }
+  }
+  EXPECT_THROW(checked_product({4, -1}, "q"), Error);
+}
+
+TEST(Memory, CheckFitsAgainstWhatTheMachineHas) {
+  const int64_t avail = memory::available_bytes();
+  EXPECT_GT(avail, 0);
+  EXPECT_LE(avail, memory::physical_bytes());
+  EXPECT_NO_THROW(memory::check_fits(1 << 20, "n"));
+  EXPECT_THROW(memory::check_fits(2.0 * static_cast<double>(memory::physical_bytes()), "n"), Error);
+  // A buffer past physical memory is an error named by its tag, not bad_alloc or a wrap.
+  try {
+    Buffer<double> b(static_cast<size_t>(memory::physical_bytes()), "too.big");
+    ADD_FAILURE() << "allocated more than the machine has";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("too.big: ", 0), 0u) << e.what();
+  }
+  EXPECT_THROW(Buffer<double>(SIZE_MAX / 4, "wraps"), Error);
+}
+
+}  // namespace
