@@ -388,7 +388,13 @@ void run_case(const Case& c, bench::Context& ctx, const roofline::Chip* chip, co
   if (trace::recording()) trace::mark(marker);
   const auto meas = bench::measure(fn, opt);
   json shares;
-  if (trace::recording()) shares = trace_summary(last_marker_ts(marker));
+  if (trace::recording()) {
+    shares = trace_summary(last_marker_ts(marker));
+    std::fprintf(stderr, "trace summary, %s ctx=%lld %s %s (share of the timed steps):\n", c.size.c_str(),
+                 static_cast<long long>(c.seq), c.precision.c_str(), c.pass.c_str());
+    for (const auto& [k, v] : shares.items())
+      std::fprintf(stderr, "  %-30s %5.1f%%\n", k.c_str(), v.get<double>());
+  }
 
   bench::Row row;
   row.case_ = {
@@ -432,12 +438,12 @@ void run_case(const Case& c, bench::Context& ctx, const roofline::Chip* chip, co
     if (eff) {
       row.extra["predicted_ms"] = pred_s * 1e3;
       row.extra["prediction_error_pct"] = 100.0 * (pred_s - meas.stats.median) / meas.stats.median;
-      row.extra["predicted_ms_by_kind"] = pred_by;
+      if (ctx.sink.format() == bench::Format::json) row.extra["predicted_ms_by_kind"] = pred_by;
     }
   } else {
     note = "no probe result: run 'ridge probe' for MFU and --predict";
   }
-  if (!shares.empty()) row.extra["trace_share_pct"] = shares;
+  if (!shares.empty() && ctx.sink.format() == bench::Format::json) row.extra["trace_share_pct"] = shares;
   {
     // Measured: the peak of ridge's allocator over the case (the model, its activations, the optimizer);
     // analytic: the count above. The step holds everything at once, so the two should meet; the
@@ -452,7 +458,15 @@ void run_case(const Case& c, bench::Context& ctx, const roofline::Chip* chip, co
     row.extra["analytic_mib"] = total / (1 << 20);
     row.extra["memory_peak_mib"] = measured / (1 << 20);
     row.extra["memory_diff_pct"] = 100.0 * (measured - total) / total;
-    row.extra["analytic_memory_bytes"] = mem;
+    if (ctx.sink.format() == bench::Format::json) row.extra["analytic_memory_bytes"] = mem;
+    if (memory::recording()) {
+      std::fprintf(stderr, "memory, %s ctx=%lld %s %s: measured peak %.1f MiB, analytic %.1f MiB (%+.1f%%):",
+                   c.size.c_str(), static_cast<long long>(c.seq), c.precision.c_str(), c.pass.c_str(),
+                   measured / (1 << 20), total / (1 << 20), 100.0 * (measured - total) / total);
+      for (const auto& [k, v] : mem.items())
+        std::fprintf(stderr, " %s %.1f MiB;", k.c_str(), v.get<double>() / (1 << 20));
+      std::fprintf(stderr, "\n");
+    }
   }
   if (!g_no_torch) {
     const auto t = torch_peer(weights, c.cfg, c.batch, c.seq, c.precision, c.pass, c.attention, ctx.threads,
@@ -535,12 +549,6 @@ void run_model(bench::Context& ctx) {
       misses.push_back(fmt::format("{} ctx={} {} {}: predicted {:.1f} ms, measured {:.1f} ms ({:+.1f}%)",
                                    c.size, c.seq, c.precision, c.pass, r.extra["predicted_ms"].get<double>(),
                                    r.median_ms, r.extra["prediction_error_pct"].get<double>()));
-    if (r.extra.contains("trace_share_pct")) {
-      std::fprintf(stderr, "trace summary, %s ctx=%lld %s %s (share of the timed steps):\n", c.size.c_str(),
-                   static_cast<long long>(c.seq), c.precision.c_str(), c.pass.c_str());
-      for (const auto& [k, v] : r.extra["trace_share_pct"].items())
-        std::fprintf(stderr, "  %-30s %5.1f%%\n", k.c_str(), v.get<double>());
-    }
   }
   if (g_predict) {
     std::fprintf(stderr, "prediction misses > 10%%: %s\n", misses.empty() ? "none" : "");
