@@ -9,6 +9,10 @@
 #include "ridge/core.hpp"
 #include "ridge/roofline.hpp"
 
+namespace ridge::cli {
+void setup_roofline_model(CLI::App* parent);  // cmd_roofline_model.cpp
+}
+
 namespace {
 
 namespace rr = ridge::roofline;
@@ -393,6 +397,7 @@ void setup(CLI::App& root) {
   setup_ops(r);
   setup_critical(r);
   setup_plot(r);
+  ridge::cli::setup_roofline_model(r);
 }
 
 }  // namespace

@@ -207,6 +207,38 @@ CriticalSplit critical_split_d(const Chip& chip, int64_t chips, const MatmulDtyp
                                const std::string& link = "intra_node");
 
 // ---------------------------------------------------------------------------------------------
+// A Transformer LM's training step as a list of operations (the CS336 model: pre-norm blocks,
+// RMSNorm, RoPE, causal attention, SwiGLU, untied lm_head, AdamW). Pure arithmetic on sizes, so the
+// analyzer answers for any chip and any size, including ones that do not fit on the machine at hand.
+
+struct ModelShape {
+  int64_t vocab = 10000, d_model = 768, layers = 12, heads = 12, d_ff = 3072;
+  int64_t batch = 4, seq = 256;
+  // Operand dtype of the GEMMs and attention: f32, bf16 or fp16 (master weights, gradients,
+  // optimizer state, the residual stream, norms and the loss stay fp32, as mixed precision keeps them).
+  DType operand = DType::f32;
+  bool flash = true;  // FlashAttention (causal tiles skipped) or the math path (S and P in memory)
+};
+
+struct ModelOp {
+  std::string pass;   // "forward", "backward", "optimizer"
+  std::string kind;   // "gemm", "attention", "elementwise", "optimizer"
+  std::string name;   // "gemm qkv", "norm", "attention backward", ...
+  int64_t count = 1;  // times it runs per step (num_layers for an op inside a block)
+  Cost cost;          // one run
+};
+
+// Every operation of forward, backward and the optimizer step (zero_grad, gradient norm, AdamW), in
+// execution order, with ops inside a block listed once with count = layers. ridge::Error naming the
+// field for a non-positive size, d_model not a multiple of heads, or an operand dtype other than
+// f32, bf16, fp16.
+std::vector<ModelOp> model_step_ops(const ModelShape& m);
+// FLOPs of the GEMMs and attention only (what MFU counts): forward, backward.
+double model_matmul_flops(const ModelShape& m, const std::string& pass);
+// Parameter count of the shape: V*D (embedding) + L*(4*D*D + 3*D*F + 2*D) + D + V*D (lm_head).
+long double model_param_count(const ModelShape& m);
+
+// ---------------------------------------------------------------------------------------------
 // Presenting bounds: text for the CLI, standard shapes, measured points, plot input.
 
 // A multi-line human-readable account of one cost on one chip (FLOPs, bytes by operand,

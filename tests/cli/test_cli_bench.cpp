@@ -129,3 +129,13 @@ TEST(CliBench, BadInputIsOneLineAndExit2) {
 }
 
 }  // namespace
+
+TEST(CliBench, ModelBadAxesAreOneLineAndExit2) {
+  for (const char* args : {"bench model --no-torch --set pass=bogus", "bench model --no-torch --set size=huge",
+                           "bench model --no-torch --set precision=fp8", "bench model --no-torch --set attention=sparse",
+                           "bench model --no-torch --set colour=red"}) {
+    const auto r = run(args);
+    EXPECT_EQ(r.code, 2) << args;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << args << ": " << r.err;
+  }
+}

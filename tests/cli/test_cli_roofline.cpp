@@ -167,3 +167,28 @@ TEST(CliRoofline, PlotNeedsAChipAndReadsResults) {
   std::ofstream(bad) << "{\"gflops\": 1}\nnot json\n";
   expect_user_error("roofline plot --hw h100 --results " + bad.string(), "line 1");
 }
+
+TEST(CliRoofline, ModelStepOnAnyChip) {
+  const auto j = json_of(run("roofline model --size tiny --context 128 --batch 2 --precision bf16 --hw h100 --json"));
+  EXPECT_EQ(j["chip"], "h100");
+  EXPECT_EQ(j["shape"]["operand"], "bf16");
+  // The per-pass sums add up to the step, and the step's bound is the sum of the ops' bounds.
+  double passes = 0, ops = 0;
+  for (const auto& [k, p] : j["passes"].items()) passes += p["t_lower_s"].get<double>();
+  for (const auto& o : j["ops"]) ops += o["t_lower_step_s"].get<double>();
+  EXPECT_NEAR(passes, j["step"]["t_lower_s"].get<double>(), 1e-12);
+  EXPECT_NEAR(ops, j["step"]["t_lower_s"].get<double>(), 1e-12);
+  EXPECT_GT(j["step"]["tokens_per_s_bound"].get<double>(), 0);
+  // A size that does not fit here (2.7B) is still analysed.
+  const auto r = run("roofline model --size 2.7B --context 1024 --hw tpu-v5e --brief");
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("step time >="), std::string::npos);
+}
+
+TEST(CliRoofline, ModelBadInput) {
+  expect_user_error("roofline model --size huge", "huge");
+  expect_user_error("roofline model --precision fp8", "fp8");
+  expect_user_error("roofline model --attention sparse", "sparse");
+  expect_user_error("roofline model --heads 5", "--heads");
+  expect_user_error("roofline model --batch 0", "--batch");
+}

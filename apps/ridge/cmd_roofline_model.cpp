@@ -1,0 +1,122 @@
+// `ridge roofline model`: every operation of a Transformer LM's training step (forward, backward,
+// AdamW) with its FLOPs, bytes, intensity and bound on a chip; sums per pass and per step; the
+// step-time and tokens/s bounds. Parsing and printing only: the cost list is ridge::roofline's.
+#include <fmt/format.h>
+
+#include <map>
+#include <memory>
+
+#include "cli.hpp"
+#include "ridge/core.hpp"
+#include "ridge/model/config.hpp"
+#include "ridge/model/model.hpp"
+#include "ridge/model/roofline.hpp"
+
+namespace ridge::cli {
+
+namespace rr = ridge::roofline;
+
+namespace {
+
+struct Opts {
+  std::string size = "small", vocab = "10000", context = "256", batch = "4";
+  std::string d_model, d_ff, layers, heads;
+  std::string precision = "fp32", attention = "flash", hw = "h100", level;
+  bool json = false, brief = false;
+};
+
+std::string ms(double s) {
+  return fmt::format("{:.4g} ms", s * 1e3);
+}
+
+void print_text(const ridge::model::StepRoofline& r, const Opts& o) {
+  const auto& m = r.shape;
+  fmt::print("{}: d_model {}, d_ff {}, {} layers, {} heads, vocab {} ({:.3g} M parameters)\n", r.label,
+             m.d_model, m.d_ff, m.layers, m.heads, m.vocab, r.params / 1e6);
+  fmt::print("batch {} x context {} = {} tokens, {} operands, {} attention\n", m.batch, m.seq,
+             m.batch * m.seq, ridge::dtype_name(m.operand), m.flash ? "flash" : "math");
+  fmt::print("chip {} ({}): {}\n", r.chip.id, r.chip.name, r.roofs);
+  for (const auto& n : r.notes) fmt::print("note: {}\n", n);
+  if (!o.brief) {
+    fmt::print("\n{:<9} {:<22} {:>3} {:>11} {:>11} {:>8} {:>8} {:>11} {:>6}\n", "pass", "op", "x",
+               "GFLOP/run", "MB/run", "FLOP/B", "bound", "T_lower", "share");
+    for (const auto& e : r.ops) {
+      fmt::print("{:<9} {:<22} {:>3} {:>11.4g} {:>11.4g} {:>8.3g} {:>8} {:>11} {:>5.1f}%\n", e.op.pass,
+                 e.op.name, e.op.count, static_cast<double>(e.op.cost.flops) / 1e9,
+                 static_cast<double>(e.op.cost.memory_bytes()) / 1e6, e.bound.intensity, e.bound.binding,
+                 ms(e.t_lower), 100.0 * e.t_lower / r.step.t_lower);
+    }
+  }
+  fmt::print("\n{:<10} {:>11} {:>11} {:>11} {:>11} {:>11}\n", "pass", "GFLOP", "GB", "T_math", "T_memory",
+             "T_lower");
+  for (const char* name : {"forward", "backward", "optimizer"}) {
+    const auto& s = r.passes.at(name);
+    fmt::print("{:<10} {:>11.4g} {:>11.4g} {:>11} {:>11} {:>11}\n", name, s.flops / 1e9, s.bytes / 1e9,
+               ms(s.t_math), ms(s.t_memory), ms(s.t_lower));
+  }
+  fmt::print("{:<10} {:>11.4g} {:>11.4g} {:>11} {:>11} {:>11}\n", "step", r.step.flops / 1e9,
+             r.step.bytes / 1e9, ms(r.step.t_math), ms(r.step.t_memory), ms(r.step.t_lower));
+  fmt::print("\nstep time >= {} (each op at its own roof, one after another); tokens/s <= {:.4g}\n",
+             ms(r.step.t_lower), r.tokens / r.step.t_lower);
+  fmt::print("forward >= {}, forward+backward >= {}; model FLOPs per step {:.4g} GFLOP (GEMMs + attention)\n",
+             ms(r.passes.at("forward").t_lower),
+             ms(r.passes.at("forward").t_lower + r.passes.at("backward").t_lower), r.model_flops / 1e9);
+}
+
+}  // namespace
+
+void setup_roofline_model(CLI::App* parent) {
+  auto o = std::make_shared<Opts>();
+  auto* c = parent->add_subcommand("model",
+                                   "every op of a Transformer LM training step (forward, backward, AdamW) "
+                                   "on a chip: FLOPs, bytes, bound; step-time and tokens/s bounds");
+  c->add_option(
+       "--size", o->size,
+       "preset: " +
+           [] {
+             std::string s;
+             for (const auto& n : ridge::model::preset_names()) s += (s.empty() ? "" : ", ") + n;
+             return s;
+           }())
+      ->capture_default_str();
+  c->add_option("--vocab", o->vocab, "vocabulary size")->capture_default_str();
+  c->add_option("--context", o->context, "tokens per sequence")->capture_default_str();
+  c->add_option("--batch", o->batch, "sequences per batch")->capture_default_str();
+  c->add_option("--d-model", o->d_model, "override the preset's d_model");
+  c->add_option("--d-ff", o->d_ff, "override the preset's d_ff");
+  c->add_option("--layers", o->layers, "override the preset's layer count");
+  c->add_option("--heads", o->heads, "override the preset's head count");
+  c->add_option("--precision", o->precision, "fp32, bf16 or fp16")->capture_default_str();
+  c->add_option("--attention", o->attention, "flash or math")->capture_default_str();
+  c->add_option("--hw", o->hw, "chip: h100, tpu-v5e, ..., 'this' (the probe's result), or a chip JSON file")
+      ->capture_default_str();
+  c->add_option("--level", o->level, "memory level to bound against; default outermost");
+  c->add_flag("--brief", o->brief, "only the sums per pass and per step");
+  c->add_flag("--json", o->json, "print one JSON document");
+  c->callback([o] {
+    auto cnt = [](const std::string& v, const char* what) { return ridge::units::parse_count(v, what); };
+    const auto ctx = cnt(o->context, "--context");
+    auto cfg = ridge::model::preset(o->size, cnt(o->vocab, "--vocab"), ctx);
+    bool custom = false;
+    if (!o->d_model.empty()) cfg.d_model = cnt(o->d_model, "--d-model"), custom = true;
+    if (!o->d_ff.empty()) cfg.d_ff = cnt(o->d_ff, "--d-ff"), custom = true;
+    if (!o->layers.empty()) cfg.num_layers = cnt(o->layers, "--layers"), custom = true;
+    if (!o->heads.empty()) cfg.num_heads = cnt(o->heads, "--heads"), custom = true;
+    ridge::check(cfg.d_model % cfg.num_heads == 0, "--heads: {} does not divide d_model {}", cfg.num_heads,
+                 cfg.d_model);
+    ridge::check(cfg.d_head() % 2 == 0, "--heads: d_model / heads = {} must be even (RoPE rotates pairs)",
+                 cfg.d_head());
+    cfg.validate();
+    const auto shape = ridge::model::model_shape(cfg, cnt(o->batch, "--batch"), ctx,
+                                                 ridge::model::parse_precision(o->precision),
+                                                 ridge::model::parse_attention_path(o->attention));
+    const auto report = ridge::model::step_roofline(custom ? o->size + " (modified)" : o->size, shape,
+                                                    rr::load_chip(o->hw), o->level);
+    if (o->json)
+      print_json(report.to_json());
+    else
+      print_text(report, *o);
+  });
+}
+
+}  // namespace ridge::cli

@@ -1,0 +1,577 @@
+// `ridge bench model`: the CS336 Transformer LM's forward, forward+backward and full training step
+// (CS336's protocol: w warm-up steps, n timed steps, mean, std and median), tokens/s and model FLOPs
+// utilisation against the probed peak, PyTorch on the same model, weights, batch, threads and precision
+// in the same run (tools/torch_model_peer.py; eager and torch.compile), and with --predict the step
+// time predicted from the roofline before it is measured.
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "model/linear.hpp"
+#include "ridge/attention.hpp"
+#include "ridge/bench.hpp"
+#include "ridge/build_paths.h"  // RIDGE_SOURCE_DIR (generated)
+#include "ridge/core.hpp"
+#include "ridge/model/model.hpp"
+#include "ridge/model/optim.hpp"
+#include "ridge/model/roofline.hpp"
+#include "ridge/model/safetensors.hpp"
+#include "ridge/model/train.hpp"
+#include "ridge/roofline.hpp"
+
+namespace ridge {
+namespace {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+bool g_no_torch = false, g_no_compile = false, g_predict = false, g_refit = false;
+std::string g_python = "python3";
+int64_t g_vocab = 10000;
+
+// ---------------------------------------------------------------- efficiencies (--predict)
+// T_predicted(op) = roofline bound on the probed roofs / efficiency of the op's class. The
+// efficiencies come from kernel benchmarks whose shapes no model size here uses, so the prediction
+// is made before the model runs, not fitted to it.
+struct Efficiency {
+  std::map<std::string, double> eff;  // class -> measured / bound, (0, 1]
+  json shapes = json::object();       // class -> what was timed
+  std::string path;
+};
+
+std::string gemm_class(const roofline::ModelOp& op) {
+  const bool dw = op.name.find(" dW") != std::string::npos, dx = op.name.find(" dX") != std::string::npos;
+  const std::string layout = dw ? "tn" : dx ? "nn" : "nt";
+  return fmt::format("gemm {} {}", layout, op.cost.flops < 2e9L ? "<2GF" : ">=2GF");
+}
+std::string op_class(const roofline::ModelOp& op, const std::string& precision) {
+  if (op.kind == "gemm") return precision + " " + gemm_class(op);
+  if (op.kind == "attention") return precision + " attention";
+  return op.kind;  // elementwise, optimizer: fp32 streams whatever the precision
+}
+
+double time_ms(const std::function<void()>& fn) {
+  bench::Options o;
+  o.warmup = 2;
+  o.iters = 5;
+  return bench::measure(fn, o).median_ms();
+}
+
+template <typename O>
+void fit_gemms(const roofline::Chip& chip, const std::string& prec, Efficiency& e) {
+  // Shapes no preset produces (model GEMMs have a side of 512..2560, 10000 or batch*context).
+  const std::vector<std::array<int64_t, 3>> shapes = {{700, 900, 700}, {1500, 1700, 900}};
+  const DType t = std::is_same_v<O, bf16> ? DType::bf16 : DType::f32;
+  for (const char* layout : {"nt", "nn", "tn"})
+    for (const auto& [m, n, k] : shapes) {
+      Buffer<O> a(static_cast<size_t>(m * k), "calib.a"), b(static_cast<size_t>(n * k), "calib.b");
+      Buffer<float> d(static_cast<size_t>(m * n), "calib.d");
+      for (size_t i = 0; i < a.size(); ++i) a[i] = O(static_cast<float>(i % 7) * 0.1f);
+      for (size_t i = 0; i < b.size(); ++i) b[i] = O(static_cast<float>(i % 5) * 0.1f);
+      const std::string l = layout;
+      const double ms = time_ms([&] {
+        if (l == "nt")
+          model::linear::nt(a.data(), b.data(), d.data(), m, n, k, k, k, n, false);
+        else if (l == "nn")
+          model::linear::nn(a.data(), b.data(), d.data(), m, n, k, k, n, n, false);
+        else
+          model::linear::tn(a.data(), b.data(), d.data(), m, n, k, m, n, n, true);
+      });
+      roofline::ModelOp op;
+      op.kind = "gemm";
+      op.name = l == "tn" ? "calib dW" : l == "nn" ? "calib dX" : "calib";
+      roofline::MatmulDtypes dt;
+      dt.x = dt.w = t;
+      dt.out = DType::f32;
+      op.cost = roofline::matmul(m, k, n, dt);
+      const double bound_ms = roofline::bound(op.cost, chip).t_lower * 1e3;
+      const std::string cls = prec + " " + gemm_class(op);
+      e.eff[cls] = std::min(1.0, bound_ms / ms);
+      e.shapes[cls] =
+          fmt::format("{} M={} N={} K={}: {:.3f} ms measured, {:.3f} ms bound", l, m, n, k, ms, bound_ms);
+    }
+}
+
+template <typename O>
+void fit_attention(const roofline::Chip& chip, const std::string& prec, Efficiency& e) {
+  const int64_t B = 1, H = 6, T = 384, Dh = 64;  // no preset has 6 heads or context 384
+  const size_t n = static_cast<size_t>(B * H * T * Dh);
+  Buffer<O> q(n, "calib.q"), k(n, "calib.k"), v(n, "calib.v"), o(n, "calib.o"), d_o(n, "calib.do"),
+      dq(n, "calib.dq"), dk(n, "calib.dk"), dv(n, "calib.dv");
+  Buffer<float> lse(static_cast<size_t>(B * H * T), "calib.lse");
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd;
+  for (auto* buf : {&q, &k, &v, &d_o})
+    for (auto& x : *buf) x = O(nd(rng));
+  auto view = [&](Buffer<O>& b) { return TensorView<O>::contiguous(b.data(), {B, H, T, Dh}); };
+  const auto L = TensorView<float>::contiguous(lse.data(), {B, H, T});
+  attention::Options opt;
+  opt.causal = true;
+  const double ms = time_ms([&] {
+    attention::flash_attention_forward<O>(view(q), view(k), view(v), view(o), L, opt);
+    attention::flash_attention_backward<O>(view(q), view(k), view(v), view(o), view(d_o), L, view(dq),
+                                           view(dk), view(dv), opt);
+  });
+  roofline::AttentionShape s;
+  s.batch = B;
+  s.heads = H;
+  s.seq_q = s.seq_kv = T;
+  s.head_dim = Dh;
+  s.dtype = std::is_same_v<O, bf16> ? DType::bf16 : DType::f32;
+  s.causal = true;
+  s.backward = true;
+  const double bound_ms = roofline::bound(roofline::attention_flash(s), chip).t_lower * 1e3;
+  e.eff[prec + " attention"] = std::min(1.0, bound_ms / ms);
+  e.shapes[prec + " attention"] =
+      fmt::format("flash fwd+bwd causal B={} H={} T={} d={}: {:.3f} ms measured, {:.3f} ms bound", B, H, T,
+                  Dh, ms, bound_ms);
+}
+
+void fit_streams(const roofline::Chip& chip, Efficiency& e) {
+  // Elementwise: a residual add over 6M floats (72 MB moved, out of every cache).
+  const int64_t n = 6'000'000;
+  Buffer<float> x(static_cast<size_t>(n), "calib.x"), y(static_cast<size_t>(n), "calib.y"),
+      z(static_cast<size_t>(n), "calib.z");
+  std::fill(x.begin(), x.end(), 1.0f);
+  std::fill(y.begin(), y.end(), 2.0f);
+  const int nt = get_num_threads();
+  const double ms = time_ms([&] {
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int64_t i = 0; i < n; ++i) z[i] = x[i] + y[i];
+  });
+  const double bound_ms = roofline::bound(roofline::elementwise(n, DType::f32, 2, 1), chip).t_lower * 1e3;
+  e.eff["elementwise"] = std::min(1.0, bound_ms / ms);
+  e.shapes["elementwise"] =
+      fmt::format("x + y over {} fp32: {:.3f} ms measured, {:.3f} ms bound", n, ms, bound_ms);
+  // Optimizer: AdamW over 7M parameters (no preset has that many).
+  const int64_t p = 7'000'000;
+  Buffer<float> params(static_cast<size_t>(p), "calib.params"), grads(static_cast<size_t>(p), "calib.grads");
+  std::fill(params.begin(), params.end(), 0.5f);
+  std::fill(grads.begin(), grads.end(), 0.01f);
+  model::AdamW<float> adam(p, model::AdamWConfig{});
+  const double ams = time_ms([&] { adam.step(params.span(), grads.span()); });
+  roofline::Cost c;
+  c.op = "adamw";
+  c.compute = "fp32";
+  c.flops = 16.0L * p;
+  for (int i = 0; i < 7; ++i)
+    c.memory.push_back({"word", "fp32", static_cast<long double>(p), 4.0L * p, i >= 4});
+  const double abound = roofline::bound(c, chip).t_lower * 1e3;
+  e.eff["optimizer"] = std::min(1.0, abound / ams);
+  e.shapes["optimizer"] =
+      fmt::format("AdamW over {} fp32 parameters: {:.3f} ms measured, {:.3f} ms bound", p, ams, abound);
+}
+
+// Loaded from beside the probe's chip file when it was fitted for this chip and thread count, else
+// measured now and saved there.
+Efficiency efficiencies(const roofline::Chip& chip, int threads) {
+  Efficiency e;
+  const fs::path probe = roofline::probe_result_path();
+  e.path = (probe.parent_path() / fmt::format("this.efficiency.t{}.json", threads)).string();
+  if (!g_refit && fs::is_regular_file(e.path)) {
+    try {
+      std::ifstream in(e.path);
+      const json j = json::parse(in);
+      if (j.at("chip_file_mtime").get<int64_t>() ==
+          static_cast<int64_t>(fs::last_write_time(probe).time_since_epoch().count())) {
+        e.eff = j.at("efficiency").get<std::map<std::string, double>>();
+        e.shapes = j.at("shapes");
+        return e;
+      }
+    } catch (const std::exception&) {  // a stale or damaged file is refitted
+    }
+  }
+  RIDGE_RANGE("fit efficiencies");
+  fit_gemms<float>(chip, "fp32", e);
+  fit_gemms<bf16>(chip, "bf16", e);
+  fit_attention<float>(chip, "fp32", e);
+  fit_attention<bf16>(chip, "bf16", e);
+  fit_streams(chip, e);
+  const json doc = {
+      {"chip", chip.id},
+      {"threads", threads},
+      {"chip_file_mtime", static_cast<int64_t>(fs::last_write_time(probe).time_since_epoch().count())},
+      {"efficiency", e.eff},
+      {"shapes", e.shapes},
+      {"note",
+       "efficiency = roofline bound on the probed roofs / measured time, per op class; "
+       "shapes disjoint from every model preset"}};
+  std::ofstream out(e.path + ".tmp");
+  out << doc.dump(2) << "\n";
+  out.close();
+  if (out) fs::rename(e.path + ".tmp", e.path);
+  return e;
+}
+
+// ---------------------------------------------------------------- the PyTorch peer
+struct TorchResult {
+  std::map<std::string, json> modes;  // "eager", "compile" -> {median_ms, mean_ms, std_ms}
+  std::string why;                    // version, or why absent
+};
+
+TorchResult torch_peer(const std::string& weights, const model::ModelConfig& cfg, int64_t batch, int64_t seq,
+                       const std::string& precision, const std::string& pass, const std::string& attention,
+                       int threads, int warmup, int iters) {
+  TorchResult r;
+  const std::string cmd = fmt::format(
+      "{} {}/tools/torch_model_peer.py --weights {} --vocab {} --d-model {} --d-ff {} --layers {} --heads {} "
+      "--rope-theta {} --batch {} --seq {} --precision {} --pass {} --attention {} --threads {} --warmup {} "
+      "--iters {} {} 2>&1",
+      g_python, RIDGE_SOURCE_DIR, weights, cfg.vocab_size, cfg.d_model, cfg.d_ff, cfg.num_layers,
+      cfg.num_heads, cfg.rope_theta, batch, seq, precision,
+      pass == "forward+backward" ? "forward_backward" : pass, attention, threads, warmup, iters,
+      g_no_compile ? "--no-compile" : "");
+  std::FILE* f = popen(cmd.c_str(), "r");
+  if (!f) {
+    r.why = "PyTorch peer: cannot start python";
+    return r;
+  }
+  std::string text;
+  char buf[4096];
+  while (size_t n = std::fread(buf, 1, sizeof buf, f)) text.append(buf, n);
+  const int rc = pclose(f);
+  const auto nl = text.find_last_of('\n', text.size() >= 2 ? text.size() - 2 : 0);
+  json j;
+  try {
+    j = json::parse(text.substr(nl == std::string::npos ? 0 : nl + 1));
+  } catch (const std::exception&) {
+    r.why = fmt::format("PyTorch peer failed (exit {}): {}", rc, text.substr(0, 160));
+    return r;
+  }
+  if (j.contains("error")) {
+    r.why = j["error"].get<std::string>();
+    return r;
+  }
+  for (const char* m : {"eager", "compile"})
+    if (j.contains(m)) r.modes[m] = j[m];
+  r.why = "torch " + j.value("torch", std::string("?"));
+  if (j.contains("compile_error")) r.why += "; torch.compile: " + j["compile_error"].get<std::string>();
+  return r;
+}
+
+// ---------------------------------------------------------------- the trace summary
+// Shares of the timed steps' time per operation type, from the leaf ranges the model records.
+json trace_summary(double since_us) {
+  const json doc = trace::to_json();
+  std::map<std::string, double> by;
+  double total = 0;
+  for (const auto& e : doc["traceEvents"]) {
+    if (e.value("ph", "") != "X" || e.value("ts", 0.0) < since_us) continue;
+    const std::string n = e.value("name", "");
+    const double d = e.value("dur", 0.0);
+    if (n == "forward" || n == "backward" || n == "optimizer") total += d;
+    if (n == "optimizer")
+      by["optimizer"] += d;
+    else if (n.rfind("gemm", 0) == 0)
+      by["GEMMs"] += d;
+    else if (n == "attention" || n == "attention backward")
+      by["attention"] += d;
+    else if (n == "norm" || n == "norm backward" || n == "rope" || n == "swiglu" || n == "swiglu backward" ||
+             n == "loss" || n == "loss backward" || n == "embedding" || n == "embedding backward" ||
+             n == "final norm" || n == "final norm backward" || n == "cast weights")
+      by["elementwise"] += d;
+  }
+  json j = json::object();
+  if (total <= 0) return j;
+  double named = 0;
+  for (const auto& [k, v] : by) {
+    j[k] = 100.0 * v / total;
+    named += v;
+  }
+  j["other (residual adds, casts)"] = 100.0 * std::max(0.0, total - named) / total;
+  return j;
+}
+
+double last_marker_ts(const std::string& name) {
+  const json doc = trace::to_json();
+  double ts = 0;
+  for (const auto& e : doc["traceEvents"])
+    if (e.value("name", "") == name) ts = std::max(ts, e.value("ts", 0.0));
+  return ts;
+}
+
+// ---------------------------------------------------------------- the analytic memory count
+// What a step must hold: fp32 parameters, gradients and AdamW m and v; the operand copy of the
+// weights (bf16, or fp16 stored as fp32 on this CPU); per layer the saved activations; the final
+// norm's output and the fp32 logits; the workspace the backward pass reuses.
+json analytic_memory(const model::ModelConfig& c, int64_t B, int64_t T, model::Precision p) {
+  const double P = static_cast<double>(c.param_count()), N = static_cast<double>(B * T),
+               D = static_cast<double>(c.d_model), F = static_cast<double>(c.d_ff),
+               V = static_cast<double>(c.vocab_size), H = static_cast<double>(c.num_heads);
+  const double o = p == model::Precision::bf16 ? 2 : 4;
+  const double layer = 4 * (2 * N * D + 2 * N + H * N) + o * (6 * N * D + 3 * N * F);
+  const double fin = 4 * (N * D + 2 * N + N * V) + o * N * D;
+  const double work = 4 * (N * std::max({3 * D, 2 * F}) + N * D + N * std::max(F, D) + 3 * N * D) +
+                      o * (N * std::max({V, 3 * D, 2 * F}) + 3 * N * D + N * D);
+  return {{"parameters", 4 * P},
+          {"gradients", 4 * P},
+          {"optimizer state", 8 * P},
+          {"parameters/operand copy",
+           p == model::Precision::fp32 ? 0.0 : (p == model::Precision::bf16 ? 2 : 4) * P},
+          {"activations (per layer)", layer},
+          {"activations (all layers + final)", layer * static_cast<double>(c.num_layers) + fin},
+          {"workspace", work}};
+}
+
+// ---------------------------------------------------------------- one case
+struct Case {
+  std::string size;
+  model::ModelConfig cfg;
+  int64_t batch = 4, seq = 256;
+  std::string precision = "fp32", pass = "step", attention = "flash";
+};
+
+void run_case(const Case& c, bench::Context& ctx, const roofline::Chip* chip, const Efficiency* eff,
+              int idx) {
+  memory::reset_peak();
+  const int64_t base_bytes = memory::current_bytes();
+  model::TrainConfig tc;
+  tc.batch = c.batch;
+  tc.seq = c.seq;
+  tc.precision = model::parse_precision(c.precision);
+  tc.attention = model::parse_attention_path(c.attention);
+  tc.seed = 1;
+  model::Trainer trainer(c.cfg, tc);
+  auto& m = trainer.model();
+  std::vector<int32_t> in(static_cast<size_t>(c.batch * c.seq)), tg(in.size());
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(c.cfg.vocab_size - 1));
+  for (size_t i = 0; i < in.size(); ++i) in[i] = tok(rng), tg[i] = tok(rng);
+
+  // The PyTorch peer gets the same weights and batch through a safetensors file.
+  std::string weights;
+  if (!g_no_torch) {
+    weights = (fs::temp_directory_path() / fmt::format("ridge_model_peer_{}_{}.safetensors", ::getpid(), idx))
+                  .string();
+    model::SafetensorsWriter w;
+    auto P = m.params();
+    for (const auto& t : m.tensors()) w.add(t.name, DType::f32, t.shape, P.data() + t.offset);
+    w.add("batch.inputs", DType::i32, {c.batch, c.seq}, in.data());
+    w.add("batch.targets", DType::i32, {c.batch, c.seq}, tg.data());
+    w.write(weights);
+  }
+
+  bench::Options opt = ctx.options;
+  const std::string marker = fmt::format("model case {}", idx);
+  std::function<void()> fn;
+  if (c.pass == "forward")
+    fn = [&] {
+      RIDGE_RANGE("forward");
+      bench::do_not_optimize(m.forward(in.data(), tg.data(), c.batch, c.seq));
+    };
+  else if (c.pass == "forward+backward")
+    fn = [&] {
+      m.zero_grad();
+      {
+        RIDGE_RANGE("forward");
+        m.forward(in.data(), tg.data(), c.batch, c.seq);
+      }
+      RIDGE_RANGE("backward");
+      m.backward();
+    };
+  else
+    fn = [&] { bench::do_not_optimize(trainer.step(in.data(), tg.data()).loss); };
+  // Warm-up untimed, then the marker, so the trace summary covers the timed steps only.
+  for (int i = 0; i < opt.warmup; ++i) fn();
+  opt.warmup = 0;
+  if (trace::recording()) trace::mark(marker);
+  const auto meas = bench::measure(fn, opt);
+  json shares;
+  if (trace::recording()) {
+    shares = trace_summary(last_marker_ts(marker));
+    std::fprintf(stderr, "trace summary, %s ctx=%lld %s %s (share of the timed steps):\n", c.size.c_str(),
+                 static_cast<long long>(c.seq), c.precision.c_str(), c.pass.c_str());
+    for (const auto& [k, v] : shares.items())
+      std::fprintf(stderr, "  %-30s %5.1f%%\n", k.c_str(), v.get<double>());
+  }
+
+  bench::Row row;
+  row.case_ = {
+      {"size", c.size}, {"context", c.seq}, {"batch", c.batch}, {"pass", c.pass}, {"attention", c.attention}};
+  row.dtype = c.precision;
+  row.set_time(meas);
+  const auto shape = model::model_shape(c.cfg, c.batch, c.seq, tc.precision, tc.attention);
+  const double fwd = roofline::model_matmul_flops(shape, "forward");
+  row.flops = c.pass == "forward" ? fwd : fwd + roofline::model_matmul_flops(shape, "backward");
+  const double tokens = static_cast<double>(c.batch * c.seq);
+  row.extra["mean_ms"] = meas.stats.mean * 1e3;
+  row.extra["std_ms"] = meas.stats.stddev * 1e3;
+  row.extra["steps_timed"] = meas.stats.n;
+  row.extra["warmup"] = ctx.options.warmup;
+  row.extra["tokens_per_s"] = tokens / meas.stats.median;
+  std::string note;
+  if (chip) {
+    const auto sr = model::step_roofline(c.size, shape, *chip);
+    std::vector<std::string> passes = {"forward"};
+    if (c.pass != "forward") passes.push_back("backward");
+    if (c.pass == "step") passes.push_back("optimizer");
+    double bound_s = 0, bytes = 0, pred_s = 0;
+    std::map<std::string, double> pred_by;
+    for (const auto& e : sr.ops) {
+      if (std::find(passes.begin(), passes.end(), e.op.pass) == passes.end()) continue;
+      bound_s += e.t_lower;
+      bytes += e.bound.memory_bytes * static_cast<double>(e.op.count);
+      if (eff) {
+        const std::string cls = op_class(e.op, c.precision == "bf16" ? "bf16" : "fp32");
+        const auto it = eff->eff.find(cls);
+        const double ef = it != eff->eff.end() && it->second > 0 ? it->second : 1.0;
+        pred_s += e.t_lower / ef;
+        pred_by[e.op.kind] += e.t_lower / ef * 1e3;
+      }
+    }
+    row.bytes = bytes;
+    row.extra["roofline_ms"] = bound_s * 1e3;
+    const std::string pk = roofline::peak_key(shape.operand);
+    const double peak = chip->has_peak(pk) ? chip->peak(pk) : chip->peak("fp32");
+    row.extra["mfu_pct"] = 100.0 * row.flops / meas.stats.median / peak;
+    if (eff) {
+      row.extra["predicted_ms"] = pred_s * 1e3;
+      row.extra["prediction_error_pct"] = 100.0 * (pred_s - meas.stats.median) / meas.stats.median;
+      if (ctx.sink.format() == bench::Format::json) row.extra["predicted_ms_by_kind"] = pred_by;
+    }
+  } else {
+    note = "no probe result: run 'ridge probe' for MFU and --predict";
+  }
+  if (!shares.empty() && ctx.sink.format() == bench::Format::json) row.extra["trace_share_pct"] = shares;
+  {
+    // Measured: the peak of ridge's allocator over the case (the model, its activations, the optimizer);
+    // analytic: the count above. The step holds everything at once, so the two should meet; the
+    // difference is 64-byte alignment of each array, the optimizer state of a forward-only case (not
+    // allocated until the first step) and the bench's own buffers.
+    const auto mem = analytic_memory(c.cfg, c.batch, c.seq, tc.precision);
+    double total = 0;
+    for (const auto& [k, v] : mem.items())
+      if (k != "activations (per layer)" && (c.pass == "step" || k != "optimizer state"))
+        total += v.get<double>();
+    const double measured = static_cast<double>(memory::peak_bytes() - base_bytes);
+    row.extra["analytic_mib"] = total / (1 << 20);
+    row.extra["memory_peak_mib"] = measured / (1 << 20);
+    row.extra["memory_diff_pct"] = 100.0 * (measured - total) / total;
+    if (ctx.sink.format() == bench::Format::json) row.extra["analytic_memory_bytes"] = mem;
+    if (memory::recording()) {
+      std::fprintf(stderr, "memory, %s ctx=%lld %s %s: measured peak %.1f MiB, analytic %.1f MiB (%+.1f%%):",
+                   c.size.c_str(), static_cast<long long>(c.seq), c.precision.c_str(), c.pass.c_str(),
+                   measured / (1 << 20), total / (1 << 20), 100.0 * (measured - total) / total);
+      for (const auto& [k, v] : mem.items())
+        std::fprintf(stderr, " %s %.1f MiB;", k.c_str(), v.get<double>() / (1 << 20));
+      std::fprintf(stderr, "\n");
+    }
+  }
+  if (!g_no_torch) {
+    const auto t = torch_peer(weights, c.cfg, c.batch, c.seq, c.precision, c.pass, c.attention, ctx.threads,
+                              ctx.options.warmup, ctx.options.iters);
+    std::error_code ec;
+    fs::remove(weights, ec);
+    for (const auto& [mode, j] : t.modes) {
+      row.add_peer("pytorch " + mode, j.at("median_ms").get<double>());
+      row.extra["pytorch_" + mode + "_std_ms"] = j.value("std_ms", 0.0);
+    }
+    note += std::string(note.empty() ? "" : "; ") + (t.modes.empty() ? "PyTorch absent: " : "") + t.why;
+  } else {
+    note += (note.empty() ? "" : "; ") + std::string("PyTorch peer skipped (--no-torch)");
+  }
+  row.note = note;
+  ctx.emit(std::move(row));
+  ctx.progress.tick(fmt::format("model {} ctx={} {} {}", c.size, c.seq, c.precision, c.pass));
+}
+
+void run_model(bench::Context& ctx) {
+  const auto& g = ctx.grid;
+  g.check_keys(
+      {"size", "context", "batch", "precision", "pass", "attention", "d_model", "d_ff", "layers", "heads"},
+      "model");
+  std::vector<std::string> sizes = g.values("size", {"tiny", "small"});
+  std::vector<int64_t> ctxs = g.counts("context", {256});
+  std::vector<std::string> precs = g.values("precision", {"fp32", "bf16"});
+  std::vector<std::string> passes = g.values("pass", {"step"});
+  if (!ctx.quick && !g.has("pass")) passes = {"forward", "forward+backward", "step"};
+  // CS336's protocol unless asked otherwise: 5 warm-up steps, 10 timed (--quick: 1 and 3).
+  if (!ctx.quick) {
+    if (ctx.options.warmup == 3) ctx.options.warmup = 5;
+  }
+  for (const auto& p : passes)
+    check(p == "forward" || p == "forward+backward" || p == "step",
+          "bench model: pass '{}' (accepted: forward, forward+backward, step)", p);
+  std::vector<Case> cases;
+  for (const auto& s : sizes)
+    for (int64_t T : ctxs)
+      for (int64_t B : g.counts("batch", {4}))
+        for (const auto& pr : precs)
+          for (const auto& at : g.values("attention", {"flash"}))
+            for (const auto& ps : passes) {
+              Case c;
+              c.size = s;
+              c.cfg = model::preset(s, g_vocab, T);
+              if (g.has("d_model")) c.cfg.d_model = g.counts("d_model")[0], c.size += "*";
+              if (g.has("d_ff")) c.cfg.d_ff = g.counts("d_ff")[0], c.size += "*";
+              if (g.has("layers")) c.cfg.num_layers = g.counts("layers")[0], c.size += "*";
+              if (g.has("heads")) c.cfg.num_heads = g.counts("heads")[0], c.size += "*";
+              c.cfg.validate();
+              check(B >= 1, "bench model: batch {} must be >= 1", B);
+              model::parse_precision(pr);
+              model::parse_attention_path(at);
+              c.batch = B;
+              c.seq = T;
+              c.precision = pr;
+              c.attention = at;
+              c.pass = ps;
+              cases.push_back(c);
+            }
+  std::optional<roofline::Chip> chip;
+  if (roofline::has_probe_result()) chip = roofline::load_chip("this");
+  std::optional<Efficiency> eff;
+  if (g_predict) {
+    check(chip.has_value(), "--predict: no probe result; run 'ridge probe' first");
+    eff = efficiencies(*chip, ctx.threads);
+    std::fprintf(stderr, "efficiencies (bound / measured, %s):\n", eff->path.c_str());
+    for (const auto& [k, v] : eff->eff)
+      std::fprintf(stderr, "  %-24s %5.1f%%  %s\n", k.c_str(), 100 * v, eff->shapes.value(k, "").c_str());
+  }
+  ctx.progress.start(cases.size());
+  int idx = 0;
+  std::vector<std::string> misses;
+  for (const auto& c : cases) {
+    run_case(c, ctx, chip ? &*chip : nullptr, eff ? &*eff : nullptr, idx++);
+    const auto& r = ctx.sink.rows().back();
+    if (r.extra.contains("prediction_error_pct") &&
+        std::abs(r.extra["prediction_error_pct"].get<double>()) > 10)
+      misses.push_back(fmt::format("{} ctx={} {} {}: predicted {:.1f} ms, measured {:.1f} ms ({:+.1f}%)",
+                                   c.size, c.seq, c.precision, c.pass, r.extra["predicted_ms"].get<double>(),
+                                   r.median_ms, r.extra["prediction_error_pct"].get<double>()));
+  }
+  if (g_predict) {
+    std::fprintf(stderr, "prediction misses > 10%%: %s\n", misses.empty() ? "none" : "");
+    for (const auto& m : misses) std::fprintf(stderr, "  %s\n", m.c_str());
+  }
+}
+
+void model_options(CLI::App& app) {
+  app.add_flag("--no-torch", g_no_torch, "skip the PyTorch peer");
+  app.add_flag("--no-compile", g_no_compile, "PyTorch eager only (skip torch.compile)");
+  app.add_flag(
+      "--predict", g_predict,
+      "predict each case from the roofline and per-class efficiencies (fitted on disjoint kernel shapes, "
+      "saved beside the probe's chip file)");
+  app.add_flag("--refit", g_refit, "with --predict: measure the efficiencies again");
+  app.add_option("--vocab", g_vocab, "vocabulary size (default 10000, as CS336)");
+  app.add_option("--python", g_python, "python interpreter for the PyTorch peer (default python3)");
+}
+
+}  // namespace
+}  // namespace ridge
+
+RIDGE_BENCHMARK(
+    model, "model",
+    "the CS336 Transformer LM: forward, forward+backward, training step vs PyTorch (eager, compile)",
+    ridge::run_model, ridge::model_options);

@@ -1,0 +1,52 @@
+// The roofline of a Transformer LM's training step on a chip: the model's configuration and run
+// settings turned into roofline::ModelShape, every op bounded on the chip, sums per pass and step.
+// What `ridge roofline model` prints and what `ridge bench model --predict` starts from.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "ridge/model/config.hpp"
+#include "ridge/model/model.hpp"
+#include "ridge/roofline.hpp"
+
+namespace ridge::model {
+
+roofline::ModelShape model_shape(const ModelConfig& c, int64_t batch, int64_t seq, Precision p,
+                                 AttentionPath a);
+
+struct OpBound {
+  roofline::ModelOp op;
+  roofline::Bound bound;  // one run
+  double t_lower = 0;     // all runs in a step: bound.t_lower * count
+};
+
+struct PassSum {
+  double flops = 0, bytes = 0;
+  double t_math = 0, t_memory = 0;  // sums over the ops: each roof alone
+  double t_lower = 0;               // sum of the ops' bounds, each at its own roof
+};
+
+struct StepRoofline {
+  std::string label;  // "small" or "custom"
+  roofline::ModelShape shape;
+  roofline::Chip chip;
+  std::string roofs;               // "bf16 989 TFLOP/s, fp32 ..., hbm 3.35 TB/s"
+  std::vector<std::string> notes;  // substitutions made (a peak the chip lacks)
+  std::vector<OpBound> ops;
+  std::map<std::string, PassSum> passes;  // forward, backward, optimizer
+  PassSum step;
+  double params = 0, tokens = 0;
+  double model_flops = 0;  // GEMMs + attention, forward + backward: what MFU counts
+  nlohmann::json to_json() const;
+};
+
+// Bounds every op of the step on `chip` at memory level `level` ("" = outermost). A chip without
+// the operand dtype's peak (a CPU probe without fp16) runs those ops at its fp32 peak, with a note.
+StepRoofline step_roofline(const std::string& label, const roofline::ModelShape& shape,
+                           const roofline::Chip& chip, const std::string& level = "");
+
+}  // namespace ridge::model

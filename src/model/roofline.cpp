@@ -1,0 +1,120 @@
+#include "ridge/model/roofline.hpp"
+
+#include <fmt/format.h>
+
+#include "ridge/core/error.hpp"
+#include "ridge/core/units.hpp"
+
+namespace ridge::model {
+
+roofline::ModelShape model_shape(const ModelConfig& c, int64_t batch, int64_t seq, Precision p,
+                                 AttentionPath a) {
+  roofline::ModelShape s;
+  s.vocab = c.vocab_size;
+  s.d_model = c.d_model;
+  s.layers = c.num_layers;
+  s.heads = c.num_heads;
+  s.d_ff = c.d_ff;
+  s.batch = batch;
+  s.seq = seq;
+  s.operand = p == Precision::fp32 ? DType::f32 : p == Precision::bf16 ? DType::bf16 : DType::fp16;
+  s.flash = a == AttentionPath::flash;
+  return s;
+}
+
+StepRoofline step_roofline(const std::string& label, const roofline::ModelShape& shape,
+                           const roofline::Chip& chip, const std::string& level) {
+  StepRoofline r;
+  r.label = label;
+  r.shape = shape;
+  r.chip = chip;
+  r.params = static_cast<double>(roofline::model_param_count(shape));
+  r.tokens = static_cast<double>(shape.batch * shape.seq);
+  r.model_flops =
+      roofline::model_matmul_flops(shape, "forward") + roofline::model_matmul_flops(shape, "backward");
+  // A chip without a dtype's peak runs those ops at a peak it has: a CPU probe without fp16 multiplies
+  // fp16 operands on its fp32 units; a TPU without a quoted fp32 peak runs elementwise work at bf16's.
+  const std::string op_key = roofline::peak_key(shape.operand);
+  std::map<std::string, std::string> key;
+  for (const std::string& k : {op_key, std::string("fp32")}) {
+    if (key.count(k)) continue;
+    key[k] = k;
+    if (chip.has_peak(k)) continue;
+    for (const char* alt : {"fp32", "bf16", "fp16"})
+      if (chip.has_peak(alt)) {
+        key[k] = alt;
+        break;
+      }
+    check(key[k] != k, "chip {}: has no {}, fp32, bf16 or fp16 peak to bound the model's ops with", chip.id,
+          k);
+    r.notes.push_back(
+        fmt::format("{} has no {} peak: the {} ops are bounded at its {} peak", chip.id, k, k, key[k]));
+  }
+  r.roofs = fmt::format("{} {}", key[op_key], units::format_flops(chip.peak(key[op_key])));
+  if (key["fp32"] != key[op_key])
+    r.roofs += fmt::format(", {} {}", key["fp32"], units::format_flops(chip.peak(key["fp32"])));
+  const auto& ml = chip.memory_level(level);
+  r.roofs += fmt::format(", {} {}", ml.level, units::format_rate(ml.bandwidth.value));
+  roofline::BoundOptions bo;
+  bo.level = level;
+  for (auto& op : roofline::model_step_ops(shape)) {
+    op.cost.compute = key.at(op.cost.compute);
+    OpBound e;
+    e.bound = roofline::bound(op.cost, chip, bo);
+    e.t_lower = e.bound.t_lower * static_cast<double>(op.count);
+    e.op = std::move(op);
+    const double c = static_cast<double>(e.op.count);
+    for (PassSum* s : {&r.passes[e.op.pass], &r.step}) {
+      s->flops += e.bound.flops * c;
+      s->bytes += e.bound.memory_bytes * c;
+      s->t_math += e.bound.t_math * c;
+      s->t_memory += e.bound.t_memory * c;
+      s->t_lower += e.t_lower;
+    }
+    r.ops.push_back(std::move(e));
+  }
+  return r;
+}
+
+nlohmann::json StepRoofline::to_json() const {
+  auto sum = [](const PassSum& s) {
+    return nlohmann::json{{"flops", s.flops},
+                          {"memory_bytes", s.bytes},
+                          {"t_math_s", s.t_math},
+                          {"t_memory_s", s.t_memory},
+                          {"t_lower_s", s.t_lower}};
+  };
+  nlohmann::json j;
+  j["size"] = label;
+  j["shape"] = {{"vocab", shape.vocab},
+                {"d_model", shape.d_model},
+                {"layers", shape.layers},
+                {"heads", shape.heads},
+                {"d_ff", shape.d_ff},
+                {"batch", shape.batch},
+                {"seq", shape.seq},
+                {"operand", dtype_name(shape.operand)},
+                {"attention", shape.flash ? "flash" : "math"}};
+  j["chip"] = chip.id;
+  j["notes"] = notes;
+  j["params"] = params;
+  j["tokens"] = tokens;
+  j["model_flops"] = model_flops;
+  j["ops"] = nlohmann::json::array();
+  for (const auto& e : ops) {
+    nlohmann::json o = e.op.cost.to_json();
+    o["pass"] = e.op.pass;
+    o["kind"] = e.op.kind;
+    o["name"] = e.op.name;
+    o["count"] = e.op.count;
+    o["bound"] = e.bound.to_json();
+    o["t_lower_step_s"] = e.t_lower;
+    j["ops"].push_back(o);
+  }
+  for (const auto& [k, s] : passes) j["passes"][k] = sum(s);
+  j["step"] = sum(step);
+  j["step"]["tokens_per_s_bound"] = tokens / step.t_lower;
+  return j;
+}
+
+}  // namespace ridge::model

@@ -1,0 +1,232 @@
+// The training step of the CS336 Transformer LM as a list of roofline costs. Byte counts follow
+// what a mixed-precision implementation moves: GEMM and attention operands in the operand dtype,
+// GEMM outputs, the residual stream, norms, the loss, gradients and AdamW state in fp32. Weight
+// gradients are accumulated (read and written). Elementwise FLOPs are small next to the GEMMs and
+// counted roughly (a handful per element); what matters for their bound is their bytes.
+#include <fmt/format.h>
+
+#include "ridge/core/error.hpp"
+#include "ridge/roofline.hpp"
+
+namespace ridge::roofline {
+namespace {
+
+Traffic tr(const std::string& name, DType t, long double elements, bool write = false) {
+  return {name, dtype_name(t), elements, elements * static_cast<long double>(dtype_size(t)), write};
+}
+
+// C[m,n] = A[m,k] B[k,n] in whichever layout; `acc` adds the read of C (a gradient accumulated).
+Cost gemm(int64_t m, int64_t k, int64_t n, DType ab, DType c, bool acc, const char* a, const char* b,
+          const char* out) {
+  const long double M = static_cast<long double>(m), K = static_cast<long double>(k),
+                    N = static_cast<long double>(n);
+  Cost r;
+  r.op = "matmul";
+  r.shape = fmt::format("M={} K={} N={} {}->{}", m, k, n, dtype_name(ab), dtype_name(c));
+  r.compute = peak_key(ab);
+  r.flops = 2 * M * K * N;
+  r.memory = {tr(a, ab, M * K), tr(b, ab, K * N)};
+  if (acc) r.memory.push_back(tr(std::string(out) + " (accumulate)", c, M * N));
+  r.memory.push_back(tr(out, c, M * N, true));
+  return r;
+}
+
+Cost ew(const std::string& shape, long double flops, std::vector<Traffic> t) {
+  Cost r;
+  r.op = "elementwise";
+  r.shape = shape;
+  r.compute = "fp32";
+  r.flops = flops;
+  r.memory = std::move(t);
+  return r;
+}
+
+// Backward of flash attention alone: reads Q, K, V, O, dO and the log-sum-exp, writes dQ, dK, dV;
+// 5 matmuls (S and P recomputed, dV, dP, dQ, dK) = 2.5x the forward's 2.
+Cost flash_backward(const AttentionShape& s) {
+  AttentionShape f = s;
+  f.backward = false;
+  Cost c = attention_flash(f);
+  c.op = "attention-flash-backward";
+  c.flops *= 2.5L;
+  const long double q = static_cast<long double>(s.batch) * s.heads * s.seq_q * s.head_dim;
+  const long double rows = static_cast<long double>(s.batch) * s.heads * s.seq_q;
+  c.memory = {tr("Q,K,V", s.dtype, 3 * q), tr("O", s.dtype, q), tr("dO", s.dtype, q),
+              tr("logsumexp", DType::f32, rows), tr("dQ,dK,dV", s.dtype, 3 * q, true)};
+  return c;
+}
+
+// Backward of the math path alone: the naive fwd+bwd cost less its forward.
+Cost naive_backward(const AttentionShape& s) {
+  AttentionShape f = s;
+  f.backward = false;
+  AttentionShape fb = s;
+  fb.backward = true;
+  const Cost cf = attention_naive(f);
+  Cost c = attention_naive(fb);
+  c.op = "attention-naive-backward";
+  c.flops -= cf.flops;
+  // What the backward moves: the entries the forward does not have (the forward's Q, K, V, O, S and
+  // P traffic is already counted in the forward op).
+  std::vector<Traffic> rest;
+  for (const auto& t : c.memory) {
+    bool in_fwd = false;
+    for (const auto& u : cf.memory) in_fwd = in_fwd || t.name == u.name;
+    if (!in_fwd) rest.push_back(t);
+  }
+  c.memory = std::move(rest);
+  return c;
+}
+
+void check_shape(const ModelShape& m) {
+  auto pos = [](int64_t v, const char* what) {
+    check(v >= 1 && v <= (int64_t{1} << 40), "model shape: {} = {} is not a positive size (1 to 2^40)", what,
+          v);
+  };
+  pos(m.vocab, "vocab");
+  pos(m.d_model, "d_model");
+  pos(m.layers, "layers");
+  pos(m.heads, "heads");
+  pos(m.d_ff, "d_ff");
+  pos(m.batch, "batch");
+  pos(m.seq, "seq");
+  check(m.d_model % m.heads == 0, "model shape: d_model {} is not a multiple of heads {}", m.d_model,
+        m.heads);
+  check(m.operand == DType::f32 || m.operand == DType::bf16 || m.operand == DType::fp16,
+        "model shape: operand dtype {} is not accepted (f32, bf16, f16)", dtype_name(m.operand));
+}
+
+}  // namespace
+
+long double model_param_count(const ModelShape& m) {
+  const long double V = static_cast<long double>(m.vocab), D = static_cast<long double>(m.d_model),
+                    F = static_cast<long double>(m.d_ff), L = static_cast<long double>(m.layers);
+  return 2 * V * D + L * (4 * D * D + 3 * D * F + 2 * D) + D;
+}
+
+std::vector<ModelOp> model_step_ops(const ModelShape& m) {
+  check_shape(m);
+  const DType O = m.operand, S = DType::f32;
+  const bool mixed = O != S;
+  const int64_t N = m.batch * m.seq, D = m.d_model, F = m.d_ff, V = m.vocab, L = m.layers;
+  const long double n = static_cast<long double>(N), d = static_cast<long double>(D),
+                    f = static_cast<long double>(F), v = static_cast<long double>(V);
+  const long double P = model_param_count(m);
+  const std::string nd = fmt::format("N={} D={}", N, D);
+  AttentionShape as;
+  as.batch = m.batch;
+  as.heads = m.heads;
+  as.seq_q = as.seq_kv = m.seq;
+  as.head_dim = D / m.heads;
+  as.dtype = O;
+  as.causal = true;
+
+  std::vector<ModelOp> ops;
+  auto add = [&](const char* pass, const char* kind, const std::string& name, int64_t count, Cost c) {
+    ops.push_back({pass, kind, name, count, std::move(c)});
+  };
+  auto norm = [&](const char* pass, const std::string& name, int64_t count) {
+    add(pass, "elementwise", name, count,
+        ew(nd, 4 * n * d,
+           {tr("x", S, n * d), tr("w", S, d), tr("rstd", S, n, true), tr("h", O, n * d, true)}));
+  };
+  auto norm_bwd = [&](const std::string& name, int64_t count) {
+    add("backward", "elementwise", name, count,
+        ew(nd, 8 * n * d,
+           {tr("dh", S, n * d), tr("x", S, n * d), tr("w", S, d), tr("dx (accumulate)", S, n * d),
+            tr("dx", S, n * d, true), tr("dw (accumulate)", S, d), tr("dw", S, d, true)}));
+  };
+  auto residual = [&](const std::string& name) {
+    add("forward", "elementwise", name, L,
+        ew(nd, n * d, {tr("x", S, n * d), tr("y", S, n * d), tr("x+y", S, n * d, true)}));
+  };
+  auto cast = [&](const char* pass, const std::string& name, long double elements, int64_t count) {
+    if (mixed)
+      add(pass, "elementwise", name, count,
+          ew(fmt::format("N={}", static_cast<double>(elements)), 0,
+             {tr("in", S, elements), tr("out", O, elements, true)}));
+  };
+
+  // ---- forward
+  cast("forward", "cast weights", P, 1);
+  add("forward", "elementwise", "embedding", 1, ew(nd, 0, {tr("rows", S, n * d), tr("x", S, n * d, true)}));
+  norm("forward", "norm (ln1)", L);
+  add("forward", "gemm", "gemm qkv", L, gemm(N, D, 3 * D, O, S, false, "h1[N,D]", "Wqkv[D,3D]", "qkv[N,3D]"));
+  add("forward", "elementwise", "rope", L,
+      ew(nd, 6 * n * d, {tr("qkv", S, 3 * n * d), tr("qkv (rotated)", O, 3 * n * d, true)}));
+  add("forward", "attention", "attention", L, m.flash ? attention_flash(as) : attention_naive(as));
+  add("forward", "gemm", "gemm out", L, gemm(N, D, D, O, S, false, "o[N,D]", "Wo[D,D]", "y[N,D]"));
+  residual("residual (attn)");
+  norm("forward", "norm (ln2)", L);
+  add("forward", "gemm", "gemm w1 w3", L, gemm(N, D, 2 * F, O, S, false, "h2[N,D]", "W13[D,2F]", "ab[N,2F]"));
+  add("forward", "elementwise", "swiglu", L,
+      ew(fmt::format("N={} F={}", N, F), 6 * n * f,
+         {tr("ab", S, 2 * n * f), tr("ab (saved)", O, 2 * n * f, true), tr("g", O, n * f, true)}));
+  add("forward", "gemm", "gemm w2", L, gemm(N, F, D, O, S, false, "g[N,F]", "W2[F,D]", "y[N,D]"));
+  residual("residual (ffn)");
+  norm("forward", "final norm", 1);
+  add("forward", "gemm", "gemm lm_head", 1, gemm(N, D, V, O, S, false, "h[N,D]", "Wlm[D,V]", "logits[N,V]"));
+  add("forward", "elementwise", "loss", 1,
+      ew(fmt::format("N={} V={}", N, V), 4 * n * v, {tr("logits", S, n * v), tr("logsumexp", S, n, true)}));
+
+  // ---- backward (layers in reverse; a block's ops listed once)
+  add("backward", "elementwise", "loss backward", 1,
+      ew(fmt::format("N={} V={}", N, V), 3 * n * v,
+         {tr("logits", S, n * v), tr("logsumexp", S, n), tr("dlogits", S, n * v, true)}));
+  cast("backward", "cast dlogits", n * v, 1);
+  add("backward", "gemm", "gemm lm_head dW", 1,
+      gemm(V, N, D, O, S, true, "dlogits^T[V,N]", "h[N,D]", "dWlm[V,D]"));
+  add("backward", "gemm", "gemm lm_head dX", 1,
+      gemm(N, V, D, O, S, false, "dlogits[N,V]", "Wlm[V,D]", "dh[N,D]"));
+  norm_bwd("final norm backward", 1);
+  cast("backward", "cast dy (ffn)", n * d, L);
+  add("backward", "gemm", "gemm w2 dW", L, gemm(D, N, F, O, S, true, "dy^T[D,N]", "g[N,F]", "dW2[D,F]"));
+  add("backward", "gemm", "gemm w2 dX", L, gemm(N, D, F, O, S, false, "dy[N,D]", "W2[D,F]", "dg[N,F]"));
+  add("backward", "elementwise", "swiglu backward", L,
+      ew(fmt::format("N={} F={}", N, F), 10 * n * f,
+         {tr("dg", S, n * f), tr("ab", O, 2 * n * f), tr("dab", O, 2 * n * f, true)}));
+  add("backward", "gemm", "gemm w1 w3 dW", L,
+      gemm(2 * F, N, D, O, S, true, "dab^T[2F,N]", "h2[N,D]", "dW13[2F,D]"));
+  add("backward", "gemm", "gemm w1 w3 dX", L,
+      gemm(N, 2 * F, D, O, S, false, "dab[N,2F]", "W13[2F,D]", "dh2[N,D]"));
+  norm_bwd("norm backward (ln2)", L);
+  cast("backward", "cast dy (attn)", n * d, L);
+  add("backward", "gemm", "gemm out dW", L, gemm(D, N, D, O, S, true, "dy^T[D,N]", "o[N,D]", "dWo[D,D]"));
+  add("backward", "gemm", "gemm out dX", L, gemm(N, D, D, O, S, false, "dy[N,D]", "Wo[D,D]", "do[N,D]"));
+  cast("backward", "cast do", n * d, L);
+  add("backward", "attention", "attention backward", L, m.flash ? flash_backward(as) : naive_backward(as));
+  add("backward", "elementwise", "rope backward", L,
+      ew(nd, 6 * n * d, {tr("dqkv", O, 3 * n * d), tr("dqkv (rotated)", O, 3 * n * d, true)}));
+  add("backward", "gemm", "gemm qkv dW", L,
+      gemm(3 * D, N, D, O, S, true, "dqkv^T[3D,N]", "h1[N,D]", "dWqkv[3D,D]"));
+  add("backward", "gemm", "gemm qkv dX", L,
+      gemm(N, 3 * D, D, O, S, false, "dqkv[N,3D]", "Wqkv[3D,D]", "dh1[N,D]"));
+  norm_bwd("norm backward (ln1)", L);
+  add("backward", "elementwise", "embedding backward", 1,
+      ew(nd, n * d,
+         {tr("dx", S, n * d), tr("dE rows (accumulate)", S, n * d), tr("dE rows", S, n * d, true)}));
+
+  // ---- optimizer: zero_grad, the global gradient norm (clipping), AdamW over the flat buffers
+  const std::string ps = fmt::format("P={:.0f}", static_cast<double>(P));
+  add("optimizer", "optimizer", "zero grad", 1, ew(ps, 0, {tr("grads", S, P, true)}));
+  add("optimizer", "optimizer", "grad norm", 1, ew(ps, 2 * P, {tr("grads", S, P)}));
+  add("optimizer", "optimizer", "adamw", 1,
+      ew(ps, 16 * P,
+         {tr("params", S, P), tr("grads", S, P), tr("m", S, P), tr("v", S, P), tr("params", S, P, true),
+          tr("m", S, P, true), tr("v", S, P, true)}));
+  return ops;
+}
+
+double model_matmul_flops(const ModelShape& m, const std::string& pass) {
+  check(pass == "forward" || pass == "backward",
+        "model_matmul_flops: pass '{}' (accepted: forward, backward)", pass);
+  ModelShape s = m;
+  s.flash = true;  // model FLOPs do not depend on the implementation: the causal half is what counts
+  long double sum = 0;
+  for (const auto& op : model_step_ops(s))
+    if (op.pass == pass && (op.kind == "gemm" || op.kind == "attention"))
+      sum += op.cost.flops * static_cast<long double>(op.count);
+  return static_cast<double>(sum);
+}
+
+}  // namespace ridge::roofline
