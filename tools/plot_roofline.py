@@ -75,7 +75,8 @@ def main():
         ax.plot(x, y, color=chip_colors[chip], linestyle=level_style(chip, level),
                 linewidth=width, alpha=0.85 if is_outer else 0.5)
         if is_outer:
-            ax.annotate(f'{chip} {"/".join(r["dtypes"])} {peak / 1e12:.3g} TFLOP/s', (xmax, peak), fontsize=7,
+            rate = f"{peak / 1e12:.4g} TFLOP/s" if peak >= 1e12 else f"{peak / 1e9:.4g} GFLOP/s"
+            ax.annotate(f'{chip} {"/".join(r["dtypes"])} {rate}', (xmax, peak), fontsize=7,
                         ha="right", va="bottom", color=chip_colors[chip])
 
     groups = []
