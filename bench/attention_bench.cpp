@@ -3,10 +3,7 @@
 // has OpenBLAS, else ridge's own fp32 math path), PyTorch's CPU scaled_dot_product_attention (its
 // flash kernel) and PyTorch's math backend (tools/torch_attention_peer.py in a subprocess, when
 // torch is installed).
-#include "ridge/build_paths.h"  // RIDGE_SOURCE_DIR, RIDGE_BINARY (generated)
 #include <CLI/CLI.hpp>
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -14,6 +11,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
 #include <string>
@@ -21,6 +19,7 @@
 
 #include "ridge/attention.hpp"
 #include "ridge/bench.hpp"
+#include "ridge/build_paths.h"  // RIDGE_SOURCE_DIR, RIDGE_BINARY (generated)
 #include "ridge/core.hpp"
 #include "ridge/roofline.hpp"
 
@@ -381,12 +380,16 @@ void run_case(const AttnCase& c, bench::Context& ctx, double peak_of_dtype) {
     if (g_no_math) {
       math_note = "; math path skipped (--no-math)";
     } else if (need > limit) {
-      math_note = fmt::format("; math path skipped: needs {} > 8 GiB", units::format_bytes(static_cast<int64_t>(need)));
+      math_note = fmt::format("; math path skipped: needs {} > 8 GiB",
+                              units::format_bytes(static_cast<int64_t>(need)));
     } else {
       mp.emplace(c, has_b);
-      if (pass == "forward") peer = [&] { mp->forward(fq.data(), fk.data(), fv.data(), fo.data()); };
+      if (pass == "forward")
+        peer = [&] { mp->forward(fq.data(), fk.data(), fv.data(), fo.data()); };
       else if (pass == "backward")
-        peer = [&] { mp->backward(fq.data(), fk.data(), fv.data(), fdo.data(), fdq.data(), fdk.data(), fdv.data()); };
+        peer = [&] {
+          mp->backward(fq.data(), fk.data(), fv.data(), fdo.data(), fdq.data(), fdk.data(), fdv.data());
+        };
       else
         peer = [&] {
           mp->forward(fq.data(), fk.data(), fv.data(), fo.data());

@@ -168,9 +168,10 @@ void run_gemm(bench::Context& ctx) {
 void gemm_options(CLI::App& app) {
   app.add_option("--dtype", g_dtypes, "comma-separated dtypes: fp32, bf16, fp8 (default all)");
   app.add_option("--shapes", g_shapes_file, "shape-set JSON (default bench/shapes/gemm-shapes.json)");
-  app.add_flag("--warm", g_warm,
-               "time every call on the same operands (they stay in cache) instead of rotating through copies that "
-               "span 4x the last-level cache, so each call reads its operands from DRAM as in a model");
+  app.add_flag(
+      "--warm", g_warm,
+      "time every call on the same operands (they stay in cache) instead of rotating through copies that "
+      "span 4x the last-level cache, so each call reads its operands from DRAM as in a model");
 }
 
 }  // namespace

@@ -25,9 +25,9 @@ struct GemmCase {
 
 // Runs ridge's kernel and its peer (OpenBLAS sgemm for fp32, oneDNN bf16 matmul for bf16) on the
 // same random operands, interleaved round by round so machine noise hits both alike, and returns
-// a row: case {m, n, k}, dtype, cache ("cold" unless c.warm), median/min time, spread, flops = 2mnk, bytes = DeepGEMM's count (A and B in
-// their dtype, D in bf16), peers with speedups, extra {"kernel", "peer_kernel", "max_rel_err"}.
-// ridge::Error for an unsupported dtype or a bad shape.
+// a row: case {m, n, k}, dtype, cache ("cold" unless c.warm), median/min time, spread, flops = 2mnk, bytes =
+// DeepGEMM's count (A and B in their dtype, D in bf16), peers with speedups, extra {"kernel", "peer_kernel",
+// "max_rel_err"}. ridge::Error for an unsupported dtype or a bad shape.
 bench::Row run_dense_case(const GemmCase& c, const bench::Options& options);
 
 // Bytes DeepGEMM counts for one call: A and B in their dtype, D in bf16.

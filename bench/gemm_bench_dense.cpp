@@ -1,7 +1,7 @@
 // fp32 and bf16 rows of `ridge bench gemm`: ridge against its peer in the same run.
-#include <CLI/CLI.hpp>
 #include <omp.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cmath>
 #include <random>
@@ -74,20 +74,28 @@ struct DenseOperands {
     if (out_f32) {
       const MatrixView<float> dv{d32.data() + i * m * n, m, n, n};
       if constexpr (std::is_same_v<T, float>) {
-        if (packed_b) gemm::f32_gemm_nt(av(i), packed[i], dv);
-        else gemm::f32_gemm_nt(av(i), bv(i), dv);
+        if (packed_b)
+          gemm::f32_gemm_nt(av(i), packed[i], dv);
+        else
+          gemm::f32_gemm_nt(av(i), bv(i), dv);
       } else {
-        if (packed_b) gemm::bf16_gemm_nt(av(i), packed[i], dv);
-        else gemm::bf16_gemm_nt(av(i), bv(i), dv);
+        if (packed_b)
+          gemm::bf16_gemm_nt(av(i), packed[i], dv);
+        else
+          gemm::bf16_gemm_nt(av(i), bv(i), dv);
       }
     } else {
       const MatrixView<bf16> dv{d16.data() + i * m * n, m, n, n};
       if constexpr (std::is_same_v<T, float>) {
-        if (packed_b) gemm::f32_gemm_nt(av(i), packed[i], dv);
-        else gemm::f32_gemm_nt(av(i), bv(i), dv);
+        if (packed_b)
+          gemm::f32_gemm_nt(av(i), packed[i], dv);
+        else
+          gemm::f32_gemm_nt(av(i), bv(i), dv);
       } else {
-        if (packed_b) gemm::bf16_gemm_nt(av(i), packed[i], dv);
-        else gemm::bf16_gemm_nt(av(i), bv(i), dv);
+        if (packed_b)
+          gemm::bf16_gemm_nt(av(i), packed[i], dv);
+        else
+          gemm::bf16_gemm_nt(av(i), bv(i), dv);
       }
     }
   }
@@ -130,9 +138,15 @@ bench::Row run_dense_case(const GemmCase& c, const bench::Options& options) {
 
   auto run_typed = [&](auto tag) {
     using T = decltype(tag);
-    DenseOperands<T> ops{m, n, k, copies, Buffer<T>(sz(m * k), "bench.gemm.a"), Buffer<T>(sz(n * k), "bench.gemm.b"),
+    DenseOperands<T> ops{m,
+                         n,
+                         k,
+                         copies,
+                         Buffer<T>(sz(m * k), "bench.gemm.a"),
+                         Buffer<T>(sz(n * k), "bench.gemm.b"),
                          Buffer<float>(out_f32 ? sz(m * n) : 0, "bench.gemm.d"),
-                         Buffer<bf16>(out_f32 ? 0 : sz(m * n), "bench.gemm.d"), {}};
+                         Buffer<bf16>(out_f32 ? 0 : sz(m * n), "bench.gemm.d"),
+                         {}};
     replicate(ops.a, m * k, copies, 1);
     replicate(ops.b, n * k, copies, 2);
     if (c.packed_b)
@@ -162,13 +176,16 @@ bench::Row run_dense_case(const GemmCase& c, const bench::Options& options) {
     } else {
       if (c.peer && gemm_peers::onednn_available()) {
         mm = std::make_unique<gemm_peers::OnednnBf16Matmul>(m, n, k, c.out);
-        if (out_f32) dp32 = Buffer<float>(sz(m * n), "bench.gemm.peer_d");
-        else dp16 = Buffer<bf16>(sz(m * n), "bench.gemm.peer_d");
+        if (out_f32)
+          dp32 = Buffer<float>(sz(m * n), "bench.gemm.peer_d");
+        else
+          dp16 = Buffer<bf16>(sz(m * n), "bench.gemm.peer_d");
         row.extra["peer_kernel"] = "onednn " + gemm_peers::onednn_version() + " " + mm->impl_name();
         peer_name = "onednn_bf16";
         peer_call = [&](int64_t i) {
           mm->run(ops.a.data() + i * m * k, ops.b.data() + i * n * k,
-                  out_f32 ? static_cast<void*>(dp32.data() + i * m * n) : static_cast<void*>(dp16.data() + i * m * n));
+                  out_f32 ? static_cast<void*>(dp32.data() + i * m * n)
+                          : static_cast<void*>(dp16.data() + i * m * n));
         };
       }
     }
@@ -193,8 +210,10 @@ bench::Row run_dense_case(const GemmCase& c, const bench::Options& options) {
       row.extra["max_rel_diff_vs_peer"] = diff;
     }
   };
-  if (c.dtype == DType::f32) run_typed(float{});
-  else run_typed(bf16{});
+  if (c.dtype == DType::f32)
+    run_typed(float{});
+  else
+    run_typed(bf16{});
   return row;
 }
 
@@ -208,9 +227,10 @@ namespace {
 bool g_dense_warm = false;
 
 void gemm_dense_options(CLI::App& app) {
-  app.add_flag("--warm", g_dense_warm,
-               "time every call on the same operands (they stay in cache) instead of rotating through copies that "
-               "span 4x the last-level cache");
+  app.add_flag(
+      "--warm", g_dense_warm,
+      "time every call on the same operands (they stay in cache) instead of rotating through copies that "
+      "span 4x the last-level cache");
 }
 
 void run_gemm_dense(bench::Context& ctx) {
@@ -246,5 +266,6 @@ void run_gemm_dense(bench::Context& ctx) {
 }  // namespace
 }  // namespace ridge::gemm_bench
 
-RIDGE_BENCHMARK(gemm_dense, "gemm-dense", "fp32/bf16 GEMM (ridge) against OpenBLAS sgemm and oneDNN bf16 matmul",
+RIDGE_BENCHMARK(gemm_dense, "gemm-dense",
+                "fp32/bf16 GEMM (ridge) against OpenBLAS sgemm and oneDNN bf16 matmul",
                 ridge::gemm_bench::run_gemm_dense, ridge::gemm_bench::gemm_dense_options);

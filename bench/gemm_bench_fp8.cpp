@@ -2,13 +2,14 @@
 // (oneDNN's bf16 matmul on the dequantized operands, dequantized once and untimed), and the grouped
 // MoE layouts against the dense fp8 GEMM of the same total size. Calls alternate between ridge and
 // the peer in rounds so bursts of load from other processes hit both alike.
+#include "gemm_bench_fp8.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <functional>
 #include <memory>
 #include <vector>
 
-#include "gemm_bench_fp8.hpp"
 #include "gemm_peers.hpp"
 #include "ridge/bench/result.hpp"
 #include "ridge/core.hpp"
@@ -160,7 +161,8 @@ bench::Row run_fp8_case(const Fp8Case& c, const bench::Options& options) {
     for (int64_t i = 1; i < copies; ++i) bcopies.push_back(clone(bs[0]));
     const auto bq = [&](int64_t i) -> const Quantized& { return i == 0 ? bs[0] : bcopies[i - 1]; };
     std::vector<gemm::PackedFp8B> packed;
-    for (int64_t i = 0; i < copies; ++i) packed.push_back(gemm::PackedFp8B::pack(bq(i).q.view(), bq(i).q.scale_view()));
+    for (int64_t i = 0; i < copies; ++i)
+      packed.push_back(gemm::PackedFp8B::pack(bq(i).q.view(), bq(i).q.scale_view()));
     fns.push_back([&] {
       const int64_t i = counter(next[0]);
       gemm::fp8_gemm_nt(as[i].q.view(), as[i].q.scale_view(), bq(i).q.view(), bq(i).q.scale_view(), dv(i));
@@ -199,8 +201,12 @@ bench::Row run_fp8_case(const Fp8Case& c, const bench::Options& options) {
         std::copy(bs[g].q.values.begin(), bs[g].q.values.end(), b.data() + i * bsize + g * n * k);
         std::copy(bs[g].q.scales.begin(), bs[g].q.scales.end(), sb.data() + i * ssize + g * nb * kb);
       }
-    const auto bt = [&](int64_t i) { return TensorView<const fp8_e4m3>::contiguous(b.data() + i * bsize, {G, n, k}); };
-    const auto sbt = [&](int64_t i) { return TensorView<const float>::contiguous(sb.data() + i * ssize, {G, nb, kb}); };
+    const auto bt = [&](int64_t i) {
+      return TensorView<const fp8_e4m3>::contiguous(b.data() + i * bsize, {G, n, k});
+    };
+    const auto sbt = [&](int64_t i) {
+      return TensorView<const float>::contiguous(sb.data() + i * ssize, {G, nb, kb});
+    };
     std::vector<int32_t> idx(static_cast<size_t>(m));
     for (int64_t r = 0; r < m; ++r) idx[r] = static_cast<int32_t>(r / c.m);
     std::vector<int32_t> masked(static_cast<size_t>(G), static_cast<int32_t>(c.m));
@@ -210,22 +216,24 @@ bench::Row run_fp8_case(const Fp8Case& c, const bench::Options& options) {
             gemm::m_alignment_for_contiguous_layout());
       fns.push_back([&] {
         const int64_t i = counter(next[0]);
-        gemm::m_grouped_fp8_gemm_nt_contiguous(as[i].q.view(), as[i].q.scale_view(), bt(i), sbt(i), dv(i), idx);
+        gemm::m_grouped_fp8_gemm_nt_contiguous(as[i].q.view(), as[i].q.scale_view(), bt(i), sbt(i), dv(i),
+                                               idx);
       });
     } else {
       fns.push_back([&] {
         const int64_t i = counter(next[0]);
-        gemm::m_grouped_fp8_gemm_nt_masked(TensorView<const fp8_e4m3>::contiguous(as[i].q.values.data(), {G, c.m, k}),
-                                           TensorView<const float>::contiguous(as[i].q.scales.data(), {G, c.m, kb}),
-                                           bt(i), sbt(i), TensorView<bf16>::contiguous(d.data() + i * m * n, {G, c.m, n}),
-                                           masked, c.m);
+        gemm::m_grouped_fp8_gemm_nt_masked(
+            TensorView<const fp8_e4m3>::contiguous(as[i].q.values.data(), {G, c.m, k}),
+            TensorView<const float>::contiguous(as[i].q.scales.data(), {G, c.m, kb}), bt(i), sbt(i),
+            TensorView<bf16>::contiguous(d.data() + i * m * n, {G, c.m, n}), masked, c.m);
       });
     }
     if (c.peer) {
       // The dense GEMM of the same total size reads the first group's B of the same copy.
       fns.push_back([&] {
         const int64_t i = counter(next[1]);
-        gemm::fp8_gemm_nt(as[i].q.view(), as[i].q.scale_view(), MatrixView<const fp8_e4m3>{b.data() + i * bsize, n, k, k},
+        gemm::fp8_gemm_nt(as[i].q.view(), as[i].q.scale_view(),
+                          MatrixView<const fp8_e4m3>{b.data() + i * bsize, n, k, k},
                           MatrixView<const float>{sb.data() + i * ssize, nb, kb, kb}, dv(i));
       });
       row.extra["peer_kernel"] = "ridge fp8_gemm_nt, dense, same total m x n x k";

@@ -166,8 +166,8 @@ std::string measured_table(const std::vector<rr::MeasuredPoint>& pts, const rr::
     const std::string bound =
         p.bound_flops > 0 ? format_flops(p.bound_flops) + " " + p.bound_level : std::string("-");
     s += fmt::format("{:>3} {:<{}} {:>5} {:>10.3g} {:>14} {:>19} {:>8.0f}%{}\n", num, label, w,
-                     p.cache.empty() ? "-" : p.cache, p.intensity, format_flops(p.gflops * 1e9), bound, p.pct_of_bound,
-                     p.above_roof ? "  ABOVE ROOF" : "");
+                     p.cache.empty() ? "-" : p.cache, p.intensity, format_flops(p.gflops * 1e9), bound,
+                     p.pct_of_bound, p.above_roof ? "  ABOVE ROOF" : "");
     any_above = any_above || p.above_roof;
     j.push_back({{"num", num},
                  {"label", p.label},
@@ -182,7 +182,8 @@ std::string measured_table(const std::vector<rr::MeasuredPoint>& pts, const rr::
                  {"above_roof", p.above_roof}});
   }
   if (any_above)
-    s += "ABOVE ROOF: the point is above its roof: the roof is wrong (rerun the probe) or the working set came from "
+    s += "ABOVE ROOF: the point is above its roof: the roof is wrong (rerun the probe) or the working set "
+         "came from "
          "a faster level than the one it is held against\n";
   return s;
 }
@@ -224,7 +225,8 @@ void run(const Opts& o) {
   j["measured"] = mj;
 
   // Every roof of both chips (each dtype at each memory level): what the plot draws from.
-  const auto spec = rr::plot_spec({me, gpu}, ops, measured, fmt::format("roofline: {} vs {}", me.name, gpu.name));
+  const auto spec =
+      rr::plot_spec({me, gpu}, ops, measured, fmt::format("roofline: {} vs {}", me.name, gpu.name));
   j["roofs"] = spec["roofs"];
   std::string plot_line;
   try {

@@ -54,8 +54,8 @@ struct PeakResult {
   int chains = 0;      // accumulator chains of the best configuration
   Trials one_thread;   // 1 thread
   Trials all_threads;  // `threads` threads: the repeat with the best median (see needs_repeat)
-  int repeats = 0;                // times the all-threads phase was repeated
-  double first_all_threads = 0;   // median of the first all-threads attempt, before any repeat
+  int repeats = 0;     // times the all-threads phase was repeated
+  double first_all_threads = 0;  // median of the first all-threads attempt, before any repeat
 };
 
 // The repeat rule of a compute phase. Compute scales with cores: the all-threads figure should be

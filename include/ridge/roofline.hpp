@@ -236,8 +236,8 @@ struct MeasuredPoint {
   nlohmann::json case_;
   double gflops = 0;     // achieved GFLOP/s
   double intensity = 0;  // FLOPs per byte; 0 when the row gives neither
-  std::string cache;        // the row's "cache" ("cold", "warm" or "")
-  double working_set = 0;   // the row's "bytes"; 0 when absent
+  std::string cache;     // the row's "cache" ("cold", "warm" or "")
+  double working_set = 0;  // the row's "bytes"; 0 when absent
   // Filled by hold_against (the report does it before plot_spec): the roof at this point's
   // intensity on a chip, and whether the point lies above it.
   double bound_flops = 0, pct_of_bound = 0;

@@ -84,7 +84,8 @@ std::vector<Measurement> measure_interleaved(const std::vector<std::function<voi
                                              const std::vector<Options>& options, int rounds) {
   check(!fns.empty(), "measure_interleaved: no functions to time");
   check(options.size() == 1 || options.size() == fns.size(),
-        "measure_interleaved: options has {} entries (expected 1 or one per function, {})", options.size(), fns.size());
+        "measure_interleaved: options has {} entries (expected 1 or one per function, {})", options.size(),
+        fns.size());
   check(rounds >= 1, "measure_interleaved: rounds = {} must be >= 1", rounds);
   std::vector<Measurement> out(fns.size());
   for (int r = 0; r < rounds; ++r) {

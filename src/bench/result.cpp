@@ -69,11 +69,11 @@ json Row::to_json() const {
 
 Row Row::from_json(const json& j) {
   check(j.is_object(), "result row: expected a JSON object, got {}", j.type_name());
-  static const std::set<std::string> known = {"benchmark", "case",   "dtype",       "threads",      "isa",
-                                              "machine",   "median_ms", "min_ms",   "flops",        "gflops",
-                                              "bytes",     "gbps",   "bound_gflops", "bound_gbps", "bound_level",
-                                              "pct_of_bound", "peers", "note", "cache", "spread_pct", "unstable",
-                                              "above_roof"};
+  static const std::set<std::string> known = {
+      "benchmark",    "case",       "dtype",       "threads",      "isa",   "machine",
+      "median_ms",    "min_ms",     "flops",       "gflops",       "bytes", "gbps",
+      "bound_gflops", "bound_gbps", "bound_level", "pct_of_bound", "peers", "note",
+      "cache",        "spread_pct", "unstable",    "above_roof"};
   Row r;
   try {
     r.benchmark = j.value("benchmark", "");
@@ -132,15 +132,16 @@ const roofline::Chip* probed_chip() {
 }  // namespace
 
 Rotation plan_rotation(double bytes_per_copy, int64_t llc_bytes, double factor, int64_t max_copies) {
-  check(bytes_per_copy > 0 && std::isfinite(bytes_per_copy), "plan_rotation: bytes_per_copy = {} (expected > 0)",
-        bytes_per_copy);
+  check(bytes_per_copy > 0 && std::isfinite(bytes_per_copy),
+        "plan_rotation: bytes_per_copy = {} (expected > 0)", bytes_per_copy);
   check(llc_bytes > 0, "plan_rotation: llc_bytes = {} (expected > 0)", llc_bytes);
   check(factor > 0 && std::isfinite(factor), "plan_rotation: factor = {} (expected > 0)", factor);
   check(max_copies >= 1, "plan_rotation: max_copies = {} (expected >= 1)", max_copies);
   const double want = factor * static_cast<double>(llc_bytes);
   Rotation r;
   const double need = std::ceil(want / bytes_per_copy);
-  r.copies = need >= static_cast<double>(max_copies) ? max_copies : std::max<int64_t>(1, static_cast<int64_t>(need));
+  r.copies =
+      need >= static_cast<double>(max_copies) ? max_copies : std::max<int64_t>(1, static_cast<int64_t>(need));
   r.footprint = static_cast<double>(r.copies) * bytes_per_copy;
   r.cold = r.footprint >= want;
   return r;
@@ -375,15 +376,20 @@ std::string to_table(const std::vector<Row>& rows) {
   out += line([&](size_t i) { return cols[i].header; });
   for (size_t r = 0; r < rows.size(); ++r) out += line([&](size_t i) { return cols[i].cells[r]; });
   if (has([](const Row& r) { return r.above_roof(); }))
-    out += "ABOVE-ROOF: the point is above its roof: the roof is wrong or the working set came from a faster level "
-           "than the one it is held against\n";
+    out +=
+        "ABOVE-ROOF: the point is above its roof: the roof is wrong or the working set came from a faster "
+        "level "
+        "than the one it is held against\n";
   if (has([](const Row& r) { return r.unstable; }))
-    out += fmt::format("UNSTABLE: the rounds' medians differ by more than {:.1f}x (the machine's speed changed during "
-                       "the run): rerun\n",
-                       kUnstableRatio);
+    out += fmt::format(
+        "UNSTABLE: the rounds' medians differ by more than {:.1f}x (the machine's speed changed during "
+        "the run): rerun\n",
+        kUnstableRatio);
   if (has([](const Row& r) { return r.cache == "cold"; }))
-    out += "cache cold: each call reads its operands from DRAM (rotating through copies >= 4x the last-level cache); "
-           "warm: the same operands every call (--warm)\n";
+    out +=
+        "cache cold: each call reads its operands from DRAM (rotating through copies >= 4x the last-level "
+        "cache); "
+        "warm: the same operands every call (--warm)\n";
   return out;
 }
 
@@ -406,9 +412,9 @@ std::string to_csv(const std::vector<Row>& rows) {
   const auto ekeys = extra_keys(rows);
   std::vector<std::string> header = {"benchmark"};
   for (const auto& k : ckeys) header.push_back("case." + k);
-  for (const char* h : {"dtype", "threads", "isa", "machine", "median_ms", "min_ms", "flops", "gflops", "bytes",
-                        "gbps", "bound_gflops", "bound_gbps", "bound_level", "pct_of_bound", "above_roof", "cache",
-                        "spread_pct", "unstable"})
+  for (const char* h : {"dtype", "threads", "isa", "machine", "median_ms", "min_ms", "flops", "gflops",
+                        "bytes", "gbps", "bound_gflops", "bound_gbps", "bound_level", "pct_of_bound",
+                        "above_roof", "cache", "spread_pct", "unstable"})
     header.push_back(h);
   for (const auto& p : peers) {
     header.push_back("peer." + p + ".median_ms");

@@ -90,7 +90,8 @@ Plan make_plan(const ProbeOptions& o, int threads) {
   return p;
 }
 
-PeakResult measure_dtype(const PeakKernel& k, int threads, const Plan& plan, Schedule& sched, const ProbeOptions& o) {
+PeakResult measure_dtype(const PeakKernel& k, int threads, const Plan& plan, Schedule& sched,
+                         const ProbeOptions& o) {
   PeakResult r;
   r.kernel = k;
   // Choose the chain count on one thread: enough chains to cover latency x throughput, but not
@@ -110,12 +111,14 @@ PeakResult measure_dtype(const PeakKernel& k, int threads, const Plan& plan, Sch
   const int cores = cpu::info().cores;
   while (needs_repeat(r.one_thread.median(), r.all_threads.median(), threads, cores, r.repeats)) {
     ++r.repeats;
-    say(o, fmt::format("peak {}: {} threads gave {}, below 0.8 x {} x the one-thread {}; repeating ({} of {})", k.dtype,
-                       threads, units::format_flops(r.all_threads.median()), std::min(threads, cores > 0 ? cores : threads),
-                       units::format_flops(r.one_thread.median()), r.repeats, kMaxPeakRepeats));
+    say(o,
+        fmt::format("peak {}: {} threads gave {}, below 0.8 x {} x the one-thread {}; repeating ({} of {})",
+                    k.dtype, threads, units::format_flops(r.all_threads.median()),
+                    std::min(threads, cores > 0 ? cores : threads),
+                    units::format_flops(r.one_thread.median()), r.repeats, kMaxPeakRepeats));
     ++sched.left;  // the repeat takes its own share of the phase's time, not the next dtype's
-    Trials again =
-        internal::peak_trials(k, r.chains, threads, plan.trials, plan.peak_trial_s, plan.peak_budget_s, sched.next());
+    Trials again = internal::peak_trials(k, r.chains, threads, plan.trials, plan.peak_trial_s,
+                                         plan.peak_budget_s, sched.next());
     if (again.median() > r.all_threads.median()) r.all_threads = std::move(again);
   }
   return r;
@@ -160,8 +163,8 @@ std::vector<SweepPoint> sweep(int threads, const Plan& plan, double seconds) {
 
 }  // namespace
 
-bool needs_repeat(double one_thread, double all_threads, int threads, int cores, int repeats_done, int max_repeats,
-                  double min_scaling) {
+bool needs_repeat(double one_thread, double all_threads, int threads, int cores, int repeats_done,
+                  int max_repeats, double min_scaling) {
   if (repeats_done >= max_repeats || threads <= 1 || !(one_thread > 0)) return false;
   const int scale = cores > 0 ? std::min(threads, cores) : threads;
   if (scale <= 1) return false;

@@ -1,5 +1,4 @@
 // Text for the CLI, the standard benchmark shapes, measured points and the plot's input.
-#include "ridge/build_paths.h"  // RIDGE_SOURCE_DIR, RIDGE_BINARY (generated)
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -10,6 +9,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "ridge/build_paths.h"  // RIDGE_SOURCE_DIR, RIDGE_BINARY (generated)
 #include "ridge/core/error.hpp"
 #include "ridge/core/units.hpp"
 #include "ridge/roofline.hpp"

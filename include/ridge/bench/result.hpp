@@ -86,7 +86,8 @@ struct Rotation {
   double footprint = 0;  // copies * bytes_per_copy
   bool cold = false;
 };
-Rotation plan_rotation(double bytes_per_copy, int64_t llc_bytes, double factor = 4.0, int64_t max_copies = 4096);
+Rotation plan_rotation(double bytes_per_copy, int64_t llc_bytes, double factor = 4.0,
+                       int64_t max_copies = 4096);
 // The last-level cache of this machine in bytes (L3, else L2; 32 MiB when cpuid says neither).
 int64_t last_level_cache_bytes();
 
