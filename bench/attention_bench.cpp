@@ -246,21 +246,24 @@ std::map<std::string, double> torch_peer(const AttnCase& c, int threads, const b
   std::map<std::string, double> out;
   std::string passes;
   for (const auto& p : c.passes) passes += (passes.empty() ? "" : ",") + p;
-  const std::string cmd = fmt::format(
-      "{} {}/tools/torch_attention_peer.py --batch {} --heads {} --kv-heads {} --seq {} --head-dim {} --dtype {} "
-      "{} --passes {} --threads {} --warmup {} --iters {} --backend {} 2>&1",
-      g_python, RIDGE_SOURCE_DIR, c.batch, c.heads, c.kv_heads, c.seq, c.d, dtype_key(c.dtype),
-      c.causal ? "--causal" : "", passes, threads, c.headline ? 0 : std::max(1, opt.warmup),
-      c.headline ? 1 : std::max(3, opt.iters), backend);
-  std::FILE* f = popen(cmd.c_str(), "r");
-  if (!f) {
-    why = "PyTorch peer: cannot start python";
+  // Started without a shell: --python names a program, never a command line.
+  std::vector<std::string> argv = {g_python, std::string(RIDGE_SOURCE_DIR) + "/tools/torch_attention_peer.py",
+                                   "--batch", std::to_string(c.batch), "--heads", std::to_string(c.heads),
+                                   "--kv-heads", std::to_string(c.kv_heads), "--seq", std::to_string(c.seq),
+                                   "--head-dim", std::to_string(c.d), "--dtype", dtype_key(c.dtype)};
+  if (c.causal) argv.push_back("--causal");
+  for (const std::string& s : std::vector<std::string>{"--passes", passes, "--threads", std::to_string(threads), "--warmup",
+                              std::to_string(c.headline ? 0 : std::max(1, opt.warmup)), "--iters",
+                              std::to_string(c.headline ? 1 : std::max(3, opt.iters)), "--backend",
+                              std::string(backend)})
+    argv.push_back(s);
+  const auto run = process::run(argv);
+  if (!run.started) {
+    why = fmt::format("PyTorch peer: cannot run '{}'", g_python);
     return out;
   }
-  std::string text;
-  char buf[4096];
-  while (size_t n = std::fread(buf, 1, sizeof buf, f)) text.append(buf, n);
-  const int rc = pclose(f);
+  const std::string& text = run.output;
+  const int rc = run.exit_code;
   // The last line is the JSON answer; anything before it is python's chatter.
   const auto pos = text.find_last_of('{');
   json j;
@@ -452,11 +455,10 @@ void run_attention(bench::Context& ctx) {
   for (const auto& c : cases) total += c.passes.size();
   ctx.progress.start(total);
   double peak32 = 0, peak16 = 0;
-  if (roofline::has_probe_result()) {
+  if (const roofline::Chip* chip = bench::probed_chip()) {
     try {
-      const roofline::Chip chip = roofline::load_chip("this");
-      peak32 = chip.peak(DType::f32);
-      peak16 = chip.peak(DType::bf16);
+      peak32 = chip->peak(DType::f32);
+      peak16 = chip->peak(DType::bf16);
     } catch (const Error&) {
     }
   }

@@ -44,19 +44,16 @@ nlohmann::json load_shapes() {
     candidates.push_back(std::string(RIDGE_SOURCE_DIR) + "/../shared/benchmarks/gemm-shapes.json");
   }
   for (const auto& path : candidates) {
-    std::ifstream in(path);
-    if (!in) {
-      check(g_shapes_file.empty(), "--shapes: cannot read '{}'", path);
-      continue;
+    std::error_code ec;
+    if (g_shapes_file.empty() && !std::filesystem::exists(path, ec)) continue;
+    auto j = input::read_json_file(path, "--shapes", 16 << 20);
+    check(j.is_object(), "--shapes '{}': must hold a JSON object of set name -> list of shapes", path);
+    // A user's own file may list only the sets it cares about: a missing set is an empty one.
+    for (const char* set : {"dense", "grouped_contiguous", "grouped_masked", "decode"}) {
+      if (!j.contains(set)) j[set] = nlohmann::json::array();
+      check(j[set].is_array(), "--shapes '{}': field '{}' must be an array of shapes", path, set);
     }
-    try {
-      auto j = nlohmann::json::parse(in);
-      for (const char* set : {"dense", "grouped_contiguous", "grouped_masked", "decode"})
-        check(j.contains(set) && j[set].is_array(), "{}: missing the '{}' array", path, set);
-      return j;
-    } catch (const nlohmann::json::exception& e) {
-      fail("{}: not valid JSON ({})", path, e.what());
-    }
+    return j;
   }
   fail("bench gemm: no shape file found (looked for bench/shapes/gemm-shapes.json); pass --shapes FILE");
 }
@@ -120,7 +117,8 @@ void run_gemm(bench::Context& ctx) {
   for (const auto& d : dtypes)
     check(d == "fp32" || d == "bf16" || d == "fp8", "--dtype: '{}' (expected fp32, bf16 or fp8)", d);
   const auto threads = ctx.grid.counts("threads", {get_num_threads()});
-  const bool peer = ctx.grid.values("peer", {"1"}).front() != "0";
+  check(!dtypes.empty(), "--dtype: empty (expected a comma-separated list of fp32, bf16, fp8)");
+  const bool peer = ctx.grid.switches("peer", {true}).front();
   const auto list = items(shapes, sets, ctx.quick);
   const int restore = get_num_threads();
   size_t total = 0;

@@ -8,6 +8,7 @@
 #include "ridge/bench/measure.hpp"
 #include "ridge/bench/result.hpp"
 #include "ridge/core/tensor.hpp"
+#include "ridge/gemm.hpp"
 
 namespace ridge::gemm_bench {
 
@@ -21,6 +22,8 @@ struct GemmCase {
   // Same operands every call (they stay in cache) instead of rotating through copies that span
   // 4x the last-level cache so each call reads them from DRAM (bench::plan_rotation).
   bool warm = false;
+  // Operands as stored: A [m,k] (nt, nn) or [k,m] (tn, tt), B [n,k] (nt, tt) or [k,n] (nn, tn).
+  gemm::Layout layout = gemm::Layout::nt;
 };
 
 // Runs ridge's kernel and its peer (OpenBLAS sgemm for fp32, oneDNN bf16 matmul for bf16) on the

@@ -60,44 +60,40 @@ int64_t rotation_for(bench::Row& row, double bytes_per_copy, bool warm) {
   return rot.copies;
 }
 
-// ridge's call on copy `i` of the operands (a_all, b_all, packed, d_all), fp32 or bf16 inputs.
+// ridge's call on copy `i` of the operands (a, b, packed, d32/d16), fp32 or bf16 inputs. Each copy
+// of A holds m*k elements stored as [a_rows, lda] per the layout, each copy of B n*k as [b_rows, ldb].
 template <typename T>
 struct DenseOperands {
   int64_t m, n, k, copies;
+  gemm::Layout layout;
+  int64_t a_rows, lda, b_rows, ldb;
   Buffer<T> a, b;
   Buffer<float> d32;
   Buffer<bf16> d16;
   std::vector<gemm::PackedB> packed;
-  MatrixView<const T> av(int64_t i) const { return {a.data() + i * m * k, m, k, k}; }
-  MatrixView<const T> bv(int64_t i) const { return {b.data() + i * n * k, n, k, k}; }
-  void run(int64_t i, bool out_f32, bool packed_b) {
-    if (out_f32) {
-      const MatrixView<float> dv{d32.data() + i * m * n, m, n, n};
-      if constexpr (std::is_same_v<T, float>) {
-        if (packed_b)
-          gemm::f32_gemm_nt(av(i), packed[i], dv);
-        else
-          gemm::f32_gemm_nt(av(i), bv(i), dv);
-      } else {
-        if (packed_b)
-          gemm::bf16_gemm_nt(av(i), packed[i], dv);
-        else
-          gemm::bf16_gemm_nt(av(i), bv(i), dv);
-      }
+  const T* a_ptr(int64_t i) const { return a.data() + i * m * k; }
+  const T* b_ptr(int64_t i) const { return b.data() + i * n * k; }
+  MatrixView<const T> av(int64_t i) const { return {a_ptr(i), a_rows, lda, lda}; }
+  MatrixView<const T> bv(int64_t i) const { return {b_ptr(i), b_rows, ldb, ldb}; }
+  template <typename D>
+  void call(int64_t i, bool packed_b, MatrixView<D> dv) const {
+    if constexpr (std::is_same_v<T, float>) {
+      if (packed_b)
+        gemm::f32_gemm_nt(av(i), packed[i], dv);
+      else
+        gemm::f32_gemm(layout, av(i), bv(i), dv);
     } else {
-      const MatrixView<bf16> dv{d16.data() + i * m * n, m, n, n};
-      if constexpr (std::is_same_v<T, float>) {
-        if (packed_b)
-          gemm::f32_gemm_nt(av(i), packed[i], dv);
-        else
-          gemm::f32_gemm_nt(av(i), bv(i), dv);
-      } else {
-        if (packed_b)
-          gemm::bf16_gemm_nt(av(i), packed[i], dv);
-        else
-          gemm::bf16_gemm_nt(av(i), bv(i), dv);
-      }
+      if (packed_b)
+        gemm::bf16_gemm_nt(av(i), packed[i], dv);
+      else
+        gemm::bf16_gemm(layout, av(i), bv(i), dv);
     }
+  }
+  void run(int64_t i, bool out_f32, bool packed_b) {
+    if (out_f32)
+      call(i, packed_b, MatrixView<float>{d32.data() + i * m * n, m, n, n});
+    else
+      call(i, packed_b, MatrixView<bf16>{d16.data() + i * m * n, m, n, n});
   }
 };
 
@@ -117,12 +113,21 @@ bench::Row run_dense_case(const GemmCase& c, const bench::Options& options) {
   check(c.out == DType::f32 || c.out == DType::bf16, "bench gemm: output dtype {} (expected fp32 or bf16)",
         dtype_name(c.out));
   check(c.m > 0 && c.n > 0 && c.k > 0, "bench gemm: shape m={} n={} k={} (expected all > 0)", c.m, c.n, c.k);
+  check(!c.packed_b || c.layout == gemm::Layout::nt, "bench gemm: packed B with layout {} (PackedB is nt only)",
+        gemm::layout_name(c.layout));
   const int64_t m = c.m, n = c.n, k = c.k;
+  const gemm::Layout layout = c.layout;
+  const bool a_km = layout == gemm::Layout::tn || layout == gemm::Layout::tt;
+  const bool b_km = layout == gemm::Layout::nn || layout == gemm::Layout::tn;
+  // Leading dimensions of the operands as stored.
+  const int64_t lda = a_km ? m : k, ldb = b_km ? n : k;
+  const int64_t a_rows = a_km ? k : m, b_rows = b_km ? k : n;
   const int threads = get_num_threads();
   bench::Row row;
   row.benchmark = "gemm";
   row.case_ = {{"m", m}, {"n", n}, {"k", k}, {"out", dtype_name(c.out)}};
   if (c.packed_b) row.case_["packed_b"] = true;
+  if (layout != gemm::Layout::nt) row.case_["layout"] = gemm::layout_name(layout);
   row.dtype = c.dtype == DType::f32 ? "fp32" : "bf16";
   row.threads = threads;
   row.flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
@@ -142,6 +147,11 @@ bench::Row run_dense_case(const GemmCase& c, const bench::Options& options) {
                          n,
                          k,
                          copies,
+                         layout,
+                         a_rows,
+                         lda,
+                         b_rows,
+                         ldb,
                          Buffer<T>(sz(m * k), "bench.gemm.a"),
                          Buffer<T>(sz(n * k), "bench.gemm.b"),
                          Buffer<float>(out_f32 ? sz(m * n) : 0, "bench.gemm.d"),
@@ -169,13 +179,13 @@ bench::Row run_dense_case(const GemmCase& c, const bench::Options& options) {
         dp32 = Buffer<float>(sz(m * n), "bench.gemm.peer_d");
         peer_name = "openblas_sgemm";
         peer_call = [&](int64_t i) {
-          gemm_peers::openblas_sgemm_nt(m, n, k, ops.a.data() + i * m * k, k, ops.b.data() + i * n * k, k,
-                                        dp32.data() + i * m * n, n);
+          gemm_peers::openblas_sgemm(a_km, b_km, m, n, k, ops.a_ptr(i), lda, ops.b_ptr(i), ldb,
+                                     dp32.data() + i * m * n, n);
         };
       }
     } else {
       if (c.peer && gemm_peers::onednn_available()) {
-        mm = std::make_unique<gemm_peers::OnednnBf16Matmul>(m, n, k, c.out);
+        mm = std::make_unique<gemm_peers::OnednnBf16Matmul>(m, n, k, c.out, lda, ldb, n, a_km, b_km);
         if (out_f32)
           dp32 = Buffer<float>(sz(m * n), "bench.gemm.peer_d");
         else
@@ -183,7 +193,7 @@ bench::Row run_dense_case(const GemmCase& c, const bench::Options& options) {
         row.extra["peer_kernel"] = "onednn " + gemm_peers::onednn_version() + " " + mm->impl_name();
         peer_name = "onednn_bf16";
         peer_call = [&](int64_t i) {
-          mm->run(ops.a.data() + i * m * k, ops.b.data() + i * n * k,
+          mm->run(ops.a_ptr(i), ops.b_ptr(i),
                   out_f32 ? static_cast<void*>(dp32.data() + i * m * n)
                           : static_cast<void*>(dp16.data() + i * m * n));
         };
@@ -234,33 +244,38 @@ void gemm_dense_options(CLI::App& app) {
 }
 
 void run_gemm_dense(bench::Context& ctx) {
-  ctx.grid.check_keys({"m", "n", "k", "dtype", "out", "packed", "peer"}, ctx.benchmark);
+  ctx.grid.check_keys({"m", "n", "k", "dtype", "out", "packed", "peer", "layout"}, ctx.benchmark);
   const auto ms = ctx.grid.counts("m", {ctx.quick ? 256 : 2048});
   const auto ns = ctx.grid.counts("n", {ctx.quick ? 256 : 2048});
   const auto ks = ctx.grid.counts("k", {ctx.quick ? 256 : 2048});
   const auto dtypes = ctx.grid.values("dtype", {"fp32", "bf16"});
   const auto outs = ctx.grid.values("out", {"default"});
   const auto packed = ctx.grid.values("packed", {"0"});
-  const auto peer = ctx.grid.values("peer", {"1"});
-  ctx.progress.start(ms.size() * ns.size() * ks.size() * dtypes.size() * outs.size() * packed.size());
-  for (const auto& dt : dtypes)
-    for (const auto& out : outs)
-      for (const auto& pk : packed)
-        for (int64_t m : ms)
-          for (int64_t n : ns)
-            for (int64_t k : ks) {
-              GemmCase c;
-              c.m = m;
-              c.n = n;
-              c.k = k;
-              c.dtype = parse_dtype(dt);
-              c.out = out == "default" ? (c.dtype == DType::f32 ? DType::f32 : DType::bf16) : parse_dtype(out);
-              c.packed_b = pk == "1";
-              c.peer = peer.front() == "1";
-              c.warm = g_dense_warm;
-              ctx.emit(run_dense_case(c, ctx.options));
-              ctx.progress.tick();
-            }
+  const bool peer = ctx.grid.switches("peer", {true}).front();
+  std::vector<gemm::Layout> layouts;
+  for (const auto& l : ctx.grid.values("layout", {"nt"})) layouts.push_back(gemm::parse_layout(l, "--set layout"));
+  ctx.progress.start(ms.size() * ns.size() * ks.size() * dtypes.size() * outs.size() * packed.size() *
+                     layouts.size());
+  for (const gemm::Layout layout : layouts)
+    for (const auto& dt : dtypes)
+      for (const auto& out : outs)
+        for (const auto& pk : packed)
+          for (int64_t m : ms)
+            for (int64_t n : ns)
+              for (int64_t k : ks) {
+                GemmCase c;
+                c.m = m;
+                c.n = n;
+                c.k = k;
+                c.dtype = parse_dtype(dt);
+                c.out = out == "default" ? (c.dtype == DType::f32 ? DType::f32 : DType::bf16) : parse_dtype(out);
+                c.packed_b = pk == "1";
+                c.peer = peer;
+                c.layout = layout;
+                c.warm = g_dense_warm;
+                ctx.emit(run_dense_case(c, ctx.options));
+                ctx.progress.tick();
+              }
 }
 
 }  // namespace

@@ -42,13 +42,7 @@ double calc_diff(const Buffer<bf16>& x, const Buffer<bf16>& y, size_t count) {
 // This CPU has no fp8 arithmetic: the fp8 GEMM runs on the bf16 dot-product units, so its compute
 // roof is the probed bf16 peak (unless a chip file lists an fp8 peak).
 void fill_fp8_bound(bench::Row& row) {
-  static const std::unique_ptr<roofline::Chip> chip = []() -> std::unique_ptr<roofline::Chip> {
-    try {
-      if (roofline::has_probe_result()) return std::make_unique<roofline::Chip>(roofline::load_chip("this"));
-    } catch (const std::exception&) {
-    }
-    return nullptr;
-  }();
+  const roofline::Chip* chip = bench::probed_chip();
   if (!chip) return;
   try {
     const double peak = chip->has_peak("fp8") ? chip->peak("fp8") : chip->peak("bf16");

@@ -46,12 +46,19 @@ void openblas_set_threads(int n) {
 
 void openblas_sgemm_nt(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
                        int64_t ldb, float* d, int64_t ldd, bool accumulate) {
+  openblas_sgemm(false, false, m, n, k, a, lda, b, ldb, d, ldd, accumulate);
+}
+
+void openblas_sgemm(bool a_kmajor, bool b_kmajor, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+                    const float* b, int64_t ldb, float* d, int64_t ldd, bool accumulate) {
 #if RIDGE_HAVE_OPENBLAS
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(m), static_cast<blasint>(n),
-              static_cast<blasint>(k), 1.0f, a, static_cast<blasint>(lda), b, static_cast<blasint>(ldb),
-              accumulate ? 1.0f : 0.0f, d, static_cast<blasint>(ldd));
+  cblas_sgemm(CblasRowMajor, a_kmajor ? CblasTrans : CblasNoTrans, b_kmajor ? CblasNoTrans : CblasTrans,
+              static_cast<blasint>(m), static_cast<blasint>(n), static_cast<blasint>(k), 1.0f, a,
+              static_cast<blasint>(lda), b, static_cast<blasint>(ldb), accumulate ? 1.0f : 0.0f, d,
+              static_cast<blasint>(ldd));
 #else
-  (void)m, (void)n, (void)k, (void)a, (void)lda, (void)b, (void)ldb, (void)d, (void)ldd, (void)accumulate;
+  (void)a_kmajor, (void)b_kmajor, (void)m, (void)n, (void)k, (void)a, (void)lda, (void)b, (void)ldb, (void)d,
+      (void)ldd, (void)accumulate;
   fail("OpenBLAS is not in this build (install libopenblas-dev and reconfigure)");
 #endif
 }
@@ -83,18 +90,20 @@ struct OnednnBf16Matmul::Impl {
 };
 
 OnednnBf16Matmul::OnednnBf16Matmul(int64_t m, int64_t n, int64_t k, DType out, int64_t lda, int64_t ldb,
-                                   int64_t ldd)
+                                   int64_t ldd, bool a_kmajor, bool b_kmajor)
     : impl_(std::make_unique<Impl>()) {
   check(out == DType::f32 || out == DType::bf16, "oneDNN matmul: output {} (expected f32 or bf16)",
         dtype_name(out));
   check(m > 0 && n > 0 && k > 0, "oneDNN matmul: shape m={} n={} k={} (expected all > 0)", m, n, k);
   using dt = dnnl::memory::data_type;
-  lda = lda ? lda : k;
-  ldb = ldb ? ldb : k;
+  lda = lda ? lda : (a_kmajor ? m : k);
+  ldb = ldb ? ldb : (b_kmajor ? n : k);
   ldd = ldd ? ldd : n;
-  // B[n,k] row-major is the [k,n] operand with strides {1, ldb}: oneDNN reads it transposed.
-  impl_->a_md = dnnl::memory::desc({m, k}, dt::bf16, dnnl::memory::dims{lda, 1});
-  impl_->b_md = dnnl::memory::desc({k, n}, dt::bf16, dnnl::memory::dims{1, ldb});
+  // B[n,k] row-major is the [k,n] operand with strides {1, ldb}: oneDNN reads it transposed (and
+  // likewise A[k,m] as the [m,k] operand with strides {1, lda}).
+  using dims = dnnl::memory::dims;
+  impl_->a_md = dnnl::memory::desc({m, k}, dt::bf16, a_kmajor ? dims{1, lda} : dims{lda, 1});
+  impl_->b_md = dnnl::memory::desc({k, n}, dt::bf16, b_kmajor ? dims{ldb, 1} : dims{1, ldb});
   impl_->d_md = dnnl::memory::desc({m, n}, out == DType::f32 ? dt::f32 : dt::bf16, dnnl::memory::dims{ldd, 1});
   #if DNNL_VERSION_MAJOR >= 3
   auto pd = dnnl::matmul::primitive_desc(impl_->engine, impl_->a_md, impl_->b_md, impl_->d_md);
@@ -119,7 +128,7 @@ void OnednnBf16Matmul::run(const bf16* a, const bf16* b, void* d) {
 std::string OnednnBf16Matmul::impl_name() const { return impl_->impl; }
 #else
 struct OnednnBf16Matmul::Impl {};
-OnednnBf16Matmul::OnednnBf16Matmul(int64_t, int64_t, int64_t, DType, int64_t, int64_t, int64_t) {
+OnednnBf16Matmul::OnednnBf16Matmul(int64_t, int64_t, int64_t, DType, int64_t, int64_t, int64_t, bool, bool) {
   fail("oneDNN is not in this build (install libdnnl-dev and reconfigure)");
 }
 OnednnBf16Matmul::~OnednnBf16Matmul() = default;

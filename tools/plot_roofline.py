@@ -85,6 +85,8 @@ def main():
             groups.append(p["group"])
     markers = ["o", "s", "^", "D", "v", "P", "X", "*", "<", ">", "h"]
     group_marker = {g: markers[i % len(markers)] for i, g in enumerate(groups)}
+    # One scatter call per (group, colour, kind): one call per point is quadratic-slow at 10^5 points.
+    batches = {}
     above = []
     for p in points:
         if not p.get("intensity") or not p.get("flops_per_s"):
@@ -94,12 +96,16 @@ def main():
         if measured and p.get("above_roof"):
             color = "red"
             above.append(p)
-        ax.scatter([p["intensity"]], [p["flops_per_s"]], marker=group_marker[p["group"]], s=46 if measured else 30,
-                   facecolors=color if measured else "none", edgecolors=color, linewidths=1.1, zorder=3)
+        xs_ys = batches.setdefault((p["group"], color, measured), ([], []))
+        xs_ys[0].append(p["intensity"])
+        xs_ys[1].append(p["flops_per_s"])
         if measured and p.get("num"):
             # The number matches the '#' column of the report's measured table.
             ax.annotate(str(p["num"]), (p["intensity"], p["flops_per_s"]), xytext=(4, 3), textcoords="offset points",
                         fontsize=7, color=color, zorder=4)
+    for (group, color, measured), (bx, by) in batches.items():
+        ax.scatter(bx, by, marker=group_marker[group], s=46 if measured else 30,
+                   facecolors=color if measured else "none", edgecolors=color, linewidths=1.1, zorder=3)
     if above:
         fig.text(0.01, 0.005, "red: above its roof: the roof is wrong or the working set came from a faster level "
                  f"(points {', '.join(str(p.get('num', '?')) for p in above)})", fontsize=8, color="red",

@@ -24,6 +24,19 @@ struct Register {
   Register(const char* name, Setup setup) { registry().push_back({name, setup}); }
 };
 
+// Accepts only a plain decimal integer ("16", "-1"); CLI11 alone would also take "0x10" or "0b1".
+inline CLI::Validator decimal_integer() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        size_t i = !s.empty() && (s[0] == '-' || s[0] == '+') ? 1 : 0;
+        if (i == s.size()) return "'" + s + "' is not a decimal integer";
+        for (; i < s.size(); ++i)
+          if (s[i] < '0' || s[i] > '9') return "'" + s + "' is not a decimal integer";
+        return {};
+      },
+      "");
+}
+
 // Prints a JSON document the way every --json output does: indented, newline-terminated.
 inline void print_json(const nlohmann::json& j) { std::cout << j.dump(2) << "\n"; }
 

@@ -3,6 +3,9 @@
 // benchmark. `ridge bench list` shows what is registered.
 #include <fmt/format.h>
 
+#include <cmath>
+#include <optional>
+
 #include "cli.hpp"
 #include "ridge/bench.hpp"
 #include "ridge/core.hpp"
@@ -15,12 +18,12 @@ struct Common {
   std::vector<std::string> set;
   std::string grid_file;
   bool quick = false;
-  int threads = -1;  // -1: not given
+  std::optional<int> threads;
   bool json = false, csv = false;
   std::string trace_file, memory_file;
-  size_t memory_entries = 1'000'000;
-  int warmup = -1, iters = -1;
-  double min_time = -1, max_time = -1;
+  int64_t memory_entries = 1'000'000;
+  std::optional<int> warmup, iters;
+  std::optional<double> min_time, max_time;
   bool no_progress = false;
 };
 Common g;  // one benchmark runs per process, so its subcommands share one set of values
@@ -30,14 +33,17 @@ void add_common(CLI::App* cmd) {
                   "sweep axis key=v1,v2,... (repeatable), e.g. --set n=1M,16M --set kernel=triad");
   cmd->add_option("--grid-file", g.grid_file, "JSON file {\"key\": [values], ...}; --set overrides its axes");
   cmd->add_flag("--quick", g.quick, "a short sweep that still runs every path");
-  cmd->add_option("--threads", g.threads, "threads for ridge kernels (default: OMP_NUM_THREADS or all CPUs)");
+  cmd->add_option("--threads", g.threads, "threads for ridge kernels (default: OMP_NUM_THREADS or all CPUs)")
+      ->check(cli::decimal_integer());
   cmd->add_flag("--json", g.json, "one JSON object per result row (JSON lines)");
   cmd->add_flag("--csv", g.csv, "CSV with a header row");
   cmd->add_option("--trace", g.trace_file, "write a Chrome trace (Perfetto, chrome://tracing) to FILE");
   cmd->add_option("--memory", g.memory_file, "write a memory snapshot to FILE (see 'ridge memory show')");
-  cmd->add_option("--memory-entries", g.memory_entries, "allocation events kept by --memory (newest)");
-  cmd->add_option("--warmup", g.warmup, "untimed calls before timing (benchmark default if unset)");
-  cmd->add_option("--iters", g.iters, "minimum timed calls per case");
+  cmd->add_option("--memory-entries", g.memory_entries, "allocation events kept by --memory (newest)")
+      ->check(cli::decimal_integer());
+  cmd->add_option("--warmup", g.warmup, "untimed calls before timing (benchmark default if unset)")
+      ->check(cli::decimal_integer());
+  cmd->add_option("--iters", g.iters, "minimum timed calls per case")->check(cli::decimal_integer());
   cmd->add_option("--min-time", g.min_time, "minimum timed seconds per case");
   cmd->add_option("--max-time", g.max_time, "stop timing a case after this many seconds");
   cmd->add_flag("--no-progress", g.no_progress, "no progress lines on stderr");
@@ -46,9 +52,9 @@ void add_common(CLI::App* cmd) {
 void run(const std::string& name) {
   const auto& b = bench::find_benchmark(name);
   check(!(g.json && g.csv), "bench: --json and --csv are exclusive; choose one");
-  if (g.threads != -1) {
-    check(g.threads >= 1, "--threads: {} is not a thread count (expected an integer >= 1)", g.threads);
-    set_num_threads(g.threads);
+  if (g.threads) {
+    check(*g.threads >= 1, "--threads: {} is not a thread count (expected an integer >= 1)", *g.threads);
+    set_num_threads(*g.threads);
   }
   check(g.memory_entries >= 1, "--memory-entries: must be at least 1");
   bench::Grid grid;
@@ -60,14 +66,16 @@ void run(const std::string& name) {
     opt.warmup = 1;
     opt.iters = 3;
   }
-  check(g.warmup >= -1, "--warmup: {} must be >= 0", g.warmup);
-  check(g.iters == -1 || g.iters >= 1, "--iters: {} must be >= 1", g.iters);
-  check(g.min_time == -1 || g.min_time >= 0, "--min-time: {} must be >= 0 seconds", g.min_time);
-  check(g.max_time == -1 || g.max_time >= 0, "--max-time: {} must be >= 0 seconds", g.max_time);
-  if (g.warmup >= 0) opt.warmup = g.warmup;
-  if (g.iters >= 1) opt.iters = g.iters;
-  if (g.min_time >= 0) opt.min_time_s = g.min_time;
-  if (g.max_time >= 0) opt.max_time_s = g.max_time;
+  check(!g.warmup || *g.warmup >= 0, "--warmup: {} must be >= 0", g.warmup.value_or(0));
+  check(!g.iters || *g.iters >= 1, "--iters: {} must be >= 1", g.iters.value_or(0));
+  check(!g.min_time || (std::isfinite(*g.min_time) && *g.min_time >= 0), "--min-time: {} must be >= 0 seconds",
+        g.min_time.value_or(0));
+  check(!g.max_time || (std::isfinite(*g.max_time) && *g.max_time >= 0), "--max-time: {} must be >= 0 seconds",
+        g.max_time.value_or(0));
+  if (g.warmup) opt.warmup = *g.warmup;
+  if (g.iters) opt.iters = *g.iters;
+  if (g.min_time) opt.min_time_s = *g.min_time;
+  if (g.max_time) opt.max_time_s = *g.max_time;
 
   // Open the output files before the run, so a bad path fails in a second, not after the sweep.
   for (const auto* path : {&g.trace_file, &g.memory_file}) {
@@ -90,7 +98,7 @@ void run(const std::string& name) {
     trace::set_thread_name("main");
     trace::start_recording();
   }
-  if (!g.memory_file.empty()) memory::record_history(g.memory_entries);
+  if (!g.memory_file.empty()) memory::record_history(static_cast<size_t>(g.memory_entries));
   {
     RIDGE_RANGE("bench " + b.name);
     b.run(ctx);

@@ -3,7 +3,7 @@
 // (drawn by tools/plot_memory.py with matplotlib).
 #include "ridge/build_paths.h"  // RIDGE_SOURCE_DIR, RIDGE_BINARY (generated)
 #include <fmt/format.h>
-#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -73,19 +73,19 @@ void show(const std::string& path, bool json, int top) {
   fmt::print("end       {} live when the snapshot was taken\n", bytes(tl.end_bytes));
 }
 
-std::string quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) {
-    if (c == '\'') q += "'\\''";
-    else q += c;
-  }
-  return q + "'";
-}
-
 void plot(const std::string& path, const std::string& out) {
   check(!out.empty(), "memory plot: -o FILE.png is required");
-  memory::load_snapshot(path);  // validate first, so a bad file gets ridge's one-line error
   namespace fs = std::filesystem;
+  // The output path is checked before Python starts, so a typo gets one line, not a traceback.
+  const fs::path o(out);
+  const auto ext = o.extension().string();
+  check(ext == ".png" || ext == ".svg" || ext == ".pdf", "-o: '{}' must end in .png, .svg or .pdf", out);
+  const fs::path dir = o.has_parent_path() ? o.parent_path() : fs::path(".");
+  std::error_code ec;
+  check(fs::is_directory(dir, ec), "-o: folder '{}' does not exist", dir.string());
+  check(::access(dir.c_str(), W_OK) == 0, "-o: folder '{}' is not writable", dir.string());
+  check(!fs::exists(o, ec) || fs::is_regular_file(o, ec), "-o: '{}' exists and is not a regular file", out);
+  memory::load_snapshot(path);  // validate first, so a bad file gets ridge's one-line error
   std::string script;
   if (const char* d = std::getenv("RIDGE_TOOLS_DIR")) script = std::string(d) + "/plot_memory.py";
   else script = std::string(RIDGE_SOURCE_DIR) + "/tools/plot_memory.py";
@@ -95,10 +95,10 @@ void plot(const std::string& path, const std::string& out) {
   std::string python = "python3";
   if (const char* p = std::getenv("RIDGE_PYTHON")) python = p;
   else if (fs::exists("/usr/bin/python3")) python = "/usr/bin/python3";
-  const std::string cmd = quote(python) + " " + quote(script) + " " + quote(path) + " -o " + quote(out);
-  const int rc = std::system(cmd.c_str());
-  check(rc != -1 && WIFEXITED(rc) && WEXITSTATUS(rc) == 0,
-        "memory plot: {} failed (needs python3 with matplotlib: scripts/setup installs it)", script);
+  const auto r = process::run({python, script, path, "-o", out});
+  check(r.started, "memory plot: cannot run '{}' (needs python3 with matplotlib: scripts/setup installs it; or set "
+        "RIDGE_PYTHON)", python);
+  check(r.exit_code == 0, "memory plot: {} failed: {}", script, process::last_line(r.output));
   fmt::print("wrote {}\n", out);
 }
 

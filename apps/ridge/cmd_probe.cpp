@@ -1,6 +1,7 @@
 // `ridge probe`: measure this machine's roofline and write it as a chip file ("--hw this").
 #include <fmt/format.h>
 
+#include <cmath>
 #include <iostream>
 
 #include "cli.hpp"
@@ -95,9 +96,12 @@ void setup(CLI::App& root) {
   cmd->add_option("--max-bytes", max_bytes,
                   "largest total working set of the sweep, e.g. 256MiB (default 4x the last-level cache, 8x "
                   "without --quick)");
-  cmd->add_option("-o,--output", out, "chip file to write (default: $RIDGE_HOME/this.json or ~/.cache/ridge/this.json)");
+  auto* out_opt = cmd->add_option("-o,--output", out, "chip file to write (default: $RIDGE_HOME/this.json or ~/.cache/ridge/this.json)");
   cmd->add_flag("--json", json, "print the chip file as one JSON document instead of the table");
-  cmd->callback([] {
+  cmd->callback([out_opt] {
+    ridge::check(std::isfinite(max_seconds), "--max-seconds: {} is not a number of seconds (expected 0.1 .. 3600)",
+                 max_seconds);
+    ridge::check(out_opt->count() == 0 || !out.empty(), "-o/--output: empty path (expected a chip file to write)");
     const int cpus = ridge::cpu::info().logical_cpus;
     ridge::check(threads <= std::max(cpus, 1),
                  "--threads: {} exceeds the {} logical CPUs here (expected 1..{})", threads, cpus, cpus);

@@ -207,6 +207,9 @@ void run(const Opts& o) {
   std::string table = fmt::format("{:<16} {:<40} {:>11} {:>11} {:>9}  {:<25}  {:<25}\n", "group", "shape", "FLOPs",
                                   "bytes", "FLOP/B", fmt::format("{}: T_lower roof %pk", me.id),
                                   fmt::format("{}: T_lower roof %pk", gpu.id));
+  // `--this h100.json --hw h100` gives both columns one id: keep the two apart in the JSON.
+  const std::string me_key = me.id == gpu.id ? me.id + " (this machine)" : me.id;
+  j["this_key"] = me_key;
   for (const auto& op : ops) {
     const Cell a = bound_cell(op, me), b = bound_cell(op, gpu);
     std::string flops = format_flops(static_cast<double>(op.cost.flops));
@@ -215,7 +218,7 @@ void run(const Opts& o) {
                          format_bytes(static_cast<double>(op.cost.memory_bytes())), op.cost.intensity(), cell_text(a),
                          cell_text(b));
     nlohmann::json row{{"group", op.group}, {"label", op.label}, {"cost", op.cost.to_json()}};
-    row[me.id] = a.ok ? a.b.to_json() : nlohmann::json(nullptr);
+    row[me_key] = a.ok ? a.b.to_json() : nlohmann::json(nullptr);
     row[gpu.id] = b.ok ? b.b.to_json() : nlohmann::json(nullptr);
     j["shapes"].push_back(row);
   }

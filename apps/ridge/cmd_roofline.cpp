@@ -48,6 +48,9 @@ int64_t count(const std::string& text, const char* what) { return ridge::units::
 
 // Prints a cost's bound on each chip: a readable account, or one JSON document.
 void report(const rr::Cost& cost, const Common& o) {
+  // Checked even when the op moves nothing over a link, so a typo is never silently ignored.
+  ridge::check(o.link == "intra_node" || o.link == "inter_node" || o.link == "intra" || o.link == "inter",
+               "--link: '{}' is not a link (accepted: intra_node, inter_node)", o.link);
   rr::BoundOptions opt{o.level, o.link};
   const auto chips = chips_of(o.hw);
   std::vector<rr::Bound> bounds;
@@ -269,8 +272,8 @@ void setup_ops(CLI::App* r) {
       const auto S = ridge::units::parse_bytes(o.bytes, "--bytes");
       const auto t = ridge::parse_dtype(o.dtype);
       const std::string w = which;
+      const auto n = count(o.chips, "--chips");  // checked for send too, though a send involves two chips
       if (w == "send") return rr::send(S, t);
-      const auto n = count(o.chips, "--chips");
       if (w == "allreduce") return rr::all_reduce(S, n, t);
       if (w == "allgather") return rr::all_gather(S, n, t);
       return rr::reduce_scatter(S, n, t);

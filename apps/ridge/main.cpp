@@ -36,16 +36,24 @@ int main(int argc, char** argv) {
 
   try {
     ridge::cpu::active_isa();  // a bad RIDGE_ISA is a user error: report it before any work
-    // CLI11 answers an unknown subcommand with "A subcommand is required"; name it and the choices.
-    if (argc > 1 && argv[1][0] != '-') {
-      const std::string word = argv[1];
+    // CLI11 answers an unknown subcommand with "A subcommand is required"; name it and the choices,
+    // at the top level and one level down (`ridge bench bogus`, `ridge roofline bogus`).
+    const CLI::App* parent = &app;
+    std::string path = "ridge";
+    for (int i = 1; i < argc && i <= 2 && argv[i][0] != '-'; ++i) {
+      const auto subs = parent->get_subcommands([](const CLI::App*) { return true; });
+      if (subs.empty()) break;
+      const std::string word = argv[i];
+      const CLI::App* found = nullptr;
       std::string names;
-      bool known = false;
-      for (const auto& r : reg) {
-        known = known || r.name == word;
-        names += (names.empty() ? "" : ", ") + r.name;
+      for (const auto* s : subs) {
+        if (s->get_name() == word) found = s;
+        names += (names.empty() ? "" : ", ") + s->get_name();
       }
-      if (!known) throw ridge::Error("'" + word + "' is not a ridge subcommand (accepted: " + names + ")");
+      if (!found)
+        throw ridge::Error("'" + word + "' is not a " + path + " subcommand (accepted: " + names + ")");
+      parent = found;
+      path += " " + word;
     }
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {

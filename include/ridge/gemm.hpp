@@ -1,4 +1,12 @@
-// Dense GEMM, "nt" form: D[m,n] = A[m,k] * B[n,k]^T, optionally D = C + A * B^T.
+// Dense GEMM in the four layouts DeepGEMM names (nt, nn, tn, tt), optionally D = C + op(A) op(B).
+// Views are the operands as stored; m, n and k come from their shapes:
+//   nt: A [m,k], B [n,k]   D = A B^T      (the forward pass: activations times weights)
+//   nn: A [m,k], B [k,n]   D = A B        (dX = dY W)
+//   tn: A [k,m], B [k,n]   D = A^T B      (dW = dY^T X)
+//   tt: A [k,m], B [n,k]   D = A^T B^T
+// No transpose is ever materialised: the packers read each operand in its stored orientation
+// into the same micro-kernel panels, so one driver, blocking and thread split serve every layout.
+// The decode (m <= 16) path is nt-only; the other layouts take the blocked path there.
 //
 // Every matrix is row-major with a leading-dimension stride (MatrixView::ld, in elements, >= cols).
 // Accumulation is always fp32; the output is fp32 or bf16 (rounded to nearest even once, at the
@@ -12,6 +20,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "ridge/core/cpu.hpp"
 #include "ridge/core/format.hpp"
@@ -29,6 +38,49 @@ void f32_gemm_nt(MatrixView<const float> a, MatrixView<const float> b, MatrixVie
 void bf16_gemm_nt(MatrixView<const bf16> a, MatrixView<const bf16> b, MatrixView<float> d,
                   MatrixView<const float> c = {});
 void bf16_gemm_nt(MatrixView<const bf16> a, MatrixView<const bf16> b, MatrixView<bf16> d,
+                  MatrixView<const bf16> c = {});
+
+enum class Layout { nt, nn, tn, tt };
+const char* layout_name(Layout layout);
+// "nt", "nn", "tn" or "tt"; anything else throws ridge::Error naming `what`.
+Layout parse_layout(const std::string& text, const char* what = "layout");
+
+// Any layout by value (the named functions below forward here).
+void f32_gemm(Layout layout, MatrixView<const float> a, MatrixView<const float> b, MatrixView<float> d,
+              MatrixView<const float> c = {});
+void f32_gemm(Layout layout, MatrixView<const float> a, MatrixView<const float> b, MatrixView<bf16> d,
+              MatrixView<const bf16> c = {});
+void bf16_gemm(Layout layout, MatrixView<const bf16> a, MatrixView<const bf16> b, MatrixView<float> d,
+               MatrixView<const float> c = {});
+void bf16_gemm(Layout layout, MatrixView<const bf16> a, MatrixView<const bf16> b, MatrixView<bf16> d,
+               MatrixView<const bf16> c = {});
+
+// nn: A [m,k], B [k,n]
+void f32_gemm_nn(MatrixView<const float> a, MatrixView<const float> b, MatrixView<float> d,
+                 MatrixView<const float> c = {});
+void f32_gemm_nn(MatrixView<const float> a, MatrixView<const float> b, MatrixView<bf16> d,
+                 MatrixView<const bf16> c = {});
+void bf16_gemm_nn(MatrixView<const bf16> a, MatrixView<const bf16> b, MatrixView<float> d,
+                  MatrixView<const float> c = {});
+void bf16_gemm_nn(MatrixView<const bf16> a, MatrixView<const bf16> b, MatrixView<bf16> d,
+                  MatrixView<const bf16> c = {});
+// tn: A [k,m], B [k,n]
+void f32_gemm_tn(MatrixView<const float> a, MatrixView<const float> b, MatrixView<float> d,
+                 MatrixView<const float> c = {});
+void f32_gemm_tn(MatrixView<const float> a, MatrixView<const float> b, MatrixView<bf16> d,
+                 MatrixView<const bf16> c = {});
+void bf16_gemm_tn(MatrixView<const bf16> a, MatrixView<const bf16> b, MatrixView<float> d,
+                  MatrixView<const float> c = {});
+void bf16_gemm_tn(MatrixView<const bf16> a, MatrixView<const bf16> b, MatrixView<bf16> d,
+                  MatrixView<const bf16> c = {});
+// tt: A [k,m], B [n,k]
+void f32_gemm_tt(MatrixView<const float> a, MatrixView<const float> b, MatrixView<float> d,
+                 MatrixView<const float> c = {});
+void f32_gemm_tt(MatrixView<const float> a, MatrixView<const float> b, MatrixView<bf16> d,
+                 MatrixView<const bf16> c = {});
+void bf16_gemm_tt(MatrixView<const bf16> a, MatrixView<const bf16> b, MatrixView<float> d,
+                  MatrixView<const float> c = {});
+void bf16_gemm_tt(MatrixView<const bf16> a, MatrixView<const bf16> b, MatrixView<bf16> d,
                   MatrixView<const bf16> c = {});
 
 // B packed once into the micro-kernel's panel layout for the ISA path active when packing, then
@@ -74,14 +126,30 @@ void f32_gemm_nt_reference(MatrixView<const float> a, MatrixView<const float> b,
                            MatrixView<const float> c = {});
 void bf16_gemm_nt_reference(MatrixView<const bf16> a, MatrixView<const bf16> b, MatrixView<float> d,
                             MatrixView<const float> c = {});
+void f32_gemm_reference(Layout layout, MatrixView<const float> a, MatrixView<const float> b,
+                        MatrixView<float> d, MatrixView<const float> c = {});
+void bf16_gemm_reference(Layout layout, MatrixView<const bf16> a, MatrixView<const bf16> b,
+                         MatrixView<float> d, MatrixView<const float> c = {});
+void f32_gemm_nn_reference(MatrixView<const float> a, MatrixView<const float> b, MatrixView<float> d,
+                           MatrixView<const float> c = {});
+void f32_gemm_tn_reference(MatrixView<const float> a, MatrixView<const float> b, MatrixView<float> d,
+                           MatrixView<const float> c = {});
+void f32_gemm_tt_reference(MatrixView<const float> a, MatrixView<const float> b, MatrixView<float> d,
+                           MatrixView<const float> c = {});
+void bf16_gemm_nn_reference(MatrixView<const bf16> a, MatrixView<const bf16> b, MatrixView<float> d,
+                            MatrixView<const float> c = {});
+void bf16_gemm_tn_reference(MatrixView<const bf16> a, MatrixView<const bf16> b, MatrixView<float> d,
+                            MatrixView<const float> c = {});
+void bf16_gemm_tt_reference(MatrixView<const bf16> a, MatrixView<const bf16> b, MatrixView<float> d,
+                            MatrixView<const float> c = {});
 
 // Cache blocking the driver derives from cpu::info().caches for the active ISA path (exposed for
 // the benchmark notes and tests).
 struct Blocking {
-  int mr = 0, nr = 0;    // micro-tile
-  int64_t kc = 0;        // depth of one packed block (B micro-panel KC x NR = 1/8 of L2)
-  int64_t mc = 0;        // rows of one packed A block (MC x KC = 1/2 of L2)
-  int64_t nc = 0;        // columns of B per outer block (K x NC in this thread's share of L3)
+  int mr = 0, nr = 0;  // micro-tile
+  int64_t kc = 0;      // depth of one packed block (B micro-panel KC x NR = 1/8 of L2)
+  int64_t mc = 0;      // rows of one packed A block (MC x KC = 1/2 of L2)
+  int64_t nc = 0;      // columns of B per outer block (K x NC in this thread's share of L3)
   const char* kernel = "";
 };
 Blocking blocking(DType input, cpu::Isa isa, int64_t k);

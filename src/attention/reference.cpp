@@ -196,6 +196,7 @@ RIDGE_INSTANTIATE(float, float)
 RIDGE_INSTANTIATE(float, double)
 RIDGE_INSTANTIATE(bf16, float)
 RIDGE_INSTANTIATE(bf16, double)
+RIDGE_INSTANTIATE(double, double)  // the fp64 reference model of the gradient checks
 #undef RIDGE_INSTANTIATE
 
 }  // namespace ridge::attention

@@ -4,11 +4,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
 
 #include "ridge/core/error.hpp"
+#include "ridge/core/input.hpp"
 #include "ridge/core/units.hpp"
 
 namespace ridge::bench {
@@ -87,15 +89,7 @@ Grid Grid::from_json(const json& doc, const std::string& origin) {
 }
 
 Grid Grid::from_file(const std::string& path) {
-  std::ifstream in(path);
-  check(in.good(), "--grid-file: cannot read '{}'", path);
-  json doc;
-  try {
-    doc = json::parse(in);
-  } catch (const json::exception& e) {
-    fail("--grid-file: '{}' is not valid JSON: {}", path, e.what());
-  }
-  return from_json(doc, path);
+  return from_json(input::read_json_file(path, "--grid-file", 16 << 20), "--grid-file '" + path + "'");
 }
 
 void Grid::merge(const Grid& other) {
@@ -157,6 +151,19 @@ std::vector<double> Grid::numbers(const std::string& key, std::vector<double> fa
     }
     check(used == v.size() && std::isfinite(x), "--set {}: '{}' is not a number", key, v);
     out.push_back(x);
+  }
+  return out;
+}
+
+std::vector<bool> Grid::switches(const std::string& key, std::vector<bool> fallback) const {
+  if (!has(key)) return fallback;
+  std::vector<bool> out;
+  for (const auto& v : values(key)) {
+    std::string s = v;
+    for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (s == "1" || s == "true" || s == "on" || s == "yes") out.push_back(true);
+    else if (s == "0" || s == "false" || s == "off" || s == "no") out.push_back(false);
+    else fail("--set {}: '{}' is not a switch (accepted: 1, true, on, yes, 0, false, off, no)", key, v);
   }
   return out;
 }

@@ -10,6 +10,7 @@
 
 #include "ridge/core/cpu.hpp"
 #include "ridge/core/error.hpp"
+#include "ridge/core/input.hpp"
 #include "ridge/core/threads.hpp"
 #include "ridge/roofline.hpp"
 
@@ -99,7 +100,7 @@ Row Row::from_json(const json& j) {
         r.peers.push_back(Peer{p.at("name").get<std::string>(), p.at("median_ms").get<double>(),
                                p.at("speedup").get<double>()});
   } catch (const json::exception& e) {
-    fail("result row: {}", e.what());
+    fail("result row: {}", input::plain_json_error(e));
   }
   for (const auto& [k, v] : j.items())
     if (!known.count(k)) r.extra[k] = v;
@@ -117,19 +118,21 @@ ProbeCache& probe_cache() {
   return c;
 }
 
+}  // namespace
+
 const roofline::Chip* probed_chip() {
   auto& c = probe_cache();
   std::call_once(c.once, [&] {
     try {
       if (roofline::has_probe_result()) c.chip = roofline::load_chip("this");
-    } catch (const std::exception&) {
-      // A broken probe file must not stop a benchmark; rows simply carry no bound.
+    } catch (const std::exception& e) {
+      // A broken probe file must not stop a benchmark; its rows carry no bound, and the user is told.
+      std::fprintf(stderr, "ridge: warning: ignoring the probe result (%s); rows carry no roofline bound until "
+                   "'ridge probe' writes it again\n", e.what());
     }
   });
   return c.chip ? &*c.chip : nullptr;
 }
-
-}  // namespace
 
 Rotation plan_rotation(double bytes_per_copy, int64_t llc_bytes, double factor, int64_t max_copies) {
   check(bytes_per_copy > 0 && std::isfinite(bytes_per_copy),

@@ -158,6 +158,71 @@ void pack_panels(const void* src, bool src_bf16, int64_t ld, int64_t count, int6
   }
 }
 
+// pack_panels for an operand stored K-major ([k, rows], ld elements: A of tn/tt, B of nn/tn), src
+// at (k = 0, row = 0). The panels are [k][R] (or [k/2][R][2]), so each k step copies a contiguous
+// run of rows: no transpose; bf16 pairs interleave two source rows. k is the outer loop so each
+// source row is used up while in L1: panel by panel, a power-of-two ld would map every row's
+// slice to one L1 set and an R = 14 panel would read each line from L3 about twice.
+void pack_panels_kmajor(const void* src, bool src_bf16, int64_t ld, int64_t count, int64_t kc, int R,
+                        Panel panel, void* dst) {
+  const int64_t kp = panel_k(panel, kc);
+  const int64_t npanels = ceil_div(count, R);
+  const auto* s16 = static_cast<const uint16_t*>(src);
+  const auto* s32 = static_cast<const float*>(src);
+  if (panel == Panel::f32) {
+    for (int64_t p = 0; p < kc; ++p) {
+      for (int64_t q = 0; q < npanels; ++q) {
+        const int64_t r0 = q * R;
+        const int rows = static_cast<int>(std::min<int64_t>(R, count - r0));
+        float* out = static_cast<float*>(dst) + q * R * kp + p * R;
+        if (src_bf16) {
+          const uint16_t* s = s16 + p * ld + r0;
+          for (int r = 0; r < rows; ++r) {
+            const uint32_t w = static_cast<uint32_t>(s[r]) << 16;
+            std::memcpy(&out[r], &w, 4);
+          }
+        } else {
+          std::memcpy(out, s32 + p * ld + r0, static_cast<size_t>(rows) * 4);
+        }
+        for (int r = rows; r < R; ++r) out[r] = 0.0f;
+      }
+    }
+    return;
+  }
+  for (int64_t p = 0; p < kc; p += 2) {
+    const uint16_t* lo = s16 + p * ld;
+    const uint16_t* hi = p + 1 < kc ? lo + ld : nullptr;  // odd K: the pad half is 0
+    for (int64_t q = 0; q < npanels; ++q) {
+      const int64_t r0 = q * R;
+      const int rows = static_cast<int>(std::min<int64_t>(R, count - r0));
+      uint32_t* out = reinterpret_cast<uint32_t*>(static_cast<uint16_t*>(dst) + q * R * kp) + p / 2 * R;
+      if (hi) {
+        for (int r = 0; r < rows; ++r) out[r] = lo[r0 + r] | static_cast<uint32_t>(hi[r0 + r]) << 16;
+      } else {
+        for (int r = 0; r < rows; ++r) out[r] = lo[r0 + r];
+      }
+      for (int r = rows; r < R; ++r) out[r] = 0;
+    }
+  }
+}
+
+// Packs rows [r0, r0 + count) and k [p0, p0 + kc) of an operand stored row-major by row (K
+// contiguous, the nt case) or K-major.
+void pack_operand(const void* base, bool kmajor, bool src_bf16, int64_t ld, int64_t r0, int64_t count,
+                  int64_t p0, int64_t kc, int R, Panel panel, void* dst, detail::PackWords pack_words,
+                  detail::PackKmajorPairs pack_pairs) {
+  const size_t in_elt = src_bf16 ? 2 : 4;
+  const std::byte* b = static_cast<const std::byte*>(base);
+  if (kmajor && pack_pairs && panel == Panel::bf16pair) {
+    pack_pairs(reinterpret_cast<const uint16_t*>(b + (p0 * ld + r0) * in_elt), ld, count, kc, R,
+               static_cast<uint32_t*>(dst));
+  } else if (kmajor) {
+    pack_panels_kmajor(b + (p0 * ld + r0) * in_elt, src_bf16, ld, count, kc, R, panel, dst);
+  } else {
+    pack_panels(b + r0 * ld * in_elt, src_bf16, ld, count, p0, kc, R, panel, dst, pack_words);
+  }
+}
+
 // One GEMM problem as the driver sees it, dtypes erased.
 struct Problem {
   int64_t m = 0, n = 0, k = 0;
@@ -172,6 +237,8 @@ struct Problem {
   const void* c = nullptr;
   int64_t ldc = 0;
   const PackedB::Impl* packed = nullptr;
+  bool a_kmajor = false;  // A stored [k, m] (tn, tt)
+  bool b_kmajor = false;  // B stored [k, n] (nn, tn)
 };
 
 }  // namespace
@@ -213,14 +280,18 @@ bool overlaps(const MatrixView<T>& x, const MatrixView<U>& y) {
   return x0 < y1 && y0 < x1;
 }
 
+// n and k as B gives them; a_kmajor: A is stored [k, m] (tn, tt), b_kmajor: B is stored [k, n].
 template <typename TA, typename TD>
 void check_ad_c(const char* fn, const MatrixView<const TA>& a, const MatrixView<TD>& d,
-                const MatrixView<const TD>& c, int64_t n, int64_t k) {
+                const MatrixView<const TD>& c, int64_t n, int64_t k, bool a_kmajor = false,
+                bool b_kmajor = false) {
   check_view(fn, "a", a);
   check_view(fn, "d", d);
-  check(a.cols == k, "{}: a has {} columns but b has {} (both are K)", fn, a.cols, k);
-  check(d.rows == a.rows && d.cols == n, "{}: d is [{}, {}], expected [m, n] = [{}, {}]", fn, d.rows, d.cols,
-        a.rows, n);
+  const int64_t m = a_kmajor ? a.cols : a.rows, ka = a_kmajor ? a.rows : a.cols;
+  check(ka == k, "{}: a has {} {} but b has {} {} (both are K)", fn, ka, a_kmajor ? "rows" : "columns", k,
+        b_kmajor ? "rows" : "columns");
+  check(d.rows == m && d.cols == n, "{}: d is [{}, {}], expected [m, n] = [{}, {}]", fn, d.rows, d.cols, m,
+        n);
   check(c.rows >= 0 && c.cols >= 0, "{}: c has negative shape [{}, {}]", fn, c.rows, c.cols);
   if (c.data == nullptr) {
     check(c.rows == 0 && c.cols == 0, "{}: c is null but has shape [{}, {}] (pass an empty view for no C)", fn,
@@ -235,16 +306,26 @@ void check_ad_c(const char* fn, const MatrixView<const TA>& a, const MatrixView<
   check(!overlaps(a, d), "{}: d overlaps a", fn);
 }
 
+bool a_kmajor(Layout l) {
+  return l == Layout::tn || l == Layout::tt;
+}
+bool b_kmajor(Layout l) {
+  return l == Layout::nn || l == Layout::tn;
+}
+
 template <typename TA, typename TD>
-Problem make_problem(const char* fn, MatrixView<const TA> a, MatrixView<const TA> b, MatrixView<TD> d,
-                     MatrixView<const TD> c) {
+Problem make_problem(const char* fn, Layout layout, MatrixView<const TA> a, MatrixView<const TA> b,
+                     MatrixView<TD> d, MatrixView<const TD> c) {
+  const bool akm = a_kmajor(layout), bkm = b_kmajor(layout);
   check_view(fn, "b", b);
-  check_ad_c(fn, a, d, c, b.rows, b.cols);
+  check_ad_c(fn, a, d, c, bkm ? b.cols : b.rows, bkm ? b.rows : b.cols, akm, bkm);
   check(!overlaps(b, d), "{}: d overlaps b", fn);
   Problem p;
-  p.m = a.rows;
-  p.n = b.rows;
-  p.k = a.cols;
+  p.m = d.rows;
+  p.n = d.cols;
+  p.k = akm ? a.rows : a.cols;
+  p.a_kmajor = akm;
+  p.b_kmajor = bkm;
   p.a = a.data;
   p.lda = a.ld;
   p.b = b.data;
@@ -374,8 +455,8 @@ Workspace thread_workspace(size_t a_bytes, size_t b_bytes, size_t s_bytes) {
 void run_rect_narrow(const Problem& p, const KernelInfo& ki, const Blocking& bk, int64_t m0, int64_t m1, int64_t n0,
                      int64_t n1, detail::PackWords pack_words) {
   const size_t elt = panel_elt(ki.panel);
-  const size_t in_elt = p.in_bf16 ? 2 : 4;
   const int64_t rows = m1 - m0;
+  const detail::PackKmajorPairs pack_pairs = pack_words ? ki.pack_kmajor_pairs : nullptr;
   const int64_t mp = round_up(rows, ki.mr);
   const int64_t kc_max = std::min<int64_t>(bk.kc, p.k);
   const int64_t kp_max = panel_k(ki.panel, kc_max);
@@ -391,16 +472,16 @@ void run_rect_narrow(const Problem& p, const KernelInfo& ki, const Blocking& bk,
   float* scratch = ws.scratch;
   for (int64_t kb = 0; kb < kblocks; ++kb) {
     const int64_t pc = kb * bk.kc, kc = std::min<int64_t>(bk.kc, p.k - pc);
-    pack_panels(static_cast<const std::byte*>(p.a) + m0 * p.lda * in_elt, p.in_bf16, p.lda, rows, pc, kc, ki.mr,
-                ki.panel, abuf + kb * a_block, pack_words);
+    pack_operand(p.a, p.a_kmajor, p.in_bf16, p.lda, m0, rows, pc, kc, ki.mr, ki.panel, abuf + kb * a_block,
+                 pack_words, pack_pairs);
   }
   for (int64_t jr = n0; jr < n1; jr += ki.nr) {
     const int nr = static_cast<int>(std::min<int64_t>(ki.nr, n1 - jr));
     for (int64_t kb = 0; kb < kblocks; ++kb) {
       const int64_t pc = kb * bk.kc, kc = std::min<int64_t>(bk.kc, p.k - pc);
       const int64_t kp = panel_k(ki.panel, kc);
-      pack_panels(static_cast<const std::byte*>(p.b) + jr * p.ldb * in_elt, p.in_bf16, p.ldb, nr, pc, kc, ki.nr,
-                  ki.panel, bbuf, pack_words);
+      pack_operand(p.b, p.b_kmajor, p.in_bf16, p.ldb, jr, nr, pc, kc, ki.nr, ki.panel, bbuf, pack_words,
+                   pack_pairs);
       const bool first = kb == 0, last = kb + 1 == kblocks;
       for (int64_t ir = 0; ir < rows; ir += ki.mr) {
         const int mr = static_cast<int>(std::min<int64_t>(ki.mr, rows - ir));
@@ -434,6 +515,7 @@ void run_rect(const Problem& p, const KernelInfo& ki, const Blocking& bk, int64_
     return;
   }
 
+  const detail::PackKmajorPairs pack_pairs = pack_words ? ki.pack_kmajor_pairs : nullptr;
   const size_t a_bytes = static_cast<size_t>(mc_max * panel_k(ki.panel, kc_max)) * elt;
   const size_t b_bytes = p.packed ? 0 : static_cast<size_t>(nc_max * kp_full) * elt;
   const size_t s_bytes = need_scratch ? static_cast<size_t>(mc_max * nc_max) * 4 : 0;
@@ -443,15 +525,14 @@ void run_rect(const Problem& p, const KernelInfo& ki, const Blocking& bk, int64_
   float* scratch = ws.scratch;
   const int64_t lds = nc_max;
 
-  const size_t in_elt = p.in_bf16 ? 2 : 4;
   for (int64_t jc = n0; jc < n1; jc += bk.nc) {
     const int64_t nc = std::min<int64_t>(bk.nc, n1 - jc);
     const std::byte* bblock;
     if (p.packed) {
       bblock = p.packed->panel(jc / ki.nr);
     } else {
-      pack_panels(static_cast<const std::byte*>(p.b) + jc * p.ldb * in_elt, p.in_bf16, p.ldb, nc, 0, p.k, ki.nr,
-                  ki.panel, bbuf, pack_words);
+      pack_operand(p.b, p.b_kmajor, p.in_bf16, p.ldb, jc, nc, 0, p.k, ki.nr, ki.panel, bbuf, pack_words,
+                   pack_pairs);
       bblock = bbuf;
     }
     for (int64_t ic = m0; ic < m1; ic += mc_t) {
@@ -459,8 +540,8 @@ void run_rect(const Problem& p, const KernelInfo& ki, const Blocking& bk, int64_
       for (int64_t pc = 0; pc < p.k; pc += bk.kc) {
         const int64_t kc = std::min<int64_t>(bk.kc, p.k - pc);
         const int64_t kp = panel_k(ki.panel, kc);
-        pack_panels(static_cast<const std::byte*>(p.a) + ic * p.lda * in_elt, p.in_bf16, p.lda, mc, pc, kc, ki.mr,
-                    ki.panel, abuf, pack_words);
+        pack_operand(p.a, p.a_kmajor, p.in_bf16, p.lda, ic, mc, pc, kc, ki.mr, ki.panel, abuf, pack_words,
+                     pack_pairs);
         const bool first = pc == 0, last = pc + kc >= p.k;
         for (int64_t jr = 0; jr < nc; jr += ki.nr) {
           const int nr = static_cast<int>(std::min<int64_t>(ki.nr, nc - jr));
@@ -509,7 +590,8 @@ void run(const Problem& p) {
   }
   const cpu::Isa isa = p.packed ? p.packed->isa : cpu::active_isa();
   const KernelInfo ki = p.packed ? p.packed->ki : detail::select_kernel(p.in_bf16, isa);
-  if (!p.packed && p.m <= kSmallM && ki.small_m && (ki.panel == Panel::bf16pair) == p.in_bf16) {
+  if (!p.packed && !p.a_kmajor && !p.b_kmajor && p.m <= kSmallM && ki.small_m &&
+      (ki.panel == Panel::bf16pair) == p.in_bf16) {
     run_small_m(p, ki);
     return;
   }
@@ -565,18 +647,20 @@ PackedB::Impl* pack_impl(MatrixView<const TB> b) {
 }
 
 template <typename TA, typename TB, typename TD>
-void reference(const char* fn, MatrixView<const TA> a, MatrixView<const TB> b, MatrixView<TD> d,
-               MatrixView<const TD> c) {
+void reference(const char* fn, Layout layout, MatrixView<const TA> a, MatrixView<const TB> b,
+               MatrixView<TD> d, MatrixView<const TD> c) {
+  const bool akm = a_kmajor(layout), bkm = b_kmajor(layout);
   check_view(fn, "b", b);
-  check_ad_c(fn, a, d, c, b.rows, b.cols);
+  check_ad_c(fn, a, d, c, bkm ? b.cols : b.rows, bkm ? b.rows : b.cols, akm, bkm);
   auto f = [](auto x) {
     if constexpr (std::is_same_v<decltype(x), bf16>) return to_float(x);
     else return static_cast<float>(x);
   };
-  for (int64_t i = 0; i < a.rows; ++i) {
-    for (int64_t j = 0; j < b.rows; ++j) {
+  const int64_t k = akm ? a.rows : a.cols;
+  for (int64_t i = 0; i < d.rows; ++i) {
+    for (int64_t j = 0; j < d.cols; ++j) {
       float acc = 0.0f;
-      for (int64_t p = 0; p < a.cols; ++p) acc += f(a(i, p)) * f(b(j, p));
+      for (int64_t p = 0; p < k; ++p) acc += f(akm ? a(p, i) : a(i, p)) * f(bkm ? b(p, j) : b(j, p));
       if (c.data) acc += f(c(i, j));
       d(i, j) = acc;
     }
@@ -609,22 +693,90 @@ const PackedB::Impl& PackedB::impl() const {
   return *impl_;
 }
 
-void f32_gemm_nt(MatrixView<const float> a, MatrixView<const float> b, MatrixView<float> d,
-                 MatrixView<const float> c) {
-  run(make_problem("f32_gemm_nt", a, b, d, c));
+namespace {
+
+// Names for error messages, by input dtype and layout (static: the nt decode path is too short to
+// pay for building a string per call).
+const char* gemm_name(bool bf16_in, Layout layout, bool ref) {
+  static const char* const names[2][2][4] = {
+      {{"f32_gemm_nt", "f32_gemm_nn", "f32_gemm_tn", "f32_gemm_tt"},
+       {"f32_gemm_nt_reference", "f32_gemm_nn_reference", "f32_gemm_tn_reference", "f32_gemm_tt_reference"}},
+      {{"bf16_gemm_nt", "bf16_gemm_nn", "bf16_gemm_tn", "bf16_gemm_tt"},
+       {"bf16_gemm_nt_reference", "bf16_gemm_nn_reference", "bf16_gemm_tn_reference",
+        "bf16_gemm_tt_reference"}}};
+  const auto l = static_cast<unsigned>(layout);
+  check(l < 4, "{}_gemm: layout {} (expected Layout::nt, nn, tn or tt)", bf16_in ? "bf16" : "f32", l);
+  return names[bf16_in][ref][l];
 }
-void f32_gemm_nt(MatrixView<const float> a, MatrixView<const float> b, MatrixView<bf16> d,
-                 MatrixView<const bf16> c) {
-  run(make_problem("f32_gemm_nt", a, b, d, c));
+
+template <typename TA, typename TD>
+void gemm_any(Layout layout, MatrixView<const TA> a, MatrixView<const TA> b, MatrixView<TD> d,
+              MatrixView<const TD> c) {
+  run(make_problem(gemm_name(std::is_same_v<TA, bf16>, layout, false), layout, a, b, d, c));
 }
-void bf16_gemm_nt(MatrixView<const bf16> a, MatrixView<const bf16> b, MatrixView<float> d,
-                  MatrixView<const float> c) {
-  run(make_problem("bf16_gemm_nt", a, b, d, c));
+
+}  // namespace
+
+const char* layout_name(Layout layout) {
+  switch (layout) {
+    case Layout::nt:
+      return "nt";
+    case Layout::nn:
+      return "nn";
+    case Layout::tn:
+      return "tn";
+    case Layout::tt:
+      return "tt";
+  }
+  return "?";
 }
-void bf16_gemm_nt(MatrixView<const bf16> a, MatrixView<const bf16> b, MatrixView<bf16> d,
-                  MatrixView<const bf16> c) {
-  run(make_problem("bf16_gemm_nt", a, b, d, c));
+
+Layout parse_layout(const std::string& text, const char* what) {
+  for (Layout l : {Layout::nt, Layout::nn, Layout::tn, Layout::tt})
+    if (text == layout_name(l)) return l;
+  fail("{}: '{}' is not a GEMM layout (expected nt, nn, tn or tt)", what, text);
 }
+
+void f32_gemm(Layout layout, MatrixView<const float> a, MatrixView<const float> b, MatrixView<float> d,
+              MatrixView<const float> c) {
+  gemm_any(layout, a, b, d, c);
+}
+void f32_gemm(Layout layout, MatrixView<const float> a, MatrixView<const float> b, MatrixView<bf16> d,
+              MatrixView<const bf16> c) {
+  gemm_any(layout, a, b, d, c);
+}
+void bf16_gemm(Layout layout, MatrixView<const bf16> a, MatrixView<const bf16> b, MatrixView<float> d,
+               MatrixView<const float> c) {
+  gemm_any(layout, a, b, d, c);
+}
+void bf16_gemm(Layout layout, MatrixView<const bf16> a, MatrixView<const bf16> b, MatrixView<bf16> d,
+               MatrixView<const bf16> c) {
+  gemm_any(layout, a, b, d, c);
+}
+
+// The named entry points, one per input dtype, output dtype and layout.
+#define RIDGE_GEMM_NAMED(FN, LAYOUT, TA, TD)                                                          \
+  void FN(MatrixView<const TA> a, MatrixView<const TA> b, MatrixView<TD> d, MatrixView<const TD> c) { \
+    run(make_problem(#FN, Layout::LAYOUT, a, b, d, c));                                               \
+  }
+RIDGE_GEMM_NAMED(f32_gemm_nt, nt, float, float)
+RIDGE_GEMM_NAMED(f32_gemm_nt, nt, float, bf16)
+RIDGE_GEMM_NAMED(f32_gemm_nn, nn, float, float)
+RIDGE_GEMM_NAMED(f32_gemm_nn, nn, float, bf16)
+RIDGE_GEMM_NAMED(f32_gemm_tn, tn, float, float)
+RIDGE_GEMM_NAMED(f32_gemm_tn, tn, float, bf16)
+RIDGE_GEMM_NAMED(f32_gemm_tt, tt, float, float)
+RIDGE_GEMM_NAMED(f32_gemm_tt, tt, float, bf16)
+RIDGE_GEMM_NAMED(bf16_gemm_nt, nt, bf16, float)
+RIDGE_GEMM_NAMED(bf16_gemm_nt, nt, bf16, bf16)
+RIDGE_GEMM_NAMED(bf16_gemm_nn, nn, bf16, float)
+RIDGE_GEMM_NAMED(bf16_gemm_nn, nn, bf16, bf16)
+RIDGE_GEMM_NAMED(bf16_gemm_tn, tn, bf16, float)
+RIDGE_GEMM_NAMED(bf16_gemm_tn, tn, bf16, bf16)
+RIDGE_GEMM_NAMED(bf16_gemm_tt, tt, bf16, float)
+RIDGE_GEMM_NAMED(bf16_gemm_tt, tt, bf16, bf16)
+#undef RIDGE_GEMM_NAMED
+
 void f32_gemm_nt(MatrixView<const float> a, const PackedB& b, MatrixView<float> d, MatrixView<const float> c) {
   run(make_problem("f32_gemm_nt", a, b, d, c));
 }
@@ -638,14 +790,28 @@ void bf16_gemm_nt(MatrixView<const bf16> a, const PackedB& b, MatrixView<bf16> d
   run(make_problem("bf16_gemm_nt", a, b, d, c));
 }
 
-void f32_gemm_nt_reference(MatrixView<const float> a, MatrixView<const float> b, MatrixView<float> d,
-                           MatrixView<const float> c) {
-  reference("f32_gemm_nt_reference", a, b, d, c);
+void f32_gemm_reference(Layout layout, MatrixView<const float> a, MatrixView<const float> b,
+                        MatrixView<float> d, MatrixView<const float> c) {
+  reference(gemm_name(false, layout, true), layout, a, b, d, c);
 }
-void bf16_gemm_nt_reference(MatrixView<const bf16> a, MatrixView<const bf16> b, MatrixView<float> d,
-                            MatrixView<const float> c) {
-  reference("bf16_gemm_nt_reference", a, b, d, c);
+void bf16_gemm_reference(Layout layout, MatrixView<const bf16> a, MatrixView<const bf16> b,
+                         MatrixView<float> d, MatrixView<const float> c) {
+  reference(gemm_name(true, layout, true), layout, a, b, d, c);
 }
+#define RIDGE_GEMM_REFERENCE(DT, LAYOUT, TA)                                                               \
+  void DT##_gemm_##LAYOUT##_reference(MatrixView<const TA> a, MatrixView<const TA> b, MatrixView<float> d, \
+                                      MatrixView<const float> c) {                                         \
+    DT##_gemm_reference(Layout::LAYOUT, a, b, d, c);                                                       \
+  }
+RIDGE_GEMM_REFERENCE(f32, nt, float)
+RIDGE_GEMM_REFERENCE(f32, nn, float)
+RIDGE_GEMM_REFERENCE(f32, tn, float)
+RIDGE_GEMM_REFERENCE(f32, tt, float)
+RIDGE_GEMM_REFERENCE(bf16, nt, bf16)
+RIDGE_GEMM_REFERENCE(bf16, nn, bf16)
+RIDGE_GEMM_REFERENCE(bf16, tn, bf16)
+RIDGE_GEMM_REFERENCE(bf16, tt, bf16)
+#undef RIDGE_GEMM_REFERENCE
 
 Blocking blocking(DType input, cpu::Isa isa, int64_t k) {
   check(input == DType::f32 || input == DType::bf16, "gemm::blocking: input dtype {} (expected f32 or bf16)",

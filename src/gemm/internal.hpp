@@ -41,6 +41,11 @@ using SmallMKernel = void (*)(int64_t m, int64_t n0, int64_t n1, int64_t k, cons
 using PackWords = void (*)(const void* src, int64_t ld_bytes, int rows, int64_t words, int R, uint32_t* dst);
 void pack_words_avx512(const void* src, int64_t ld_bytes, int rows, int64_t words, int R, uint32_t* dst);
 
+// Packs a K-major bf16 operand ([k, rows], ld elements; src at k = 0, row = 0) into bf16-pair
+// panels of R rows: the word for (k-pair p, row r) of panel q is at dst[q * R * ceil(kc/2) + p * R + r],
+// low half k = 2p, high half k = 2p + 1 (0 past kc); rows past `count` are 0.
+using PackKmajorPairs = void (*)(const uint16_t* src, int64_t ld, int64_t count, int64_t kc, int R, uint32_t* dst);
+
 // The tile of t starting at row i, column j.
 Tile tile_at(const Tile& t, int64_t i, int64_t j);
 
@@ -51,6 +56,7 @@ struct KernelInfo {
   MicroKernel ukernel = nullptr;
   SmallMKernel small_m = nullptr;  // for the inputs this kernel takes, when the ISA has one
   PackWords pack_words = nullptr;  // vector transpose for packing, when the ISA has one
+  PackKmajorPairs pack_kmajor_pairs = nullptr;  // for nn/tn/tt operands, when the ISA has one
 };
 
 // One per ISA file. The bf16pair kernel exists only in the avx512bf16 file.

@@ -233,10 +233,37 @@ void small_m_dispatch(int64_t m, int64_t n0, int64_t n1, int64_t k, const void* 
   small_m(m, n0, n1, k, a, lda, b, ldb, t);
 }
 
+// A K-major operand's two k rows zero-extended to 32-bit lanes and merged: each word is a
+// (k, k+1) pair, 16 rows per step, masked at the panel's last rows (and its zero padding).
+void pack_kmajor_pairs(const uint16_t* src, int64_t ld, int64_t count, int64_t kc, int R, uint32_t* dst) {
+  const int64_t words = (kc + 1) / 2;
+  const int64_t npanels = (count + R - 1) / R;
+  for (int64_t p = 0; p < kc; p += 2) {
+    const uint16_t* lo = src + p * ld;
+    const uint16_t* hi = p + 1 < kc ? lo + ld : nullptr;
+    for (int64_t q = 0; q < npanels; ++q) {
+      const int64_t r0 = q * R;
+      const int rows = static_cast<int>(std::min<int64_t>(R, count - r0));
+      uint32_t* out = dst + q * R * words + p / 2 * R;
+      for (int r = 0; r < R; r += 16) {
+        const int n = std::clamp(rows - r, 0, 16), w = std::min(R - r, 16);
+        const __mmask16 load = static_cast<__mmask16>((1u << n) - 1), store = static_cast<__mmask16>((1u << w) - 1);
+        __m512i v = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(load, lo + r0 + r));
+        if (hi) {
+          const __m512i h = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(load, hi + r0 + r));
+          v = _mm512_or_si512(v, _mm512_slli_epi32(h, 16));
+        }
+        _mm512_mask_storeu_epi32(out + r, store, v);
+      }
+    }
+  }
+}
+
 }  // namespace
 
 KernelInfo kernel_avx512bf16_bf16() {
-  return {"bf16_avx512bf16_14x32", kMR, kNR, Panel::bf16pair, &ukernel_dispatch, &small_m_dispatch, &pack_words_avx512};
+  return {"bf16_avx512bf16_14x32", kMR, kNR, Panel::bf16pair, &ukernel_dispatch, &small_m_dispatch,
+          &pack_words_avx512, &pack_kmajor_pairs};
 }
 
 }  // namespace ridge::gemm::detail

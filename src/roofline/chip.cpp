@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "ridge/core/error.hpp"
+#include "ridge/core/input.hpp"
 #include "ridge/roofline.hpp"
 #include "roofline/embedded.hpp"
 
@@ -23,6 +24,9 @@ namespace {
 constexpr double kMaxFlops = 1e18;
 constexpr double kMaxBandwidth = 1e15;
 constexpr double kMaxCapacity = 1e18;
+// Far below any real chip (a thousand FLOP/s, bytes/s or bytes): a smaller figure is a typo, and a
+// denormal such as 5e-324 would turn every time computed from it into inf.
+constexpr double kMinFigure = 1e3;
 
 const std::set<std::string>& known_peak_keys() {
   static const std::set<std::string> k{"fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "int8", "fp4"};
@@ -68,6 +72,9 @@ struct Reader {
     if (!val.is_number()) bad(field + ".value", "must be a number");
     const double x = val.get<double>();
     if (!std::isfinite(x) || x <= 0) bad(field + ".value", fmt::format("must be positive (got {})", x));
+    if (x < kMinFigure)
+      bad(field + ".value", fmt::format("is {:g} {}, below the plausible minimum {:g} (wrong units?)", x, unit,
+                                        kMinFigure));
     if (x > max_value)
       bad(field + ".value", fmt::format("is {:g} {}, above the plausible limit {:g} (wrong units?)", x, unit,
                                         max_value));
@@ -85,22 +92,19 @@ struct Reader {
   }
 };
 
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("chip file {}: cannot be read (missing or not readable)", path);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+// A chip file is a few KiB; 16 MiB leaves room for a long "measured" section.
+std::string read_text(const std::string& path) { return input::read_input_file(path, "chip file", 16 << 20); }
 
 Chip parse_text(const std::string& text, const std::string& origin) {
-  nlohmann::json doc;
-  try {
-    doc = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
-    fail("chip file {}: not valid JSON ({})", origin, e.what());
-  }
-  return parse_chip(doc, origin);
+  return parse_chip(input::parse_json(text, "chip file " + origin), origin);
+}
+
+// Memory levels run from the outermost inwards; hbm and dram are both outermost.
+int level_rank(const std::string& level) {
+  if (level == "hbm" || level == "dram") return 0;
+  if (level == "l3") return 1;
+  if (level == "l2") return 2;
+  return 3;  // l1
 }
 
 std::string env_or_empty(const char* name) {
@@ -255,6 +259,10 @@ Chip parse_chip(const nlohmann::json& doc, const std::string& origin) {
     ml.name = r.str(m, p, "name", false);
     ml.bandwidth = r.sourced(m, p, "bandwidth", kMaxBandwidth, "B/s");
     if (m.contains("capacity")) ml.capacity = r.sourced(m, p, "capacity", kMaxCapacity, "B");
+    if (!c.memory.empty() && level_rank(ml.level) <= level_rank(c.memory.back().level))
+      r.bad(p + ".level", fmt::format("is '{}' after '{}': levels must be distinct and listed outermost first "
+                                      "(hbm or dram, then l3, l2, l1)",
+                                      ml.level, c.memory.back().level));
     c.memory.push_back(std::move(ml));
   }
 
@@ -302,7 +310,7 @@ Chip load_chip(const std::string& name) {
   }
   if (const auto* e = find_embedded(name)) return parse_text(e->json, "embedded:" + name + ".json");
   std::error_code ec;
-  if (fs::is_regular_file(name, ec)) return load_chip_file(name);
+  if (fs::exists(name, ec)) return load_chip_file(name);  // a FIFO or directory: say so
   fail("--hw: unknown chip '{}' (accepted: {}, this, or a path to a chip JSON file)", name,
        fmt::join(chip_ids(), ", "));
 }

@@ -11,6 +11,8 @@
 
 #include "ridge/build_paths.h"  // RIDGE_SOURCE_DIR, RIDGE_BINARY (generated)
 #include "ridge/core/error.hpp"
+#include "ridge/core/input.hpp"
+#include "ridge/core/process.hpp"
 #include "ridge/core/units.hpp"
 #include "ridge/roofline.hpp"
 
@@ -30,15 +32,7 @@ std::string env_or_empty(const char* name) {
   return v ? std::string(v) : std::string();
 }
 
-nlohmann::json read_json_file(const fs::path& p) {
-  std::ifstream in(p);
-  if (!in) fail("shapes: cannot read {}", p.string());
-  try {
-    return nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    fail("shapes: {} is not valid JSON ({})", p.string(), e.what());
-  }
-}
+nlohmann::json read_json_file(const fs::path& p) { return input::read_json_file(p.string(), "shapes"); }
 
 int64_t get_int(const nlohmann::json& j, const char* key, const std::string& where) {
   if (!j.contains(key) || !j.at(key).is_number_integer()) fail("shapes: {} lacks integer '{}'", where, key);
@@ -126,7 +120,19 @@ std::string shapes_location() {
   fail("shapes: bench/shapes/gemm-shapes.json not found (set RIDGE_SHAPES_DIR to the folder that holds it)");
 }
 
+static std::vector<NamedCost> standard_ops_unchecked(const std::string& dir_in);
+
 std::vector<NamedCost> standard_ops(const std::string& dir_in) {
+  try {
+    return standard_ops_unchecked(dir_in);
+  } catch (const nlohmann::json::exception& e) {
+    // A hand-edited shapes file with a field of the wrong type: one line, not the library's text.
+    fail("shapes: a field in {} has the wrong type or is missing ({})",
+         dir_in.empty() ? shapes_location() : dir_in, input::plain_json_error(e));
+  }
+}
+
+static std::vector<NamedCost> standard_ops_unchecked(const std::string& dir_in) {
   const fs::path dir = dir_in.empty() ? fs::path(shapes_location()) : fs::path(dir_in);
   const auto g = read_json_file(dir / "gemm-shapes.json");
   const auto a = read_json_file(dir / "attention-shapes.json");
@@ -196,27 +202,23 @@ std::vector<NamedCost> standard_ops(const std::string& dir_in) {
 }
 
 std::vector<MeasuredPoint> read_measured(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) fail("--results: cannot read {}", path);
+  std::istringstream in(input::read_input_file(path, "--results"));
   std::vector<MeasuredPoint> out;
   std::string line;
   int n = 0;
+  bool any_row = false;
   while (std::getline(in, line)) {
     ++n;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::exception&) {
-      fail("--results: {} line {} is not a JSON object (expected JSON lines of benchmark rows)", path, n);
-    }
-    if (!j.is_object()) fail("--results: {} line {} is not a JSON object", path, n);
+    const std::string where = fmt::format("--results: {} line {}", path, n);
+    const nlohmann::json j = input::parse_json(line, where);
+    if (!j.is_object()) fail("{}: not a JSON object (expected JSON lines of benchmark rows)", where);
+    any_row = true;
     if (!j.contains("gflops")) continue;  // bandwidth-only rows have no place on a FLOP/s axis
     MeasuredPoint p;
-    if (!j.at("gflops").is_number()) fail("--results: {} line {}: field 'gflops' must be a number", path, n);
-    p.gflops = j.at("gflops").get<double>();
-    p.benchmark = j.value("benchmark", std::string("?"));
-    p.dtype = j.value("dtype", std::string());
+    p.gflops = input::number(j.at("gflops"), "gflops", where);
+    p.benchmark = j.contains("benchmark") ? input::string(j.at("benchmark"), "benchmark", where) : "?";
+    p.dtype = j.contains("dtype") ? input::string(j.at("dtype"), "dtype", where) : std::string();
     p.case_ = j.value("case", nlohmann::json::object());
     if (j.contains("cache") && j.at("cache").is_string()) p.cache = j.at("cache").get<std::string>();
     if (j.contains("bytes") && j.at("bytes").is_number()) p.working_set = j.at("bytes").get<double>();
@@ -232,6 +234,8 @@ std::vector<MeasuredPoint> read_measured(const std::string& path) {
     p.label = p.benchmark + c;
     out.push_back(std::move(p));
   }
+  check(any_row, "--results: {} holds no benchmark rows (expected JSON lines, one row per line, as 'ridge bench "
+        "... --json' writes)", path);
   return out;
 }
 
@@ -324,8 +328,6 @@ std::string find_plot_script() {
   fail("plot: tools/plot_roofline.py not found (set RIDGE_TOOLS_DIR to the folder that holds it)");
 }
 
-std::string shell_quote(const std::string& s);
-
 // The first python3 that can import matplotlib: $RIDGE_PYTHON, each python3 on PATH, then the
 // system one (a pyenv or venv python3 early on PATH often lacks the Debian matplotlib).
 std::string find_python() {
@@ -341,18 +343,11 @@ std::string find_python() {
     std::error_code ec;
     if (!fs::is_regular_file(c, ec)) continue;
     any = true;
-    const std::string cmd = shell_quote(c) + " -c 'import matplotlib' >/dev/null 2>&1";
-    if (std::system(cmd.c_str()) == 0) return c;
+    if (process::run({c, "-c", "import matplotlib"}).exit_code == 0) return c;
   }
   if (!any) fail("plot: python3 not found (install python3 and python3-matplotlib, or set RIDGE_PYTHON)");
   fail("plot: matplotlib is missing for every python3 found (Debian: apt-get install python3-matplotlib; "
        "or pip install matplotlib; or set RIDGE_PYTHON to a python3 that has it)");
-}
-
-std::string shell_quote(const std::string& s) {
-  std::string q = "'";
-  for (char ch : s) q += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
-  return q + "'";
 }
 
 }  // namespace
@@ -369,19 +364,9 @@ std::vector<std::string> render_plot(const nlohmann::json& spec, const std::stri
     if (!f) fail("--out: cannot write {}", spec_path);
     f << spec.dump(1) << "\n";
   }
-  const std::string cmd = fmt::format("{} {} {} {} 2>&1", shell_quote(find_python()), shell_quote(find_plot_script()),
-                                      shell_quote(spec_path), shell_quote(base.string()));
-  std::FILE* p = ::popen(cmd.c_str(), "r");
-  if (!p) fail("plot: cannot start python3");
-  std::string output;
-  char buf[512];
-  while (std::fgets(buf, sizeof buf, p)) output += buf;
-  const int rc = ::pclose(p);
-  if (rc != 0) {
-    while (!output.empty() && (output.back() == '\n' || output.back() == ' ')) output.pop_back();
-    const auto nl = output.rfind('\n');
-    fail("plot: {}", nl == std::string::npos ? output : output.substr(nl + 1));
-  }
+  const auto r = process::run({find_python(), find_plot_script(), spec_path, base.string()});
+  if (!r.started) fail("plot: cannot start python3");
+  if (r.exit_code != 0) fail("plot: {}", process::last_line(r.output));
   return {base.string() + ".png", base.string() + ".svg", spec_path};
 }
 

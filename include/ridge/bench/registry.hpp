@@ -52,6 +52,8 @@ class Grid {
   std::vector<int64_t> counts(const std::string& key, std::vector<int64_t> fallback = {}) const;
   std::vector<int64_t> bytes(const std::string& key, std::vector<int64_t> fallback = {}) const;
   std::vector<double> numbers(const std::string& key, std::vector<double> fallback = {}) const;
+  // Values parsed as on/off switches: 1, true, on, yes or 0, false, off, no (any case).
+  std::vector<bool> switches(const std::string& key, std::vector<bool> fallback = {}) const;
   // ridge::Error naming the first axis not in `known` and listing the known ones, so a typo in
   // --set is reported instead of silently ignored.
   void check_keys(const std::vector<std::string>& known, const std::string& benchmark) const;

@@ -90,6 +90,9 @@ Rotation plan_rotation(double bytes_per_copy, int64_t llc_bytes, double factor =
                        int64_t max_copies = 4096);
 // The last-level cache of this machine in bytes (L3, else L2; 32 MiB when cpuid says neither).
 int64_t last_level_cache_bytes();
+// This machine's probe result (`ridge probe`), loaded once per process; nullptr when there is none.
+// A probe file that cannot be read or parsed gives one warning line on stderr naming it, not silence.
+const roofline::Chip* probed_chip();
 
 enum class Format { table, json, csv };
 

@@ -1,0 +1,323 @@
+// `ridge train`: trains the CS336 Transformer LM on a token file, on text encoded on the fly (bytes), or
+// on random tokens (CS336's benchmarking setting), printing step, loss, lr, tokens/s, model FLOPs
+// utilisation against the probed peak and the time left; `--json` prints one object per logged step.
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <optional>
+#include <sys/stat.h>
+
+#include "cli.hpp"
+#include "ridge/core.hpp"
+#include "ridge/model/data.hpp"
+#include "ridge/bench/trace.hpp"
+#include "ridge/model/train.hpp"
+#include "ridge/roofline.hpp"
+
+namespace {
+
+using namespace ridge;
+namespace fs = std::filesystem;
+
+struct Args {
+  std::string size = "tiny";
+  int64_t d_model = 0, d_ff = 0, layers = -1, heads = 0, vocab = 0;
+  int64_t context = 256, batch = 4, steps = 100, log_every = 10, save_every = 0;
+  std::string data, text, precision = "fp32", attention = "flash", checkpoint, resume, trace;
+  double lr = 1e-3, lr_min = -1, weight_decay = 0.1, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, clip = 1.0;
+  int64_t warmup = -1;
+  uint64_t seed = 0;
+  int threads = -1;
+  bool json = false;
+};
+
+// The text's bytes, read after checking it is a regular file (a FIFO would block the read).
+std::string read_text(const std::string& path) {
+  struct stat st {};
+  check(::stat(path.c_str(), &st) == 0, "--text: '{}' does not exist or cannot be read", path);
+  check(S_ISREG(st.st_mode), "--text: '{}' is not a regular file", path);
+  std::ifstream in(path, std::ios::binary);
+  check(static_cast<bool>(in), "--text: '{}' cannot be opened", path);
+  std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  check(!s.empty(), "--text: '{}' is empty", path);
+  return s;
+}
+
+// Bytes the run will hold at its peak: parameters, gradients and AdamW state (4 x 4 bytes per
+// parameter, plus a 2- or 4-byte operand copy under bf16/fp16) and the saved activations and workspace
+// of one step, counted from the same buffers the model allocates.
+double estimate_bytes(const model::ModelConfig& c, const model::TrainConfig& t) {
+  const double P = static_cast<double>(c.param_count());
+  const double N = static_cast<double>(t.batch * t.seq), D = static_cast<double>(c.d_model),
+               F = static_cast<double>(c.d_ff), V = static_cast<double>(c.vocab_size),
+               L = static_cast<double>(c.num_layers);
+  const double op = t.precision == model::Precision::bf16 ? 2 : 4;
+  const double per_layer = N * D * 4 * 2 + N * D * op * 6 + N * F * op * 3;
+  const double final_ = N * D * (4 + op) + N * V * 4;
+  const double work = N * std::max({3 * D, 2 * F}) * 4 * 3 + N * std::max({V, 3 * D, 2 * F}) * op + N * D * op * 4;
+  return P * 16 + (t.precision == model::Precision::fp32 ? 0 : P * op) + L * per_layer + final_ + work;
+}
+
+double available_memory() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  double kb = 0;
+  while (in >> key >> kb) {
+    if (key == "MemAvailable:") return kb * 1024;
+    in.ignore(256, '\n');
+  }
+  return 0;
+}
+
+std::string duration(double s) {
+  if (!std::isfinite(s) || s < 0) return "?";
+  if (s < 60) return fmt::format("{:.0f}s", s);
+  if (s < 3600) return fmt::format("{:.0f}m{:02.0f}s", std::floor(s / 60), std::fmod(s, 60));
+  return fmt::format("{:.0f}h{:02.0f}m", std::floor(s / 3600), std::fmod(s / 60, 60));
+}
+
+void run(const Args& a) {
+  if (a.threads != -1) {
+    check(a.threads >= 1, "--threads: {} is not a thread count (expected an integer >= 1)", a.threads);
+    set_num_threads(a.threads);
+  }
+  check(a.data.empty() || a.text.empty(), "--data and --text: give one of them, not both");
+  check(a.steps >= 1, "--steps: must be >= 1, got {}", a.steps);
+  check(a.log_every >= 1, "--log-every: must be >= 1, got {}", a.log_every);
+  check(a.save_every >= 0, "--save-every: must be >= 0, got {}", a.save_every);
+  check(a.save_every == 0 || !a.checkpoint.empty(), "--save-every: needs --checkpoint PATH to write to");
+  check(a.context >= 1, "--context: must be >= 1, got {}", a.context);
+  check(a.batch >= 1, "--batch: must be >= 1, got {}", a.batch);
+
+  // Data first: its vocabulary sets the default vocab_size.
+  std::optional<model::TokenFile> file;
+  std::vector<uint16_t> text_tokens;
+  std::string source = "random tokens";
+  int64_t data_vocab = 0;
+  if (!a.data.empty()) {
+    try {
+      file = model::TokenFile::open(a.data);
+    } catch (const Error& e) {
+      fail("--data: {}", e.what());
+    }
+    data_vocab = file->max_token() + 1;
+    source = fmt::format("{} ({} tokens)", a.data, file->size());
+  } else if (!a.text.empty()) {
+    text_tokens = model::encode_bytes(read_text(a.text));
+    data_vocab = 256;
+    source = fmt::format("{} ({} bytes, byte-level tokens)", a.text, text_tokens.size());
+  }
+
+  const int64_t vocab = a.vocab > 0 ? a.vocab : (data_vocab > 0 ? (a.text.empty() ? 10000 : 256) : 10000);
+  check(a.vocab >= 0, "--vocab: must be > 0, got {}", a.vocab);
+  check(vocab >= data_vocab, "--vocab: {} is smaller than the data's largest token id + 1 ({})", vocab, data_vocab);
+  model::ModelConfig c;
+  try {
+    c = model::preset(a.size, vocab, a.context);
+  } catch (const Error& e) {
+    fail("--size: {}", e.what());
+  }
+  if (a.d_model > 0) c.d_model = a.d_model;
+  if (a.d_ff > 0) c.d_ff = a.d_ff;
+  if (a.layers >= 0) c.num_layers = a.layers;
+  if (a.heads > 0) c.num_heads = a.heads;
+  try {
+    c.validate();
+  } catch (const Error& e) {
+    fail("model: {} (from --size and --d-model/--d-ff/--layers/--heads)", e.what());
+  }
+
+  model::TrainConfig t;
+  t.batch = a.batch;
+  t.seq = a.context;
+  t.precision = model::parse_precision(a.precision);
+  t.attention = model::parse_attention_path(a.attention);
+  t.lr_max = a.lr;
+  t.lr_min = a.lr_min >= 0 ? a.lr_min : a.lr / 10;
+  t.warmup_steps = a.warmup >= 0 ? a.warmup : std::min<int64_t>(a.steps / 10, 1000);
+  t.cosine_steps = a.steps;
+  t.adamw.beta1 = a.beta1;
+  t.adamw.beta2 = a.beta2;
+  t.adamw.eps = a.eps;
+  t.adamw.weight_decay = a.weight_decay;
+  t.max_grad_norm = a.clip;
+  t.seed = a.seed;
+  t.validate();
+
+  const int64_t n_data = file ? file->size() : static_cast<int64_t>(text_tokens.size());
+  if (file || !text_tokens.empty())
+    check(n_data >= a.context + 1, "--context: {} needs at least {} tokens of data; {} has {}", a.context,
+          a.context + 1, file ? "--data" : "--text", n_data);
+
+  const double need = estimate_bytes(c, t), avail = available_memory();
+  check(avail <= 0 || need < 0.9 * avail,
+        "--size/--batch/--context: this run needs about {} but {} is available; try a smaller size, batch or "
+        "context", units::format_bytes(need), units::format_bytes(avail));
+
+  if (!a.checkpoint.empty()) {
+    const fs::path p(a.checkpoint);
+    const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
+    std::error_code ec;
+    check(fs::is_directory(dir, ec), "--checkpoint: the folder '{}' does not exist", dir.string());
+    check(!fs::is_directory(p, ec), "--checkpoint: '{}' is a folder; give a file path", a.checkpoint);
+  }
+
+  if (!a.trace.empty()) {
+    check(a.trace != a.checkpoint && a.trace != a.resume && a.trace != a.data && a.trace != a.text,
+          "--trace: '{}' is also an input or the checkpoint; choose another path", a.trace);
+    trace::set_thread_name("main");
+    trace::start_recording();
+  }
+  model::Trainer trainer(c, t);
+  if (!a.resume.empty()) {
+    try {
+      trainer.load(a.resume);
+    } catch (const Error& e) {
+      fail("--resume: {}", e.what());
+    }
+  }
+
+  // The peak model FLOPs utilisation is held against: the probed peak of the dtype the GEMMs run in.
+  double peak = 0;
+  if (roofline::has_probe_result()) {
+    try {
+      peak = roofline::load_chip("this").peak(t.precision == model::Precision::bf16 ? DType::bf16 : DType::f32);
+    } catch (const Error&) {
+      peak = 0;
+    }
+  }
+  const double flops_step = model::training_flops(c, t.batch, t.seq);
+  const double tokens_step = static_cast<double>(t.batch * t.seq);
+  if (!a.json) {
+    fmt::print("model     {}: d_model {}, {} layers, {} heads, d_ff {}, vocab {}, {:.2f}M parameters\n", a.size,
+               c.d_model, c.num_layers, c.num_heads, c.d_ff, c.vocab_size, static_cast<double>(c.param_count()) / 1e6);
+    fmt::print("training  {} steps of {} x {} tokens, {} precision, {} attention, {} threads, lr {:.3g} -> {:.3g} (warm-up "
+               "{}), AdamW wd {:.3g}, clip {:.3g}\n",
+               a.steps, t.batch, t.seq, model::precision_name(t.precision), model::attention_path_name(t.attention),
+               get_num_threads(), t.lr_max, t.lr_min, t.warmup_steps, t.adamw.weight_decay, t.max_grad_norm);
+    fmt::print("data      {}\n", source);
+    fmt::print("mfu       against {}\n", peak > 0 ? fmt::format("the probed {} peak, {:.1f} GFLOP/s",
+                                                               t.precision == model::Precision::bf16 ? "bf16" : "fp32",
+                                                               peak / 1e9)
+                                                    : std::string("nothing: run `ridge probe` once to measure the peak"));
+    if (!a.resume.empty()) fmt::print("resumed   {} at step {}\n", a.resume, trainer.steps());
+    fmt::print("{:>7}  {:>8}  {:>9}  {:>9}  {:>9}  {:>6}  {:>8}\n", "step", "loss", "lr", "grad norm", "tokens/s",
+               "mfu", "left");
+  }
+
+  model::Rng& rng = trainer.rng();
+  std::vector<int32_t> x(static_cast<size_t>(t.batch * t.seq)), y(x.size());
+  std::vector<uint16_t> random_stream;
+  const auto start = std::chrono::steady_clock::now();
+  auto window_start = start;
+  int64_t window_steps = 0;
+  double window_loss = 0;
+  int64_t window_loss_n = 0;
+  const int64_t first = trainer.steps();
+  for (int64_t s = first; s < a.steps; ++s) {
+    if (file) {
+      check(file->max_token() < c.vocab_size, "--data: holds token id {}, beyond vocab {}", file->max_token(),
+            c.vocab_size);
+      model::sample_batch(file->data(), file->size(), t.batch, t.seq, rng, x.data(), y.data());
+    } else if (!text_tokens.empty()) {
+      model::sample_batch(text_tokens.data(), static_cast<int64_t>(text_tokens.size()), t.batch, t.seq, rng,
+                          x.data(), y.data());
+    } else {
+      for (size_t i = 0; i < x.size(); ++i) {
+        x[i] = static_cast<int32_t>(rng.below(static_cast<uint64_t>(c.vocab_size)));
+        y[i] = static_cast<int32_t>(rng.below(static_cast<uint64_t>(c.vocab_size)));
+      }
+    }
+    const model::StepResult r = trainer.step(x.data(), y.data());
+    ++window_steps;
+    if (std::isfinite(r.loss)) {
+      window_loss += r.loss;
+      ++window_loss_n;
+    }
+    const bool last = s + 1 == a.steps;
+    if ((s + 1) % a.log_every == 0 || last || s == first) {
+      const auto now = std::chrono::steady_clock::now();
+      const double dt = std::chrono::duration<double>(now - window_start).count();
+      const double per_step = dt / static_cast<double>(window_steps);
+      const double tok_s = tokens_step / per_step;
+      const double mfu = peak > 0 ? flops_step / per_step / peak : NAN;
+      const double left = per_step * static_cast<double>(a.steps - s - 1);
+      const double mean_loss = window_loss_n ? window_loss / static_cast<double>(window_loss_n) : NAN;
+      if (a.json) {
+        nlohmann::json j = {{"step", s + 1},          {"loss", r.loss},   {"mean_loss", mean_loss},
+                            {"lr", r.lr},             {"grad_norm", r.grad_norm},
+                            {"tokens_per_s", tok_s},  {"step_ms", per_step * 1e3},
+                            {"mfu", peak > 0 ? nlohmann::json(mfu) : nlohmann::json(nullptr)},
+                            {"skipped", r.skipped},   {"loss_scale", r.loss_scale}};
+        std::cout << j.dump() << "\n" << std::flush;
+      } else {
+        fmt::print("{:>7}  {:>8.4f}  {:>9.2e}  {:>9.3f}  {:>9.0f}  {:>6}  {:>8}{}\n", s + 1, r.loss, r.lr, r.grad_norm,
+                   tok_s, peak > 0 ? fmt::format("{:.1f}%", 100 * mfu) : std::string("n/a"), duration(left),
+                   r.skipped ? fmt::format("  (skipped: non-finite gradient; loss scale now {})", trainer.scaler().scale())
+                             : std::string());
+        std::fflush(stdout);
+      }
+      window_start = std::chrono::steady_clock::now();
+      window_steps = 0;
+      window_loss = 0;
+      window_loss_n = 0;
+    }
+    if (!a.checkpoint.empty() && ((a.save_every > 0 && (s + 1) % a.save_every == 0) || last))
+      trainer.save(a.checkpoint);
+  }
+  if (!a.trace.empty()) {
+    trace::stop_recording();
+    trace::write(a.trace);
+    if (!a.json)
+      fmt::print("trace     {} events -> {} (open in https://ui.perfetto.dev)\n", trace::event_count(), a.trace);
+  }
+  if (!a.json) {
+    const double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    fmt::print("done      {} steps in {}{}\n", a.steps - first, duration(total),
+               a.checkpoint.empty() ? std::string() : fmt::format("; checkpoint {}", a.checkpoint));
+  }
+}
+
+void setup(CLI::App& root) {
+  static Args a;
+  auto* cmd = root.add_subcommand("train", "train the CS336 Transformer LM (AdamW, mixed precision, checkpoints)");
+  cmd->add_option("--size", a.size, "size preset: tiny, small, medium, large, xl, 2.7B")->capture_default_str();
+  cmd->add_option("--d-model", a.d_model, "override the preset's d_model");
+  cmd->add_option("--d-ff", a.d_ff, "override the preset's d_ff");
+  cmd->add_option("--layers", a.layers, "override the preset's number of layers");
+  cmd->add_option("--heads", a.heads, "override the preset's number of heads");
+  cmd->add_option("--vocab", a.vocab, "vocabulary size (default: 256 with --text, else 10000)");
+  cmd->add_option("--context", a.context, "tokens per sequence")->capture_default_str();
+  cmd->add_option("--batch", a.batch, "sequences per step")->capture_default_str();
+  cmd->add_option("--steps", a.steps, "optimizer steps")->capture_default_str();
+  cmd->add_option("--data", a.data, "token file (uint16, numpy.memmap's layout; see `ridge data encode`)");
+  cmd->add_option("--text", a.text, "a text file, encoded byte by byte on the fly");
+  cmd->add_option("--precision", a.precision, "fp32, bf16 or fp16 (fp16 with dynamic loss scaling)")
+      ->capture_default_str();
+  cmd->add_option("--attention", a.attention, "flash or math")->capture_default_str();
+  cmd->add_option("--lr", a.lr, "peak learning rate")->capture_default_str();
+  cmd->add_option("--lr-min", a.lr_min, "final learning rate of the cosine schedule (default lr / 10)");
+  cmd->add_option("--warmup", a.warmup, "linear warm-up steps (default steps / 10)");
+  cmd->add_option("--weight-decay", a.weight_decay, "AdamW's decoupled weight decay")->capture_default_str();
+  cmd->add_option("--beta1", a.beta1, "AdamW beta1")->capture_default_str();
+  cmd->add_option("--beta2", a.beta2, "AdamW beta2")->capture_default_str();
+  cmd->add_option("--eps", a.eps, "AdamW eps")->capture_default_str();
+  cmd->add_option("--clip", a.clip, "global gradient-norm clipping (0: off)")->capture_default_str();
+  cmd->add_option("--seed", a.seed, "seed of the initialisation and the batch sampling")->capture_default_str();
+  cmd->add_option("--checkpoint", a.checkpoint, "write a checkpoint (safetensors) here at the end");
+  cmd->add_option("--save-every", a.save_every, "also write it every N steps");
+  cmd->add_option("--resume", a.resume, "resume from a checkpoint (or start from safetensors weights)");
+  cmd->add_option("--log-every", a.log_every, "print every N steps")->capture_default_str();
+  cmd->add_option("--threads", a.threads, "threads (default: OMP_NUM_THREADS or all CPUs)");
+  cmd->add_option("--trace", a.trace, "write a Chrome trace of the run (ranges per step, layer and operation)");
+  cmd->add_flag("--json", a.json, "one JSON object per logged step");
+  cmd->callback([] { run(a); });
+}
+
+}  // namespace
+
+RIDGE_COMMAND(train, setup);

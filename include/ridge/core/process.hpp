@@ -1,0 +1,23 @@
+// Starting helper programs (python3 for plots and peers) without a shell: the program and its
+// arguments are passed as an argv vector, so nothing a user typed is ever interpreted by a shell.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace ridge::process {
+
+struct Result {
+  bool started = false;  // false: the program could not be run (not found, not executable)
+  int exit_code = -1;    // the exit status; -1 when it ended by a signal or did not start
+  std::string output;    // stdout and stderr together (when captured)
+};
+
+// Runs argv[0] (searched on PATH when it has no '/') with argv; waits for it to end.
+// capture: collect stdout and stderr into Result::output; otherwise they go to ridge's own.
+Result run(const std::vector<std::string>& argv, bool capture = true);
+
+// The last non-empty line of a program's output (a Python traceback's final "Error: ..." line).
+std::string last_line(const std::string& output);
+
+}  // namespace ridge::process

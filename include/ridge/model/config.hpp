@@ -1,0 +1,44 @@
+// The shape of a Transformer LM (the CS336 "basics" model: pre-norm blocks, RMSNorm, RoPE, SwiGLU, untied
+// lm_head, no biases), its size presets and its JSON form (checkpoint metadata).
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace ridge::model {
+
+struct ModelConfig {
+  int64_t vocab_size = 0;
+  int64_t context_length = 0;
+  int64_t d_model = 0;
+  int64_t num_layers = 0;
+  int64_t num_heads = 0;
+  int64_t d_ff = 0;
+  double rope_theta = 10000;
+
+  int64_t d_head() const { return d_model / num_heads; }
+  // Throws ridge::Error naming the field: every size > 0, d_model a multiple of num_heads, d_head even
+  // (RoPE rotates pairs), rope_theta finite and > 1, and every count below (params, activations of a
+  // context) representable in int64.
+  void validate() const;
+  // Embedding V*D + per layer (4*D*D attention + 3*D*F feed-forward + 2*D norms) + final norm D +
+  // lm_head V*D (untied). Assumes validate() passed.
+  int64_t param_count() const;
+
+  bool operator==(const ModelConfig&) const = default;
+};
+
+// The sizes of the CS336 systems assignment (bench/shapes/model-sizes.json; the table is built into the
+// library so a binary needs no source tree): tiny, small, medium, large, xl, 2.7B. Throws ridge::Error
+// listing them for an unknown name; validates the result.
+ModelConfig preset(const std::string& name, int64_t vocab, int64_t context);
+std::vector<std::string> preset_names();
+
+void to_json(nlohmann::json& j, const ModelConfig& c);
+// Requires every field but rope_theta (default 10000); throws ridge::Error naming a missing or mistyped
+// field, then validates.
+void from_json(const nlohmann::json& j, ModelConfig& c);
+
+}  // namespace ridge::model

@@ -1,0 +1,119 @@
+// The CS336 Transformer language model with an explicit forward and backward pass, in the spirit of
+// llm.c: every layer is a forward/backward pair over explicit buffers, parameters and gradients each
+// live in one flat buffer, and the backward pass tells an observer when a group of gradients is final.
+//
+//   x = token_embeddings[inputs]
+//   for each layer:  x = x + attn(ln1(x));  x = x + ffn(ln2(x))
+//   logits = lm_head(ln_final(x));  loss = mean cross-entropy(logits, targets)
+//
+// RMSNorm: x * rsqrt(mean(x^2) + 1e-5) * w. Attention: causal, multi-head, RoPE (theta from the config,
+// rotating adjacent pairs (2i, 2i+1)) on q and k, FlashAttention-2 or the math path. FFN: SwiGLU,
+// w2(silu(w1 x) * w3 x). No biases, no dropout, untied lm_head.
+//
+// Precision (which operation runs in which dtype; docs/model.md has the full table):
+//   fp32: everything in fp32.
+//   bf16: GEMM operands (weights, the normed activations, attention inputs and outputs, the gradients
+//         fed to GEMMs) rounded to bf16, accumulation in fp32; master weights, gradients, the residual
+//         stream, norms, RoPE, SwiGLU, softmax and the loss in fp32.
+//   fp16: as bf16 with fp16 rounding (overflow to inf, as on hardware); this CPU has no fp16 dot
+//         products, so the rounded operands are multiplied on the fp32 units (exact products, fp32
+//         accumulation: what a tensor core computes). Pair it with a LossScaler.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "ridge/model/config.hpp"
+
+namespace ridge::model {
+
+enum class Precision { fp32, bf16, fp16 };
+// "fp32|f32", "bf16", "fp16|f16"; ridge::Error listing them otherwise.
+Precision parse_precision(const std::string& name);
+const char* precision_name(Precision p);
+
+enum class AttentionPath { flash, math };
+AttentionPath parse_attention_path(const std::string& name);  // "flash" or "math"
+const char* attention_path_name(AttentionPath a);
+
+// One named parameter tensor inside the flat buffers.
+struct TensorInfo {
+  std::string name;            // as PyTorch's state_dict names it, e.g. "layers.0.attn.q_proj.weight"
+  std::vector<int64_t> shape;  // [out, in] for linear weights
+  int64_t offset = 0;          // in elements, into params() / grads()
+  int64_t numel = 0;
+  int group = 0;               // backward group: gradients of a group become final together
+};
+
+// Parameters in the flat buffers are ordered by when their gradients become final in the backward
+// pass: lm_head, ln_final, layer L-1 (ffn.w2, ffn.w1, ffn.w3, ln2, attn.output_proj, attn.q/k/v,
+// ln1), ..., layer 0, token_embeddings. Group g covers tensors [group_begin(g), group_begin(g+1)).
+// S is the type of parameters, gradients and the residual stream: float for training, double for
+// the fp64 reference the gradient checks use (double runs fp32 "precision" and the math attention
+// path, with fp64 GEMMs written as plain loops).
+template <typename S>
+class TransformerLM {
+ public:
+  explicit TransformerLM(const ModelConfig& config, Precision precision = Precision::fp32,
+                         AttentionPath attention = AttentionPath::flash);
+  ~TransformerLM();
+  TransformerLM(TransformerLM&&) noexcept;
+  TransformerLM& operator=(TransformerLM&&) noexcept;
+
+  const ModelConfig& config() const;
+  Precision precision() const;
+  AttentionPath attention_path() const;
+  void set_precision(Precision p);
+  void set_attention_path(AttentionPath a);
+
+  const std::vector<TensorInfo>& tensors() const;
+  int num_groups() const;
+  int group_begin(int g) const;  // first tensor index of group g (g == num_groups() gives tensors().size())
+  const TensorInfo& tensor(const std::string& name) const;  // ridge::Error naming unknown names
+
+  std::span<S> params();
+  std::span<const S> params() const;
+  std::span<S> grads();
+  std::span<const S> grads() const;
+  std::span<S> param(const std::string& name);
+  std::span<S> grad(const std::string& name);
+
+  // CS336's initialisation: linear weights truncated normal, std sqrt(2 / (d_in + d_out)), cut at
+  // 3 std; the embedding truncated N(0, 1) cut at 3; norm weights 1. Same seed, same weights.
+  void init(uint64_t seed);
+
+  // Runs the forward pass on inputs [batch, seq] (token ids in [0, vocab)), keeping what backward
+  // needs. With targets, returns the mean cross-entropy; without (nullptr), returns 0 and only the
+  // logits are computed. seq <= context_length.
+  S forward(const int32_t* inputs, const int32_t* targets, int64_t batch, int64_t seq);
+  // Logits of the last forward, [batch * seq, vocab] in S (backward overwrites them).
+  std::span<const S> logits() const;
+
+  // Accumulates d(loss * loss_scale)/d(params) into grads() (call zero_grad() first for a fresh
+  // gradient). After each backward group is final, calls observer(group).
+  using Observer = std::function<void(int group)>;
+  void backward(S loss_scale = S(1), const Observer& observer = {});
+  void zero_grad();
+
+  // Bytes held for activations and workspace by the last forward (what the memory profiler tags
+  // "activations" and "workspace").
+  int64_t activation_bytes() const;
+  int64_t workspace_bytes() const;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+// FLOPs of one forward (and forward + backward) pass over batch x seq tokens, counted as the roofline
+// analyzer counts them: 2 per multiply-add of every GEMM (the lm_head included), attention as
+// FlashAttention counts it (causal halves the score work), elementwise work left out.
+double forward_flops(const ModelConfig& c, int64_t batch, int64_t seq);
+double training_flops(const ModelConfig& c, int64_t batch, int64_t seq);  // forward + backward (3x GEMMs)
+
+}  // namespace ridge::model

@@ -1,0 +1,161 @@
+"""FlashAttention-2 on the CPU.
+
+``flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False)`` takes flash-attn's
+layout, (batch, seqlen, heads, head_dim), strided views included (they are read in place), with
+grouped-query attention when k and v have fewer heads. On torch tensors it is the custom op
+``ridge::flash_attn`` with autograd (so it works under torch.compile); on NumPy arrays it returns
+the output. ``FlashAttention2.apply(q, k, v, is_causal=False)`` is CS336's autograd.Function on
+(batch, seq, d), saving the logsumexp L (batch, seq) for backward.
+"""
+from __future__ import annotations
+
+import math
+
+from . import _ridge
+from ._arrays import arg, empty_like_framework, is_torch, out
+
+_a = _ridge.attention
+
+__all__ = ["flash_attn_func", "flash_attn_forward", "flash_attn_backward", "FlashAttention2", "attention_flops"]
+
+attention_flops = _a.flops
+
+
+def _bhsd(x):
+    """(batch, seq, heads, d) -> a (batch, heads, seq, d) view: a transpose, never a copy."""
+    return x.transpose(1, 2) if is_torch(x) else x.transpose(0, 2, 1, 3)
+
+
+def _scale(q, softmax_scale):
+    if softmax_scale is None:
+        return 1.0 / math.sqrt(q.shape[-1])
+    s = float(softmax_scale)
+    if not (math.isfinite(s) and s > 0):
+        raise ValueError(f"softmax_scale: must be finite and > 0, got {softmax_scale}")
+    return s
+
+
+def _dims(q, name="q"):
+    if len(q.shape) != 4:
+        raise ValueError(f"{name}: must be 4-D (batch, seqlen, heads, head_dim), got {len(q.shape)} dimensions")
+    return tuple(q.shape)
+
+
+def flash_attn_forward(q, k, v, softmax_scale=None, causal=False, o=None, lse=None):
+    """Forward only, any framework: returns (o, lse). q (b, s_q, h, d); k, v (b, s_k, h_kv, d);
+    o like q (allocated when None); lse float32 (b, h, s_q)."""
+    b, s, h, _ = _dims(q)
+    if o is None:
+        o = empty_like_framework(q, tuple(q.shape), str(q.dtype).replace("torch.", ""))
+    if lse is None:
+        lse = empty_like_framework(q, (b, h, s), "float32")
+    _a.forward(arg(_bhsd(q)), arg(_bhsd(k)), arg(_bhsd(v)), out(_bhsd(o), "o"), out(lse, "lse"), bool(causal),
+               _scale(q, softmax_scale))
+    return o, lse
+
+
+def flash_attn_backward(do, q, k, v, o, lse, softmax_scale=None, causal=False, dq=None, dk=None, dv=None):
+    """Backward, any framework: returns (dq, dk, dv) in the layout of q, k, v."""
+    _dims(q)
+    name = str(q.dtype).replace("torch.", "")
+    dq = empty_like_framework(q, tuple(q.shape), name) if dq is None else dq
+    dk = empty_like_framework(k, tuple(k.shape), name) if dk is None else dk
+    dv = empty_like_framework(v, tuple(v.shape), name) if dv is None else dv
+    _a.backward(arg(_bhsd(q)), arg(_bhsd(k)), arg(_bhsd(v)), arg(_bhsd(o)), arg(_bhsd(do)), arg(lse),
+                out(_bhsd(dq), "dq"), out(_bhsd(dk), "dk"), out(_bhsd(dv), "dv"), bool(causal),
+                _scale(q, softmax_scale))
+    return dq, dk, dv
+
+
+def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False):
+    """flash-attn's flash_attn_func (dropout_p must be 0: ridge has no dropout). Returns o like q."""
+    if dropout_p != 0.0:
+        raise ValueError(f"dropout_p: ridge's FlashAttention has no dropout; pass 0.0, got {dropout_p}")
+    if is_torch(q):
+        if _torch_ops is None:
+            raise TypeError("q: torch tensors need torch importable when ridge.attention was imported")
+        return _torch_ops.flash_attn(q, k, v, _scale(q, softmax_scale), bool(causal))
+    return flash_attn_forward(q, k, v, softmax_scale, causal)[0]
+
+
+def _no_zero_strides(t):
+    # Gradients of a sum arrive expanded (stride 0); the kernels take only positive strides.
+    return t if all(st > 0 or n == 1 for st, n in zip(t.stride(), t.shape)) else t.contiguous()
+
+
+try:
+    import torch
+except ImportError:  # NumPy-only use
+    torch = None
+
+_torch_ops = None
+FlashAttention2 = None
+
+if torch is not None:
+
+    @torch.library.custom_op("ridge::flash_attn_fwd", mutates_args=(), device_types="cpu")
+    def _fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
+             causal: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        return flash_attn_forward(q, k, v, scale, causal)
+
+    @_fwd.register_fake
+    def _(q, k, v, scale, causal):
+        b, s, h, _ = q.shape
+        return torch.empty_like(q, memory_format=torch.contiguous_format), q.new_empty((b, h, s),
+                                                                                       dtype=torch.float32)
+
+    @torch.library.custom_op("ridge::flash_attn_bwd", mutates_args=(), device_types="cpu")
+    def _bwd(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
+             lse: torch.Tensor, scale: float, causal: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        return flash_attn_backward(_no_zero_strides(do), q, k, v, o, lse, scale, causal)
+
+    @_bwd.register_fake
+    def _(do, q, k, v, o, lse, scale, causal):
+        return (torch.empty_like(q, memory_format=torch.contiguous_format),
+                torch.empty_like(k, memory_format=torch.contiguous_format),
+                torch.empty_like(v, memory_format=torch.contiguous_format))
+
+    def _setup(ctx, inputs, output):
+        q, k, v, scale, causal = inputs
+        o, lse = output
+        ctx.save_for_backward(q, k, v, o, lse)
+        ctx.scale, ctx.causal = scale, causal
+
+    def _backward(ctx, do, dlse):
+        q, k, v, o, lse = ctx.saved_tensors
+        dq, dk, dv = _bwd(do.to(q.dtype), q, k, v, o, lse, ctx.scale, ctx.causal)
+        return dq, dk, dv, None, None
+
+    _fwd.register_autograd(_backward, setup_context=_setup)
+
+    class _Ops:
+        @staticmethod
+        def flash_attn(q, k, v, scale, causal):
+            return _fwd(q, k, v, scale, causal)[0]
+
+    _torch_ops = _Ops()
+
+    class FlashAttention2(torch.autograd.Function):  # noqa: F811
+        """CS336's interface: apply(q, k, v, is_causal=False) on (batch, seq, d) tensors; saves q, k, v,
+        o and the logsumexp L (batch, seq) for backward."""
+
+        @staticmethod
+        def forward(ctx, q, k, v, is_causal=False):
+            for name, t in (("q", q), ("k", k), ("v", v)):
+                if t.dim() != 3:
+                    raise ValueError(f"{name}: must be (batch, seq, d), got {t.dim()} dimensions")
+            # (batch, seq, d) is flash-attn's layout with one head: unsqueeze is a view.
+            o, lse = flash_attn_forward(q.unsqueeze(2), k.unsqueeze(2), v.unsqueeze(2), None, bool(is_causal))
+            o = o.squeeze(2)
+            L = lse.squeeze(1)
+            ctx.save_for_backward(L, q, k, v, o)
+            ctx.is_causal = bool(is_causal)
+            return o
+
+        @staticmethod
+        def backward(ctx, do):
+            L, q, k, v, o = ctx.saved_tensors
+            do = _no_zero_strides(do.to(q.dtype))
+            dq, dk, dv = flash_attn_backward(do.unsqueeze(2), q.unsqueeze(2), k.unsqueeze(2), v.unsqueeze(2),
+                                             o.unsqueeze(2), L.unsqueeze(1), None, ctx.is_causal)
+            return dq.squeeze(2), dk.squeeze(2), dv.squeeze(2), None

@@ -1,0 +1,16 @@
+from typing import Any, Optional, Tuple
+
+Array = Any  # numpy.ndarray or torch.Tensor (CPU), float32 or bfloat16
+
+def flash_attn_func(q: Array, k: Array, v: Array, dropout_p: float = 0.0, softmax_scale: Optional[float] = None,
+                    causal: bool = False) -> Array: ...
+def flash_attn_forward(q: Array, k: Array, v: Array, softmax_scale: Optional[float] = None, causal: bool = False,
+                       o: Optional[Array] = None, lse: Optional[Array] = None) -> Tuple[Array, Array]: ...
+def flash_attn_backward(do: Array, q: Array, k: Array, v: Array, o: Array, lse: Array,
+                        softmax_scale: Optional[float] = None, causal: bool = False, dq: Optional[Array] = None,
+                        dk: Optional[Array] = None, dv: Optional[Array] = None) -> Tuple[Array, Array, Array]: ...
+def attention_flops(batch: int, heads: int, n_q: int, n_k: int, d: int, causal: bool, backward: bool) -> float: ...
+
+class FlashAttention2:
+    @staticmethod
+    def apply(q: Any, k: Any, v: Any, is_causal: bool = False) -> Any: ...

@@ -1,0 +1,101 @@
+// ridge.attention: FlashAttention-2 forward and backward on strided [batch, heads, seq, d] views
+// (python/ridge/attention.py passes flash-attn's [batch, seq, heads, d] tensors transposed, which
+// are views: no copies). fp32 or bf16; lse is fp32 [batch, heads, seq].
+#include "common.hpp"
+#include "ridge/attention.hpp"
+
+namespace ridge::py {
+namespace {
+
+attention::Options options(bool causal, float scale) {
+  attention::Options o;
+  o.causal = causal;
+  o.scale = scale;
+  return o;
+}
+
+template <typename T>
+void forward_t(const In& q, const In& k, const In& v, const Out& o, const Out& lse, bool causal,
+               float scale) {
+  const auto qv = tensor<const T>(q, "q", 4);
+  const auto kv = tensor<const T>(k, "k", 4);
+  const auto vv = tensor<const T>(v, "v", 4);
+  // The C++ API takes views of one element type for inputs and outputs alike; the inputs are only read.
+  auto cast = [](const TensorView<const T>& t) {
+    TensorView<T> r;
+    r.data = const_cast<T*>(t.data);
+    r.rank = t.rank;
+    r.shape = t.shape;
+    r.stride = t.stride;
+    return r;
+  };
+  const auto ov = tensor<T>(o, "o", 4);
+  const auto lv = tensor<float>(lse, "lse", 3);
+  nb::gil_scoped_release release;
+  attention::flash_attention_forward<T>(cast(qv), cast(kv), cast(vv), ov, lv, options(causal, scale));
+}
+
+template <typename T>
+void backward_t(const In& q, const In& k, const In& v, const In& o, const In& d_o, const In& lse,
+                const Out& dq, const Out& dk, const Out& dv, bool causal, float scale) {
+  auto cast = [](const TensorView<const T>& t) {
+    TensorView<T> r;
+    r.data = const_cast<T*>(t.data);
+    r.rank = t.rank;
+    r.shape = t.shape;
+    r.stride = t.stride;
+    return r;
+  };
+  const auto qv = cast(tensor<const T>(q, "q", 4));
+  const auto kv = cast(tensor<const T>(k, "k", 4));
+  const auto vv = cast(tensor<const T>(v, "v", 4));
+  const auto ov = cast(tensor<const T>(o, "o", 4));
+  const auto dov = cast(tensor<const T>(d_o, "do", 4));
+  const auto lt = tensor<const float>(lse, "lse", 3);
+  TensorView<float> lv;
+  lv.data = const_cast<float*>(lt.data);
+  lv.rank = lt.rank;
+  lv.shape = lt.shape;
+  lv.stride = lt.stride;
+  const auto dqv = tensor<T>(dq, "dq", 4);
+  const auto dkv = tensor<T>(dk, "dk", 4);
+  const auto dvv = tensor<T>(dv, "dv", 4);
+  nb::gil_scoped_release release;
+  attention::flash_attention_backward<T>(qv, kv, vv, ov, dov, lv, dqv, dkv, dvv, options(causal, scale));
+}
+
+void forward(const In& q, const In& k, const In& v, const Out& o, const Out& lse, bool causal, float scale) {
+  const DType t = array_dtype(q, "q");
+  if (t == DType::f32)
+    forward_t<float>(q, k, v, o, lse, causal, scale);
+  else if (t == DType::bf16)
+    forward_t<bf16>(q, k, v, o, lse, causal, scale);
+  else
+    throw nb::type_error(
+        fmt::format("q: expected a float32 or bfloat16 array, got {}", dtype_name(t)).c_str());
+}
+
+void backward(const In& q, const In& k, const In& v, const In& o, const In& d_o, const In& lse, const Out& dq,
+              const Out& dk, const Out& dv, bool causal, float scale) {
+  const DType t = array_dtype(q, "q");
+  if (t == DType::f32)
+    backward_t<float>(q, k, v, o, d_o, lse, dq, dk, dv, causal, scale);
+  else if (t == DType::bf16)
+    backward_t<bf16>(q, k, v, o, d_o, lse, dq, dk, dv, causal, scale);
+  else
+    throw nb::type_error(
+        fmt::format("q: expected a float32 or bfloat16 array, got {}", dtype_name(t)).c_str());
+}
+
+}  // namespace
+
+void bind_attention(nb::module_& m) {
+  m.def("forward", &forward, nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("o"), nb::arg("lse"),
+        nb::arg("causal"), nb::arg("scale"));
+  m.def("backward", &backward, nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("o"), nb::arg("do"),
+        nb::arg("lse"), nb::arg("dq"), nb::arg("dk"), nb::arg("dv"), nb::arg("causal"), nb::arg("scale"));
+  m.def("flops", &attention::attention_flops, nb::arg("batch"), nb::arg("heads"), nb::arg("n_q"),
+        nb::arg("n_k"), nb::arg("d"), nb::arg("causal"), nb::arg("backward"));
+}
+
+}  // namespace ridge::py

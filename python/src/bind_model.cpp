@@ -1,0 +1,178 @@
+// ridge.model: the Transformer LM with its trainer (AdamW, clipping, the schedule). Parameters and
+// gradients are handed out as NumPy views of the model's flat buffers (the model stays alive while
+// a view does); state_dict tensors are copied in by name with their shapes checked.
+#include <nlohmann/json.hpp>
+
+#include "common.hpp"
+#include "ridge/model/train.hpp"
+
+namespace ridge::py {
+namespace {
+
+using model::Trainer;
+using F32 = nb::ndarray<nb::numpy, float>;
+
+Trainer make(const std::string& config_json, const std::string& precision, const std::string& attention,
+             int64_t batch, int64_t seq, double lr_max, double lr_min, int64_t warmup_steps,
+             int64_t cosine_steps, double weight_decay, double beta1, double beta2, double eps,
+             double max_grad_norm, uint64_t seed) {
+  model::ModelConfig cfg;
+  model::from_json(nlohmann::json::parse(config_json), cfg);
+  model::TrainConfig t;
+  t.batch = batch;
+  t.seq = seq;
+  t.precision = model::parse_precision(precision);
+  t.attention = model::parse_attention_path(attention);
+  t.lr_max = lr_max;
+  t.lr_min = lr_min;
+  t.warmup_steps = warmup_steps;
+  t.cosine_steps = cosine_steps;
+  t.adamw.weight_decay = weight_decay;
+  t.adamw.beta1 = beta1;
+  t.adamw.beta2 = beta2;
+  t.adamw.eps = eps;
+  t.max_grad_norm = max_grad_norm;
+  t.seed = seed;
+  return Trainer(cfg, t);
+}
+
+F32 view(nb::handle self, bool grad, const std::string& name) {
+  Trainer& tr = nb::cast<Trainer&>(self);
+  const auto& info = tr.model().tensor(name);
+  std::span<float> s = grad ? tr.model().grad(name) : tr.model().param(name);
+  std::vector<size_t> shape(info.shape.begin(), info.shape.end());
+  return F32(s.data(), shape.size(), shape.data(), self);
+}
+
+// Copies one state_dict tensor (float32, any strides, NumPy or torch) into the named parameter.
+void set_param(Trainer& tr, const std::string& name, const In& value) {
+  const auto& info = tr.model().tensor(name);
+  const float* p = typed_data<float>(value, name.c_str(), DType::f32);
+  check(value.ndim() == info.shape.size(), "{}: expected {} dimensions, got {}", name, info.shape.size(),
+        value.ndim());
+  for (size_t i = 0; i < info.shape.size(); ++i)
+    check(static_cast<int64_t>(value.shape(i)) == info.shape[i], "{}: dimension {} must be {}, got {}", name,
+          i, info.shape[i], value.shape(i));
+  std::span<float> dst = tr.model().param(name);
+  const size_t nd = info.shape.size();
+  std::vector<int64_t> idx(nd, 0);
+  for (size_t flat = 0; flat < dst.size(); ++flat) {
+    int64_t off = 0;
+    for (size_t i = 0; i < nd; ++i) off += idx[i] * value.stride(i);
+    dst[flat] = p[off];
+    for (size_t i = nd; i-- > 0;) {
+      if (++idx[i] < info.shape[i]) break;
+      idx[i] = 0;
+    }
+  }
+}
+
+// [batch, seq] int32 tokens, each in [0, vocab).
+const int32_t* tokens(Trainer& tr, const In& a, const char* name, int64_t& batch, int64_t& seq) {
+  const int32_t* p = typed_data<int32_t>(a, name, DType::i32);
+  check(a.ndim() == 2, "{}: must be a 2-D [batch, seq] int32 array, got {} dimensions", name, a.ndim());
+  batch = static_cast<int64_t>(a.shape(0));
+  seq = static_cast<int64_t>(a.shape(1));
+  check((seq <= 1 || a.stride(1) == 1) && (batch <= 1 || a.stride(0) == seq), "{}: must be C-contiguous",
+        name);
+  const int64_t vocab = tr.model().config().vocab_size;
+  for (int64_t i = 0; i < batch * seq; ++i)
+    check(p[i] >= 0 && p[i] < vocab, "{}: token {} at position {} is outside 0..{}", name, p[i], i,
+          vocab - 1);
+  return p;
+}
+
+}  // namespace
+
+void bind_model(nb::module_& m) {
+  nb::class_<Trainer>(m, "Trainer")
+      .def(nb::new_(&make), nb::arg("config_json"), nb::arg("precision"), nb::arg("attention"),
+           nb::arg("batch"), nb::arg("seq"), nb::arg("lr_max"), nb::arg("lr_min"), nb::arg("warmup_steps"),
+           nb::arg("cosine_steps"), nb::arg("weight_decay"), nb::arg("beta1"), nb::arg("beta2"),
+           nb::arg("eps"), nb::arg("max_grad_norm"), nb::arg("seed"))
+      .def("names",
+           [](Trainer& t) {
+             std::vector<std::string> out;
+             for (const auto& i : t.model().tensors()) out.push_back(i.name);
+             return out;
+           })
+      .def("shape", [](Trainer& t, const std::string& name) { return t.model().tensor(name).shape; })
+      .def("param", [](nb::handle self, const std::string& name) { return view(self, false, name); })
+      .def("grad", [](nb::handle self, const std::string& name) { return view(self, true, name); })
+      .def("set_param", &set_param, nb::arg("name"), nb::arg("value"))
+      .def("config_json",
+           [](Trainer& t) {
+             nlohmann::json j;
+             model::to_json(j, t.model().config());
+             return j.dump();
+           })
+      .def(
+          "forward",
+          [](Trainer& t, const In& inputs, const std::optional<In>& targets) {
+            int64_t b = 0, s = 0, bt = 0, st = 0;
+            const int32_t* in = tokens(t, inputs, "inputs", b, s);
+            const int32_t* tg = nullptr;
+            if (targets) {
+              tg = tokens(t, *targets, "targets", bt, st);
+              check(bt == b && st == s, "targets: must have the inputs' shape [{}, {}], got [{}, {}]", b, s,
+                    bt, st);
+            }
+            nb::gil_scoped_release release;
+            return static_cast<double>(t.model().forward(in, tg, b, s));
+          },
+          nb::arg("inputs"), nb::arg("targets").none() = nb::none())
+      .def("logits",
+           [](nb::handle self) {
+             Trainer& t = nb::cast<Trainer&>(self);
+             auto l = t.model().logits();
+             const size_t vocab = static_cast<size_t>(t.model().config().vocab_size);
+             const size_t shape[2] = {l.size() / vocab, vocab};
+             return nb::ndarray<nb::numpy, const float>(l.data(), 2, shape, self);
+           })
+      .def("backward",
+           [](Trainer& t) {
+             nb::gil_scoped_release release;
+             t.model().backward();
+           })
+      .def("zero_grad", [](Trainer& t) { t.model().zero_grad(); })
+      .def(
+          "step",
+          [](Trainer& t, const In& inputs, const In& targets) {
+            int64_t b = 0, s = 0, bt = 0, st = 0;
+            const int32_t* in = tokens(t, inputs, "inputs", b, s);
+            const int32_t* tg = tokens(t, targets, "targets", bt, st);
+            check(b == t.config().batch && s == t.config().seq,
+                  "inputs: a training step takes [batch={}, seq={}] tokens (as the model was built), got "
+                  "[{}, {}]",
+                  t.config().batch, t.config().seq, b, s);
+            check(bt == b && st == s, "targets: must have the inputs' shape [{}, {}], got [{}, {}]", b, s, bt,
+                  st);
+            model::StepResult r;
+            {
+              nb::gil_scoped_release release;
+              r = t.step(in, tg);
+            }
+            nb::dict d;
+            d["step"] = r.step;
+            d["loss"] = r.loss;
+            d["grad_norm"] = r.grad_norm;
+            d["lr"] = r.lr;
+            d["skipped"] = r.skipped;
+            return d;
+          },
+          nb::arg("inputs"), nb::arg("targets"))
+      .def("steps", &Trainer::steps)
+      .def("save", &Trainer::save, nb::arg("path"))
+      .def("load", &Trainer::load, nb::arg("path"));
+  m.def(
+      "preset",
+      [](const std::string& name, int64_t vocab, int64_t context) {
+        nlohmann::json j;
+        model::to_json(j, model::preset(name, vocab, context));
+        return j.dump();
+      },
+      nb::arg("name"), nb::arg("vocab"), nb::arg("context"));
+  m.def("preset_names", &model::preset_names);
+}
+
+}  // namespace ridge::py

@@ -1,0 +1,183 @@
+#include "ridge/core/input.hpp"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+
+#include "ridge/core/error.hpp"
+#include "ridge/core/units.hpp"
+
+namespace ridge::input {
+namespace {
+
+const char* kind_of(mode_t m) {
+  if (S_ISDIR(m)) return "a directory";
+  if (S_ISFIFO(m)) return "a FIFO";
+  if (S_ISSOCK(m)) return "a socket";
+  if (S_ISCHR(m) || S_ISBLK(m)) return "a device";
+  return "not a regular file";
+}
+
+// Line and column (both from 1) of the byte at `offset` (0-based) in `text`.
+std::pair<size_t, size_t> line_column(const std::string& text, size_t offset) {
+  size_t line = 1, col = 1;
+  for (size_t i = 0; i < offset && i < text.size(); ++i) {
+    if (text[i] == '\n') {
+      ++line;
+      col = 1;
+    } else {
+      ++col;
+    }
+  }
+  return {line, col};
+}
+
+// The JSON library's message without its "[json.exception.x.y] " code and position prefix.
+std::string plain_message(const std::string& what) {
+  std::string s = what;
+  if (s.rfind("[json.exception.", 0) == 0) {
+    const auto close = s.find("] ");
+    if (close != std::string::npos) s = s.substr(close + 2);
+  }
+  if (s.rfind("parse error", 0) == 0) {
+    const auto colon = s.find(": ");
+    if (colon != std::string::npos) s = s.substr(colon + 2);
+  }
+  return s;
+}
+
+// Refuses nesting deeper than kMaxJsonDepth before the JSON library sees the text: the library and
+// every recursive walk over its tree would otherwise exhaust the stack on a hostile file.
+void check_depth(const std::string& text, const std::string& what) {
+  int depth = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\')
+        ++i;
+      else if (c == '"')
+        in_string = false;
+      continue;
+    }
+    if (c == '"')
+      in_string = true;
+    else if (c == '[' || c == '{') {
+      if (++depth > kMaxJsonDepth) {
+        const auto [line, col] = line_column(text, i);
+        fail("{}: nested deeper than {} levels at line {}, column {} (not a ridge input)", what,
+             kMaxJsonDepth, line, col);
+      }
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+}
+
+}  // namespace
+
+std::string read_input_file(const std::string& path, const std::string& what, int64_t max_bytes) {
+  check(!path.empty(), "{}: empty file name", what);
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0)
+    fail("{}: '{}' cannot be read ({})", what, path, errno == ENOENT ? "no such file" : std::strerror(errno));
+  check(S_ISREG(st.st_mode), "{}: '{}' is {}; expected a regular file", what, path, kind_of(st.st_mode));
+  // O_NONBLOCK: should the path be swapped for a FIFO after the stat, open must still not block.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) fail("{}: '{}' cannot be read ({})", what, path, std::strerror(errno));
+  std::string text;
+  try {
+    check(::fstat(fd, &st) == 0 && S_ISREG(st.st_mode), "{}: '{}' is {}; expected a regular file", what, path,
+          kind_of(st.st_mode));
+    check(st.st_size <= max_bytes, "{}: '{}' is {}, above the {} limit for this input", what, path,
+          units::format_bytes(static_cast<double>(st.st_size)),
+          units::format_bytes(static_cast<double>(max_bytes)));
+    text.reserve(static_cast<size_t>(st.st_size));
+    char buf[1 << 16];
+    for (;;) {
+      const ssize_t n = ::read(fd, buf, sizeof buf);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) fail("{}: error reading '{}' ({})", what, path, std::strerror(errno));
+      if (n == 0) break;
+      text.append(buf, static_cast<size_t>(n));
+      check(static_cast<int64_t>(text.size()) <= max_bytes, "{}: '{}' is above the {} limit for this input",
+            what, path, units::format_bytes(static_cast<double>(max_bytes)));
+    }
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+  ::close(fd);
+  return text;
+}
+
+nlohmann::json parse_json(const std::string& text, const std::string& what) {
+  check_depth(text, what);
+  try {
+    return nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    if (text.find_first_not_of(" \t\r\n") == std::string::npos)
+      fail("{}: empty, expected a JSON document", what);
+    const auto [line, col] = line_column(text, e.byte > 0 ? e.byte - 1 : 0);
+    fail("{}: not valid JSON at line {}, column {}: {}", what, line, col, plain_message(e.what()));
+  } catch (const nlohmann::json::out_of_range& e) {
+    // A number beyond a double (1e400): the library names the literal; say where it is.
+    std::string msg = plain_message(e.what());
+    const auto q1 = msg.find('\''), q2 = msg.rfind('\'');
+    if (q1 != std::string::npos && q2 > q1) {
+      const std::string lit = msg.substr(q1 + 1, q2 - q1 - 1);
+      const auto at = text.find(lit);
+      const auto [line, col] = line_column(text, at == std::string::npos ? 0 : at);
+      fail("{}: number {} at line {}, column {} is out of range (beyond a double)", what, lit, line, col);
+    }
+    fail("{}: {}", what, msg);
+  } catch (const nlohmann::json::exception& e) {
+    fail("{}: not valid JSON: {}", what, plain_message(e.what()));
+  }
+}
+
+nlohmann::json read_json_file(const std::string& path, const std::string& what, int64_t max_bytes) {
+  return parse_json(read_input_file(path, what, max_bytes), fmt::format("{} '{}'", what, path));
+}
+
+std::string plain_json_error(const nlohmann::json::exception& e) {
+  return plain_message(e.what());
+}
+
+const nlohmann::json& field(const nlohmann::json& obj, const std::string& key, const std::string& path,
+                            const std::string& what) {
+  check(obj.is_object(), "{}: '{}' must be a JSON object (got {})", what, path, obj.type_name());
+  const auto it = obj.find(key);
+  check(it != obj.end(), "{}: field '{}{}{}' is missing", what, path, path.empty() ? "" : ".", key);
+  return *it;
+}
+
+double number(const nlohmann::json& v, const std::string& path, const std::string& what) {
+  check(v.is_number(), "{}: field '{}' must be a number (got {})", what, path, v.type_name());
+  const double x = v.get<double>();
+  check(std::isfinite(x), "{}: field '{}' must be finite", what, path);
+  return x;
+}
+
+int64_t integer(const nlohmann::json& v, const std::string& path, const std::string& what) {
+  if (v.is_number_unsigned()) {
+    check(v.get<uint64_t>() <= static_cast<uint64_t>(INT64_MAX), "{}: field '{}' is {}, above 2^63-1", what,
+          path, v.get<uint64_t>());
+    return static_cast<int64_t>(v.get<uint64_t>());
+  }
+  check(v.is_number_integer(), "{}: field '{}' must be an integer (got {})", what, path,
+        v.is_number() ? fmt::format("{}", v.get<double>()) : std::string(v.type_name()));
+  return v.get<int64_t>();
+}
+
+std::string string(const nlohmann::json& v, const std::string& path, const std::string& what) {
+  check(v.is_string(), "{}: field '{}' must be a string (got {})", what, path, v.type_name());
+  return v.get<std::string>();
+}
+
+}  // namespace ridge::input

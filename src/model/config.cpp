@@ -1,0 +1,129 @@
+#include "ridge/model/config.hpp"
+
+#include <cmath>
+
+#include "ridge/core/error.hpp"
+
+namespace ridge::model {
+namespace {
+
+struct Preset {
+  const char* name;
+  int64_t d_model, d_ff, num_layers, num_heads;
+};
+// The same numbers as bench/shapes/model-sizes.json (a test holds the two together).
+constexpr Preset kPresets[] = {
+    {"tiny", 512, 1344, 4, 16},    {"small", 768, 3072, 12, 12}, {"medium", 1024, 4096, 24, 16},
+    {"large", 1280, 5120, 36, 20}, {"xl", 1600, 6400, 48, 25},   {"2.7B", 2560, 10240, 32, 32},
+};
+
+bool mul(int64_t a, int64_t b, int64_t* out) {
+  return !__builtin_mul_overflow(a, b, out);
+}
+bool add(int64_t a, int64_t b, int64_t* out) {
+  return !__builtin_add_overflow(a, b, out);
+}
+
+// param_count with overflow detection; false when any step overflows.
+bool count_params(const ModelConfig& c, int64_t* out) {
+  int64_t vd, dd, df, attn, ffn, layer, layers, total;
+  if (!mul(c.vocab_size, c.d_model, &vd) || !mul(c.d_model, c.d_model, &dd) || !mul(c.d_model, c.d_ff, &df))
+    return false;
+  if (!mul(dd, 4, &attn) || !mul(df, 3, &ffn) || !add(attn, ffn, &layer) ||
+      !add(layer, 2 * c.d_model, &layer))
+    return false;
+  if (!mul(layer, c.num_layers, &layers) || !add(layers, vd, &total) || !add(total, vd, &total) ||
+      !add(total, c.d_model, &total))
+    return false;
+  *out = total;
+  return true;
+}
+
+}  // namespace
+
+void ModelConfig::validate() const {
+  const std::pair<const char*, int64_t> fields[] = {
+      {"vocab_size", vocab_size}, {"context_length", context_length}, {"d_model", d_model},
+      {"num_layers", num_layers}, {"num_heads", num_heads},           {"d_ff", d_ff}};
+  for (const auto& [name, v] : fields) check(v > 0, "ModelConfig: {} is {}; it must be > 0", name, v);
+  check(d_model % num_heads == 0, "ModelConfig: d_model {} is not a multiple of num_heads {}", d_model,
+        num_heads);
+  check(d_head() % 2 == 0,
+        "ModelConfig: d_head = d_model / num_heads = {} is odd; RoPE rotates pairs, so it must be even",
+        d_head());
+  check(std::isfinite(rope_theta) && rope_theta > 1,
+        "ModelConfig: rope_theta is {}; it must be finite and > 1", rope_theta);
+  int64_t n;
+  check(
+      count_params(*this, &n),
+      "ModelConfig: the parameter count overflows int64 (d_model {}, d_ff {}, vocab_size {}, num_layers {})",
+      d_model, d_ff, vocab_size, num_layers);
+  // The largest per-sequence activations: scores [heads, T, T], logits [T, V], feed-forward [T, F].
+  int64_t a, b, c2;
+  check(mul(context_length, context_length, &a) && mul(a, num_heads, &a) &&
+            mul(context_length, vocab_size, &b) && mul(context_length, d_ff, &c2) &&
+            mul(context_length, d_model, &c2),
+        "ModelConfig: context_length {} makes the activation sizes overflow int64", context_length);
+}
+
+int64_t ModelConfig::param_count() const {
+  int64_t n = 0;
+  check(count_params(*this, &n), "ModelConfig: the parameter count overflows int64");
+  return n;
+}
+
+std::vector<std::string> preset_names() {
+  std::vector<std::string> out;
+  for (const auto& p : kPresets) out.emplace_back(p.name);
+  return out;
+}
+
+ModelConfig preset(const std::string& name, int64_t vocab, int64_t context) {
+  for (const auto& p : kPresets) {
+    if (name != p.name) continue;
+    ModelConfig c;
+    c.vocab_size = vocab;
+    c.context_length = context;
+    c.d_model = p.d_model;
+    c.d_ff = p.d_ff;
+    c.num_layers = p.num_layers;
+    c.num_heads = p.num_heads;
+    c.validate();
+    return c;
+  }
+  std::string names;
+  for (const auto& p : kPresets) names += (names.empty() ? "" : ", ") + std::string(p.name);
+  fail("preset: name '{}' is not a model size (accepted: {})", name, names);
+}
+
+void to_json(nlohmann::json& j, const ModelConfig& c) {
+  j = {{"vocab_size", c.vocab_size}, {"context_length", c.context_length}, {"d_model", c.d_model},
+       {"num_layers", c.num_layers}, {"num_heads", c.num_heads},           {"d_ff", c.d_ff},
+       {"rope_theta", c.rope_theta}};
+}
+
+void from_json(const nlohmann::json& j, ModelConfig& c) {
+  check(j.is_object(), "ModelConfig JSON: expected an object, got {}", j.type_name());
+  auto integer = [&](const char* key) {
+    check(j.contains(key), "ModelConfig JSON: missing '{}'", key);
+    const auto& v = j.at(key);
+    check(v.is_number_integer() && (v.is_number_unsigned() ? v.get<uint64_t>() <= INT64_MAX : true),
+          "ModelConfig JSON: '{}' is not an int64 integer", key);
+    return v.get<int64_t>();
+  };
+  ModelConfig r;
+  r.vocab_size = integer("vocab_size");
+  r.context_length = integer("context_length");
+  r.d_model = integer("d_model");
+  r.num_layers = integer("num_layers");
+  r.num_heads = integer("num_heads");
+  r.d_ff = integer("d_ff");
+  if (j.contains("rope_theta")) {
+    check(j.at("rope_theta").is_number(), "ModelConfig JSON: 'rope_theta' is not a number");
+    r.rope_theta = j.at("rope_theta").get<double>();
+  }
+  r.validate();
+  c = r;
+}
+
+}  // namespace ridge::model

@@ -1,0 +1,280 @@
+// The model's elementwise layers as forward/backward pairs over explicit row-major buffers
+// (llm.c style). S is the compute type (float or double); O is the GEMM-operand type a layer writes
+// for the next GEMM (float, bf16 or double), rounded through `Round` (fp16 emulation rounds a float
+// through fp16). Everything is computed in S; rows are independent and split over threads, and every
+// reduction over rows (the norm-weight gradients) sums fixed-size chunks in a fixed order, so the
+// result does not depend on the thread count.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+#include <vector>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "ridge/core/error.hpp"
+#include "ridge/core/format.hpp"
+#include "ridge/core/threads.hpp"
+
+namespace ridge::model::layers {
+
+inline constexpr int64_t kRowChunk = 64;  // rows per partial sum of a reduction over rows
+// Below this many elements of work a loop runs on the calling thread: a parallel region costs
+// microseconds (and far more when the machine is oversubscribed), more than the loop itself.
+inline constexpr int64_t kParallelMin = 1 << 15;
+
+// ---- Operand rounding ----
+enum class Round { none, fp16 };
+
+template <typename O, typename S>
+inline O to_op(S x, Round r) {
+  if constexpr (std::is_same_v<O, bf16>) {
+    return to_bf16(static_cast<float>(x));
+  } else if constexpr (std::is_same_v<O, float>) {
+    return r == Round::fp16 ? to_float(to_fp16(static_cast<float>(x))) : static_cast<float>(x);
+  } else {
+    return static_cast<O>(x);
+  }
+}
+template <typename S, typename O>
+inline S from_op(O x) {
+  if constexpr (std::is_same_v<O, bf16>) {
+    return static_cast<S>(to_float(x));
+  } else {
+    return static_cast<S>(x);
+  }
+}
+
+template <typename O, typename S>
+void cast(const S* src, O* dst, int64_t n, Round r) {
+  const int nt = get_num_threads();
+#pragma omp parallel for num_threads(nt) schedule(static) if (n >= kParallelMin)
+  for (int64_t i = 0; i < n; ++i) dst[i] = to_op<O>(src[i], r);
+}
+
+
+// ---- Embedding ----
+// x[i, :] = table[tokens[i], :]
+template <typename S>
+void embedding_forward(const int32_t* tokens, int64_t n, const S* table, int64_t vocab, int64_t d, S* x) {
+  for (int64_t i = 0; i < n; ++i)
+    check(tokens[i] >= 0 && tokens[i] < vocab, "inputs: token {} at position {} is outside the vocabulary [0, {})",
+          tokens[i], i, vocab);
+  const int nt = get_num_threads();
+#pragma omp parallel for num_threads(nt) schedule(static) if (n * d >= kParallelMin)
+  for (int64_t i = 0; i < n; ++i) std::copy_n(table + tokens[i] * d, d, x + i * d);
+}
+// dtable[tokens[i], :] += dx[i, :]; threads split the columns, so rows sharing a token never race
+// and each column sums in token order.
+template <typename S>
+void embedding_backward(const int32_t* tokens, int64_t n, const S* dx, int64_t d, S* dtable) {
+  const int nt = get_num_threads();
+#pragma omp parallel num_threads(nt) if (n * d >= kParallelMin)
+  {
+#ifdef _OPENMP
+    const int t = omp_get_thread_num(), T = omp_get_num_threads();
+#else
+    const int t = 0, T = 1;
+#endif
+    const int64_t c0 = d * t / T, c1 = d * (t + 1) / T;
+    for (int64_t i = 0; i < n; ++i) {
+      S* row = dtable + tokens[i] * d;
+      const S* g = dx + i * d;
+      for (int64_t c = c0; c < c1; ++c) row[c] += g[c];
+    }
+  }
+}
+
+// ---- RMSNorm: y = x * rstd * w, rstd = 1 / sqrt(mean(x^2) + eps) ----
+template <typename S, typename O>
+void rmsnorm_forward(const S* x, const S* w, int64_t n, int64_t d, S eps, S* rstd, O* y, Round r) {
+  const int nt = get_num_threads();
+#pragma omp parallel for num_threads(nt) schedule(static) if (n * d >= kParallelMin)
+  for (int64_t i = 0; i < n; ++i) {
+    const S* xi = x + i * d;
+    S ss = 0;
+    for (int64_t j = 0; j < d; ++j) ss += xi[j] * xi[j];
+    const S rs = S(1) / std::sqrt(ss / static_cast<S>(d) + eps);
+    rstd[i] = rs;
+    O* yi = y + i * d;
+    for (int64_t j = 0; j < d; ++j) yi[j] = to_op<O>(xi[j] * rs * w[j], r);
+  }
+}
+// dx (+)= rstd * (dxh - xh * mean(dxh * xh)) with xh = x * rstd, dxh = dy * w; dw += sum_i dy * xh.
+// `accumulate` adds dx into the residual gradient the caller passes.
+template <typename S>
+void rmsnorm_backward(const S* dy, const S* x, const S* w, const S* rstd, int64_t n, int64_t d, S* dx, S* dw,
+                      bool accumulate) {
+  const int nt = get_num_threads();
+  const int64_t chunks = (n + kRowChunk - 1) / kRowChunk;
+  std::vector<S> partial(static_cast<size_t>(chunks * d), S(0));
+#pragma omp parallel for num_threads(nt) schedule(static) if (n * d >= kParallelMin)
+  for (int64_t c = 0; c < chunks; ++c) {
+    S* pw = partial.data() + c * d;
+    for (int64_t i = c * kRowChunk; i < std::min(n, (c + 1) * kRowChunk); ++i) {
+      const S* xi = x + i * d;
+      const S* gi = dy + i * d;
+      const S rs = rstd[i];
+      S dot = 0;
+      for (int64_t j = 0; j < d; ++j) {
+        const S xh = xi[j] * rs;
+        dot += gi[j] * w[j] * xh;
+        pw[j] += gi[j] * xh;
+      }
+      const S mean = dot / static_cast<S>(d);
+      S* dxi = dx + i * d;
+      for (int64_t j = 0; j < d; ++j) {
+        const S v = rs * (gi[j] * w[j] - xi[j] * rs * mean);
+        dxi[j] = accumulate ? dxi[j] + v : v;
+      }
+    }
+  }
+  for (int64_t c = 0; c < chunks; ++c)
+    for (int64_t j = 0; j < d; ++j) dw[j] += partial[static_cast<size_t>(c * d + j)];
+}
+
+// ---- RoPE on q and k inside a fused [n, 3 * d_model] q|k|v row (v untouched) ----
+// Token i sits at position i % seq. Pair (2p, 2p+1) of each head rotates by pos * theta^(-2p / dh).
+// cos/sin tables are [seq, dh / 2].
+template <typename S>
+void rope_tables(int64_t seq, int64_t dh, double theta, std::vector<S>& cos_t, std::vector<S>& sin_t) {
+  const int64_t half = dh / 2;
+  cos_t.resize(static_cast<size_t>(seq * half));
+  sin_t.resize(static_cast<size_t>(seq * half));
+  for (int64_t t = 0; t < seq; ++t)
+    for (int64_t p = 0; p < half; ++p) {
+      const double angle = static_cast<double>(t) * std::pow(theta, -2.0 * static_cast<double>(p) / dh);
+      cos_t[static_cast<size_t>(t * half + p)] = static_cast<S>(std::cos(angle));
+      sin_t[static_cast<size_t>(t * half + p)] = static_cast<S>(std::sin(angle));
+    }
+}
+// src is the fp32 GEMM output [n, 3d]; dst the operand copy for attention: q and k rotated, v copied.
+template <typename S, typename O>
+void rope_forward(const S* src, O* dst, int64_t n, int64_t seq, int64_t d, int64_t dh, const S* cos_t,
+                  const S* sin_t, Round r) {
+  const int64_t half = dh / 2, row = 3 * d;
+  const int nt = get_num_threads();
+#pragma omp parallel for num_threads(nt) schedule(static) if (n * row >= kParallelMin)
+  for (int64_t i = 0; i < n; ++i) {
+    const S* c = cos_t + (i % seq) * half;
+    const S* s = sin_t + (i % seq) * half;
+    const S* in = src + i * row;
+    O* out = dst + i * row;
+    for (int64_t j = 0; j < 2 * d; j += 2) {  // q and k: every head's pairs
+      const int64_t p = (j % dh) / 2;
+      const S x0 = in[j], x1 = in[j + 1];
+      out[j] = to_op<O>(x0 * c[p] - x1 * s[p], r);
+      out[j + 1] = to_op<O>(x0 * s[p] + x1 * c[p], r);
+    }
+    for (int64_t j = 2 * d; j < row; ++j) out[j] = to_op<O>(in[j], r);
+  }
+}
+// The transpose of the rotation, from attention's dq|dk|dv (type G) to the GEMM operand dst.
+template <typename S, typename G, typename O>
+void rope_backward(const G* src, O* dst, int64_t n, int64_t seq, int64_t d, int64_t dh, const S* cos_t,
+                   const S* sin_t, Round r) {
+  const int64_t half = dh / 2, row = 3 * d;
+  const int nt = get_num_threads();
+#pragma omp parallel for num_threads(nt) schedule(static) if (n * row >= kParallelMin)
+  for (int64_t i = 0; i < n; ++i) {
+    const S* c = cos_t + (i % seq) * half;
+    const S* s = sin_t + (i % seq) * half;
+    const G* in = src + i * row;
+    O* out = dst + i * row;
+    for (int64_t j = 0; j < 2 * d; j += 2) {
+      const int64_t p = (j % dh) / 2;
+      const S g0 = from_op<S>(in[j]), g1 = from_op<S>(in[j + 1]);
+      out[j] = to_op<O>(g0 * c[p] + g1 * s[p], r);
+      out[j + 1] = to_op<O>(-g0 * s[p] + g1 * c[p], r);
+    }
+    for (int64_t j = 2 * d; j < row; ++j) out[j] = to_op<O>(from_op<S>(in[j]), r);
+  }
+}
+
+// ---- SwiGLU: g = silu(a) * b, from the fused GEMM output [n, 2 f] = a | b ----
+template <typename S>
+inline S sigmoid(S x) {
+  return S(1) / (S(1) + std::exp(-x));
+}
+// ab: the GEMM output (S); ab_saved: its operand-type copy kept for backward; g: the w2 operand.
+template <typename S, typename O>
+void swiglu_forward(const S* ab, int64_t n, int64_t f, O* ab_saved, O* g, Round r) {
+  const int nt = get_num_threads();
+#pragma omp parallel for num_threads(nt) schedule(static) if (n * f >= kParallelMin)
+  for (int64_t i = 0; i < n; ++i) {
+    const S* a = ab + i * 2 * f;
+    const S* b = a + f;
+    O* sa = ab_saved + i * 2 * f;
+    O* gi = g + i * f;
+    for (int64_t j = 0; j < f; ++j) {
+      // What backward sees is the rounded a and b, so g is formed from the same values.
+      const O ao = to_op<O>(a[j], r), bo = to_op<O>(b[j], r);
+      sa[j] = ao;
+      sa[f + j] = bo;
+      const S av = from_op<S>(ao), bv = from_op<S>(bo);
+      gi[j] = to_op<O>(av * sigmoid(av) * bv, r);
+    }
+  }
+}
+// dab = [dg * b * silu'(a) | dg * silu(a)], silu'(a) = s (1 + a (1 - s)), s = sigmoid(a).
+template <typename S, typename O>
+void swiglu_backward(const S* dg, const O* ab, int64_t n, int64_t f, O* dab, Round r) {
+  const int nt = get_num_threads();
+#pragma omp parallel for num_threads(nt) schedule(static) if (n * f >= kParallelMin)
+  for (int64_t i = 0; i < n; ++i) {
+    const O* a = ab + i * 2 * f;
+    const O* b = a + f;
+    const S* gi = dg + i * f;
+    O* da = dab + i * 2 * f;
+    O* db = da + f;
+    for (int64_t j = 0; j < f; ++j) {
+      const S av = from_op<S>(a[j]), bv = from_op<S>(b[j]);
+      const S s = sigmoid(av);
+      da[j] = to_op<O>(gi[j] * bv * s * (S(1) + av * (S(1) - s)), r);
+      db[j] = to_op<O>(gi[j] * av * s, r);
+    }
+  }
+}
+
+// ---- Cross-entropy over logits [n, vocab], mean over the n rows ----
+// Returns the mean loss (accumulated in double).
+template <typename S>
+double cross_entropy_forward(const S* logits, const int32_t* targets, int64_t n, int64_t vocab, S* lse) {
+  for (int64_t i = 0; i < n; ++i)
+    check(targets[i] >= 0 && targets[i] < vocab, "targets: token {} at position {} is outside the vocabulary [0, {})",
+          targets[i], i, vocab);
+  // Per-row losses summed in row order afterwards: the same bits whatever the thread count.
+  std::vector<double> row_loss(static_cast<size_t>(n));
+  const int nt = get_num_threads();
+#pragma omp parallel for num_threads(nt) schedule(static) if (n * vocab >= kParallelMin)
+  for (int64_t i = 0; i < n; ++i) {
+    const S* li = logits + i * vocab;
+    S m = li[0];
+    for (int64_t j = 1; j < vocab; ++j) m = std::max(m, li[j]);
+    S sum = 0;
+    for (int64_t j = 0; j < vocab; ++j) sum += std::exp(li[j] - m);
+    lse[i] = m + std::log(sum);
+    row_loss[static_cast<size_t>(i)] = static_cast<double>(lse[i] - li[targets[i]]);
+  }
+  double total = 0;
+  for (double v : row_loss) total += v;
+  return total / static_cast<double>(n);
+}
+// In place: logits becomes d(scale * mean loss)/d(logits) = scale * (softmax - onehot) / n.
+template <typename S>
+void cross_entropy_backward(S* logits, const int32_t* targets, const S* lse, int64_t n, int64_t vocab, S scale) {
+  const S k = scale / static_cast<S>(n);
+  const int nt = get_num_threads();
+#pragma omp parallel for num_threads(nt) schedule(static) if (n * vocab >= kParallelMin)
+  for (int64_t i = 0; i < n; ++i) {
+    S* li = logits + i * vocab;
+    for (int64_t j = 0; j < vocab; ++j) li[j] = std::exp(li[j] - lse[i]) * k;
+    li[targets[i]] -= k;
+  }
+}
+
+}  // namespace ridge::model::layers

@@ -1,0 +1,135 @@
+// `ridge train` as a user runs it: real output, JSON lines, checkpoints, and the one-line error
+// contract for bad data, sizes and flags (exit 2, nothing the user had is lost).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+
+#include "run.hpp"
+#include "ridge/model/safetensors.hpp"
+
+namespace fs = std::filesystem;
+using ridge::test::run;
+
+namespace {
+
+const char* kTiny = "--d-model 32 --layers 1 --heads 2 --d-ff 48 --threads 1";
+
+struct Dir {
+  fs::path p = fs::temp_directory_path() / ("ridge_cli_train_" + std::to_string(::getpid()) + "_" +
+                                            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+  Dir() { fs::create_directories(p); }
+  ~Dir() { fs::remove_all(p); }
+  std::string file(const std::string& name, const std::string& content) const {
+    const fs::path f = p / name;
+    std::ofstream(f, std::ios::binary) << content;
+    return f.string();
+  }
+  std::string path(const std::string& name) const { return (p / name).string(); }
+};
+
+int lines(const std::string& s) {
+  int n = 0;
+  for (char c : s) n += c == '\n';
+  return n;
+}
+
+std::string read(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), {}};
+}
+
+}  // namespace
+
+// On a text with a strong pattern the loss falls far below ln(256) = 5.55 in a few steps; every JSON
+// line has the documented fields; the checkpoint is a safetensors file with the model's tensors.
+TEST(CliTrain, TrainsOnTextPrintsJsonAndWritesACheckpoint) {
+  Dir d;
+  std::string text;
+  for (int i = 0; i < 400; ++i) text += "the cat sat on the mat. ";
+  const std::string txt = d.file("text.txt", text), ck = d.path("ck.safetensors");
+  const auto r = run(std::string("train ") + kTiny + " --text " + txt +
+                     " --context 32 --batch 4 --steps 30 --lr 1e-2 --log-every 10 --json --checkpoint " + ck);
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::istringstream in(r.out);
+  std::string line;
+  double first = 0, last = 0;
+  int n = 0;
+  while (std::getline(in, line)) {
+    const auto j = nlohmann::json::parse(line);
+    for (const char* k : {"step", "loss", "lr", "tokens_per_s", "mfu", "grad_norm"}) EXPECT_TRUE(j.contains(k)) << k;
+    (n == 0 ? first : last) = j.at("loss").get<double>();
+    ++n;
+  }
+  EXPECT_EQ(n, 4);  // steps 1, 10, 20, 30
+  EXPECT_GT(first, 4.5);
+  EXPECT_LT(last, 2.0);
+  const auto sf = ridge::model::SafetensorsFile::load(ck);
+  EXPECT_TRUE(sf.contains("token_embeddings.weight"));
+  EXPECT_EQ(sf.at("lm_head.weight").shape, (std::vector<int64_t>{256, 32}));
+}
+
+// A run resumed from its checkpoint picks up at the saved step.
+TEST(CliTrain, ResumesFromACheckpoint) {
+  Dir d;
+  std::string text(3000, 'a');
+  for (size_t i = 0; i < text.size(); i += 7) text[i] = 'b';
+  const std::string txt = d.file("t.txt", text), ck = d.path("ck.safetensors");
+  ASSERT_EQ(run(std::string("train ") + kTiny + " --text " + txt + " --context 16 --batch 2 --steps 4 --checkpoint " + ck)
+                .code,
+            0);
+  const auto r = run(std::string("train ") + kTiny + " --text " + txt + " --context 16 --batch 2 --steps 6 --json --resume " +
+                     ck);
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out.substr(0, r.out.find('\n')));
+  EXPECT_EQ(j.at("step").get<int>(), 5);
+}
+
+TEST(CliTrain, BadInputIsOneLineAndExitTwo) {
+  Dir d;
+  const std::string odd = d.file("odd.bin", std::string(7, '\x01'));  // 3.5 tokens: truncated
+  const std::string short_data = d.file("short.bin", std::string(20, '\x01'));  // 10 tokens
+  const std::string empty = d.file("empty.txt", "");
+  const std::string text = d.file("ok.txt", std::string(200, 'x'));
+  const std::string keep = d.file("keep.safetensors", "precious");
+  struct Case {
+    std::string args, expect;
+  };
+  const Case cases[] = {
+      {"--data " + d.path("missing.bin"), "--data"},
+      {"--data " + odd, "--data"},
+      {"--data " + short_data + " --context 32", "--context"},
+      {"--text " + empty, "--text"},
+      {"--text " + d.p.string(), "--text"},
+      {"--text " + text + " --data " + odd, "--data and --text"},
+      {"--size huge", "--size"},
+      {"--precision fp8", "precision"},
+      {"--attention fast", "attention"},
+      {"--steps 0", "--steps"},
+      {"--batch 0", "--batch"},
+      {"--heads 3", "num_heads"},
+      {"--size 2.7B --context 1024 --batch 64", "needs about"},
+      {"--text " + text + " --vocab 100", "--vocab"},
+      {"--checkpoint " + d.path("no/such/dir/ck.safetensors"), "--checkpoint"},
+      {"--resume " + keep, "--resume"},
+      {"--lr -1", "lr"},
+      {"--threads 0", "--threads"},
+  };
+  for (const Case& c : cases) {
+    // The case's own value of a flag replaces the default (each flag is given once).
+    std::string args = "train " + c.args;
+    for (const std::string flag : {"--steps 1", "--heads 2", "--threads 1", "--d-model 32", "--layers 1", "--d-ff 48"})
+      if (c.args.find("--size") == std::string::npos || flag == "--steps 1" || flag == "--threads 1")
+        if (c.args.find(flag.substr(0, flag.find(' '))) == std::string::npos) args += " " + flag;
+    const auto r = run(args);
+    EXPECT_EQ(r.code, 2) << c.args << "\n" << r.err;
+    EXPECT_EQ(lines(r.err), 1) << c.args << "\n" << r.err;
+    EXPECT_NE(r.err.find(c.expect), std::string::npos) << c.args << "\n" << r.err;
+  }
+  EXPECT_EQ(read(keep), "precious");
+}

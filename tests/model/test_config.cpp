@@ -1,0 +1,138 @@
+// ModelConfig: validation errors name the field; param_count against a count made tensor by tensor;
+// presets equal bench/shapes/model-sizes.json; JSON round trip.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <string>
+
+#include "ridge/build_paths.h"  // RIDGE_SOURCE_DIR
+#include "ridge/core/error.hpp"
+#include "ridge/model/config.hpp"
+
+namespace {
+
+using namespace ridge;
+using namespace ridge::model;
+
+ModelConfig small_config() {
+  ModelConfig c;
+  c.vocab_size = 256;
+  c.context_length = 16;
+  c.d_model = 64;
+  c.num_layers = 2;
+  c.num_heads = 4;
+  c.d_ff = 160;
+  return c;
+}
+
+void expect_invalid(const ModelConfig& c, const std::string& part) {
+  try {
+    c.validate();
+    ADD_FAILURE() << "accepted a config that should fail with '" << part << "'";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_EQ(msg.rfind("ModelConfig: ", 0), 0u) << msg;
+    EXPECT_NE(msg.find(part), std::string::npos) << msg;
+  }
+}
+
+TEST(ModelConfig, ValidationNamesTheField) {
+  EXPECT_NO_THROW(small_config().validate());
+  const char* fields[] = {"vocab_size", "context_length", "d_model", "num_layers", "num_heads", "d_ff"};
+  for (int i = 0; i < 6; ++i) {
+    for (int64_t bad : {int64_t{0}, int64_t{-3}}) {
+      ModelConfig c = small_config();
+      int64_t* f[] = {&c.vocab_size, &c.context_length, &c.d_model, &c.num_layers, &c.num_heads, &c.d_ff};
+      *f[i] = bad;
+      expect_invalid(c, std::string(fields[i]) + " is " + std::to_string(bad));
+    }
+  }
+  ModelConfig c = small_config();
+  c.num_heads = 3;
+  expect_invalid(c, "d_model 64 is not a multiple of num_heads 3");
+  c = small_config();
+  c.d_model = 36;
+  c.num_heads = 4;  // d_head 9
+  expect_invalid(c, "d_head = d_model / num_heads = 9 is odd");
+  c = small_config();
+  c.rope_theta = 0.5;
+  expect_invalid(c, "rope_theta");
+  c = small_config();
+  c.d_model = int64_t{1} << 32;
+  c.num_heads = 2;
+  expect_invalid(c, "parameter count overflows");
+  c = small_config();
+  c.context_length = int64_t{1} << 31;
+  expect_invalid(c, "context_length");
+}
+
+TEST(ModelConfig, ParamCountMatchesAHandCount) {
+  // Tensor by tensor for the reference configuration (V 256, D 64, L 2, F 160):
+  //   token_embeddings 256*64 = 16384; per layer q,k,v,o 4*64*64 = 16384, w1,w3 2*160*64 = 20480,
+  //   w2 64*160 = 10240, ln1, ln2 2*64 = 128 -> 47232; 2 layers 94464; ln_final 64; lm_head 16384.
+  EXPECT_EQ(small_config().param_count(), 16384 + 94464 + 64 + 16384);
+  // CS336's "small" (GPT-2 small shape with SwiGLU, untied head) at vocab 10000: 2*10000*768 +
+  // 12*(4*768^2 + 3*768*3072 + 2*768) + 768.
+  const ModelConfig s = preset("small", 10000, 128);
+  EXPECT_EQ(s.param_count(), 2 * 10000 * 768 + 12 * (4 * 768 * 768 + 3 * 768 * 3072 + 2 * 768) + 768);
+}
+
+TEST(ModelConfig, PresetsEqualTheSharedSizeTable) {
+  std::ifstream in(std::string(RIDGE_SOURCE_DIR) + "/bench/shapes/model-sizes.json");
+  ASSERT_TRUE(in) << "bench/shapes/model-sizes.json";
+  const auto j = nlohmann::json::parse(in);
+  size_t n = 0;
+  for (const auto& [name, s] : j.at("sizes").items()) {
+    const ModelConfig c = preset(name, j.at("vocab").get<int64_t>(), 256);
+    EXPECT_EQ(c.d_model, s.at("d_model").get<int64_t>()) << name;
+    EXPECT_EQ(c.d_ff, s.at("d_ff").get<int64_t>()) << name;
+    EXPECT_EQ(c.num_layers, s.at("num_layers").get<int64_t>()) << name;
+    EXPECT_EQ(c.num_heads, s.at("num_heads").get<int64_t>()) << name;
+    EXPECT_EQ(c.vocab_size, 10000);
+    EXPECT_EQ(c.context_length, 256);
+    ++n;
+  }
+  EXPECT_EQ(n, preset_names().size());
+  try {
+    preset("huge", 10000, 128);
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'huge' is not a model size (accepted: tiny, small"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(preset("tiny", 0, 128), Error);  // the result is validated
+}
+
+TEST(ModelConfig, JsonRoundTripAndErrors) {
+  ModelConfig c = small_config();
+  c.rope_theta = 500000;
+  const nlohmann::json j = c;
+  EXPECT_EQ(j.at("d_ff").get<int64_t>(), 160);
+  EXPECT_EQ(j.get<ModelConfig>(), c);
+
+  nlohmann::json no_theta = j;
+  no_theta.erase("rope_theta");
+  EXPECT_EQ(no_theta.get<ModelConfig>().rope_theta, 10000.0);
+
+  auto expect_json_error = [](const nlohmann::json& bad, const std::string& part) {
+    try {
+      (void)bad.get<ModelConfig>();
+      ADD_FAILURE() << bad.dump();
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+    }
+  };
+  nlohmann::json missing = j;
+  missing.erase("num_heads");
+  expect_json_error(missing, "missing 'num_heads'");
+  nlohmann::json typed = j;
+  typed["d_model"] = "64";
+  expect_json_error(typed, "'d_model' is not an int64 integer");
+  nlohmann::json invalid = j;
+  invalid["num_heads"] = 3;
+  expect_json_error(invalid, "not a multiple of num_heads");
+  expect_json_error(nlohmann::json::array(), "expected an object");
+}
+
+}  // namespace

@@ -1,0 +1,154 @@
+"""ridge.model: a CS336 state_dict loads by name; logits and loss against a NumPy fp64 forward of
+the same weights; gradients against finite differences of that forward; training steps lower the loss."""
+import numpy as np
+import pytest
+
+import ridge.model as rm
+
+CFG = {"vocab_size": 23, "context_length": 12, "d_model": 32, "num_layers": 2, "num_heads": 2, "d_ff": 48,
+       "rope_theta": 10000.0}
+
+
+def random_state_dict(rng, cfg):
+    V, D, F, L = cfg["vocab_size"], cfg["d_model"], cfg["d_ff"], cfg["num_layers"]
+    sd = {"token_embeddings.weight": rng.standard_normal((V, D)), "lm_head.weight": rng.standard_normal((V, D)) / 6,
+          "ln_final.weight": 1 + 0.1 * rng.standard_normal(D)}
+    for l in range(L):
+        p = f"layers.{l}."
+        for n in ("q_proj", "k_proj", "v_proj", "output_proj"):
+            sd[p + f"attn.{n}.weight"] = rng.standard_normal((D, D)) / np.sqrt(D)
+        sd[p + "ffn.w1.weight"] = rng.standard_normal((F, D)) / np.sqrt(D)
+        sd[p + "ffn.w3.weight"] = rng.standard_normal((F, D)) / np.sqrt(D)
+        sd[p + "ffn.w2.weight"] = rng.standard_normal((D, F)) / np.sqrt(F)
+        sd[p + "ln1.weight"] = 1 + 0.1 * rng.standard_normal(D)
+        sd[p + "ln2.weight"] = 1 + 0.1 * rng.standard_normal(D)
+    return {k: v.astype(np.float32) for k, v in sd.items()}
+
+
+def np_forward(sd, cfg, ids):
+    """The CS336 Transformer LM in fp64 NumPy: pre-norm, RMSNorm, RoPE on adjacent pairs, SwiGLU."""
+    sd = {k: v.astype(np.float64) for k, v in sd.items()}
+    H, D = cfg["num_heads"], cfg["d_model"]
+    dh = D // H
+    b, s = ids.shape
+
+    def rms(x, w):
+        return x / np.sqrt((x * x).mean(-1, keepdims=True) + 1e-5) * w
+
+    pos = np.arange(s)[:, None]
+    freq = cfg["rope_theta"] ** (-np.arange(0, dh, 2) / dh)
+    cos, sin = np.cos(pos * freq), np.sin(pos * freq)
+
+    def rope(x):  # b h s dh
+        x0, x1 = x[..., 0::2], x[..., 1::2]
+        out = np.empty_like(x)
+        out[..., 0::2] = x0 * cos - x1 * sin
+        out[..., 1::2] = x0 * sin + x1 * cos
+        return out
+
+    x = sd["token_embeddings.weight"][ids]
+    mask = np.triu(np.ones((s, s), dtype=bool), 1)
+    for l in range(cfg["num_layers"]):
+        p = f"layers.{l}."
+        h = rms(x, sd[p + "ln1.weight"])
+        q, k, v = (
+            (h @ sd[p + f"attn.{n}_proj.weight"].T).reshape(b, s, H, dh).transpose(0, 2, 1, 3) for n in "qkv")
+        q, k = rope(q), rope(k)
+        sc = np.where(mask, -np.inf, q @ k.transpose(0, 1, 3, 2) / np.sqrt(dh))
+        pr = np.exp(sc - sc.max(-1, keepdims=True))
+        pr /= pr.sum(-1, keepdims=True)
+        att = (pr @ v).transpose(0, 2, 1, 3).reshape(b, s, D)
+        x = x + att @ sd[p + "attn.output_proj.weight"].T
+        h = rms(x, sd[p + "ln2.weight"])
+        a1 = h @ sd[p + "ffn.w1.weight"].T
+        x = x + ((a1 / (1 + np.exp(-a1))) * (h @ sd[p + "ffn.w3.weight"].T)) @ sd[p + "ffn.w2.weight"].T
+    return rms(x, sd["ln_final.weight"]) @ sd["lm_head.weight"].T
+
+
+def np_loss(logits, targets):
+    m = logits.max(-1, keepdims=True)
+    lse = np.log(np.exp(logits - m).sum(-1)) + m[..., 0]
+    picked = np.take_along_axis(logits, targets[..., None], -1)[..., 0]
+    return (lse - picked).mean()
+
+
+@pytest.fixture
+def setup(rng):
+    sd = random_state_dict(rng, CFG)
+    ids = rng.integers(0, CFG["vocab_size"], (2, 10))
+    tg = rng.integers(0, CFG["vocab_size"], (2, 10))
+    return sd, ids, tg
+
+
+def test_state_dict_names_and_views(setup):
+    sd, _, _ = setup
+    m = rm.TransformerLM(CFG, sd)
+    assert set(m.names()) == set(sd)
+    np.testing.assert_array_equal(m.param("layers.1.ffn.w2.weight"), sd["layers.1.ffn.w2.weight"])
+    view = m.param("ln_final.weight")
+    view[0] = 5.0  # a view of ridge's buffer: writes go into the model
+    assert m.state_dict()["ln_final.weight"][0] == 5.0
+    del m
+    assert view[0] == 5.0  # the view keeps the model's memory alive
+
+
+@pytest.mark.parametrize("attention", ["flash", "math"])
+def test_logits_and_loss_match_numpy(setup, attention):
+    sd, ids, tg = setup
+    m = rm.TransformerLM(CFG, sd, attention=attention)
+    want = np_forward(sd, CFG, ids)
+    np.testing.assert_allclose(m(ids), want, atol=2e-4 * np.abs(want).max())
+    loss = m.forward(ids, tg)
+    assert loss == pytest.approx(np_loss(want, tg), rel=1e-5)
+
+
+def test_gradients_match_finite_differences(setup):
+    sd, ids, tg = setup
+    m = rm.TransformerLM(CFG, sd)
+    m.zero_grad()
+    m.forward(ids, tg)
+    m.backward()
+    eps = 1e-4
+    rng = np.random.default_rng(7)
+    for name in ("lm_head.weight", "layers.0.attn.q_proj.weight", "layers.1.ffn.w1.weight", "token_embeddings.weight",
+                 "layers.0.ln1.weight"):
+        g = m.grad(name)
+        for _ in range(3):
+            idx = tuple(rng.integers(0, n) for n in sd[name].shape)
+            if name == "token_embeddings.weight":
+                idx = (int(ids[0, 0]),) + idx[1:]
+            plus = {k: v.astype(np.float64) for k, v in sd.items()}
+            minus = {k: v.astype(np.float64) for k, v in sd.items()}
+            plus[name][idx] += eps
+            minus[name][idx] -= eps
+            num = (np_loss(np_forward(plus, CFG, ids), tg) - np_loss(np_forward(minus, CFG, ids), tg)) / (2 * eps)
+            assert g[idx] == pytest.approx(num, abs=2e-4), (name, idx)
+
+
+def test_training_steps_lower_the_loss(setup):
+    sd, ids, tg = setup
+    m = rm.TransformerLM(CFG, sd, batch=2, seq=10, lr_max=3e-3, weight_decay=0.0)
+    first = m.step(ids, tg)
+    for _ in range(15):
+        last = m.step(ids, tg)
+    assert last["step"] == 16 and last["loss"] < first["loss"] * 0.8
+
+
+def test_errors(setup):
+    sd, ids, tg = setup
+    m = rm.TransformerLM(CFG, sd, batch=2, seq=10)
+    with pytest.raises(ValueError, match="outside"):
+        m.forward(ids + 100)
+    with pytest.raises(ValueError, match="unknown parameter"):
+        m.load_state_dict({"nope": np.zeros(3, np.float32)})
+    bad = dict(sd)
+    bad["lm_head.weight"] = np.zeros((3, 3), np.float32)
+    with pytest.raises(ValueError, match="lm_head.weight"):
+        m.load_state_dict(bad)
+    with pytest.raises(ValueError, match="batch"):
+        m.step(ids[:1], tg[:1])
+    with pytest.raises(ValueError, match="num_heads|d_model"):
+        rm.TransformerLM(dict(CFG, num_heads=5))
+    with pytest.raises(ValueError, match="backward"):
+        m.forward(ids)
+        m.backward()

@@ -1,0 +1,315 @@
+#!/usr/bin/env python3
+"""Reference tensors for ridge's Transformer LM (the CS336 "basics" model), llm.c style.
+
+Builds the model in plain PyTorch, runs one fp32 forward/backward, the same under bf16 autocast, and a
+10-step AdamW trajectory, and writes everything to one safetensors file that the C++ tests read:
+
+    python3 tools/make_model_reference.py [-o tests/data/model_tiny_ref.safetensors]
+
+Needs only PyTorch (no numpy, no safetensors package: the file is written by hand). The tests never run
+this script; they read the committed file. Deterministic on CPU: re-running it gives the same bytes for a
+given PyTorch version and CPU (the metadata records the version).
+"""
+
+import argparse
+import json
+import math
+import os
+import struct
+import sys
+
+import torch
+
+CONFIG = {
+    "vocab_size": 256,
+    "context_length": 16,
+    "d_model": 64,
+    "num_layers": 2,
+    "num_heads": 4,
+    "d_ff": 160,
+    "rope_theta": 10000.0,
+}
+BATCH = 2
+TRAIN = {
+    "steps": 10,
+    "lr_max": 1e-2,
+    "lr_min": 1e-3,
+    "warmup_iters": 3,
+    "cosine_cycle_iters": 10,
+    "betas": [0.9, 0.95],
+    "eps": 1e-8,
+    "weight_decay": 0.1,
+    "max_grad_norm": 1.0,
+    "clip_eps": 1e-6,
+}
+RMS_EPS = 1e-5
+
+
+# ---- the model ---------------------------------------------------------------------------------------
+
+def trunc_normal(shape, std):
+    w = torch.empty(shape)
+    torch.nn.init.trunc_normal_(w, mean=0.0, std=std, a=-3.0 * std, b=3.0 * std)
+    return w
+
+
+class Linear(torch.nn.Module):
+    """y = x W^T, W [d_out, d_in], no bias."""
+
+    def __init__(self, d_in, d_out):
+        super().__init__()
+        self.weight = torch.nn.Parameter(trunc_normal((d_out, d_in), math.sqrt(2.0 / (d_in + d_out))))
+
+    def forward(self, x):
+        return torch.matmul(x, self.weight.t())
+
+
+class Embedding(torch.nn.Module):
+    def __init__(self, vocab, d):
+        super().__init__()
+        self.weight = torch.nn.Parameter(trunc_normal((vocab, d), 1.0))
+
+    def forward(self, tokens):
+        return self.weight[tokens]
+
+
+class RMSNorm(torch.nn.Module):
+    """x * rsqrt(mean(x^2) + eps) * w, in fp32 whatever the input dtype; the result in the input dtype."""
+
+    def __init__(self, d):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.ones(d))
+
+    def forward(self, x):
+        in_dtype = x.dtype
+        x = x.float()
+        r = torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + RMS_EPS)
+        return (x * r * self.weight).to(in_dtype)
+
+
+def rope(x, theta):
+    """Rotates adjacent pairs (2i, 2i+1) of the last dim by pos * theta^(-2i/dh); x [B, H, T, dh]."""
+    t, dh = x.shape[-2], x.shape[-1]
+    inv = theta ** (-torch.arange(0, dh, 2, dtype=torch.float32) / dh)  # [dh/2]
+    ang = torch.arange(t, dtype=torch.float32)[:, None] * inv[None, :]  # [T, dh/2]
+    cos, sin = torch.cos(ang), torch.sin(ang)
+    x0, x1 = x[..., 0::2], x[..., 1::2]
+    y0 = x0 * cos - x1 * sin
+    y1 = x0 * sin + x1 * cos
+    return torch.stack((y0, y1), dim=-1).flatten(-2)
+
+
+class Attention(torch.nn.Module):
+    def __init__(self, d, heads, theta):
+        super().__init__()
+        self.heads, self.theta = heads, theta
+        self.q_proj, self.k_proj, self.v_proj, self.output_proj = (Linear(d, d) for _ in range(4))
+
+    def forward(self, x):
+        b, t, d = x.shape
+        h, dh = self.heads, d // self.heads
+
+        def split(y):  # head j takes columns [j*dh, (j+1)*dh)
+            return y.view(b, t, h, dh).transpose(1, 2)
+
+        q, k, v = split(self.q_proj(x)), split(self.k_proj(x)), split(self.v_proj(x))
+        q, k = rope(q, self.theta), rope(k, self.theta)
+        s = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(dh)
+        mask = torch.ones(t, t, dtype=torch.bool).tril()
+        # Softmax in fp32 (the issue's bf16 policy); under autocast P @ V goes back to bf16.
+        p = torch.softmax(s.float().masked_fill(~mask, float("-inf")), dim=-1)
+        o = torch.matmul(p, v)
+        return self.output_proj(o.transpose(1, 2).reshape(b, t, d))
+
+
+class FFN(torch.nn.Module):
+    def __init__(self, d, f):
+        super().__init__()
+        self.w1, self.w2, self.w3 = Linear(d, f), Linear(f, d), Linear(d, f)
+
+    def forward(self, x):
+        a = self.w1(x)
+        return self.w2(a * torch.sigmoid(a) * self.w3(x))
+
+
+class Block(torch.nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.ln1 = RMSNorm(c["d_model"])
+        self.attn = Attention(c["d_model"], c["num_heads"], c["rope_theta"])
+        self.ln2 = RMSNorm(c["d_model"])
+        self.ffn = FFN(c["d_model"], c["d_ff"])
+
+    def forward(self, x):
+        x = x + self.attn(self.ln1(x))
+        return x + self.ffn(self.ln2(x))
+
+
+class TransformerLM(torch.nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.token_embeddings = Embedding(c["vocab_size"], c["d_model"])
+        self.layers = torch.nn.ModuleList(Block(c) for _ in range(c["num_layers"]))
+        self.ln_final = RMSNorm(c["d_model"])
+        self.lm_head = Linear(c["d_model"], c["vocab_size"])
+
+    def forward(self, tokens):
+        x = self.token_embeddings(tokens)
+        for layer in self.layers:
+            x = layer(x)
+        return self.lm_head(self.ln_final(x))
+
+
+def cross_entropy(logits, targets):
+    """Mean over all tokens of logsumexp(logits) - logits[target], in fp32."""
+    z = logits.float().reshape(-1, logits.shape[-1])
+    t = targets.reshape(-1).long()
+    return (torch.logsumexp(z, dim=-1) - z.gather(1, t[:, None])[:, 0]).mean()
+
+
+def lr_at(t, tr):
+    lo, hi, tw, tc = tr["lr_min"], tr["lr_max"], tr["warmup_iters"], tr["cosine_cycle_iters"]
+    if t < tw:
+        return t / tw * hi
+    if t <= tc:
+        return lo + 0.5 * (1.0 + math.cos(math.pi * (t - tw) / (tc - tw))) * (hi - lo)
+    return lo
+
+
+# ---- the file ----------------------------------------------------------------------------------------
+
+def tensor_bytes(t):
+    t = t.detach().contiguous().cpu()
+    flat = t.reshape(-1).tolist()
+    if t.dtype == torch.float32:
+        return "F32", struct.pack("<%df" % len(flat), *flat)
+    if t.dtype == torch.int32:
+        return "I32", struct.pack("<%di" % len(flat), *flat)
+    raise ValueError("unexpected dtype %s" % t.dtype)
+
+
+def write_safetensors(path, tensors, metadata):
+    header = {"__metadata__": metadata}
+    chunks, offset = [], 0
+    for name, t in tensors:
+        dtype, data = tensor_bytes(t)
+        header[name] = {"dtype": dtype, "shape": list(t.shape), "data_offsets": [offset, offset + len(data)]}
+        chunks.append(data)
+        offset += len(data)
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * ((8 - len(text) % 8) % 8)
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(struct.pack("<Q", len(text)))
+        f.write(text)
+        for c in chunks:
+            f.write(c)
+    os.replace(tmp, path)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("-o", "--output", default=os.path.join(os.path.dirname(__file__), "..", "tests", "data",
+                                                           "model_tiny_ref.safetensors"))
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True)
+
+    torch.manual_seed(0)
+    model = TransformerLM(CONFIG)
+    # Norm weights perturbed away from 1 so that their gradients are tested on non-trivial values.
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("ln1.weight") or name.endswith("ln2.weight") or name == "ln_final.weight":
+                p.copy_(1.0 + 0.1 * torch.randn(p.shape))
+    init = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    names = list(init.keys())
+
+    gen = torch.Generator().manual_seed(1)
+    v, t = CONFIG["vocab_size"], CONFIG["context_length"]
+    inputs = torch.randint(0, v, (BATCH, t), generator=gen, dtype=torch.int32)
+    targets = torch.randint(0, v, (BATCH, t), generator=gen, dtype=torch.int32)
+    train_inputs = torch.randint(0, v, (TRAIN["steps"], BATCH, t), generator=gen, dtype=torch.int32)
+    train_targets = torch.randint(0, v, (TRAIN["steps"], BATCH, t), generator=gen, dtype=torch.int32)
+
+    out = [("inputs", inputs), ("targets", targets)]
+    out += [(n, init[n]) for n in names]
+
+    # fp32 forward and backward.
+    model.zero_grad()
+    logits = model(inputs.long())
+    loss = cross_entropy(logits, targets)
+    loss.backward()
+    out += [("fp32.logits", logits), ("fp32.loss", loss)]
+    out += [("fp32.grad." + n, p.grad) for n, p in model.named_parameters()]
+
+    # bf16 autocast forward and backward from the same weights; gradients of the fp32 parameters.
+    model.load_state_dict(init)
+    model.zero_grad()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        logits16 = model(inputs.long())
+        loss16 = cross_entropy(logits16, targets)
+    loss16.backward()
+    out += [("bf16.logits", logits16.float()), ("bf16.loss", loss16.float())]
+    out += [("bf16.grad." + n, p.grad) for n, p in model.named_parameters()]
+
+    # 10 steps of AdamW with clipping and the cosine schedule, fp32.
+    model.load_state_dict(init)
+    model.zero_grad()
+    opt = torch.optim.AdamW(model.parameters(), lr=0.0, betas=tuple(TRAIN["betas"]), eps=TRAIN["eps"],
+                            weight_decay=TRAIN["weight_decay"], foreach=False)
+    losses, lrs, norms = [], [], []
+    for step in range(TRAIN["steps"]):
+        lr = lr_at(step, TRAIN)
+        for g in opt.param_groups:
+            g["lr"] = lr
+        opt.zero_grad()
+        l = cross_entropy(model(train_inputs[step].long()), train_targets[step])
+        l.backward()
+        grads = [p.grad for p in model.parameters()]
+        norm = torch.sqrt(sum((g.double() ** 2).sum() for g in grads)).item()
+        if norm > TRAIN["max_grad_norm"]:
+            scale = TRAIN["max_grad_norm"] / (norm + TRAIN["clip_eps"])
+            for g in grads:
+                g.mul_(scale)
+        opt.step()
+        losses.append(l.item())
+        lrs.append(lr)
+        norms.append(norm)
+    out += [("train.inputs", train_inputs), ("train.targets", train_targets),
+            ("train.losses", torch.tensor(losses, dtype=torch.float32)),
+            ("train.lr", torch.tensor(lrs, dtype=torch.float32)),
+            ("train.grad_norm", torch.tensor(norms, dtype=torch.float32))]
+    out += [("train.final." + n, p) for n, p in model.named_parameters()]
+
+    metadata = {
+        "config": json.dumps(CONFIG),
+        "batch": str(BATCH),
+        "train": json.dumps(TRAIN),
+        "param_names": json.dumps(names),
+        "torch_version": torch.__version__,
+        "regenerate": "python3 tools/make_model_reference.py (writes tests/data/model_tiny_ref.safetensors)",
+        "init": "torch.manual_seed(0); linear weights trunc_normal(std=sqrt(2/(d_in+d_out)), cut at 3 std), "
+                "embedding trunc_normal(std 1, cut at 3); norm weights then set to 1 + 0.1*randn (perturbed "
+                "from CS336's 1 so that their gradients are tested non-trivially)",
+        "data": "torch.Generator().manual_seed(1): inputs, targets, train.inputs, train.targets in that order",
+        "model": "x = emb[tokens]; per layer x += attn(ln1(x)); x += ffn(ln2(x)); logits = lm_head(ln_final(x)); "
+                 "RMSNorm eps 1e-5 in fp32; RoPE on adjacent pairs; causal softmax in fp32; SwiGLU; loss = mean "
+                 "cross-entropy in fp32",
+        "bf16": "torch.autocast('cpu', bfloat16): matmuls (linear, q k^T, P V) in bf16 with fp32 parameters cast; "
+                "RMSNorm, softmax and loss in fp32; residual stream fp32; grads are of the fp32 parameters",
+        "optimizer": "torch.optim.AdamW(foreach=False): p -= lr*wd*p; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2; "
+                     "p -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps); t counts from 1",
+        "clipping": "global L2 norm over all grads (train.grad_norm, before clipping); if norm > 1.0 grads *= "
+                    "1.0/(norm + 1e-6)",
+        "schedule": "lr(t), t = 0..9: t < Tw: t/Tw*max; Tw <= t <= Tc: min + 0.5*(1+cos(pi*(t-Tw)/(Tc-Tw)))*(max-min)",
+    }
+    path = os.path.normpath(args.output)
+    write_safetensors(path, out, metadata)
+    print("wrote %s (%d tensors, %d bytes); fp32 loss %.6f, bf16 loss %.6f, train losses %s" %
+          (path, len(out), os.path.getsize(path), loss.item(), loss16.item(),
+           " ".join("%.4f" % x for x in losses)))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
