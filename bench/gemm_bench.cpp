@@ -21,6 +21,7 @@ namespace {
 
 std::string g_dtypes = "fp32,bf16,fp8";
 std::string g_shapes_file;
+bool g_warm = false;
 
 std::vector<std::string> split(const std::string& s) {
   std::vector<std::string> out;
@@ -146,6 +147,7 @@ void run_gemm(bench::Context& ctx) {
           c.groups = it.groups;
           c.layout = it.set == "grouped_contiguous" ? "contiguous" : it.set == "grouped_masked" ? "masked" : "";
           c.peer = peer;
+          c.warm = g_warm;
           row = run_fp8_case(c, ctx.options);
         } else {
           GemmCase c;
@@ -155,6 +157,7 @@ void run_gemm(bench::Context& ctx) {
           c.dtype = dt == "fp32" ? DType::f32 : DType::bf16;
           c.out = dt == "fp32" ? DType::f32 : DType::bf16;
           c.peer = peer;
+          c.warm = g_warm;
           row = run_dense_case(c, ctx.options);
         }
         row.case_["set"] = it.set;
@@ -170,6 +173,10 @@ void run_gemm(bench::Context& ctx) {
 void gemm_options(CLI::App& app) {
   app.add_option("--dtype", g_dtypes, "comma-separated dtypes: fp32, bf16, fp8 (default all)");
   app.add_option("--shapes", g_shapes_file, "shape-set JSON (default bench/shapes/gemm-shapes.json)");
+  app.add_flag(
+      "--warm", g_warm,
+      "time every call on the same operands (they stay in cache) instead of rotating through copies that "
+      "span 4x the last-level cache, so each call reads its operands from DRAM as in a model");
 }
 
 }  // namespace

@@ -19,15 +19,18 @@ struct GemmCase {
   DType out = DType::bf16;
   bool packed_b = false;  // time ridge with B packed once, untimed (weights), instead of per call
   bool peer = true;       // also time the peer in the same run
+  // Same operands every call (they stay in cache) instead of rotating through copies that span
+  // 4x the last-level cache so each call reads them from DRAM (bench::plan_rotation).
+  bool warm = false;
   // Operands as stored: A [m,k] (nt, nn) or [k,m] (tn, tt), B [n,k] (nt, tt) or [k,n] (nn, tn).
   gemm::Layout layout = gemm::Layout::nt;
 };
 
 // Runs ridge's kernel and its peer (OpenBLAS sgemm for fp32, oneDNN bf16 matmul for bf16) on the
 // same random operands, interleaved round by round so machine noise hits both alike, and returns
-// a row: case {m, n, k}, dtype, median/min time, flops = 2mnk, bytes = DeepGEMM's count (A and B in
-// their dtype, D in bf16), peers with speedups, extra {"kernel", "peer_kernel", "max_rel_err"}.
-// ridge::Error for an unsupported dtype or a bad shape.
+// a row: case {m, n, k}, dtype, cache ("cold" unless c.warm), median/min time, spread, flops = 2mnk, bytes =
+// DeepGEMM's count (A and B in their dtype, D in bf16), peers with speedups, extra {"kernel", "peer_kernel",
+// "max_rel_err"}. ridge::Error for an unsupported dtype or a bad shape.
 bench::Row run_dense_case(const GemmCase& c, const bench::Options& options);
 
 // Bytes DeepGEMM counts for one call: A and B in their dtype, D in bf16.

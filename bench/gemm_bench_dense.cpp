@@ -1,6 +1,7 @@
 // fp32 and bf16 rows of `ridge bench gemm`: ridge against its peer in the same run.
 #include <omp.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cmath>
 #include <random>
@@ -24,36 +25,14 @@ void fill_random(Buffer<T>& buf, uint32_t seed) {
   }
 }
 
-// Alternates ridge and peer rounds so a burst of load from other processes hits both alike.
-void interleaved(const std::function<void()>& ours, const std::function<void()>* peer, const bench::Options& opt,
-                 bench::Measurement& mo, bench::Measurement& mp) {
-  const int rounds = 3;
-  bench::Options o = opt;
-  o.iters = std::max(1, (opt.iters + rounds - 1) / rounds);
-  o.min_time_s = opt.min_time_s / rounds;
-  o.max_time_s = opt.max_time_s > 0 ? opt.max_time_s / rounds : 0;
-  for (int r = 0; r < rounds; ++r) {
-    if (r > 0) o.warmup = std::min(opt.warmup, 1);
-    auto a = bench::measure(ours, o);
-    mo.samples.insert(mo.samples.end(), a.samples.begin(), a.samples.end());
-    mo.warmup += a.warmup;
-    if (peer) {
-      auto b = bench::measure(*peer, o);
-      mp.samples.insert(mp.samples.end(), b.samples.begin(), b.samples.end());
-      mp.warmup += b.warmup;
-    }
-  }
-  mo.stats = bench::compute_stats(mo.samples);
-  mp.stats = bench::compute_stats(mp.samples);
-}
-
 float value(float x) { return x; }
 float value(bf16 x) { return to_float(x); }
 
+// Over the first `count` elements (copy 0 of the outputs).
 template <typename T, typename U>
-double max_rel_diff(const Buffer<T>& x, const Buffer<U>& y) {
+double max_rel_diff(const Buffer<T>& x, const Buffer<U>& y, size_t count) {
   double scale = 0, diff = 0;
-  for (size_t i = 0; i < x.size(); ++i) {
+  for (size_t i = 0; i < count; ++i) {
     scale = std::max(scale, std::fabs(static_cast<double>(value(y[i]))));
     diff = std::max(diff, std::fabs(static_cast<double>(value(x[i])) - value(y[i])));
   }
@@ -66,6 +45,67 @@ double dense_bytes(const GemmCase& c) {
   const double in = c.dtype == DType::f32 ? 4.0 : 2.0;
   return in * static_cast<double>(c.m * c.k + c.n * c.k) + 2.0 * static_cast<double>(c.m * c.n);
 }
+
+namespace {
+
+// Sets the row's cache state and returns how many copies of the operands to rotate through.
+int64_t rotation_for(bench::Row& row, double bytes_per_copy, bool warm) {
+  if (warm) {
+    row.cache = "warm";
+    return 1;
+  }
+  const auto rot = bench::plan_rotation(bytes_per_copy, bench::last_level_cache_bytes());
+  row.cache = rot.cold ? "cold" : "warm";
+  if (rot.copies > 1) row.extra["copies"] = rot.copies;
+  return rot.copies;
+}
+
+// ridge's call on copy `i` of the operands (a, b, packed, d32/d16), fp32 or bf16 inputs. Each copy
+// of A holds m*k elements stored as [a_rows, lda] per the layout, each copy of B n*k as [b_rows, ldb].
+template <typename T>
+struct DenseOperands {
+  int64_t m, n, k, copies;
+  gemm::Layout layout;
+  int64_t a_rows, lda, b_rows, ldb;
+  Buffer<T> a, b;
+  Buffer<float> d32;
+  Buffer<bf16> d16;
+  std::vector<gemm::PackedB> packed;
+  const T* a_ptr(int64_t i) const { return a.data() + i * m * k; }
+  const T* b_ptr(int64_t i) const { return b.data() + i * n * k; }
+  MatrixView<const T> av(int64_t i) const { return {a_ptr(i), a_rows, lda, lda}; }
+  MatrixView<const T> bv(int64_t i) const { return {b_ptr(i), b_rows, ldb, ldb}; }
+  template <typename D>
+  void call(int64_t i, bool packed_b, MatrixView<D> dv) const {
+    if constexpr (std::is_same_v<T, float>) {
+      if (packed_b)
+        gemm::f32_gemm_nt(av(i), packed[i], dv);
+      else
+        gemm::f32_gemm(layout, av(i), bv(i), dv);
+    } else {
+      if (packed_b)
+        gemm::bf16_gemm_nt(av(i), packed[i], dv);
+      else
+        gemm::bf16_gemm(layout, av(i), bv(i), dv);
+    }
+  }
+  void run(int64_t i, bool out_f32, bool packed_b) {
+    if (out_f32)
+      call(i, packed_b, MatrixView<float>{d32.data() + i * m * n, m, n, n});
+    else
+      call(i, packed_b, MatrixView<bf16>{d16.data() + i * m * n, m, n, n});
+  }
+};
+
+// Copy 0 gets random values; the others repeat it, so every copy computes the same product.
+template <typename T>
+void replicate(Buffer<T>& buf, int64_t per_copy, int64_t copies, uint32_t seed) {
+  Buffer<T> one(static_cast<size_t>(per_copy), "bench.gemm.src");
+  fill_random(one, seed);
+  for (int64_t i = 0; i < copies; ++i) std::copy(one.begin(), one.end(), buf.data() + i * per_copy);
+}
+
+}  // namespace
 
 bench::Row run_dense_case(const GemmCase& c, const bench::Options& options) {
   check(c.dtype == DType::f32 || c.dtype == DType::bf16, "bench gemm: dense dtype {} (expected fp32 or bf16)",
@@ -95,74 +135,95 @@ bench::Row run_dense_case(const GemmCase& c, const bench::Options& options) {
   const gemm::Blocking bk = gemm::blocking(c.dtype, cpu::active_isa(), k);
   row.extra["kernel"] = bk.kernel;
 
-  bench::Measurement mo, mp;
   const bool out_f32 = c.out == DType::f32;
-  Buffer<float> d32(out_f32 ? static_cast<size_t>(m * n) : 0, "bench.gemm.d");
-  Buffer<bf16> d16(out_f32 ? 0 : static_cast<size_t>(m * n), "bench.gemm.d");
-  if (c.dtype == DType::f32) {
-    Buffer<float> a(static_cast<size_t>(m * k), "bench.gemm.a"), b(static_cast<size_t>(n * k), "bench.gemm.b");
-    fill_random(a, 1);
-    fill_random(b, 2);
-    const MatrixView<const float> av{a.data(), a_rows, lda, lda}, bv{b.data(), b_rows, ldb, ldb};
-    gemm::PackedB pb;
-    if (c.packed_b) pb = gemm::PackedB::pack(bv);
-    std::function<void()> ours = [&] {
-      if (out_f32) {
-        if (c.packed_b) gemm::f32_gemm_nt(av, pb, MatrixView<float>{d32.data(), m, n, n});
-        else gemm::f32_gemm(layout, av, bv, MatrixView<float>{d32.data(), m, n, n});
-      } else {
-        if (c.packed_b) gemm::f32_gemm_nt(av, pb, MatrixView<bf16>{d16.data(), m, n, n});
-        else gemm::f32_gemm(layout, av, bv, MatrixView<bf16>{d16.data(), m, n, n});
-      }
-    };
-    Buffer<float> dp(static_cast<size_t>(m * n), "bench.gemm.peer_d");
-    std::function<void()> peer = [&] {
-      gemm_peers::openblas_sgemm(a_km, b_km, m, n, k, a.data(), lda, b.data(), ldb, dp.data(), n);
-    };
-    const bool have_peer = c.peer && gemm_peers::openblas_available();
-    if (have_peer) {
-      gemm_peers::openblas_set_threads(threads);
-      row.extra["peer_kernel"] = "openblas " + gemm_peers::openblas_corename();
-    }
-    interleaved(ours, have_peer ? &peer : nullptr, options, mo, mp);
-    row.set_time(mo);
-    if (have_peer) {
-      row.add_peer("openblas_sgemm", mp);
-      row.extra["max_rel_diff_vs_peer"] = out_f32 ? max_rel_diff(d32, dp) : max_rel_diff(d16, dp);
-    }
-  } else {
-    Buffer<bf16> a(static_cast<size_t>(m * k), "bench.gemm.a"), b(static_cast<size_t>(n * k), "bench.gemm.b");
-    fill_random(a, 1);
-    fill_random(b, 2);
-    const MatrixView<const bf16> av{a.data(), a_rows, lda, lda}, bv{b.data(), b_rows, ldb, ldb};
-    gemm::PackedB pb;
-    if (c.packed_b) pb = gemm::PackedB::pack(bv);
-    std::function<void()> ours = [&] {
-      if (out_f32) {
-        if (c.packed_b) gemm::bf16_gemm_nt(av, pb, MatrixView<float>{d32.data(), m, n, n});
-        else gemm::bf16_gemm(layout, av, bv, MatrixView<float>{d32.data(), m, n, n});
-      } else {
-        if (c.packed_b) gemm::bf16_gemm_nt(av, pb, MatrixView<bf16>{d16.data(), m, n, n});
-        else gemm::bf16_gemm(layout, av, bv, MatrixView<bf16>{d16.data(), m, n, n});
-      }
-    };
-    const bool have_peer = c.peer && gemm_peers::onednn_available();
+  const double in_size = c.dtype == DType::f32 ? 4.0 : 2.0, out_size = out_f32 ? 4.0 : 2.0;
+  const int64_t copies = rotation_for(
+      row, in_size * static_cast<double>(m * k + n * k) + out_size * static_cast<double>(m * n), c.warm);
+  const auto sz = [&](int64_t per_copy) { return static_cast<size_t>(per_copy * copies); };
+
+  auto run_typed = [&](auto tag) {
+    using T = decltype(tag);
+    DenseOperands<T> ops{m,
+                         n,
+                         k,
+                         copies,
+                         layout,
+                         a_rows,
+                         lda,
+                         b_rows,
+                         ldb,
+                         Buffer<T>(sz(m * k), "bench.gemm.a"),
+                         Buffer<T>(sz(n * k), "bench.gemm.b"),
+                         Buffer<float>(out_f32 ? sz(m * n) : 0, "bench.gemm.d"),
+                         Buffer<bf16>(out_f32 ? 0 : sz(m * n), "bench.gemm.d"),
+                         {}};
+    replicate(ops.a, m * k, copies, 1);
+    replicate(ops.b, n * k, copies, 2);
+    if (c.packed_b)
+      for (int64_t i = 0; i < copies; ++i) ops.packed.push_back(gemm::PackedB::pack(ops.bv(i)));
+    int64_t next = 0, next_peer = 0;
+    std::vector<std::function<void()>> fns = {[&] {
+      ops.run(next, out_f32, c.packed_b);
+      next = (next + 1) % copies;
+    }};
+    // The peer's outputs, one per copy like ridge's.
+    Buffer<float> dp32;
+    Buffer<bf16> dp16;
     std::unique_ptr<gemm_peers::OnednnBf16Matmul> mm;
-    Buffer<float> dp32(have_peer && out_f32 ? static_cast<size_t>(m * n) : 0, "bench.gemm.peer_d");
-    Buffer<bf16> dp16(have_peer && !out_f32 ? static_cast<size_t>(m * n) : 0, "bench.gemm.peer_d");
-    std::function<void()> peer;
-    if (have_peer) {
-      mm = std::make_unique<gemm_peers::OnednnBf16Matmul>(m, n, k, c.out, lda, ldb, n, a_km, b_km);
-      peer = [&] { mm->run(a.data(), b.data(), out_f32 ? static_cast<void*>(dp32.data()) : dp16.data()); };
-      row.extra["peer_kernel"] = "onednn " + gemm_peers::onednn_version() + " " + mm->impl_name();
+    std::string peer_name;
+    std::function<void(int64_t)> peer_call;
+    if constexpr (std::is_same_v<T, float>) {
+      if (c.peer && gemm_peers::openblas_available()) {
+        gemm_peers::openblas_set_threads(threads);
+        row.extra["peer_kernel"] = "openblas " + gemm_peers::openblas_corename();
+        dp32 = Buffer<float>(sz(m * n), "bench.gemm.peer_d");
+        peer_name = "openblas_sgemm";
+        peer_call = [&](int64_t i) {
+          gemm_peers::openblas_sgemm(a_km, b_km, m, n, k, ops.a_ptr(i), lda, ops.b_ptr(i), ldb,
+                                     dp32.data() + i * m * n, n);
+        };
+      }
+    } else {
+      if (c.peer && gemm_peers::onednn_available()) {
+        mm = std::make_unique<gemm_peers::OnednnBf16Matmul>(m, n, k, c.out, lda, ldb, n, a_km, b_km);
+        if (out_f32)
+          dp32 = Buffer<float>(sz(m * n), "bench.gemm.peer_d");
+        else
+          dp16 = Buffer<bf16>(sz(m * n), "bench.gemm.peer_d");
+        row.extra["peer_kernel"] = "onednn " + gemm_peers::onednn_version() + " " + mm->impl_name();
+        peer_name = "onednn_bf16";
+        peer_call = [&](int64_t i) {
+          mm->run(ops.a_ptr(i), ops.b_ptr(i),
+                  out_f32 ? static_cast<void*>(dp32.data() + i * m * n)
+                          : static_cast<void*>(dp16.data() + i * m * n));
+        };
+      }
     }
-    interleaved(ours, have_peer ? &peer : nullptr, options, mo, mp);
-    row.set_time(mo);
-    if (have_peer) {
-      row.add_peer("onednn_bf16", mp);
-      row.extra["max_rel_diff_vs_peer"] = out_f32 ? max_rel_diff(d32, dp32) : max_rel_diff(d16, dp16);
+    if (peer_call)
+      fns.push_back([&] {
+        peer_call(next_peer);
+        next_peer = (next_peer + 1) % copies;
+      });
+    const auto ms = bench::measure_interleaved(fns, {options});
+    row.set_time(ms[0]);
+    if (peer_call) {
+      row.add_peer(peer_name, ms[1]);
+      // Both wrote copy 0 at some point; write it once more from each so the comparison is fresh.
+      ops.run(0, out_f32, c.packed_b);
+      peer_call(0);
+      const size_t mn = static_cast<size_t>(m * n);
+      double diff = 0;
+      if constexpr (std::is_same_v<T, float>)
+        diff = out_f32 ? max_rel_diff(ops.d32, dp32, mn) : max_rel_diff(ops.d16, dp32, mn);
+      else
+        diff = out_f32 ? max_rel_diff(ops.d32, dp32, mn) : max_rel_diff(ops.d16, dp16, mn);
+      row.extra["max_rel_diff_vs_peer"] = diff;
     }
-  }
+  };
+  if (c.dtype == DType::f32)
+    run_typed(float{});
+  else
+    run_typed(bf16{});
   return row;
 }
 
@@ -172,6 +233,15 @@ bench::Row run_dense_case(const GemmCase& c, const bench::Options& options) {
 // tuning the dense kernels without the fp8 sets; `ridge bench gemm` runs the published shapes.
 namespace ridge::gemm_bench {
 namespace {
+
+bool g_dense_warm = false;
+
+void gemm_dense_options(CLI::App& app) {
+  app.add_flag(
+      "--warm", g_dense_warm,
+      "time every call on the same operands (they stay in cache) instead of rotating through copies that "
+      "span 4x the last-level cache");
+}
 
 void run_gemm_dense(bench::Context& ctx) {
   ctx.grid.check_keys({"m", "n", "k", "dtype", "out", "packed", "peer", "layout"}, ctx.benchmark);
@@ -207,6 +277,7 @@ void run_gemm_dense(bench::Context& ctx) {
                 c.packed_b = pk == "1";
                 c.peer = peer;
                 c.layout = layout;
+                c.warm = g_dense_warm;
                 ctx.emit(run_dense_case(c, ctx.options));
                 ctx.progress.tick();
               }
@@ -215,5 +286,6 @@ void run_gemm_dense(bench::Context& ctx) {
 }  // namespace
 }  // namespace ridge::gemm_bench
 
-RIDGE_BENCHMARK(gemm_dense, "gemm-dense", "fp32/bf16 GEMM (ridge) against OpenBLAS sgemm and oneDNN bf16 matmul",
-                ridge::gemm_bench::run_gemm_dense);
+RIDGE_BENCHMARK(gemm_dense, "gemm-dense",
+                "fp32/bf16 GEMM (ridge) against OpenBLAS sgemm and oneDNN bf16 matmul",
+                ridge::gemm_bench::run_gemm_dense, ridge::gemm_bench::gemm_dense_options);

@@ -2,14 +2,16 @@
 // (oneDNN's bf16 matmul on the dequantized operands, dequantized once and untimed), and the grouped
 // MoE layouts against the dense fp8 GEMM of the same total size. Calls alternate between ridge and
 // the peer in rounds so bursts of load from other processes hit both alike.
+#include "gemm_bench_fp8.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <functional>
 #include <memory>
 #include <vector>
 
-#include "gemm_bench_fp8.hpp"
 #include "gemm_peers.hpp"
+#include "ridge/bench/result.hpp"
 #include "ridge/core.hpp"
 #include "ridge/gemm_fp8.hpp"
 #include "ridge/roofline.hpp"
@@ -27,29 +29,9 @@ void fill_uniform(Buffer<float>& buf, uint64_t seed) {
   }
 }
 
-// Times each function in turn, `rounds` times, and merges each one's samples.
-std::vector<bench::Measurement> interleaved(const std::vector<std::function<void()>>& fns, const bench::Options& opt) {
-  const int rounds = 3;
-  bench::Options o = opt;
-  o.iters = std::max(1, (opt.iters + rounds - 1) / rounds);
-  o.min_time_s = opt.min_time_s / rounds;
-  o.max_time_s = opt.max_time_s > 0 ? opt.max_time_s / rounds : 0;
-  std::vector<bench::Measurement> out(fns.size());
-  for (int r = 0; r < rounds; ++r) {
-    if (r > 0) o.warmup = std::min(opt.warmup, 1);
-    for (size_t f = 0; f < fns.size(); ++f) {
-      auto m = bench::measure(fns[f], o);
-      out[f].samples.insert(out[f].samples.end(), m.samples.begin(), m.samples.end());
-      out[f].warmup += m.warmup;
-    }
-  }
-  for (auto& m : out) m.stats = bench::compute_stats(m.samples);
-  return out;
-}
-
-double calc_diff(const Buffer<bf16>& x, const Buffer<bf16>& y) {
+double calc_diff(const Buffer<bf16>& x, const Buffer<bf16>& y, size_t count) {
   double xy = 0, xx = 0;
-  for (size_t i = 0; i < x.size(); ++i) {
+  for (size_t i = 0; i < count; ++i) {
     const double a = to_float(x[i]), b = to_float(y[i]);
     xy += a * b;
     xx += a * a + b * b;
@@ -64,7 +46,8 @@ void fill_fp8_bound(bench::Row& row) {
   if (!chip) return;
   try {
     const double peak = chip->has_peak("fp8") ? chip->peak("fp8") : chip->peak("bf16");
-    const double bw = chip->bandwidth();
+    row.bound_level = roofline::memory_level_for(*chip, row.cache, row.bytes);
+    const double bw = chip->bandwidth(row.bound_level);
     const double bound = std::min(peak, row.flops / row.bytes * bw);
     row.bound_gflops = bound / 1e9;
     row.pct_of_bound = row.gflops() / row.bound_gflops * 100.0;
@@ -96,6 +79,23 @@ Quantized make_operand(int64_t rows, int64_t cols, bool per_token, uint64_t seed
   return out;
 }
 
+Quantized clone(const Quantized& x) {
+  Quantized c;
+  c.q.rows = x.q.rows;
+  c.q.cols = x.q.cols;
+  c.q.scale_rows = x.q.scale_rows;
+  c.q.scale_cols = x.q.scale_cols;
+  c.q.values = Buffer<fp8_e4m3>(x.q.values.size(), "bench.gemm.fp8_copy");
+  c.q.scales = Buffer<float>(x.q.scales.size(), "bench.gemm.fp8_copy");
+  std::copy(x.q.values.begin(), x.q.values.end(), c.q.values.begin());
+  std::copy(x.q.scales.begin(), x.q.scales.end(), c.q.scales.begin());
+  if (x.dequant.size()) {
+    c.dequant = Buffer<bf16>(x.dequant.size(), "bench.gemm.dequant_copy");
+    std::copy(x.dequant.begin(), x.dequant.end(), c.dequant.begin());
+  }
+  return c;
+}
+
 }  // namespace
 
 double fp8_bytes(int64_t m, int64_t n, int64_t k, int64_t groups_of_b) {
@@ -123,44 +123,84 @@ bench::Row run_fp8_case(const Fp8Case& c, const bench::Options& options) {
   row.bytes = fp8_bytes(m, n, k, G);
   row.extra["kernel"] = std::string("fp8 -> bf16 in registers, ") + cpu::isa_name(cpu::active_isa());
 
+  // Cold rows rotate through copies of every operand spanning 4x the last-level cache.
+  int64_t copies = 1;
+  if (c.warm) {
+    row.cache = "warm";
+  } else {
+    const auto rot = bench::plan_rotation(row.bytes, bench::last_level_cache_bytes());
+    copies = rot.copies;
+    row.cache = rot.cold ? "cold" : "warm";
+    if (copies > 1) row.extra["copies"] = copies;
+  }
   const bool onednn = c.peer && !grouped && gemm_peers::onednn_available();
-  auto a = make_operand(m, k, true, 11, onednn);
+  std::vector<Quantized> as;
+  as.push_back(make_operand(m, k, true, 11, onednn));
   std::vector<Quantized> bs;
   for (int64_t g = 0; g < G; ++g) bs.push_back(make_operand(n, k, false, 100 + g, onednn));
-  Buffer<bf16> d(static_cast<size_t>(m * n), "bench.gemm.d");
-  const MatrixView<bf16> dv{d.data(), m, n, n};
+  for (int64_t i = 1; i < copies; ++i) as.push_back(clone(as[0]));
+  Buffer<bf16> d(static_cast<size_t>(copies * m * n), "bench.gemm.d");
+  const auto dv = [&](int64_t i) { return MatrixView<bf16>{d.data() + i * m * n, m, n, n}; };
+  // Each function walks the copies in its own order; `at` gives the copy for this call.
+  auto counter = [copies](int64_t& next) {
+    const int64_t i = next;
+    next = (next + 1) % copies;
+    return i;
+  };
 
   std::vector<std::function<void()>> fns;
+  std::vector<int64_t> next(3, 0);
   if (!grouped) {
-    const auto packed = std::make_shared<gemm::PackedFp8B>(gemm::PackedFp8B::pack(bs[0].q.view(), bs[0].q.scale_view()));
-    fns.push_back([&] { gemm::fp8_gemm_nt(a.q.view(), a.q.scale_view(), bs[0].q.view(), bs[0].q.scale_view(), dv); });
-    fns.push_back([&, packed] { gemm::fp8_gemm_nt(a.q.view(), a.q.scale_view(), *packed, dv); });
+    std::vector<Quantized> bcopies;  // copies 1.. of B; copy 0 is bs[0]
+    for (int64_t i = 1; i < copies; ++i) bcopies.push_back(clone(bs[0]));
+    const auto bq = [&](int64_t i) -> const Quantized& { return i == 0 ? bs[0] : bcopies[i - 1]; };
+    std::vector<gemm::PackedFp8B> packed;
+    for (int64_t i = 0; i < copies; ++i)
+      packed.push_back(gemm::PackedFp8B::pack(bq(i).q.view(), bq(i).q.scale_view()));
+    fns.push_back([&] {
+      const int64_t i = counter(next[0]);
+      gemm::fp8_gemm_nt(as[i].q.view(), as[i].q.scale_view(), bq(i).q.view(), bq(i).q.scale_view(), dv(i));
+    });
+    fns.push_back([&] {
+      const int64_t i = counter(next[1]);
+      gemm::fp8_gemm_nt(as[i].q.view(), as[i].q.scale_view(), packed[i], dv(i));
+    });
     std::unique_ptr<gemm_peers::OnednnBf16Matmul> mm;
-    Buffer<bf16> dp(onednn ? static_cast<size_t>(m * n) : 0, "bench.gemm.peer_d");
+    Buffer<bf16> dp(onednn ? static_cast<size_t>(copies * m * n) : 0, "bench.gemm.peer_d");
     if (onednn) {
       mm = std::make_unique<gemm_peers::OnednnBf16Matmul>(m, n, k, DType::bf16);
-      fns.push_back([&] { mm->run(a.dequant.data(), bs[0].dequant.data(), dp.data()); });
+      fns.push_back([&] {
+        const int64_t i = counter(next[2]);
+        mm->run(as[i].dequant.data(), bq(i).dequant.data(), dp.data() + i * m * n);
+      });
       row.extra["peer_kernel"] = "onednn " + gemm_peers::onednn_version() + " " + mm->impl_name();
     }
-    auto ms = interleaved(fns, options);
+    auto ms = bench::measure_interleaved(fns, {options});
     row.set_time(ms[0]);
     row.extra["packed_b_ms"] = ms[1].median_ms();
     if (onednn) {
       row.add_peer("onednn_bf16_dequant", ms[2]);
-      // Both outputs hold the same product up to quantization of the peer's bf16 inputs.
-      gemm::fp8_gemm_nt(a.q.view(), a.q.scale_view(), bs[0].q.view(), bs[0].q.scale_view(), dv);
-      row.extra["calc_diff_vs_peer"] = calc_diff(d, dp);
+      // Both outputs (copy 0) hold the same product up to quantization of the peer's bf16 inputs.
+      gemm::fp8_gemm_nt(as[0].q.view(), as[0].q.scale_view(), bs[0].q.view(), bs[0].q.scale_view(), dv(0));
+      mm->run(as[0].dequant.data(), bs[0].dequant.data(), dp.data());
+      row.extra["calc_diff_vs_peer"] = calc_diff(d, dp, static_cast<size_t>(m * n));
     }
   } else {
-    // B as one [G, n, k] tensor.
-    Buffer<fp8_e4m3> b(static_cast<size_t>(G * n * k), "bench.gemm.b");
-    Buffer<float> sb(static_cast<size_t>(G * nb * kb), "bench.gemm.sb");
-    for (int64_t g = 0; g < G; ++g) {
-      std::copy(bs[g].q.values.begin(), bs[g].q.values.end(), b.data() + g * n * k);
-      std::copy(bs[g].q.scales.begin(), bs[g].q.scales.end(), sb.data() + g * nb * kb);
-    }
-    const auto bt = TensorView<const fp8_e4m3>::contiguous(b.data(), {G, n, k});
-    const auto sbt = TensorView<const float>::contiguous(sb.data(), {G, nb, kb});
+    // B as one [G, n, k] tensor per copy.
+    const int64_t bsize = G * n * k, ssize = G * nb * kb;
+    Buffer<fp8_e4m3> b(static_cast<size_t>(copies * bsize), "bench.gemm.b");
+    Buffer<float> sb(static_cast<size_t>(copies * ssize), "bench.gemm.sb");
+    for (int64_t i = 0; i < copies; ++i)
+      for (int64_t g = 0; g < G; ++g) {
+        std::copy(bs[g].q.values.begin(), bs[g].q.values.end(), b.data() + i * bsize + g * n * k);
+        std::copy(bs[g].q.scales.begin(), bs[g].q.scales.end(), sb.data() + i * ssize + g * nb * kb);
+      }
+    const auto bt = [&](int64_t i) {
+      return TensorView<const fp8_e4m3>::contiguous(b.data() + i * bsize, {G, n, k});
+    };
+    const auto sbt = [&](int64_t i) {
+      return TensorView<const float>::contiguous(sb.data() + i * ssize, {G, nb, kb});
+    };
     std::vector<int32_t> idx(static_cast<size_t>(m));
     for (int64_t r = 0; r < m; ++r) idx[r] = static_cast<int32_t>(r / c.m);
     std::vector<int32_t> masked(static_cast<size_t>(G), static_cast<int32_t>(c.m));
@@ -169,21 +209,30 @@ bench::Row run_fp8_case(const Fp8Case& c, const bench::Options& options) {
             "bench gemm: m_per_group {} is not a multiple of the contiguous alignment {}", c.m,
             gemm::m_alignment_for_contiguous_layout());
       fns.push_back([&] {
-        gemm::m_grouped_fp8_gemm_nt_contiguous(a.q.view(), a.q.scale_view(), bt, sbt, dv, idx);
+        const int64_t i = counter(next[0]);
+        gemm::m_grouped_fp8_gemm_nt_contiguous(as[i].q.view(), as[i].q.scale_view(), bt(i), sbt(i), dv(i),
+                                               idx);
       });
     } else {
       fns.push_back([&] {
+        const int64_t i = counter(next[0]);
         gemm::m_grouped_fp8_gemm_nt_masked(
-            TensorView<const fp8_e4m3>::contiguous(a.q.values.data(), {G, c.m, k}),
-            TensorView<const float>::contiguous(a.q.scales.data(), {G, c.m, kb}), bt, sbt,
-            TensorView<bf16>::contiguous(d.data(), {G, c.m, n}), masked, c.m);
+            TensorView<const fp8_e4m3>::contiguous(as[i].q.values.data(), {G, c.m, k}),
+            TensorView<const float>::contiguous(as[i].q.scales.data(), {G, c.m, kb}), bt(i), sbt(i),
+            TensorView<bf16>::contiguous(d.data() + i * m * n, {G, c.m, n}), masked, c.m);
       });
     }
     if (c.peer) {
-      fns.push_back([&] { gemm::fp8_gemm_nt(a.q.view(), a.q.scale_view(), bs[0].q.view(), bs[0].q.scale_view(), dv); });
+      // The dense GEMM of the same total size reads the first group's B of the same copy.
+      fns.push_back([&] {
+        const int64_t i = counter(next[1]);
+        gemm::fp8_gemm_nt(as[i].q.view(), as[i].q.scale_view(),
+                          MatrixView<const fp8_e4m3>{b.data() + i * bsize, n, k, k},
+                          MatrixView<const float>{sb.data() + i * ssize, nb, kb, kb}, dv(i));
+      });
       row.extra["peer_kernel"] = "ridge fp8_gemm_nt, dense, same total m x n x k";
     }
-    auto ms = interleaved(fns, options);
+    auto ms = bench::measure_interleaved(fns, {options});
     row.set_time(ms[0]);
     if (c.peer) row.add_peer("ridge_fp8_dense_same_size", ms[1]);
   }

@@ -16,6 +16,7 @@ struct Fp8Case {
   int64_t groups = 0;           // 0: dense
   std::string layout;           // "contiguous" or "masked" for grouped runs
   bool peer = true;
+  bool warm = false;  // same operands every call, instead of copies spanning 4x the last-level cache
 };
 
 // DeepGEMM's byte count: A and B in fp8, D in bf16 (scales are < 1% and left out, as DeepGEMM does).

@@ -25,6 +25,12 @@ void print_table(const ridge::probe::ProbeResult& r, const std::string& path) {
     fmt::print("{:<10} {:<24} {:>7} {:>16} {:>16} {:>8.2f}x\n", p.kernel.dtype, p.kernel.instruction, p.chains,
                format_flops(p.one_thread.median()), format_flops(p.all_threads.median()),
                p.one_thread.median() > 0 ? p.all_threads.median() / p.one_thread.median() : 0.0);
+  for (const auto& p : r.peaks)
+    if (p.repeats > 0)
+      fmt::print(
+          "note: {} all-threads phase repeated {}x: the first gave {}, too little scaling over one thread; "
+          "kept the best\n",
+          p.kernel.dtype, p.repeats, format_flops(p.first_all_threads));
 
   auto find = [](const std::vector<ridge::probe::Plateau>& v, const std::string& l) -> const ridge::probe::Plateau* {
     for (const auto& p : v)

@@ -149,29 +149,42 @@ std::string cell_text(const Cell& c) {
   return fmt::format("{:>10} {:>8} {:>4.0f}%", format_seconds(c.b.t_lower), c.b.binding, 100 * c.b.fraction_of_peak);
 }
 
-// Measured points (bench result rows) against this machine's roof: achieved vs the bound at the
-// row's intensity. The kernel issues fill this section by passing --results.
+// Measured points (bench result rows) against this machine's roof (roofline::hold_against, already
+// applied): achieved vs the bound at the row's intensity and memory level. The numbers in the first
+// column are the plot's labels. The kernel issues fill this section by passing --results.
 std::string measured_table(const std::vector<rr::MeasuredPoint>& pts, const rr::Chip& c, nlohmann::json& j) {
   // The label column fits the longest label, so no case field (attention's pass, say) is cut off.
   size_t w = 8;
   for (const auto& p : pts) w = std::max(w, p.dtype.size() + 1 + p.label.size());
-  std::string s = fmt::format("{:<{}} {:>10} {:>14} {:>14} {:>9}\n", "measured", w, "intensity", "achieved",
-                              fmt::format("bound ({})", c.id), "% bound");
+  std::string s = fmt::format("{:>3} {:<{}} {:>5} {:>10} {:>14} {:>19} {:>9}\n", "#", "measured", w, "cache",
+                              "intensity", "achieved", fmt::format("bound ({})", c.id), "% bound");
+  bool any_above = false;
+  int num = 0;
   for (const auto& p : pts) {
-    // fp8 runs on the bf16 dot-product units of a chip without fp8 arithmetic (as on every x86 CPU
-    // today), so that is its compute roof there.
-    std::string roof = p.dtype;
-    if ((roof == "fp8_e4m3" || roof == "fp8_e5m2" || roof == "fp8") && !c.has_peak("fp8")) roof = "bf16";
-    else if (roof == "fp8_e4m3" || roof == "fp8_e5m2") roof = "fp8";
-    double bound = 0;
-    if (c.has_peak(roof)) bound = std::min(c.peak(roof), p.intensity * c.bandwidth());
-    const double pct = bound > 0 ? 100 * p.gflops * 1e9 / bound : 0;
+    ++num;
     const std::string label = p.dtype + " " + p.label;
-    s += fmt::format("{:<{}} {:>10.3g} {:>14} {:>14} {:>8.0f}%\n", label, w, p.intensity,
-                     format_flops(p.gflops * 1e9), bound > 0 ? format_flops(bound) : "-", pct);
-    j.push_back({{"label", p.label}, {"dtype", p.dtype}, {"intensity", p.intensity}, {"gflops", p.gflops},
-                 {"bound_flops", bound}, {"pct_of_bound", pct}});
+    const std::string bound =
+        p.bound_flops > 0 ? format_flops(p.bound_flops) + " " + p.bound_level : std::string("-");
+    s += fmt::format("{:>3} {:<{}} {:>5} {:>10.3g} {:>14} {:>19} {:>8.0f}%{}\n", num, label, w,
+                     p.cache.empty() ? "-" : p.cache, p.intensity, format_flops(p.gflops * 1e9), bound,
+                     p.pct_of_bound, p.above_roof ? "  ABOVE ROOF" : "");
+    any_above = any_above || p.above_roof;
+    j.push_back({{"num", num},
+                 {"label", p.label},
+                 {"dtype", p.dtype},
+                 {"cache", p.cache},
+                 {"intensity", p.intensity},
+                 {"gflops", p.gflops},
+                 {"roof_dtype", p.roof_dtype},
+                 {"bound_level", p.bound_level},
+                 {"bound_flops", p.bound_flops},
+                 {"pct_of_bound", p.pct_of_bound},
+                 {"above_roof", p.above_roof}});
   }
+  if (any_above)
+    s += "ABOVE ROOF: the point is above its roof: the roof is wrong (rerun the probe) or the working set "
+         "came from "
+         "a faster level than the one it is held against\n";
   return s;
 }
 
@@ -210,14 +223,18 @@ void run(const Opts& o) {
     row[gpu.id] = b.ok ? b.b.to_json() : nlohmann::json(nullptr);
     j["shapes"].push_back(row);
   }
+  for (auto& p : measured) rr::hold_against(p, me);
   nlohmann::json mj = nlohmann::json::array();
   const std::string mtable = measured.empty() ? "" : measured_table(measured, me, mj);
   j["measured"] = mj;
 
+  // Every roof of both chips (each dtype at each memory level): what the plot draws from.
+  const auto spec =
+      rr::plot_spec({me, gpu}, ops, measured, fmt::format("roofline: {} vs {}", me.name, gpu.name));
+  j["roofs"] = spec["roofs"];
   std::string plot_line;
   try {
-    const auto files = rr::render_plot(
-        rr::plot_spec({me, gpu}, ops, measured, fmt::format("roofline: {} vs {}", me.name, gpu.name)), o.out);
+    const auto files = rr::render_plot(spec, o.out);
     j["plot"] = {{"png", files[0]}, {"svg", files[1]}};
     plot_line = fmt::format("plot: {} (and {})\n", files[0], files[1]);
   } catch (const ridge::Error& e) {

@@ -58,8 +58,19 @@ struct PeakResult {
   PeakKernel kernel;
   int chains = 0;      // accumulator chains of the best configuration
   Trials one_thread;   // 1 thread
-  Trials all_threads;  // `threads` threads
+  Trials all_threads;  // `threads` threads: the repeat with the best median (see needs_repeat)
+  int repeats = 0;     // times the all-threads phase was repeated
+  double first_all_threads = 0;  // median of the first all-threads attempt, before any repeat
 };
+
+// The repeat rule of a compute phase. Compute scales with cores: the all-threads figure should be
+// near min(threads, cores) x the one-thread figure. One below `min_scaling` of that is suspect (on
+// this kind of shared machine a whole phase sometimes ran at the one-thread rate, and a roof that
+// low puts every measured kernel above it), so the phase is repeated, at most `max_repeats` times,
+// and the attempt with the best median kept. `cores` <= 0 means unknown (threads is used).
+inline constexpr int kMaxPeakRepeats = 2;
+bool needs_repeat(double one_thread, double all_threads, int threads, int cores, int repeats_done,
+                  int max_repeats = kMaxPeakRepeats, double min_scaling = 0.8);
 
 // Measures one kernel: `threads` threads each running `chains` chains (8, 12, 16 or 24) for about
 // `seconds` per trial, `trials` trials within about `budget_s`. Throws ridge::Error for a kernel

@@ -268,7 +268,28 @@ struct MeasuredPoint {
   nlohmann::json case_;
   double gflops = 0;     // achieved GFLOP/s
   double intensity = 0;  // FLOPs per byte; 0 when the row gives neither
+  std::string cache;     // the row's "cache" ("cold", "warm" or "")
+  double working_set = 0;  // the row's "bytes"; 0 when absent
+  // Filled by hold_against (the report does it before plot_spec): the roof at this point's
+  // intensity on a chip, and whether the point lies above it.
+  double bound_flops = 0, pct_of_bound = 0;
+  std::string roof_dtype, bound_level;
+  bool above_roof = false;
 };
+
+// The memory level a measurement is held against: the outermost for "cold" (and unstated) rows;
+// for "warm" rows, the innermost level whose capacity holds the working set, else the outermost.
+// "" for a chip without memory levels.
+std::string memory_level_for(const Chip& chip, const std::string& cache, double working_set_bytes);
+
+// A point more than this fraction above its roof is flagged (timing noise stays below it).
+inline constexpr double kAboveRoofTolerance = 0.03;
+// Holds a measured point against `chip`: the compute roof of its dtype (fp8 on a chip without fp8
+// arithmetic runs on the bf16 units, so bf16), the memory level its working set came from (cold or
+// unstated rows: the outermost; warm rows: the innermost level whose capacity holds the working
+// set), bound = min(peak, intensity x bandwidth), and above_roof when achieved > bound x 1.03.
+// A dtype the chip has no peak for leaves bound_flops 0.
+void hold_against(MeasuredPoint& p, const Chip& chip);
 // Reads a JSON-lines results file; skips rows without gflops (pure bandwidth rows); errors name
 // the file and the line.
 std::vector<MeasuredPoint> read_measured(const std::string& path);

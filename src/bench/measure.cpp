@@ -80,4 +80,49 @@ Measurement measure(const std::function<void()>& fn, const Options& o) {
   return m;
 }
 
+std::vector<Measurement> measure_interleaved(const std::vector<std::function<void()>>& fns,
+                                             const std::vector<Options>& options, int rounds) {
+  check(!fns.empty(), "measure_interleaved: no functions to time");
+  check(options.size() == 1 || options.size() == fns.size(),
+        "measure_interleaved: options has {} entries (expected 1 or one per function, {})", options.size(),
+        fns.size());
+  check(rounds >= 1, "measure_interleaved: rounds = {} must be >= 1", rounds);
+  std::vector<Measurement> out(fns.size());
+  for (int r = 0; r < rounds; ++r) {
+    for (size_t f = 0; f < fns.size(); ++f) {
+      const Options& opt = options.size() == 1 ? options[0] : options[f];
+      Options o = opt;
+      o.iters = std::max(1, (opt.iters + rounds - 1) / rounds);
+      o.min_time_s = opt.min_time_s / rounds;
+      o.max_time_s = opt.max_time_s > 0 ? opt.max_time_s / rounds : 0;
+      if (r > 0) o.warmup = std::min(opt.warmup, 1);
+      auto m = measure(fns[f], o);
+      out[f].samples.insert(out[f].samples.end(), m.samples.begin(), m.samples.end());
+      out[f].warmup += m.warmup;
+      out[f].round_medians.push_back(m.stats.median);
+    }
+  }
+  for (auto& m : out) m.stats = compute_stats(m.samples);
+  return out;
+}
+
+Spread spread_of_figures(std::span<const double> figures, double threshold) {
+  Spread s;
+  if (figures.size() < 2) return s;
+  const auto [mn, mx] = std::minmax_element(figures.begin(), figures.end());
+  const double med = quantile(figures, 0.5);
+  if (!(*mn > 0) || !(med > 0)) return s;
+  s.ratio = *mx / *mn;
+  s.pct = 100.0 * (*mx - *mn) / med;
+  s.unstable = s.ratio > threshold;
+  return s;
+}
+
+Spread spread_of(const Measurement& m, double threshold) {
+  if (m.round_medians.size() >= 2) return spread_of_figures(m.round_medians, threshold);
+  if (m.samples.size() < 2) return {};
+  const double f[2] = {quantile(m.samples, 0.1), quantile(m.samples, 0.9)};
+  return spread_of_figures(f, threshold);
+}
+
 }  // namespace ridge::bench

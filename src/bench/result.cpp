@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <exception>
+#include <cmath>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -21,6 +22,9 @@ using nlohmann::json;
 void Row::set_time(const Measurement& m) {
   median_ms = m.median_ms();
   min_ms = m.min_ms();
+  const Spread sp = spread_of(m);
+  spread_pct = sp.pct;
+  unstable = sp.unstable;
 }
 
 void Row::add_peer(const std::string& name, double peer_median_ms) {
@@ -37,6 +41,9 @@ json Row::to_json() const {
   j["machine"] = machine;
   j["median_ms"] = median_ms;
   j["min_ms"] = min_ms;
+  j["spread_pct"] = spread_pct;
+  j["unstable"] = unstable;
+  if (!cache.empty()) j["cache"] = cache;
   if (flops > 0) {
     j["flops"] = flops;
     j["gflops"] = gflops();
@@ -50,6 +57,7 @@ json Row::to_json() const {
   if (bound_gflops > 0 || bound_gbps > 0) {
     j["bound_level"] = bound_level;
     j["pct_of_bound"] = pct_of_bound;
+    j["above_roof"] = above_roof();
   }
   json peers_j = json::array();
   for (const auto& p : peers) peers_j.push_back({{"name", p.name}, {"median_ms", p.median_ms}, {"speedup", p.speedup}});
@@ -63,10 +71,11 @@ json Row::to_json() const {
 
 Row Row::from_json(const json& j) {
   check(j.is_object(), "result row: expected a JSON object, got {}", j.type_name());
-  static const std::set<std::string> known = {"benchmark", "case",   "dtype",       "threads",      "isa",
-                                              "machine",   "median_ms", "min_ms",   "flops",        "gflops",
-                                              "bytes",     "gbps",   "bound_gflops", "bound_gbps", "bound_level",
-                                              "pct_of_bound", "peers", "note"};
+  static const std::set<std::string> known = {
+      "benchmark",    "case",       "dtype",       "threads",      "isa",   "machine",
+      "median_ms",    "min_ms",     "flops",       "gflops",       "bytes", "gbps",
+      "bound_gflops", "bound_gbps", "bound_level", "pct_of_bound", "peers", "note",
+      "cache",        "spread_pct", "unstable",    "above_roof"};
   Row r;
   try {
     r.benchmark = j.value("benchmark", "");
@@ -84,6 +93,9 @@ Row Row::from_json(const json& j) {
     r.bound_level = j.value("bound_level", "");
     r.pct_of_bound = j.value("pct_of_bound", 0.0);
     r.note = j.value("note", "");
+    r.cache = j.value("cache", "");
+    r.spread_pct = j.value("spread_pct", 0.0);
+    r.unstable = j.value("unstable", false);
     if (j.contains("peers"))
       for (const auto& p : j["peers"])
         r.peers.push_back(Peer{p.at("name").get<std::string>(), p.at("median_ms").get<double>(),
@@ -123,11 +135,46 @@ const roofline::Chip* probed_chip() {
   return c.chip ? &*c.chip : nullptr;
 }
 
+Rotation plan_rotation(double bytes_per_copy, int64_t llc_bytes, double factor, int64_t max_copies) {
+  check(bytes_per_copy > 0 && std::isfinite(bytes_per_copy),
+        "plan_rotation: bytes_per_copy = {} (expected > 0)", bytes_per_copy);
+  check(llc_bytes > 0, "plan_rotation: llc_bytes = {} (expected > 0)", llc_bytes);
+  check(factor > 0 && std::isfinite(factor), "plan_rotation: factor = {} (expected > 0)", factor);
+  check(max_copies >= 1, "plan_rotation: max_copies = {} (expected >= 1)", max_copies);
+  const double want = factor * static_cast<double>(llc_bytes);
+  Rotation r;
+  const double need = std::ceil(want / bytes_per_copy);
+  r.copies =
+      need >= static_cast<double>(max_copies) ? max_copies : std::max<int64_t>(1, static_cast<int64_t>(need));
+  r.footprint = static_cast<double>(r.copies) * bytes_per_copy;
+  r.cold = r.footprint >= want;
+  return r;
+}
+
+int64_t last_level_cache_bytes() {
+  const auto& c = cpu::info().caches;
+  if (c.l3 > 0) return c.l3;
+  if (c.l2 > 0) return c.l2;
+  return int64_t{32} << 20;
+}
+
 bool fill_bound(Row& row) {
   const roofline::Chip* chip = probed_chip();
   if (!chip) return false;
+  return fill_bound(row, *chip);
+}
+
+bool fill_bound(Row& row, const roofline::Chip& chip_ref) {
+  const roofline::Chip* chip = &chip_ref;
   double bw = 0;
   std::string level = row.bound_level;
+  if (level.empty()) {
+    try {
+      level = roofline::memory_level_for(*chip, row.cache, row.bytes);
+    } catch (const std::exception&) {
+      level.clear();
+    }
+  }
   try {
     bw = chip->bandwidth(level);
   } catch (const std::exception&) {
@@ -272,6 +319,10 @@ std::string to_table(const std::vector<Row>& rows) {
   add("median", true, [](const Row& r) { return num(r.median_ms) + " ms"; });
   add("min", true, [](const Row& r) { return num(r.min_ms) + " ms"; });
   const auto has = [&](auto pred) { return std::any_of(rows.begin(), rows.end(), pred); };
+  if (has([](const Row& r) { return r.spread_pct > 0; }))
+    add("spread", true, [](const Row& r) { return fmt::format("{:.0f}%", r.spread_pct); });
+  if (has([](const Row& r) { return !r.cache.empty(); }))
+    add("cache", false, [](const Row& r) { return r.cache; });
   if (has([](const Row& r) { return r.flops > 0; }))
     add("GFLOP/s", true, [](const Row& r) { return r.flops > 0 ? fmt::format("{:.1f}", r.gflops()) : ""; });
   if (has([](const Row& r) { return r.bytes > 0; }))
@@ -285,6 +336,13 @@ std::string to_table(const std::vector<Row>& rows) {
     });
   if (has([](const Row& r) { return r.pct_of_bound > 0; }))
     add("% bound", true, [](const Row& r) { return r.pct_of_bound > 0 ? fmt::format("{:.0f}%", r.pct_of_bound) : ""; });
+  const bool any_flag = has([](const Row& r) { return r.unstable || r.above_roof(); });
+  if (any_flag)
+    add("flags", false, [](const Row& r) {
+      std::string f = r.above_roof() ? "ABOVE-ROOF" : "";
+      if (r.unstable) f += std::string(f.empty() ? "" : ",") + "UNSTABLE";
+      return f;
+    });
   for (const auto& p : peer_names(rows)) {
     add(p, true, [&](const Row& r) {
       const Peer* q = find_peer(r, p);
@@ -321,6 +379,21 @@ std::string to_table(const std::vector<Row>& rows) {
   };
   out += line([&](size_t i) { return cols[i].header; });
   for (size_t r = 0; r < rows.size(); ++r) out += line([&](size_t i) { return cols[i].cells[r]; });
+  if (has([](const Row& r) { return r.above_roof(); }))
+    out +=
+        "ABOVE-ROOF: the point is above its roof: the roof is wrong or the working set came from a faster "
+        "level "
+        "than the one it is held against\n";
+  if (has([](const Row& r) { return r.unstable; }))
+    out += fmt::format(
+        "UNSTABLE: the rounds' medians differ by more than {:.1f}x (the machine's speed changed during "
+        "the run): rerun\n",
+        kUnstableRatio);
+  if (has([](const Row& r) { return r.cache == "cold"; }))
+    out +=
+        "cache cold: each call reads its operands from DRAM (rotating through copies >= 4x the last-level "
+        "cache); "
+        "warm: the same operands every call (--warm)\n";
   return out;
 }
 
@@ -343,8 +416,9 @@ std::string to_csv(const std::vector<Row>& rows) {
   const auto ekeys = extra_keys(rows);
   std::vector<std::string> header = {"benchmark"};
   for (const auto& k : ckeys) header.push_back("case." + k);
-  for (const char* h : {"dtype", "threads", "isa", "machine", "median_ms", "min_ms", "flops", "gflops", "bytes",
-                        "gbps", "bound_gflops", "bound_gbps", "bound_level", "pct_of_bound"})
+  for (const char* h : {"dtype", "threads", "isa", "machine", "median_ms", "min_ms", "flops", "gflops",
+                        "bytes", "gbps", "bound_gflops", "bound_gbps", "bound_level", "pct_of_bound",
+                        "above_roof", "cache", "spread_pct", "unstable"})
     header.push_back(h);
   for (const auto& p : peers) {
     header.push_back("peer." + p + ".median_ms");
@@ -375,6 +449,10 @@ std::string to_csv(const std::vector<Row>& rows) {
     c.push_back(csv_num(r.bound_gbps, r.bound_gbps > 0));
     c.push_back(r.bound_level);
     c.push_back(csv_num(r.pct_of_bound, r.bound_gflops > 0 || r.bound_gbps > 0));
+    c.push_back(r.bound_gflops > 0 || r.bound_gbps > 0 ? (r.above_roof() ? "true" : "false") : "");
+    c.push_back(r.cache);
+    c.push_back(csv_num(r.spread_pct, true));
+    c.push_back(r.unstable ? "true" : "false");
     for (const auto& p : peers) {
       const Peer* q = find_peer(r, p);
       c.push_back(q ? csv_num(q->median_ms, true) : "");

@@ -129,7 +129,9 @@ json to_chip_json(const ProbeResult& r) {
                   {"ops_per_instruction", p.kernel.ops_per_instruction},
                   {"chains", p.chains},
                   {"one_thread", trials_json(p.one_thread)},
-                  {"all_threads", trials_json(p.all_threads)}});
+                  {"all_threads", trials_json(p.all_threads)},
+                  {"all_threads_repeats", p.repeats},
+                  {"all_threads_first_median", p.first_all_threads}});
   m["peaks"] = pk;
   m["bandwidth_kernels"] = {
       {"isa", internal::bandwidth_isa()},

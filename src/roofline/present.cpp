@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -219,6 +220,8 @@ std::vector<MeasuredPoint> read_measured(const std::string& path) {
     p.benchmark = j.contains("benchmark") ? input::string(j.at("benchmark"), "benchmark", where) : "?";
     p.dtype = j.contains("dtype") ? input::string(j.at("dtype"), "dtype", where) : std::string();
     p.case_ = j.value("case", nlohmann::json::object());
+    if (j.contains("cache") && j.at("cache").is_string()) p.cache = j.at("cache").get<std::string>();
+    if (j.contains("bytes") && j.at("bytes").is_number()) p.working_set = j.at("bytes").get<double>();
     if (j.contains("intensity") && j.at("intensity").is_number()) p.intensity = j.at("intensity").get<double>();
     else if (j.contains("flops") && j.contains("bytes") && j.at("flops").is_number() && j.at("bytes").is_number() &&
              j.at("bytes").get<double>() > 0)
@@ -234,6 +237,33 @@ std::vector<MeasuredPoint> read_measured(const std::string& path) {
   check(any_row, "--results: {} holds no benchmark rows (expected JSON lines, one row per line, as 'ridge bench "
         "... --json' writes)", path);
   return out;
+}
+
+std::string memory_level_for(const Chip& chip, const std::string& cache, double working_set_bytes) {
+  if (chip.memory.empty()) return "";
+  if (cache == "warm" && working_set_bytes > 0)
+    // Chip files list the outermost level first; the innermost level that holds the set serves it.
+    for (auto it = chip.memory.rbegin(); it != chip.memory.rend(); ++it)
+      if (it->capacity && it->capacity->value >= working_set_bytes) return it->level;
+  return chip.memory.front().level;
+}
+
+void hold_against(MeasuredPoint& p, const Chip& chip) {
+  std::string roof = p.dtype;
+  const bool fp8 = roof == "fp8_e4m3" || roof == "fp8_e5m2" || roof == "fp8";
+  if (fp8) roof = chip.has_peak("fp8") ? "fp8" : "bf16";
+  p.roof_dtype = roof;
+  p.bound_flops = p.pct_of_bound = 0;
+  p.above_roof = false;
+  p.bound_level.clear();
+  if (!chip.has_peak(roof) || chip.memory.empty()) return;
+  const std::string level = memory_level_for(chip, p.cache, p.working_set);
+  p.bound_level = level;
+  p.bound_flops = std::min(chip.peak(roof), p.intensity * chip.bandwidth(level));
+  if (p.bound_flops > 0) {
+    p.pct_of_bound = 100.0 * p.gflops * 1e9 / p.bound_flops;
+    p.above_roof = p.pct_of_bound > 100.0 * (1.0 + kAboveRoofTolerance);
+  }
 }
 
 nlohmann::json plot_spec(const std::vector<Chip>& chips, const std::vector<NamedCost>& ops,
@@ -266,6 +296,8 @@ nlohmann::json plot_spec(const std::vector<Chip>& chips, const std::vector<Named
                                 {"binding", b.binding},
                                 {"kind", "predicted"}});
     }
+  // Measured points are numbered from 1 in the order given: the report's table has the same numbers.
+  int num = 0;
   for (const auto& m : measured)
     spec["points"].push_back({{"chip", "measured"},
                               {"group", m.benchmark},
@@ -273,7 +305,10 @@ nlohmann::json plot_spec(const std::vector<Chip>& chips, const std::vector<Named
                               {"dtype", m.dtype},
                               {"intensity", m.intensity},
                               {"flops_per_s", m.gflops * 1e9},
-                              {"kind", "measured"}});
+                              {"kind", "measured"},
+                              {"num", ++num},
+                              {"cache", m.cache},
+                              {"above_roof", m.above_roof}});
   return spec;
 }
 

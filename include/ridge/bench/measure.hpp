@@ -37,6 +37,9 @@ struct Measurement {
   std::vector<double> samples;  // seconds per call, in the order taken
   Stats stats;
   int warmup = 0;  // untimed calls made
+  // Median of each round when the samples were taken in interleaved rounds (measure_interleaved);
+  // empty for a single measure().
+  std::vector<double> round_medians;
   double median_ms() const { return stats.median * 1e3; }
   double min_ms() const { return stats.min * 1e3; }
 };
@@ -45,6 +48,29 @@ struct Measurement {
 // at least `iters` samples and `min_time_s` of timed work, or until `max_time_s`. Bad options
 // (negative counts, iters < 1, negative times) throw ridge::Error naming the field.
 Measurement measure(const std::function<void()>& fn, const Options& options = {});
+
+// Times several functions (ridge and its peers) in `rounds` rounds, each round timing every
+// function in turn, so a burst of load from other processes hits all of them alike instead of one
+// window. `options` holds one Options for all functions or one per function; each round takes
+// about 1/rounds of its iters and times, with a short warm-up after the first round. Returns one
+// Measurement per function with its samples merged and round_medians filled.
+std::vector<Measurement> measure_interleaved(const std::vector<std::function<void()>>& fns,
+                                             const std::vector<Options>& options, int rounds = 3);
+
+// How far a measurement's figures disagree. The figures are the round medians when there are at
+// least two rounds (a transient slowdown of the machine moves a whole round), else the samples'
+// p10 and p90 (single outliers do not count). spread_pct = 100 * (max - min) / median of the
+// figures; unstable when max / min exceeds `threshold`: the row's median then describes a machine
+// whose speed changed during the run, and is worth rerunning.
+struct Spread {
+  double pct = 0;
+  double ratio = 1;  // max / min of the figures
+  bool unstable = false;
+};
+inline constexpr double kUnstableRatio = 1.3;
+Spread spread_of(const Measurement& m, double threshold = kUnstableRatio);
+// The same rule on bare figures (seconds): the inputs' max / min and their spread around the median.
+Spread spread_of_figures(std::span<const double> figures, double threshold = kUnstableRatio);
 
 // Keeps the compiler from discarding a value the timed code computed, or the writes before it.
 template <typename T>

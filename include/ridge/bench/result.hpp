@@ -35,7 +35,17 @@ struct Row {
   // From this machine's probed roofline (filled by fill_bound when a probe result exists):
   // min(peak(dtype), intensity * bandwidth(level)) for ops with flops, else bandwidth(level).
   double bound_gflops = 0, bound_gbps = 0, pct_of_bound = 0;
-  std::string bound_level;  // memory level to hold the op against ("dram", "l3", ...); "" = outermost
+  std::string bound_level;  // memory level to hold the op against ("dram", "l3", ...); "" = chosen by cache
+  // Where the operands come from at each timed call: "cold" (the benchmark rotated through enough
+  // copies that they come from DRAM, as in a model where other layers run in between), "warm"
+  // (the same operands every call: they stay in whatever cache holds them), "" (not stated). With
+  // bound_level empty, fill_bound holds the row against roofline::memory_level_for(chip, cache,
+  // bytes): a warm row against the level its working set fits in, any other the outermost.
+  std::string cache;
+  // How far the samples disagree (spread_of, set by set_time): figures of a machine whose speed
+  // changed during the run are flagged unstable.
+  double spread_pct = 0;
+  bool unstable = false;
   std::vector<Peer> peers;
   nlohmann::json extra = nlohmann::json::object();  // benchmark-specific fields, merged at top level
   std::string note;
@@ -43,14 +53,19 @@ struct Row {
 
   double gflops() const { return flops > 0 && median_ms > 0 ? flops / (median_ms * 1e-3) / 1e9 : 0; }
   double gbps() const { return bytes > 0 && median_ms > 0 ? bytes / (median_ms * 1e-3) / 1e9 : 0; }
-  // Sets median_ms and min_ms from a measurement.
+  // Above its roof: a roof is an upper bound, so the roof is wrong (a probe that under-reported)
+  // or the working set came from a faster level than the one the row is held against.
+  bool above_roof() const { return pct_of_bound > 100.0 * (1.0 + kAboveRoofTolerance); }
+  static constexpr double kAboveRoofTolerance = 0.03;  // timing noise and clock-rate wobble
+  // Sets median_ms, min_ms, spread_pct and unstable from a measurement.
   void set_time(const Measurement& m);
   // Adds a peer; speedup is computed against this row's median_ms (set the time first).
   void add_peer(const std::string& name, double peer_median_ms);
   void add_peer(const std::string& name, const Measurement& m) { add_peer(name, m.median_ms()); }
 
-  // Keys: benchmark, case, dtype, threads, isa, machine, median_ms, min_ms, [flops, gflops],
-  // [bytes, gbps], [bound_gflops, bound_gbps, bound_level, pct_of_bound], peers, note, extras.
+  // Keys: benchmark, case, dtype, threads, isa, machine, median_ms, min_ms, spread_pct, unstable,
+  // [cache], [flops, gflops], [bytes, gbps], [bound_gflops, bound_gbps, bound_level, pct_of_bound,
+  // above_roof], peers, note, extras.
   nlohmann::json to_json() const;
   static Row from_json(const nlohmann::json& j);
 };
@@ -59,6 +74,22 @@ struct Row {
 // fields from it (the probe result is loaded once per process). Returns false when no probe exists.
 bool fill_defaults(Row& row);
 bool fill_bound(Row& row);
+// fill_bound against a given chip (the probe result in fill_bound); false when it gives no bound.
+bool fill_bound(Row& row, const roofline::Chip& chip);
+
+// Cold operands: how many copies of a call's operands (bytes_per_copy) to rotate through so that
+// the copies together span at least `factor` x the last-level cache, and each call finds its
+// operands evicted by the calls before it. At most max_copies (a tiny operand set would need
+// millions); cold is false when that cap leaves the footprint short of factor x llc_bytes.
+struct Rotation {
+  int64_t copies = 1;
+  double footprint = 0;  // copies * bytes_per_copy
+  bool cold = false;
+};
+Rotation plan_rotation(double bytes_per_copy, int64_t llc_bytes, double factor = 4.0,
+                       int64_t max_copies = 4096);
+// The last-level cache of this machine in bytes (L3, else L2; 32 MiB when cpuid says neither).
+int64_t last_level_cache_bytes();
 // This machine's probe result (`ridge probe`), loaded once per process; nullptr when there is none.
 // A probe file that cannot be read or parsed gives one warning line on stderr naming it, not silence.
 const roofline::Chip* probed_chip();
