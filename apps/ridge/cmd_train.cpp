@@ -352,9 +352,17 @@ void train_loop(const Args& a, const Prepared& p, model::Trainer& trainer, DataP
 // error during training prints its line and ends every rank (MPI_Abort).
 void run_rank(const Args& a) {
   dist::DdpConfig cfg;
-  cfg.mode = a.ddp.empty() ? dist::DdpMode::flat : dist::parse_ddp_mode(a.ddp);
+  try {
+    cfg.mode = a.ddp.empty() ? dist::DdpMode::flat : dist::parse_ddp_mode(a.ddp);
+  } catch (const Error& e) {
+    fail("--ddp: {}", e.what());
+  }
+  try {
+    cfg.sharding = a.shard.empty() ? dist::Sharding::none : dist::parse_sharding(a.shard);
+  } catch (const Error& e) {
+    fail("--shard-optimizer: {}", e.what());
+  }
   cfg.bucket_mb = a.bucket_mb;
-  cfg.sharding = a.shard.empty() ? dist::Sharding::none : dist::parse_sharding(a.shard);
   check(std::isfinite(a.bucket_mb) && a.bucket_mb > 0, "--bucket-mb: must be > 0, got {}", a.bucket_mb);
   check(cfg.sharding != dist::Sharding::zero1 || cfg.mode == dist::DdpMode::flat,
         "--shard-optimizer zero1: reduce-scatters the flat gradient after backward; use it with --ddp flat (or no "
