@@ -230,6 +230,7 @@ void train_loop(const Args& a, const Prepared& p, model::Trainer& trainer, DataP
   const auto& file = p.file;
   const auto& text_tokens = p.text_tokens;
   const bool print = rank == 0;
+  (void)dp;  // used only when built with MPI
 
   // The peak model FLOPs utilisation is held against: the probed peak of the dtype the GEMMs run in.
   double peak = 0;
