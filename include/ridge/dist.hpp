@@ -92,8 +92,8 @@ struct Bucket {
 };
 // Buckets of at most bucket_mb MB of fp32 gradients over the unfrozen tensors in flat order; a frozen
 // tensor ends a bucket (a bucket is one slice), a tensor larger than the limit gets a bucket alone.
-std::vector<Bucket> plan_buckets(const std::vector<model::TensorInfo>& tensors, const std::vector<bool>& frozen,
-                                 double bucket_mb);
+std::vector<Bucket> plan_buckets(const std::vector<model::TensorInfo>& tensors,
+                                 const std::vector<bool>& frozen, double bucket_mb);
 // cs336: contiguous tensor ranges per rank, balanced by unfrozen elements; [begin, end) offsets.
 std::vector<std::pair<int64_t, int64_t>> shard_by_tensor(const std::vector<model::TensorInfo>& tensors,
                                                          const std::vector<bool>& frozen, int world);
@@ -103,10 +103,10 @@ std::vector<std::pair<int64_t, int64_t>> shard_flat(int64_t n, int world, int64_
 // Communication time of the last step (seconds): all of it, and the part that ran while backward was
 // still computing (overlap and bucketed: from a request's start to the end of backward).
 struct CommStats {
-  double comm_s = 0;      // wall time inside MPI calls and waits after backward, plus overlapped spans
-  double exposed_s = 0;   // time after backward spent finishing gradient communication
-  double hidden_s = 0;    // communication time that overlapped the backward pass
-  int64_t bytes = 0;      // gradient bytes this rank sent into collectives
+  double comm_s = 0;     // wall time inside MPI calls and waits after backward, plus overlapped spans
+  double exposed_s = 0;  // time after backward spent finishing gradient communication
+  double hidden_s = 0;   // communication time that overlapped the backward pass
+  int64_t bytes = 0;     // gradient bytes this rank sent into collectives
   int collectives = 0;
 };
 

@@ -18,7 +18,9 @@ namespace ridge::dist {
 
 namespace {
 
-double now() { return MPI_Wtime(); }
+double now() {
+  return MPI_Wtime();
+}
 
 int world_rank() {
   int r = 0;
@@ -89,7 +91,8 @@ void check_same(uint64_t value, const std::string& what) {
   for (int r = 1; r < n; ++r) {
     if (all[static_cast<size_t>(r)] == all[0]) continue;
     if (world_rank() == 0)
-      fail("rank {} has a different {} from rank 0's (every rank must get the same arguments and data)", r, what);
+      fail("rank {} has a different {} from rank 0's (every rank must get the same arguments and data)", r,
+           what);
     throw PeerFailed{};
   }
 }
@@ -121,10 +124,14 @@ DdpMode parse_ddp_mode(const std::string& name) {
 }
 const char* ddp_mode_name(DdpMode m) {
   switch (m) {
-    case DdpMode::naive: return "naive";
-    case DdpMode::flat: return "flat";
-    case DdpMode::overlap: return "overlap";
-    case DdpMode::bucketed: return "bucketed";
+    case DdpMode::naive:
+      return "naive";
+    case DdpMode::flat:
+      return "flat";
+    case DdpMode::overlap:
+      return "overlap";
+    case DdpMode::bucketed:
+      return "bucketed";
   }
   return "?";
 }
@@ -136,9 +143,12 @@ Sharding parse_sharding(const std::string& name) {
 }
 const char* sharding_name(Sharding s) {
   switch (s) {
-    case Sharding::none: return "none";
-    case Sharding::cs336: return "cs336";
-    case Sharding::zero1: return "zero1";
+    case Sharding::none:
+      return "none";
+    case Sharding::cs336:
+      return "cs336";
+    case Sharding::zero1:
+      return "zero1";
   }
   return "?";
 }
@@ -150,8 +160,8 @@ void DdpConfig::validate() const {
         ddp_mode_name(mode));
 }
 
-std::vector<Bucket> plan_buckets(const std::vector<model::TensorInfo>& tensors, const std::vector<bool>& frozen,
-                                 double bucket_mb) {
+std::vector<Bucket> plan_buckets(const std::vector<model::TensorInfo>& tensors,
+                                 const std::vector<bool>& frozen, double bucket_mb) {
   check(frozen.size() == tensors.size(), "frozen: {} flags for {} tensors", frozen.size(), tensors.size());
   check(bucket_mb >= 0, "bucket_mb: must be >= 0, got {}", bucket_mb);
   const double limit = bucket_mb * 1e6 / sizeof(float);  // elements
@@ -191,9 +201,10 @@ std::vector<std::pair<int64_t, int64_t>> shard_by_tensor(const std::vector<model
   int64_t done = 0, begin = 0;
   for (int r = 0; r < world; ++r) {
     const double target = static_cast<double>(total) * (r + 1) / world;
-    while (i < tensors.size() && (r == world - 1 || static_cast<double>(done) +
-                                                            (frozen[i] ? 0.0 : 0.5 * static_cast<double>(tensors[i].numel)) <=
-                                                        target)) {
+    while (i < tensors.size() &&
+           (r == world - 1 ||
+            static_cast<double>(done) + (frozen[i] ? 0.0 : 0.5 * static_cast<double>(tensors[i].numel)) <=
+                target)) {
       if (!frozen[i]) done += tensors[i].numel;
       ++i;
     }
@@ -210,7 +221,8 @@ std::vector<std::pair<int64_t, int64_t>> shard_flat(int64_t n, int world, int64_
   const int64_t units = (n + align - 1) / align;
   std::vector<std::pair<int64_t, int64_t>> out;
   for (int r = 0; r < world; ++r) {
-    const int64_t b = std::min(n, units * r / world * align), e = std::min(n, units * (r + 1) / world * align);
+    const int64_t b = std::min(n, units * r / world * align),
+                  e = std::min(n, units * (r + 1) / world * align);
     out.emplace_back(b, e);
   }
   return out;
@@ -251,9 +263,15 @@ DataParallel::DataParallel(model::Trainer& trainer, const DdpConfig& config)
   const auto& frozen = trainer_.frozen_flags();
   switch (cfg_.mode) {
     case DdpMode::naive:
-    case DdpMode::overlap: buckets_ = plan_buckets(tensors, frozen, 0); break;  // one tensor each
-    case DdpMode::flat: buckets_ = plan_buckets(tensors, frozen, std::numeric_limits<double>::infinity()); break;
-    case DdpMode::bucketed: buckets_ = plan_buckets(tensors, frozen, cfg_.bucket_mb); break;
+    case DdpMode::overlap:
+      buckets_ = plan_buckets(tensors, frozen, 0);
+      break;  // one tensor each
+    case DdpMode::flat:
+      buckets_ = plan_buckets(tensors, frozen, std::numeric_limits<double>::infinity());
+      break;
+    case DdpMode::bucketed:
+      buckets_ = plan_buckets(tensors, frozen, cfg_.bucket_mb);
+      break;
   }
   const auto n = static_cast<int64_t>(m.params().size());
   if (cfg_.sharding == Sharding::cs336) shards_ = shard_by_tensor(tensors, frozen, world_);
@@ -262,8 +280,9 @@ DataParallel::DataParallel(model::Trainer& trainer, const DdpConfig& config)
     for (const auto& [b, e] : shards_)
       check(e - b < INT_MAX, "sharding: a zero1 shard of {} elements is beyond MPI's int counts", e - b);
   }
-  if (!shards_.empty()) trainer_.shard_optimizer(shards_[static_cast<size_t>(rank_)].first,
-                                                 shards_[static_cast<size_t>(rank_)].second);
+  if (!shards_.empty())
+    trainer_.shard_optimizer(shards_[static_cast<size_t>(rank_)].first,
+                             shards_[static_cast<size_t>(rank_)].second);
   broadcast_parameters();
   trainer_.set_hooks(this);
 }
@@ -302,9 +321,9 @@ void DataParallel::group_final(int group) {
     for (size_t i = first; i < s.pending.size(); ++i) {
       s.pending[i].bucket = s.next_bucket;
       if (trace::recording())
-        s.pending[i].range = trace::start_range(fmt::format("allreduce bucket {} ({} KB)", s.next_bucket,
-                                                            b.numel * 4 / 1000),
-                                                trace::color::orange);
+        s.pending[i].range =
+            trace::start_range(fmt::format("allreduce bucket {} ({} KB)", s.next_bucket, b.numel * 4 / 1000),
+                               trace::color::orange);
     }
     stats_.bytes += b.numel * 4;
     ++stats_.collectives;
@@ -339,7 +358,8 @@ void DataParallel::reduce_gradients(std::span<float> grads) {
       RIDGE_RANGE("reduce-scatter gradients");
       MPI_Reduce_scatter(grads.data(), s.shard_buf.data(), counts.data(), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
     }
-    for (int64_t i = b; i < e; ++i) grads[static_cast<size_t>(i)] = s.shard_buf[static_cast<size_t>(i - b)] / inv;
+    for (int64_t i = b; i < e; ++i)
+      grads[static_cast<size_t>(i)] = s.shard_buf[static_cast<size_t>(i - b)] / inv;
     stats_.bytes = static_cast<int64_t>(grads.size()) * 4;
     stats_.collectives = 1;
     stats_.comm_s = stats_.exposed_s = now() - t0;
@@ -350,8 +370,9 @@ void DataParallel::reduce_gradients(std::span<float> grads) {
     for (const Bucket& bk : buckets_) {
       RIDGE_RANGE("allreduce");
       for (int64_t o = 0; o < bk.numel; o += kMaxCount)
-        MPI_Allreduce(MPI_IN_PLACE, grads.data() + bk.offset + o, static_cast<int>(std::min(kMaxCount, bk.numel - o)),
-                      MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        MPI_Allreduce(MPI_IN_PLACE, grads.data() + bk.offset + o,
+                      static_cast<int>(std::min(kMaxCount, bk.numel - o)), MPI_FLOAT, MPI_SUM,
+                      MPI_COMM_WORLD);
       stats_.bytes += bk.numel * 4;
       ++stats_.collectives;
     }
@@ -364,7 +385,8 @@ void DataParallel::reduce_gradients(std::span<float> grads) {
       s.first_start = -1;
     }
     if (s.next_bucket < buckets_.size()) group_final(std::numeric_limits<int>::max());
-    const bool all_done = std::all_of(s.pending.begin(), s.pending.end(), [](const Impl::Pending& q) { return q.done; });
+    const bool all_done =
+        std::all_of(s.pending.begin(), s.pending.end(), [](const Impl::Pending& q) { return q.done; });
     const double done_before = s.last_done;
     {
       RIDGE_RANGE("wait gradients");
@@ -402,8 +424,8 @@ double DataParallel::grad_norm(std::span<const float> grads) {
   std::vector<double> all(static_cast<size_t>(chunks_all));
   std::vector<double> mine(static_cast<size_t>(counts[static_cast<size_t>(rank_)]));
   model::grad_sq_chunks<float>(grads.subspan(static_cast<size_t>(b), static_cast<size_t>(e - b)), mine);
-  MPI_Allgatherv(mine.data(), static_cast<int>(mine.size()), MPI_DOUBLE, all.data(), counts.data(), displs.data(),
-                 MPI_DOUBLE, MPI_COMM_WORLD);
+  MPI_Allgatherv(mine.data(), static_cast<int>(mine.size()), MPI_DOUBLE, all.data(), counts.data(),
+                 displs.data(), MPI_DOUBLE, MPI_COMM_WORLD);
   return model::norm_from_chunks(all);
 }
 
@@ -415,8 +437,8 @@ void DataParallel::after_update(std::span<float> params) {
       displs.push_back(static_cast<int>(sb));
       counts.push_back(static_cast<int>(se - sb));
     }
-    check(params.size() < static_cast<size_t>(INT_MAX), "params: {} values are beyond MPI's int displacements",
-          params.size());
+    check(params.size() < static_cast<size_t>(INT_MAX),
+          "params: {} values are beyond MPI's int displacements", params.size());
     MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_FLOAT, params.data(), counts.data(), displs.data(), MPI_FLOAT,
                    MPI_COMM_WORLD);
   } else if (cfg_.sharding == Sharding::cs336) {
@@ -428,8 +450,8 @@ void DataParallel::after_update(std::span<float> params) {
         const auto& t = tensors[i];
         if (trainer_.frozen(i) || t.offset + t.numel <= b || t.offset >= e) continue;
         for (int64_t o = 0; o < t.numel; o += kMaxCount)
-          MPI_Bcast(params.data() + t.offset + o, static_cast<int>(std::min(kMaxCount, t.numel - o)), MPI_FLOAT, r,
-                    MPI_COMM_WORLD);
+          MPI_Bcast(params.data() + t.offset + o, static_cast<int>(std::min(kMaxCount, t.numel - o)),
+                    MPI_FLOAT, r, MPI_COMM_WORLD);
       }
     }
   }
@@ -451,10 +473,10 @@ void DataParallel::save(const std::string& path) {
   std::vector<float> m(rank_ == 0 ? n : 0), v(rank_ == 0 ? n : 0);
   auto mine_m = trainer_.optimizer().m();
   auto mine_v = trainer_.optimizer().v();
-  MPI_Gatherv(mine_m.data(), static_cast<int>(mine_m.size()), MPI_FLOAT, m.data(), counts.data(), displs.data(),
-              MPI_FLOAT, 0, MPI_COMM_WORLD);
-  MPI_Gatherv(mine_v.data(), static_cast<int>(mine_v.size()), MPI_FLOAT, v.data(), counts.data(), displs.data(),
-              MPI_FLOAT, 0, MPI_COMM_WORLD);
+  MPI_Gatherv(mine_m.data(), static_cast<int>(mine_m.size()), MPI_FLOAT, m.data(), counts.data(),
+              displs.data(), MPI_FLOAT, 0, MPI_COMM_WORLD);
+  MPI_Gatherv(mine_v.data(), static_cast<int>(mine_v.size()), MPI_FLOAT, v.data(), counts.data(),
+              displs.data(), MPI_FLOAT, 0, MPI_COMM_WORLD);
   if (rank_ == 0) trainer_.save(path, m, v);
 }
 

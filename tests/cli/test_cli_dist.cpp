@@ -1,8 +1,8 @@
 // `ridge train` under `mpirun -np 2`: the real binary, with a timeout around every run so a hang fails
 // the test instead of blocking the suite.
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "run.hpp"
@@ -14,11 +14,13 @@ namespace {
 using ridge::test::RunResult;
 
 // OpenMPI refuses root without these, and this machine has fewer cores than some runs want ranks.
-const std::string kMpirun = std::string("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 "
-                                        "timeout 120 ") +
+const std::string kMpirun = std::string(
+                                "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 "
+                                "timeout 120 ") +
                             RIDGE_MPIEXEC + " --oversubscribe --bind-to none";
-const std::string kModel = " train --layers 2 --d-model 32 --heads 2 --d-ff 48 --vocab 64 --context 8 --threads 1 "
-                           "--seed 5 --lr 3e-3 --warmup 0 --log-every 1 ";
+const std::string kModel =
+    " train --layers 2 --d-model 32 --heads 2 --d-ff 48 --vocab 64 --context 8 --threads 1 "
+    "--seed 5 --lr 3e-3 --warmup 0 --log-every 1 ";
 
 // A shell command line (mpirun's own lines go to stderr, with the ranks' stderr).
 RunResult sh(const std::string& cmd) {
@@ -66,10 +68,12 @@ TEST(CliDist, EveryModeMatchesOneProcess) {
   ASSERT_EQ(one.code, 0) << one.err;
   const auto want = losses(one.out);
   ASSERT_EQ(want.size(), 3u);
-  for (const std::string mode : {"--ddp naive", "--ddp flat", "--ddp overlap", "--ddp bucketed --bucket-mb 0.02",
-                                 "--shard-optimizer cs336 --ddp overlap", "--shard-optimizer zero1"}) {
+  for (const std::string mode :
+       {"--ddp naive", "--ddp flat", "--ddp overlap", "--ddp bucketed --bucket-mb 0.02",
+        "--shard-optimizer cs336 --ddp overlap", "--shard-optimizer zero1"}) {
     SCOPED_TRACE(mode);
-    const RunResult r = sh(kMpirun + " -np 2 " + RIDGE_BINARY + kModel + "--batch 4 --steps 3 --json " + mode);
+    const RunResult r =
+        sh(kMpirun + " -np 2 " + RIDGE_BINARY + kModel + "--batch 4 --steps 3 --json " + mode);
     ASSERT_EQ(r.code, 0) << r.err;
     const auto got = losses(r.out);
     ASSERT_EQ(got.size(), want.size()) << "only rank 0 prints: " << r.out;
@@ -81,10 +85,11 @@ TEST(CliDist, ShardedCheckpointResumesInOneProcess) {
   const auto dir = std::filesystem::temp_directory_path() / "ridge_cli_dist_ckpt";
   std::filesystem::create_directories(dir);
   const std::string ck = (dir / "zero1.safetensors").string();
-  const RunResult r =
-      sh(kMpirun + " -np 2 " + RIDGE_BINARY + kModel + "--batch 4 --steps 2 --shard-optimizer zero1 --checkpoint " + ck);
+  const RunResult r = sh(kMpirun + " -np 2 " + RIDGE_BINARY + kModel +
+                         "--batch 4 --steps 2 --shard-optimizer zero1 --checkpoint " + ck);
   ASSERT_EQ(r.code, 0) << r.err;
-  const RunResult one = ridge::test::run(kModel + "--batch 4 --steps 3 --json --resume " + ck, "OMP_NUM_THREADS=1");
+  const RunResult one =
+      ridge::test::run(kModel + "--batch 4 --steps 3 --json --resume " + ck, "OMP_NUM_THREADS=1");
   EXPECT_EQ(one.code, 0) << one.err;
   EXPECT_EQ(losses(one.out).size(), 1u);  // steps 3 of 3: only the last one ran
   std::filesystem::remove_all(dir);
@@ -99,8 +104,9 @@ TEST(CliDist, BatchThatDoesNotDivideIsOneLine) {
 }
 
 TEST(CliDist, MismatchedConfigurationEndsBothRanks) {
-  const RunResult r = sh(kMpirun + " -np 1 " + RIDGE_BINARY + kModel + "--batch 4 --steps 2 --ddp flat : -np 1 " +
-                         RIDGE_BINARY + kModel + "--batch 4 --steps 3 --ddp flat");
+  const RunResult r =
+      sh(kMpirun + " -np 1 " + RIDGE_BINARY + kModel + "--batch 4 --steps 2 --ddp flat : -np 1 " +
+         RIDGE_BINARY + kModel + "--batch 4 --steps 3 --ddp flat");
   EXPECT_EQ(r.code, 2);
   const auto lines = ridge_lines(r.err);
   ASSERT_EQ(lines.size(), 1u) << r.err;
@@ -108,8 +114,8 @@ TEST(CliDist, MismatchedConfigurationEndsBothRanks) {
 }
 
 TEST(CliDist, SetupErrorOnOneRankIsReportedOnceByRankZero) {
-  const RunResult r = sh(kMpirun + " -np 1 " + RIDGE_BINARY + kModel + "--batch 4 --ddp flat : -np 1 " + RIDGE_BINARY +
-                         kModel + "--batch 4 --ddp flat --data /nonexistent/tokens.bin");
+  const RunResult r = sh(kMpirun + " -np 1 " + RIDGE_BINARY + kModel + "--batch 4 --ddp flat : -np 1 " +
+                         RIDGE_BINARY + kModel + "--batch 4 --ddp flat --data /nonexistent/tokens.bin");
   EXPECT_EQ(r.code, 2);
   const auto lines = ridge_lines(r.err);
   ASSERT_EQ(lines.size(), 1u) << r.err;
@@ -119,8 +125,10 @@ TEST(CliDist, SetupErrorOnOneRankIsReportedOnceByRankZero) {
 TEST(CliDist, ARankThatDiesEndsTheOther) {
   // Rank 1 is killed a moment after it starts; rank 0 would wait in its all-reduce forever.
   const std::string train = std::string(RIDGE_BINARY) + kModel + "--batch 4 --steps 100000000 --ddp overlap";
-  const RunResult r = sh(kMpirun + " -np 2 sh -c 'if [ \"$OMPI_COMM_WORLD_RANK\" = 1 ]; then (sleep 2; kill -9 $$) & "
-                                   "fi; exec " + train + "'");
+  const RunResult r = sh(kMpirun +
+                         " -np 2 sh -c 'if [ \"$OMPI_COMM_WORLD_RANK\" = 1 ]; then (sleep 2; kill -9 $$) & "
+                         "fi; exec " +
+                         train + "'");
   EXPECT_NE(r.code, 0);
   EXPECT_NE(r.code, 124) << "timed out: the surviving rank hung";
   EXPECT_NE(r.err.find("rank 1"), std::string::npos) << r.err;
@@ -129,7 +137,9 @@ TEST(CliDist, ARankThatDiesEndsTheOther) {
 TEST(CliDist, BadModeNamesTheChoices) {
   const RunResult r = ridge::test::run(kModel + "--ddp ring");
   EXPECT_EQ(r.code, 2);
-  EXPECT_EQ(r.err, "ridge: --ddp: mode: 'ring' is not a data-parallel mode (accepted: naive, flat, overlap, bucketed)\n");
+  EXPECT_EQ(
+      r.err,
+      "ridge: --ddp: mode: 'ring' is not a data-parallel mode (accepted: naive, flat, overlap, bucketed)\n");
 }
 
 #endif

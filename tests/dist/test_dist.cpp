@@ -159,7 +159,8 @@ void expect_bit_exact(const RunSpec& spec) {
   const auto want = run_accumulated(spec, b);
   ASSERT_EQ(got.size(), want.size());
   const size_t i = first_difference(got, want);
-  EXPECT_EQ(i, got.size()) << "rank " << rank() << ": parameter " << i << " is " << got[i] << ", want " << want[i];
+  EXPECT_EQ(i, got.size()) << "rank " << rank() << ": parameter " << i << " is " << got[i] << ", want "
+                           << want[i];
   // The run really trained: parameters moved away from the initialisation.
   rm::Trainer init(tiny(), train_config(2));
   EXPECT_LT(first_difference(got, {init.model().params().begin(), init.model().params().end()}), got.size());
@@ -225,9 +226,15 @@ double mb_for_buckets(int want) {
   return -1;
 }
 
-TEST(DistDdp, NaiveEqualsAccumulatedSingleProcess) { expect_bit_exact(RunSpec(ddp(rd::DdpMode::naive))); }
-TEST(DistDdp, FlatEqualsAccumulatedSingleProcess) { expect_bit_exact(RunSpec(ddp(rd::DdpMode::flat))); }
-TEST(DistDdp, OverlapEqualsAccumulatedSingleProcess) { expect_bit_exact(RunSpec(ddp(rd::DdpMode::overlap))); }
+TEST(DistDdp, NaiveEqualsAccumulatedSingleProcess) {
+  expect_bit_exact(RunSpec(ddp(rd::DdpMode::naive)));
+}
+TEST(DistDdp, FlatEqualsAccumulatedSingleProcess) {
+  expect_bit_exact(RunSpec(ddp(rd::DdpMode::flat)));
+}
+TEST(DistDdp, OverlapEqualsAccumulatedSingleProcess) {
+  expect_bit_exact(RunSpec(ddp(rd::DdpMode::overlap)));
+}
 TEST(DistDdp, BucketedWithOneTwoThreeBuckets) {
   for (int n : {1, 2, 3}) {
     const double mb = mb_for_buckets(n);
@@ -261,7 +268,8 @@ TEST(DistShard, Cs336EqualsAccumulatedSingleProcess) {
   for (auto mode : {rd::DdpMode::flat, rd::DdpMode::overlap}) {
     SCOPED_TRACE(rd::ddp_mode_name(mode));
     expect_bit_exact(RunSpec(ddp(mode, 25, rd::Sharding::cs336)));
-    expect_bit_exact(RunSpec(ddp(mode, 25, rd::Sharding::cs336), rm::Precision::fp32, {"layers.0.attn.q_proj.weight"}));
+    expect_bit_exact(
+        RunSpec(ddp(mode, 25, rd::Sharding::cs336), rm::Precision::fp32, {"layers.0.attn.q_proj.weight"}));
   }
 }
 TEST(DistShard, Zero1EqualsAccumulatedSingleProcess) {
@@ -316,8 +324,8 @@ TEST(DistDdp, MatchesFullBatchSingleProcessWithinReassociationBound) {
     for (size_t i = 0; i < got.size(); ++i) err = std::max(err, std::abs(double(got[i]) - double(want[i])));
     EXPECT_LE(err, kSteps * lr * 1.4 * bound) << "max |p_ddp - p_full| after " << kSteps << " steps";
     if (rank() == 0)
-      std::printf("  max |p_ddp - p_full| = %.3g after %d steps (bound %.3g)\n", err, static_cast<int>(kSteps),
-                  kSteps * lr * 1.4 * bound);
+      std::printf("  max |p_ddp - p_full| = %.3g after %d steps (bound %.3g)\n", err,
+                  static_cast<int>(kSteps), kSteps * lr * 1.4 * bound);
     EXPECT_GT(err, 0.0) << "suspicious: the reassociated sums gave identical bits everywhere";
   }
 }
@@ -366,7 +374,8 @@ TEST(DistDdp, CheckpointsOfShardedRunsLoadSingleProcessAndBack) {
     rm::Trainer full(tiny(), train_config(2));
     full.load(path);
     for (int64_t i = sb; i < se; ++i)
-      ASSERT_EQ(r2.optimizer().m()[static_cast<size_t>(i - sb)], full.optimizer().m()[static_cast<size_t>(i)]);
+      ASSERT_EQ(r2.optimizer().m()[static_cast<size_t>(i - sb)],
+                full.optimizer().m()[static_cast<size_t>(i)]);
     MPI_Barrier(MPI_COMM_WORLD);
   }
   MPI_Barrier(MPI_COMM_WORLD);
