@@ -17,6 +17,9 @@
 #include "ridge/bench/trace.hpp"
 #include "ridge/model/train.hpp"
 #include "ridge/roofline.hpp"
+#ifdef RIDGE_HAVE_DIST
+#include "ridge/dist.hpp"
+#endif
 
 namespace {
 
@@ -33,7 +36,21 @@ struct Args {
   uint64_t seed = 0;
   int threads = -1;
   bool json = false;
+  std::string ddp, shard;  // data parallelism under mpirun (empty: one process)
+  double bucket_mb = 25;
 };
+
+uint64_t fnv_hash(const void* data, size_t bytes, uint64_t h = 0xcbf29ce484222325ull) {
+  const auto* b = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < bytes; ++i) h = (h ^ b[i]) * 0x100000001b3ull;
+  return h;
+}
+
+// Started by mpirun with more than one rank: then `ridge train` is one rank of a data-parallel run.
+bool dist_launched() {
+  const char* n = std::getenv("OMPI_COMM_WORLD_SIZE");
+  return n && std::string(n) != "1";
+}
 
 // The text's bytes, read after checking it is a regular file (a FIFO would block the read).
 std::string read_text(const std::string& path) {
@@ -80,7 +97,18 @@ std::string duration(double s) {
   return fmt::format("{:.0f}h{:02.0f}m", std::floor(s / 3600), std::fmod(s / 60, 60));
 }
 
-void run(const Args& a) {
+// Everything a run needs before its trainer exists; `world` ranks share the global batch.
+struct Prepared {
+  model::ModelConfig c;
+  model::TrainConfig t;  // t.batch: this rank's share
+  std::optional<model::TokenFile> file;
+  std::vector<uint16_t> text_tokens;
+  std::string source;
+  uint64_t hash = 0;  // of the configuration and the data, for the ranks to compare
+};
+
+Prepared prepare(const Args& a, int world) {
+  Prepared p;
   if (a.threads != -1) {
     check(a.threads >= 1, "--threads: {} is not a thread count (expected an integer >= 1)", a.threads);
     set_num_threads(a.threads);
@@ -94,9 +122,10 @@ void run(const Args& a) {
   check(a.batch >= 1, "--batch: must be >= 1, got {}", a.batch);
 
   // Data first: its vocabulary sets the default vocab_size.
-  std::optional<model::TokenFile> file;
-  std::vector<uint16_t> text_tokens;
-  std::string source = "random tokens";
+  auto& file = p.file;
+  auto& text_tokens = p.text_tokens;
+  std::string& source = p.source;
+  source = "random tokens";
   int64_t data_vocab = 0;
   if (!a.data.empty()) {
     try {
@@ -115,7 +144,7 @@ void run(const Args& a) {
   const int64_t vocab = a.vocab > 0 ? a.vocab : (data_vocab > 0 ? (a.text.empty() ? 10000 : 256) : 10000);
   check(a.vocab >= 0, "--vocab: must be > 0, got {}", a.vocab);
   check(vocab >= data_vocab, "--vocab: {} is smaller than the data's largest token id + 1 ({})", vocab, data_vocab);
-  model::ModelConfig c;
+  model::ModelConfig& c = p.c;
   try {
     c = model::preset(a.size, vocab, a.context);
   } catch (const Error& e) {
@@ -131,8 +160,10 @@ void run(const Args& a) {
     fail("model: {} (from --size and --d-model/--d-ff/--layers/--heads)", e.what());
   }
 
-  model::TrainConfig t;
-  t.batch = a.batch;
+  model::TrainConfig& t = p.t;
+  check(a.batch % world == 0, "--batch: the global batch {} does not divide among {} ranks (give a multiple of {})",
+        a.batch, world, world);
+  t.batch = a.batch / world;
   t.seq = a.context;
   t.precision = model::parse_precision(a.precision);
   t.attention = model::parse_attention_path(a.attention);
@@ -159,26 +190,53 @@ void run(const Args& a) {
         "context", units::format_bytes(need), units::format_bytes(avail));
 
   if (!a.checkpoint.empty()) {
-    const fs::path p(a.checkpoint);
-    const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
+    const fs::path cp(a.checkpoint);
+    const fs::path dir = cp.has_parent_path() ? cp.parent_path() : fs::path(".");
     std::error_code ec;
     check(fs::is_directory(dir, ec), "--checkpoint: the folder '{}' does not exist", dir.string());
-    check(!fs::is_directory(p, ec), "--checkpoint: '{}' is a folder; give a file path", a.checkpoint);
+    check(!fs::is_directory(cp, ec), "--checkpoint: '{}' is a folder; give a file path", a.checkpoint);
   }
 
+  const std::string cfg = nlohmann::json(c).dump() +
+                          fmt::format("|{} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {}|{}", a.batch, t.seq,
+                                      a.precision, a.attention, a.lr, t.lr_min, t.warmup_steps, a.steps, a.beta1,
+                                      a.beta2, a.eps, a.weight_decay, a.clip, a.seed, a.ddp, a.shard, a.bucket_mb,
+                                      a.resume, world);
+  p.hash = fnv_hash(cfg.data(), cfg.size());
+  if (file) p.hash = fnv_hash(file->data(), static_cast<size_t>(file->size()) * 2, p.hash);
+  if (!text_tokens.empty()) p.hash = fnv_hash(text_tokens.data(), text_tokens.size() * 2, p.hash);
+  return p;
+}
+
+void load_resume(model::Trainer& trainer, const Args& a) {
+  if (a.resume.empty()) return;
+  try {
+    trainer.load(a.resume);
+  } catch (const Error& e) {
+    fail("--resume: {}", e.what());
+  }
+}
+
+#ifdef RIDGE_HAVE_DIST
+using DataParallelPtr = dist::DataParallel*;
+#else
+using DataParallelPtr = void*;
+#endif
+
+// The training loop. Under data parallelism every rank draws the same global batch from the same
+// generator (so the data equal a single process's) and trains on its slice; rank 0 prints and saves.
+void train_loop(const Args& a, const Prepared& p, model::Trainer& trainer, DataParallelPtr dp, int rank, int world) {
+  const auto& c = p.c;
+  const auto& t = p.t;
+  const auto& file = p.file;
+  const auto& text_tokens = p.text_tokens;
+  const bool print = rank == 0;
+  (void)dp;  // used only when built with MPI
   if (!a.trace.empty()) {
     check(a.trace != a.checkpoint && a.trace != a.resume && a.trace != a.data && a.trace != a.text,
           "--trace: '{}' is also an input or the checkpoint; choose another path", a.trace);
-    trace::set_thread_name("main");
+    trace::set_thread_name(fmt::format("rank {}", rank));
     trace::start_recording();
-  }
-  model::Trainer trainer(c, t);
-  if (!a.resume.empty()) {
-    try {
-      trainer.load(a.resume);
-    } catch (const Error& e) {
-      fail("--resume: {}", e.what());
-    }
   }
 
   // The peak model FLOPs utilisation is held against: the probed peak of the dtype the GEMMs run in.
@@ -190,16 +248,26 @@ void run(const Args& a) {
       peak = 0;
     }
   }
-  const double flops_step = model::training_flops(c, t.batch, t.seq);
-  const double tokens_step = static_cast<double>(t.batch * t.seq);
-  if (!a.json) {
+  const int64_t global_batch = t.batch * world;
+  const double flops_step = model::training_flops(c, global_batch, t.seq);
+  const double tokens_step = static_cast<double>(global_batch * t.seq);
+  if (!a.json && print) {
     fmt::print("model     {}: d_model {}, {} layers, {} heads, d_ff {}, vocab {}, {:.2f}M parameters\n", a.size,
                c.d_model, c.num_layers, c.num_heads, c.d_ff, c.vocab_size, static_cast<double>(c.param_count()) / 1e6);
     fmt::print("training  {} steps of {} x {} tokens, {} precision, {} attention, {} threads, lr {:.3g} -> {:.3g} (warm-up "
                "{}), AdamW wd {:.3g}, clip {:.3g}\n",
-               a.steps, t.batch, t.seq, model::precision_name(t.precision), model::attention_path_name(t.attention),
+               a.steps, global_batch, t.seq, model::precision_name(t.precision), model::attention_path_name(t.attention),
                get_num_threads(), t.lr_max, t.lr_min, t.warmup_steps, t.adamw.weight_decay, t.max_grad_norm);
-    fmt::print("data      {}\n", source);
+    fmt::print("data      {}\n", p.source);
+#ifdef RIDGE_HAVE_DIST
+    if (dp)
+      fmt::print("parallel  {} ranks, {} slice each, --ddp {}{} ({} reductions of gradients per step), optimizer sharding "
+                 "{}\n",
+                 world, t.batch, dist::ddp_mode_name(dp->config().mode),
+                 dp->config().mode == dist::DdpMode::bucketed ? fmt::format(" --bucket-mb {}", a.bucket_mb) : "",
+                 dp->config().sharding == dist::Sharding::zero1 ? 1 : dp->buckets().size(),
+                 dist::sharding_name(dp->config().sharding));
+#endif
     fmt::print("mfu       against {}\n", peak > 0 ? fmt::format("the probed {} peak, {:.1f} GFLOP/s",
                                                                t.precision == model::Precision::bf16 ? "bf16" : "fp32",
                                                                peak / 1e9)
@@ -210,7 +278,8 @@ void run(const Args& a) {
   }
 
   model::Rng& rng = trainer.rng();
-  std::vector<int32_t> x(static_cast<size_t>(t.batch * t.seq)), y(x.size());
+  std::vector<int32_t> x(static_cast<size_t>(global_batch * t.seq)), y(x.size());
+  const size_t slice = static_cast<size_t>(rank * t.batch * t.seq);
   std::vector<uint16_t> random_stream;
   const auto start = std::chrono::steady_clock::now();
   auto window_start = start;
@@ -222,9 +291,9 @@ void run(const Args& a) {
     if (file) {
       check(file->max_token() < c.vocab_size, "--data: holds token id {}, beyond vocab {}", file->max_token(),
             c.vocab_size);
-      model::sample_batch(file->data(), file->size(), t.batch, t.seq, rng, x.data(), y.data());
+      model::sample_batch(file->data(), file->size(), global_batch, t.seq, rng, x.data(), y.data());
     } else if (!text_tokens.empty()) {
-      model::sample_batch(text_tokens.data(), static_cast<int64_t>(text_tokens.size()), t.batch, t.seq, rng,
+      model::sample_batch(text_tokens.data(), static_cast<int64_t>(text_tokens.size()), global_batch, t.seq, rng,
                           x.data(), y.data());
     } else {
       for (size_t i = 0; i < x.size(); ++i) {
@@ -232,14 +301,17 @@ void run(const Args& a) {
         y[i] = static_cast<int32_t>(rng.below(static_cast<uint64_t>(c.vocab_size)));
       }
     }
-    const model::StepResult r = trainer.step(x.data(), y.data());
+    model::StepResult r = trainer.step(x.data() + slice, y.data() + slice);
+#ifdef RIDGE_HAVE_DIST
+    if (dp) r.loss = dist::mean(r.loss);  // each rank's mean over an equal share of the tokens
+#endif
     ++window_steps;
     if (std::isfinite(r.loss)) {
       window_loss += r.loss;
       ++window_loss_n;
     }
     const bool last = s + 1 == a.steps;
-    if ((s + 1) % a.log_every == 0 || last || s == first) {
+    if (print && ((s + 1) % a.log_every == 0 || last || s == first)) {
       const auto now = std::chrono::steady_clock::now();
       const double dt = std::chrono::duration<double>(now - window_start).count();
       const double per_step = dt / static_cast<double>(window_steps);
@@ -266,20 +338,104 @@ void run(const Args& a) {
       window_loss = 0;
       window_loss_n = 0;
     }
-    if (!a.checkpoint.empty() && ((a.save_every > 0 && (s + 1) % a.save_every == 0) || last))
-      trainer.save(a.checkpoint);
+    if (!a.checkpoint.empty() && ((a.save_every > 0 && (s + 1) % a.save_every == 0) || last)) {
+#ifdef RIDGE_HAVE_DIST
+      if (dp)
+        dp->save(a.checkpoint);
+      else
+#endif
+        trainer.save(a.checkpoint);
+    }
   }
   if (!a.trace.empty()) {
     trace::stop_recording();
-    trace::write(a.trace);
-    if (!a.json)
-      fmt::print("trace     {} events -> {} (open in https://ui.perfetto.dev)\n", trace::event_count(), a.trace);
+    // Under data parallelism each rank writes its own file: NAME.rankR.json beside NAME.json.
+    std::string path = a.trace;
+    if (world > 1) {
+      const auto dot = path.rfind('.');
+      path = (dot == std::string::npos ? path : path.substr(0, dot)) + fmt::format(".rank{}", rank) +
+             (dot == std::string::npos ? "" : path.substr(dot));
+    }
+    trace::write(path);
+    if (!a.json && print)
+      fmt::print("trace     {} events -> {} (open in https://ui.perfetto.dev)\n", trace::event_count(), path);
   }
-  if (!a.json) {
+  if (!a.json && print) {
     const double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     fmt::print("done      {} steps in {}{}\n", a.steps - first, duration(total),
                a.checkpoint.empty() ? std::string() : fmt::format("; checkpoint {}", a.checkpoint));
   }
+}
+
+#ifdef RIDGE_HAVE_DIST
+// One rank of `mpirun -np N ridge train --ddp MODE`. Setup errors are agreed on (the failing rank's line
+// is printed by rank 0, every rank exits 2); the configuration and data are compared across ranks; an
+// error during training prints its line and ends every rank (MPI_Abort).
+void run_rank(const Args& a) {
+  dist::DdpConfig cfg;
+  try {
+    cfg.mode = a.ddp.empty() ? dist::DdpMode::flat : dist::parse_ddp_mode(a.ddp);
+  } catch (const Error& e) {
+    fail("--ddp: {}", e.what());
+  }
+  try {
+    cfg.sharding = a.shard.empty() ? dist::Sharding::none : dist::parse_sharding(a.shard);
+  } catch (const Error& e) {
+    fail("--shard-optimizer: {}", e.what());
+  }
+  cfg.bucket_mb = a.bucket_mb;
+  check(std::isfinite(a.bucket_mb) && a.bucket_mb > 0, "--bucket-mb: must be > 0, got {}", a.bucket_mb);
+  check(cfg.sharding != dist::Sharding::zero1 || cfg.mode == dist::DdpMode::flat,
+        "--shard-optimizer zero1: reduce-scatters the flat gradient after backward; use it with --ddp flat (or no "
+        "--ddp), not --ddp {}", a.ddp);
+  bool peer_failed = false;
+  {
+    dist::Session session;
+    try {
+      std::optional<Prepared> p;
+      std::optional<model::Trainer> trainer;
+      std::string err;
+      try {
+        p = prepare(a, session.size());
+        trainer.emplace(p->c, p->t);
+      } catch (const Error& e) {
+        err = e.what();
+      }
+      dist::agree(err);
+      dist::check_same(p->hash, "configuration (arguments, model size, data)");
+      dist::DataParallel dp(*trainer, cfg);
+      try {
+        load_resume(*trainer, a);
+      } catch (const Error& e) {
+        err = e.what();
+      }
+      dist::agree(err);
+      try {
+        train_loop(a, *p, *trainer, &dp, session.rank(), session.size());
+      } catch (const std::exception& e) {
+        dist::abort_all(e.what());
+      }
+    } catch (const dist::PeerFailed&) {
+      peer_failed = true;
+    }
+  }
+  if (peer_failed) std::exit(2);
+}
+#endif
+
+void run(const Args& a) {
+  if (!a.ddp.empty() || !a.shard.empty() || dist_launched()) {
+#ifdef RIDGE_HAVE_DIST
+    run_rank(a);
+    return;
+#else
+    fail("--ddp: this ridge was built without MPI (scripts/setup installs OpenMPI; then rebuild)");
+#endif
+  }
+  Prepared p = prepare(a, 1);
+  model::Trainer trainer(p.c, p.t);
+  load_resume(trainer, a);
+  train_loop(a, p, trainer, nullptr, 0, 1);
 }
 
 void setup(CLI::App& root) {
@@ -315,6 +471,9 @@ void setup(CLI::App& root) {
   cmd->add_option("--threads", a.threads, "threads (default: OMP_NUM_THREADS or all CPUs)");
   cmd->add_option("--trace", a.trace, "write a Chrome trace of the run (ranges per step, layer and operation)");
   cmd->add_flag("--json", a.json, "one JSON object per logged step");
+  cmd->add_option("--ddp", a.ddp, "data parallelism under mpirun: naive, flat, overlap or bucketed (--batch is global)");
+  cmd->add_option("--bucket-mb", a.bucket_mb, "bucketed: bucket size in MB")->capture_default_str();
+  cmd->add_option("--shard-optimizer", a.shard, "optimizer-state sharding across ranks: cs336 or zero1");
   cmd->callback([] { run(a); });
 }
 

@@ -39,8 +39,19 @@ void AdamW<S>::step(std::span<S> params, std::span<const S> grads, double lr, do
   check(params.size() == m_.size() && grads.size() == m_.size(),
         "params: the optimizer holds state for {} values, got {} parameters and {} gradients", m_.size(),
         params.size(), grads.size());
+  advance();
+  update(params, grads, 0, lr, grad_scale);
+}
+
+template <typename S>
+void AdamW<S>::update(std::span<S> params, std::span<const S> grads, int64_t state_offset, double lr,
+                      double grad_scale) {
+  check(grads.size() == params.size(), "grads: {} values for {} parameters", grads.size(), params.size());
+  check(state_offset >= 0 && state_offset + static_cast<int64_t>(params.size()) <= size(),
+        "state_offset: [{}, {}) is outside the optimizer's {} values of state", state_offset,
+        state_offset + static_cast<int64_t>(params.size()), size());
+  check(t_ >= 1, "update: call advance() first (the step count is 0)");
   if (lr < 0) lr = cfg_.lr;
-  ++t_;
   const double bc1 = 1.0 - std::pow(cfg_.beta1, static_cast<double>(t_));
   const double bc2 = 1.0 - std::pow(cfg_.beta2, static_cast<double>(t_));
   const S step_size = static_cast<S>(lr / bc1);
@@ -50,8 +61,8 @@ void AdamW<S>::step(std::span<S> params, std::span<const S> grads, double lr, do
   const S gs = static_cast<S>(grad_scale);
   S* p = params.data();
   const S* g = grads.data();
-  S* m = m_.data();
-  S* v = v_.data();
+  S* m = m_.data() + state_offset;
+  S* v = v_.data() + state_offset;
   const auto n = static_cast<int64_t>(params.size());
   const int nt = get_num_threads();
 #pragma omp parallel for num_threads(nt) schedule(static) if (n >= (1 << 15))
@@ -65,24 +76,34 @@ void AdamW<S>::step(std::span<S> params, std::span<const S> grads, double lr, do
 }
 
 template <typename S>
-double grad_norm(std::span<const S> grads) {
-  // Fixed-size chunks summed in order: the same bits whatever the thread count.
-  constexpr int64_t kChunk = 1 << 14;
+void grad_sq_chunks(std::span<const S> grads, std::span<double> out) {
+  // Fixed-size chunks: the same bits whatever the thread count.
   const auto n = static_cast<int64_t>(grads.size());
-  const int64_t chunks = (n + kChunk - 1) / kChunk;
-  std::vector<double> part(static_cast<size_t>(chunks), 0.0);
+  const int64_t chunks = (n + kNormChunk - 1) / kNormChunk;
+  check(static_cast<int64_t>(out.size()) == chunks, "out: {} values for the {} chunks of {} gradients", out.size(),
+        chunks, n);
   const S* g = grads.data();
   const int nt = get_num_threads();
 #pragma omp parallel for num_threads(nt) schedule(static) if (chunks > 1)
   for (int64_t c = 0; c < chunks; ++c) {
     double ss = 0;
-    for (int64_t i = c * kChunk; i < std::min(n, (c + 1) * kChunk); ++i)
+    for (int64_t i = c * kNormChunk; i < std::min(n, (c + 1) * kNormChunk); ++i)
       ss += static_cast<double>(g[i]) * static_cast<double>(g[i]);
-    part[static_cast<size_t>(c)] = ss;
+    out[static_cast<size_t>(c)] = ss;
   }
+}
+
+double norm_from_chunks(std::span<const double> chunks) {
   double ss = 0;
-  for (double v : part) ss += v;
+  for (double v : chunks) ss += v;
   return std::sqrt(ss);
+}
+
+template <typename S>
+double grad_norm(std::span<const S> grads) {
+  std::vector<double> part(static_cast<size_t>((static_cast<int64_t>(grads.size()) + kNormChunk - 1) / kNormChunk));
+  grad_sq_chunks(grads, std::span<double>(part));
+  return norm_from_chunks(part);
 }
 
 double clip_factor(double norm, double max_norm) {
@@ -132,5 +153,7 @@ template class AdamW<float>;
 template class AdamW<double>;
 template double grad_norm<float>(std::span<const float>);
 template double grad_norm<double>(std::span<const double>);
+template void grad_sq_chunks<float>(std::span<const float>, std::span<double>);
+template void grad_sq_chunks<double>(std::span<const double>, std::span<double>);
 
 }  // namespace ridge::model

@@ -1,5 +1,6 @@
 #include "ridge/model/train.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <nlohmann/json.hpp>
 
@@ -34,8 +35,24 @@ Trainer::Trainer(const ModelConfig& model, const TrainConfig& train)
   check(train.seq <= model.context_length, "seq: {} is longer than the model's context_length {}", train.seq,
         model.context_length);
   model_.init(train.seed);
+  frozen_.assign(model_.tensors().size(), false);
   inputs_.resize(static_cast<size_t>(train.batch * train.seq));
   targets_.resize(inputs_.size());
+}
+
+void Trainer::set_frozen(const std::string& name, bool frozen) {
+  const TensorInfo& t = model_.tensor(name);
+  frozen_[static_cast<size_t>(&t - model_.tensors().data())] = frozen;
+}
+
+void Trainer::shard_optimizer(int64_t begin, int64_t end) {
+  const auto n = static_cast<int64_t>(model_.params().size());
+  check(begin >= 0 && begin <= end && end <= n, "begin, end: [{}, {}) is not a range of the {} parameters", begin, end,
+        n);
+  const int64_t t = adamw_.steps();
+  adamw_ = AdamW<float>(end - begin, adamw_.config());
+  adamw_.set_steps(t);
+  opt_begin_ = begin;
 }
 
 double Trainer::lr_at(int64_t t) const {
@@ -55,10 +72,20 @@ StepResult Trainer::step(const int32_t* inputs, const int32_t* targets) {
   }
   {
     RIDGE_RANGE("backward");
-    model_.backward(static_cast<float>(r.loss_scale));
+    if (hooks_)
+      model_.backward(static_cast<float>(r.loss_scale), [this](int g) { hooks_->group_final(g); });
+    else
+      model_.backward(static_cast<float>(r.loss_scale));
+  }
+  const auto& tensors = model_.tensors();
+  for (size_t i = 0; i < tensors.size(); ++i)
+    if (frozen_[i]) std::fill_n(model_.grads().begin() + tensors[i].offset, tensors[i].numel, 0.0f);
+  if (hooks_) {
+    RIDGE_RANGE("reduce gradients");
+    hooks_->reduce_gradients(model_.grads());
   }
   RIDGE_RANGE("optimizer");
-  const double scaled_norm = grad_norm<float>(model_.grads());
+  const double scaled_norm = hooks_ ? hooks_->grad_norm(model_.grads()) : grad_norm<float>(model_.grads());
   r.grad_norm = scaled_norm / r.loss_scale;
   r.lr = lr_at(adamw_.steps());
   const bool finite = std::isfinite(scaled_norm);
@@ -69,7 +96,27 @@ StepResult Trainer::step(const int32_t* inputs, const int32_t* targets) {
     return r;
   }
   const double clip = cfg_.max_grad_norm > 0 ? clip_factor(r.grad_norm, cfg_.max_grad_norm) : 1.0;
-  adamw_.step(model_.params(), model_.grads(), r.lr, clip / r.loss_scale);
+  // AdamW over the unfrozen tensors inside this worker's optimizer range, in maximal contiguous runs.
+  adamw_.advance();
+  const int64_t ob = optimizer_begin(), oe = optimizer_end();
+  for (size_t i = 0; i < tensors.size();) {
+    if (frozen_[i]) {
+      ++i;
+      continue;
+    }
+    size_t j = i;
+    while (j < tensors.size() && !frozen_[j]) ++j;
+    const int64_t b = std::max(ob, tensors[i].offset), e = std::min(oe, tensors[j - 1].offset + tensors[j - 1].numel);
+    if (b < e)
+      adamw_.update(model_.params().subspan(static_cast<size_t>(b), static_cast<size_t>(e - b)),
+                    std::span<const float>(model_.grads()).subspan(static_cast<size_t>(b), static_cast<size_t>(e - b)),
+                    b - ob, r.lr, clip / r.loss_scale);
+    i = j;
+  }
+  if (hooks_) {
+    RIDGE_RANGE("gather parameters");
+    hooks_->after_update(model_.params());
+  }
   r.step = adamw_.steps();
   return r;
 }
@@ -87,11 +134,18 @@ constexpr const char* kFormat = "ridge-checkpoint-1";
 }
 
 void Trainer::save(const std::string& path) const {
+  auto& self = const_cast<Trainer&>(*this);
+  check(opt_begin_ == 0 && adamw_.size() == static_cast<int64_t>(model_.params().size()),
+        "save: the optimizer state is sharded; gather it and pass it to save(path, exp_avg, exp_avg_sq)");
+  save(path, self.adamw_.m(), self.adamw_.v());
+}
+
+void Trainer::save(const std::string& path, std::span<const float> m, std::span<const float> v) const {
   auto& self = const_cast<Trainer&>(*this);  // the writer only reads the buffers it is handed
+  check(m.size() == model_.params().size() && v.size() == m.size(),
+        "exp_avg, exp_avg_sq: need {} values each, got {} and {}", model_.params().size(), m.size(), v.size());
   SafetensorsWriter w;
   auto params = self.model_.params();
-  auto m = self.adamw_.m();
-  auto v = self.adamw_.v();
   for (const TensorInfo& t : model_.tensors()) {
     w.add(t.name, DType::f32, t.shape, params.data() + t.offset);
     w.add("optimizer.exp_avg." + t.name, DType::f32, t.shape, m.data() + t.offset);
@@ -134,6 +188,13 @@ void Trainer::load(const std::string& path) {
     const std::vector<float> v = f.to_f32(name);
     std::copy(v.begin(), v.end(), dst.begin() + t.offset);
   };
+  // The optimizer state of this worker's range only (all of it unless sharded).
+  auto copy_state = [&](const std::string& name, const TensorInfo& t, std::span<float> dst) {
+    const int64_t b = std::max(opt_begin_, t.offset), e = std::min(optimizer_end(), t.offset + t.numel);
+    if (b >= e) return;
+    const std::vector<float> v = f.to_f32(name);
+    std::copy(v.begin() + (b - t.offset), v.begin() + (e - t.offset), dst.begin() + (b - opt_begin_));
+  };
   // Check everything before changing anything, so a bad file leaves the trainer as it was.
   for (const TensorInfo& t : model_.tensors()) {
     check(f.contains(t.name), "checkpoint '{}': missing the tensor '{}'", path, t.name);
@@ -154,13 +215,16 @@ void Trainer::load(const std::string& path) {
     for (const TensorInfo& t : model_.tensors()) {
       check(f.contains("optimizer.exp_avg." + t.name) && f.contains("optimizer.exp_avg_sq." + t.name),
             "checkpoint '{}': missing the optimizer state of '{}'", path, t.name);
+      check(f.at("optimizer.exp_avg." + t.name).shape == t.shape &&
+                f.at("optimizer.exp_avg_sq." + t.name).shape == t.shape,
+            "checkpoint '{}': the optimizer state of '{}' has the wrong shape for this model", path, t.name);
     }
   }
   for (const TensorInfo& t : model_.tensors()) copy(t.name, t, model_.params());
   if (full) {
     for (const TensorInfo& t : model_.tensors()) {
-      copy("optimizer.exp_avg." + t.name, t, adamw_.m());
-      copy("optimizer.exp_avg_sq." + t.name, t, adamw_.v());
+      copy_state("optimizer.exp_avg." + t.name, t, adamw_.m());
+      copy_state("optimizer.exp_avg_sq." + t.name, t, adamw_.v());
     }
     adamw_.set_steps(state.at("step").get<int64_t>());
     rng_.set_state(state.at("rng").get<std::array<uint64_t, 4>>());

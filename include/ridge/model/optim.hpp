@@ -30,6 +30,12 @@ class AdamW {
   // lr < 0 means config.lr. Steps params[i] with grads[i] * grad_scale (grad_scale unscales a loss
   // scale or applies clipping in the same pass).
   void step(std::span<S> params, std::span<const S> grads, double lr = -1, double grad_scale = 1);
+  // step() in two halves, for an optimizer that steps only some ranges of the parameters (frozen
+  // tensors skipped, or a shard of a data-parallel run): advance() counts one step; update() steps
+  // params[i] with grads[i] using the state at state_offset + i and the current step count.
+  void advance() { ++t_; }
+  void update(std::span<S> params, std::span<const S> grads, int64_t state_offset, double lr, double grad_scale = 1);
+  int64_t size() const { return static_cast<int64_t>(m_.size()); }
   int64_t steps() const { return t_; }
   void set_steps(int64_t t) { t_ = t; }
   std::span<S> m() { return m_.span(); }
@@ -46,6 +52,13 @@ class AdamW {
 // The L2 norm of the gradient (summed in double). Not finite when any gradient is inf or NaN.
 template <typename S>
 double grad_norm(std::span<const S> grads);
+// grad_norm's sum of squares in its fixed chunks: out[c] = sum of g^2 over [c * kNormChunk, (c + 1) *
+// kNormChunk), in double. A data-parallel shard aligned to the chunks computes its part and the
+// parts are summed in chunk order, giving grad_norm's bits without gathering the gradient.
+inline constexpr int64_t kNormChunk = int64_t{1} << 14;
+template <typename S>
+void grad_sq_chunks(std::span<const S> grads, std::span<double> out);
+double norm_from_chunks(std::span<const double> chunks);
 // The factor clipping multiplies gradients by: max_norm / (norm + 1e-6) when norm > max_norm, else 1.
 double clip_factor(double norm, double max_norm);
 

@@ -4,7 +4,9 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "ridge/model/data.hpp"
 #include "ridge/model/model.hpp"
@@ -36,6 +38,22 @@ struct StepResult {
   bool skipped = false;     // non-finite gradients: no update (the loss scale backs off in fp16)
 };
 
+// What a data-parallel layer (the dist module) plugs into Trainer::step. The defaults are what a
+// single process does.
+class StepHooks {
+ public:
+  virtual ~StepHooks() = default;
+  // From the backward pass, as soon as group g's gradients are final.
+  virtual void group_final(int group) { (void)group; }
+  // After backward (frozen tensors' gradients already zeroed): make grads the average over every
+  // worker, at least over the range this worker's optimizer steps.
+  virtual void reduce_gradients(std::span<float> grads) { (void)grads; }
+  // The global L2 norm of the averaged gradient.
+  virtual double grad_norm(std::span<const float> grads) { return model::grad_norm<float>(grads); }
+  // After the optimizer stepped its range: make every worker's parameters whole again.
+  virtual void after_update(std::span<float> params) { (void)params; }
+};
+
 class Trainer {
  public:
   Trainer(const ModelConfig& model, const TrainConfig& train);
@@ -53,9 +71,24 @@ class Trainer {
   // A batch drawn from the token file with the trainer's generator, then step().
   StepResult step(const TokenFile& data);
 
+  // Data parallelism: hooks called by step() (nullptr: none; the hooks must outlive their use).
+  void set_hooks(StepHooks* hooks) { hooks_ = hooks; }
+  // A frozen tensor is neither updated nor decayed; its gradient is zeroed after backward, so the
+  // norm and clipping ignore it. ridge::Error for unknown names.
+  void set_frozen(const std::string& name, bool frozen = true);
+  bool frozen(size_t tensor_index) const { return frozen_[tensor_index]; }
+  const std::vector<bool>& frozen_flags() const { return frozen_; }
+  // Keep AdamW state only for the flat parameter range [begin, end) and step only that range
+  // (optimizer-state sharding; the other workers step the rest). Resets the state, keeps the step.
+  void shard_optimizer(int64_t begin, int64_t end);
+  int64_t optimizer_begin() const { return opt_begin_; }
+  int64_t optimizer_end() const { return opt_begin_ + adamw_.size(); }
+
   // Writes parameters, AdamW state, step, generator state and loss scale (atomically: a failed write
   // leaves an existing file as it was).
   void save(const std::string& path) const;
+  // The same with AdamW's state for every parameter given (a sharded run gathers it first).
+  void save(const std::string& path, std::span<const float> exp_avg, std::span<const float> exp_avg_sq) const;
   // Loads a checkpoint written by save() (everything resumes), or a weights-only file (PyTorch's
   // state_dict saved as safetensors): then the optimizer starts fresh. The model's config must match.
   void load(const std::string& path);
@@ -67,6 +100,9 @@ class Trainer {
   LossScaler scaler_;
   Rng rng_;
   std::vector<int32_t> inputs_, targets_;
+  StepHooks* hooks_ = nullptr;
+  std::vector<bool> frozen_;
+  int64_t opt_begin_ = 0;
 };
 
 }  // namespace ridge::model

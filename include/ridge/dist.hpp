@@ -1,0 +1,150 @@
+// Data-parallel training over MPI: every rank holds the whole model, trains on its slice of the
+// global batch, and the gradients are averaged across ranks before each optimizer step.
+//
+//   naive     one blocking all-reduce per parameter tensor after the backward pass
+//   flat      one all-reduce of the flat gradient buffer (one per contiguous run of unfrozen tensors)
+//   overlap   a non-blocking all-reduce per tensor, started from the backward observer as soon as the
+//             tensor's group is final; the observer tests the outstanding requests, which is what makes
+//             OpenMPI's non-blocking collectives progress while the next layer's backward runs
+//   bucketed  the same per bucket: tensors in flat order (= reverse parameter order, the order
+//             backward finishes them) packed into contiguous buckets of at most bucket_mb MB
+//
+// Optimizer-state sharding: `cs336` assigns whole tensors to ranks (contiguous, balanced by size); the
+// gradients are all-reduced as above, each rank steps its tensors and broadcasts them. `zero1`
+// reduce-scatters the flat gradient, each rank steps its shard (aligned to the norm's chunks, so the
+// global norm is grad_norm's exact bits) and the shards are all-gathered. Either way a rank holds
+// AdamW state for its range only.
+//
+// Averaging is sum / world size. Frozen tensors are never communicated in the DDP modes; zero1's
+// reduce-scatter and all-gather cover the whole flat buffer (frozen gradients are zeros there).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ridge/model/model.hpp"
+#include "ridge/model/train.hpp"
+
+namespace ridge::dist {
+
+// MPI for this process: initialised by the first Session, finalised when it is destroyed.
+class Session {
+ public:
+  Session();
+  ~Session();
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+
+ private:
+  int rank_ = 0, size_ = 1;
+  bool owns_ = false;
+};
+
+// True when this process was started by mpirun/mpiexec (OpenMPI's or PMI's environment is set).
+bool launched_by_mpirun();
+
+// Prints "ridge: rank R: message" on stderr and ends every rank (MPI_Abort with `code`).
+[[noreturn]] void abort_all(const std::string& message, int code = 2);
+
+// Thrown on the ranks that did not fail when agree() finds that another one did (that rank, or rank
+// 0, prints the line); the caller exits with status 2 without printing.
+struct PeerFailed {};
+
+// A collective check after a phase every rank runs (setup): error is this rank's message ("" when it
+// succeeded). If any rank failed, rank 0 throws ridge::Error("rank R: message") for the lowest
+// failing rank R and every other rank throws PeerFailed.
+void agree(const std::string& error);
+
+// All ranks must pass equal values (a hash of the configuration and the data): otherwise ridge::Error
+// on rank 0 naming the first rank that differs and `what`, PeerFailed on the others.
+void check_same(uint64_t value, const std::string& what);
+
+// 64-bit FNV-1a, for check_same.
+uint64_t fnv1a(const void* data, size_t bytes, uint64_t h = 0xcbf29ce484222325ull);
+
+// Mean of x over the ranks (the loss for printing, a time).
+double mean(double x);
+double max(double x);
+
+enum class DdpMode { naive, flat, overlap, bucketed };
+DdpMode parse_ddp_mode(const std::string& name);  // ridge::Error listing the modes otherwise
+const char* ddp_mode_name(DdpMode m);
+enum class Sharding { none, cs336, zero1 };
+Sharding parse_sharding(const std::string& name);  // "none", "cs336", "zero1"
+const char* sharding_name(Sharding s);
+
+struct DdpConfig {
+  DdpMode mode = DdpMode::flat;
+  double bucket_mb = 25;  // bucketed only: MB = 1e6 bytes
+  Sharding sharding = Sharding::none;
+  void validate() const;
+};
+
+// A run of tensors [first, last] contiguous in the flat buffer, reduced as one.
+struct Bucket {
+  int first = 0, last = 0;  // tensor indices, inclusive
+  int64_t offset = 0, numel = 0;
+  int ready_group = 0;  // the backward group after which all its gradients are final
+};
+// Buckets of at most bucket_mb MB of fp32 gradients over the unfrozen tensors in flat order; a frozen
+// tensor ends a bucket (a bucket is one slice), a tensor larger than the limit gets a bucket alone.
+std::vector<Bucket> plan_buckets(const std::vector<model::TensorInfo>& tensors,
+                                 const std::vector<bool>& frozen, double bucket_mb);
+// cs336: contiguous tensor ranges per rank, balanced by unfrozen elements; [begin, end) offsets.
+std::vector<std::pair<int64_t, int64_t>> shard_by_tensor(const std::vector<model::TensorInfo>& tensors,
+                                                         const std::vector<bool>& frozen, int world);
+// zero1: the flat range cut into `world` pieces on multiples of `align` elements.
+std::vector<std::pair<int64_t, int64_t>> shard_flat(int64_t n, int world, int64_t align);
+
+// Communication time of the last step (seconds): all of it, and the part that ran while backward was
+// still computing (overlap and bucketed: from a request's start to the end of backward).
+struct CommStats {
+  double comm_s = 0;     // wall time inside MPI calls and waits after backward, plus overlapped spans
+  double exposed_s = 0;  // time after backward spent finishing gradient communication
+  double hidden_s = 0;   // communication time that overlapped the backward pass
+  int64_t bytes = 0;     // gradient bytes this rank sent into collectives
+  int collectives = 0;
+};
+
+// Plugs data parallelism into a Trainer: broadcasts rank 0's parameters, shards the optimizer, and
+// reduces gradients in the configured way at every step. The trainer's batch is this rank's slice.
+class DataParallel : public model::StepHooks {
+ public:
+  DataParallel(model::Trainer& trainer, const DdpConfig& config);
+  ~DataParallel() override;
+  DataParallel(const DataParallel&) = delete;
+  DataParallel& operator=(const DataParallel&) = delete;
+
+  int rank() const { return rank_; }
+  int world() const { return world_; }
+  const DdpConfig& config() const { return cfg_; }
+  const std::vector<Bucket>& buckets() const { return buckets_; }
+  std::pair<int64_t, int64_t> shard() const;  // this rank's optimizer range
+  const CommStats& last_stats() const { return stats_; }
+
+  // Rank 0's parameters to every rank (also done by the constructor).
+  void broadcast_parameters();
+  // Writes the checkpoint on rank 0 (gathering the sharded optimizer state first); collective.
+  void save(const std::string& path);
+
+  void group_final(int group) override;
+  void reduce_gradients(std::span<float> grads) override;
+  double grad_norm(std::span<const float> grads) override;
+  void after_update(std::span<float> params) override;
+
+ private:
+  struct Impl;
+  model::Trainer& trainer_;
+  DdpConfig cfg_;
+  int rank_ = 0, world_ = 1;
+  std::vector<Bucket> buckets_;
+  std::vector<std::pair<int64_t, int64_t>> shards_;
+  CommStats stats_;
+  Impl* impl_ = nullptr;
+};
+
+}  // namespace ridge::dist

@@ -1,0 +1,483 @@
+#include "ridge/dist.hpp"
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <climits>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
+
+#include "ridge/bench/trace.hpp"
+#include "ridge/core/error.hpp"
+#include "ridge/model/optim.hpp"
+
+namespace ridge::dist {
+
+namespace {
+
+double now() {
+  return MPI_Wtime();
+}
+
+int world_rank() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+int world_size() {
+  int n = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  return n;
+}
+
+// MPI counts are int: longer ranges go in pieces of at most 2^30 elements.
+constexpr int64_t kMaxCount = int64_t{1} << 30;
+
+}  // namespace
+
+Session::Session() {
+  int inited = 0;
+  MPI_Initialized(&inited);
+  if (!inited) {
+    int provided = 0;
+    // Only the main thread calls MPI (OpenMP workers never do).
+    if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
+      fail("MPI_Init_thread failed: is this process started by mpirun?");
+    owns_ = true;
+  }
+  rank_ = world_rank();
+  size_ = world_size();
+}
+
+Session::~Session() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (owns_ && !finalized) MPI_Finalize();
+}
+
+bool launched_by_mpirun() {
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS"})
+    if (std::getenv(v)) return true;
+  return false;
+}
+
+void abort_all(const std::string& message, int code) {
+  std::fprintf(stderr, "ridge: rank %d: %s\n", world_rank(), message.c_str());
+  std::fflush(stderr);
+  MPI_Abort(MPI_COMM_WORLD, code);
+  std::_Exit(code);
+}
+
+void agree(const std::string& error) {
+  const int rank = world_rank();
+  int mine = error.empty() ? INT_MAX : rank, first = INT_MAX;
+  MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  if (first == INT_MAX) return;
+  int len = rank == first ? static_cast<int>(error.size()) : 0;
+  MPI_Bcast(&len, 1, MPI_INT, first, MPI_COMM_WORLD);
+  std::string msg = rank == first ? error : std::string(static_cast<size_t>(len), ' ');
+  MPI_Bcast(msg.data(), len, MPI_CHAR, first, MPI_COMM_WORLD);
+  if (rank == 0) throw Error(first == 0 ? msg : fmt::format("rank {}: {}", first, msg));
+  throw PeerFailed{};
+}
+
+void check_same(uint64_t value, const std::string& what) {
+  const int n = world_size();
+  std::vector<uint64_t> all(static_cast<size_t>(n));
+  MPI_Allgather(&value, 1, MPI_UINT64_T, all.data(), 1, MPI_UINT64_T, MPI_COMM_WORLD);
+  for (int r = 1; r < n; ++r) {
+    if (all[static_cast<size_t>(r)] == all[0]) continue;
+    if (world_rank() == 0)
+      fail("rank {} has a different {} from rank 0's (every rank must get the same arguments and data)", r,
+           what);
+    throw PeerFailed{};
+  }
+}
+
+uint64_t fnv1a(const void* data, size_t bytes, uint64_t h) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < bytes; ++i) h = (h ^ p[i]) * 0x100000001b3ull;
+  return h;
+}
+
+double mean(double x) {
+  double s = 0;
+  MPI_Allreduce(&x, &s, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  return s / world_size();
+}
+
+double max(double x) {
+  double m = 0;
+  MPI_Allreduce(&x, &m, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  return m;
+}
+
+DdpMode parse_ddp_mode(const std::string& name) {
+  if (name == "naive") return DdpMode::naive;
+  if (name == "flat") return DdpMode::flat;
+  if (name == "overlap") return DdpMode::overlap;
+  if (name == "bucketed") return DdpMode::bucketed;
+  fail("mode: '{}' is not a data-parallel mode (accepted: naive, flat, overlap, bucketed)", name);
+}
+const char* ddp_mode_name(DdpMode m) {
+  switch (m) {
+    case DdpMode::naive:
+      return "naive";
+    case DdpMode::flat:
+      return "flat";
+    case DdpMode::overlap:
+      return "overlap";
+    case DdpMode::bucketed:
+      return "bucketed";
+  }
+  return "?";
+}
+Sharding parse_sharding(const std::string& name) {
+  if (name == "none") return Sharding::none;
+  if (name == "cs336") return Sharding::cs336;
+  if (name == "zero1") return Sharding::zero1;
+  fail("sharding: '{}' is not an optimizer sharding scheme (accepted: none, cs336, zero1)", name);
+}
+const char* sharding_name(Sharding s) {
+  switch (s) {
+    case Sharding::none:
+      return "none";
+    case Sharding::cs336:
+      return "cs336";
+    case Sharding::zero1:
+      return "zero1";
+  }
+  return "?";
+}
+
+void DdpConfig::validate() const {
+  check(std::isfinite(bucket_mb) && bucket_mb > 0, "bucket_mb: must be finite and > 0, got {}", bucket_mb);
+  check(sharding != Sharding::zero1 || mode == DdpMode::flat,
+        "mode: zero1 reduce-scatters the whole flat gradient after backward, so it takes mode flat, not {}",
+        ddp_mode_name(mode));
+}
+
+std::vector<Bucket> plan_buckets(const std::vector<model::TensorInfo>& tensors,
+                                 const std::vector<bool>& frozen, double bucket_mb) {
+  check(frozen.size() == tensors.size(), "frozen: {} flags for {} tensors", frozen.size(), tensors.size());
+  check(bucket_mb >= 0, "bucket_mb: must be >= 0, got {}", bucket_mb);
+  const double limit = bucket_mb * 1e6 / sizeof(float);  // elements
+  std::vector<Bucket> out;
+  bool open = false;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const auto& t = tensors[i];
+    if (frozen[i]) {
+      open = false;
+      continue;
+    }
+    if (open && static_cast<double>(out.back().numel + t.numel) <= limit) {
+      Bucket& b = out.back();
+      b.last = static_cast<int>(i);
+      b.numel += t.numel;
+      b.ready_group = std::max(b.ready_group, t.group);
+      continue;
+    }
+    out.push_back({static_cast<int>(i), static_cast<int>(i), t.offset, t.numel, t.group});
+    open = true;
+  }
+  return out;
+}
+
+std::vector<std::pair<int64_t, int64_t>> shard_by_tensor(const std::vector<model::TensorInfo>& tensors,
+                                                         const std::vector<bool>& frozen, int world) {
+  check(world >= 1, "world: must be >= 1, got {}", world);
+  check(frozen.size() == tensors.size(), "frozen: {} flags for {} tensors", frozen.size(), tensors.size());
+  int64_t total = 0;
+  for (size_t i = 0; i < tensors.size(); ++i)
+    if (!frozen[i]) total += tensors[i].numel;
+  // Rank r takes tensors until its cumulative share passes (r + 1) / world of the total, so the
+  // ranges are contiguous and each within one tensor of an even split.
+  std::vector<std::pair<int64_t, int64_t>> out;
+  const int64_t end_all = tensors.empty() ? 0 : tensors.back().offset + tensors.back().numel;
+  size_t i = 0;
+  int64_t done = 0, begin = 0;
+  for (int r = 0; r < world; ++r) {
+    const double target = static_cast<double>(total) * (r + 1) / world;
+    while (i < tensors.size() &&
+           (r == world - 1 ||
+            static_cast<double>(done) + (frozen[i] ? 0.0 : 0.5 * static_cast<double>(tensors[i].numel)) <=
+                target)) {
+      if (!frozen[i]) done += tensors[i].numel;
+      ++i;
+    }
+    const int64_t end = r == world - 1 ? end_all : (i < tensors.size() ? tensors[i].offset : end_all);
+    out.emplace_back(begin, end);
+    begin = end;
+  }
+  return out;
+}
+
+std::vector<std::pair<int64_t, int64_t>> shard_flat(int64_t n, int world, int64_t align) {
+  check(world >= 1, "world: must be >= 1, got {}", world);
+  check(align >= 1, "align: must be >= 1, got {}", align);
+  const int64_t units = (n + align - 1) / align;
+  std::vector<std::pair<int64_t, int64_t>> out;
+  for (int r = 0; r < world; ++r) {
+    const int64_t b = std::min(n, units * r / world * align),
+                  e = std::min(n, units * (r + 1) / world * align);
+    out.emplace_back(b, e);
+  }
+  return out;
+}
+
+// ------------------------------------------------------------------------------------------------
+
+struct DataParallel::Impl {
+  struct Pending {
+    MPI_Request req = MPI_REQUEST_NULL;
+    size_t bucket = 0;
+    trace::Handle range;
+    bool done = false;
+  };
+  std::vector<Pending> pending;
+  size_t next_bucket = 0;
+  float* grads = nullptr;
+  double first_start = -1, last_done = -1;
+  std::vector<float> shard_buf;
+
+  void start(float* p, int64_t n) {
+    for (int64_t o = 0; o < n; o += kMaxCount) {
+      Pending q;
+      MPI_Iallreduce(MPI_IN_PLACE, p + o, static_cast<int>(std::min(kMaxCount, n - o)), MPI_FLOAT, MPI_SUM,
+                     MPI_COMM_WORLD, &q.req);
+      pending.push_back(std::move(q));
+    }
+  }
+};
+
+DataParallel::DataParallel(model::Trainer& trainer, const DdpConfig& config)
+    : trainer_(trainer), cfg_(config), impl_(new Impl) {
+  config.validate();
+  rank_ = world_rank();
+  world_ = world_size();
+  auto& m = trainer_.model();
+  const auto& tensors = m.tensors();
+  const auto& frozen = trainer_.frozen_flags();
+  switch (cfg_.mode) {
+    case DdpMode::naive:
+    case DdpMode::overlap:
+      buckets_ = plan_buckets(tensors, frozen, 0);
+      break;  // one tensor each
+    case DdpMode::flat:
+      buckets_ = plan_buckets(tensors, frozen, std::numeric_limits<double>::infinity());
+      break;
+    case DdpMode::bucketed:
+      buckets_ = plan_buckets(tensors, frozen, cfg_.bucket_mb);
+      break;
+  }
+  const auto n = static_cast<int64_t>(m.params().size());
+  if (cfg_.sharding == Sharding::cs336) shards_ = shard_by_tensor(tensors, frozen, world_);
+  if (cfg_.sharding == Sharding::zero1) {
+    shards_ = shard_flat(n, world_, model::kNormChunk);
+    for (const auto& [b, e] : shards_)
+      check(e - b < INT_MAX, "sharding: a zero1 shard of {} elements is beyond MPI's int counts", e - b);
+  }
+  if (!shards_.empty())
+    trainer_.shard_optimizer(shards_[static_cast<size_t>(rank_)].first,
+                             shards_[static_cast<size_t>(rank_)].second);
+  broadcast_parameters();
+  trainer_.set_hooks(this);
+}
+
+DataParallel::~DataParallel() {
+  trainer_.set_hooks(nullptr);
+  for (auto& q : impl_->pending)
+    if (q.req != MPI_REQUEST_NULL) MPI_Wait(&q.req, MPI_STATUS_IGNORE);
+  delete impl_;
+}
+
+std::pair<int64_t, int64_t> DataParallel::shard() const {
+  return {trainer_.optimizer_begin(), trainer_.optimizer_end()};
+}
+
+void DataParallel::broadcast_parameters() {
+  auto p = trainer_.model().params();
+  for (size_t o = 0; o < p.size(); o += static_cast<size_t>(kMaxCount))
+    MPI_Bcast(p.data() + o, static_cast<int>(std::min<size_t>(static_cast<size_t>(kMaxCount), p.size() - o)),
+              MPI_FLOAT, 0, MPI_COMM_WORLD);
+}
+
+void DataParallel::group_final(int group) {
+  if (cfg_.mode != DdpMode::overlap && cfg_.mode != DdpMode::bucketed) return;
+  Impl& s = *impl_;
+  if (s.next_bucket == 0 && s.pending.empty()) {
+    s.grads = trainer_.model().grads().data();
+    stats_ = {};
+    s.first_start = -1;
+  }
+  while (s.next_bucket < buckets_.size() && buckets_[s.next_bucket].ready_group <= group) {
+    const Bucket& b = buckets_[s.next_bucket];
+    const size_t first = s.pending.size();
+    if (s.first_start < 0) s.first_start = now();
+    s.start(s.grads + b.offset, b.numel);
+    for (size_t i = first; i < s.pending.size(); ++i) {
+      s.pending[i].bucket = s.next_bucket;
+      if (trace::recording())
+        s.pending[i].range =
+            trace::start_range(fmt::format("allreduce bucket {} ({} KB)", s.next_bucket, b.numel * 4 / 1000),
+                               trace::color::orange);
+    }
+    stats_.bytes += b.numel * 4;
+    ++stats_.collectives;
+    ++s.next_bucket;
+  }
+  // Progress: OpenMPI's non-blocking collectives advance only inside MPI calls, so test every
+  // outstanding request here, between layers of the backward pass.
+  RIDGE_RANGE("mpi progress");
+  for (auto& q : s.pending) {
+    if (q.done) continue;
+    int flag = 0;
+    MPI_Test(&q.req, &flag, MPI_STATUS_IGNORE);
+    if (flag) {
+      q.done = true;
+      s.last_done = now();
+      trace::end_range(q.range);
+    }
+  }
+}
+
+void DataParallel::reduce_gradients(std::span<float> grads) {
+  Impl& s = *impl_;
+  const double t0 = now();
+  const float inv = static_cast<float>(world_);
+  if (cfg_.sharding == Sharding::zero1) {
+    stats_ = {};
+    const auto [b, e] = shards_[static_cast<size_t>(rank_)];
+    std::vector<int> counts;
+    for (const auto& [sb, se] : shards_) counts.push_back(static_cast<int>(se - sb));
+    s.shard_buf.resize(static_cast<size_t>(e - b));
+    {
+      RIDGE_RANGE("reduce-scatter gradients");
+      MPI_Reduce_scatter(grads.data(), s.shard_buf.data(), counts.data(), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    }
+    for (int64_t i = b; i < e; ++i)
+      grads[static_cast<size_t>(i)] = s.shard_buf[static_cast<size_t>(i - b)] / inv;
+    stats_.bytes = static_cast<int64_t>(grads.size()) * 4;
+    stats_.collectives = 1;
+    stats_.comm_s = stats_.exposed_s = now() - t0;
+    return;
+  }
+  if (cfg_.mode == DdpMode::naive || cfg_.mode == DdpMode::flat) {
+    stats_ = {};
+    for (const Bucket& bk : buckets_) {
+      RIDGE_RANGE("allreduce");
+      for (int64_t o = 0; o < bk.numel; o += kMaxCount)
+        MPI_Allreduce(MPI_IN_PLACE, grads.data() + bk.offset + o,
+                      static_cast<int>(std::min(kMaxCount, bk.numel - o)), MPI_FLOAT, MPI_SUM,
+                      MPI_COMM_WORLD);
+      stats_.bytes += bk.numel * 4;
+      ++stats_.collectives;
+    }
+    stats_.comm_s = stats_.exposed_s = now() - t0;
+  } else {
+    // Buckets no group made ready (none, unless backward ran without the observer) start now.
+    if (s.next_bucket == 0 && s.pending.empty()) {
+      stats_ = {};
+      s.grads = grads.data();
+      s.first_start = -1;
+    }
+    if (s.next_bucket < buckets_.size()) group_final(std::numeric_limits<int>::max());
+    const bool all_done =
+        std::all_of(s.pending.begin(), s.pending.end(), [](const Impl::Pending& q) { return q.done; });
+    const double done_before = s.last_done;
+    {
+      RIDGE_RANGE("wait gradients");
+      for (auto& q : s.pending) {
+        if (q.done) continue;
+        MPI_Wait(&q.req, MPI_STATUS_IGNORE);
+        q.done = true;
+        s.last_done = now();
+        trace::end_range(q.range);
+      }
+    }
+    // Hidden: communication in flight while backward computed, from the first request to the end of
+    // backward (or to the last completion, if everything finished before it).
+    stats_.exposed_s = now() - t0;
+    stats_.hidden_s = s.first_start < 0 ? 0.0 : (all_done ? done_before : t0) - s.first_start;
+    stats_.comm_s = stats_.hidden_s + stats_.exposed_s;
+    s.pending.clear();
+    s.next_bucket = 0;
+  }
+  for (const Bucket& bk : buckets_)
+    for (int64_t i = bk.offset; i < bk.offset + bk.numel; ++i) grads[static_cast<size_t>(i)] /= inv;
+}
+
+double DataParallel::grad_norm(std::span<const float> grads) {
+  if (cfg_.sharding != Sharding::zero1) return model::grad_norm<float>(grads);
+  // The shard boundaries are multiples of kNormChunk: each rank sums its chunks, the chunk sums are
+  // gathered and added in order, the same bits as grad_norm over the whole averaged gradient.
+  const auto [b, e] = shards_[static_cast<size_t>(rank_)];
+  const int64_t chunks_all = (static_cast<int64_t>(grads.size()) + model::kNormChunk - 1) / model::kNormChunk;
+  std::vector<int> counts, displs;
+  for (const auto& [sb, se] : shards_) {
+    displs.push_back(static_cast<int>(sb / model::kNormChunk));
+    counts.push_back(static_cast<int>((se - sb + model::kNormChunk - 1) / model::kNormChunk));
+  }
+  std::vector<double> all(static_cast<size_t>(chunks_all));
+  std::vector<double> mine(static_cast<size_t>(counts[static_cast<size_t>(rank_)]));
+  model::grad_sq_chunks<float>(grads.subspan(static_cast<size_t>(b), static_cast<size_t>(e - b)), mine);
+  MPI_Allgatherv(mine.data(), static_cast<int>(mine.size()), MPI_DOUBLE, all.data(), counts.data(),
+                 displs.data(), MPI_DOUBLE, MPI_COMM_WORLD);
+  return model::norm_from_chunks(all);
+}
+
+void DataParallel::after_update(std::span<float> params) {
+  const double t0 = now();
+  if (cfg_.sharding == Sharding::zero1) {
+    std::vector<int> counts, displs;
+    for (const auto& [sb, se] : shards_) {
+      displs.push_back(static_cast<int>(sb));
+      counts.push_back(static_cast<int>(se - sb));
+    }
+    check(params.size() < static_cast<size_t>(INT_MAX),
+          "params: {} values are beyond MPI's int displacements", params.size());
+    MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_FLOAT, params.data(), counts.data(), displs.data(), MPI_FLOAT,
+                   MPI_COMM_WORLD);
+  } else if (cfg_.sharding == Sharding::cs336) {
+    // Each rank broadcasts the unfrozen tensors it stepped.
+    const auto& tensors = trainer_.model().tensors();
+    for (int r = 0; r < world_; ++r) {
+      const auto [b, e] = shards_[static_cast<size_t>(r)];
+      for (size_t i = 0; i < tensors.size(); ++i) {
+        const auto& t = tensors[i];
+        if (trainer_.frozen(i) || t.offset + t.numel <= b || t.offset >= e) continue;
+        for (int64_t o = 0; o < t.numel; o += kMaxCount)
+          MPI_Bcast(params.data() + t.offset + o, static_cast<int>(std::min(kMaxCount, t.numel - o)),
+                    MPI_FLOAT, r, MPI_COMM_WORLD);
+      }
+    }
+  }
+  stats_.comm_s += now() - t0;
+  stats_.exposed_s += now() - t0;
+}
+
+void DataParallel::save(const std::string& path) {
+  if (cfg_.sharding == Sharding::none) {
+    if (rank_ == 0) trainer_.save(path);
+    return;
+  }
+  const auto n = trainer_.model().params().size();
+  std::vector<int> counts, displs;
+  for (const auto& [sb, se] : shards_) {
+    displs.push_back(static_cast<int>(sb));
+    counts.push_back(static_cast<int>(se - sb));
+  }
+  std::vector<float> m(rank_ == 0 ? n : 0), v(rank_ == 0 ? n : 0);
+  auto mine_m = trainer_.optimizer().m();
+  auto mine_v = trainer_.optimizer().v();
+  MPI_Gatherv(mine_m.data(), static_cast<int>(mine_m.size()), MPI_FLOAT, m.data(), counts.data(),
+              displs.data(), MPI_FLOAT, 0, MPI_COMM_WORLD);
+  MPI_Gatherv(mine_v.data(), static_cast<int>(mine_v.size()), MPI_FLOAT, v.data(), counts.data(),
+              displs.data(), MPI_FLOAT, 0, MPI_COMM_WORLD);
+  if (rank_ == 0) trainer_.save(path, m, v);
+}
+
+}  // namespace ridge::dist

@@ -1,0 +1,417 @@
+// Data parallelism under `mpirun -np 2` (ctest runs this program as two ranks; every test makes the
+// same collective calls in the same order on both). Each rank also builds the single-process
+// references locally, so every comparison is between numbers one process holds.
+//
+// Why bit-exact: with two ranks every reduced element is fl(g0 + g1), one addition, which is
+// commutative, so any all-reduce / reduce-scatter algorithm gives the same bits; dividing by 2 is
+// exact. The single-process reference that computes the same thing is gradient accumulation of the
+// two half-batches: backward on rank 0's slice, backward on rank 1's slice, (g0 + g1) / 2. Everything
+// after (norm, clipping, AdamW, elementwise) is then the same arithmetic on the same bits. zero1's norm
+// is the same bits because its shards are aligned to grad_norm's chunks.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <vector>
+
+#include "ridge/core/error.hpp"
+#include "ridge/dist.hpp"
+#include "ridge/model/optim.hpp"
+#include "ridge/model/train.hpp"
+
+namespace rm = ridge::model;
+namespace rd = ridge::dist;
+
+namespace {
+
+int rank() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+
+rm::ModelConfig tiny() {
+  rm::ModelConfig c;
+  c.vocab_size = 64;
+  c.context_length = 8;
+  c.d_model = 32;
+  c.num_layers = 2;
+  c.num_heads = 2;
+  c.d_ff = 48;
+  c.validate();
+  return c;
+}
+
+constexpr int64_t kGlobalBatch = 4, kSeq = 8, kSteps = 4;
+
+rm::TrainConfig train_config(int64_t batch, rm::Precision p = rm::Precision::fp32) {
+  rm::TrainConfig t;
+  t.batch = batch;
+  t.seq = kSeq;
+  t.precision = p;
+  t.lr_max = 3e-3;
+  t.lr_min = 3e-3;
+  t.max_grad_norm = 0.5;  // small enough that clipping acts on the averaged gradient
+  t.seed = 7;
+  return t;
+}
+
+// The global batches of every step, drawn the same way on every rank.
+struct Batches {
+  std::vector<std::vector<int32_t>> x, y;
+};
+Batches make_batches(int64_t vocab, int steps) {
+  Batches b;
+  rm::Rng rng(11);
+  for (int s = 0; s < steps; ++s) {
+    std::vector<int32_t> x(static_cast<size_t>(kGlobalBatch * kSeq)), y(x.size());
+    for (size_t i = 0; i < x.size(); ++i) {
+      x[i] = static_cast<int32_t>(rng.below(static_cast<uint64_t>(vocab)));
+      y[i] = static_cast<int32_t>(rng.below(static_cast<uint64_t>(vocab)));
+    }
+    b.x.push_back(std::move(x));
+    b.y.push_back(std::move(y));
+  }
+  return b;
+}
+
+// Single process, gradient accumulation over the two half-batches: the DDP sum in one process.
+class AccumulateHalves : public rm::StepHooks {
+ public:
+  AccumulateHalves(rm::Trainer& t) : t_(t) {}
+  const int32_t *x1 = nullptr, *y1 = nullptr;
+  void reduce_gradients(std::span<float> g) override {
+    std::vector<float> g0(g.begin(), g.end());
+    auto& m = t_.model();
+    m.zero_grad();
+    m.forward(x1, y1, t_.config().batch, t_.config().seq);
+    m.backward(1.0f);
+    for (size_t i = 0; i < g.size(); ++i) g[i] = (g0[i] + g[i]) / 2.0f;
+    for (size_t i = 0; i < m.tensors().size(); ++i)
+      if (t_.frozen(i)) std::fill_n(g.begin() + m.tensors()[i].offset, m.tensors()[i].numel, 0.0f);
+  }
+
+ private:
+  rm::Trainer& t_;
+};
+
+rd::DdpConfig ddp(rd::DdpMode mode, double mb = 25, rd::Sharding s = rd::Sharding::none) {
+  rd::DdpConfig c;
+  c.mode = mode;
+  c.bucket_mb = mb;
+  c.sharding = s;
+  return c;
+}
+
+struct RunSpec {
+  RunSpec(rd::DdpConfig d, rm::Precision p = rm::Precision::fp32, std::vector<std::string> f = {})
+      : ddp(d), precision(p), frozen(std::move(f)) {}
+  rd::DdpConfig ddp;
+  rm::Precision precision;
+  std::vector<std::string> frozen;
+};
+
+std::vector<float> run_ddp(const RunSpec& spec, const Batches& b) {
+  const int64_t local = kGlobalBatch / 2, n = local * kSeq;
+  rm::Trainer t(tiny(), train_config(local, spec.precision));
+  for (const auto& f : spec.frozen) t.set_frozen(f);
+  // Rank 1 starts from other weights: the broadcast must make them rank 0's.
+  if (rank() == 1) t.model().init(99);
+  rd::DataParallel dp(t, spec.ddp);
+  for (size_t s = 0; s < b.x.size(); ++s) {
+    const auto off = static_cast<size_t>(rank() * n);
+    t.step(b.x[s].data() + off, b.y[s].data() + off);
+  }
+  return {t.model().params().begin(), t.model().params().end()};
+}
+
+std::vector<float> run_accumulated(const RunSpec& spec, const Batches& b) {
+  const int64_t local = kGlobalBatch / 2, n = local * kSeq;
+  rm::Trainer t(tiny(), train_config(local, spec.precision));
+  for (const auto& f : spec.frozen) t.set_frozen(f);
+  AccumulateHalves acc(t);
+  t.set_hooks(&acc);
+  for (size_t s = 0; s < b.x.size(); ++s) {
+    acc.x1 = b.x[s].data() + n;
+    acc.y1 = b.y[s].data() + n;
+    t.step(b.x[s].data(), b.y[s].data());
+  }
+  return {t.model().params().begin(), t.model().params().end()};
+}
+
+std::vector<float> run_full_batch(const Batches& b) {
+  rm::Trainer t(tiny(), train_config(kGlobalBatch));
+  for (size_t s = 0; s < b.x.size(); ++s) t.step(b.x[s].data(), b.y[s].data());
+  return {t.model().params().begin(), t.model().params().end()};
+}
+
+size_t first_difference(const std::vector<float>& a, const std::vector<float>& b) {
+  for (size_t i = 0; i < a.size(); ++i)
+    if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0) return i;
+  return a.size();
+}
+
+void expect_bit_exact(const RunSpec& spec) {
+  const Batches b = make_batches(tiny().vocab_size, kSteps);
+  const auto got = run_ddp(spec, b);
+  const auto want = run_accumulated(spec, b);
+  ASSERT_EQ(got.size(), want.size());
+  const size_t i = first_difference(got, want);
+  EXPECT_EQ(i, got.size()) << "rank " << rank() << ": parameter " << i << " is " << got[i] << ", want "
+                           << want[i];
+  // The run really trained: parameters moved away from the initialisation.
+  rm::Trainer init(tiny(), train_config(2));
+  EXPECT_LT(first_difference(got, {init.model().params().begin(), init.model().params().end()}), got.size());
+}
+
+}  // namespace
+
+TEST(DistPlan, BucketsOneTwoThree) {
+  rm::TransformerLM<float> m(tiny());
+  const auto& ts = m.tensors();
+  const std::vector<bool> none(ts.size(), false);
+  const double total_mb = static_cast<double>(m.params().size()) * 4 / 1e6;
+  EXPECT_EQ(rd::plan_buckets(ts, none, total_mb).size(), 1u);
+  // Every bucket is a contiguous slice, in flat order, covering every tensor once.
+  for (const double mb : {total_mb, total_mb * 0.6, total_mb * 0.4, 0.0}) {
+    const auto bk = rd::plan_buckets(ts, none, mb);
+    int64_t off = 0;
+    int next = 0;
+    for (const auto& x : bk) {
+      EXPECT_EQ(x.offset, off);
+      EXPECT_EQ(x.first, next);
+      EXPECT_TRUE(x.numel * 4 <= mb * 1e6 || x.first == x.last);
+      EXPECT_EQ(x.ready_group, ts[static_cast<size_t>(x.last)].group);
+      off += x.numel;
+      next = x.last + 1;
+    }
+    EXPECT_EQ(off, static_cast<int64_t>(m.params().size()));
+  }
+  EXPECT_EQ(rd::plan_buckets(ts, none, 0).size(), ts.size());
+}
+
+TEST(DistPlan, FrozenTensorsSplitBucketsAndAreLeftOut) {
+  rm::TransformerLM<float> m(tiny());
+  const auto& ts = m.tensors();
+  std::vector<bool> frozen(ts.size(), false);
+  frozen[3] = true;
+  const auto bk = rd::plan_buckets(ts, frozen, 1e9);
+  ASSERT_EQ(bk.size(), 2u);
+  EXPECT_EQ(bk[0].last, 2);
+  EXPECT_EQ(bk[1].first, 4);
+}
+
+TEST(DistPlan, ShardsCoverTheBufferContiguously) {
+  rm::TransformerLM<float> m(tiny());
+  const auto n = static_cast<int64_t>(m.params().size());
+  for (int world : {1, 2, 3, 5}) {
+    for (const auto& sh : {rd::shard_by_tensor(m.tensors(), std::vector<bool>(m.tensors().size()), world),
+                           rd::shard_flat(n, world, rm::kNormChunk)}) {
+      ASSERT_EQ(sh.size(), static_cast<size_t>(world));
+      EXPECT_EQ(sh.front().first, 0);
+      EXPECT_EQ(sh.back().second, n);
+      for (size_t r = 1; r < sh.size(); ++r) EXPECT_EQ(sh[r].first, sh[r - 1].second);
+    }
+  }
+}
+
+// The test model's sizes: how many buckets a given bucket_mb makes (printed for the tests below).
+double mb_for_buckets(int want) {
+  rm::TransformerLM<float> m(tiny());
+  const std::vector<bool> none(m.tensors().size(), false);
+  for (double mb = 1e-3; mb < 10; mb *= 1.02)
+    if (static_cast<int>(rd::plan_buckets(m.tensors(), none, mb).size()) == want) return mb;
+  return -1;
+}
+
+TEST(DistDdp, NaiveEqualsAccumulatedSingleProcess) {
+  expect_bit_exact(RunSpec(ddp(rd::DdpMode::naive)));
+}
+TEST(DistDdp, FlatEqualsAccumulatedSingleProcess) {
+  expect_bit_exact(RunSpec(ddp(rd::DdpMode::flat)));
+}
+TEST(DistDdp, OverlapEqualsAccumulatedSingleProcess) {
+  expect_bit_exact(RunSpec(ddp(rd::DdpMode::overlap)));
+}
+TEST(DistDdp, BucketedWithOneTwoThreeBuckets) {
+  for (int n : {1, 2, 3}) {
+    const double mb = mb_for_buckets(n);
+    ASSERT_GT(mb, 0) << "no bucket size gives " << n << " buckets";
+    SCOPED_TRACE(testing::Message() << n << " buckets (" << mb << " MB)");
+    expect_bit_exact(RunSpec(ddp(rd::DdpMode::bucketed, mb)));
+  }
+}
+TEST(DistDdp, FrozenTensorsStayAndAreNotCommunicated) {
+  for (auto mode : {rd::DdpMode::naive, rd::DdpMode::flat, rd::DdpMode::overlap, rd::DdpMode::bucketed}) {
+    SCOPED_TRACE(rd::ddp_mode_name(mode));
+    RunSpec spec(ddp(mode, 0.01), rm::Precision::fp32, {"layers.1.ffn.w1.weight", "token_embeddings.weight"});
+    expect_bit_exact(spec);
+    // Frozen weights are the initial ones.
+    const Batches b = make_batches(tiny().vocab_size, 2);
+    const auto got = run_ddp(spec, b);
+    rm::TransformerLM<float> init(tiny());
+    init.init(7);
+    const auto& t = init.tensor("token_embeddings.weight");
+    for (int64_t i = 0; i < t.numel; ++i)
+      ASSERT_EQ(got[static_cast<size_t>(t.offset + i)], init.params()[static_cast<size_t>(t.offset + i)]);
+  }
+}
+TEST(DistDdp, Bf16EqualsAccumulatedSingleProcess) {
+  for (auto mode : {rd::DdpMode::flat, rd::DdpMode::bucketed}) {
+    SCOPED_TRACE(rd::ddp_mode_name(mode));
+    expect_bit_exact(RunSpec(ddp(mode, 0.01), rm::Precision::bf16));
+  }
+}
+TEST(DistShard, Cs336EqualsAccumulatedSingleProcess) {
+  for (auto mode : {rd::DdpMode::flat, rd::DdpMode::overlap}) {
+    SCOPED_TRACE(rd::ddp_mode_name(mode));
+    expect_bit_exact(RunSpec(ddp(mode, 25, rd::Sharding::cs336)));
+    expect_bit_exact(
+        RunSpec(ddp(mode, 25, rd::Sharding::cs336), rm::Precision::fp32, {"layers.0.attn.q_proj.weight"}));
+  }
+}
+TEST(DistShard, Zero1EqualsAccumulatedSingleProcess) {
+  expect_bit_exact(RunSpec(ddp(rd::DdpMode::flat, 25, rd::Sharding::zero1)));
+  expect_bit_exact(RunSpec(ddp(rd::DdpMode::flat, 25, rd::Sharding::zero1), rm::Precision::bf16));
+}
+
+TEST(DistShard, OptimizerStateIsHalved) {
+  for (auto s : {rd::Sharding::cs336, rd::Sharding::zero1}) {
+    rm::Trainer t(tiny(), train_config(2));
+    const int64_t n = static_cast<int64_t>(t.model().params().size());
+    rd::DataParallel dp(t, ddp(rd::DdpMode::flat, 25, s));
+    const auto [b, e] = dp.shard();
+    EXPECT_EQ(t.optimizer().size(), e - b);
+    // About half: cs336 within one tensor of it, zero1 within one norm chunk (the tiny model holds
+    // fewer than two chunks, so there it is 16384 and the rest).
+    const int64_t slack = s == rd::Sharding::cs336 ? n / 4 : rm::kNormChunk;
+    EXPECT_LE(std::abs(2 * (e - b) - n), 2 * slack) << rd::sharding_name(s);
+    if (s == rd::Sharding::zero1 && e < n) {
+      EXPECT_EQ(e % rm::kNormChunk, 0);
+    }
+    int64_t total = 0, mine = e - b;
+    MPI_Allreduce(&mine, &total, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
+    EXPECT_EQ(total, n);
+  }
+}
+
+// Against single-process training on the concatenated global batch (one backward over all 4 x 8
+// tokens). What differs: each weight gradient is a sum over the tokens; one process adds all N = 32
+// token terms in its GEMM's order, two ranks add 16 each and then the two partial sums, so the same
+// terms are summed in another association. Everything per token (activations, dX, the loss gradient
+// 1/N, exact scaling by 2) is the same. Each association is within (N - 1) u sum|terms| of the exact
+// sum; the fp32 model's gradient error bound from the model tests (ops * k * u * max|g|, k = the
+// longest reduction) covers both, so two evaluations differ by at most twice it. That is held at the
+// first step, before AdamW; after that AdamW's normalisation m / sqrt(v) turns a relative gradient
+// difference into at most the same relative update difference (the update is scale-invariant up to
+// eps), so parameters after S steps differ by at most S * lr * 2 * bound (|update| <= 1 per element
+// for these few steps: |m_hat / sqrt(v_hat)| <= 1.4 here, by Cauchy-Schwarz over the first 4 steps).
+TEST(DistDdp, MatchesFullBatchSingleProcessWithinReassociationBound) {
+  const rm::ModelConfig c = tiny();
+  const double u = std::ldexp(1.0, -24);
+  const double k = static_cast<double>(std::max({kGlobalBatch * kSeq, c.d_model, c.d_ff, c.vocab_size}));
+  const double ops = 12.0 * static_cast<double>(c.num_layers) + 6.0;
+  const double bound = 2 * 4.0 * ops * k * u;
+  const Batches b = make_batches(c.vocab_size, kSteps);
+  for (auto mode : {rd::DdpMode::flat, rd::DdpMode::bucketed}) {
+    SCOPED_TRACE(rd::ddp_mode_name(mode));
+    const auto got = run_ddp(RunSpec(ddp(mode, 0.01)), b);
+    const auto want = run_full_batch(b);
+    const double lr = train_config(1).lr_max;
+    double err = 0;
+    for (size_t i = 0; i < got.size(); ++i) err = std::max(err, std::abs(double(got[i]) - double(want[i])));
+    EXPECT_LE(err, kSteps * lr * 1.4 * bound) << "max |p_ddp - p_full| after " << kSteps << " steps";
+    if (rank() == 0)
+      std::printf("  max |p_ddp - p_full| = %.3g after %d steps (bound %.3g)\n", err,
+                  static_cast<int>(kSteps), kSteps * lr * 1.4 * bound);
+    EXPECT_GT(err, 0.0) << "suspicious: the reassociated sums gave identical bits everywhere";
+  }
+}
+
+TEST(DistDdp, CheckpointsOfShardedRunsLoadSingleProcessAndBack) {
+  const Batches b = make_batches(tiny().vocab_size, 3);
+  const std::string dir = (std::filesystem::temp_directory_path() / "ridge_dist_test").string();
+  if (rank() == 0) std::filesystem::create_directories(dir);
+  MPI_Barrier(MPI_COMM_WORLD);
+  for (auto s : {rd::Sharding::cs336, rd::Sharding::zero1}) {
+    SCOPED_TRACE(rd::sharding_name(s));
+    const std::string path = dir + "/ckpt_" + rd::sharding_name(s) + ".safetensors";
+    const int64_t n = kSeq;  // local batch 2 x kSeq tokens: rank r's slice starts at r * 2 * kSeq
+    // Sharded: 2 steps, save, 1 more step.
+    rm::Trainer t(tiny(), train_config(2));
+    rd::DataParallel dp(t, ddp(rd::DdpMode::flat, 25, s));
+    for (int step = 0; step < 2; ++step)
+      t.step(b.x[step].data() + rank() * 2 * n, b.y[step].data() + rank() * 2 * n);
+    dp.save(path);
+    MPI_Barrier(MPI_COMM_WORLD);
+    t.step(b.x[2].data() + rank() * 2 * n, b.y[2].data() + rank() * 2 * n);
+    const std::vector<float> sharded(t.model().params().begin(), t.model().params().end());
+    // Single process resumes from the sharded checkpoint and takes the third step with accumulation.
+    rm::Trainer r(tiny(), train_config(2));
+    r.load(path);
+    EXPECT_EQ(r.steps(), 2);
+    AccumulateHalves acc(r);
+    r.set_hooks(&acc);
+    acc.x1 = b.x[2].data() + 2 * n;
+    acc.y1 = b.y[2].data() + 2 * n;
+    r.step(b.x[2].data(), b.y[2].data());
+    const std::vector<float> single(r.model().params().begin(), r.model().params().end());
+    EXPECT_EQ(first_difference(sharded, single), sharded.size());
+    // And back: a single-process checkpoint resumes into a sharded run.
+    MPI_Barrier(MPI_COMM_WORLD);
+    rm::Trainer r2(tiny(), train_config(2));
+    r2.set_hooks(nullptr);
+    r.set_hooks(nullptr);
+    if (rank() == 0) r.save(path);
+    MPI_Barrier(MPI_COMM_WORLD);
+    r2.load(path);
+    rd::DataParallel dp2(r2, ddp(rd::DdpMode::flat, 25, s));
+    r2.load(path);  // after sharding: the optimizer keeps its own slice of the saved state
+    EXPECT_EQ(r2.steps(), 3);
+    const auto [sb, se] = dp2.shard();
+    rm::Trainer full(tiny(), train_config(2));
+    full.load(path);
+    for (int64_t i = sb; i < se; ++i)
+      ASSERT_EQ(r2.optimizer().m()[static_cast<size_t>(i - sb)],
+                full.optimizer().m()[static_cast<size_t>(i)]);
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (rank() == 0) std::filesystem::remove_all(dir);
+}
+
+TEST(DistAgree, OneRankFailingEndsBothWithItsMessage) {
+  const std::string err = rank() == 1 ? "data: 'x.bin' does not exist" : "";
+  try {
+    rd::agree(err);
+    FAIL() << "agree returned although rank 1 failed";
+  } catch (const ridge::Error& e) {
+    EXPECT_EQ(rank(), 0);
+    EXPECT_STREQ(e.what(), "rank 1: data: 'x.bin' does not exist");
+  } catch (const rd::PeerFailed&) {
+    EXPECT_EQ(rank(), 1);
+  }
+  EXPECT_NO_THROW(rd::agree(""));
+  try {
+    rd::check_same(rank() == 1 ? 5u : 4u, "model configuration");
+    FAIL() << "check_same returned although the ranks differ";
+  } catch (const ridge::Error& e) {
+    EXPECT_EQ(rank(), 0);
+    EXPECT_NE(std::string(e.what()).find("rank 1 has a different model configuration"), std::string::npos);
+  } catch (const rd::PeerFailed&) {
+    EXPECT_EQ(rank(), 1);
+  }
+}
+
+int main(int argc, char** argv) {
+  rd::Session session;
+  // Rank 0 prints everything, the others only their failures; any rank's failure fails the run.
+  if (session.rank() != 0) GTEST_FLAG_SET(brief, true);
+  testing::InitGoogleTest(&argc, argv);
+  int failed = RUN_ALL_TESTS();
+  int any = 0;
+  MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  return any;
+}
