@@ -18,6 +18,11 @@ install(TARGETS ${RIDGE_LIBS} ridge_all EXPORT ridgeTargets
         INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/ridge DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} COMPONENT dev)
 install(EXPORT ridgeTargets NAMESPACE ridge:: DESTINATION ${RIDGE_CMAKE_DIR} COMPONENT dev)
+if(TARGET ridge_dist)
+  set(RIDGE_CONFIG_NEEDS_MPI TRUE)
+else()
+  set(RIDGE_CONFIG_NEEDS_MPI FALSE)
+endif()
 configure_package_config_file(${CMAKE_CURRENT_LIST_DIR}/ridgeConfig.cmake.in
                               ${CMAKE_BINARY_DIR}/cmake/ridgeConfig.cmake INSTALL_DESTINATION ${RIDGE_CMAKE_DIR})
 write_basic_package_version_file(${CMAKE_BINARY_DIR}/cmake/ridgeConfigVersion.cmake
