@@ -182,6 +182,8 @@ bench::Row run_dense_case(const GemmCase& c, const bench::Options& options) {
           gemm_peers::openblas_sgemm(a_km, b_km, m, n, k, ops.a_ptr(i), lda, ops.b_ptr(i), ldb,
                                      dp32.data() + i * m * n, n);
         };
+      } else if (c.peer) {
+        row.note = "peer OpenBLAS not available (this ridge was configured without libopenblas-dev)";
       }
     } else {
       if (c.peer && gemm_peers::onednn_available()) {
@@ -197,6 +199,8 @@ bench::Row run_dense_case(const GemmCase& c, const bench::Options& options) {
                   out_f32 ? static_cast<void*>(dp32.data() + i * m * n)
                           : static_cast<void*>(dp16.data() + i * m * n));
         };
+      } else if (c.peer) {
+        row.note = "peer oneDNN not available (this ridge was configured without libdnnl-dev)";
       }
     }
     if (peer_call)

@@ -134,6 +134,8 @@ bench::Row run_fp8_case(const Fp8Case& c, const bench::Options& options) {
     if (copies > 1) row.extra["copies"] = copies;
   }
   const bool onednn = c.peer && !grouped && gemm_peers::onednn_available();
+  if (c.peer && !grouped && !onednn)
+    row.note = "peer oneDNN not available (this ridge was configured without libdnnl-dev)";
   std::vector<Quantized> as;
   as.push_back(make_operand(m, k, true, 11, onednn));
   std::vector<Quantized> bs;

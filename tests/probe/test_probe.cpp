@@ -1,6 +1,7 @@
 // The probe: its kernels compute what they claim (against scalar references written here), the
-// plateau finder recovers known plateaus from synthetic sweeps, quick measurements are positive
-// and finite on every kernel the machine supports, and the chip file it writes loads back.
+// plateau finder recovers known plateaus from synthetic sweeps, quick measurements fall within what
+// the hardware can physically do on every kernel the machine supports, and the chip file it writes
+// loads back.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -185,15 +186,27 @@ TEST(ProbeMeasure, QuickPeakIsPositiveAndFiniteForEverySupportedKernel) {
       EXPECT_GE(t.attempted, 1);
       EXPECT_TRUE(std::isfinite(t.median()) && t.median() > 0);
       EXPECT_GE(t.best(), t.median());
+      // A figure beyond what the silicon can issue means the probe counts work it did not do (or
+      // times the wrong interval): at most 4 vector instructions per cycle per thread at 6 GHz, far
+      // above any x86 core. And the kernel issued at least one instruction per 1000 cycles at
+      // 1 GHz: anything lower means the timer or the count is off by orders of magnitude.
+      const double per_thread_ceiling = k.ops_per_instruction * 4 * 6e9;
+      EXPECT_LE(t.best(), threads * per_thread_ceiling);
+      EXPECT_GE(t.median(), k.ops_per_instruction * 1e6);
     }
   }
 }
 
 TEST(ProbeMeasure, QuickBandwidthIsPositiveAndFinite) {
   for (bool update : {false, true}) {
-    const Trials t = measure_bandwidth(48 << 10, std::max(1, get_num_threads()), update, 2, 2e-4, 0);
+    const int threads = std::max(1, get_num_threads());
+    const Trials t = measure_bandwidth(48 << 10, threads, update, 2, 2e-4, 0);
     ASSERT_EQ(t.rates.size(), 2u);
     EXPECT_TRUE(std::isfinite(t.median()) && t.median() > 0);
+    // 48 KiB per thread sits in L1/L2: at most 4 x 64-byte accesses per cycle per thread at 6 GHz
+    // (1.5 TB/s, several times any core's L1), at least 1 byte per ns (a broken count or timer).
+    EXPECT_LE(t.best(), threads * 4.0 * 64 * 6e9);
+    EXPECT_GE(t.median(), 1e9);
   }
 }
 
