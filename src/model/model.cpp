@@ -173,6 +173,18 @@ struct Work {
   O* dO;       // [N, D]
 };
 
+// A [batch, heads, seq, d_head] view of rows of `ld` elements, head h at columns [h dh, (h + 1) dh):
+// q, k and v inside the fused q|k|v rows, or the attention output, without copies.
+template <typename E>
+TensorView<E> head_view(E* base, int64_t B, int64_t H, int64_t T, int64_t dh, int64_t ld) {
+  TensorView<E> v;
+  v.data = base;
+  v.rank = 4;
+  v.shape = {B, H, T, dh};
+  v.stride = {T * ld, dh, ld, 1};
+  return v;
+}
+
 template <typename S, typename O>
 Saved<S, O> carve_layer(Arena& a, int64_t N, int64_t D, int64_t F, int64_t BHT) {
   Saved<S, O> s{};
@@ -303,15 +315,7 @@ void TransformerLM<S>::Impl::forward_pass(const int32_t* tokens, int64_t B, int6
       }
       {
         RIDGE_RANGE("attention");
-        auto view = [&](auto* base, int64_t ld) {
-          using E = std::remove_pointer_t<decltype(base)>;
-          TensorView<E> v;
-          v.data = base;
-          v.rank = 4;
-          v.shape = {B, H, T, dh};
-          v.stride = {T * ld, dh, ld, 1};
-          return v;
-        };
+        auto view = [&](auto* base, int64_t ld) { return head_view(base, B, H, T, dh, ld); };
         TensorView<S> lse = TensorView<S>::contiguous(s.lse, {B, H, T});
         if constexpr (std::is_same_v<S, float> && !std::is_same_v<O, double>) {
           if (attention == AttentionPath::flash) {
@@ -473,15 +477,7 @@ void TransformerLM<S>::Impl::backward_pass(S loss_scale, const Observer& observe
         linear::tn(dy, s.o, G + t.wo, D, D, N, D, D, D, true);       // dWo += dy^T o
         linear::nn(dy, W + t.wo, w.dtmp, N, D, D, D, D, D, false);  // do = dy Wo
       }
-      auto view = [&](auto* base, int64_t ld) {
-        using E = std::remove_pointer_t<decltype(base)>;
-        TensorView<E> v;
-        v.data = base;
-        v.rank = 4;
-        v.shape = {B, H, T, dh};
-        v.stride = {T * ld, dh, ld, 1};
-        return v;
-      };
+      auto view = [&](auto* base, int64_t ld) { return head_view(base, B, H, T, dh, ld); };
       O* dqkv_op = w.dop;
       {
         RIDGE_RANGE("attention backward");
