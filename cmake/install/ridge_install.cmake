@@ -33,8 +33,9 @@ if(TARGET ridge AND RIDGE_BUILD_CLI)
   install(TARGETS ridge RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT dev)
 endif()
 
-# A test that installs this build into a scratch prefix and builds tests/install/consumer against it.
-if(RIDGE_BUILD_TESTS AND RIDGE_BUILD_CLI)
+# A test that installs this build into a scratch prefix and builds tests/install/consumer against it
+# (not in the sanitizer build: its libraries need the sanitizer runtime, which a consumer would not link).
+if(RIDGE_BUILD_TESTS AND RIDGE_BUILD_CLI AND NOT RIDGE_SANITIZE)
   set(ridge_pkg_prefix ${CMAKE_BINARY_DIR}/install-test/prefix)
   add_test(NAME cmake_package_consumer
            COMMAND ${CMAKE_COMMAND} -DPREFIX=${ridge_pkg_prefix} -DBUILD_DIR=${CMAKE_BINARY_DIR}
