@@ -74,7 +74,9 @@ TEST(Safetensors, EveryDtypeRoundTripsBitExactly) {
     EXPECT_EQ(e.dtype, all[i]);
     EXPECT_EQ(e.shape, shapes[i]);
     ASSERT_EQ(e.bytes, buffers[i].size());
-    if (e.bytes > 0) EXPECT_EQ(std::memcmp(e.data, buffers[i].data(), e.bytes), 0) << name;
+    if (e.bytes > 0) {
+      EXPECT_EQ(std::memcmp(e.data, buffers[i].data(), e.bytes), 0) << name;
+    }
   }
   EXPECT_EQ(f.metadata().at("step"), "12");
   EXPECT_EQ(f.metadata().at("note"), "a \"quoted\" value");
