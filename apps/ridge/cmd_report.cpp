@@ -191,10 +191,11 @@ std::string measured_table(const std::vector<rr::MeasuredPoint>& pts, const rr::
 void run(const Opts& o) {
   rr::check_plot_outputs(o.out, {o.hw, o.this_file, o.results});  // never write over an input
   const auto gpu = rr::load_chip(o.hw);
+  // Every input is read before the probe runs: a bad file is one line, not a probe and then a line.
+  auto measured = o.results.empty() ? std::vector<rr::MeasuredPoint>{} : rr::read_measured(o.results);
   std::string how;
   const auto me = this_machine(o, how);
   const auto ops = rr::standard_ops();
-  auto measured = o.results.empty() ? std::vector<rr::MeasuredPoint>{} : rr::read_measured(o.results);
   if (!o.no_measure) {
     auto live = measured_rows();
     measured.insert(measured.end(), live.begin(), live.end());
