@@ -162,7 +162,8 @@ void bind_model(nb::module_& m) {
           },
           nb::arg("inputs"), nb::arg("targets"))
       .def("steps", &Trainer::steps)
-      .def("save", &Trainer::save, nb::arg("path"))
+      .def(
+          "save", [](const Trainer& t, const std::string& path) { t.save(path); }, nb::arg("path"))
       .def("load", &Trainer::load, nb::arg("path"));
   m.def(
       "preset",
