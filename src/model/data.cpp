@@ -47,31 +47,13 @@ void TokenFile::unmap() {
 }
 
 TokenFile TokenFile::open(const std::string& path) {
-  auto bad = [&](const std::string& what) { return Error(fmt::format("token file '{}': {}", path, what)); };
-  // stat first: opening a FIFO would block until a writer appears.
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) throw bad(fmt::format("cannot open it: {}", std::strerror(errno)));
-  if (!S_ISREG(st.st_mode)) throw bad("not a regular file");
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) throw bad(fmt::format("cannot open it: {}", std::strerror(errno)));
-  struct stat fst {};
-  if (::fstat(fd, &fst) != 0 || !S_ISREG(fst.st_mode)) {
-    ::close(fd);
-    throw bad("not a regular file");
-  }
-  const size_t bytes = static_cast<size_t>(fst.st_size);
-  if (bytes == 0) {
-    ::close(fd);
-    throw bad("empty (no tokens)");
-  }
-  if (bytes % 2 != 0) {
-    ::close(fd);
-    throw bad(fmt::format("truncated: {} bytes is not a whole number of uint16 tokens", bytes));
-  }
-  void* m = ::mmap(nullptr, bytes, PROT_READ, MAP_PRIVATE, fd, 0);
-  const int map_errno = errno;
-  ::close(fd);
-  if (m == MAP_FAILED) throw bad(fmt::format("cannot map it: {}", std::strerror(map_errno)));
+  const auto map = detail::map_regular_file(path, fmt::format("token file '{}'", path), [](size_t bytes) {
+    if (bytes == 0) return std::string("empty (no tokens)");
+    if (bytes % 2 != 0) return fmt::format("truncated: {} bytes is not a whole number of uint16 tokens", bytes);
+    return std::string();
+  });
+  void* m = map.data;
+  const size_t bytes = map.bytes;
   TokenFile f;
   f.path_ = path;
   f.map_ = m;

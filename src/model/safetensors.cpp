@@ -146,29 +146,11 @@ SafetensorsFile SafetensorsFile::load(const std::string& path) {
   auto bad = [&](const std::string& what) -> Error {
     return Error(fmt::format("safetensors file '{}': {}", path, what));
   };
-  // stat before open, so a FIFO is never opened (opening one blocks until a writer comes).
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) throw bad(fmt::format("cannot open it: {}", std::strerror(errno)));
-  if (!S_ISREG(st.st_mode)) throw bad("not a regular file");
-  // O_NONBLOCK as well, in case the path was swapped for a FIFO between stat and open.
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) throw bad(fmt::format("cannot open it: {}", std::strerror(errno)));
-  struct stat fst {};
-  if (::fstat(fd, &fst) != 0 || !S_ISREG(fst.st_mode)) {
-    ::close(fd);
-    throw bad("not a regular file");
-  }
-  const size_t size = static_cast<size_t>(fst.st_size);
-  if (size < 8) {
-    ::close(fd);
-    throw bad(fmt::format("{} bytes is shorter than the 8-byte header length", size));
-  }
-  // Mapped privately and read-only: a 10 GB checkpoint costs no copy. (Truncating the file while it is
-  // mapped would fault on access; ridge never does that to its own files, which are replaced by rename.)
-  void* m = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
-  const int map_errno = errno;
-  ::close(fd);
-  if (m == MAP_FAILED) throw bad(fmt::format("cannot map it: {}", std::strerror(map_errno)));
+  const auto map = detail::map_regular_file(path, fmt::format("safetensors file '{}'", path), [](size_t bytes) {
+    return bytes < 8 ? fmt::format("{} bytes is shorter than the 8-byte header length", bytes) : std::string();
+  });
+  void* m = map.data;
+  const size_t size = map.bytes;
 
   SafetensorsFile f;
   f.path_ = path;
