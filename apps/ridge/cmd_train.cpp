@@ -6,13 +6,11 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <optional>
-#include <sys/stat.h>
 
 #include "cli.hpp"
 #include "ridge/core.hpp"
+#include "ridge/core/input.hpp"
 #include "ridge/model/data.hpp"
 #include "ridge/bench/trace.hpp"
 #include "ridge/model/train.hpp"
@@ -54,12 +52,9 @@ bool dist_launched() {
 
 // The text's bytes, read after checking it is a regular file (a FIFO would block the read).
 std::string read_text(const std::string& path) {
-  struct stat st {};
-  check(::stat(path.c_str(), &st) == 0, "--text: '{}' does not exist or cannot be read", path);
-  check(S_ISREG(st.st_mode), "--text: '{}' is not a regular file", path);
-  std::ifstream in(path, std::ios::binary);
-  check(static_cast<bool>(in), "--text: '{}' cannot be opened", path);
-  std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // The shared reader refuses FIFOs, devices and directories before opening; a text has no size cap
+  // here beyond memory (the token buffer is checked against it below).
+  std::string s = input::read_input_file(path, "--text", int64_t{1} << 40);
   check(!s.empty(), "--text: '{}' is empty", path);
   return s;
 }
@@ -77,17 +72,6 @@ double estimate_bytes(const model::ModelConfig& c, const model::TrainConfig& t) 
   const double final_ = N * D * (4 + op) + N * V * 4;
   const double work = N * std::max({3 * D, 2 * F}) * 4 * 3 + N * std::max({V, 3 * D, 2 * F}) * op + N * D * op * 4;
   return P * 16 + (t.precision == model::Precision::fp32 ? 0 : P * op) + L * per_layer + final_ + work;
-}
-
-double available_memory() {
-  std::ifstream in("/proc/meminfo");
-  std::string key;
-  double kb = 0;
-  while (in >> key >> kb) {
-    if (key == "MemAvailable:") return kb * 1024;
-    in.ignore(256, '\n');
-  }
-  return 0;
 }
 
 std::string duration(double s) {
@@ -184,7 +168,7 @@ Prepared prepare(const Args& a, int world) {
     check(n_data >= a.context + 1, "--context: {} needs at least {} tokens of data; {} has {}", a.context,
           a.context + 1, file ? "--data" : "--text", n_data);
 
-  const double need = estimate_bytes(c, t), avail = available_memory();
+  const double need = estimate_bytes(c, t), avail = static_cast<double>(memory::available_bytes());
   check(avail <= 0 || need < 0.9 * avail,
         "--size/--batch/--context: this run needs about {} but {} is available; try a smaller size, batch or "
         "context", units::format_bytes(need), units::format_bytes(avail));
