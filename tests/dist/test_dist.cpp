@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "ridge/core/error.hpp"
+#include "ridge/core/memory.hpp"
 #include "ridge/dist.hpp"
 #include "ridge/model/optim.hpp"
 #include "ridge/model/train.hpp"
@@ -305,6 +306,32 @@ TEST(DistShard, Zero1BucketedCountsItsReduceScatters) {
   EXPECT_EQ(unfrozen, static_cast<int64_t>(t.model().params().size()) - t.model().tensor("layers.0.ffn.w1.weight").numel);
   EXPECT_EQ(dp.last_stats().collectives, static_cast<int>(dp.buckets().size()));
   EXPECT_EQ(dp.last_stats().bytes, unfrozen * 4);
+}
+
+// A trainer built with its zero1 shard as the optimizer range (what `ridge train` does) holds only
+// that state from the start; DataParallel keeps the buffers (no reallocation) and the run is the same
+// bits as accumulation.
+TEST(DistShard, TrainerBuiltWithItsShardNeverHoldsTheWholeState) {
+  const Batches b = make_batches(tiny().vocab_size, kSteps);
+  rm::TransformerLM<float> probe(tiny());
+  const auto sh = rd::shard_flat(static_cast<int64_t>(probe.params().size()), 2, rm::kNormChunk)[static_cast<size_t>(rank())];
+  rm::TrainConfig tc = train_config(kGlobalBatch / 2);
+  tc.optimizer_begin = sh.first;
+  tc.optimizer_end = sh.second;
+  const int64_t before = ridge::memory::usage().live_by_tag["optimizer state/m (exp_avg)"];
+  rm::Trainer t(tiny(), tc);
+  EXPECT_EQ(t.optimizer().size(), sh.second - sh.first);
+  EXPECT_EQ(ridge::memory::usage().live_by_tag["optimizer state/m (exp_avg)"] - before, 4 * (sh.second - sh.first));
+  const float* m0 = t.optimizer().m().data();
+  rd::DataParallel dp(t, ddp(rd::DdpMode::bucketed, mb_for_buckets(3), rd::Sharding::zero1));
+  EXPECT_EQ(t.optimizer().m().data(), m0) << "sharding to the same range reallocated";
+  for (size_t s = 0; s < b.x.size(); ++s) {
+    const auto off = static_cast<size_t>(rank() * 2 * kSeq);
+    t.step(b.x[s].data() + off, b.y[s].data() + off);
+  }
+  const std::vector<float> got(t.model().params().begin(), t.model().params().end());
+  const auto want = run_accumulated(RunSpec(ddp(rd::DdpMode::flat)), b);
+  EXPECT_EQ(first_difference(got, want), got.size());
 }
 
 TEST(DistShard, OptimizerStateIsHalved) {
