@@ -185,6 +185,8 @@ Prepared prepare(const Args& a, int world) {
         "--size/--batch/--context: this run needs about {} but {} is available; try a smaller size, batch or "
         "context", units::format_bytes(need), units::format_bytes(avail));
 
+  // Output files are checked before the run, so a bad path fails in a second, not after training.
+  if (!a.trace.empty()) files::check_writable(a.trace, "--trace");
   if (!a.memory.empty()) {
     files::check_writable(a.memory, "--memory");
     check(a.trace.empty() || !files::same_file(a.trace, a.memory),
