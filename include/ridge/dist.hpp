@@ -149,6 +149,10 @@ class DataParallel : public model::StepHooks {
 
  private:
   struct Impl;
+  // One bucket's all-reduce, or zero1's reduce-scatter of it; non-blocking ones join impl_->pending.
+  void launch(size_t bucket, bool blocking);
+  void maybe_die() const;
+  int64_t die_at_step_ = 0;  // RIDGE_TEST_DIE_AT_STEP on the rank it names (test only)
   model::Trainer& trainer_;
   DdpConfig cfg_;
   int rank_ = 0, world_ = 1;
@@ -156,9 +160,6 @@ class DataParallel : public model::StepHooks {
   std::vector<std::pair<int64_t, int64_t>> shards_;
   CommStats stats_;
   Impl* impl_ = nullptr;
-  int64_t die_at_step_ = 0;  // RIDGE_TEST_DIE_AT_STEP on the rank it names (test only)
-  void launch(size_t bucket, bool blocking);
-  void maybe_die() const;
 };
 
 }  // namespace ridge::dist

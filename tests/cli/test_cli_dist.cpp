@@ -320,6 +320,29 @@ TEST(CliDist, MergedTraceHasAProcessRowPerRankWithCommRanges) {
       for (const auto& [b, e] : backward) inside += t >= b && t <= e;
     EXPECT_GT(inside, 0) << "no communication started during backward";
   }
+  // Blocking modes: the collectives are ranges after backward, inside "reduce gradients".
+  const RunResult f = sh(kMpirun + " -np 2 " + RIDGE_BINARY + kModel +
+                         "--batch 4 --steps 2 --ddp flat --shard-optimizer zero1 --trace " + path);
+  ASSERT_EQ(f.code, 0) << f.err;
+  const auto flat = read_json(path);
+  for (int rank : {0, 1}) {
+    SCOPED_TRACE(rank);
+    std::vector<std::pair<double, double>> reduce;
+    std::vector<double> rs;
+    for (const auto& e : flat.at("traceEvents")) {
+      if (e.at("pid").get<int>() != rank || e.at("ph") != "X") continue;
+      const double b = e.at("ts"), end = b + e.at("dur").get<double>();
+      if (e.at("name") == "reduce gradients") reduce.emplace_back(b, end);
+      if (e.at("name") == "reduce-scatter") rs.push_back(b);
+    }
+    EXPECT_EQ(reduce.size(), 2u);
+    EXPECT_EQ(rs.size(), 2u);  // one unfrozen run: one reduce-scatter per step
+    for (double t : rs) {
+      int in = 0;
+      for (const auto& [b, e] : reduce) in += t >= b && t <= e;
+      EXPECT_EQ(in, 1);
+    }
+  }
   std::filesystem::remove_all(dir);
 }
 
