@@ -191,6 +191,8 @@ Prepared prepare(const Args& a, int world) {
     files::check_writable(a.memory, "--memory");
     check(a.trace.empty() || !files::same_file(a.trace, a.memory),
           "--trace and --memory: both name '{}'; give each its own file", a.memory);
+    check(a.memory != a.checkpoint && a.memory != a.resume && a.memory != a.data && a.memory != a.text,
+          "--memory: '{}' is also an input or the checkpoint; choose another path", a.memory);
   }
   if (!a.checkpoint.empty()) {
     const fs::path cp(a.checkpoint);
