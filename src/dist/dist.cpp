@@ -571,14 +571,16 @@ void DataParallel::save(const std::string& path) {
     displs.push_back(static_cast<int>(sb));
     counts.push_back(static_cast<int>(se - sb));
   }
-  std::vector<float> m(rank_ == 0 ? n : 0), v(rank_ == 0 ? n : 0);
+  // Rank 0's whole-model copies of m and v, for the checkpoint only (freed when it is written).
+  Buffer<float> m(rank_ == 0 ? n : 0, "communication/checkpoint gather"),
+      v(rank_ == 0 ? n : 0, "communication/checkpoint gather");
   auto mine_m = trainer_.optimizer().m();
   auto mine_v = trainer_.optimizer().v();
   MPI_Gatherv(mine_m.data(), static_cast<int>(mine_m.size()), MPI_FLOAT, m.data(), counts.data(),
               displs.data(), MPI_FLOAT, 0, MPI_COMM_WORLD);
   MPI_Gatherv(mine_v.data(), static_cast<int>(mine_v.size()), MPI_FLOAT, v.data(), counts.data(),
               displs.data(), MPI_FLOAT, 0, MPI_COMM_WORLD);
-  if (rank_ == 0) trainer_.save(path, m, v);
+  if (rank_ == 0) trainer_.save(path, m.span(), v.span());
 }
 
 }  // namespace ridge::dist
