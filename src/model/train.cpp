@@ -28,8 +28,16 @@ void TrainConfig::validate() const {
         optimizer_end);
 }
 
+namespace {
+// Checked before any member is built from it (the optimizer range sizes AdamW's state).
+const TrainConfig& validated(const TrainConfig& t) {
+  t.validate();
+  return t;
+}
+}  // namespace
+
 Trainer::Trainer(const ModelConfig& model, const TrainConfig& train)
-    : cfg_(train),
+    : cfg_(validated(train)),
       model_(model, train.precision, train.attention),
       adamw_(std::min<int64_t>(train.optimizer_end < 0 ? static_cast<int64_t>(model_.params().size())
                                                        : train.optimizer_end,
