@@ -12,7 +12,9 @@
 #include "ridge/core.hpp"
 #include "ridge/core/input.hpp"
 #include "ridge/model/data.hpp"
+#include "ridge/bench/memory.hpp"
 #include "ridge/bench/trace.hpp"
+#include "ridge/core/files.hpp"
 #include "ridge/model/train.hpp"
 #include "ridge/roofline.hpp"
 #ifdef RIDGE_HAVE_DIST
@@ -34,6 +36,7 @@ struct Args {
   uint64_t seed = 0;
   int threads = -1;
   bool json = false;
+  std::string memory;  // memory snapshot file (per rank under mpirun: NAME.rankR.json)
   std::string ddp, shard;  // data parallelism under mpirun (empty: one process)
   double bucket_mb = 25;
 };
@@ -48,6 +51,15 @@ uint64_t fnv_hash(const void* data, size_t bytes, uint64_t h = 0xcbf29ce48422232
 bool dist_launched() {
   const char* n = std::getenv("OMPI_COMM_WORLD_SIZE");
   return n && std::string(n) != "1";
+}
+
+// Under data parallelism each rank writes its own memory snapshot: NAME.rankR.json beside NAME.json.
+std::string per_rank_path(const std::string& path, int rank, int world) {
+  if (world <= 1) return path;
+  const auto slash = path.rfind('/');
+  const auto dot = path.rfind('.');
+  const bool ext = dot != std::string::npos && (slash == std::string::npos || dot > slash);
+  return (ext ? path.substr(0, dot) : path) + fmt::format(".rank{}", rank) + (ext ? path.substr(dot) : "");
 }
 
 // The text's bytes, read after checking it is a regular file (a FIFO would block the read).
@@ -173,6 +185,15 @@ Prepared prepare(const Args& a, int world) {
         "--size/--batch/--context: this run needs about {} but {} is available; try a smaller size, batch or "
         "context", units::format_bytes(need), units::format_bytes(avail));
 
+  // Output files are checked before the run, so a bad path fails in a second, not after training.
+  if (!a.trace.empty()) files::check_writable(a.trace, "--trace");
+  if (!a.memory.empty()) {
+    files::check_writable(a.memory, "--memory");
+    check(a.trace.empty() || !files::same_file(a.trace, a.memory),
+          "--trace and --memory: both name '{}'; give each its own file", a.memory);
+    check(a.memory != a.checkpoint && a.memory != a.resume && a.memory != a.data && a.memory != a.text,
+          "--memory: '{}' is also an input or the checkpoint; choose another path", a.memory);
+  }
   if (!a.checkpoint.empty()) {
     const fs::path cp(a.checkpoint);
     const fs::path dir = cp.has_parent_path() ? cp.parent_path() : fs::path(".");
@@ -249,7 +270,7 @@ void train_loop(const Args& a, const Prepared& p, model::Trainer& trainer, DataP
                  "{}\n",
                  world, t.batch, dist::ddp_mode_name(dp->config().mode),
                  dp->config().mode == dist::DdpMode::bucketed ? fmt::format(" --bucket-mb {}", a.bucket_mb) : "",
-                 dp->config().sharding == dist::Sharding::zero1 ? 1 : dp->buckets().size(),
+                 dp->buckets().size(),
                  dist::sharding_name(dp->config().sharding));
 #endif
     fmt::print("mfu       against {}\n", peak > 0 ? fmt::format("the probed {} peak, {:.1f} GFLOP/s",
@@ -332,17 +353,27 @@ void train_loop(const Args& a, const Prepared& p, model::Trainer& trainer, DataP
     }
   }
   if (!a.trace.empty()) {
+    // Under data parallelism rank 0 writes one trace with a process row per rank.
+    std::string what = a.trace;
+#ifdef RIDGE_HAVE_DIST
+    if (dp && world > 1) {
+      dist::write_merged_trace(a.trace);
+      what = fmt::format("{} ({} ranks, one process row each)", a.trace, world);
+    } else
+#endif
+      trace::write(a.trace);
     trace::stop_recording();
-    // Under data parallelism each rank writes its own file: NAME.rankR.json beside NAME.json.
-    std::string path = a.trace;
-    if (world > 1) {
-      const auto dot = path.rfind('.');
-      path = (dot == std::string::npos ? path : path.substr(0, dot)) + fmt::format(".rank{}", rank) +
-             (dot == std::string::npos ? "" : path.substr(dot));
-    }
-    trace::write(path);
     if (!a.json && print)
-      fmt::print("trace     {} events -> {} (open in https://ui.perfetto.dev)\n", trace::event_count(), path);
+      fmt::print("trace     {} events{} -> {} (open in https://ui.perfetto.dev)\n", trace::event_count(),
+                 world > 1 ? " on rank 0" : "", what);
+  }
+  if (!a.memory.empty()) {
+    const std::string path = per_rank_path(a.memory, rank, world);
+    memory::dump_snapshot(path);
+    memory::stop_recording();
+    if (!a.json && print)
+      fmt::print("memory    {} (see `ridge memory show`){}\n", path,
+                 world > 1 ? fmt::format("; every rank writes its own, .rank0 .. .rank{}", world - 1) : "");
   }
   if (!a.json && print) {
     const double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -369,9 +400,6 @@ void run_rank(const Args& a) {
   }
   cfg.bucket_mb = a.bucket_mb;
   check(std::isfinite(a.bucket_mb) && a.bucket_mb > 0, "--bucket-mb: must be > 0, got {}", a.bucket_mb);
-  check(cfg.sharding != dist::Sharding::zero1 || cfg.mode == dist::DdpMode::flat,
-        "--shard-optimizer zero1: reduce-scatters the flat gradient after backward; use it with --ddp flat (or no "
-        "--ddp), not --ddp {}", a.ddp);
   bool peer_failed = false;
   {
     dist::Session session;
@@ -381,13 +409,31 @@ void run_rank(const Args& a) {
       std::string err;
       try {
         p = prepare(a, session.size());
+        // Recording starts before the trainer allocates, so the snapshot holds parameters,
+        // gradients and optimizer state.
+        if (!a.memory.empty()) memory::record_history();
+        // zero1's shard depends only on the parameter count: the trainer allocates AdamW state for
+        // that range alone, never the whole (DataParallel then shards to the same range in place).
+        if (cfg.sharding == dist::Sharding::zero1) {
+          const auto sh = dist::shard_flat(p->c.param_count(), session.size(), model::kNormChunk);
+          p->t.optimizer_begin = sh[static_cast<size_t>(session.rank())].first;
+          p->t.optimizer_end = sh[static_cast<size_t>(session.rank())].second;
+        }
         trainer.emplace(p->c, p->t);
       } catch (const Error& e) {
         err = e.what();
       }
       dist::agree(err);
       dist::check_same(p->hash, "configuration (arguments, model size, data)");
-      dist::DataParallel dp(*trainer, cfg);
+      // The constructor's checks (RIDGE_TEST_DIE_RANK against the world size) precede its collectives.
+      std::optional<dist::DataParallel> dpo;
+      try {
+        dpo.emplace(*trainer, cfg);
+      } catch (const Error& e) {
+        err = e.what();
+      }
+      dist::agree(err);
+      dist::DataParallel& dp = *dpo;
       try {
         load_resume(*trainer, a);
       } catch (const Error& e) {
@@ -417,6 +463,7 @@ void run(const Args& a) {
 #endif
   }
   Prepared p = prepare(a, 1);
+  if (!a.memory.empty()) memory::record_history();
   model::Trainer trainer(p.c, p.t);
   load_resume(trainer, a);
   train_loop(a, p, trainer, nullptr, 0, 1);
@@ -454,6 +501,8 @@ void setup(CLI::App& root) {
   cmd->add_option("--log-every", a.log_every, "print every N steps")->capture_default_str();
   cmd->add_option("--threads", a.threads, "threads (default: OMP_NUM_THREADS or all CPUs)");
   cmd->add_option("--trace", a.trace, "write a Chrome trace of the run (ranges per step, layer and operation)");
+  cmd->add_option("--memory", a.memory,
+                  "write a memory snapshot (see `ridge memory show`); under mpirun one per rank, NAME.rankR.json");
   cmd->add_flag("--json", a.json, "one JSON object per logged step");
   cmd->add_option("--ddp", a.ddp, "data parallelism under mpirun: naive, flat, overlap or bucketed (--batch is global)");
   cmd->add_option("--bucket-mb", a.bucket_mb, "bucketed: bucket size in MB")->capture_default_str();

@@ -9,14 +9,18 @@
 //   bucketed  the same per bucket: tensors in flat order (= reverse parameter order, the order
 //             backward finishes them) packed into contiguous buckets of at most bucket_mb MB
 //
-// Optimizer-state sharding: `cs336` assigns whole tensors to ranks (contiguous, balanced by size); the
-// gradients are all-reduced as above, each rank steps its tensors and broadcasts them. `zero1`
-// reduce-scatters the flat gradient, each rank steps its shard (aligned to the norm's chunks, so the
-// global norm is grad_norm's exact bits) and the shards are all-gathered. Either way a rank holds
-// AdamW state for its range only.
+// Optimizer-state sharding, with every mode above: `cs336` assigns whole tensors to ranks
+// (contiguous, balanced by size); the gradients are all-reduced as the mode says, each rank steps its
+// tensors and broadcasts them. `zero1` cuts the flat buffer into one contiguous shard per rank
+// (aligned to the norm's chunks, so the global norm is grad_norm's exact bits) and replaces each of
+// the mode's all-reduces by a reduce-scatter of the same bucket whose receive counts are the bucket's
+// overlaps with the shards: naive one per tensor after backward, flat one per contiguous run of
+// unfrozen tensors, overlap and bucketed non-blocking ones started from the backward observer (the
+// ZeRO-with-overlap / FSDP pattern). Each rank then steps its shard and the shards are all-gathered.
+// Either way a rank holds AdamW state for its range only.
 //
-// Averaging is sum / world size. Frozen tensors are never communicated in the DDP modes; zero1's
-// reduce-scatter and all-gather cover the whole flat buffer (frozen gradients are zeros there).
+// Averaging is sum / world size. Frozen tensors are never reduced (they are in no bucket); zero1's
+// all-gather of the parameters covers the whole flat buffer (frozen values are equal on every rank).
 #pragma once
 
 #include <cstdint>
@@ -69,6 +73,13 @@ uint64_t fnv1a(const void* data, size_t bytes, uint64_t h = 0xcbf29ce484222325ul
 // Mean of x over the ranks (the loss for printing, a time).
 double mean(double x);
 double max(double x);
+
+// Collective (every rank calls it with the same path, while trace recording is on): gathers every
+// rank's trace events on rank 0, which writes one Chrome trace with one process row per rank
+// (pid = rank, process_name "rank R"). Each rank's clock is aligned on a marker every rank records
+// right after a barrier ("merged-trace sync"); async range ids are prefixed with the rank. A write
+// error is ridge::Error on rank 0 and PeerFailed on the others.
+void write_merged_trace(const std::string& path);
 
 enum class DdpMode { naive, flat, overlap, bucketed };
 DdpMode parse_ddp_mode(const std::string& name);  // ridge::Error listing the modes otherwise
@@ -138,6 +149,10 @@ class DataParallel : public model::StepHooks {
 
  private:
   struct Impl;
+  // One bucket's all-reduce, or zero1's reduce-scatter of it; non-blocking ones join impl_->pending.
+  void launch(size_t bucket, bool blocking);
+  void maybe_die() const;
+  int64_t die_at_step_ = 0;  // RIDGE_TEST_DIE_AT_STEP on the rank it names (test only)
   model::Trainer& trainer_;
   DdpConfig cfg_;
   int rank_ = 0, world_ = 1;

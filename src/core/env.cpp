@@ -57,6 +57,15 @@ Knobs parse_knobs(const char* (*lookup)(const char* name)) {
   // OpenMP accepts a list ("8,2") for nested levels; ridge's count is the first entry.
   if (const auto v = get("OMP_NUM_THREADS"); !v.empty())
     k.omp_threads = static_cast<int>(parse_int("OMP_NUM_THREADS", v.substr(0, v.find(',')), 1, kMaxThreads));
+  if (const auto v = get("RIDGE_TEST_DIE_AT_STEP"); !v.empty()) {
+    k.test_die_at_step = parse_int("RIDGE_TEST_DIE_AT_STEP", v, 1, int64_t{1} << 40, " (test only)");
+    k.test_die_rank = 0;
+  }
+  if (const auto v = get("RIDGE_TEST_DIE_RANK"); !v.empty()) {
+    if (k.test_die_at_step == 0)
+      fail("RIDGE_TEST_DIE_RANK: '{}' is not accepted alone (expected RIDGE_TEST_DIE_AT_STEP with it; test only)", v);
+    k.test_die_rank = static_cast<int>(parse_int("RIDGE_TEST_DIE_RANK", v, 0, 1 << 20, " (test only)"));
+  }
   return k;
 }
 

@@ -11,7 +11,9 @@
 #include <limits>
 
 #include "ridge/bench/trace.hpp"
+#include "ridge/core/env.hpp"
 #include "ridge/core/error.hpp"
+#include "ridge/core/files.hpp"
 #include "ridge/model/optim.hpp"
 
 namespace ridge::dist {
@@ -115,6 +117,73 @@ double max(double x) {
   return m;
 }
 
+void write_merged_trace(const std::string& path) {
+  using nlohmann::json;
+  const int rank = world_rank(), n = world_size();
+  constexpr const char* kSync = "merged-trace sync";
+  MPI_Barrier(MPI_COMM_WORLD);
+  trace::mark(kSync, {"dist", trace::color::grey, std::nullopt});
+  const std::string mine = trace::to_json().dump();
+  std::string err;
+  if (mine.size() >= static_cast<size_t>(INT_MAX)) err = fmt::format("trace: {} bytes of events are beyond MPI's int counts", mine.size());
+  agree(err);
+  const int len = static_cast<int>(mine.size());
+  std::vector<int> lens(static_cast<size_t>(n)), displs(static_cast<size_t>(n));
+  MPI_Gather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, 0, MPI_COMM_WORLD);
+  std::string all;
+  if (rank == 0) {
+    int64_t total = 0;
+    for (int r = 0; r < n; ++r) {
+      if (total + lens[static_cast<size_t>(r)] >= INT_MAX) err = "trace: the ranks' events together are beyond MPI's int counts";
+      displs[static_cast<size_t>(r)] = static_cast<int>(total);
+      total += lens[static_cast<size_t>(r)];
+    }
+    if (err.empty()) all.resize(static_cast<size_t>(total));
+  }
+  agree(err);
+  MPI_Gatherv(mine.data(), len, MPI_CHAR, all.data(), lens.data(), displs.data(), MPI_CHAR, 0, MPI_COMM_WORLD);
+  if (rank == 0) {
+    try {
+      json events = json::array();
+      double sync0 = 0;
+      json machine;
+      for (int r = 0; r < n; ++r) {
+        json doc = json::parse(all.substr(static_cast<size_t>(displs[static_cast<size_t>(r)]),
+                                          static_cast<size_t>(lens[static_cast<size_t>(r)])));
+        if (r == 0 && doc.contains("otherData") && doc["otherData"].contains("machine"))
+          machine = doc["otherData"]["machine"];
+        // The sync marker is the last instant of that name: every rank recorded it just after the
+        // same barrier, so shifting by the difference puts the ranks on rank 0's clock.
+        double sync = 0;
+        for (const auto& e : doc.at("traceEvents"))
+          if (e.value("ph", "") == "i" && e.value("name", "") == kSync) sync = e.at("ts").get<double>();
+        if (r == 0) sync0 = sync;
+        const double shift = sync0 - sync;
+        events.push_back({{"ph", "M"}, {"name", "process_name"}, {"pid", r}, {"tid", 0},
+                          {"args", {{"name", fmt::format("rank {}", r)}}}});
+        events.push_back({{"ph", "M"}, {"name", "process_sort_index"}, {"pid", r}, {"tid", 0},
+                          {"args", {{"sort_index", r}}}});
+        for (auto& e : doc.at("traceEvents")) {
+          if (e.value("ph", "") == "M" && e.value("name", "") == "process_name") continue;
+          e["pid"] = r;
+          if (e.contains("ts")) e["ts"] = e["ts"].get<double>() + shift;
+          if (e.contains("id")) e["id"] = fmt::format("r{}:{}", r, e["id"].get<std::string>());
+          events.push_back(std::move(e));
+        }
+      }
+      json doc = {{"traceEvents", std::move(events)},
+                  {"displayTimeUnit", "ms"},
+                  {"otherData", {{"recorder", "ridge trace, merged over MPI ranks"}, {"ranks", n}, {"machine", machine}}}};
+      files::write_text(path, doc.dump() + "\n", "trace");
+    } catch (const Error& e) {
+      err = e.what();
+    } catch (const json::exception& e) {
+      err = fmt::format("trace: a rank's events did not parse ({})", e.what());
+    }
+  }
+  agree(err);
+}
+
 DdpMode parse_ddp_mode(const std::string& name) {
   if (name == "naive") return DdpMode::naive;
   if (name == "flat") return DdpMode::flat;
@@ -155,9 +224,6 @@ const char* sharding_name(Sharding s) {
 
 void DdpConfig::validate() const {
   check(std::isfinite(bucket_mb) && bucket_mb > 0, "bucket_mb: must be finite and > 0, got {}", bucket_mb);
-  check(sharding != Sharding::zero1 || mode == DdpMode::flat,
-        "mode: zero1 reduce-scatters the whole flat gradient after backward, so it takes mode flat, not {}",
-        ddp_mode_name(mode));
 }
 
 std::vector<Bucket> plan_buckets(const std::vector<model::TensorInfo>& tensors,
@@ -234,6 +300,7 @@ struct DataParallel::Impl {
   struct Pending {
     MPI_Request req = MPI_REQUEST_NULL;
     size_t bucket = 0;
+    std::vector<int> counts;  // a reduce-scatter's receive counts (alive until it completes)
     trace::Handle range;
     bool done = false;
   };
@@ -241,23 +308,51 @@ struct DataParallel::Impl {
   size_t next_bucket = 0;
   float* grads = nullptr;
   double first_start = -1, last_done = -1;
-  std::vector<float> shard_buf;
-
-  void start(float* p, int64_t n) {
-    for (int64_t o = 0; o < n; o += kMaxCount) {
-      Pending q;
-      MPI_Iallreduce(MPI_IN_PLACE, p + o, static_cast<int>(std::min(kMaxCount, n - o)), MPI_FLOAT, MPI_SUM,
-                     MPI_COMM_WORLD, &q.req);
-      pending.push_back(std::move(q));
-    }
-  }
+  // zero1: this rank's shard of the summed gradient, filled by the reduce-scatters.
+  Buffer<float> shard_buf;
 };
+
+// One bucket's reduction, blocking or not: an all-reduce, or under zero1 a reduce-scatter whose
+// receive counts are the bucket's overlaps with each rank's shard (the shards are contiguous and in
+// rank order, so the bucket's pieces are exactly the overlaps, in order). Pieces of at most kMaxCount
+// elements keep every count an int.
+void DataParallel::launch(size_t bucket, bool blocking) {
+  Impl& s = *impl_;
+  const Bucket& bk = buckets_[bucket];
+  float* g = s.grads;
+  for (int64_t o = 0; o < bk.numel; o += kMaxCount) {
+    const int64_t pb = bk.offset + o, pe = pb + std::min(kMaxCount, bk.numel - o);
+    Impl::Pending q;
+    q.bucket = bucket;
+    if (cfg_.sharding == Sharding::zero1) {
+      const auto [mb, me] = shards_[static_cast<size_t>(rank_)];
+      for (const auto& [sb, se] : shards_) q.counts.push_back(static_cast<int>(std::max<int64_t>(0, std::min(se, pe) - std::max(sb, pb))));
+      float* recv = s.shard_buf.data() + std::clamp<int64_t>(pb - mb, 0, me - mb);
+      if (blocking)
+        MPI_Reduce_scatter(g + pb, recv, q.counts.data(), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+      else
+        MPI_Ireduce_scatter(g + pb, recv, q.counts.data(), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &q.req);
+    } else if (blocking) {
+      MPI_Allreduce(MPI_IN_PLACE, g + pb, static_cast<int>(pe - pb), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    } else {
+      MPI_Iallreduce(MPI_IN_PLACE, g + pb, static_cast<int>(pe - pb), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &q.req);
+    }
+    if (!blocking) s.pending.push_back(std::move(q));
+  }
+  stats_.bytes += bk.numel * 4;
+  ++stats_.collectives;
+}
 
 DataParallel::DataParallel(model::Trainer& trainer, const DdpConfig& config)
     : trainer_(trainer), cfg_(config), impl_(new Impl) {
   config.validate();
   rank_ = world_rank();
   world_ = world_size();
+  if (const auto& k = env::knobs(); k.test_die_at_step > 0) {
+    check(k.test_die_rank < world_, "RIDGE_TEST_DIE_RANK: {} is not a rank of this {}-rank run (expected 0 .. {})",
+          k.test_die_rank, world_, world_ - 1);
+    if (k.test_die_rank == rank_) die_at_step_ = k.test_die_at_step;
+  }
   auto& m = trainer_.model();
   const auto& tensors = m.tensors();
   const auto& frozen = trainer_.frozen_flags();
@@ -279,6 +374,10 @@ DataParallel::DataParallel(model::Trainer& trainer, const DdpConfig& config)
     shards_ = shard_flat(n, world_, model::kNormChunk);
     for (const auto& [b, e] : shards_)
       check(e - b < INT_MAX, "sharding: a zero1 shard of {} elements is beyond MPI's int counts", e - b);
+  }
+  if (cfg_.sharding == Sharding::zero1) {
+    const auto [b, e] = shards_[static_cast<size_t>(rank_)];
+    impl_->shard_buf = Buffer<float>(static_cast<size_t>(e - b), "communication/reduce-scatter");
   }
   if (!shards_.empty())
     trainer_.shard_optimizer(shards_[static_cast<size_t>(rank_)].first,
@@ -305,8 +404,24 @@ void DataParallel::broadcast_parameters() {
               MPI_FLOAT, 0, MPI_COMM_WORLD);
 }
 
+// The test-only fault injection (RIDGE_TEST_DIE_AT_STEP): this rank ends abruptly, as a crash would,
+// with no MPI_Finalize, while the others are inside the same step's collectives.
+void DataParallel::maybe_die() const {
+  if (die_at_step_ == 0 || trainer_.steps() + 1 != die_at_step_) return;
+  std::fprintf(stderr,
+               "ridge: rank %d: RIDGE_TEST_DIE_AT_STEP=%lld: exiting with status 3 in the backward pass of step "
+               "%lld%s (test-only fault injection)\n",
+               rank_, static_cast<long long>(die_at_step_), static_cast<long long>(die_at_step_),
+               impl_->pending.empty() ? "" : ", a non-blocking gradient reduction outstanding");
+  std::fflush(stderr);
+  std::_Exit(3);
+}
+
 void DataParallel::group_final(int group) {
-  if (cfg_.mode != DdpMode::overlap && cfg_.mode != DdpMode::bucketed) return;
+  if (cfg_.mode != DdpMode::overlap && cfg_.mode != DdpMode::bucketed) {
+    maybe_die();
+    return;
+  }
   Impl& s = *impl_;
   if (s.next_bucket == 0 && s.pending.empty()) {
     s.grads = trainer_.model().grads().data();
@@ -317,18 +432,16 @@ void DataParallel::group_final(int group) {
     const Bucket& b = buckets_[s.next_bucket];
     const size_t first = s.pending.size();
     if (s.first_start < 0) s.first_start = now();
-    s.start(s.grads + b.offset, b.numel);
-    for (size_t i = first; i < s.pending.size(); ++i) {
-      s.pending[i].bucket = s.next_bucket;
+    launch(s.next_bucket, false);
+    for (size_t i = first; i < s.pending.size(); ++i)
       if (trace::recording())
-        s.pending[i].range =
-            trace::start_range(fmt::format("allreduce bucket {} ({} KB)", s.next_bucket, b.numel * 4 / 1000),
-                               trace::color::orange);
-    }
-    stats_.bytes += b.numel * 4;
-    ++stats_.collectives;
+        s.pending[i].range = trace::start_range(
+            fmt::format("{} bucket {} ({} KB)", cfg_.sharding == Sharding::zero1 ? "reduce-scatter" : "allreduce",
+                        s.next_bucket, b.numel * 4 / 1000),
+            trace::color::orange);
     ++s.next_bucket;
   }
+  if (!s.pending.empty()) maybe_die();
   // Progress: OpenMPI's non-blocking collectives advance only inside MPI calls, so test every
   // outstanding request here, between layers of the backward pass.
   RIDGE_RANGE("mpi progress");
@@ -348,33 +461,12 @@ void DataParallel::reduce_gradients(std::span<float> grads) {
   Impl& s = *impl_;
   const double t0 = now();
   const float inv = static_cast<float>(world_);
-  if (cfg_.sharding == Sharding::zero1) {
-    stats_ = {};
-    const auto [b, e] = shards_[static_cast<size_t>(rank_)];
-    std::vector<int> counts;
-    for (const auto& [sb, se] : shards_) counts.push_back(static_cast<int>(se - sb));
-    s.shard_buf.resize(static_cast<size_t>(e - b));
-    {
-      RIDGE_RANGE("reduce-scatter gradients");
-      MPI_Reduce_scatter(grads.data(), s.shard_buf.data(), counts.data(), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-    }
-    for (int64_t i = b; i < e; ++i)
-      grads[static_cast<size_t>(i)] = s.shard_buf[static_cast<size_t>(i - b)] / inv;
-    stats_.bytes = static_cast<int64_t>(grads.size()) * 4;
-    stats_.collectives = 1;
-    stats_.comm_s = stats_.exposed_s = now() - t0;
-    return;
-  }
   if (cfg_.mode == DdpMode::naive || cfg_.mode == DdpMode::flat) {
     stats_ = {};
-    for (const Bucket& bk : buckets_) {
-      RIDGE_RANGE("allreduce");
-      for (int64_t o = 0; o < bk.numel; o += kMaxCount)
-        MPI_Allreduce(MPI_IN_PLACE, grads.data() + bk.offset + o,
-                      static_cast<int>(std::min(kMaxCount, bk.numel - o)), MPI_FLOAT, MPI_SUM,
-                      MPI_COMM_WORLD);
-      stats_.bytes += bk.numel * 4;
-      ++stats_.collectives;
+    s.grads = grads.data();
+    for (size_t i = 0; i < buckets_.size(); ++i) {
+      RIDGE_RANGE(cfg_.sharding == Sharding::zero1 ? "reduce-scatter" : "allreduce");
+      launch(i, true);
     }
     stats_.comm_s = stats_.exposed_s = now() - t0;
   } else {
@@ -405,6 +497,15 @@ void DataParallel::reduce_gradients(std::span<float> grads) {
     stats_.comm_s = stats_.hidden_s + stats_.exposed_s;
     s.pending.clear();
     s.next_bucket = 0;
+  }
+  if (cfg_.sharding == Sharding::zero1) {
+    // Only this rank's shard holds the average; the rest of grads keeps the local sums, which nothing
+    // reads (the norm and AdamW take the shard). Frozen tensors are in no bucket: their zeros stay.
+    const auto [mb, me] = shards_[static_cast<size_t>(rank_)];
+    for (const Bucket& bk : buckets_)
+      for (int64_t i = std::max(mb, bk.offset); i < std::min(me, bk.offset + bk.numel); ++i)
+        grads[static_cast<size_t>(i)] = s.shard_buf[static_cast<size_t>(i - mb)] / inv;
+    return;
   }
   for (const Bucket& bk : buckets_)
     for (int64_t i = bk.offset; i < bk.offset + bk.numel; ++i) grads[static_cast<size_t>(i)] /= inv;
@@ -470,14 +571,16 @@ void DataParallel::save(const std::string& path) {
     displs.push_back(static_cast<int>(sb));
     counts.push_back(static_cast<int>(se - sb));
   }
-  std::vector<float> m(rank_ == 0 ? n : 0), v(rank_ == 0 ? n : 0);
+  // Rank 0's whole-model copies of m and v, for the checkpoint only (freed when it is written).
+  Buffer<float> m(rank_ == 0 ? n : 0, "communication/checkpoint gather"),
+      v(rank_ == 0 ? n : 0, "communication/checkpoint gather");
   auto mine_m = trainer_.optimizer().m();
   auto mine_v = trainer_.optimizer().v();
   MPI_Gatherv(mine_m.data(), static_cast<int>(mine_m.size()), MPI_FLOAT, m.data(), counts.data(),
               displs.data(), MPI_FLOAT, 0, MPI_COMM_WORLD);
   MPI_Gatherv(mine_v.data(), static_cast<int>(mine_v.size()), MPI_FLOAT, v.data(), counts.data(),
               displs.data(), MPI_FLOAT, 0, MPI_COMM_WORLD);
-  if (rank_ == 0) trainer_.save(path, m, v);
+  if (rank_ == 0) trainer_.save(path, m.span(), v.span());
 }
 
 }  // namespace ridge::dist

@@ -22,8 +22,8 @@ template <typename S>
 AdamW<S>::AdamW(int64_t n, const AdamWConfig& config) : cfg_(config) {
   config.validate();
   check(n >= 0, "n: must be >= 0, got {}", n);
-  m_ = Buffer<S>(static_cast<size_t>(n), "optimizer state");
-  v_ = Buffer<S>(static_cast<size_t>(n), "optimizer state");
+  m_ = Buffer<S>(static_cast<size_t>(n), "optimizer state/m (exp_avg)");
+  v_ = Buffer<S>(static_cast<size_t>(n), "optimizer state/v (exp_avg_sq)");
   std::fill(m_.begin(), m_.end(), S(0));
   std::fill(v_.begin(), v_.end(), S(0));
 }

@@ -23,17 +23,37 @@ void TrainConfig::validate() const {
         max_grad_norm);
   check(std::isfinite(loss_scale) && loss_scale > 0, "loss_scale: must be finite and > 0, got {}", loss_scale);
   check(loss_scale_interval >= 1, "loss_scale_interval: must be >= 1, got {}", loss_scale_interval);
+  check(optimizer_begin >= 0 && (optimizer_end == -1 || optimizer_end >= optimizer_begin),
+        "optimizer_begin, optimizer_end: [{}, {}) is not a range (end -1: to the last parameter)", optimizer_begin,
+        optimizer_end);
 }
 
+namespace {
+// Checked before any member is built from it (the optimizer range sizes AdamW's state).
+const TrainConfig& validated(const TrainConfig& t) {
+  t.validate();
+  return t;
+}
+}  // namespace
+
 Trainer::Trainer(const ModelConfig& model, const TrainConfig& train)
-    : cfg_(train),
+    : cfg_(validated(train)),
       model_(model, train.precision, train.attention),
-      adamw_(static_cast<int64_t>(model_.params().size()), train.adamw),
+      adamw_(std::min<int64_t>(train.optimizer_end < 0 ? static_cast<int64_t>(model_.params().size())
+                                                       : train.optimizer_end,
+                               static_cast<int64_t>(model_.params().size())) -
+                 std::min<int64_t>(train.optimizer_begin, static_cast<int64_t>(model_.params().size())),
+             train.adamw),
       scaler_(train.precision == Precision::fp16 ? train.loss_scale : 1.0, 2.0, 0.5, train.loss_scale_interval),
       rng_(train.seed) {
   train.validate();
   check(train.seq <= model.context_length, "seq: {} is longer than the model's context_length {}", train.seq,
         model.context_length);
+  const auto n = static_cast<int64_t>(model_.params().size());
+  check(train.optimizer_begin <= n && train.optimizer_end <= n,
+        "optimizer_begin, optimizer_end: [{}, {}) is not a range of the {} parameters", train.optimizer_begin,
+        train.optimizer_end, n);
+  opt_begin_ = train.optimizer_begin;
   model_.init(train.seed);
   frozen_.assign(model_.tensors().size(), false);
   inputs_.resize(static_cast<size_t>(train.batch * train.seq));
@@ -50,7 +70,15 @@ void Trainer::shard_optimizer(int64_t begin, int64_t end) {
   check(begin >= 0 && begin <= end && end <= n, "begin, end: [{}, {}) is not a range of the {} parameters", begin, end,
         n);
   const int64_t t = adamw_.steps();
-  adamw_ = AdamW<float>(end - begin, adamw_.config());
+  const AdamWConfig c = adamw_.config();
+  if (begin == opt_begin_ && end == optimizer_end()) {
+    // The range the trainer was built with: reset the state in place, allocating nothing.
+    std::fill(adamw_.m().begin(), adamw_.m().end(), 0.0f);
+    std::fill(adamw_.v().begin(), adamw_.v().end(), 0.0f);
+  } else {
+    adamw_ = AdamW<float>();  // free the old state first: the peak is the larger range, not both
+    adamw_ = AdamW<float>(end - begin, c);
+  }
   adamw_.set_steps(t);
   opt_begin_ = begin;
 }

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -132,4 +133,24 @@ TEST(CliTrain, BadInputIsOneLineAndExitTwo) {
     EXPECT_NE(r.err.find(c.expect), std::string::npos) << c.args << "\n" << r.err;
   }
   EXPECT_EQ(read(keep), "precious");
+}
+
+// --trace and --memory are checked before training: a folder that does not exist is one line, exit 2;
+// a good --memory path gets a snapshot that `ridge memory show` reads, with AdamW's m and v tagged.
+TEST(CliTrain, TraceAndMemoryPathsAreCheckedFirstAndTheSnapshotIsWritten) {
+  for (const std::string flag : {"--trace", "--memory"}) {
+    const auto r = run(std::string("train ") + kTiny + " --steps 1 --batch 1 --context 8 " + flag +
+                       " /nonexistent-ridge-dir/x.json");
+    EXPECT_EQ(r.code, 2) << r.err;
+    EXPECT_EQ(r.err.rfind("ridge: " + flag + ":", 0), 0u) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_TRUE(r.out.empty()) << "failed before training: " << r.out;
+  }
+  const auto path = (std::filesystem::temp_directory_path() / "ridge_cli_train_mem.json").string();
+  const auto r = run(std::string("train ") + kTiny + " --steps 1 --batch 1 --context 8 --memory " + path);
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto show = run("memory show " + path);
+  EXPECT_EQ(show.code, 0) << show.err;
+  EXPECT_NE(show.out.find("optimizer state/v (exp_avg_sq)"), std::string::npos) << show.out;
+  std::filesystem::remove(path);
 }

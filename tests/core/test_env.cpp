@@ -74,6 +74,25 @@ TEST(Env, GoodValuesAreParsed) {
   EXPECT_EQ(k.omp_threads, 3) << "the first entry of OpenMP's list";
 }
 
+// The test-only fault-injection pair: both parsed, the rank defaulting to 0, junk and a lone rank
+// rejected with one line naming the variable.
+TEST(Env, TestDieKnobs) {
+  EXPECT_EQ(parse({}).test_die_at_step, 0);
+  EXPECT_EQ(parse({}).test_die_rank, -1);
+  const auto k = parse({{"RIDGE_TEST_DIE_AT_STEP", "3"}, {"RIDGE_TEST_DIE_RANK", "1"}});
+  EXPECT_EQ(k.test_die_at_step, 3);
+  EXPECT_EQ(k.test_die_rank, 1);
+  EXPECT_EQ(parse({{"RIDGE_TEST_DIE_AT_STEP", "2"}}).test_die_rank, 0);
+  for (const char* v : {"0", "-1", "x", "2.5"}) expect_rejected("RIDGE_TEST_DIE_AT_STEP", v);
+  expect_rejected("RIDGE_TEST_DIE_RANK", "1");  // without the step
+  try {
+    parse({{"RIDGE_TEST_DIE_AT_STEP", "2"}, {"RIDGE_TEST_DIE_RANK", "-1"}});
+    ADD_FAILURE() << "a negative rank was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("RIDGE_TEST_DIE_RANK:", 0), 0u) << e.what();
+  }
+}
+
 TEST(Env, JunkIsAnErrorNamingTheVariable) {
   for (const char* v : {"0", "-1", "abc", "16x", "99999999999", "0x10", " 64", "1e3", "17", "2048"}) {
     expect_rejected("RIDGE_ATTENTION_BLOCK_Q", v);

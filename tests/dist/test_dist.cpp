@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "ridge/core/error.hpp"
+#include "ridge/core/memory.hpp"
 #include "ridge/dist.hpp"
 #include "ridge/model/optim.hpp"
 #include "ridge/model/train.hpp"
@@ -264,17 +265,73 @@ TEST(DistDdp, Bf16EqualsAccumulatedSingleProcess) {
     expect_bit_exact(RunSpec(ddp(mode, 0.01), rm::Precision::bf16));
   }
 }
-TEST(DistShard, Cs336EqualsAccumulatedSingleProcess) {
-  for (auto mode : {rd::DdpMode::flat, rd::DdpMode::overlap}) {
-    SCOPED_TRACE(rd::ddp_mode_name(mode));
-    expect_bit_exact(RunSpec(ddp(mode, 25, rd::Sharding::cs336)));
-    expect_bit_exact(
-        RunSpec(ddp(mode, 25, rd::Sharding::cs336), rm::Precision::fp32, {"layers.0.attn.q_proj.weight"}));
+// Both sharding schemes with every reduction mode: zero1's reduce-scatters per tensor (naive), per
+// unfrozen run (flat) and per bucket from the backward observer (overlap, bucketed; the 3-bucket size
+// makes buckets straddle the shard boundary), cs336's all-reduces the same way; with frozen tensors and
+// in bf16. Bit-exact against accumulation, for the reason at the top of this file.
+TEST(DistShard, EveryShardingWithEveryModeEqualsAccumulatedSingleProcess) {
+  const double three = mb_for_buckets(3);
+  ASSERT_GT(three, 0);
+  {
+    rm::TransformerLM<float> m(tiny());
+    const auto bk = rd::plan_buckets(m.tensors(), std::vector<bool>(m.tensors().size()), three);
+    const auto sh = rd::shard_flat(static_cast<int64_t>(m.params().size()), 2, rm::kNormChunk);
+    ASSERT_GT(sh[0].second, 0) << "both zero1 shards hold elements";
+    bool straddles = false;
+    for (const auto& b : bk) straddles = straddles || (b.offset < sh[0].second && b.offset + b.numel > sh[0].second);
+    ASSERT_TRUE(straddles) << "a bucket crosses the shard boundary at " << sh[0].second;
+  }
+  for (auto s : {rd::Sharding::cs336, rd::Sharding::zero1}) {
+    for (auto mode : {rd::DdpMode::naive, rd::DdpMode::flat, rd::DdpMode::overlap, rd::DdpMode::bucketed}) {
+      SCOPED_TRACE(testing::Message() << rd::sharding_name(s) << " + " << rd::ddp_mode_name(mode));
+      expect_bit_exact(RunSpec(ddp(mode, three, s)));
+      expect_bit_exact(RunSpec(ddp(mode, three, s), rm::Precision::fp32,
+                               {"layers.0.attn.q_proj.weight", "token_embeddings.weight"}));
+      expect_bit_exact(RunSpec(ddp(mode, three, s), rm::Precision::bf16, {"layers.1.ffn.w2.weight"}));
+    }
   }
 }
-TEST(DistShard, Zero1EqualsAccumulatedSingleProcess) {
-  expect_bit_exact(RunSpec(ddp(rd::DdpMode::flat, 25, rd::Sharding::zero1)));
-  expect_bit_exact(RunSpec(ddp(rd::DdpMode::flat, 25, rd::Sharding::zero1), rm::Precision::bf16));
+
+// zero1 with a bucketed reduce-scatter reports one collective per bucket and the bytes of the
+// unfrozen gradient, like the all-reduce it replaces.
+TEST(DistShard, Zero1BucketedCountsItsReduceScatters) {
+  const double three = mb_for_buckets(3);
+  rm::Trainer t(tiny(), train_config(2));
+  t.set_frozen("layers.0.ffn.w1.weight");
+  rd::DataParallel dp(t, ddp(rd::DdpMode::bucketed, three, rd::Sharding::zero1));
+  const Batches b = make_batches(tiny().vocab_size, 1);
+  t.step(b.x[0].data() + rank() * 2 * kSeq, b.y[0].data() + rank() * 2 * kSeq);
+  int64_t unfrozen = 0;
+  for (const auto& bk : dp.buckets()) unfrozen += bk.numel;
+  EXPECT_EQ(unfrozen, static_cast<int64_t>(t.model().params().size()) - t.model().tensor("layers.0.ffn.w1.weight").numel);
+  EXPECT_EQ(dp.last_stats().collectives, static_cast<int>(dp.buckets().size()));
+  EXPECT_EQ(dp.last_stats().bytes, unfrozen * 4);
+}
+
+// A trainer built with its zero1 shard as the optimizer range (what `ridge train` does) holds only
+// that state from the start; DataParallel keeps the buffers (no reallocation) and the run is the same
+// bits as accumulation.
+TEST(DistShard, TrainerBuiltWithItsShardNeverHoldsTheWholeState) {
+  const Batches b = make_batches(tiny().vocab_size, kSteps);
+  rm::TransformerLM<float> probe(tiny());
+  const auto sh = rd::shard_flat(static_cast<int64_t>(probe.params().size()), 2, rm::kNormChunk)[static_cast<size_t>(rank())];
+  rm::TrainConfig tc = train_config(kGlobalBatch / 2);
+  tc.optimizer_begin = sh.first;
+  tc.optimizer_end = sh.second;
+  const int64_t before = ridge::memory::usage().live_by_tag["optimizer state/m (exp_avg)"];
+  rm::Trainer t(tiny(), tc);
+  EXPECT_EQ(t.optimizer().size(), sh.second - sh.first);
+  EXPECT_EQ(ridge::memory::usage().live_by_tag["optimizer state/m (exp_avg)"] - before, 4 * (sh.second - sh.first));
+  const float* m0 = t.optimizer().m().data();
+  rd::DataParallel dp(t, ddp(rd::DdpMode::bucketed, mb_for_buckets(3), rd::Sharding::zero1));
+  EXPECT_EQ(t.optimizer().m().data(), m0) << "sharding to the same range reallocated";
+  for (size_t s = 0; s < b.x.size(); ++s) {
+    const auto off = static_cast<size_t>(rank() * 2 * kSeq);
+    t.step(b.x[s].data() + off, b.y[s].data() + off);
+  }
+  const std::vector<float> got(t.model().params().begin(), t.model().params().end());
+  const auto want = run_accumulated(RunSpec(ddp(rd::DdpMode::flat)), b);
+  EXPECT_EQ(first_difference(got, want), got.size());
 }
 
 TEST(DistShard, OptimizerStateIsHalved) {
@@ -315,9 +372,12 @@ TEST(DistDdp, MatchesFullBatchSingleProcessWithinReassociationBound) {
   const double ops = 12.0 * static_cast<double>(c.num_layers) + 6.0;
   const double bound = 2 * 4.0 * ops * k * u;
   const Batches b = make_batches(c.vocab_size, kSteps);
-  for (auto mode : {rd::DdpMode::flat, rd::DdpMode::bucketed}) {
-    SCOPED_TRACE(rd::ddp_mode_name(mode));
-    const auto got = run_ddp(RunSpec(ddp(mode, 0.01)), b);
+  for (auto [mode, s] : {std::pair{rd::DdpMode::flat, rd::Sharding::none},
+                         std::pair{rd::DdpMode::bucketed, rd::Sharding::none},
+                         std::pair{rd::DdpMode::overlap, rd::Sharding::zero1},
+                         std::pair{rd::DdpMode::bucketed, rd::Sharding::cs336}}) {
+    SCOPED_TRACE(testing::Message() << rd::ddp_mode_name(mode) << " " << rd::sharding_name(s));
+    const auto got = run_ddp(RunSpec(ddp(mode, 0.01, s)), b);
     const auto want = run_full_batch(b);
     const double lr = train_config(1).lr_max;
     double err = 0;

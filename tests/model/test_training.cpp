@@ -257,3 +257,51 @@ TEST(Checkpoint, WeightsOnlyFileStartsAFreshOptimizer) {
   EXPECT_TRUE(std::equal(src.model().params().begin(), src.model().params().end(), dst.model().params().begin()));
   fs::remove_all(dir);
 }
+
+// TrainConfig's optimizer range: the trainer keeps AdamW state for that range only from the start
+// (what a data-parallel rank that knows its shard asks for), sharding to the same range later keeps
+// the buffers and zeroes them, and a range outside the parameters is a ridge::Error naming the fields.
+TEST(OptimizerRange, TrainerBuiltWithARangeHoldsOnlyIt) {
+  const rm::ModelConfig c = small_config();
+  rm::TrainConfig t;
+  t.batch = 1;
+  t.seq = 8;
+  const int64_t n = c.param_count();
+  t.optimizer_begin = n / 3;
+  t.optimizer_end = n / 2;
+  rm::Trainer tr(c, t);
+  EXPECT_EQ(tr.optimizer().size(), n / 2 - n / 3);
+  EXPECT_EQ(tr.optimizer_begin(), n / 3);
+  EXPECT_EQ(tr.optimizer_end(), n / 2);
+  const auto x = tokens(8, c.vocab_size, 1), y = tokens(8, c.vocab_size, 2);
+  const std::vector<float> before(tr.model().params().begin(), tr.model().params().end());
+  tr.step(x.data(), y.data());
+  // Only the range moved.
+  for (int64_t i = 0; i < n; ++i) {
+    const bool inside = i >= n / 3 && i < n / 2;
+    if (!inside) {
+      ASSERT_EQ(tr.model().params()[static_cast<size_t>(i)], before[static_cast<size_t>(i)]) << i;
+    }
+  }
+  const auto nonzero = [](std::span<float> s) { return std::any_of(s.begin(), s.end(), [](float v) { return v != 0.0f; }); };
+  EXPECT_TRUE(nonzero(tr.optimizer().m()));
+  const float* m0 = tr.optimizer().m().data();
+  tr.shard_optimizer(n / 3, n / 2);
+  EXPECT_EQ(tr.optimizer().m().data(), m0);
+  EXPECT_FALSE(nonzero(tr.optimizer().m()));
+  EXPECT_FALSE(nonzero(tr.optimizer().v()));
+  EXPECT_EQ(tr.steps(), 1);
+
+  t.optimizer_end = -1;
+  EXPECT_EQ(rm::Trainer(c, t).optimizer().size(), n - n / 3);
+  for (auto [b, e] : {std::pair<int64_t, int64_t>{5, 4}, {-1, 3}, {0, n + 1}, {n + 1, -1}}) {
+    t.optimizer_begin = b;
+    t.optimizer_end = e;
+    try {
+      rm::Trainer bad(c, t);
+      ADD_FAILURE() << "[" << b << ", " << e << ") was accepted";
+    } catch (const ridge::Error& err) {
+      EXPECT_EQ(std::string(err.what()).rfind("optimizer_begin, optimizer_end:", 0), 0u) << err.what();
+    }
+  }
+}

@@ -24,6 +24,13 @@ struct Knobs {
   int attention_block_q = 0, attention_block_k = 0;
   // OMP_NUM_THREADS (its first entry): the default thread count; 0 when unset.
   int omp_threads = 0;
+  // Test-only fault injection for data-parallel training (never set them in real runs):
+  // RIDGE_TEST_DIE_AT_STEP=N (N >= 1) makes rank RIDGE_TEST_DIE_RANK (default 0) exit with status 3
+  // in the middle of the backward pass of optimizer step N, after its first gradient reduction of that
+  // step has started (so a non-blocking one is outstanding in the overlap and bucketed modes). 0 and
+  // -1 when unset; RIDGE_TEST_DIE_RANK alone is an error.
+  int64_t test_die_at_step = 0;
+  int test_die_rank = -1;
 };
 
 // The knobs of this process, parsed at the first call (a bad value throws at every call until the

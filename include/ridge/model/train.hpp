@@ -26,6 +26,10 @@ struct TrainConfig {
   double loss_scale = 65536.0;  // fp16 only: the initial dynamic loss scale
   int64_t loss_scale_interval = 2000;
   uint64_t seed = 0;  // initialisation and batch sampling
+  // The flat parameter range AdamW keeps state for from the start (optimizer_end -1: to the end).
+  // A data-parallel rank that knows its shard before building the trainer sets it, so it never
+  // allocates the whole state (shard_optimizer() with the same range then keeps the buffers).
+  int64_t optimizer_begin = 0, optimizer_end = -1;
   void validate() const;
 };
 
