@@ -110,6 +110,11 @@ std::optional<roofline::DdpLink> memory_link(int world) {
 }
 
 // ------------------------------------------------------------------------------ allreduce
+// "16 MB" for whole decimal megabytes (the sizes' unit), else the byte count.
+std::string size_label(int64_t s) {
+  return s % 1'000'000 == 0 ? fmt::format("{} MB", s / 1'000'000) : fmt::format("{} B", s);
+}
+
 void run_allreduce(bench::Context& ctx) {
   const auto& g = ctx.grid;
   std::vector<int64_t> sizes;
@@ -158,10 +163,14 @@ void run_allreduce(bench::Context& ctx) {
         fn = [&] { MPI_Reduce_scatter_block(a.data(), b.data(), static_cast<int>(part), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD); };
         factor = static_cast<double>(N - 1) / static_cast<double>(N);
       }
-      const auto m = measure_collective(fn, ctx.options);
+      bench::Measurement m;
+      {
+        RIDGE_RANGE(fmt::format("{} {}", op, size_label(s)));
+        m = measure_collective(fn, ctx.options);
+      }
       if (rank != 0) continue;
       bench::Row row;
-      row.case_ = {{"op", op}, {"size", units::format_bytes(static_cast<double>(s))}, {"ranks", world}};
+      row.case_ = {{"op", op}, {"size", size_label(s)}, {"ranks", world}};
       row.dtype = "fp32";
       row.threads = 1;
       row.set_time(m);
@@ -181,7 +190,7 @@ void run_allreduce(bench::Context& ctx) {
         row.note = "no probe result: run 'ridge probe' for the prediction";
       }
       ctx.emit(std::move(row));
-      ctx.progress.tick(fmt::format("allreduce {} {}", op, units::format_bytes(static_cast<double>(s))));
+      ctx.progress.tick(fmt::format("allreduce {} {}", op, size_label(s)));
     }
   if (!ctx.trace_file.empty()) {
     dist::sync_trace();
@@ -270,17 +279,36 @@ void run_ddp(bench::Context& ctx) {
     trace::set_thread_name(fmt::format("rank {} main", rank));
     dist::sync_trace();
   }
-  const auto link = memory_link(world);
-  // The smallest all-reduce's time, the analyzer's per-collective latency here.
-  double latency_s = 0;
+  // The link the analyzer predicts with, measured here so that the prediction tests the overlap model and
+  // not a link figure: the per-collective latency is a 4-byte all-reduce's time, the bandwidth the bus
+  // bandwidth of a 16 MB one (what MPI over shared memory sustains on this machine, now).
+  roofline::DdpLink link;
+  link.name = "MPI, measured";
+  link.ranks = world;
   {
-    float x = 1;
     bench::Options o;
     o.warmup = 5;
     o.iters = 50;
-    latency_s = measure_collective([&] { MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD); }, o)
-                    .stats.median;
+    float x = 1;
+    link.base_latency_s =
+        measure_collective([&] { MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD); }, o)
+            .stats.median;
+    o.warmup = 1;
+    o.iters = 5;
+    const int64_t n = 4'000'000;
+    Buffer<float> buf(static_cast<size_t>(n), "ddp.link");
+    std::fill(buf.begin(), buf.end(), 1.0f);
+    const double t =
+        measure_collective(
+            [&] { MPI_Allreduce(MPI_IN_PLACE, buf.data(), static_cast<int>(n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD); }, o)
+            .stats.median;
+    // busbw = 2(N-1)/N S / t, with the latency taken out.
+    const double N = world;
+    link.bandwidth = 2 * (N - 1) / N * 4.0 * static_cast<double>(n) / std::max(1e-9, t - link.base_latency_s);
+    link.source = fmt::format("measured in this run: latency {:.1f} us, bus bandwidth {:.2f} GB/s",
+                              link.base_latency_s * 1e6, link.bandwidth / 1e9);
   }
+  if (rank == 0) std::fprintf(stderr, "ddp: analyzer link %s\n", link.source.c_str());
   if (rank == 0) ctx.progress.start(sizes.size() * ctxs.size() * batches.size() * precs.size() * modes.size());
 
   for (const auto& s : sizes)
@@ -342,8 +370,6 @@ void run_ddp(bench::Context& ctx) {
             din.backward_group_s[0] = std::max(0.0, din.backward_group_s[0] - din.forward_s);
             for (const auto& t : tens) din.grads.push_back({t.name, 4.0 * static_cast<double>(t.numel), t.group});
           }
-          std::optional<roofline::DdpLink> plink = link;
-          if (plink) plink->base_latency_s = latency_s;
 
           std::optional<double> single_ms;
           for (const auto& mode : modes) {
@@ -369,6 +395,8 @@ void run_ddp(bench::Context& ctx) {
                                                      : dist::Sharding::none;
                 dp.emplace(tr, dc);
               }
+              // The peak of the steps: live state (the sharded optimizer's share only) plus each step's own.
+              memory::reset_peak();
               const int32_t* xi = mode.name == "single" ? in.data() : my_in;
               const int32_t* xt = mode.name == "single" ? tg.data() : my_tg;
               bench::Options o = ctx.options;
@@ -413,12 +441,12 @@ void run_ddp(bench::Context& ctx) {
             }
             row.extra["peak_mib"] = std::round(static_cast<double>(peak) / (1 << 20) * 10) / 10;
             if (single_ms && mode.name != "single") row.extra["speedup"] = r3(*single_ms / m.median_ms());
-            if (plink && mode.name != "single") {
+            if (mode.name != "single") {
               roofline::DdpSetting st;
               st.mode = mode.name == "cs336" || mode.name == "zero1" ? "flat" : mode.name;
               st.bucket_mb = mode.bucket_mb;
               st.sharding = mode.name == "cs336" || mode.name == "zero1" ? mode.name : "none";
-              const auto p = roofline::predict_ddp(din, *plink, st);
+              const auto p = roofline::predict_ddp(din, link, st);
               row.extra["pred_comm_ms"] = r3(p.comm_s * 1e3);
               row.extra["pred_step_ms"] = r3(p.step_s * 1e3);
               row.extra["step_err_pct"] = std::round(100.0 * (p.step_s * 1e3 - m.median_ms()) / m.median_ms());
@@ -427,8 +455,6 @@ void run_ddp(bench::Context& ctx) {
             }
             if (mode.name == "single")
               row.note = fmt::format("every rank steps the global batch of {} alone, at once", GB);
-            else if (!plink)
-              row.note = "no probe result: run 'ridge probe' for the prediction";
             ctx.emit(std::move(row));
             ctx.progress.tick(fmt::format("ddp {} {} ctx={} batch={}", mode.label(), s, T, B));
           }

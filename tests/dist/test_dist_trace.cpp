@@ -38,7 +38,9 @@ TEST(DistTrace, MergeGivesEachRankItsRowOnOneClock) {
     pids.insert(e["pid"].get<int>());
     if (e["ph"] == "M" && e["name"] == "process_name") names[e["pid"].get<int>()] = e["args"]["name"];
     if (e.contains("id")) ids.insert(e["id"].get<std::string>());
-    if (e["ph"] == "X") EXPECT_DOUBLE_EQ(e["ts"].get<double>(), 1200.0);  // 1100 + (1000 - 900) on rank 1
+    if (e["ph"] == "X") {
+      EXPECT_DOUBLE_EQ(e["ts"].get<double>(), 1200.0);  // 1100 + (1000 - 900) on rank 1
+    }
   }
   EXPECT_EQ(pids, (std::set<int>{0, 1}));
   EXPECT_EQ(names[0], "rank 0");
