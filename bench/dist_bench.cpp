@@ -37,7 +37,9 @@
 namespace ridge {
 namespace {
 
-double r3(double x) { return std::round(x * 1000) / 1000; }
+double r3(double x) {
+  return std::round(x * 1000) / 1000;
+}
 
 #ifdef RIDGE_HAVE_DIST
 
@@ -63,12 +65,15 @@ void checked(const std::function<void()>& fn) {
 
 void require_ranks(const std::string& name) {
   const char* n = std::getenv("OMPI_COMM_WORLD_SIZE");
-  check(dist::launched_by_mpirun() && !(n && std::string(n) == "1"),
-        "bench {}: needs at least 2 MPI ranks; run it as 'mpirun -np 2 ridge bench {}' (this process is alone)",
-        name, name);
+  check(
+      dist::launched_by_mpirun() && !(n && std::string(n) == "1"),
+      "bench {}: needs at least 2 MPI ranks; run it as 'mpirun -np 2 ridge bench {}' (this process is alone)",
+      name, name);
 }
 
-double max_over_ranks(double x) { return dist::max(x); }
+double max_over_ranks(double x) {
+  return dist::max(x);
+}
 
 bench::Measurement from_samples(std::vector<double> s, int warmup) {
   bench::Measurement m;
@@ -132,18 +137,22 @@ void run_allreduce(bench::Context& ctx) {
     const int64_t N = env_int("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", 2);
     // Every rank holds a buffer of S and one of S/N; mpirun may put all N ranks on this machine.
     for (int64_t s : sizes) {
-      check(s % (4 * N) == 0, "--set size: {} bytes is not a multiple of 4 x {} ranks (fp32 split evenly)", s, N);
+      check(s % (4 * N) == 0, "--set size: {} bytes is not a multiple of 4 x {} ranks (fp32 split evenly)", s,
+            N);
       check(s / 4 <= INT32_MAX, "--set size: {} floats is beyond MPI's int counts", s / 4);
-      memory::check_fits(static_cast<double>(s + s / N) * static_cast<double>(N),
-                         fmt::format("--set size: {} on {} ranks", units::format_bytes(static_cast<double>(s)), N));
+      memory::check_fits(
+          static_cast<double>(s + s / N) * static_cast<double>(N),
+          fmt::format("--set size: {} on {} ranks", units::format_bytes(static_cast<double>(s)), N));
     }
   });
   dist::Session session;
   const int rank = session.rank(), world = session.size();
   const int64_t N = world;
   const auto link = memory_link(world);
-  if (rank == 0) ctx.progress.start(sizes.size() * ops.size());
-  else ctx.sink.discard();
+  if (rank == 0)
+    ctx.progress.start(sizes.size() * ops.size());
+  else
+    ctx.sink.discard();
   for (const auto& op : ops)
     for (int64_t s : sizes) {
       const int64_t n = s / 4, part = n / N;
@@ -154,13 +163,21 @@ void run_allreduce(bench::Context& ctx) {
       double factor = 0;
       if (op == "allreduce") {
         // In place: the values grow N-fold per call (to inf after ~128 calls, which costs the same).
-        fn = [&] { MPI_Allreduce(MPI_IN_PLACE, a.data(), static_cast<int>(n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD); };
+        fn = [&] {
+          MPI_Allreduce(MPI_IN_PLACE, a.data(), static_cast<int>(n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        };
         factor = 2.0 * static_cast<double>(N - 1) / static_cast<double>(N);
       } else if (op == "allgather") {
-        fn = [&] { MPI_Allgather(b.data(), static_cast<int>(part), MPI_FLOAT, a.data(), static_cast<int>(part), MPI_FLOAT, MPI_COMM_WORLD); };
+        fn = [&] {
+          MPI_Allgather(b.data(), static_cast<int>(part), MPI_FLOAT, a.data(), static_cast<int>(part),
+                        MPI_FLOAT, MPI_COMM_WORLD);
+        };
         factor = static_cast<double>(N - 1) / static_cast<double>(N);
       } else {
-        fn = [&] { MPI_Reduce_scatter_block(a.data(), b.data(), static_cast<int>(part), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD); };
+        fn = [&] {
+          MPI_Reduce_scatter_block(a.data(), b.data(), static_cast<int>(part), MPI_FLOAT, MPI_SUM,
+                                   MPI_COMM_WORLD);
+        };
         factor = static_cast<double>(N - 1) / static_cast<double>(N);
       }
       bench::Measurement m;
@@ -180,9 +197,10 @@ void run_allreduce(bench::Context& ctx) {
       row.extra["algbw_gbps"] = r3(static_cast<double>(s) / t / 1e9);
       row.extra["busbw_gbps"] = r3(static_cast<double>(s) / t / 1e9 * factor);
       if (link) {
-        const double pred = op == "allreduce"   ? roofline::ring_all_reduce_s(static_cast<double>(s), *link)
-                            : op == "allgather" ? roofline::ring_all_gather_s(static_cast<double>(s), *link)
-                                                : roofline::ring_reduce_scatter_s(static_cast<double>(s), *link);
+        const double pred = op == "allreduce" ? roofline::ring_all_reduce_s(static_cast<double>(s), *link)
+                            : op == "allgather"
+                                ? roofline::ring_all_gather_s(static_cast<double>(s), *link)
+                                : roofline::ring_reduce_scatter_s(static_cast<double>(s), *link);
         row.extra["predicted_ms"] = r3(pred * 1e3);
         row.extra["error_pct"] = std::round(100.0 * (pred - t) / t);
         row.note = fmt::format("link = probed {} {:.1f} GB/s", link->name, link->bandwidth / 1e9);
@@ -205,9 +223,7 @@ void run_allreduce(bench::Context& ctx) {
 struct Mode {
   std::string name;  // "single", "naive", ..., "bucketed", "cs336", "zero1"
   double bucket_mb = 25;
-  std::string label() const {
-    return name == "bucketed" ? fmt::format("bucketed {:g} MB", bucket_mb) : name;
-  }
+  std::string label() const { return name == "bucketed" ? fmt::format("bucketed {:g} MB", bucket_mb) : name; }
 };
 
 std::vector<Mode> parse_modes(const std::vector<std::string>& v) {
@@ -252,13 +268,28 @@ double median(std::vector<double> v) {
   return v.empty() ? 0.0 : bench::quantile(v, 0.5);
 }
 
+// A preset with the grid's overrides (vocab, d_model, d_ff, layers, heads: one value each).
+model::ModelConfig model_config(const bench::Grid& g, const std::string& size, int64_t context) {
+  auto c = model::preset(size, g.has("vocab") ? g.counts("vocab").at(0) : 10000, context);
+  if (g.has("d_model")) c.d_model = g.counts("d_model").at(0);
+  if (g.has("d_ff")) c.d_ff = g.counts("d_ff").at(0);
+  if (g.has("layers")) c.num_layers = g.counts("layers").at(0);
+  if (g.has("heads")) c.num_heads = g.counts("heads").at(0);
+  check(c.d_model % c.num_heads == 0 && c.d_head() % 2 == 0,
+        "bench ddp: heads {} must divide d_model {} into an even head size", c.num_heads, c.d_model);
+  c.validate();
+  return c;
+}
+
 void run_ddp(bench::Context& ctx) {
   const auto& g = ctx.grid;
   std::vector<std::string> sizes, precs;
   std::vector<int64_t> ctxs, batches;
   std::vector<Mode> modes;
   checked([&] {
-    g.check_keys({"size", "context", "batch", "precision", "mode"}, "ddp");
+    g.check_keys(
+        {"size", "context", "batch", "precision", "mode", "vocab", "d_model", "d_ff", "layers", "heads"},
+        "ddp");
     sizes = g.values("size", {"tiny"});
     ctxs = g.counts("context", {128});
     batches = g.counts("batch", {2});
@@ -267,7 +298,7 @@ void run_ddp(bench::Context& ctx) {
                                           "bucketed:100", "bucketed:1000", "cs336", "zero1"}));
     for (const auto& p : precs) model::parse_precision(p);
     for (const auto& s : sizes)
-      for (int64_t T : ctxs) model::preset(s, 10000, T);
+      for (int64_t T : ctxs) model_config(g, s, T);
     for (int64_t b : batches) check(b >= 1, "bench ddp: batch {} must be >= 1", b);
     require_ranks("ddp");
   });
@@ -298,10 +329,13 @@ void run_ddp(bench::Context& ctx) {
     const int64_t n = 4'000'000;
     Buffer<float> buf(static_cast<size_t>(n), "ddp.link");
     std::fill(buf.begin(), buf.end(), 1.0f);
-    const double t =
-        measure_collective(
-            [&] { MPI_Allreduce(MPI_IN_PLACE, buf.data(), static_cast<int>(n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD); }, o)
-            .stats.median;
+    const double t = measure_collective(
+                         [&] {
+                           MPI_Allreduce(MPI_IN_PLACE, buf.data(), static_cast<int>(n), MPI_FLOAT, MPI_SUM,
+                                         MPI_COMM_WORLD);
+                         },
+                         o)
+                         .stats.median;
     // busbw = 2(N-1)/N S / t, with the latency taken out.
     const double N = world;
     link.bandwidth = 2 * (N - 1) / N * 4.0 * static_cast<double>(n) / std::max(1e-9, t - link.base_latency_s);
@@ -309,13 +343,14 @@ void run_ddp(bench::Context& ctx) {
                               link.base_latency_s * 1e6, link.bandwidth / 1e9);
   }
   if (rank == 0) std::fprintf(stderr, "ddp: analyzer link %s\n", link.source.c_str());
-  if (rank == 0) ctx.progress.start(sizes.size() * ctxs.size() * batches.size() * precs.size() * modes.size());
+  if (rank == 0)
+    ctx.progress.start(sizes.size() * ctxs.size() * batches.size() * precs.size() * modes.size());
 
   for (const auto& s : sizes)
     for (int64_t T : ctxs)
       for (int64_t B : batches)
         for (const auto& prec : precs) {
-          const auto cfg = model::preset(s, 10000, T);
+          const auto cfg = model_config(g, s, T);
           model::TrainConfig tc;
           tc.batch = B;
           tc.seq = T;
@@ -368,7 +403,8 @@ void run_ddp(bench::Context& ctx) {
             }
             // Group 0's time ran the forward too (the step's forward comes before any group ends).
             din.backward_group_s[0] = std::max(0.0, din.backward_group_s[0] - din.forward_s);
-            for (const auto& t : tens) din.grads.push_back({t.name, 4.0 * static_cast<double>(t.numel), t.group});
+            for (const auto& t : tens)
+              din.grads.push_back({t.name, 4.0 * static_cast<double>(t.numel), t.group});
           }
 
           std::optional<double> single_ms;
@@ -430,7 +466,13 @@ void run_ddp(bench::Context& ctx) {
             if (mode.name == "single") single_ms = m.median_ms();
             if (rank != 0) continue;
             bench::Row row;
-            row.case_ = {{"mode", mode.label()}, {"size", s}, {"context", T}, {"batch", B}, {"ranks", world}};
+            const bool custom =
+                g.has("vocab") || g.has("d_model") || g.has("d_ff") || g.has("layers") || g.has("heads");
+            row.case_ = {{"mode", mode.label()},
+                         {"size", custom ? s + "*" : s},
+                         {"context", T},
+                         {"batch", B},
+                         {"ranks", world}};
             row.dtype = prec;
             row.set_time(m);
             row.extra["global_batch"] = mode.name == "single" ? GB : B * world;
@@ -449,7 +491,8 @@ void run_ddp(bench::Context& ctx) {
               const auto p = roofline::predict_ddp(din, link, st);
               row.extra["pred_comm_ms"] = r3(p.comm_s * 1e3);
               row.extra["pred_step_ms"] = r3(p.step_s * 1e3);
-              row.extra["step_err_pct"] = std::round(100.0 * (p.step_s * 1e3 - m.median_ms()) / m.median_ms());
+              row.extra["step_err_pct"] =
+                  std::round(100.0 * (p.step_s * 1e3 - m.median_ms()) / m.median_ms());
               if (!comm.empty() && median(comm) > 0)
                 row.extra["comm_err_pct"] = std::round(100.0 * (p.comm_s - median(comm)) / median(comm));
             }
@@ -483,11 +526,13 @@ void run_ddp(bench::Context&) {
 }  // namespace
 }  // namespace ridge
 
-RIDGE_BENCHMARK(allreduce, "allreduce",
-                "MPI all-reduce, all-gather, reduce-scatter (fp32, 1 MB..1 GB): bus bandwidth vs the ring model "
-                "(mpirun -np N)",
-                ridge::run_allreduce);
-RIDGE_BENCHMARK(ddp, "ddp",
-                "data-parallel training step of every DDP mode and sharded optimizer vs one process, with the "
-                "analyzer's prediction (mpirun -np N)",
-                ridge::run_ddp);
+RIDGE_BENCHMARK(
+    allreduce, "allreduce",
+    "MPI all-reduce, all-gather, reduce-scatter (fp32, 1 MB..1 GB): bus bandwidth vs the ring model "
+    "(mpirun -np N)",
+    ridge::run_allreduce);
+RIDGE_BENCHMARK(
+    ddp, "ddp",
+    "data-parallel training step of every DDP mode and sharded optimizer vs one process, with the "
+    "analyzer's prediction (mpirun -np N)",
+    ridge::run_ddp);

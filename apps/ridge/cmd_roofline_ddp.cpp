@@ -31,8 +31,12 @@ struct Opts {
   bool json = false;
 };
 
-std::string msf(double s) { return fmt::format("{:.3f}", s * 1e3); }
-std::string gb(double b) { return fmt::format("{:.2f}", b / 1e9); }
+std::string msf(double s) {
+  return fmt::format("{:.3f}", s * 1e3);
+}
+std::string gb(double b) {
+  return fmt::format("{:.2f}", b / 1e9);
+}
 
 // The link: a preset (nvlink, ib), or the --hw chip's intra_node / inter_node figure, then the overrides.
 rr::DdpLink make_link(const Opts& o, const rr::Chip& chip, int64_t ranks) {
@@ -105,7 +109,8 @@ void setup_roofline_ddp(CLI::App* parent) {
       "ddp",
       "data-parallel training of a Transformer LM on N chips: each DDP design's communication, hidden and "
       "exposed time, step time, best bucket size, memory saved by optimizer sharding");
-  c->add_option("--size", o->size, "model preset (tiny, small, medium, large, xl, 2.7B)")->capture_default_str();
+  c->add_option("--size", o->size, "model preset (tiny, small, medium, large, xl, 2.7B)")
+      ->capture_default_str();
   c->add_option("--vocab", o->vocab, "vocabulary size")->capture_default_str();
   c->add_option("--context", o->context, "tokens per sequence")->capture_default_str();
   c->add_option("--batch", o->batch, "sequences per rank (the global batch is batch x ranks)")
@@ -138,7 +143,8 @@ void setup_roofline_ddp(CLI::App* parent) {
     if (!o->heads.empty()) cfg.num_heads = cnt(o->heads, "--heads"), custom = true;
     check(cfg.d_model % cfg.num_heads == 0, "--heads: {} does not divide d_model {}", cfg.num_heads,
           cfg.d_model);
-    check(cfg.d_head() % 2 == 0, "--heads: d_model / heads = {} must be even (RoPE rotates pairs)", cfg.d_head());
+    check(cfg.d_head() % 2 == 0, "--heads: d_model / heads = {} must be even (RoPE rotates pairs)",
+          cfg.d_head());
     cfg.validate();
     const int64_t ranks = cnt(o->ranks, "--ranks");
     check(ranks <= (int64_t{1} << 20), "--ranks: {} is too many (at most 2^20)", ranks);
@@ -177,8 +183,11 @@ void setup_roofline_ddp(CLI::App* parent) {
         modes.push_back(j);
       }
       for (const auto& p : sweep.tried)
-        tried.push_back({{"bucket_mb", p.setting.bucket_mb}, {"collectives", p.collectives}, {"comm_s", p.comm_s},
-                         {"exposed_s", p.exposed_s}, {"step_s", p.step_s}});
+        tried.push_back({{"bucket_mb", p.setting.bucket_mb},
+                         {"collectives", p.collectives},
+                         {"comm_s", p.comm_s},
+                         {"exposed_s", p.exposed_s},
+                         {"step_s", p.step_s}});
       print_json({{"model", label},
                   {"params", static_cast<double>(rr::model_param_count(shape))},
                   {"batch_per_rank", batch},
@@ -213,22 +222,24 @@ void setup_roofline_ddp(CLI::App* parent) {
     fmt::print("link {}: {} one way per rank, {} per collective + {} per ring step\n  ({})\n", link.name,
                ridge::units::format_rate(link.bandwidth), ridge::units::format_seconds(link.base_latency_s),
                ridge::units::format_seconds(link.hop_latency_s), link.source);
-    fmt::print("per rank (roofline bounds): forward {} ms, backward {} ms over {} groups, AdamW {} ms, other {} ms; "
-               "gradients {} MB fp32\n\n",
-               msf(in.forward_s), msf(in.backward_s()), in.backward_group_s.size(), msf(in.optimizer_s),
-               msf(in.other_s), fmt::format("{:.1f}", in.total_bytes() / 1e6));
+    fmt::print(
+        "per rank (roofline bounds): forward {} ms, backward {} ms over {} groups, AdamW {} ms, other {} ms; "
+        "gradients {} MB fp32\n\n",
+        msf(in.forward_s), msf(in.backward_s()), in.backward_group_s.size(), msf(in.optimizer_s),
+        msf(in.other_s), fmt::format("{:.1f}", in.total_bytes() / 1e6));
     fmt::print("{:<22} {:>6} {:>10} {:>10} {:>11} {:>10} {:>9}\n", "mode", "colls", "comm ms", "hidden ms",
                "exposed ms", "step ms", "speedup");
     for (const auto& p : preds)
       fmt::print("{:<22} {:>6} {:>10} {:>10} {:>11} {:>10} {:>8.2f}x\n", p.setting.label(), p.collectives,
                  msf(p.comm_s), msf(p.hidden_s), msf(p.exposed_s), msf(p.step_s), one_s / p.step_s);
-    fmt::print("\none chip on the global batch of {}: step {} ms (speedup = that / the mode's step; ideal {}x)\n",
-               batch * ranks, msf(one_s), ranks);
+    fmt::print(
+        "\none chip on the global batch of {}: step {} ms (speedup = that / the mode's step; ideal {}x)\n",
+        batch * ranks, msf(one_s), ranks);
     std::string tried;
     for (const auto& p : sweep.tried)
       tried += fmt::format("{}{:g} MB {} ms", tried.empty() ? "" : ", ", p.setting.bucket_mb, msf(p.step_s));
-    fmt::print("best bucket: {:g} MB (step {} ms); tried: {}\n\n", best_mb, msf(sweep.tried[sweep.best].step_s),
-               tried);
+    fmt::print("best bucket: {:g} MB (step {} ms); tried: {}\n\n", best_mb,
+               msf(sweep.tried[sweep.best].step_s), tried);
     fmt::print("memory per rank, GB     {:>10} {:>10}\n", "replicated", "sharded");
     fmt::print("  {:<21} {:>10} {:>10}\n", fmt::format("parameters ({})", ridge::dtype_name(shape.operand)),
                gb(mem.params), gb(mem.params));
@@ -236,8 +247,8 @@ void setup_roofline_ddp(CLI::App* parent) {
       fmt::print("  fp32 master copies    {:>10} {:>10}\n", gb(mem.master), gb(mem.sharded_master));
     fmt::print("  gradients (fp32)      {:>10} {:>10}\n", gb(mem.grads), gb(mem.grads));
     fmt::print("  AdamW m, v (fp32)     {:>10} {:>10}\n", gb(mem.optimizer), gb(mem.sharded_optimizer));
-    fmt::print("  total                 {:>10} {:>10}  (sharding saves {} GB per rank, {:.0f}%)\n", gb(mem.total()),
-               gb(mem.sharded_total()), gb(mem.total() - mem.sharded_total()),
+    fmt::print("  total                 {:>10} {:>10}  (sharding saves {} GB per rank, {:.0f}%)\n",
+               gb(mem.total()), gb(mem.sharded_total()), gb(mem.total() - mem.sharded_total()),
                100.0 * (mem.total() - mem.sharded_total()) / mem.total());
     fmt::print("activations and workspace not included (see 'ridge roofline model', 'ridge memory')\n");
   });

@@ -1,7 +1,6 @@
 // Merging the ranks' Chrome traces into one (ridge/dist/trace.hpp).
-#include <mpi.h>
-
 #include <fmt/format.h>
+#include <mpi.h>
 
 #include <cstdint>
 #include <string>
@@ -35,9 +34,15 @@ nlohmann::json merge_rank_traces(const std::vector<nlohmann::json>& docs) {
     const int pid = static_cast<int>(r);
     const double mine = sync_ts(docs[r]);
     const double shift = base >= 0 && mine >= 0 ? base - mine : 0.0;
-    events.push_back({{"ph", "M"}, {"name", "process_name"}, {"pid", pid}, {"tid", 0},
+    events.push_back({{"ph", "M"},
+                      {"name", "process_name"},
+                      {"pid", pid},
+                      {"tid", 0},
                       {"args", {{"name", fmt::format("rank {}", r)}}}});
-    events.push_back({{"ph", "M"}, {"name", "process_sort_index"}, {"pid", pid}, {"tid", 0},
+    events.push_back({{"ph", "M"},
+                      {"name", "process_sort_index"},
+                      {"pid", pid},
+                      {"tid", 0},
                       {"args", {{"sort_index", pid}}}});
     for (json e : docs[r]["traceEvents"]) {
       if (e.value("ph", "") == "M" && e.value("name", "") == "process_name") continue;
@@ -73,12 +78,13 @@ nlohmann::json gather_trace() {
   if (rank == 0)
     check(total < INT32_MAX, "trace: {} bytes over all ranks is beyond MPI's int displacements", total);
   std::string all(rank == 0 ? static_cast<size_t>(total) : 0, '\0');
-  MPI_Gatherv(mine.data(), len, MPI_CHAR, all.data(), lens.data(), displs.data(), MPI_CHAR, 0, MPI_COMM_WORLD);
+  MPI_Gatherv(mine.data(), len, MPI_CHAR, all.data(), lens.data(), displs.data(), MPI_CHAR, 0,
+              MPI_COMM_WORLD);
   if (rank != 0) return nullptr;
   std::vector<nlohmann::json> docs;
   for (int r = 0; r < world; ++r)
-    docs.push_back(nlohmann::json::parse(
-        all.substr(static_cast<size_t>(displs[static_cast<size_t>(r)]), static_cast<size_t>(lens[static_cast<size_t>(r)]))));
+    docs.push_back(nlohmann::json::parse(all.substr(static_cast<size_t>(displs[static_cast<size_t>(r)]),
+                                                    static_cast<size_t>(lens[static_cast<size_t>(r)]))));
   return merge_rank_traces(docs);
 }
 

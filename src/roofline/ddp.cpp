@@ -12,14 +12,18 @@
 namespace ridge::roofline {
 namespace {
 
-bool finite_ge0(double v) { return std::isfinite(v) && v >= 0; }
+bool finite_ge0(double v) {
+  return std::isfinite(v) && v >= 0;
+}
 
 // Link bytes per rank of a collective over the whole buffer, from the cost models of cost.cpp.
 double link_bytes(const char* op, double bytes, int64_t ranks) {
   if (ranks < 2 || bytes <= 0) return 0;
   const auto b = static_cast<int64_t>(std::llround(bytes));
-  if (std::string(op) == "all-reduce") return static_cast<double>(all_reduce(b, ranks, DType::f32).link_bytes());
-  if (std::string(op) == "all-gather") return static_cast<double>(all_gather(b, ranks, DType::f32).link_bytes());
+  if (std::string(op) == "all-reduce")
+    return static_cast<double>(all_reduce(b, ranks, DType::f32).link_bytes());
+  if (std::string(op) == "all-gather")
+    return static_cast<double>(all_gather(b, ranks, DType::f32).link_bytes());
   return static_cast<double>(reduce_scatter(b, ranks, DType::f32).link_bytes());
 }
 
@@ -44,10 +48,13 @@ void DdpLink::validate() const {
         bandwidth);
   check(finite_ge0(hop_latency_s), "link latency: must be finite and >= 0 s, got {}", hop_latency_s);
   check(finite_ge0(base_latency_s), "link base latency: must be finite and >= 0 s, got {}", base_latency_s);
-  check(ranks >= 1 && ranks <= (int64_t{1} << 20), "ranks: {} is not a rank count (accepted: 1 to 2^20)", ranks);
+  check(ranks >= 1 && ranks <= (int64_t{1} << 20), "ranks: {} is not a rank count (accepted: 1 to 2^20)",
+        ranks);
 }
 
-std::vector<std::string> ddp_link_presets() { return {"nvlink", "ib"}; }
+std::vector<std::string> ddp_link_presets() {
+  return {"nvlink", "ib"};
+}
 
 DdpLink ddp_link_preset(const std::string& name, int64_t ranks) {
   const Chip h100 = load_chip("h100");
@@ -60,17 +67,20 @@ DdpLink ddp_link_preset(const std::string& name, int64_t ranks) {
     l.name = h100.intra_node->name;
     l.bandwidth = h100.intra_node->bandwidth_per_direction.value;
     l.hop_latency_s = 3.4e-6;
-    l.source = "bandwidth: hardware/h100.json intra_node (" + h100.intra_node->bandwidth_per_direction.source +
+    l.source = "bandwidth: hardware/h100.json intra_node (" +
+               h100.intra_node->bandwidth_per_direction.source +
                "); latency: NCCL's tuning model, ring/Simple: 8.4 us per collective + 3.4 us per NVLink step";
   } else if (name == "ib") {
     l.name = h100.inter_node->name;
     l.bandwidth = h100.inter_node->bandwidth_per_direction.value;
     l.hop_latency_s = 10e-6;
-    l.source = "bandwidth: hardware/h100.json inter_node (" + h100.inter_node->bandwidth_per_direction.source +
-               "); latency: 8.4 us per collective (NCCL's tuning model, ring/Simple) + 10 us per network step "
-               "(an assumption, not a vendor figure: override with --link-latency-us)";
+    l.source =
+        "bandwidth: hardware/h100.json inter_node (" + h100.inter_node->bandwidth_per_direction.source +
+        "); latency: 8.4 us per collective (NCCL's tuning model, ring/Simple) + 10 us per network step "
+        "(an assumption, not a vendor figure: override with --link-latency-us)";
   } else {
-    fail("--link: '{}' is not a link preset (accepted: nvlink, ib; or --link-gbps and --link-latency-us)", name);
+    fail("--link: '{}' is not a link preset (accepted: nvlink, ib; or --link-gbps and --link-latency-us)",
+         name);
   }
   l.validate();
   return l;
@@ -116,9 +126,12 @@ void DdpInput::validate() const {
   for (const auto& t : grads) {
     check(finite_ge0(t.bytes), "gradient '{}': bytes must be finite and >= 0, got {}", t.name, t.bytes);
     check(t.group >= 0 && static_cast<size_t>(t.group) < backward_group_s.size(),
-          "gradient '{}': group {} is outside the {} backward groups", t.name, t.group, backward_group_s.size());
-    check(t.group >= prev, "gradient '{}': group {} comes after group {} (list the gradients in the order "
-          "backward finishes them)", t.name, t.group, prev);
+          "gradient '{}': group {} is outside the {} backward groups", t.name, t.group,
+          backward_group_s.size());
+    check(t.group >= prev,
+          "gradient '{}': group {} comes after group {} (list the gradients in the order "
+          "backward finishes them)",
+          t.name, t.group, prev);
     prev = t.group;
   }
 }
@@ -134,8 +147,10 @@ void DdpSetting::validate() const {
         "mode: '{}' is not a data-parallel mode (accepted: naive, flat, overlap, bucketed)", mode);
   check(sharding == "none" || sharding == "cs336" || sharding == "zero1",
         "sharding: '{}' is not an optimizer sharding scheme (accepted: none, cs336, zero1)", sharding);
-  check(sharding != "zero1" || mode == "flat", "mode: zero1 reduce-scatters the flat gradient; it takes mode "
-        "flat, not {}", mode);
+  check(sharding != "zero1" || mode == "flat",
+        "mode: zero1 reduce-scatters the flat gradient; it takes mode "
+        "flat, not {}",
+        mode);
   check(mode != "bucketed" || (std::isfinite(bucket_mb) && bucket_mb > 0),
         "bucket_mb: must be finite and > 0, got {}", bucket_mb);
 }
@@ -144,18 +159,19 @@ nlohmann::json DdpPrediction::to_json() const {
   auto spans_j = nlohmann::json::array();
   for (const auto& s : spans)
     spans_j.push_back({{"what", s.what}, {"bytes", s.bytes}, {"start_s", s.start_s}, {"end_s", s.end_s}});
-  return {{"setting", setting.label()},
-          {"mode", setting.mode},
-          {"bucket_mb", setting.mode == "bucketed" ? nlohmann::json(setting.bucket_mb) : nlohmann::json(nullptr)},
-          {"sharding", setting.sharding},
-          {"collectives", collectives},
-          {"bytes", bytes},
-          {"comm_s", comm_s},
-          {"hidden_s", hidden_s},
-          {"exposed_s", exposed_s},
-          {"compute_s", compute_s},
-          {"step_s", step_s},
-          {"spans", spans_j}};
+  return {
+      {"setting", setting.label()},
+      {"mode", setting.mode},
+      {"bucket_mb", setting.mode == "bucketed" ? nlohmann::json(setting.bucket_mb) : nlohmann::json(nullptr)},
+      {"sharding", setting.sharding},
+      {"collectives", collectives},
+      {"bytes", bytes},
+      {"comm_s", comm_s},
+      {"hidden_s", hidden_s},
+      {"exposed_s", exposed_s},
+      {"compute_s", compute_s},
+      {"step_s", step_s},
+      {"spans", spans_j}};
 }
 
 DdpPrediction predict_ddp(const DdpInput& in, const DdpLink& link, const DdpSetting& setting) {
@@ -178,7 +194,8 @@ DdpPrediction predict_ddp(const DdpInput& in, const DdpLink& link, const DdpSett
     tl.issue("reduce-scatter gradients", in.total_bytes(), T, ring_reduce_scatter_s(in.total_bytes(), link));
     // AdamW on this rank's shard, then the updated parameters all-gathered.
     tl.link_free += opt_s;
-    tl.issue("all-gather parameters", in.total_bytes(), tl.link_free, ring_all_gather_s(in.total_bytes(), link));
+    tl.issue("all-gather parameters", in.total_bytes(), tl.link_free,
+             ring_all_gather_s(in.total_bytes(), link));
     p.spans = tl.spans;
     p.collectives = 2;
     p.bytes = 2 * in.total_bytes();
@@ -209,10 +226,9 @@ DdpPrediction predict_ddp(const DdpInput& in, const DdpLink& link, const DdpSett
     for (size_t r = 0; r < runs.size(); ++r) {
       const auto& run = runs[r];
       const double ready = overlapped ? final_at[static_cast<size_t>(in.grads[run.last].group)] : T;
-      const std::string what =
-          setting.mode == "flat"     ? std::string("all-reduce flat gradient")
-          : setting.mode == "bucketed" ? fmt::format("all-reduce bucket {}", r)
-                                       : "all-reduce " + in.grads[run.first].name;
+      const std::string what = setting.mode == "flat"       ? std::string("all-reduce flat gradient")
+                               : setting.mode == "bucketed" ? fmt::format("all-reduce bucket {}", r)
+                                                            : "all-reduce " + in.grads[run.first].name;
       tl.issue(what, run.bytes, ready, ring_all_reduce_s(run.bytes, link));
       p.bytes += run.bytes;
       ++p.collectives;
@@ -244,7 +260,9 @@ DdpPrediction predict_ddp(const DdpInput& in, const DdpLink& link, const DdpSett
   return p;
 }
 
-std::vector<double> default_bucket_candidates() { return {1, 2, 5, 10, 25, 50, 100, 250, 1000}; }
+std::vector<double> default_bucket_candidates() {
+  return {1, 2, 5, 10, 25, 50, 100, 250, 1000};
+}
 
 BucketSweep best_bucket(const DdpInput& in, const DdpLink& link, const std::vector<double>& candidates) {
   check(!candidates.empty(), "bucket candidates: the list is empty");
@@ -328,7 +346,8 @@ nlohmann::json DdpMemory::to_json() const {
 
 DdpMemory ddp_memory(double P, DType operand, int64_t ranks) {
   check(std::isfinite(P) && P > 0, "param_count: must be finite and > 0, got {}", P);
-  check(ranks >= 1 && ranks <= (int64_t{1} << 20), "ranks: {} is not a rank count (accepted: 1 to 2^20)", ranks);
+  check(ranks >= 1 && ranks <= (int64_t{1} << 20), "ranks: {} is not a rank count (accepted: 1 to 2^20)",
+        ranks);
   check(operand == DType::f32 || operand == DType::bf16 || operand == DType::fp16,
         "operand: {} is not a training precision (accepted: f32, bf16, fp16)", dtype_name(operand));
   const double N = static_cast<double>(ranks);

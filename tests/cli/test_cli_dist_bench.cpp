@@ -59,7 +59,8 @@ std::vector<std::string> ridge_lines(const std::string& err) {
 }  // namespace
 
 TEST(CliDistBench, AllreduceRowsCarryBusBandwidthByTheRingFactor) {
-  const RunResult r = sh(kMpirun + " bench allreduce --set size=1MB --iters 2 --warmup 1 --json --no-progress");
+  const RunResult r =
+      sh(kMpirun + " bench allreduce --set size=1MB --iters 2 --warmup 1 --json --no-progress");
   ASSERT_EQ(r.code, 0) << r.err;
   const auto rs = rows(r.out);
   ASSERT_EQ(rs.size(), 3u) << "rank 0 alone prints, one row per op: " << r.out;
@@ -81,13 +82,15 @@ TEST(CliDistBench, AllreduceRowsCarryBusBandwidthByTheRingFactor) {
 TEST(CliDistBench, DdpEveryModeAndAMergedTraceWithARowPerRank) {
   const auto trace_path = std::filesystem::temp_directory_path() / "ridge_cli_dbench_trace.json";
   std::filesystem::remove(trace_path);
-  const RunResult r = sh(kMpirun + " bench ddp --quick --set context=32 --iters 2 --warmup 1 --json --no-progress --trace " +
-                         trace_path.string());
+  const RunResult r =
+      sh(kMpirun +
+         " bench ddp --quick --set context=32 --set vocab=512 --set d_model=64 --set d_ff=176 --set heads=4 "
+         "--set layers=2 --iters 2 --warmup 1 --json --no-progress --trace " +
+         trace_path.string());
   ASSERT_EQ(r.code, 0) << r.err;
-  const std::vector<std::string> labels = {"single",          "naive",          "flat",
-                                           "overlap",         "bucketed 1 MB",  "bucketed 10 MB",
-                                           "bucketed 100 MB", "bucketed 1000 MB", "cs336",
-                                           "zero1"};
+  const std::vector<std::string> labels = {
+      "single",           "naive", "flat", "overlap", "bucketed 1 MB", "bucketed 10 MB", "bucketed 100 MB",
+      "bucketed 1000 MB", "cs336", "zero1"};
   const auto rs = rows(r.out);
   ASSERT_EQ(rs.size(), labels.size()) << r.out;
   for (size_t i = 0; i < rs.size(); ++i) {
@@ -95,8 +98,8 @@ TEST(CliDistBench, DdpEveryModeAndAMergedTraceWithARowPerRank) {
     EXPECT_GT(rs[i]["peak_mib"].get<double>(), 0);
     if (i == 0) continue;
     // CommStats: the communication is the hidden part plus the exposed part.
-    EXPECT_NEAR(rs[i]["comm_ms"].get<double>(), rs[i]["hidden_ms"].get<double>() + rs[i]["exposed_ms"].get<double>(),
-                0.01)
+    EXPECT_NEAR(rs[i]["comm_ms"].get<double>(),
+                rs[i]["hidden_ms"].get<double>() + rs[i]["exposed_ms"].get<double>(), 0.01)
         << labels[i];
     EXPECT_TRUE(rs[i].contains("pred_step_ms")) << labels[i];
   }

@@ -44,8 +44,8 @@ TEST(CliRooflineDdp, SmallOnEightH100sOverNvlink) {
     const json* m = find_mode(doc, label);
     ASSERT_NE(m, nullptr) << label;
     // Everything issued is either hidden behind backward or exposed after it.
-    EXPECT_NEAR((*m)["hidden_s"].get<double>() + (*m)["exposed_s"].get<double>(), (*m)["comm_s"].get<double>(),
-                1e-12);
+    EXPECT_NEAR((*m)["hidden_s"].get<double>() + (*m)["exposed_s"].get<double>(),
+                (*m)["comm_s"].get<double>(), 1e-12);
     EXPECT_NEAR((*m)["step_s"].get<double>(),
                 (*m)["compute_s"].get<double>() + (*m)["exposed_s"].get<double>(), 1e-12);
   }
@@ -72,7 +72,8 @@ TEST(CliRooflineDdp, InfinibandIsSlowerAndTextNamesTheBestBucket) {
   ASSERT_EQ(ib.code, 0) << ib.err;
   EXPECT_GT(find_mode(json::parse(ib.out), "flat")->at("comm_s").get<double>(),
             find_mode(json::parse(nv.out), "flat")->at("comm_s").get<double>() * 8);  // 450 vs 50 GB/s
-  const auto t = run("roofline ddp --size tiny --ranks 2 --precision bf16 --link-gbps 100 --link-latency-us 2");
+  const auto t =
+      run("roofline ddp --size tiny --ranks 2 --precision bf16 --link-gbps 100 --link-latency-us 2");
   ASSERT_EQ(t.code, 0) << t.err;
   EXPECT_NE(t.out.find("best bucket:"), std::string::npos) << t.out;
   EXPECT_NE(t.out.find("fp32 master copies"), std::string::npos) << t.out;  // bf16 has master copies
@@ -80,9 +81,9 @@ TEST(CliRooflineDdp, InfinibandIsSlowerAndTextNamesTheBestBucket) {
 }
 
 TEST(CliRooflineDdp, BadInputIsOneLineExitTwo) {
-  for (const std::string args :
-       {"--ranks 0", "--ranks x", "--link ethernet", "--link-gbps -1", "--link-gbps nan", "--link-latency-us -3",
-        "--buckets 1,x", "--buckets 0", "--size huge", "--precision fp8", "--hw nosuchchip"}) {
+  for (const std::string args : {"--ranks 0", "--ranks x", "--link ethernet", "--link-gbps -1",
+                                 "--link-gbps nan", "--link-latency-us -3", "--buckets 1,x", "--buckets 0",
+                                 "--size huge", "--precision fp8", "--hw nosuchchip"}) {
     SCOPED_TRACE(args);
     const auto r = run("roofline ddp " + args);
     EXPECT_EQ(r.code, 2) << r.out;

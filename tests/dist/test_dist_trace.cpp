@@ -17,12 +17,26 @@ namespace {
 
 json rank_doc(double sync_ts, double range_ts) {
   json ev = json::array();
-  ev.push_back({{"ph", "M"}, {"name", "process_name"}, {"pid", 4242}, {"tid", 0}, {"args", {{"name", "ridge"}}}});
-  ev.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", 4242}, {"tid", 7}, {"args", {{"name", "main"}}}});
-  ev.push_back({{"ph", "i"}, {"name", rd::kTraceSyncMarker}, {"pid", 4242}, {"tid", 7}, {"ts", sync_ts}, {"s", "t"}});
-  ev.push_back({{"ph", "X"}, {"name", "backward"}, {"pid", 4242}, {"tid", 7}, {"ts", range_ts}, {"dur", 5.0}});
-  ev.push_back({{"ph", "b"}, {"name", "allreduce bucket 0"}, {"pid", 4242}, {"tid", 7}, {"ts", range_ts}, {"id", "0x1"}});
-  ev.push_back({{"ph", "e"}, {"name", "allreduce bucket 0"}, {"pid", 4242}, {"tid", 7}, {"ts", range_ts + 2}, {"id", "0x1"}});
+  ev.push_back(
+      {{"ph", "M"}, {"name", "process_name"}, {"pid", 4242}, {"tid", 0}, {"args", {{"name", "ridge"}}}});
+  ev.push_back(
+      {{"ph", "M"}, {"name", "thread_name"}, {"pid", 4242}, {"tid", 7}, {"args", {{"name", "main"}}}});
+  ev.push_back(
+      {{"ph", "i"}, {"name", rd::kTraceSyncMarker}, {"pid", 4242}, {"tid", 7}, {"ts", sync_ts}, {"s", "t"}});
+  ev.push_back(
+      {{"ph", "X"}, {"name", "backward"}, {"pid", 4242}, {"tid", 7}, {"ts", range_ts}, {"dur", 5.0}});
+  ev.push_back({{"ph", "b"},
+                {"name", "allreduce bucket 0"},
+                {"pid", 4242},
+                {"tid", 7},
+                {"ts", range_ts},
+                {"id", "0x1"}});
+  ev.push_back({{"ph", "e"},
+                {"name", "allreduce bucket 0"},
+                {"pid", 4242},
+                {"tid", 7},
+                {"ts", range_ts + 2},
+                {"id", "0x1"}});
   return {{"traceEvents", ev}};
 }
 

@@ -15,9 +15,8 @@
 //   step = forward + backward + optimizer (1/N of it when sharded) + other + exposed.
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -27,12 +26,12 @@ namespace ridge::roofline {
 
 // One rank's link to the others in the ring.
 struct DdpLink {
-  std::string name;              // "NVLink 4", "InfiniBand NDR", "custom"
-  double bandwidth = 0;          // bytes/s one way, per rank
-  double hop_latency_s = 0;      // per ring step (a message to the next rank)
-  double base_latency_s = 0;     // per collective (launch, synchronisation)
+  std::string name;           // "NVLink 4", "InfiniBand NDR", "custom"
+  double bandwidth = 0;       // bytes/s one way, per rank
+  double hop_latency_s = 0;   // per ring step (a message to the next rank)
+  double base_latency_s = 0;  // per collective (launch, synchronisation)
   int64_t ranks = 2;
-  std::string source;            // where the figures come from
+  std::string source;  // where the figures come from
   // ridge::Error naming the field: bandwidth finite > 0, latencies finite >= 0, ranks in 1..2^20.
   void validate() const;
 };
@@ -120,7 +119,7 @@ DdpInput ddp_input(const ModelShape& shape, const Chip& chip, const std::string&
 // master), fp32 gradients and AdamW's m and v. Sharding keeps 1/N of the master copies and AdamW state.
 struct DdpMemory {
   double params = 0, master = 0, grads = 0, optimizer = 0;  // bytes per rank, unsharded
-  double sharded_master = 0, sharded_optimizer = 0;          // bytes per rank, sharded
+  double sharded_master = 0, sharded_optimizer = 0;         // bytes per rank, sharded
   double total() const { return params + master + grads + optimizer; }
   double sharded_total() const { return params + sharded_master + grads + sharded_optimizer; }
   nlohmann::json to_json() const;
