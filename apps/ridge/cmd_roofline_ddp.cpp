@@ -214,7 +214,7 @@ void setup_roofline_ddp(CLI::App* parent) {
                   {"memory_per_rank", mem.to_json()}});
       return;
     }
-    fmt::print("{}: d_model {}, d_ff {}, {} layers, {} heads, vocab {} ({:.3g} M parameters), {} operands\n",
+    fmt::print("{}: d_model {}, d_ff {}, {} layers, {} heads, vocab {} ({:.0f} M parameters), {} operands\n",
                label, cfg.d_model, cfg.d_ff, cfg.num_layers, cfg.num_heads, cfg.vocab_size,
                static_cast<double>(rr::model_param_count(shape)) / 1e6, o->precision);
     fmt::print("{} ranks x batch {} x context {} (global batch {}); chip {} ({})\n", ranks, batch, ctx,
