@@ -291,7 +291,7 @@ void run_ddp(bench::Context& ctx) {
         {"size", "context", "batch", "precision", "mode", "vocab", "d_model", "d_ff", "layers", "heads"},
         "ddp");
     sizes = g.values("size", {"tiny"});
-    ctxs = g.counts("context", {128});
+    ctxs = g.counts("context", {ctx.quick ? 64 : 128});
     batches = g.counts("batch", {2});
     precs = g.values("precision", {"fp32"});
     modes = parse_modes(g.values("mode", {"single", "naive", "flat", "overlap", "bucketed:1", "bucketed:10",
@@ -375,7 +375,8 @@ void run_ddp(bench::Context& ctx) {
             tr.set_hooks(&clk);
             std::vector<std::vector<double>> groups;
             std::vector<double> fwd, total, tail;
-            for (int i = 0; i < ctx.options.warmup + std::max(3, ctx.options.iters / 2); ++i) {
+            for (int i = 0; i < ctx.options.warmup + std::max(ctx.quick ? 2 : 3, ctx.options.iters / 2);
+                 ++i) {
               MPI_Barrier(MPI_COMM_WORLD);
               const double f0 = MPI_Wtime();
               tr.model().forward(my_in, my_tg, B, T);
