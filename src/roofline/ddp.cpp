@@ -292,9 +292,16 @@ DdpInput ddp_input(const ModelShape& m, const Chip& chip, const std::string& lev
   BoundOptions bo;
   bo.level = level;
   for (const auto& op : ops) {
-    // A chip without the operand's peak (a CPU) runs those ops at fp32, as step_roofline does.
+    // A chip without the op's peak runs it at fp32, else bf16, else fp16 (as model::step_roofline does).
     Cost c = op.cost;
-    if (!chip.has_peak(c.compute)) c.compute = "fp32";
+    if (!chip.has_peak(c.compute)) {
+      std::string alt;
+      for (const char* k : {"fp32", "bf16", "fp16"})
+        if (alt.empty() && chip.has_peak(k)) alt = k;
+      check(!alt.empty(), "chip {}: has no {}, fp32, bf16 or fp16 peak to bound the model's ops with", chip.id,
+            c.compute);
+      c.compute = alt;
+    }
     const double t1 = bound(c, chip, bo).t_lower;
     const double t = t1 * static_cast<double>(op.count);
     if (op.pass == "forward") {

@@ -209,3 +209,23 @@ TEST(DdpModel, ShardingSavesOneNthOfTheOptimizerState) {
   EXPECT_THROW(rr::ddp_memory(1e9, ridge::DType::i32, 8), ridge::Error);
   EXPECT_THROW(rr::ddp_memory(0, ridge::DType::f32, 8), ridge::Error);
 }
+
+TEST(DdpModel, ChipWithoutTheOperandPeakFallsBackLikeTheStepRoofline) {
+  rr::ModelShape m;
+  m.vocab = 1000;
+  m.d_model = 64;
+  m.layers = 2;
+  m.heads = 4;
+  m.d_ff = 176;
+  m.operand = ridge::DType::f32;  // TPU v5e has no fp32 peak: its fp32 ops are bounded at bf16
+  const auto tpu = rr::load_chip("tpu-v5e");
+  ASSERT_FALSE(tpu.has_peak("fp32"));
+  const auto in = rr::ddp_input(m, tpu);
+  double want = 0;
+  for (const auto& op : rr::model_step_ops(m)) {
+    auto c = op.cost;
+    if (!tpu.has_peak(c.compute)) c.compute = "bf16";
+    want += rr::bound(c, tpu).t_lower * static_cast<double>(op.count);
+  }
+  EXPECT_NEAR(in.forward_s + in.backward_s() + in.optimizer_s + in.other_s, want, 1e-9 * want);
+}
