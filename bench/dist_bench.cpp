@@ -37,11 +37,11 @@
 namespace ridge {
 namespace {
 
+#ifdef RIDGE_HAVE_DIST
+
 double r3(double x) {
   return std::round(x * 1000) / 1000;
 }
-
-#ifdef RIDGE_HAVE_DIST
 
 // The MPI side: refuse a lone process before MPI_Init (a singleton init can hang or fail where no
 // launcher runs), then one Session for the benchmark.

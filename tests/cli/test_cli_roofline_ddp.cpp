@@ -3,6 +3,7 @@
 // allreduce` / `ddp` refusing to run as a lone process.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <nlohmann/json.hpp>
 
