@@ -93,6 +93,7 @@ void run(const std::string& name) {
   ctx.quick = g.quick;
   ctx.threads = get_num_threads();
   ctx.options = opt;
+  ctx.trace_file = g.trace_file;
 
   if (!g.trace_file.empty()) {
     trace::set_thread_name("main");
@@ -113,7 +114,9 @@ void run(const std::string& name) {
                units::format_bytes(static_cast<double>(tl.peak_bytes)), tl.allocs,
                units::format_bytes(static_cast<double>(memory::peak_rss_bytes())), g.memory_file);
   }
-  if (!g.trace_file.empty()) {
+  if (!g.trace_file.empty() && ctx.trace_written) {
+    trace::stop_recording();
+  } else if (!g.trace_file.empty()) {
     trace::stop_recording();
     trace::write(g.trace_file);
     fmt::print(stderr, "trace: {} events -> {} (open in https://ui.perfetto.dev or chrome://tracing)\n",

@@ -11,6 +11,7 @@
 
 namespace ridge::cli {
 void setup_roofline_model(CLI::App* parent);  // cmd_roofline_model.cpp
+void setup_roofline_ddp(CLI::App* parent);    // cmd_roofline_ddp.cpp
 }
 
 namespace {
@@ -398,6 +399,7 @@ void setup(CLI::App& root) {
   setup_critical(r);
   setup_plot(r);
   ridge::cli::setup_roofline_model(r);
+  ridge::cli::setup_roofline_ddp(r);
 }
 
 }  // namespace

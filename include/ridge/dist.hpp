@@ -74,12 +74,13 @@ uint64_t fnv1a(const void* data, size_t bytes, uint64_t h = 0xcbf29ce484222325ul
 double mean(double x);
 double max(double x);
 
-// Collective (every rank calls it with the same path, while trace recording is on): gathers every
-// rank's trace events on rank 0, which writes one Chrome trace with one process row per rank
-// (pid = rank, process_name "rank R"). Each rank's clock is aligned on a marker every rank records
-// right after a barrier ("merged-trace sync"); async range ids are prefixed with the rank. A write
-// error is ridge::Error on rank 0 and PeerFailed on the others.
-void write_merged_trace(const std::string& path);
+// Collective (every rank calls it with the same path, while trace recording is on): a barrier and a
+// sync marker on every rank, then rank 0 gathers every rank's trace events and writes one Chrome trace
+// with one process row per rank (pid = rank, process_name "rank R"), each rank's clock shifted so the
+// sync markers coincide, async range ids prefixed with the rank (src/dist/trace_merge.*). Returns the
+// events written on rank 0, 0 elsewhere. Any failure is ridge::Error on rank 0 and PeerFailed on the
+// others (agree()), never a hang.
+size_t write_merged_trace(const std::string& path);
 
 enum class DdpMode { naive, flat, overlap, bucketed };
 DdpMode parse_ddp_mode(const std::string& name);  // ridge::Error listing the modes otherwise

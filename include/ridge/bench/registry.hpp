@@ -96,6 +96,10 @@ struct Context {
   Options options;        // measure() options from --warmup/--iters/--min-time/--max-time
   Sink& sink;
   Progress& progress;
+  // The --trace file ("" when not tracing; recording is already on). A benchmark that writes the trace
+  // itself (several MPI ranks merged into one file) sets trace_written and `ridge bench` leaves it be.
+  std::string trace_file;
+  bool trace_written = false;
 
   Context(std::string name, Sink& s, Progress& p) : benchmark(std::move(name)), sink(s), progress(p) {}
   // Sets row.benchmark when empty, then hands the row to the sink.

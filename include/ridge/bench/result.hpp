@@ -107,6 +107,8 @@ class Sink {
 
   void emit(Row row);  // fills defaults and bound first
   void finish();       // idempotent
+  // Prints nothing from now on, not even "(no results)": an MPI rank other than 0, whose rows rank 0 prints.
+  void discard() { finished_ = true; }
   const std::vector<Row>& rows() const { return rows_; }
   Format format() const { return format_; }
 

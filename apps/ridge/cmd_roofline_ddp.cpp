@@ -1,0 +1,259 @@
+// `ridge roofline ddp`: the analyzer's prediction of data-parallel training for a model size on N chips
+// over a link: each DDP design's communication, the part hidden behind backward, the step time, the best
+// bucket size, and what optimizer sharding saves in memory per rank. Parsing and printing only; the model
+// is ridge::roofline's (ridge/roofline/ddp.hpp, docs/dist.md).
+#include <fmt/format.h>
+
+#include <cmath>
+#include <memory>
+#include <optional>
+#include <sstream>
+
+#include "cli.hpp"
+#include "ridge/core.hpp"
+#include "ridge/model/config.hpp"
+#include "ridge/model/model.hpp"
+#include "ridge/model/roofline.hpp"
+#include "ridge/roofline/ddp.hpp"
+
+namespace ridge::cli {
+
+namespace rr = ridge::roofline;
+
+namespace {
+
+struct Opts {
+  std::string size = "small", vocab = "10000", context = "256", batch = "4";
+  std::string d_model, d_ff, layers, heads;
+  std::string precision = "fp32", attention = "flash", hw = "h100", level;
+  std::string ranks = "8", link, buckets;
+  std::optional<double> link_gbps, link_latency_us;
+  bool json = false;
+};
+
+std::string msf(double s) {
+  return fmt::format("{:.3f}", s * 1e3);
+}
+std::string gb(double b) {
+  return fmt::format("{:.2f}", b / 1e9);
+}
+
+// The link: a preset (nvlink, ib), or the --hw chip's intra_node / inter_node figure, then the overrides.
+rr::DdpLink make_link(const Opts& o, const rr::Chip& chip, int64_t ranks) {
+  std::string which = o.link;
+  if (which.empty()) which = o.link_gbps ? "custom" : "intra_node";
+  rr::DdpLink l;
+  if (which == "nvlink" || which == "ib") {
+    l = rr::ddp_link_preset(which, ranks);
+  } else if (which == "intra_node" || which == "inter_node") {
+    const auto& lk = which == "intra_node" ? chip.intra_node : chip.inter_node;
+    if (!lk) {
+      check(o.link_gbps.has_value(),
+            "--link: chip '{}' has no {} link figure; give --link nvlink|ib or --link-gbps", chip.id, which);
+    }
+    // The latencies of the matching preset (NVLink-like inside a node, the network between nodes).
+    l = rr::ddp_link_preset(which == "intra_node" ? "nvlink" : "ib", ranks);
+    if (lk) {
+      l.name = lk->name;
+      l.bandwidth = lk->bandwidth_per_direction.value;
+      l.source = fmt::format("bandwidth: {} {} ({}); latency as the {} preset", chip.origin, which,
+                             lk->bandwidth_per_direction.source, which == "intra_node" ? "nvlink" : "ib");
+    }
+  } else if (which == "custom") {
+    l = rr::ddp_link_preset("nvlink", ranks);
+    l.name = "custom";
+    l.source = "latency: the nvlink preset's (NCCL's tuning model, ring/Simple: 8.4 us per collective + 3.4 us "
+               "per step)";
+  } else {
+    fail("--link: '{}' is not a link (accepted: nvlink, ib, intra_node, inter_node; or --link-gbps)", which);
+  }
+  if (o.link_gbps) {
+    check(std::isfinite(*o.link_gbps) && *o.link_gbps > 0,
+          "--link-gbps: {} is not a bandwidth (GB/s one way, finite and > 0)", *o.link_gbps);
+    l.bandwidth = *o.link_gbps * 1e9;
+    l.source = fmt::format("bandwidth: --link-gbps {:g}; ", *o.link_gbps) + l.source;
+  }
+  if (o.link_latency_us) {
+    check(std::isfinite(*o.link_latency_us) && *o.link_latency_us >= 0,
+          "--link-latency-us: {} is not a latency (microseconds per ring step, finite and >= 0)",
+          *o.link_latency_us);
+    l.hop_latency_s = *o.link_latency_us * 1e-6;
+    l.source = fmt::format("per-step latency: --link-latency-us {:g}; ", *o.link_latency_us) + l.source;
+  }
+  l.validate();
+  return l;
+}
+
+std::vector<double> parse_buckets(const std::string& s) {
+  if (s.empty()) return rr::default_bucket_candidates();
+  std::vector<double> out;
+  std::stringstream ss(s);
+  for (std::string item; std::getline(ss, item, ',');) {
+    size_t used = 0;
+    double v = 0;
+    try {
+      v = std::stod(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    check(used == item.size() && !item.empty() && std::isfinite(v) && v > 0,
+          "--buckets: '{}' is not a bucket size (MB, a number > 0, as in --buckets 1,10,100)", item);
+    out.push_back(v);
+  }
+  return out;
+}
+
+}  // namespace
+
+void setup_roofline_ddp(CLI::App* parent) {
+  auto o = std::make_shared<Opts>();
+  auto* c = parent->add_subcommand(
+      "ddp",
+      "data-parallel training of a Transformer LM on N chips: each DDP design's communication, hidden and "
+      "exposed time, step time, best bucket size, memory saved by optimizer sharding");
+  c->add_option("--size", o->size, "model preset (tiny, small, medium, large, xl, 2.7B)")
+      ->capture_default_str();
+  c->add_option("--vocab", o->vocab, "vocabulary size")->capture_default_str();
+  c->add_option("--context", o->context, "tokens per sequence")->capture_default_str();
+  c->add_option("--batch", o->batch, "sequences per rank (the global batch is batch x ranks)")
+      ->capture_default_str();
+  c->add_option("--d-model", o->d_model, "override the preset's d_model");
+  c->add_option("--d-ff", o->d_ff, "override the preset's d_ff");
+  c->add_option("--layers", o->layers, "override the preset's layer count");
+  c->add_option("--heads", o->heads, "override the preset's head count");
+  c->add_option("--precision", o->precision, "fp32, bf16 or fp16")->capture_default_str();
+  c->add_option("--attention", o->attention, "flash or math")->capture_default_str();
+  c->add_option("--hw", o->hw, "chip: h100, a100, ..., 'this' (the probe's result), or a chip JSON file")
+      ->capture_default_str();
+  c->add_option("--level", o->level, "memory level to bound compute against; default outermost");
+  c->add_option("--ranks", o->ranks, "data-parallel ranks (chips)")->capture_default_str();
+  c->add_option("--link", o->link,
+                "nvlink, ib (H100 presets), intra_node or inter_node (the --hw chip's figure; default "
+                "intra_node)");
+  c->add_option("--link-gbps", o->link_gbps, "link bandwidth, GB/s one way per rank (overrides --link's)");
+  c->add_option("--link-latency-us", o->link_latency_us, "latency per ring step in microseconds (overrides)");
+  c->add_option("--buckets", o->buckets, "bucket sizes to try, MB (default 1,2,5,10,25,50,100,250,1000)");
+  c->add_flag("--json", o->json, "print one JSON document");
+  c->callback([o] {
+    auto cnt = [](const std::string& v, const char* what) { return ridge::units::parse_count(v, what); };
+    const auto ctx = cnt(o->context, "--context");
+    auto cfg = ridge::model::preset(o->size, cnt(o->vocab, "--vocab"), ctx);
+    bool custom = false;
+    if (!o->d_model.empty()) cfg.d_model = cnt(o->d_model, "--d-model"), custom = true;
+    if (!o->d_ff.empty()) cfg.d_ff = cnt(o->d_ff, "--d-ff"), custom = true;
+    if (!o->layers.empty()) cfg.num_layers = cnt(o->layers, "--layers"), custom = true;
+    if (!o->heads.empty()) cfg.num_heads = cnt(o->heads, "--heads"), custom = true;
+    check(cfg.d_model % cfg.num_heads == 0, "--heads: {} does not divide d_model {}", cfg.num_heads,
+          cfg.d_model);
+    check(cfg.d_head() % 2 == 0, "--heads: d_model / heads = {} must be even (RoPE rotates pairs)",
+          cfg.d_head());
+    cfg.validate();
+    const int64_t ranks = cnt(o->ranks, "--ranks");
+    check(ranks <= (int64_t{1} << 20), "--ranks: {} is too many (at most 2^20)", ranks);
+    const int64_t batch = cnt(o->batch, "--batch");
+    const auto prec = ridge::model::parse_precision(o->precision);
+    const auto att = ridge::model::parse_attention_path(o->attention);
+    const auto chip = rr::load_chip(o->hw);
+    const auto link = make_link(*o, chip, ranks);
+    const auto cands = parse_buckets(o->buckets);
+    const std::string label = custom ? o->size + " (modified)" : o->size;
+
+    const auto shape = ridge::model::model_shape(cfg, batch, ctx, prec, att);
+    const auto in = rr::ddp_input(shape, chip, o->level);
+    const auto global = ridge::model::model_shape(cfg, batch * ranks, ctx, prec, att);
+    const auto one = rr::ddp_input(global, chip, o->level);
+    const double one_s = one.forward_s + one.backward_s() + one.optimizer_s + one.other_s;
+
+    std::vector<rr::DdpSetting> settings;
+    for (const char* m : {"naive", "flat", "overlap"}) settings.push_back({m, 25, "none"});
+    const auto sweep = rr::best_bucket(in, link, cands);
+    const double best_mb = sweep.tried[sweep.best].setting.bucket_mb;
+    settings.push_back({"bucketed", 25, "none"});
+    if (best_mb != 25) settings.push_back({"bucketed", best_mb, "none"});
+    settings.push_back({"bucketed", best_mb, "cs336"});
+    settings.push_back({"flat", 25, "zero1"});
+    std::vector<rr::DdpPrediction> preds;
+    for (const auto& s : settings) preds.push_back(rr::predict_ddp(in, link, s));
+    const auto mem = rr::ddp_memory(static_cast<double>(rr::model_param_count(shape)), shape.operand, ranks);
+
+    if (o->json) {
+      nlohmann::json modes = nlohmann::json::array(), tried = nlohmann::json::array();
+      for (const auto& p : preds) {
+        auto j = p.to_json();
+        j.erase("spans");
+        j["speedup_vs_one_chip"] = one_s / p.step_s;
+        modes.push_back(j);
+      }
+      for (const auto& p : sweep.tried)
+        tried.push_back({{"bucket_mb", p.setting.bucket_mb},
+                         {"collectives", p.collectives},
+                         {"comm_s", p.comm_s},
+                         {"exposed_s", p.exposed_s},
+                         {"step_s", p.step_s}});
+      print_json({{"model", label},
+                  {"params", static_cast<double>(rr::model_param_count(shape))},
+                  {"batch_per_rank", batch},
+                  {"context", ctx},
+                  {"precision", o->precision},
+                  {"chip", chip.id},
+                  {"link",
+                   {{"name", link.name},
+                    {"bandwidth", link.bandwidth},
+                    {"hop_latency_s", link.hop_latency_s},
+                    {"base_latency_s", link.base_latency_s},
+                    {"ranks", ranks},
+                    {"source", link.source}}},
+                  {"phases_s",
+                   {{"forward", in.forward_s},
+                    {"backward", in.backward_s()},
+                    {"optimizer", in.optimizer_s},
+                    {"other", in.other_s}}},
+                  {"gradient_bytes", in.total_bytes()},
+                  {"modes", modes},
+                  {"buckets", tried},
+                  {"best_bucket_mb", best_mb},
+                  {"one_chip_global_batch_step_s", one_s},
+                  {"memory_per_rank", mem.to_json()}});
+      return;
+    }
+    fmt::print("{}: d_model {}, d_ff {}, {} layers, {} heads, vocab {} ({:.0f} M parameters), {} operands\n",
+               label, cfg.d_model, cfg.d_ff, cfg.num_layers, cfg.num_heads, cfg.vocab_size,
+               static_cast<double>(rr::model_param_count(shape)) / 1e6, o->precision);
+    fmt::print("{} ranks x batch {} x context {} (global batch {}); chip {} ({})\n", ranks, batch, ctx,
+               batch * ranks, chip.id, chip.name);
+    fmt::print("link {}: {} one way per rank, {} per collective + {} per ring step\n  ({})\n", link.name,
+               ridge::units::format_rate(link.bandwidth), ridge::units::format_seconds(link.base_latency_s),
+               ridge::units::format_seconds(link.hop_latency_s), link.source);
+    fmt::print(
+        "per rank (roofline bounds): forward {} ms, backward {} ms over {} groups, AdamW {} ms, other {} ms; "
+        "gradients {} MB fp32\n\n",
+        msf(in.forward_s), msf(in.backward_s()), in.backward_group_s.size(), msf(in.optimizer_s),
+        msf(in.other_s), fmt::format("{:.1f}", in.total_bytes() / 1e6));
+    fmt::print("{:<22} {:>6} {:>10} {:>10} {:>11} {:>10} {:>9}\n", "mode", "colls", "comm ms", "hidden ms",
+               "exposed ms", "step ms", "speedup");
+    for (const auto& p : preds)
+      fmt::print("{:<22} {:>6} {:>10} {:>10} {:>11} {:>10} {:>8.2f}x\n", p.setting.label(), p.collectives,
+                 msf(p.comm_s), msf(p.hidden_s), msf(p.exposed_s), msf(p.step_s), one_s / p.step_s);
+    fmt::print(
+        "\none chip on the global batch of {}: step {} ms (speedup = that / the mode's step; ideal {}x)\n",
+        batch * ranks, msf(one_s), ranks);
+    std::string tried;
+    for (const auto& p : sweep.tried)
+      tried += fmt::format("{}{:g} MB {} ms", tried.empty() ? "" : ", ", p.setting.bucket_mb, msf(p.step_s));
+    fmt::print("best bucket: {:g} MB (step {} ms); tried: {}\n\n", best_mb,
+               msf(sweep.tried[sweep.best].step_s), tried);
+    fmt::print("memory per rank, GB     {:>10} {:>10}\n", "replicated", "sharded");
+    fmt::print("  {:<21} {:>10} {:>10}\n", fmt::format("parameters ({})", ridge::dtype_name(shape.operand)),
+               gb(mem.params), gb(mem.params));
+    if (mem.master > 0)
+      fmt::print("  fp32 master copies    {:>10} {:>10}\n", gb(mem.master), gb(mem.sharded_master));
+    fmt::print("  gradients (fp32)      {:>10} {:>10}\n", gb(mem.grads), gb(mem.grads));
+    fmt::print("  AdamW m, v (fp32)     {:>10} {:>10}\n", gb(mem.optimizer), gb(mem.sharded_optimizer));
+    fmt::print("  total                 {:>10} {:>10}  (sharding saves {} GB per rank, {:.0f}%)\n",
+               gb(mem.total()), gb(mem.sharded_total()), gb(mem.total() - mem.sharded_total()),
+               100.0 * (mem.total() - mem.sharded_total()) / mem.total());
+    fmt::print("activations and workspace not included (see 'ridge roofline model', 'ridge memory')\n");
+  });
+}
+
+}  // namespace ridge::cli

@@ -1,0 +1,129 @@
+// The analyzer's model of data-parallel training: how long gradient communication takes in each DDP
+// design (naive, flat, overlap, bucketed, and the sharded optimizers cs336 and zero1), how much of it
+// hides behind the backward pass, and which bucket size is best. Arithmetic only (docs/dist.md has the
+// model with worked numbers):
+//
+//   a ring collective over N ranks of S bytes on a link of bandwidth B (bytes/s one way) costs
+//     all-reduce:                 base + 2(N-1) hop + 2(N-1)/N S / B
+//     all-gather, reduce-scatter: base +  (N-1) hop +  (N-1)/N S / B
+//     broadcast (pipelined chain): base + (N-1) hop + S / B
+//   (the byte factors are roofline::all_reduce/all_gather/reduce_scatter's link bytes);
+//   time 0 is the start of the backward pass; group g's gradients are final at the sum of the backward
+//   times of groups 0..g; a collective starts when its last gradient is final and the link is free (one
+//   collective at a time); hidden = the part of the collectives' spans before backward ends; exposed =
+//   the rest plus everything issued after backward (naive, flat, the sharded schemes' steps);
+//   step = forward + backward + optimizer (1/N of it when sharded) + other + exposed.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "ridge/roofline.hpp"
+
+namespace ridge::roofline {
+
+// One rank's link to the others in the ring.
+struct DdpLink {
+  std::string name;           // "NVLink 4", "InfiniBand NDR", "custom"
+  double bandwidth = 0;       // bytes/s one way, per rank
+  double hop_latency_s = 0;   // per ring step (a message to the next rank)
+  double base_latency_s = 0;  // per collective (launch, synchronisation)
+  int64_t ranks = 2;
+  std::string source;  // where the figures come from
+  // ridge::Error naming the field: bandwidth finite > 0, latencies finite >= 0, ranks in 1..2^20.
+  void validate() const;
+};
+
+// Presets: "nvlink" (H100's NVLink 4) and "ib" (InfiniBand NDR, one 400 Gb/s port per GPU); the
+// bandwidth from the h100 chip file, the latencies from NCCL's tuning model (see docs/dist.md).
+DdpLink ddp_link_preset(const std::string& name, int64_t ranks);
+std::vector<std::string> ddp_link_presets();
+
+// Ring collective times on a link (0 for one rank or 0 bytes).
+double ring_all_reduce_s(double bytes, const DdpLink& link);
+double ring_all_gather_s(double bytes, const DdpLink& link);
+double ring_reduce_scatter_s(double bytes, const DdpLink& link);
+double ring_broadcast_s(double bytes, const DdpLink& link);
+
+struct GradTensor {
+  std::string name;
+  double bytes = 0;  // gradient bytes (fp32: 4 per parameter)
+  int group = 0;     // the backward group after which it is final (non-decreasing along the list)
+};
+
+// What the prediction starts from: the gradients in the order backward finishes them and the time of
+// each phase (from the roofline of the model, or measured).
+struct DdpInput {
+  std::vector<GradTensor> grads;
+  std::vector<double> backward_group_s;  // backward time of group 0, 1, ... (in the order they run)
+  double forward_s = 0;
+  double optimizer_s = 0;  // the part optimizer sharding divides by N (AdamW)
+  double other_s = 0;      // the rest of the step (zero_grad, gradient norm)
+  double total_bytes() const;
+  double backward_s() const;
+  // ridge::Error naming the field: sizes and times finite >= 0, groups in range and non-decreasing.
+  void validate() const;
+};
+
+// A DDP design: mode naive | flat | overlap | bucketed (bucket_mb, 1 MB = 1e6 bytes), sharding none |
+// cs336 (the gradients reduced by `mode`, each rank steps its tensors and broadcasts them) | zero1
+// (reduce-scatter, AdamW on 1/N, all-gather; mode must be flat).
+struct DdpSetting {
+  std::string mode = "flat";
+  double bucket_mb = 25;
+  std::string sharding = "none";
+  std::string label() const;  // "bucketed 25 MB", "cs336 (flat)", "zero1"
+  void validate() const;
+};
+
+struct DdpSpan {
+  std::string what;  // "all-reduce bucket 3", "reduce-scatter", "broadcast ...", ...
+  double bytes = 0;
+  double start_s = 0, end_s = 0;  // from the start of backward
+};
+
+struct DdpPrediction {
+  DdpSetting setting;
+  int collectives = 0;
+  double bytes = 0;  // payload this rank hands to collectives per step
+  double comm_s = 0, hidden_s = 0, exposed_s = 0;
+  double compute_s = 0;  // forward + backward + optimizer (sharded: / N) + other
+  double step_s = 0;     // compute_s + exposed_s
+  std::vector<DdpSpan> spans;
+  nlohmann::json to_json() const;
+};
+
+DdpPrediction predict_ddp(const DdpInput& in, const DdpLink& link, const DdpSetting& setting);
+
+// The bucket sizes tried by best_bucket: 1, 2, 5, 10, 25, 50, 100, 250, 1000 MB.
+std::vector<double> default_bucket_candidates();
+// The bucketed prediction of each candidate, and the index of the best: the shortest step, ties (within
+// 1e-12 s) to the smaller bucket. ridge::Error on an empty or non-positive candidate.
+struct BucketSweep {
+  std::vector<DdpPrediction> tried;
+  size_t best = 0;
+};
+BucketSweep best_bucket(const DdpInput& in, const DdpLink& link,
+                        const std::vector<double>& candidates = default_bucket_candidates());
+
+// The CS336 Transformer LM's gradients (fp32, flat order: lm_head, ln_final, layers L-1..0 as w2, w1,
+// w3, ln2, output_proj, q, k, v, ln1, then token_embeddings; one backward group each for lm_head,
+// ln_final, every layer and the embedding) and its phase times from the roofline of `shape` on `chip`
+// (each op at its bound; the block's ops split evenly over the layers).
+DdpInput ddp_input(const ModelShape& shape, const Chip& chip, const std::string& level = "");
+
+// Per-rank memory of the training state with and without optimizer sharding over `ranks`: parameters
+// in the operand dtype, fp32 master copies (mixed precision only; fp32 parameters are their own
+// master), fp32 gradients and AdamW's m and v. Sharding keeps 1/N of the master copies and AdamW state.
+struct DdpMemory {
+  double params = 0, master = 0, grads = 0, optimizer = 0;  // bytes per rank, unsharded
+  double sharded_master = 0, sharded_optimizer = 0;         // bytes per rank, sharded
+  double total() const { return params + master + grads + optimizer; }
+  double sharded_total() const { return params + sharded_master + grads + sharded_optimizer; }
+  nlohmann::json to_json() const;
+};
+DdpMemory ddp_memory(double param_count, DType operand, int64_t ranks);
+
+}  // namespace ridge::roofline

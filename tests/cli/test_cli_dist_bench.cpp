@@ -1,0 +1,156 @@
+// `ridge bench allreduce` and `ridge bench ddp` under `mpirun -np 2`: the real binary, tiny sizes, a
+// timeout around every run. No timing assertions: the rows are checked for what they must say (every
+// mode, bandwidths by NCCL tests' definitions), the merged trace for its shape.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "run.hpp"
+
+#ifdef RIDGE_HAVE_DIST
+
+namespace {
+
+using nlohmann::json;
+using ridge::test::RunResult;
+
+const std::string kMpirun = std::string(
+                                "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 "
+                                "ASAN_OPTIONS=detect_leaks=0 timeout 300 ") +
+                            RIDGE_MPIEXEC + " --oversubscribe --bind-to none -np 2 " + RIDGE_BINARY;
+
+RunResult sh(const std::string& cmd) {
+  std::string err_path = (std::filesystem::temp_directory_path() / "ridge_cli_dbench_err.XXXXXX").string();
+  const int fd = ::mkstemp(err_path.data());
+  if (fd < 0) throw std::runtime_error("mkstemp failed");
+  ::close(fd);
+  RunResult r;
+  std::FILE* p = ::popen((cmd + " 2>" + err_path).c_str(), "r");
+  std::array<char, 4096> buf{};
+  size_t n;
+  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
+  const int status = ::pclose(p);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  std::ifstream e(err_path);
+  r.err.assign(std::istreambuf_iterator<char>(e), {});
+  std::remove(err_path.c_str());
+  return r;
+}
+
+std::vector<json> rows(const std::string& out) {
+  std::vector<json> v;
+  std::istringstream in(out);
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty() && line[0] == '{') v.push_back(json::parse(line));
+  return v;
+}
+
+std::vector<std::string> ridge_lines(const std::string& err) {
+  std::vector<std::string> v;
+  std::istringstream in(err);
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("ridge: ", 0) == 0) v.push_back(line);
+  return v;
+}
+
+}  // namespace
+
+TEST(CliDistBench, AllreduceRowsCarryBusBandwidthByTheRingFactor) {
+  const RunResult r =
+      sh(kMpirun + " bench allreduce --set size=1MB --iters 2 --warmup 1 --json --no-progress");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto rs = rows(r.out);
+  ASSERT_EQ(rs.size(), 3u) << "rank 0 alone prints, one row per op: " << r.out;
+  std::set<std::string> ops;
+  for (const auto& row : rs) {
+    const std::string op = row["case"]["op"];
+    ops.insert(op);
+    EXPECT_EQ(row["case"]["ranks"], 2);
+    EXPECT_EQ(row["case"]["size"], "1 MB");
+    const double t = row["median_ms"].get<double>() * 1e-3, alg = row["algbw_gbps"], bus = row["busbw_gbps"];
+    EXPECT_GT(t, 0);
+    EXPECT_NEAR(alg, 1e6 / t / 1e9, 1e-3 + 1e-3 * alg);
+    // NCCL tests: 2(n-1)/n = 1 for an all-reduce over 2 ranks, (n-1)/n = 1/2 for the others.
+    EXPECT_NEAR(bus, alg * (op == "allreduce" ? 1.0 : 0.5), 1e-3 + 1e-3 * alg) << op;
+  }
+  EXPECT_EQ(ops, (std::set<std::string>{"allreduce", "allgather", "reducescatter"}));
+}
+
+TEST(CliDistBench, DdpEveryModeAndAMergedTraceWithARowPerRank) {
+  const auto trace_path = std::filesystem::temp_directory_path() / "ridge_cli_dbench_trace.json";
+  std::filesystem::remove(trace_path);
+  const RunResult r =
+      sh(kMpirun +
+         " bench ddp --quick --set context=32 --set vocab=512 --set d_model=64 --set d_ff=176 --set heads=4 "
+         "--set layers=2 --iters 2 --warmup 1 --json --no-progress --trace " +
+         trace_path.string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  const std::vector<std::string> labels = {
+      "single",           "naive", "flat", "overlap", "bucketed 1 MB", "bucketed 10 MB", "bucketed 100 MB",
+      "bucketed 1000 MB", "cs336", "zero1"};
+  const auto rs = rows(r.out);
+  ASSERT_EQ(rs.size(), labels.size()) << r.out;
+  for (size_t i = 0; i < rs.size(); ++i) {
+    EXPECT_EQ(rs[i]["case"]["mode"], labels[i]);
+    EXPECT_GT(rs[i]["peak_mib"].get<double>(), 0);
+    if (i == 0) continue;
+    // CommStats: the communication is the hidden part plus the exposed part.
+    EXPECT_NEAR(rs[i]["comm_ms"].get<double>(),
+                rs[i]["hidden_ms"].get<double>() + rs[i]["exposed_ms"].get<double>(), 0.01)
+        << labels[i];
+    EXPECT_TRUE(rs[i].contains("pred_step_ms")) << labels[i];
+  }
+  // Naive and flat expose all of it.
+  EXPECT_EQ(rs[1]["hidden_ms"].get<double>(), 0.0);
+  EXPECT_EQ(rs[2]["hidden_ms"].get<double>(), 0.0);
+
+  std::ifstream in(trace_path);
+  ASSERT_TRUE(in.good()) << "no trace at " << trace_path;
+  const json doc = json::parse(in);
+  std::map<int, std::string> process;
+  std::map<int, std::set<std::string>> names;
+  std::map<std::string, int> open;  // async id -> begins minus ends
+  for (const auto& e : doc.at("traceEvents")) {
+    ASSERT_TRUE(e.contains("ph") && e.contains("pid") && e.contains("name")) << e.dump();
+    const int pid = e["pid"];
+    ASSERT_TRUE(pid == 0 || pid == 1) << e.dump();
+    const std::string ph = e["ph"];
+    if (ph == "M") {
+      if (e["name"] == "process_name") process[pid] = e["args"]["name"];
+      continue;
+    }
+    ASSERT_TRUE(e.contains("ts") && e["ts"].is_number()) << e.dump();
+    if (ph == "X") {
+      EXPECT_GE(e.at("dur").get<double>(), 0) << e.dump();
+    }
+    if (ph == "b") ++open[e.at("id").get<std::string>()];
+    if (ph == "e") --open[e.at("id").get<std::string>()];
+    names[pid].insert(e["name"].get<std::string>());
+  }
+  EXPECT_EQ(process[0], "rank 0");
+  EXPECT_EQ(process[1], "rank 1");
+  for (const auto& [id, n] : open) EXPECT_EQ(n, 0) << "async range " << id << " not closed";
+  for (int pid : {0, 1}) {
+    for (const auto& l : labels) {
+      EXPECT_TRUE(names[pid].count("ddp " + l)) << "rank " << pid << ": " << l;
+    }
+    for (const char* phase :
+         {"forward", "backward", "optimizer", "allreduce", "wait gradients", "reduce-scatter"}) {
+      EXPECT_TRUE(names[pid].count(phase)) << "rank " << pid << ": " << phase;
+    }
+  }
+  std::filesystem::remove(trace_path);
+}
+
+TEST(CliDistBench, BadModeIsOneLineFromRankZero) {
+  const RunResult r = sh(kMpirun + " bench ddp --set mode=flat,ring");
+  EXPECT_EQ(r.code, 2);
+  const auto lines = ridge_lines(r.err);
+  ASSERT_EQ(lines.size(), 1u) << r.err;
+  EXPECT_NE(lines[0].find("mode 'ring'"), std::string::npos) << lines[0];
+}
+
+#endif
