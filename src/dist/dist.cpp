@@ -13,6 +13,7 @@
 #include "ridge/bench/trace.hpp"
 #include "ridge/core/error.hpp"
 #include "ridge/model/optim.hpp"
+#include "core/check.hpp"
 
 namespace ridge::dist {
 

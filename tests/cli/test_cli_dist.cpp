@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "run.hpp"
+#include "core/json.hpp"
 
 #ifdef RIDGE_HAVE_DIST
 
