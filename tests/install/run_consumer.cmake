@@ -1,5 +1,6 @@
 # Installs the build at BUILD_DIR into PREFIX (a scratch directory, wiped first) and configures,
 # builds and runs the consumer project against it: what a user's find_package(ridge) would see.
+cmake_minimum_required(VERSION 3.25)  # if(IN_LIST) and the other policies of the main project
 file(REMOVE_RECURSE ${PREFIX} ${CONSUMER_BIN} ${CONSUMER_BIN}-generated)
 execute_process(COMMAND ${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${PREFIX} --component dev
                 RESULT_VARIABLE rc OUTPUT_QUIET)
@@ -36,13 +37,14 @@ function(scan_includes root out headers)
         list(APPEND bad "${h}: unparsed include line '${line}'")
         continue()
       endif()
-      set(inc ${CMAKE_MATCH_2})
+      set(open "${CMAKE_MATCH_1}")  # saved: the MATCHES below resets CMAKE_MATCH_<n>
+      set(inc "${CMAKE_MATCH_2}")
       if(inc MATCHES "^ridge/")
         if(NOT EXISTS ${root}/${inc})
           list(APPEND bad "${h}: includes ${inc}, which is not installed")
         endif()
-      elseif(NOT CMAKE_MATCH_1 STREQUAL "<" OR NOT inc IN_LIST std_headers)
-        if(CMAKE_MATCH_1 STREQUAL "<")
+      elseif(NOT open STREQUAL "<" OR NOT inc IN_LIST std_headers)
+        if(open STREQUAL "<")
           set(shown "<${inc}>")
         else()
           set(shown "\"${inc}\"")
