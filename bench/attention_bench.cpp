@@ -25,6 +25,9 @@
 
 #ifdef RIDGE_HAVE_OPENBLAS
 #include <cblas.h>
+#include "core/check.hpp"
+#include "bench/registry.hpp"
+#include "core/json.hpp"
 extern "C" void openblas_set_num_threads(int);
 #endif
 

@@ -13,8 +13,10 @@
 
 #include "gemm_bench.hpp"
 #include "gemm_bench_fp8.hpp"
-#include "ridge/bench/registry.hpp"
+#include "bench/registry.hpp"
 #include "ridge/core.hpp"
+#include "core/check.hpp"
+#include "core/json.hpp"
 
 namespace ridge::gemm_bench {
 namespace {

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "ridge/bench/measure.hpp"
-#include "ridge/bench/result.hpp"
+#include "bench/result.hpp"
 #include "ridge/core/tensor.hpp"
 #include "ridge/gemm.hpp"
 

@@ -8,9 +8,10 @@
 
 #include "gemm_bench.hpp"
 #include "gemm_peers.hpp"
-#include "ridge/bench/registry.hpp"
+#include "bench/registry.hpp"
 #include "ridge/core.hpp"
 #include "ridge/gemm.hpp"
+#include "core/check.hpp"
 
 namespace ridge::gemm_bench {
 namespace {

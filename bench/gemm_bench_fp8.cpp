@@ -11,10 +11,11 @@
 #include <vector>
 
 #include "gemm_peers.hpp"
-#include "ridge/bench/result.hpp"
+#include "bench/result.hpp"
 #include "ridge/core.hpp"
 #include "ridge/gemm_fp8.hpp"
 #include "ridge/roofline.hpp"
+#include "core/check.hpp"
 
 namespace ridge::gemm_bench {
 namespace {

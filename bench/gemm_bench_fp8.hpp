@@ -7,7 +7,7 @@
 #include <string>
 
 #include "ridge/bench/measure.hpp"
-#include "ridge/bench/result.hpp"
+#include "bench/result.hpp"
 
 namespace ridge::gemm_bench {
 

@@ -11,6 +11,7 @@
 #endif
 #if RIDGE_HAVE_DNNL
 #include <dnnl.hpp>
+#include "core/check.hpp"
 #endif
 
 #if RIDGE_HAVE_OPENBLAS

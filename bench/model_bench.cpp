@@ -29,6 +29,11 @@
 #include "ridge/model/safetensors.hpp"
 #include "ridge/model/train.hpp"
 #include "ridge/roofline.hpp"
+#include "core/check.hpp"
+#include "bench/registry.hpp"
+#include "roofline/json.hpp"
+#include "model/json.hpp"
+#include "bench/json.hpp"
 
 namespace ridge {
 namespace {

@@ -5,6 +5,8 @@
 
 #include "ridge/bench.hpp"
 #include "ridge/core.hpp"
+#include "core/check.hpp"
+#include "bench/registry.hpp"
 
 namespace {
 

@@ -9,6 +9,7 @@
 #include <iostream>
 #include <string>
 #include <vector>
+#include "core/json.hpp"
 
 namespace ridge::cli {
 

@@ -9,6 +9,9 @@
 #include "cli.hpp"
 #include "ridge/bench.hpp"
 #include "ridge/core.hpp"
+#include "core/check.hpp"
+#include "bench/registry.hpp"
+#include "core/json.hpp"
 
 namespace {
 

@@ -13,6 +13,7 @@
 #include "cli.hpp"
 #include "ridge/core.hpp"
 #include "ridge/model/data.hpp"
+#include "core/check.hpp"
 
 namespace {
 

@@ -6,6 +6,8 @@
 #include "cli.hpp"
 #include "ridge/core.hpp"
 #include "ridge/roofline.hpp"
+#include "core/check.hpp"
+#include "roofline/json.hpp"
 
 namespace {
 
@@ -29,7 +31,7 @@ void setup(CLI::App& root) {
     for (const auto& id : ids) chips.push_back(rr::load_chip(id));
     if (list_json) {
       nlohmann::json j = nlohmann::json::array();
-      for (const auto& c : chips) j.push_back(c.to_json());
+      for (const auto& c : chips) j.push_back(to_json(c));
       ridge::cli::print_json({{"location", rr::hardware_location()}, {"chips", j}});
       return;
     }
@@ -60,7 +62,7 @@ void setup(CLI::App& root) {
   show->add_flag("--json", show_json, "print the chip file");
   show->callback([] {
     const auto c = rr::load_chip(show_id);
-    if (show_json) ridge::cli::print_json(c.to_json());
+    if (show_json) ridge::cli::print_json(to_json(c));
     else fmt::print("{}", rr::describe(c));
   });
 }

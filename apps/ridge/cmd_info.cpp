@@ -3,6 +3,8 @@
 
 #include "cli.hpp"
 #include "ridge/core.hpp"
+#include "core/check.hpp"
+#include "core/json.hpp"
 
 namespace {
 

@@ -12,6 +12,8 @@
 #include "cli.hpp"
 #include "ridge/bench.hpp"
 #include "ridge/core.hpp"
+#include "core/check.hpp"
+#include "core/json.hpp"
 
 namespace {
 

@@ -7,6 +7,8 @@
 #include "cli.hpp"
 #include "ridge/core.hpp"
 #include "ridge/probe.hpp"
+#include "core/check.hpp"
+#include "probe/json.hpp"
 
 namespace {
 

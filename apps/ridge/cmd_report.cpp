@@ -19,6 +19,10 @@
 #include "ridge/core.hpp"
 #include "ridge/probe.hpp"
 #include "ridge/roofline.hpp"
+#include "core/check.hpp"
+#include "bench/registry.hpp"
+#include "roofline/json.hpp"
+#include "probe/json.hpp"
 
 namespace {
 
@@ -202,7 +206,7 @@ void run(const Opts& o) {
   }
 
   nlohmann::json j;
-  j["this"] = me.to_json();
+  j["this"] = to_json(me);
   j["this_source"] = how;
   j["gpu"] = gpu.id;
   j["shapes"] = nlohmann::json::array();
@@ -219,9 +223,9 @@ void run(const Opts& o) {
     table += fmt::format("{:<16} {:<40} {:>11} {:>11} {:>9.4g}  {}  {}\n", op.group, op.label.substr(0, 40), flops,
                          format_bytes(static_cast<double>(op.cost.memory_bytes())), op.cost.intensity(), cell_text(a),
                          cell_text(b));
-    nlohmann::json row{{"group", op.group}, {"label", op.label}, {"cost", op.cost.to_json()}};
-    row[me_key] = a.ok ? a.b.to_json() : nlohmann::json(nullptr);
-    row[gpu.id] = b.ok ? b.b.to_json() : nlohmann::json(nullptr);
+    nlohmann::json row{{"group", op.group}, {"label", op.label}, {"cost", to_json(op.cost)}};
+    row[me_key] = a.ok ? to_json(a.b) : nlohmann::json(nullptr);
+    row[gpu.id] = b.ok ? to_json(b.b) : nlohmann::json(nullptr);
     j["shapes"].push_back(row);
   }
   for (auto& p : measured) rr::hold_against(p, me);

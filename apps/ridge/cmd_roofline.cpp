@@ -8,6 +8,8 @@
 #include "cli.hpp"
 #include "ridge/core.hpp"
 #include "ridge/roofline.hpp"
+#include "core/check.hpp"
+#include "roofline/json.hpp"
 
 namespace ridge::cli {
 void setup_roofline_model(CLI::App* parent);  // cmd_roofline_model.cpp
@@ -61,9 +63,9 @@ void report(const rr::Cost& cost, const Common& o) {
   std::vector<rr::Bound> bounds;
   for (const auto& c : chips) bounds.push_back(rr::bound(cost, c, opt));
   if (o.json) {
-    nlohmann::json j = cost.to_json();
+    nlohmann::json j = to_json(cost);
     j["bounds"] = nlohmann::json::array();
-    for (const auto& b : bounds) j["bounds"].push_back(b.to_json());
+    for (const auto& b : bounds) j["bounds"].push_back(to_json(b));
     ridge::cli::print_json(j);
     return;
   }
@@ -316,7 +318,7 @@ void setup_critical(CLI::App* r) {
     std::string text;
     for (const auto& chip : chips_of(o->common.hw)) {
       const auto cb = rr::critical_batch(chip, d, f, dt, o->common.level);
-      nlohmann::json j{{"batch", cb.to_json()}};
+      nlohmann::json j{{"batch", to_json(cb)}};
       text += fmt::format("{} ({}), {} compute at {}, {} {}\n", chip.id, chip.name, cb.compute,
                           ridge::units::format_flops(cb.peak), cb.level, ridge::units::format_rate(cb.bandwidth));
       text += fmt::format("  vs memory: B > {:.1f} when B << D, F (peak/bw x {} weight bytes / 2)\n", cb.asymptotic,
@@ -326,7 +328,7 @@ void setup_critical(CLI::App* r) {
       const bool has_link = o->common.link == "inter_node" ? chip.inter_node.has_value() : chip.intra_node.has_value();
       if (has_link) {
         const auto cs = rr::critical_split_d(chip, n, dt, o->common.link);
-        j["split"] = cs.to_json();
+        j["split"] = to_json(cs);
         text += fmt::format("  vs link:   D split over {} chips ({} {} per direction): compute-bound iff D >= {:.1f},\n"
                             "             i.e. D/{} > {:.1f}; smallest D = {} (B cancels out)\n",
                             n, cs.link, ridge::units::format_rate(cs.link_bandwidth), cs.threshold, n,

@@ -11,6 +11,9 @@
 #include "ridge/model/config.hpp"
 #include "ridge/model/model.hpp"
 #include "ridge/model/roofline.hpp"
+#include "core/check.hpp"
+#include "roofline/json.hpp"
+#include "model/json.hpp"
 
 namespace ridge::cli {
 
@@ -113,7 +116,7 @@ void setup_roofline_model(CLI::App* parent) {
     const auto report = ridge::model::step_roofline(custom ? o->size + " (modified)" : o->size, shape,
                                                     rr::load_chip(o->hw), o->level);
     if (o->json)
-      print_json(report.to_json());
+      print_json(to_json(report));
     else
       print_text(report, *o);
   });

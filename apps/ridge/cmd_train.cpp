@@ -19,6 +19,9 @@
 #include "ridge/roofline.hpp"
 #ifdef RIDGE_HAVE_DIST
 #include "ridge/dist.hpp"
+#include "core/check.hpp"
+#include "core/json.hpp"
+#include "model/json.hpp"
 #endif
 
 namespace {

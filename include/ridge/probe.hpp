@@ -3,8 +3,6 @@
 // chip file in the database's schema, so "this" machine is analysed like any published chip.
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -131,14 +129,13 @@ struct ProbeResult {
 
 ProbeResult run(const ProbeOptions& opts);
 
-// The chip file: kind "cpu", id "this", peak_flops per dtype (all threads), memory levels
-// dram, l3, l2, l1 (read bandwidth, all threads), and the details under "measured".
-nlohmann::json to_chip_json(const ProbeResult& r);
+// The chip file (kind "cpu", id "this", peak_flops per dtype, memory levels dram, l3, l2, l1, the
+// details under "measured") as JSON text; the JSON document itself is in the private header
+// src/probe/json.hpp (to_chip_json).
+std::string chip_json_text(const ProbeResult& r, int indent = 2);
 
 // Where `ridge probe` writes by default: $RIDGE_HOME/this.json, else ~/.cache/ridge/this.json.
 std::string default_output_path();
-// Writes `chip` to `path`, creating parent folders; ridge::Error naming the path on failure.
-void write_chip_file(const nlohmann::json& chip, const std::string& path);
 // Creates the parent folders of `path` and checks a file can be written there; ridge::Error
 // naming the path otherwise.
 void check_writable(const std::string& path);

@@ -3,8 +3,6 @@
 // runs a kernel. The schema of a chip file is described in hardware/README.md.
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <map>
 #include <optional>
 #include <string>
@@ -38,7 +36,7 @@ struct Chip {
   std::vector<MemoryLevel> memory;            // outermost (HBM or DRAM) first
   std::optional<Link> intra_node, inter_node;
   std::string notes;
-  nlohmann::json measured;  // probe details, null for published chips
+  std::string measured;     // probe details as JSON text; empty for published chips
   std::string origin;       // the file (or "embedded:<id>") it was loaded from
 
   // Dense FLOP/s (OP/s for int8) for a dtype; ridge::Error naming the chip and the dtypes it has
@@ -52,7 +50,6 @@ struct Chip {
   // Bytes/s one way of "intra_node" or "inter_node"; ridge::Error if the chip has no such link.
   double link_bandwidth(const std::string& which = "intra_node") const;
 
-  nlohmann::json to_json() const;  // the chip-file schema, round-trips through parse_chip
 };
 
 // The chip-file key for a dtype: "fp64", "fp32", "bf16", "fp16", "fp8", "int8" (int32 -> error).
@@ -61,8 +58,11 @@ std::string peak_key(DType t);
 // "h100", "tpu-v5e", ... (from the hardware database), a path to a JSON chip file, or "this"
 // (the probe's result at probe_result_path(); ridge::Error telling to run 'ridge probe' if absent).
 Chip load_chip(const std::string& name_or_path);
-// Validates a parsed document; errors name `origin` and the offending field.
-Chip parse_chip(const nlohmann::json& doc, const std::string& origin);
+// Parses and validates the text of a chip file; errors name `origin` and the offending field.
+Chip parse_chip_text(const std::string& text, const std::string& origin);
+// The chip-file document of `chip` as JSON text (indented by `indent` spaces, one line when
+// negative); it round-trips through parse_chip_text.
+std::string chip_json_text(const Chip& chip, int indent = 2);
 // Reads and validates a chip file; errors name the file and the field.
 Chip load_chip_file(const std::string& path);
 
@@ -100,7 +100,6 @@ struct Cost {
   long double link_bytes() const;
   // FLOPs per memory byte; NaN when the op moves no memory bytes (a pure collective).
   double intensity() const;
-  nlohmann::json to_json() const;
 };
 
 struct BoundOptions {
@@ -122,7 +121,6 @@ struct Bound {
   std::string binding;              // "compute", "memory", "link"
   double attainable_flops = 0;      // flops / t_lower
   double fraction_of_peak = 0;      // t_math / t_lower: the share of peak FLOP/s attainable
-  nlohmann::json to_json() const;
 };
 
 Bound bound(const Cost& cost, const Chip& chip, const BoundOptions& opt = {});
@@ -188,7 +186,6 @@ struct CriticalBatch {
   int64_t d = 0, f = 0;
   double asymptotic = 0;
   std::optional<int64_t> exact;  // none: never compute-bound at these D, F
-  nlohmann::json to_json() const;
 };
 CriticalBatch critical_batch(const Chip& chip, int64_t d, int64_t f, const MatmulDtypes& dt = {},
                              const std::string& level = "");
@@ -201,7 +198,6 @@ struct CriticalSplit {
   int64_t chips = 2;
   double threshold = 0;  // compute-bound when D >= threshold
   int64_t exact = 0;     // smallest whole D that is
-  nlohmann::json to_json() const;
 };
 CriticalSplit critical_split_d(const Chip& chip, int64_t chips, const MatmulDtypes& dt = {},
                                const std::string& link = "intra_node");
@@ -265,7 +261,7 @@ std::string shapes_location();
 struct MeasuredPoint {
   std::string label;  // "gemm m=128 n=7168 k=2048"
   std::string benchmark, dtype;
-  nlohmann::json case_;
+  std::string case_;  // the row's "case" object as JSON text
   double gflops = 0;     // achieved GFLOP/s
   double intensity = 0;  // FLOPs per byte; 0 when the row gives neither
   std::string cache;     // the row's "cache" ("cold", "warm" or "")
@@ -294,16 +290,8 @@ void hold_against(MeasuredPoint& p, const Chip& chip);
 // the file and the line.
 std::vector<MeasuredPoint> read_measured(const std::string& path);
 
-// The JSON document tools/plot_roofline.py draws: roofs (per chip, dtype and memory level),
-// predicted points (each op on each chip at min(peak, I * bw)) and measured points.
-nlohmann::json plot_spec(const std::vector<Chip>& chips, const std::vector<NamedCost>& ops,
-                         const std::vector<MeasuredPoint>& measured, const std::string& title);
-// Writes `spec` beside `out` and runs python3 tools/plot_roofline.py on it, producing out.png and
-// out.svg (`out` without extension). Returns the paths written; ridge::Error when python3 or
-// matplotlib is missing, naming what to install.
-// The spec is written (through ridge::files) only once the plot succeeded: a failed plot leaves an
-// old out.json as it was.
-std::vector<std::string> render_plot(const nlohmann::json& spec, const std::string& out);
+// The plot itself (plot_spec, render_plot) is in the private header src/roofline/json.hpp; the CLI's
+// `ridge report` and `ridge roofline plot` draw it.
 // The files render_plot(spec, out) writes: out.png, out.svg, out.json (".png"/".svg" on `out` dropped).
 std::vector<std::string> plot_outputs(const std::string& out);
 // ridge::Error naming --out when a file the plot writes is one of `inputs` (chip files, results).

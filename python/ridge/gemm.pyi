@@ -1,28 +1,50 @@
-from typing import Any, Optional, Sequence, Tuple
+"""GEMMs with DeepGEMM's names and argument order, on the CPU (type stubs)."""
+from typing import Any, List, Optional, Sequence, Tuple
 
-Array = Any  # numpy.ndarray (float32, ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn) or torch.Tensor (CPU)
-Fp8Pair = Tuple[Array, Array]  # (fp8 e4m3 values, fp32 scales)
+__all__: List[str]
 
-def fp8_gemm_nt(a: Fp8Pair, b: Fp8Pair, d: Optional[Array] = None, c: Optional[Array] = None,
-                recipe: Optional[Sequence[int]] = None) -> Array: ...
-def m_grouped_fp8_gemm_nt_contiguous(a: Fp8Pair, b: Fp8Pair, d: Array, m_indices: Array,
-                                     recipe: Optional[Sequence[int]] = None) -> Array: ...
-def m_grouped_fp8_gemm_nt_masked(a: Fp8Pair, b: Fp8Pair, d: Array, masked_m: Array, expected_m: int,
-                                 recipe: Optional[Sequence[int]] = None) -> Array: ...
-def bf16_gemm_nt(a: Array, b: Array, d: Optional[Array] = None, c: Optional[Array] = None) -> Array: ...
-def bf16_gemm_nn(a: Array, b: Array, d: Optional[Array] = None, c: Optional[Array] = None) -> Array: ...
-def bf16_gemm_tn(a: Array, b: Array, d: Optional[Array] = None, c: Optional[Array] = None) -> Array: ...
-def bf16_gemm_tt(a: Array, b: Array, d: Optional[Array] = None, c: Optional[Array] = None) -> Array: ...
-def fp32_gemm_nt(a: Array, b: Array, d: Optional[Array] = None, c: Optional[Array] = None) -> Array: ...
-def fp32_gemm_nn(a: Array, b: Array, d: Optional[Array] = None, c: Optional[Array] = None) -> Array: ...
-def fp32_gemm_tn(a: Array, b: Array, d: Optional[Array] = None, c: Optional[Array] = None) -> Array: ...
-def fp32_gemm_tt(a: Array, b: Array, d: Optional[Array] = None, c: Optional[Array] = None) -> Array: ...
-def per_token_cast_to_fp8(x: Array, use_ue8m0: bool = False, *, q: Optional[Array] = None,
-                          scales: Optional[Array] = None) -> Fp8Pair: ...
-def per_block_cast_to_fp8(x: Array, use_ue8m0: bool = False, *, q: Optional[Array] = None,
-                          scales: Optional[Array] = None) -> Fp8Pair: ...
-def get_mk_alignment_for_contiguous_layout() -> int: ...
-def get_m_alignment_for_contiguous_layout() -> int: ...
-def set_num_threads(n: int) -> None: ...
-def get_num_threads() -> int: ...
-def ceil_div(x: int, y: int) -> int: ...
+_Array = Any  # numpy.ndarray (float32, ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn) or torch.Tensor (CPU)
+_Fp8Pair = Tuple[_Array, _Array]  # (fp8 e4m3 values, fp32 scales)
+
+def fp8_gemm_nt(a: _Fp8Pair, b: _Fp8Pair, d: Optional[_Array] = None, c: Optional[_Array] = None,
+                recipe: Optional[Sequence[int]] = None) -> _Array:
+    """d = a @ b.T from fp8 e4m3 values with fp32 block scales (a: 1x128 per token, b: 128x128),
+    accumulated in fp32 with DeepGEMM's promotion every 128 of k; plus c when given. Returns d."""
+def m_grouped_fp8_gemm_nt_contiguous(a: _Fp8Pair, b: _Fp8Pair, d: _Array, m_indices: _Array,
+                                     recipe: Optional[Sequence[int]] = None) -> _Array:
+    """MoE layout: rows of a grouped back to back, m_indices[r] the group of row r (-1: padding)."""
+def m_grouped_fp8_gemm_nt_masked(a: _Fp8Pair, b: _Fp8Pair, d: _Array, masked_m: _Array, expected_m: int,
+                                 recipe: Optional[Sequence[int]] = None) -> _Array:
+    """MoE layout: a [groups, max_m, k]; only masked_m[g] rows of group g are computed."""
+def bf16_gemm_nt(a: _Array, b: _Array, d: Optional[_Array] = None, c: Optional[_Array] = None) -> _Array:
+    """d = a @ b.T (a [m,k], b [n,k]) from bf16, accumulated in fp32; plus c when given."""
+def bf16_gemm_nn(a: _Array, b: _Array, d: Optional[_Array] = None, c: Optional[_Array] = None) -> _Array:
+    """d = a @ b (a [m,k], b [k,n]) from bf16; plus c when given."""
+def bf16_gemm_tn(a: _Array, b: _Array, d: Optional[_Array] = None, c: Optional[_Array] = None) -> _Array:
+    """d = a.T @ b (a [k,m], b [k,n]) from bf16; plus c when given."""
+def bf16_gemm_tt(a: _Array, b: _Array, d: Optional[_Array] = None, c: Optional[_Array] = None) -> _Array:
+    """d = a.T @ b.T (a [k,m], b [n,k]) from bf16; plus c when given."""
+def fp32_gemm_nt(a: _Array, b: _Array, d: Optional[_Array] = None, c: Optional[_Array] = None) -> _Array:
+    """d = a @ b.T (a [m,k], b [n,k]) in fp32; plus c when given."""
+def fp32_gemm_nn(a: _Array, b: _Array, d: Optional[_Array] = None, c: Optional[_Array] = None) -> _Array:
+    """d = a @ b (a [m,k], b [k,n]) in fp32; plus c when given."""
+def fp32_gemm_tn(a: _Array, b: _Array, d: Optional[_Array] = None, c: Optional[_Array] = None) -> _Array:
+    """d = a.T @ b (a [k,m], b [k,n]) in fp32; plus c when given."""
+def fp32_gemm_tt(a: _Array, b: _Array, d: Optional[_Array] = None, c: Optional[_Array] = None) -> _Array:
+    """d = a.T @ b.T (a [k,m], b [n,k]) in fp32; plus c when given."""
+def per_token_cast_to_fp8(x: _Array, use_ue8m0: bool = False, *, q: Optional[_Array] = None,
+                          scales: Optional[_Array] = None) -> _Fp8Pair:
+    """x [m,k] -> (fp8 e4m3 values, fp32 scales [m, ceil(k/128)]): one scale per 1x128 block."""
+def per_block_cast_to_fp8(x: _Array, use_ue8m0: bool = False, *, q: Optional[_Array] = None,
+                          scales: Optional[_Array] = None) -> _Fp8Pair:
+    """x [n,k] -> (fp8 e4m3 values, fp32 scales [ceil(n/128), ceil(k/128)]): one per 128x128 block."""
+def get_mk_alignment_for_contiguous_layout() -> int:
+    """The row alignment of each group in the contiguous MoE layout."""
+def get_m_alignment_for_contiguous_layout() -> int:
+    """The same as get_mk_alignment_for_contiguous_layout (DeepGEMM's other name)."""
+def set_num_threads(n: int) -> None:
+    """Sets the thread count for later kernel calls (n >= 1)."""
+def get_num_threads() -> int:
+    """Threads ridge kernels use."""
+def ceil_div(x: int, y: int) -> int:
+    """(x + y - 1) // y."""

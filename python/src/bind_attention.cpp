@@ -3,6 +3,7 @@
 // are views: no copies). fp32 or bf16; lse is fp32 [batch, heads, seq].
 #include "common.hpp"
 #include "ridge/attention.hpp"
+#include "core/check.hpp"
 
 namespace ridge::py {
 namespace {

@@ -14,7 +14,7 @@ void bind_bench(nb::module_& m) {
   m.def("clear", &trace::clear);
   m.def("event_count", &trace::event_count);
   m.def("dropped", &trace::dropped);
-  m.def("to_json", [] { return trace::to_json().dump(); });
+  m.def("to_json", [] { return trace::to_json_text(); });
   m.def("write", &trace::write, nb::arg("path"));
   m.def("set_thread_name", &trace::set_thread_name, nb::arg("name"));
   m.def("push", nb::overload_cast<const std::string&>(&trace::push), nb::arg("name"));
@@ -39,7 +39,7 @@ void bind_bench(nb::module_& m) {
   m.def("memory_stop_recording", &memory::stop_recording);
   m.def("memory_recording", &memory::recording);
   m.def("memory_dump_snapshot", &memory::dump_snapshot, nb::arg("path"));
-  m.def("memory_snapshot", [] { return memory::snapshot_json(memory::history()).dump(); });
+  m.def("memory_snapshot", [] { return memory::snapshot_json_text(memory::history()); });
   m.def("memory_current_bytes", &memory::current_bytes);
   m.def("memory_peak_bytes", &memory::peak_bytes);
   m.def("memory_reset_peak", &memory::reset_peak);

@@ -6,6 +6,7 @@
 #include "common.hpp"
 #include "ridge/core/cpu.hpp"
 #include "ridge/core/threads.hpp"
+#include "core/check.hpp"
 
 namespace ridge::py {
 namespace {

@@ -6,6 +6,7 @@
 #include "common.hpp"
 #include "ridge/gemm.hpp"
 #include "ridge/gemm_fp8.hpp"
+#include "core/check.hpp"
 
 namespace ridge::py {
 namespace {

@@ -5,6 +5,8 @@
 
 #include "common.hpp"
 #include "ridge/model/train.hpp"
+#include "core/check.hpp"
+#include "model/json.hpp"
 
 namespace ridge::py {
 namespace {

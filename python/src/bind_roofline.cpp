@@ -3,6 +3,8 @@
 // parses them.
 #include "common.hpp"
 #include "ridge/roofline.hpp"
+#include "core/check.hpp"
+#include "roofline/json.hpp"
 
 namespace ridge::py {
 namespace {
@@ -34,7 +36,7 @@ void bind_roofline(nb::module_& m) {
            "Bytes/s of a memory level (hbm, dram, l3, ...); the outermost when empty.")
       .def("link_bandwidth", &rl::Chip::link_bandwidth, nb::arg("which") = "intra_node")
       .def("describe", [](const rl::Chip& c) { return rl::describe(c); })
-      .def("_json", [](const rl::Chip& c) { return c.to_json().dump(); })
+      .def("_json", [](const rl::Chip& c) { return to_json(c).dump(); })
       .def("__repr__",
            [](const rl::Chip& c) { return fmt::format("<ridge.roofline.Chip {}: {}>", c.id, c.name); });
   m.def("load_chip", &rl::load_chip, nb::arg("name_or_path"));
@@ -48,7 +50,7 @@ void bind_roofline(nb::module_& m) {
       .def_prop_ro("memory_bytes", [](const rl::Cost& c) { return static_cast<double>(c.memory_bytes()); })
       .def_prop_ro("link_bytes", [](const rl::Cost& c) { return static_cast<double>(c.link_bytes()); })
       .def_prop_ro("intensity", &rl::Cost::intensity)
-      .def("_json", [](const rl::Cost& c) { return c.to_json().dump(); })
+      .def("_json", [](const rl::Cost& c) { return to_json(c).dump(); })
       .def("__repr__", [](const rl::Cost& c) {
         return fmt::format("<ridge.roofline.Cost {} {}: {:.4g} FLOP, {:.4g} B>", c.op, c.shape,
                            static_cast<double>(c.flops), static_cast<double>(c.memory_bytes()));
@@ -74,7 +76,7 @@ void bind_roofline(nb::module_& m) {
       .def_ro("binding", &rl::Bound::binding)
       .def_ro("attainable_flops", &rl::Bound::attainable_flops)
       .def_ro("fraction_of_peak", &rl::Bound::fraction_of_peak)
-      .def("_json", [](const rl::Bound& b) { return b.to_json().dump(); })
+      .def("_json", [](const rl::Bound& b) { return to_json(b).dump(); })
       .def("__repr__", [](const rl::Bound& b) {
         return fmt::format("<ridge.roofline.Bound on {}: {:.4g} s, {}-bound>", b.chip, b.t_lower, b.binding);
       });
@@ -157,14 +159,14 @@ void bind_roofline(nb::module_& m) {
       "critical_batch",
       [](const rl::Chip& chip, int64_t d, int64_t f, const std::string& x, const std::string& w,
          const std::string& out, const std::string& compute, const std::string& level) {
-        return rl::critical_batch(chip, d, f, dtypes(x, w, out, compute), level).to_json().dump();
+        return rl::to_json(rl::critical_batch(chip, d, f, dtypes(x, w, out, compute), level)).dump();
       },
       nb::arg("chip"), nb::arg("d"), nb::arg("f"), nb::arg("x") = "bf16", nb::arg("w") = "bf16",
       nb::arg("out") = "bf16", nb::arg("compute") = "", nb::arg("level") = "");
   m.def(
       "critical_split_d",
       [](const rl::Chip& chip, int64_t chips, const std::string& link) {
-        return rl::critical_split_d(chip, chips, {}, link).to_json().dump();
+        return rl::to_json(rl::critical_split_d(chip, chips, {}, link)).dump();
       },
       nb::arg("chip"), nb::arg("chips"), nb::arg("link") = "intra_node");
 }

@@ -18,6 +18,7 @@
 
 #include "ridge/core/error.hpp"
 #include "ridge/core/tensor.hpp"
+#include "core/check.hpp"
 
 namespace nb = nanobind;
 

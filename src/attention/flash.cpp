@@ -1,6 +1,8 @@
 // FlashAttention-2 entry points: argument checks, block sizes from the caches, and dispatch to
 // the per-ISA kernels (flash_<isa>.cpp).
 #include <algorithm>
+#include <initializer_list>
+#include <iterator>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -11,6 +13,8 @@
 #include "ridge/core/env.hpp"
 #include "ridge/core/error.hpp"
 #include "ridge/core/threads.hpp"
+#include "core/check.hpp"
+#include "core/overlap.hpp"
 
 namespace ridge::attention {
 namespace detail {
@@ -103,6 +107,28 @@ detail::Problem make_problem(const TensorView<T>& q, const TensorView<T>& k, con
   return p;
 }
 
+// Outputs written while the inputs are still read: an output sharing memory with an input (or with
+// another output) would give silently wrong numbers, so it is refused, naming both arguments.
+struct Named {
+  const char* name;
+  overlap::Bytes bytes;
+};
+template <typename T>
+Named named(const char* name, const TensorView<T>& v) {
+  return {name, overlap::bytes_of(v)};
+}
+
+void check_no_alias(std::initializer_list<Named> outputs, std::initializer_list<Named> inputs) {
+  for (auto o = outputs.begin(); o != outputs.end(); ++o) {
+    for (const auto& i : inputs)
+      check(!overlap::overlaps(o->bytes, i.bytes),
+            "attention: output {} overlaps input {} in memory; an output must not alias an input", o->name, i.name);
+    for (auto p = std::next(o); p != outputs.end(); ++p)
+      check(!overlap::overlaps(o->bytes, p->bytes), "attention: outputs {} and {} overlap in memory", o->name,
+            p->name);
+  }
+}
+
 template <typename T>
 TensorView<T> dense(Buffer<T>& buf, int64_t a, int64_t b, int64_t c, int64_t d) {
   return TensorView<T>::contiguous(buf.data(), {a, b, c, d});
@@ -115,6 +141,7 @@ void flash_attention_forward(const TensorView<T>& q, const TensorView<T>& k, con
                              const TensorView<T>& o, const TensorView<float>& lse, const Options& options) {
   detail::Problem p = make_problem(q, k, v, lse, options);
   check_view(o, "o", p.batch, p.heads, p.n_q, p.d);
+  check_no_alias({named("o", o), named("lse", lse)}, {named("q", q), named("k", k), named("v", v)});
   p.o = operand(o);
   switch (cpu::active_isa()) {
     case cpu::Isa::avx512bf16: detail::forward_avx512bf16(p); break;
@@ -135,6 +162,8 @@ void flash_attention_backward(const TensorView<T>& q, const TensorView<T>& k, co
   check_view(dq, "dq", p.batch, p.heads, p.n_q, p.d);
   check_view(dk, "dk", p.batch, p.kv_heads, p.n_k, p.d);
   check_view(dv, "dv", p.batch, p.kv_heads, p.n_k, p.d);
+  check_no_alias({named("dq", dq), named("dk", dk), named("dv", dv)},
+                 {named("q", q), named("k", k), named("v", v), named("o", o), named("do", d_o), named("lse", lse)});
   p.o = operand(o);
   p.d_o = operand(d_o);
   p.dq = operand(dq);

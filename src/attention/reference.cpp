@@ -9,6 +9,7 @@
 #include "ridge/attention.hpp"
 #include "ridge/core/error.hpp"
 #include "ridge/core/threads.hpp"
+#include "core/check.hpp"
 
 namespace ridge::attention {
 namespace {

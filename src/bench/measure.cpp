@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "ridge/core/error.hpp"
+#include "core/check.hpp"
 
 namespace ridge::bench {
 

@@ -6,10 +6,13 @@
 #include <unordered_map>
 
 #include "ridge/bench/memory.hpp"
-#include "ridge/bench/result.hpp"
+#include "bench/result.hpp"
 #include "ridge/core/error.hpp"
 #include "ridge/core/input.hpp"
 #include "ridge/core/files.hpp"
+#include "core/check.hpp"
+#include "core/json.hpp"
+#include "bench/json.hpp"
 
 namespace ridge::memory {
 
@@ -263,6 +266,12 @@ Timeline replay(const History& h) {
   for (size_t i = 0; i < peak_events; ++i) apply(h.events[i]);
   tl.live_at_peak = snapshot_tags();
   return tl;
+}
+
+std::string snapshot_json_text(const History& h) { return snapshot_json(h).dump(); }
+
+History history_from_json_text(const std::string& text, const std::string& origin) {
+  return history_from_json(input::parse_json(text, origin), origin);
 }
 
 }  // namespace ridge::memory

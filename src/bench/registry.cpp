@@ -1,4 +1,4 @@
-#include "ridge/bench/registry.hpp"
+#include "bench/registry.hpp"
 
 #include <fmt/format.h>
 #include <unistd.h>
@@ -12,6 +12,8 @@
 #include "ridge/core/error.hpp"
 #include "ridge/core/input.hpp"
 #include "ridge/core/units.hpp"
+#include "core/check.hpp"
+#include "core/json.hpp"
 
 namespace ridge::bench {
 

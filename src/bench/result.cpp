@@ -1,4 +1,4 @@
-#include "ridge/bench/result.hpp"
+#include "bench/result.hpp"
 
 #include <fmt/format.h>
 
@@ -14,6 +14,9 @@
 #include "ridge/core/input.hpp"
 #include "ridge/core/threads.hpp"
 #include "ridge/roofline.hpp"
+#include "core/check.hpp"
+#include "core/json.hpp"
+#include "roofline/json.hpp"
 
 namespace ridge::bench {
 

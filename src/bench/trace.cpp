@@ -10,13 +10,15 @@
 #include <mutex>
 #include <vector>
 
-#include "ridge/bench/result.hpp"
+#include "bench/result.hpp"
 #include "ridge/core/env.hpp"
 #include "ridge/core/error.hpp"
 #include "ridge/core/files.hpp"
 
 #if defined(RIDGE_HAVE_NVTX)
 #include <nvtx3/nvToolsExt.h>
+#include "core/check.hpp"
+#include "bench/json.hpp"
 #endif
 
 namespace ridge::trace {
@@ -346,5 +348,7 @@ void write(const std::string& path) {
   const auto doc = to_json();
   files::write_text(path, doc.dump() + "\n", "trace");  // temp + rename: a failure keeps the old file
 }
+
+std::string to_json_text() { return to_json().dump(); }
 
 }  // namespace ridge::trace

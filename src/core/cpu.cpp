@@ -15,6 +15,7 @@
 
 #include "ridge/core/env.hpp"
 #include "ridge/core/error.hpp"
+#include "core/check.hpp"
 
 namespace ridge::cpu {
 namespace {

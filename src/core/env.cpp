@@ -6,6 +6,7 @@
 
 #include "ridge/core/cpu.hpp"
 #include "ridge/core/error.hpp"
+#include "core/check.hpp"
 
 namespace ridge::env {
 namespace {

@@ -9,6 +9,7 @@
 #include <filesystem>
 
 #include "ridge/core/error.hpp"
+#include "core/check.hpp"
 
 namespace ridge::files {
 namespace fs = std::filesystem;

@@ -11,6 +11,8 @@
 
 #include "ridge/core/error.hpp"
 #include "ridge/core/units.hpp"
+#include "core/check.hpp"
+#include "core/json.hpp"
 
 namespace ridge::input {
 namespace {

@@ -15,6 +15,7 @@
 
 #include "ridge/core/error.hpp"
 #include "ridge/core/units.hpp"
+#include "core/check.hpp"
 
 namespace ridge::memory {
 

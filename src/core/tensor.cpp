@@ -1,6 +1,7 @@
 #include "ridge/core/tensor.hpp"
 
 #include "ridge/core/error.hpp"
+#include "core/check.hpp"
 
 namespace ridge {
 

@@ -7,6 +7,7 @@
 
 #include "ridge/core/env.hpp"
 #include "ridge/core/error.hpp"
+#include "core/check.hpp"
 
 namespace ridge {
 namespace {

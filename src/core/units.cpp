@@ -8,6 +8,7 @@
 #include <cstdlib>
 
 #include "ridge/core/error.hpp"
+#include "core/check.hpp"
 
 namespace ridge::units {
 namespace {

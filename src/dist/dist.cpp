@@ -15,6 +15,7 @@
 #include "ridge/core/error.hpp"
 #include "ridge/core/files.hpp"
 #include "ridge/model/optim.hpp"
+#include "core/check.hpp"
 
 namespace ridge::dist {
 

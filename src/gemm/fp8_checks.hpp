@@ -7,6 +7,7 @@
 
 #include "ridge/core/error.hpp"
 #include "ridge/core/tensor.hpp"
+#include "core/check.hpp"
 
 namespace ridge::gemm::fp8 {
 

@@ -12,6 +12,7 @@
 #include "gemm/fp8_internal.hpp"
 #include "ridge/core/error.hpp"
 #include "ridge/gemm_fp8.hpp"
+#include "core/check.hpp"
 
 namespace ridge::gemm {
 

@@ -8,6 +8,8 @@
 #include "ridge/core/error.hpp"
 #include "ridge/core/threads.hpp"
 #include "ridge/gemm_fp8.hpp"
+#include "core/check.hpp"
+#include "core/overlap.hpp"
 
 namespace ridge::gemm {
 
@@ -38,6 +40,13 @@ void quantize_rows(const MatrixView<const float>& x, const MatrixView<fp8_e4m3>&
   }
 }
 
+// The outputs are written while x is still read (and a scale while its block's values are written).
+void check_outputs(const MatrixView<const float>& x, const MatrixView<fp8_e4m3>& q, const MatrixView<float>& scales) {
+  check(!overlap::overlaps(q, x), "q: overlaps an input (x)");
+  check(!overlap::overlaps(scales, x), "scales: overlaps an input (x)");
+  check(!overlap::overlaps(scales, q), "scales: overlaps the other output (q)");
+}
+
 }  // namespace
 
 void per_token_cast_to_fp8(MatrixView<const float> x, MatrixView<fp8_e4m3> q, MatrixView<float> scales) {
@@ -45,6 +54,7 @@ void per_token_cast_to_fp8(MatrixView<const float> x, MatrixView<fp8_e4m3> q, Ma
   check_matrix(x, "x", x.rows, x.cols);
   check_matrix(q, "q", x.rows, x.cols);
   check_matrix(scales, "scales", x.rows, fp8_scale_blocks(x.cols));
+  check_outputs(x, q, scales);
   const int64_t kb = fp8_scale_blocks(x.cols);
 #pragma omp parallel num_threads(get_num_threads())
   {
@@ -65,6 +75,7 @@ void per_block_cast_to_fp8(MatrixView<const float> x, MatrixView<fp8_e4m3> q, Ma
   check_matrix(x, "x", x.rows, x.cols);
   check_matrix(q, "q", x.rows, x.cols);
   check_matrix(scales, "scales", fp8_scale_blocks(x.rows), fp8_scale_blocks(x.cols));
+  check_outputs(x, q, scales);
   const int64_t rb = fp8_scale_blocks(x.rows), kb = fp8_scale_blocks(x.cols);
 #pragma omp parallel num_threads(get_num_threads())
   {

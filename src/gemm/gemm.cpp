@@ -20,6 +20,7 @@
 #include "ridge/core/memory.hpp"
 #include "ridge/core/threads.hpp"
 #include "ridge/gemm.hpp"
+#include "core/check.hpp"
 
 namespace ridge::gemm {
 namespace detail {

@@ -7,6 +7,8 @@
 #include "gemm/fp8_internal.hpp"
 #include "ridge/core/error.hpp"
 #include "ridge/gemm_fp8.hpp"
+#include "core/check.hpp"
+#include "core/overlap.hpp"
 
 namespace ridge::gemm {
 
@@ -39,6 +41,16 @@ fp8::Problem group_problem(int64_t n, int64_t k, const TensorView<const fp8_e4m3
   return p;
 }
 
+// d is written while the inputs are still read (other groups' rows, the same group's later k-blocks).
+template <typename A, typename SA, typename D>
+void check_d_alone(const A& a, const SA& sa, const TensorView<const fp8_e4m3>& b, const TensorView<const float>& sb,
+                   const D& d) {
+  check(!overlap::overlaps(d, a), "d: overlaps an input (a)");
+  check(!overlap::overlaps(d, sa), "d: overlaps an input (a_scales)");
+  check(!overlap::overlaps(d, b), "d: overlaps an input (b)");
+  check(!overlap::overlaps(d, sb), "d: overlaps an input (b_scales)");
+}
+
 }  // namespace
 
 void m_grouped_fp8_gemm_nt_contiguous(MatrixView<const fp8_e4m3> a, MatrixView<const float> sa,
@@ -53,6 +65,7 @@ void m_grouped_fp8_gemm_nt_contiguous(MatrixView<const fp8_e4m3> a, MatrixView<c
   check_tensor3(b, "b", groups, n, k);
   check_tensor3(sb, "b_scales", groups, fp8_scale_blocks(n), fp8_scale_blocks(k));
   check_matrix(d, "d", m_sum, n);
+  check_d_alone(a, sa, b, sb, d);
   check(static_cast<int64_t>(m_indices.size()) == m_sum, "m_indices: expected {} entries (rows of a), got {}", m_sum,
         m_indices.size());
   check(m_indices.empty() || m_indices.data() != nullptr, "m_indices: null data");
@@ -106,6 +119,7 @@ void m_grouped_fp8_gemm_nt_masked(TensorView<const fp8_e4m3> a, TensorView<const
   check_tensor3(b, "b", groups, n, k);
   check_tensor3(sb, "b_scales", groups, fp8_scale_blocks(n), fp8_scale_blocks(k));
   check_tensor3(d, "d", groups, m_max, n);
+  check_d_alone(a, sa, b, sb, d);
   check(static_cast<int64_t>(masked_m.size()) == groups, "masked_m: expected {} entries (one per group), got {}",
         groups, masked_m.size());
   check(masked_m.empty() || masked_m.data() != nullptr, "masked_m: null data");

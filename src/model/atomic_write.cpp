@@ -11,6 +11,7 @@
 #include <filesystem>
 
 #include "ridge/core/error.hpp"
+#include "core/check.hpp"
 
 namespace ridge::model::detail {
 namespace {

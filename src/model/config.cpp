@@ -3,6 +3,9 @@
 #include <cmath>
 
 #include "ridge/core/error.hpp"
+#include "core/check.hpp"
+#include "core/json.hpp"
+#include "model/json.hpp"
 
 namespace ridge::model {
 namespace {
@@ -124,6 +127,18 @@ void from_json(const nlohmann::json& j, ModelConfig& c) {
   }
   r.validate();
   c = r;
+}
+
+std::string to_json_text(const ModelConfig& c, int indent) {
+  nlohmann::json j;
+  to_json(j, c);
+  return j.dump(indent);
+}
+
+ModelConfig from_json_text(const std::string& text, const std::string& what) {
+  ModelConfig c;
+  from_json(input::parse_json(text, what), c);
+  return c;
 }
 
 }  // namespace ridge::model

@@ -14,6 +14,7 @@
 
 #include "model/atomic_write.hpp"
 #include "ridge/core/error.hpp"
+#include "core/check.hpp"
 
 namespace ridge::model {
 

@@ -19,6 +19,7 @@
 #include "ridge/core/error.hpp"
 #include "ridge/core/format.hpp"
 #include "ridge/core/threads.hpp"
+#include "core/check.hpp"
 
 namespace ridge::model::layers {
 

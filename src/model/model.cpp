@@ -16,6 +16,7 @@
 #include "ridge/bench/trace.hpp"
 #include "ridge/core/error.hpp"
 #include "ridge/core/memory.hpp"
+#include "core/check.hpp"
 
 namespace ridge::model {
 

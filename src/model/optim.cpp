@@ -6,6 +6,7 @@
 
 #include "ridge/core/error.hpp"
 #include "ridge/core/threads.hpp"
+#include "core/check.hpp"
 
 namespace ridge::model {
 

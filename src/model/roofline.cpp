@@ -4,6 +4,9 @@
 
 #include "ridge/core/error.hpp"
 #include "ridge/core/units.hpp"
+#include "core/check.hpp"
+#include "model/json.hpp"
+#include "roofline/json.hpp"
 
 namespace ridge::model {
 
@@ -76,7 +79,7 @@ StepRoofline step_roofline(const std::string& label, const roofline::ModelShape&
   return r;
 }
 
-nlohmann::json StepRoofline::to_json() const {
+nlohmann::json to_json(const StepRoofline& self) {
   auto sum = [](const PassSum& s) {
     return nlohmann::json{{"flops", s.flops},
                           {"memory_bytes", s.bytes},
@@ -85,35 +88,35 @@ nlohmann::json StepRoofline::to_json() const {
                           {"t_lower_s", s.t_lower}};
   };
   nlohmann::json j;
-  j["size"] = label;
-  j["shape"] = {{"vocab", shape.vocab},
-                {"d_model", shape.d_model},
-                {"layers", shape.layers},
-                {"heads", shape.heads},
-                {"d_ff", shape.d_ff},
-                {"batch", shape.batch},
-                {"seq", shape.seq},
-                {"operand", dtype_name(shape.operand)},
-                {"attention", shape.flash ? "flash" : "math"}};
-  j["chip"] = chip.id;
-  j["notes"] = notes;
-  j["params"] = params;
-  j["tokens"] = tokens;
-  j["model_flops"] = model_flops;
+  j["size"] = self.label;
+  j["shape"] = {{"vocab", self.shape.vocab},
+                {"d_model", self.shape.d_model},
+                {"layers", self.shape.layers},
+                {"heads", self.shape.heads},
+                {"d_ff", self.shape.d_ff},
+                {"batch", self.shape.batch},
+                {"seq", self.shape.seq},
+                {"operand", dtype_name(self.shape.operand)},
+                {"attention", self.shape.flash ? "flash" : "math"}};
+  j["chip"] = self.chip.id;
+  j["notes"] = self.notes;
+  j["params"] = self.params;
+  j["tokens"] = self.tokens;
+  j["model_flops"] = self.model_flops;
   j["ops"] = nlohmann::json::array();
-  for (const auto& e : ops) {
-    nlohmann::json o = e.op.cost.to_json();
+  for (const auto& e : self.ops) {
+    nlohmann::json o = to_json(e.op.cost);
     o["pass"] = e.op.pass;
     o["kind"] = e.op.kind;
     o["name"] = e.op.name;
     o["count"] = e.op.count;
-    o["bound"] = e.bound.to_json();
+    o["bound"] = to_json(e.bound);
     o["t_lower_step_s"] = e.t_lower;
     j["ops"].push_back(o);
   }
-  for (const auto& [k, s] : passes) j["passes"][k] = sum(s);
-  j["step"] = sum(step);
-  j["step"]["tokens_per_s_bound"] = tokens / step.t_lower;
+  for (const auto& [k, s] : self.passes) j["passes"][k] = sum(s);
+  j["step"] = sum(self.step);
+  j["step"]["tokens_per_s_bound"] = self.tokens / self.step.t_lower;
   return j;
 }
 

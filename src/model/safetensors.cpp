@@ -16,6 +16,8 @@
 #include "model/atomic_write.hpp"
 #include "ridge/core/error.hpp"
 #include "ridge/core/format.hpp"
+#include "core/check.hpp"
+#include "core/json.hpp"
 
 namespace ridge::model {
 namespace {

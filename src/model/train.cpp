@@ -7,6 +7,9 @@
 #include "ridge/bench/trace.hpp"
 #include "ridge/core/error.hpp"
 #include "ridge/model/safetensors.hpp"
+#include "core/check.hpp"
+#include "core/json.hpp"
+#include "model/json.hpp"
 
 namespace ridge::model {
 

@@ -4,6 +4,7 @@
 #include "probe/internal.hpp"
 #include "ridge/core.hpp"
 #include "ridge/probe.hpp"
+#include "probe/json.hpp"
 
 namespace ridge::probe {
 namespace {
@@ -149,5 +150,7 @@ json to_chip_json(const ProbeResult& r) {
   chip["measured"] = m;
   return chip;
 }
+
+std::string chip_json_text(const ProbeResult& r, int indent) { return to_chip_json(r).dump(indent); }
 
 }  // namespace ridge::probe

@@ -13,6 +13,7 @@
 #include "probe/kernels.hpp"
 #include "ridge/core.hpp"
 #include "ridge/probe.hpp"
+#include "core/check.hpp"
 
 namespace ridge::probe {
 namespace {

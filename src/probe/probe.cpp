@@ -1,5 +1,6 @@
 // The probe's driver: peaks per dtype, the bandwidth sweep, plateaus, and the chip file.
 #include "ridge/probe.hpp"
+#include "probe/json.hpp"
 
 #include <fmt/format.h>
 #include <unistd.h>
@@ -15,6 +16,7 @@
 #include "probe/internal.hpp"
 #include "ridge/core.hpp"
 #include "ridge/roofline.hpp"
+#include "core/check.hpp"
 
 namespace ridge::probe {
 namespace {

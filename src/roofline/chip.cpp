@@ -13,8 +13,11 @@
 #include "ridge/core/env.hpp"
 #include "ridge/core/error.hpp"
 #include "ridge/core/input.hpp"
+#include "core/json.hpp"
 #include "ridge/roofline.hpp"
 #include "roofline/embedded.hpp"
+#include "roofline/json.hpp"
+#include "core/check.hpp"
 
 namespace ridge::roofline {
 namespace fs = std::filesystem;
@@ -196,30 +199,30 @@ double Chip::link_bandwidth(const std::string& which) const {
   fail("link: '{}' is not a link (accepted: intra_node, inter_node)", which);
 }
 
-nlohmann::json Chip::to_json() const {
+nlohmann::json to_json(const Chip& self) {
   auto src = [](const Sourced& s) { return nlohmann::json{{"value", s.value}, {"source", s.source}}; };
   nlohmann::json j;
-  j["id"] = id;
-  j["name"] = name;
-  j["kind"] = kind;
+  j["id"] = self.id;
+  j["name"] = self.name;
+  j["kind"] = self.kind;
   j["peak_flops"] = nlohmann::json::object();
-  for (const auto& [k, v] : peak_flops) j["peak_flops"][k] = src(v);
+  for (const auto& [k, v] : self.peak_flops) j["peak_flops"][k] = src(v);
   j["memory"] = nlohmann::json::array();
-  for (const auto& m : memory) {
+  for (const auto& m : self.memory) {
     nlohmann::json mj{{"level", m.level}, {"name", m.name}, {"bandwidth", src(m.bandwidth)}};
     if (m.capacity) mj["capacity"] = src(*m.capacity);
     j["memory"].push_back(mj);
   }
-  if (intra_node || inter_node) {
+  if (self.intra_node || self.inter_node) {
     j["links"] = nlohmann::json::object();
     auto lj = [&](const Link& l) {
       return nlohmann::json{{"name", l.name}, {"bandwidth_per_direction", src(l.bandwidth_per_direction)}};
     };
-    if (intra_node) j["links"]["intra_node"] = lj(*intra_node);
-    if (inter_node) j["links"]["inter_node"] = lj(*inter_node);
+    if (self.intra_node) j["links"]["intra_node"] = lj(*self.intra_node);
+    if (self.inter_node) j["links"]["inter_node"] = lj(*self.inter_node);
   }
-  if (!notes.empty()) j["notes"] = notes;
-  if (!measured.is_null()) j["measured"] = measured;
+  if (!self.notes.empty()) j["notes"] = self.notes;
+  if (!self.measured.empty()) j["measured"] = nlohmann::json::parse(self.measured);
   return j;
 }
 
@@ -274,17 +277,21 @@ Chip parse_chip(const nlohmann::json& doc, const std::string& origin) {
     }
   }
   c.notes = r.str(doc, "", "notes", false);
-  if (doc.contains("measured")) c.measured = doc.at("measured");
+  if (doc.contains("measured") && !doc.at("measured").is_null()) c.measured = doc.at("measured").dump();
   return c;
 }
+
+Chip parse_chip_text(const std::string& text, const std::string& origin) { return parse_text(text, origin); }
+
+std::string chip_json_text(const Chip& chip, int indent) { return to_json(chip).dump(indent); }
 
 Chip load_chip_file(const std::string& path) { return parse_text(read_text(path), path); }
 
 std::string probe_result_path() {
   if (auto h = env_or_empty("RIDGE_HOME"); !h.empty()) return (fs::path(h) / "this.json").string();
-  std::string home = env_or_empty("HOME");
-  if (home.empty()) home = ".";
-  return (fs::path(home) / ".cache" / "ridge" / "this.json").string();
+  // Not `home = "."` on an empty string: GCC 12 reports a false -Wrestrict on that assignment.
+  const std::string home = env_or_empty("HOME");
+  return (fs::path(home.empty() ? std::string(".") : home) / ".cache" / "ridge" / "this.json").string();
 }
 
 bool has_probe_result() {

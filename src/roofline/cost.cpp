@@ -7,6 +7,8 @@
 
 #include "ridge/core/error.hpp"
 #include "ridge/roofline.hpp"
+#include "roofline/json.hpp"
+#include "core/check.hpp"
 
 namespace ridge::roofline {
 namespace {
@@ -75,39 +77,39 @@ double Cost::intensity() const {
   return b > 0 ? static_cast<double>(flops / b) : nan();
 }
 
-nlohmann::json Cost::to_json() const {
-  return {{"op", op},
-          {"shape", shape},
-          {"compute_dtype", compute},
-          {"flops", static_cast<double>(flops)},
-          {"memory_bytes", static_cast<double>(memory_bytes())},
-          {"link_bytes", static_cast<double>(link_bytes())},
-          {"intensity", num_or_null(intensity())},
-          {"memory", traffic_json(memory)},
-          {"link", traffic_json(link)}};
+nlohmann::json to_json(const Cost& self) {
+  return {{"op", self.op},
+          {"shape", self.shape},
+          {"compute_dtype", self.compute},
+          {"flops", static_cast<double>(self.flops)},
+          {"memory_bytes", static_cast<double>(self.memory_bytes())},
+          {"link_bytes", static_cast<double>(self.link_bytes())},
+          {"intensity", num_or_null(self.intensity())},
+          {"memory", traffic_json(self.memory)},
+          {"link", traffic_json(self.link)}};
 }
 
-nlohmann::json Bound::to_json() const {
-  return {{"chip", chip},
-          {"level", level},
-          {"link", link.empty() ? nlohmann::json(nullptr) : nlohmann::json(link)},
-          {"peak_flops", peak},
-          {"bandwidth", bandwidth},
-          {"link_bandwidth", link_bandwidth},
-          {"flops", flops},
-          {"memory_bytes", memory_bytes},
-          {"link_bytes", link_bytes},
-          {"intensity", num_or_null(intensity)},
-          {"ridge_intensity", ridge_intensity},
-          {"t_math_s", t_math},
-          {"t_memory_s", t_memory},
-          {"t_link_s", t_link},
-          {"t_comm_s", t_comm},
-          {"t_lower_s", t_lower},
-          {"t_upper_s", t_upper},
-          {"binding", binding},
-          {"attainable_flops", attainable_flops},
-          {"fraction_of_peak", fraction_of_peak}};
+nlohmann::json to_json(const Bound& self) {
+  return {{"chip", self.chip},
+          {"level", self.level},
+          {"link", self.link.empty() ? nlohmann::json(nullptr) : nlohmann::json(self.link)},
+          {"peak_flops", self.peak},
+          {"bandwidth", self.bandwidth},
+          {"link_bandwidth", self.link_bandwidth},
+          {"flops", self.flops},
+          {"memory_bytes", self.memory_bytes},
+          {"link_bytes", self.link_bytes},
+          {"intensity", num_or_null(self.intensity)},
+          {"ridge_intensity", self.ridge_intensity},
+          {"t_math_s", self.t_math},
+          {"t_memory_s", self.t_memory},
+          {"t_link_s", self.t_link},
+          {"t_comm_s", self.t_comm},
+          {"t_lower_s", self.t_lower},
+          {"t_upper_s", self.t_upper},
+          {"binding", self.binding},
+          {"attainable_flops", self.attainable_flops},
+          {"fraction_of_peak", self.fraction_of_peak}};
 }
 
 Bound bound(const Cost& cost, const Chip& chip, const BoundOptions& opt) {
@@ -406,11 +408,11 @@ Cost matmul_split_d(int64_t b, int64_t d, int64_t f, int64_t chips, const Matmul
   return c;
 }
 
-nlohmann::json CriticalBatch::to_json() const {
-  return {{"chip", chip},     {"compute_dtype", compute}, {"level", level},
-          {"peak_flops", peak}, {"bandwidth", bandwidth}, {"d", d},
-          {"f", f},           {"asymptotic_batch", asymptotic},
-          {"exact_batch", exact ? nlohmann::json(*exact) : nlohmann::json(nullptr)}};
+nlohmann::json to_json(const CriticalBatch& self) {
+  return {{"chip", self.chip},     {"compute_dtype", self.compute}, {"level", self.level},
+          {"peak_flops", self.peak}, {"bandwidth", self.bandwidth}, {"d", self.d},
+          {"f", self.f},           {"asymptotic_batch", self.asymptotic},
+          {"exact_batch", self.exact ? nlohmann::json(*self.exact) : nlohmann::json(nullptr)}};
 }
 
 CriticalBatch critical_batch(const Chip& chip, int64_t d, int64_t f, const MatmulDtypes& dt, const std::string& level) {
@@ -443,9 +445,9 @@ CriticalBatch critical_batch(const Chip& chip, int64_t d, int64_t f, const Matmu
   return r;
 }
 
-nlohmann::json CriticalSplit::to_json() const {
-  return {{"chip", chip},   {"compute_dtype", compute}, {"link", link},          {"peak_flops", peak},
-          {"link_bandwidth", link_bandwidth}, {"chips", chips}, {"threshold_d", threshold}, {"exact_d", exact}};
+nlohmann::json to_json(const CriticalSplit& self) {
+  return {{"chip", self.chip},   {"compute_dtype", self.compute}, {"link", self.link},          {"peak_flops", self.peak},
+          {"link_bandwidth", self.link_bandwidth}, {"chips", self.chips}, {"threshold_d", self.threshold}, {"exact_d", self.exact}};
 }
 
 CriticalSplit critical_split_d(const Chip& chip, int64_t chips, const MatmulDtypes& dt, const std::string& link) {

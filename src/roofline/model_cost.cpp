@@ -7,6 +7,7 @@
 
 #include "ridge/core/error.hpp"
 #include "ridge/roofline.hpp"
+#include "core/check.hpp"
 
 namespace ridge::roofline {
 namespace {

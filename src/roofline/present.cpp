@@ -18,6 +18,9 @@
 #include "ridge/core/files.hpp"
 #include "ridge/core/units.hpp"
 #include "ridge/roofline.hpp"
+#include "roofline/json.hpp"
+#include "core/json.hpp"
+#include "core/check.hpp"
 
 namespace ridge::roofline {
 namespace fs = std::filesystem;
@@ -219,7 +222,8 @@ std::vector<MeasuredPoint> read_measured(const std::string& path) {
     p.gflops = input::number(j.at("gflops"), "gflops", where);
     p.benchmark = j.contains("benchmark") ? input::string(j.at("benchmark"), "benchmark", where) : "?";
     p.dtype = j.contains("dtype") ? input::string(j.at("dtype"), "dtype", where) : std::string();
-    p.case_ = j.value("case", nlohmann::json::object());
+    const nlohmann::json case_j = j.value("case", nlohmann::json::object());
+    p.case_ = case_j.dump();
     if (j.contains("cache") && j.at("cache").is_string()) p.cache = j.at("cache").get<std::string>();
     if (j.contains("bytes") && j.at("bytes").is_number()) p.working_set = j.at("bytes").get<double>();
     if (j.contains("intensity") && j.at("intensity").is_number()) p.intensity = j.at("intensity").get<double>();
@@ -229,8 +233,8 @@ std::vector<MeasuredPoint> read_measured(const std::string& path) {
     if (!(p.gflops > 0) || !(p.intensity > 0))
       fail("--results: {} line {}: needs a positive 'gflops' and 'intensity' (or 'flops' and 'bytes')", path, n);
     std::string c;
-    if (p.case_.is_object())
-      for (const auto& [k, v] : p.case_.items()) c += fmt::format(" {}={}", k, v.is_string() ? v.get<std::string>() : v.dump());
+    if (case_j.is_object())
+      for (const auto& [k, v] : case_j.items()) c += fmt::format(" {}={}", k, v.is_string() ? v.get<std::string>() : v.dump());
     p.label = p.benchmark + c;
     out.push_back(std::move(p));
   }

@@ -12,6 +12,7 @@
 
 #include "ridge/attention.hpp"
 #include "ridge/core.hpp"
+#include "core/check.hpp"
 
 namespace ridge::attention {
 namespace {
@@ -457,6 +458,104 @@ TEST(FlashAttention, ExtraMemoryDoesNotGrowWithTheScoreMatrix) {
   // below the 64x a materialised n x n matrix would need.
   EXPECT_LE(b_large, 8 * b_small + 1024 * 1024);
   EXPECT_LT(b_large, 2048 * 2048 * 4);
+}
+
+}  // namespace
+}  // namespace ridge::attention
+
+namespace ridge::attention {
+namespace {
+
+// An output that shares memory with an input (or with another output) would be read after it has
+// been written: ridge::Error naming both arguments, whatever the overlap (the same view, a shifted
+// one, an lse inside q).
+TEST(FlashAttention, OutputAliasingAnInputIsAnError) {
+  Case<float> r({1, 2, 2, 8, 8, 32, false});
+  auto expect_error = [&](auto&& fn, const std::string& needle) {
+    try {
+      fn();
+      ADD_FAILURE() << "no error for " << needle;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  expect_error([&] { flash_attention_forward(r.q.view, r.k.view, r.v.view, r.q.view, r.lse_view); },
+               "attention: output o overlaps input q in memory");
+  auto shifted = r.v.view;  // one element into v: a partial overlap
+  shifted.data += 1;
+  expect_error([&] { flash_attention_forward(r.q.view, r.k.view, r.v.view, shifted, r.lse_view); },
+               "output o overlaps input v");
+  auto lse_in_k = TensorView<float>::contiguous(r.k.data.data() + 3, {1, 2, 8});
+  expect_error([&] { flash_attention_forward(r.q.view, r.k.view, r.v.view, r.o.view, lse_in_k); },
+               "output lse overlaps input k");
+  auto lse_in_o = TensorView<float>::contiguous(r.o.data.data(), {1, 2, 8});
+  expect_error([&] { flash_attention_forward(r.q.view, r.k.view, r.v.view, r.o.view, lse_in_o); },
+               "attention: outputs o and lse overlap in memory");
+  r.forward();
+  auto bwd = [&](const TensorView<float>& dq, const TensorView<float>& dk, const TensorView<float>& dv) {
+    flash_attention_backward(r.q.view, r.k.view, r.v.view, r.o.view, r.d_o.view, r.lse_view, dq, dk, dv);
+  };
+  expect_error([&] { bwd(r.q.view, r.dk.view, r.dv.view); }, "output dq overlaps input q");
+  expect_error([&] { bwd(r.dq.view, r.v.view, r.dv.view); }, "output dk overlaps input v");
+  expect_error([&] { bwd(r.dq.view, r.dk.view, r.d_o.view); }, "output dv overlaps input do");
+  expect_error([&] { bwd(r.o.view, r.dk.view, r.dv.view); }, "output dq overlaps input o");
+  auto lse_in_dq = TensorView<float>::contiguous(r.dq.data.data() + 4, {1, 2, 8});
+  expect_error(
+      [&] {
+        flash_attention_backward(r.q.view, r.k.view, r.v.view, r.o.view, r.d_o.view, lse_in_dq, r.dq.view, r.dk.view,
+                                 r.dv.view);
+      },
+      "output dq overlaps input lse");
+  expect_error([&] { bwd(r.dq.view, r.dk.view, r.dk.view); }, "attention: outputs dk and dv overlap in memory");
+}
+
+// Interleaved views that never touch are not aliases: q, k, v as slices of one packed
+// [batch, seq, 3, heads, d] buffer and dq, dk, dv written into another (what a fused QKV projection
+// and its backward use) run, and give exactly the bits of separate buffers.
+TEST(FlashAttention, PackedInterleavedViewsAreNotAliases) {
+  const Shape s{2, 3, 3, 9, 9, 32, true};
+  Case<float> r(s);
+  r.forward();
+  r.backward();
+  const int64_t B = s.batch, H = s.heads, N = s.n_q, D = s.d;
+  std::vector<float> qkv(static_cast<size_t>(B * N * 3 * H * D)), dqkv(qkv.size()), o(qkv.size() / 3);
+  auto packed = [&](float* base, int which) {
+    TensorView<float> t;
+    t.data = base + which * H * D;
+    t.rank = 4;
+    t.shape = {B, H, N, D};
+    t.stride = {N * 3 * H * D, D, 3 * H * D, 1};
+    return t;
+  };
+  const Tensor<float>* src[3] = {&r.q, &r.k, &r.v};
+  for (int w = 0; w < 3; ++w) {
+    auto t = packed(qkv.data(), w);
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t i = 0; i < N; ++i)
+          for (int64_t c = 0; c < D; ++c)
+            t.data[b * t.stride[0] + h * t.stride[1] + i * t.stride[2] + c] =
+                const_cast<Tensor<float>*>(src[w])->at(b, h, i, c);
+  }
+  auto ov = TensorView<float>::contiguous(o.data(), {B, H, N, D});
+  std::vector<float> lse(r.lse.size());
+  auto lv = TensorView<float>::contiguous(lse.data(), {B, H, N});
+  flash_attention_forward(packed(qkv.data(), 0), packed(qkv.data(), 1), packed(qkv.data(), 2), ov, lv, r.options());
+  flash_attention_backward(packed(qkv.data(), 0), packed(qkv.data(), 1), packed(qkv.data(), 2), ov, r.d_o.view, lv,
+                           packed(dqkv.data(), 0), packed(dqkv.data(), 1), packed(dqkv.data(), 2), r.options());
+  EXPECT_EQ(lse, r.lse);
+  Tensor<float>* want[4] = {&r.o, &r.dq, &r.dk, &r.dv};
+  TensorView<float> got[4] = {ov, packed(dqkv.data(), 0), packed(dqkv.data(), 1), packed(dqkv.data(), 2)};
+  for (int w = 0; w < 4; ++w)
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t i = 0; i < N; ++i)
+          for (int64_t c = 0; c < D; ++c) {
+            const auto& g = got[w];
+            ASSERT_EQ(g.data[b * g.stride[0] + h * g.stride[1] + i * g.stride[2] + c * g.stride[3]],
+                      want[w]->at(b, h, i, c))
+                << "output " << w << " at " << b << "," << h << "," << i << "," << c;
+          }
 }
 
 }  // namespace

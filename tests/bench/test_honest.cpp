@@ -6,9 +6,10 @@
 #include <vector>
 
 #include "ridge/bench/measure.hpp"
-#include "ridge/bench/result.hpp"
+#include "bench/result.hpp"
 #include "ridge/core/error.hpp"
 #include "ridge/roofline.hpp"
+#include "roofline/json.hpp"
 
 namespace {
 

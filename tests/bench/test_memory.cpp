@@ -7,6 +7,7 @@
 #include "ridge/bench/memory.hpp"
 #include "ridge/bench/trace.hpp"
 #include "ridge/core/error.hpp"
+#include "bench/json.hpp"
 
 namespace {
 
@@ -130,6 +131,14 @@ TEST(Memory, SnapshotRoundTripsThroughAFile) {
   EXPECT_EQ(a["events"].size(), b["events"].size());
   EXPECT_EQ(a["baseline"], b["baseline"]);
   EXPECT_EQ(a["summary"]["peak_bytes"], b["summary"]["peak_bytes"]);
+  // The public text form (ridge/bench/memory.hpp needs no JSON library) is the same document, and back.
+  const std::string text = memory::snapshot_json_text(original);
+  EXPECT_EQ(nlohmann::json::parse(text), a);
+  const auto from_text = memory::history_from_json_text(text, "text");
+  const auto via_doc = memory::snapshot_json(memory::history_from_json(a, "doc")), via_text = memory::snapshot_json(from_text);
+  EXPECT_EQ(via_text["events"], via_doc["events"]);
+  EXPECT_EQ(via_text["summary"], via_doc["summary"]);
+  EXPECT_THROW(memory::history_from_json_text("[]", "text"), ridge::Error);
   const auto tl = memory::replay(loaded);
   EXPECT_EQ(tl.peak_bytes - tl.start_bytes, (1 << 20) + (1 << 10));
   EXPECT_EQ(tl.live_at_peak.at("big"), 1 << 20);

@@ -1,8 +1,9 @@
 #include <gtest/gtest.h>
 
-#include "ridge/bench/registry.hpp"
-#include "ridge/bench/result.hpp"
+#include "bench/registry.hpp"
+#include "bench/result.hpp"
 #include "ridge/core/error.hpp"
+#include "core/json.hpp"
 
 namespace {
 

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "ridge/bench/trace.hpp"
+#include "bench/json.hpp"
 
 namespace {
 
@@ -141,6 +142,12 @@ TEST_F(TraceTest, WritesAFileThatParses) {
   EXPECT_EQ(events_of(doc, "X").size(), 1u);
   std::remove(path.c_str());
   EXPECT_THROW(trace::write("/nonexistent-dir/x.json"), std::exception);
+}
+
+// The public text form (ridge/bench/trace.hpp needs no JSON library) is the same document.
+TEST_F(TraceTest, JsonTextIsTheSameDocument) {
+  { RIDGE_RANGE("text"); }
+  EXPECT_EQ(json::parse(trace::to_json_text()), trace::to_json());
 }
 
 TEST(TraceNvtx, CallsWorkWithForwardingOn) {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "run.hpp"
+#include "core/json.hpp"
 
 namespace {
 

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "run.hpp"
+#include "core/json.hpp"
 
 namespace {
 

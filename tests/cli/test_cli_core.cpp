@@ -9,6 +9,7 @@
 
 #include "ridge/core.hpp"
 #include "run.hpp"
+#include "core/json.hpp"
 
 namespace {
 

@@ -10,6 +10,7 @@
 
 #include "../model/tmpdir.hpp"
 #include "run.hpp"
+#include "core/json.hpp"
 
 namespace {
 

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "run.hpp"
+#include "core/json.hpp"
 
 #ifdef RIDGE_HAVE_DIST
 

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "run.hpp"
+#include "core/json.hpp"
 
 namespace {
 

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "run.hpp"
+#include "core/json.hpp"
 
 namespace {
 

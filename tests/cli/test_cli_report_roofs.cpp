@@ -12,6 +12,7 @@
 
 #include "ridge/build_paths.h"  // RIDGE_SOURCE_DIR, RIDGE_BINARY (generated)
 #include "run.hpp"
+#include "core/json.hpp"
 
 namespace {
 

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "run.hpp"
+#include "core/json.hpp"
 
 namespace {
 

@@ -13,6 +13,7 @@
 
 #include "run.hpp"
 #include "ridge/model/safetensors.hpp"
+#include "core/json.hpp"
 
 namespace fs = std::filesystem;
 using ridge::test::run;

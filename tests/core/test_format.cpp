@@ -15,6 +15,7 @@
 
 #include "core/format_reference.hpp"
 #include "ridge/core.hpp"
+#include "core/check.hpp"
 
 namespace {
 

@@ -476,4 +476,67 @@ TEST(Fp8Errors, BadShapesStridesScalesAndGroups) {
   EXPECT_THROW(gemm::PackedFp8B().impl(), ridge::Error);
 }
 
+// Outputs written while inputs are still read: the grouped GEMMs' d and the quantizers' q and scales
+// may not share memory with an input (ridge::Error naming the output and the input), as the dense
+// fp8_gemm_nt's d may not.
+TEST(Fp8Errors, OutputAliasingAnInputIsAnError) {
+  auto expect_error = [](auto&& fn, const std::string& needle) {
+    try {
+      fn();
+      ADD_FAILURE() << "no error for " << needle;
+    } catch (const ridge::Error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  const int64_t n = 8, k = 130, align = gemm::m_alignment_for_contiguous_layout();
+  // One byte arena holding every operand, so an output can be placed over any input.
+  std::vector<unsigned char> arena(1 << 20);
+  auto at = [&](size_t off) { return arena.data() + off; };
+  const size_t a_off = 0, sa_off = 65536, b_off = 131072, sb_off = 262144, d_off = 327680;
+  MatrixView<const fp8_e4m3> agv{reinterpret_cast<const fp8_e4m3*>(at(a_off)), align, k, k};
+  MatrixView<const float> sagv{reinterpret_cast<const float*>(at(sa_off)), align, 2, 2};
+  auto bt = TensorView<const fp8_e4m3>::contiguous(reinterpret_cast<const fp8_e4m3*>(at(b_off)), {2, n, k});
+  auto sbt = TensorView<const float>::contiguous(reinterpret_cast<const float*>(at(sb_off)), {2, 1, 2});
+  std::vector<int32_t> idx(align, 0);
+  for (size_t i = sa_off; i < sa_off + align * 2 * 4; i += 4) *reinterpret_cast<float*>(at(i)) = 1.f;
+  for (size_t i = sb_off; i < sb_off + 4 * 4; i += 4) *reinterpret_cast<float*>(at(i)) = 1.f;
+  auto dg = [&](size_t off) { return MatrixView<bf16>{reinterpret_cast<bf16*>(at(off)), align, n, n}; };
+  EXPECT_NO_THROW(gemm::m_grouped_fp8_gemm_nt_contiguous(agv, sagv, bt, sbt, dg(d_off), idx));
+  expect_error([&] { gemm::m_grouped_fp8_gemm_nt_contiguous(agv, sagv, bt, sbt, dg(a_off + 100), idx); },
+               "d: overlaps an input (a)");
+  expect_error([&] { gemm::m_grouped_fp8_gemm_nt_contiguous(agv, sagv, bt, sbt, dg(sa_off), idx); },
+               "d: overlaps an input (a_scales)");
+  expect_error([&] { gemm::m_grouped_fp8_gemm_nt_contiguous(agv, sagv, bt, sbt, dg(b_off + 2), idx); },
+               "d: overlaps an input (b)");
+  expect_error([&] { gemm::m_grouped_fp8_gemm_nt_contiguous(agv, sagv, bt, sbt, dg(sb_off - 8), idx); },
+               "d: overlaps an input (b_scales)");
+  auto a3 = TensorView<const fp8_e4m3>::contiguous(agv.data, {2, 4, k});
+  auto sa3 = TensorView<const float>::contiguous(sagv.data, {2, 4, 2});
+  auto d3 = [&](size_t off) { return TensorView<bf16>::contiguous(reinterpret_cast<bf16*>(at(off)), {2, 4, n}); };
+  std::vector<int32_t> mm = {4, 2};
+  EXPECT_NO_THROW(gemm::m_grouped_fp8_gemm_nt_masked(a3, sa3, bt, sbt, d3(d_off), mm, 4));
+  expect_error([&] { gemm::m_grouped_fp8_gemm_nt_masked(a3, sa3, bt, sbt, d3(a_off), mm, 4); },
+               "d: overlaps an input (a)");
+  expect_error([&] { gemm::m_grouped_fp8_gemm_nt_masked(a3, sa3, bt, sbt, d3(sb_off), mm, 4); },
+               "d: overlaps an input (b_scales)");
+  // Quantizers: q or scales over x, and scales over q.
+  const int64_t m = 4;
+  std::vector<float> x(m * k, 0.5f), xs(m * k);
+  std::vector<fp8_e4m3> q(m * k);
+  std::vector<float> sc(m * 2);
+  MatrixView<const float> xv{x.data(), m, k, k};
+  EXPECT_NO_THROW(gemm::per_token_cast_to_fp8(xv, MatrixView<fp8_e4m3>{q.data(), m, k, k}, MatrixView<float>{sc.data(), m, 2, 2}));
+  expect_error([&] {
+    gemm::per_token_cast_to_fp8(xv, MatrixView<fp8_e4m3>{reinterpret_cast<fp8_e4m3*>(x.data()), m, k, k},
+                                MatrixView<float>{sc.data(), m, 2, 2});
+  }, "q: overlaps an input (x)");
+  expect_error([&] {
+    gemm::per_token_cast_to_fp8(xv, MatrixView<fp8_e4m3>{q.data(), m, k, k}, MatrixView<float>{x.data() + 5, m, 2, 2});
+  }, "scales: overlaps an input (x)");
+  expect_error([&] {
+    gemm::per_block_cast_to_fp8(xv, MatrixView<fp8_e4m3>{q.data(), m, k, k},
+                                MatrixView<float>{reinterpret_cast<float*>(q.data()), 1, 2, 2});
+  }, "scales: overlaps the other output (q)");
+}
+
 }  // namespace

@@ -8,6 +8,8 @@
 #include "ridge/build_paths.h"  // RIDGE_SOURCE_DIR
 #include "ridge/core/error.hpp"
 #include "ridge/model/config.hpp"
+#include "core/json.hpp"
+#include "model/json.hpp"
 
 namespace {
 
@@ -133,6 +135,28 @@ TEST(ModelConfig, JsonRoundTripAndErrors) {
   invalid["num_heads"] = 3;
   expect_json_error(invalid, "not a multiple of num_heads");
   expect_json_error(nlohmann::json::array(), "expected an object");
+}
+
+// The public, JSON-library-free form (ridge/model/config.hpp): text out, text back, the same errors.
+TEST(ModelConfig, JsonTextRoundTripAndErrors) {
+  ModelConfig c = small_config();
+  c.rope_theta = 500000;
+  const std::string text = to_json_text(c);
+  EXPECT_EQ(nlohmann::json::parse(text), nlohmann::json(c));  // the same document as the nlohmann form
+  EXPECT_EQ(from_json_text(text), c);
+  EXPECT_EQ(from_json_text(to_json_text(c, 2)), c);
+  try {
+    (void)from_json_text(R"({"vocab_size": 10})", "--config");
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("missing 'context_length'"), std::string::npos) << e.what();
+  }
+  try {
+    (void)from_json_text("{not json", "--config");
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--config"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

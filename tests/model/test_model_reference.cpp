@@ -15,6 +15,8 @@
 #include "ridge/model/model.hpp"
 #include "ridge/model/safetensors.hpp"
 #include "ridge/model/train.hpp"
+#include "core/json.hpp"
+#include "model/json.hpp"
 
 namespace rm = ridge::model;
 

@@ -15,6 +15,8 @@
 #include "ridge/build_paths.h"  // RIDGE_SOURCE_DIR
 #include "ridge/model/config.hpp"
 #include "ridge/model/safetensors.hpp"
+#include "core/json.hpp"
+#include "model/json.hpp"
 
 namespace {
 

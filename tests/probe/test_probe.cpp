@@ -14,6 +14,7 @@
 #include "ridge/core.hpp"
 #include "ridge/probe.hpp"
 #include "ridge/roofline.hpp"
+#include "probe/json.hpp"
 
 namespace {
 

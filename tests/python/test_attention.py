@@ -99,3 +99,43 @@ def test_errors(rng):
         ra.flash_attn_func(q, q, q, 0.1)
     with pytest.raises(ValueError, match="softmax_scale"):
         ra.flash_attn_func(q, q, q, softmax_scale=-1.0)
+
+
+def test_output_aliasing_an_input_is_a_value_error(rng):
+    """An output sharing memory with an input would be read after it is written: ValueError naming both."""
+    b, s, h, d = 1, 16, 2, 32
+    q, k, v, do = (rng.standard_normal((b, s, h, d), dtype=np.float32) for _ in range(4))
+    with pytest.raises(ValueError, match="attention: output o overlaps input q in memory"):
+        ra.flash_attn_forward(q, k, v, o=q)
+    with pytest.raises(ValueError, match="output o overlaps input v"):
+        ra.flash_attn_forward(q, k, v, o=v)
+    with pytest.raises(ValueError, match="output lse overlaps input k"):
+        ra.flash_attn_forward(q, k, v, lse=k.reshape(-1)[: b * h * s].reshape(b, h, s))
+    o, lse = ra.flash_attn_forward(q, k, v)
+    with pytest.raises(ValueError, match="output dq overlaps input q"):
+        ra.flash_attn_backward(do, q, k, v, o, lse, dq=q)
+    with pytest.raises(ValueError, match="output dv overlaps input do"):
+        ra.flash_attn_backward(do, q, k, v, o, lse, dv=do)
+    dk = np.empty_like(k)
+    with pytest.raises(ValueError, match="attention: outputs dk and dv overlap in memory"):
+        ra.flash_attn_backward(do, q, k, v, o, lse, dk=dk, dv=dk)
+
+
+def test_packed_qkv_slices_are_not_aliases(rng):
+    """q, k, v and dq, dk, dv as interleaved slices of packed (b, s, 3, h, d) buffers are disjoint: they run
+    and give exactly the results of separate arrays."""
+    b, s, h, d = 2, 9, 3, 32
+    qkv = rng.standard_normal((b, s, 3, h, d), dtype=np.float32)
+    do = rng.standard_normal((b, s, h, d), dtype=np.float32)
+    q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
+    o, lse = ra.flash_attn_forward(q, k, v, causal=True)
+    dqkv = np.zeros_like(qkv)
+    ra.flash_attn_backward(do, q, k, v, o, lse, causal=True, dq=dqkv[:, :, 0], dk=dqkv[:, :, 1], dv=dqkv[:, :, 2])
+    qc, kc, vc = (np.ascontiguousarray(x) for x in (q, k, v))
+    o2, lse2 = ra.flash_attn_forward(qc, kc, vc, causal=True)
+    dq, dk, dv = ra.flash_attn_backward(do, qc, kc, vc, o2, lse2, causal=True)
+    np.testing.assert_array_equal(o, o2)
+    np.testing.assert_array_equal(lse, lse2)
+    np.testing.assert_array_equal(dqkv[:, :, 0], dq)
+    np.testing.assert_array_equal(dqkv[:, :, 1], dk)
+    np.testing.assert_array_equal(dqkv[:, :, 2], dv)

@@ -10,6 +10,7 @@
 #include "ridge/core/error.hpp"
 #include "ridge/roofline.hpp"
 #include "roofline/embedded.hpp"
+#include "roofline/json.hpp"
 
 namespace rr = ridge::roofline;
 namespace fs = std::filesystem;
@@ -118,14 +119,32 @@ TEST(Chips, EmbeddedCopyMatchesTheFiles) {
   for (size_t i = 0; i < n; ++i) {
     const auto a = rr::parse_chip(nlohmann::json::parse(t[i].json), t[i].id);
     const auto b = rr::load_chip(std::string(RIDGE_SOURCE_DIR) + "/hardware/" + t[i].id + ".json");
-    EXPECT_EQ(a.to_json(), b.to_json()) << t[i].id;
+    EXPECT_EQ(to_json(a), to_json(b)) << t[i].id;
   }
 }
 
 TEST(Chips, ToJsonRoundTrips) {
   const auto c = rr::load_chip("h100");
-  const auto again = rr::parse_chip(c.to_json(), "roundtrip");
-  EXPECT_EQ(again.to_json(), c.to_json());
+  const auto again = rr::parse_chip(to_json(c), "roundtrip");
+  EXPECT_EQ(to_json(again), to_json(c));
+}
+
+// The public text form (ridge/roofline.hpp needs no JSON library): the same document, the same chip
+// back, and a probe's "measured" section (kept as JSON text in Chip::measured) carried through unchanged.
+TEST(Chips, JsonTextRoundTripsAndKeepsMeasured) {
+  const auto c = rr::load_chip("h100");
+  const std::string text = rr::chip_json_text(c);
+  EXPECT_EQ(nlohmann::json::parse(text), to_json(c));
+  EXPECT_EQ(to_json(rr::parse_chip_text(text, "text")), to_json(c));
+  EXPECT_TRUE(c.measured.empty());
+  auto doc = to_json(c);
+  doc["measured"] = {{"trials", 5}, {"sweep", {1.5, 2.25}}, {"isa", "avx512"}};
+  const auto m = rr::parse_chip_text(doc.dump(), "with measured");
+  EXPECT_EQ(nlohmann::json::parse(m.measured), doc["measured"]);
+  EXPECT_EQ(nlohmann::json::parse(rr::chip_json_text(m, -1)), doc);
+  doc["measured"] = nullptr;  // null, as before: no measured section written back
+  EXPECT_FALSE(to_json(rr::parse_chip_text(doc.dump(), "null measured")).contains("measured"));
+  EXPECT_THROW(rr::parse_chip_text("{", "broken.json"), ridge::Error);
 }
 
 TEST(Chips, LoadsAUsersFileByPath) {

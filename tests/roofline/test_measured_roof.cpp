@@ -6,6 +6,7 @@
 #include <string>
 
 #include "ridge/roofline.hpp"
+#include "roofline/json.hpp"
 
 namespace {
 

@@ -7,7 +7,6 @@
 //   ridge::memory::stop_recording();            //       ridge memory plot mem.json -o mem.png
 #pragma once
 
-#include <nlohmann/json.hpp>
 
 #include <cstdint>
 #include <map>
@@ -22,8 +21,10 @@ namespace ridge::memory {
 // "baseline": [event...], "events": [{"t_us", "action": "alloc"|"free", "address": "0x..", "bytes",
 // "tag", "thread"}...], "dropped", "max_entries", "peak_rss_bytes", "summary": {...}}; times in
 // microseconds since recording started.
-nlohmann::json snapshot_json(const History& h);
-History history_from_json(const nlohmann::json& doc, const std::string& origin);
+// The document as JSON text (one line), and back; errors name `origin` and the field. The nlohmann-json
+// forms (snapshot_json, history_from_json) are in the private header src/bench/json.hpp.
+std::string snapshot_json_text(const History& h);
+History history_from_json_text(const std::string& text, const std::string& origin);
 // Writes the current history; ridge::Error if not recording or the file cannot be written.
 void dump_snapshot(const std::string& path);
 // Reads a snapshot file; ridge::Error naming the file and the field on bad input.

@@ -10,7 +10,6 @@
 // memory profiler while it records.
 #pragma once
 
-#include <nlohmann/json.hpp>
 
 #include <cstdint>
 #include <optional>
@@ -28,9 +27,10 @@ bool recording();
 void clear();
 size_t event_count();  // recorded events (excluding thread-name metadata)
 uint64_t dropped();
-// The Chrome trace-event document: {"traceEvents": [...], "displayTimeUnit": "ms", "otherData": {...}}.
-nlohmann::json to_json();
-// Writes to_json() to a file; ridge::Error naming the path if it cannot be written.
+// The Chrome trace-event document: {"traceEvents": [...], "displayTimeUnit": "ms", "otherData": {...}},
+// as JSON text (one line); the nlohmann-json form (to_json) is in the private header src/bench/json.hpp.
+std::string to_json_text();
+// Writes the document to a file; ridge::Error naming the path if it cannot be written.
 void write(const std::string& path);
 
 // Forward ranges, markers and thread names to NVTX (no effect when built without NVTX).

@@ -54,8 +54,10 @@ struct TensorView {
   }
   // Dense row-major view of the given shape (at most 4 dimensions, each >= 0).
   static TensorView contiguous(T* p, std::initializer_list<int64_t> dims) {
-    check(dims.size() <= 4, "shape: {} dimensions given, a TensorView holds at most 4", dims.size());
-    for (int64_t d : dims) check(d >= 0, "shape: dimension {} is negative", d);
+    if (dims.size() > 4)
+      throw Error("shape: " + std::to_string(dims.size()) + " dimensions given, a TensorView holds at most 4");
+    for (int64_t d : dims)
+      if (d < 0) throw Error("shape: dimension " + std::to_string(d) + " is negative");
     TensorView v;
     v.data = p;
     v.rank = static_cast<int>(dims.size());

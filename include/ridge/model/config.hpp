@@ -3,7 +3,6 @@
 #pragma once
 
 #include <cstdint>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -36,9 +35,10 @@ struct ModelConfig {
 ModelConfig preset(const std::string& name, int64_t vocab, int64_t context);
 std::vector<std::string> preset_names();
 
-void to_json(nlohmann::json& j, const ModelConfig& c);
-// Requires every field but rope_theta (default 10000); throws ridge::Error naming a missing or mistyped
-// field, then validates.
-void from_json(const nlohmann::json& j, ModelConfig& c);
+// The configuration as a JSON object's text, and back: from_json_text requires every field but
+// rope_theta (default 10000); throws ridge::Error naming a missing or mistyped field, then validates.
+// (The nlohmann-json forms are in the private header src/model/json.hpp.)
+std::string to_json_text(const ModelConfig& c, int indent = -1);
+ModelConfig from_json_text(const std::string& text, const std::string& what = "config");
 
 }  // namespace ridge::model

@@ -5,7 +5,6 @@
 
 #include <cstdint>
 #include <map>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -41,7 +40,6 @@ struct StepRoofline {
   PassSum step;
   double params = 0, tokens = 0;
   double model_flops = 0;  // GEMMs + attention, forward + backward: what MFU counts
-  nlohmann::json to_json() const;
 };
 
 // Bounds every op of the step on `chip` at memory level `level` ("" = outermost). A chip without

@@ -22,7 +22,8 @@
 #include <vector>
 
 #include "ridge/bench/measure.hpp"
-#include "ridge/bench/result.hpp"
+#include "bench/result.hpp"
+#include "core/json.hpp"
 
 namespace CLI {
 class App;

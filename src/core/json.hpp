@@ -1,0 +1,34 @@
+// Private to ridge (never installed): JSON parsing with messages in the user's words, on top of
+// read_input_file (ridge/core/input.hpp). nlohmann-json stays out of the public headers.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <string>
+
+#include "ridge/core/input.hpp"
+
+namespace ridge::input {
+
+// Parses `text` as one JSON document. Errors say where (line, column) and what was wrong, never the
+// JSON library's own codes; nesting deeper than kMaxJsonDepth and numbers beyond a double's range
+// are refused. `what` names the input ("chip file 'x.json'").
+nlohmann::json parse_json(const std::string& text, const std::string& what);
+
+// read_input_file, then parse_json, naming `what` and `path` in errors.
+nlohmann::json read_json_file(const std::string& path, const std::string& what,
+                              int64_t max_bytes = kMaxInputBytes);
+
+// A JSON library error in plain words, without its "[json.exception.type_error.302]" code.
+std::string plain_json_error(const nlohmann::json::exception& e);
+
+// Typed access that names the field's path ("events[3].bytes") when it is missing or of the wrong
+// type. `what` is the input's name as in parse_json.
+const nlohmann::json& field(const nlohmann::json& obj, const std::string& key, const std::string& path,
+                            const std::string& what);
+double number(const nlohmann::json& v, const std::string& path, const std::string& what);
+int64_t integer(const nlohmann::json& v, const std::string& path, const std::string& what);
+std::string string(const nlohmann::json& v, const std::string& path, const std::string& what);
+
+}  // namespace ridge::input
