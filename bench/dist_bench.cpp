@@ -19,6 +19,11 @@
 #include <string>
 #include <vector>
 
+#include "core/check.hpp"
+#include "bench/json.hpp"
+#include "bench/registry.hpp"
+#include "roofline/json.hpp"
+#include "model/json.hpp"
 #include "ridge/bench.hpp"
 #include "ridge/core.hpp"
 #include "ridge/roofline.hpp"

@@ -9,6 +9,8 @@
 #include <optional>
 #include <sstream>
 
+#include "core/check.hpp"
+#include "roofline/json.hpp"
 #include "cli.hpp"
 #include "ridge/core.hpp"
 #include "ridge/model/config.hpp"
@@ -179,7 +181,7 @@ void setup_roofline_ddp(CLI::App* parent) {
     if (o->json) {
       nlohmann::json modes = nlohmann::json::array(), tried = nlohmann::json::array();
       for (const auto& p : preds) {
-        auto j = p.to_json();
+        auto j = roofline::to_json(p);
         j.erase("spans");
         j["speedup_vs_one_chip"] = one_s / p.step_s;
         modes.push_back(j);
@@ -213,7 +215,7 @@ void setup_roofline_ddp(CLI::App* parent) {
                   {"buckets", tried},
                   {"best_bucket_mb", best_mb},
                   {"one_chip_global_batch_step_s", one_s},
-                  {"memory_per_rank", mem.to_json()}});
+                  {"memory_per_rank", roofline::to_json(mem)}});
       return;
     }
     fmt::print("{}: d_model {}, d_ff {}, {} layers, {} heads, vocab {} ({:.0f} M parameters), {} operands\n",

@@ -1,3 +1,4 @@
+#include "bench/json.hpp"
 #include "ridge/dist.hpp"
 
 #include <mpi.h>

@@ -5,7 +5,9 @@
 #include <cstdint>
 #include <string>
 
+#include "bench/json.hpp"
 #include "ridge/bench/trace.hpp"
+#include "core/check.hpp"
 #include "ridge/core/error.hpp"
 #include "ridge/core/files.hpp"
 #include "ridge/dist.hpp"

@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/check.hpp"
+#include "roofline/json.hpp"
 #include "ridge/core/error.hpp"
 
 namespace ridge::roofline {
@@ -155,22 +157,22 @@ void DdpSetting::validate() const {
         "bucket_mb: must be finite and > 0, got {}", bucket_mb);
 }
 
-nlohmann::json DdpPrediction::to_json() const {
+nlohmann::json to_json(const DdpPrediction& pred) {
   auto spans_j = nlohmann::json::array();
-  for (const auto& s : spans)
+  for (const auto& s : pred.spans)
     spans_j.push_back({{"what", s.what}, {"bytes", s.bytes}, {"start_s", s.start_s}, {"end_s", s.end_s}});
   return {
-      {"setting", setting.label()},
-      {"mode", setting.mode},
-      {"bucket_mb", setting.mode == "bucketed" ? nlohmann::json(setting.bucket_mb) : nlohmann::json(nullptr)},
-      {"sharding", setting.sharding},
-      {"collectives", collectives},
-      {"bytes", bytes},
-      {"comm_s", comm_s},
-      {"hidden_s", hidden_s},
-      {"exposed_s", exposed_s},
-      {"compute_s", compute_s},
-      {"step_s", step_s},
+      {"setting", pred.setting.label()},
+      {"mode", pred.setting.mode},
+      {"bucket_mb", pred.setting.mode == "bucketed" ? nlohmann::json(pred.setting.bucket_mb) : nlohmann::json(nullptr)},
+      {"sharding", pred.setting.sharding},
+      {"collectives", pred.collectives},
+      {"bytes", pred.bytes},
+      {"comm_s", pred.comm_s},
+      {"hidden_s", pred.hidden_s},
+      {"exposed_s", pred.exposed_s},
+      {"compute_s", pred.compute_s},
+      {"step_s", pred.step_s},
       {"spans", spans_j}};
 }
 
@@ -339,16 +341,16 @@ DdpInput ddp_input(const ModelShape& m, const Chip& chip, const std::string& lev
   return in;
 }
 
-nlohmann::json DdpMemory::to_json() const {
-  return {{"params", params},
-          {"master", master},
-          {"grads", grads},
-          {"optimizer", optimizer},
-          {"total", total()},
-          {"sharded_master", sharded_master},
-          {"sharded_optimizer", sharded_optimizer},
-          {"sharded_total", sharded_total()},
-          {"saved", total() - sharded_total()}};
+nlohmann::json to_json(const DdpMemory& mem) {
+  return {{"params", mem.params},
+          {"master", mem.master},
+          {"grads", mem.grads},
+          {"optimizer", mem.optimizer},
+          {"total", mem.total()},
+          {"sharded_master", mem.sharded_master},
+          {"sharded_optimizer", mem.sharded_optimizer},
+          {"sharded_total", mem.sharded_total()},
+          {"saved", mem.total() - mem.sharded_total()}};
 }
 
 DdpMemory ddp_memory(double P, DType operand, int64_t ranks) {

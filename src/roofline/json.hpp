@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "ridge/roofline.hpp"
+#include "ridge/roofline/ddp.hpp"
 
 namespace ridge::roofline {
 
@@ -17,6 +18,8 @@ nlohmann::json to_json(const Cost& c);
 nlohmann::json to_json(const Bound& b);
 nlohmann::json to_json(const CriticalBatch& c);
 nlohmann::json to_json(const CriticalSplit& c);
+nlohmann::json to_json(const DdpPrediction& p);
+nlohmann::json to_json(const DdpMemory& m);
 
 // Validates a parsed document; errors name `origin` and the offending field.
 Chip parse_chip(const nlohmann::json& doc, const std::string& origin);

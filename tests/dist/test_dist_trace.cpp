@@ -6,6 +6,7 @@
 #include <map>
 #include <set>
 
+#include "bench/json.hpp"
 #include "ridge/bench/trace.hpp"
 #include "ridge/core/error.hpp"
 #include "dist/trace_merge.hpp"

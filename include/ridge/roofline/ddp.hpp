@@ -16,7 +16,6 @@
 #pragma once
 
 #include <cstdint>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -92,7 +91,6 @@ struct DdpPrediction {
   double compute_s = 0;  // forward + backward + optimizer (sharded: / N) + other
   double step_s = 0;     // compute_s + exposed_s
   std::vector<DdpSpan> spans;
-  nlohmann::json to_json() const;
 };
 
 DdpPrediction predict_ddp(const DdpInput& in, const DdpLink& link, const DdpSetting& setting);
@@ -122,7 +120,6 @@ struct DdpMemory {
   double sharded_master = 0, sharded_optimizer = 0;         // bytes per rank, sharded
   double total() const { return params + master + grads + optimizer; }
   double sharded_total() const { return params + sharded_master + grads + sharded_optimizer; }
-  nlohmann::json to_json() const;
 };
 DdpMemory ddp_memory(double param_count, DType operand, int64_t ranks);
 
