@@ -19,6 +19,7 @@
 #include "ridge/core/error.hpp"
 #include "ridge/core/format.hpp"
 #include "ridge/core/threads.hpp"
+#include "model/fused.hpp"
 
 namespace ridge::model::layers {
 
@@ -105,10 +106,11 @@ void rmsnorm_forward(const S* x, const S* w, int64_t n, int64_t d, S eps, S* rst
   }
 }
 // dx (+)= rstd * (dxh - xh * mean(dxh * xh)) with xh = x * rstd, dxh = dy * w; dw += sum_i dy * xh.
-// `accumulate` adds dx into the residual gradient the caller passes.
-template <typename S>
+// `accumulate` adds dx into the residual gradient the caller passes. With `dx_op`, the final dx is
+// also written rounded to the operand type, for the next GEMM, in the same pass.
+template <typename S, typename O = S>
 void rmsnorm_backward(const S* dy, const S* x, const S* w, const S* rstd, int64_t n, int64_t d, S* dx, S* dw,
-                      bool accumulate) {
+                      bool accumulate, O* dx_op = nullptr, Round r = Round::none) {
   const int nt = get_num_threads();
   const int64_t chunks = (n + kRowChunk - 1) / kRowChunk;
   std::vector<S> partial(static_cast<size_t>(chunks * d), S(0));
@@ -130,6 +132,10 @@ void rmsnorm_backward(const S* dy, const S* x, const S* w, const S* rstd, int64_
       for (int64_t j = 0; j < d; ++j) {
         const S v = rs * (gi[j] * w[j] - xi[j] * rs * mean);
         dxi[j] = accumulate ? dxi[j] + v : v;
+      }
+      if (dx_op) {
+        O* oi = dx_op + i * d;
+        for (int64_t j = 0; j < d; ++j) oi[j] = to_op<O>(dxi[j], r);
       }
     }
   }
@@ -203,6 +209,9 @@ inline S sigmoid(S x) {
 // ab: the GEMM output (S); ab_saved: its operand-type copy kept for backward; g: the w2 operand.
 template <typename S, typename O>
 void swiglu_forward(const S* ab, int64_t n, int64_t f, O* ab_saved, O* g, Round r) {
+  if constexpr (std::is_same_v<S, float> && (std::is_same_v<O, float> || std::is_same_v<O, bf16>)) {
+    if (r == Round::none && fused::swiglu_forward(ab, n, f, ab_saved, g)) return;
+  }
   const int nt = get_num_threads();
 #pragma omp parallel for num_threads(nt) schedule(static) if (n * f >= kParallelMin)
   for (int64_t i = 0; i < n; ++i) {
@@ -223,6 +232,9 @@ void swiglu_forward(const S* ab, int64_t n, int64_t f, O* ab_saved, O* g, Round 
 // dab = [dg * b * silu'(a) | dg * silu(a)], silu'(a) = s (1 + a (1 - s)), s = sigmoid(a).
 template <typename S, typename O>
 void swiglu_backward(const S* dg, const O* ab, int64_t n, int64_t f, O* dab, Round r) {
+  if constexpr (std::is_same_v<S, float> && (std::is_same_v<O, float> || std::is_same_v<O, bf16>)) {
+    if (r == Round::none && fused::swiglu_backward(dg, ab, n, f, dab)) return;
+  }
   const int nt = get_num_threads();
 #pragma omp parallel for num_threads(nt) schedule(static) if (n * f >= kParallelMin)
   for (int64_t i = 0; i < n; ++i) {
@@ -249,16 +261,21 @@ double cross_entropy_forward(const S* logits, const int32_t* targets, int64_t n,
           targets[i], i, vocab);
   // Per-row losses summed in row order afterwards: the same bits whatever the thread count.
   std::vector<double> row_loss(static_cast<size_t>(n));
+  bool vector = false;
+  if constexpr (std::is_same_v<S, float>)
+    vector = fused::cross_entropy_forward(logits, targets, n, vocab, lse, row_loss.data());
   const int nt = get_num_threads();
+  if (!vector) {
 #pragma omp parallel for num_threads(nt) schedule(static) if (n * vocab >= kParallelMin)
-  for (int64_t i = 0; i < n; ++i) {
-    const S* li = logits + i * vocab;
-    S m = li[0];
-    for (int64_t j = 1; j < vocab; ++j) m = std::max(m, li[j]);
-    S sum = 0;
-    for (int64_t j = 0; j < vocab; ++j) sum += std::exp(li[j] - m);
-    lse[i] = m + std::log(sum);
-    row_loss[static_cast<size_t>(i)] = static_cast<double>(lse[i] - li[targets[i]]);
+    for (int64_t i = 0; i < n; ++i) {
+      const S* li = logits + i * vocab;
+      S m = li[0];
+      for (int64_t j = 1; j < vocab; ++j) m = std::max(m, li[j]);
+      S sum = 0;
+      for (int64_t j = 0; j < vocab; ++j) sum += std::exp(li[j] - m);
+      lse[i] = m + std::log(sum);
+      row_loss[static_cast<size_t>(i)] = static_cast<double>(lse[i] - li[targets[i]]);
+    }
   }
   double total = 0;
   for (double v : row_loss) total += v;
@@ -268,12 +285,36 @@ double cross_entropy_forward(const S* logits, const int32_t* targets, int64_t n,
 template <typename S>
 void cross_entropy_backward(S* logits, const int32_t* targets, const S* lse, int64_t n, int64_t vocab, S scale) {
   const S k = scale / static_cast<S>(n);
+  if constexpr (std::is_same_v<S, float>) {
+    if (fused::cross_entropy_backward(logits, targets, lse, n, vocab, k, logits)) return;
+  }
   const int nt = get_num_threads();
 #pragma omp parallel for num_threads(nt) schedule(static) if (n * vocab >= kParallelMin)
   for (int64_t i = 0; i < n; ++i) {
     S* li = logits + i * vocab;
     for (int64_t j = 0; j < vocab; ++j) li[j] = std::exp(li[j] - lse[i]) * k;
     li[targets[i]] -= k;
+  }
+}
+// The same gradient written straight into the GEMM operand `out` (the rounding fused into this pass,
+// so the fp32 gradient is never stored); logits are left as they are.
+template <typename S, typename O>
+void cross_entropy_backward(const S* logits, const int32_t* targets, const S* lse, int64_t n, int64_t vocab,
+                            S scale, O* out, Round r) {
+  const S k = scale / static_cast<S>(n);
+  if constexpr (std::is_same_v<S, float> && std::is_same_v<O, bf16>) {
+    if (fused::cross_entropy_backward(logits, targets, lse, n, vocab, k, out)) return;
+  }
+  const int nt = get_num_threads();
+#pragma omp parallel for num_threads(nt) schedule(static) if (n * vocab >= kParallelMin)
+  for (int64_t i = 0; i < n; ++i) {
+    const S* li = logits + i * vocab;
+    O* oi = out + i * vocab;
+    for (int64_t j = 0; j < vocab; ++j) {
+      S v = std::exp(li[j] - lse[i]) * k;
+      if (j == targets[i]) v -= k;
+      oi[j] = to_op<O>(v, r);
+    }
   }
 }
 
