@@ -50,9 +50,29 @@ inline S from_op(O x) {
   }
 }
 
+// Rows computed in float reach a bf16 operand through core's bulk conversion: its vector paths
+// round exactly as to_bf16 does, where a scalar to_op per element keeps the loop from vectorising.
+template <typename S, typename O>
+inline constexpr bool bulk_bf16 = std::is_same_v<S, float> && std::is_same_v<O, bf16>;
+// A per-thread float row for a layer to compute into before the bulk rounding.
+inline float* scratch_row(int64_t n, int which = 0) {
+  thread_local std::vector<float> rows[2];
+  auto& v = rows[which];
+  if (v.size() < static_cast<size_t>(n)) v.resize(static_cast<size_t>(n));
+  return v.data();
+}
+
 template <typename O, typename S>
 void cast(const S* src, O* dst, int64_t n, Round r) {
   const int nt = get_num_threads();
+  if constexpr (bulk_bf16<S, O>) {
+    constexpr int64_t chunk = 1 << 14;
+    const int64_t chunks = (n + chunk - 1) / chunk;
+#pragma omp parallel for num_threads(nt) schedule(static) if (n >= kParallelMin)
+    for (int64_t c = 0; c < chunks; ++c)
+      convert(src + c * chunk, dst + c * chunk, static_cast<size_t>(std::min(chunk, n - c * chunk)));
+    return;
+  }
 #pragma omp parallel for num_threads(nt) schedule(static) if (n >= kParallelMin)
   for (int64_t i = 0; i < n; ++i) dst[i] = to_op<O>(src[i], r);
 }
@@ -102,7 +122,13 @@ void rmsnorm_forward(const S* x, const S* w, int64_t n, int64_t d, S eps, S* rst
     const S rs = S(1) / std::sqrt(ss / static_cast<S>(d) + eps);
     rstd[i] = rs;
     O* yi = y + i * d;
-    for (int64_t j = 0; j < d; ++j) yi[j] = to_op<O>(xi[j] * rs * w[j], r);
+    if constexpr (bulk_bf16<S, O>) {
+      float* t = scratch_row(d);
+      for (int64_t j = 0; j < d; ++j) t[j] = xi[j] * rs * w[j];
+      convert(t, yi, static_cast<size_t>(d));
+    } else {
+      for (int64_t j = 0; j < d; ++j) yi[j] = to_op<O>(xi[j] * rs * w[j], r);
+    }
   }
 }
 // dx (+)= rstd * (dxh - xh * mean(dxh * xh)) with xh = x * rstd, dxh = dy * w; dw += sum_i dy * xh.
@@ -135,7 +161,10 @@ void rmsnorm_backward(const S* dy, const S* x, const S* w, const S* rstd, int64_
       }
       if (dx_op) {
         O* oi = dx_op + i * d;
-        for (int64_t j = 0; j < d; ++j) oi[j] = to_op<O>(dxi[j], r);
+        if constexpr (bulk_bf16<S, O>)
+          convert(dxi, oi, static_cast<size_t>(d));
+        else
+          for (int64_t j = 0; j < d; ++j) oi[j] = to_op<O>(dxi[j], r);
       }
     }
   }
@@ -170,6 +199,18 @@ void rope_forward(const S* src, O* dst, int64_t n, int64_t seq, int64_t d, int64
     const S* s = sin_t + (i % seq) * half;
     const S* in = src + i * row;
     O* out = dst + i * row;
+    if constexpr (bulk_bf16<S, O>) {
+      float* t = scratch_row(2 * d);
+      for (int64_t h = 0; h < 2 * d; h += dh)  // q and k: every head's pairs
+        for (int64_t p = 0; p < half; ++p) {
+          const S x0 = in[h + 2 * p], x1 = in[h + 2 * p + 1];
+          t[h + 2 * p] = x0 * c[p] - x1 * s[p];
+          t[h + 2 * p + 1] = x0 * s[p] + x1 * c[p];
+        }
+      convert(t, out, static_cast<size_t>(2 * d));
+      convert(in + 2 * d, out + 2 * d, static_cast<size_t>(d));
+      continue;
+    }
     for (int64_t j = 0; j < 2 * d; j += 2) {  // q and k: every head's pairs
       const int64_t p = (j % dh) / 2;
       const S x0 = in[j], x1 = in[j + 1];
@@ -191,6 +232,20 @@ void rope_backward(const G* src, O* dst, int64_t n, int64_t seq, int64_t d, int6
     const S* s = sin_t + (i % seq) * half;
     const G* in = src + i * row;
     O* out = dst + i * row;
+    if constexpr (bulk_bf16<S, O> && std::is_same_v<G, bf16>) {
+      float* g = scratch_row(2 * d, 0);
+      float* t = scratch_row(2 * d, 1);
+      convert(in, g, static_cast<size_t>(2 * d));
+      for (int64_t h = 0; h < 2 * d; h += dh)
+        for (int64_t p = 0; p < half; ++p) {
+          const S g0 = g[h + 2 * p], g1 = g[h + 2 * p + 1];
+          t[h + 2 * p] = g0 * c[p] + g1 * s[p];
+          t[h + 2 * p + 1] = -g0 * s[p] + g1 * c[p];
+        }
+      convert(t, out, static_cast<size_t>(2 * d));
+      std::copy_n(in + 2 * d, d, out + 2 * d);  // dv is bf16 already: rounding it again changes no value
+      continue;
+    }
     for (int64_t j = 0; j < 2 * d; j += 2) {
       const int64_t p = (j % dh) / 2;
       const S g0 = from_op<S>(in[j]), g1 = from_op<S>(in[j + 1]);
