@@ -150,18 +150,6 @@ void pack_panels(const void* src, bool src_bf16, int64_t ld, int64_t count, int6
   }
 }
 
-// Copies a run of at most a panel's rows (14 floats on AVX-512) inline: a memcpy call per 56-byte
-// run cost more than the copy itself (5% of an fp32 training step's samples, in libc's memmove).
-inline void copy_run(float* out, const float* in, int rows) {
-  int r = 0;
-  for (; r + 4 <= rows; r += 4) __builtin_memcpy(out + r, in + r, 16);  // constant size: inlined
-  if (rows - r >= 2) {
-    __builtin_memcpy(out + r, in + r, 8);
-    r += 2;
-  }
-  if (r < rows) out[r] = in[r];
-}
-
 // pack_panels for an operand stored K-major ([k, rows], ld elements: A of tn/tt, B of nn/tn), src
 // at (k = 0, row = 0). The panels are [k][R] (or [k/2][R][2]), so each k step copies a contiguous
 // run of rows: no transpose; bf16 pairs interleave two source rows. k is the outer loop so each
@@ -186,7 +174,7 @@ void pack_panels_kmajor(const void* src, bool src_bf16, int64_t ld, int64_t coun
             std::memcpy(&out[r], &w, 4);
           }
         } else {
-          copy_run(out, s32 + p * ld + r0, rows);
+          std::memcpy(out, s32 + p * ld + r0, static_cast<size_t>(rows) * 4);
         }
         for (int r = rows; r < R; ++r) out[r] = 0.0f;
       }
