@@ -443,8 +443,18 @@ void run_case(const Case& c, bench::Context& ctx, const roofline::Chip* chip, co
   tc.precision = model::parse_precision(c.precision);
   tc.attention = model::parse_attention_path(c.attention);
   tc.seed = 1;
-  model::Trainer trainer(c.cfg, tc);
-  auto& m = trainer.model();
+  // The full step needs the Trainer (it holds AdamW's state); forward and forward+backward time the
+  // model alone, initialised as the Trainer initialises it, so their memory peak holds no optimizer
+  // state (CS336 times those passes on the bare model too).
+  std::optional<model::Trainer> trainer;
+  std::optional<model::TransformerLM<float>> bare;
+  if (c.pass == "step") {
+    trainer.emplace(c.cfg, tc);
+  } else {
+    bare.emplace(c.cfg, tc.precision, tc.attention);
+    bare->init(tc.seed);
+  }
+  auto& m = trainer ? trainer->model() : *bare;
   std::vector<int32_t> in(static_cast<size_t>(c.batch * c.seq)), tg(in.size());
   std::mt19937 rng(7);
   std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(c.cfg.vocab_size - 1));
@@ -482,7 +492,7 @@ void run_case(const Case& c, bench::Context& ctx, const roofline::Chip* chip, co
       m.backward();
     };
   else
-    fn = [&] { bench::do_not_optimize(trainer.step(in.data(), tg.data()).loss); };
+    fn = [&] { bench::do_not_optimize(trainer->step(in.data(), tg.data()).loss); };
   // --predict holds each op kind against its measured time, so it records the ranges even when no
   // --trace file was asked for (the model's ranges cost well under 1% of a step).
   const bool own_trace = eff && chip && !trace::recording();
@@ -582,8 +592,8 @@ void run_case(const Case& c, bench::Context& ctx, const roofline::Chip* chip, co
   {
     // Measured: the peak of ridge's allocator over the case (the model, its activations, the optimizer);
     // analytic: the count above. The step holds everything at once, so the two should meet; the
-    // difference is 64-byte alignment of each array, the optimizer state of a forward-only case (not
-    // allocated until the first step) and the bench's own buffers.
+    // difference is 64-byte alignment of each array and the bench's own buffers. Forward and
+    // forward+backward run on the bare model: no optimizer state on either side.
     const auto mem = analytic_memory(c.cfg, c.batch, c.seq, tc.precision);
     double total = 0;
     for (const auto& [k, v] : mem.items())
