@@ -50,10 +50,16 @@ inline S from_op(O x) {
   }
 }
 
-// Rows computed in float reach a bf16 operand through core's bulk conversion: its vector paths
-// round exactly as to_bf16 does, where a scalar to_op per element keeps the loop from vectorising.
+// Rows computed in float reach a rounded operand (bf16, or fp32 rounded through fp16) through core's
+// bulk conversions: their vector paths round exactly as to_bf16 / to_fp16 do, where a scalar to_op
+// per element keeps the loop from vectorising.
 template <typename S, typename O>
-inline constexpr bool bulk_bf16 = std::is_same_v<S, float> && std::is_same_v<O, bf16>;
+inline constexpr bool row_types = std::is_same_v<S, float> && (std::is_same_v<O, bf16> || std::is_same_v<O, float>);
+template <typename S, typename O>
+inline bool rounds_rows(Round r) {
+  if constexpr (std::is_same_v<S, float> && std::is_same_v<O, bf16>) return true;
+  return row_types<S, O> && r == Round::fp16;
+}
 // A per-thread float row for a layer to compute into before the bulk rounding.
 inline float* scratch_row(int64_t n, int which = 0) {
   thread_local std::vector<float> rows[2];
@@ -61,17 +67,34 @@ inline float* scratch_row(int64_t n, int which = 0) {
   if (v.size() < static_cast<size_t>(n)) v.resize(static_cast<size_t>(n));
   return v.data();
 }
+// dst = src rounded to the operand (n floats, one row or chunk).
+template <typename O>
+void round_row(const float* src, O* dst, int64_t n, Round r) {
+  if constexpr (std::is_same_v<O, bf16>) {
+    convert(src, dst, static_cast<size_t>(n));
+  } else if constexpr (std::is_same_v<O, float>) {
+    if (r == Round::fp16) {
+      thread_local std::vector<fp16> half;
+      if (half.size() < static_cast<size_t>(n)) half.resize(static_cast<size_t>(n));
+      convert(src, half.data(), static_cast<size_t>(n));
+      convert(half.data(), dst, static_cast<size_t>(n));
+    } else if (src != dst) {
+      std::copy_n(src, n, dst);
+    }
+  }
+}
 
 template <typename O, typename S>
 void cast(const S* src, O* dst, int64_t n, Round r) {
   const int nt = get_num_threads();
-  if constexpr (bulk_bf16<S, O>) {
-    constexpr int64_t chunk = 1 << 14;
-    const int64_t chunks = (n + chunk - 1) / chunk;
+  if constexpr (row_types<S, O>) {
+    if (rounds_rows<S, O>(r)) {
+      constexpr int64_t chunk = 1 << 14;
+      const int64_t chunks = (n + chunk - 1) / chunk;
 #pragma omp parallel for num_threads(nt) schedule(static) if (n >= kParallelMin)
-    for (int64_t c = 0; c < chunks; ++c)
-      convert(src + c * chunk, dst + c * chunk, static_cast<size_t>(std::min(chunk, n - c * chunk)));
-    return;
+      for (int64_t c = 0; c < chunks; ++c) round_row(src + c * chunk, dst + c * chunk, std::min(chunk, n - c * chunk), r);
+      return;
+    }
   }
 #pragma omp parallel for num_threads(nt) schedule(static) if (n >= kParallelMin)
   for (int64_t i = 0; i < n; ++i) dst[i] = to_op<O>(src[i], r);
@@ -122,10 +145,12 @@ void rmsnorm_forward(const S* x, const S* w, int64_t n, int64_t d, S eps, S* rst
     const S rs = S(1) / std::sqrt(ss / static_cast<S>(d) + eps);
     rstd[i] = rs;
     O* yi = y + i * d;
-    if constexpr (bulk_bf16<S, O>) {
-      float* t = scratch_row(d);
-      for (int64_t j = 0; j < d; ++j) t[j] = xi[j] * rs * w[j];
-      convert(t, yi, static_cast<size_t>(d));
+    if (rounds_rows<S, O>(r)) {
+      if constexpr (row_types<S, O>) {
+        float* t = scratch_row(d);
+        for (int64_t j = 0; j < d; ++j) t[j] = xi[j] * rs * w[j];
+        round_row(t, yi, d, r);
+      }
     } else {
       for (int64_t j = 0; j < d; ++j) yi[j] = to_op<O>(xi[j] * rs * w[j], r);
     }
@@ -161,9 +186,14 @@ void rmsnorm_backward(const S* dy, const S* x, const S* w, const S* rstd, int64_
       }
       if (dx_op) {
         O* oi = dx_op + i * d;
-        if constexpr (bulk_bf16<S, O>)
-          convert(dxi, oi, static_cast<size_t>(d));
-        else
+        bool done = false;
+        if constexpr (row_types<S, O>) {
+          if (rounds_rows<S, O>(r)) {
+            round_row(dxi, oi, d, r);
+            done = true;
+          }
+        }
+        if (!done)
           for (int64_t j = 0; j < d; ++j) oi[j] = to_op<O>(dxi[j], r);
       }
     }
@@ -199,17 +229,19 @@ void rope_forward(const S* src, O* dst, int64_t n, int64_t seq, int64_t d, int64
     const S* s = sin_t + (i % seq) * half;
     const S* in = src + i * row;
     O* out = dst + i * row;
-    if constexpr (bulk_bf16<S, O>) {
-      float* t = scratch_row(2 * d);
-      for (int64_t h = 0; h < 2 * d; h += dh)  // q and k: every head's pairs
-        for (int64_t p = 0; p < half; ++p) {
-          const S x0 = in[h + 2 * p], x1 = in[h + 2 * p + 1];
-          t[h + 2 * p] = x0 * c[p] - x1 * s[p];
-          t[h + 2 * p + 1] = x0 * s[p] + x1 * c[p];
-        }
-      convert(t, out, static_cast<size_t>(2 * d));
-      convert(in + 2 * d, out + 2 * d, static_cast<size_t>(d));
-      continue;
+    if constexpr (row_types<S, O>) {
+      if (rounds_rows<S, O>(r)) {
+        float* t = scratch_row(2 * d);
+        for (int64_t h = 0; h < 2 * d; h += dh)  // q and k: every head's pairs
+          for (int64_t p = 0; p < half; ++p) {
+            const S x0 = in[h + 2 * p], x1 = in[h + 2 * p + 1];
+            t[h + 2 * p] = x0 * c[p] - x1 * s[p];
+            t[h + 2 * p + 1] = x0 * s[p] + x1 * c[p];
+          }
+        round_row(t, out, 2 * d, r);
+        round_row(in + 2 * d, out + 2 * d, d, r);
+        continue;
+      }
     }
     for (int64_t j = 0; j < 2 * d; j += 2) {  // q and k: every head's pairs
       const int64_t p = (j % dh) / 2;
@@ -232,19 +264,32 @@ void rope_backward(const G* src, O* dst, int64_t n, int64_t seq, int64_t d, int6
     const S* s = sin_t + (i % seq) * half;
     const G* in = src + i * row;
     O* out = dst + i * row;
-    if constexpr (bulk_bf16<S, O> && std::is_same_v<G, bf16>) {
-      float* g = scratch_row(2 * d, 0);
-      float* t = scratch_row(2 * d, 1);
-      convert(in, g, static_cast<size_t>(2 * d));
-      for (int64_t h = 0; h < 2 * d; h += dh)
-        for (int64_t p = 0; p < half; ++p) {
-          const S g0 = g[h + 2 * p], g1 = g[h + 2 * p + 1];
-          t[h + 2 * p] = g0 * c[p] + g1 * s[p];
-          t[h + 2 * p + 1] = -g0 * s[p] + g1 * c[p];
+    if constexpr (row_types<S, O> && (std::is_same_v<G, bf16> || std::is_same_v<G, float>)) {
+      if (rounds_rows<S, O>(r)) {
+        const float* g = nullptr;
+        if constexpr (std::is_same_v<G, bf16>) {
+          float* gf = scratch_row(2 * d, 0);
+          convert(in, gf, static_cast<size_t>(2 * d));
+          g = gf;
+        } else {
+          g = in;
         }
-      convert(t, out, static_cast<size_t>(2 * d));
-      std::copy_n(in + 2 * d, d, out + 2 * d);  // dv is bf16 already: rounding it again changes no value
-      continue;
+        float* t = scratch_row(2 * d, 1);
+        for (int64_t h = 0; h < 2 * d; h += dh)
+          for (int64_t p = 0; p < half; ++p) {
+            const S g0 = g[h + 2 * p], g1 = g[h + 2 * p + 1];
+            t[h + 2 * p] = g0 * c[p] + g1 * s[p];
+            t[h + 2 * p + 1] = -g0 * s[p] + g1 * c[p];
+          }
+        round_row(t, out, 2 * d, r);
+        if constexpr (std::is_same_v<G, bf16> && std::is_same_v<O, bf16>)
+          std::copy_n(in + 2 * d, d, out + 2 * d);  // dv is bf16 already: rounding it again changes no value
+        else if constexpr (std::is_same_v<G, float>)
+          round_row(in + 2 * d, out + 2 * d, d, r);
+        else
+          for (int64_t j = 2 * d; j < row; ++j) out[j] = to_op<O>(from_op<S>(in[j]), r);
+        continue;
+      }
     }
     for (int64_t j = 0; j < 2 * d; j += 2) {
       const int64_t p = (j % dh) / 2;
@@ -365,6 +410,15 @@ void cross_entropy_backward(const S* logits, const int32_t* targets, const S* ls
   for (int64_t i = 0; i < n; ++i) {
     const S* li = logits + i * vocab;
     O* oi = out + i * vocab;
+    if constexpr (std::is_same_v<S, float> && std::is_same_v<O, float>) {
+      // fp16 emulation: the row's fp32 gradient by the vector path (one row: no nested threads),
+      // then rounded through fp16 in bulk.
+      float* t = scratch_row(vocab);
+      if (r == Round::fp16 && fused::cross_entropy_backward(li, targets + i, lse + i, 1, vocab, k, t)) {
+        round_row(t, oi, vocab, r);
+        continue;
+      }
+    }
     for (int64_t j = 0; j < vocab; ++j) {
       S v = std::exp(li[j] - lse[i]) * k;
       if (j == targets[i]) v -= k;

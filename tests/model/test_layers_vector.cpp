@@ -4,6 +4,7 @@
 // sigmoid and the exponent range.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -99,6 +100,79 @@ TEST(LayersVector, CrossEntropyMatchesTheScalarTwin) {
     EXPECT_LE(max_rel(b1, b0, 1e-9), 1.0 / 128);
     // The bf16 form is the rounding of the fp32 form.
     for (size_t i = 0; i < d0.size(); ++i) ASSERT_EQ(b0[i].bits, to_bf16(d0[i]).bits) << i;
+  }
+}
+
+}  // namespace
+}  // namespace ridge::model
+
+namespace ridge::model {
+namespace {
+
+// The rows rounded in bulk (bf16, and fp32 rounded through fp16) hold exactly what a per-element
+// to_op of the same float expression gives: RMSNorm's output, RoPE forward and backward, the cast.
+template <typename O>
+void check_rounded_rows(Round r) {
+  const int64_t n = 6, seq = 3, dh = 8, d = 16, row = 3 * d;
+  const auto x = sample(static_cast<size_t>(n * row), 3.0f, 11);
+  const auto w = sample(static_cast<size_t>(d), 1.0f, 12);
+  std::vector<float> cos_t, sin_t;
+  layers::rope_tables<float>(seq, dh, 10000.0, cos_t, sin_t);
+  auto op = [&](float v) { return layers::to_op<O>(v, r); };
+  auto same = [](O a, O b) {
+    if constexpr (std::is_same_v<O, bf16>)
+      return a.bits == b.bits;
+    else
+      return std::bit_cast<uint32_t>(a) == std::bit_cast<uint32_t>(b);
+  };
+
+  // RMSNorm over the first d columns of each row.
+  std::vector<float> xn(static_cast<size_t>(n * d)), rstd(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) std::copy_n(x.data() + i * row, d, xn.data() + i * d);
+  std::vector<O> y(static_cast<size_t>(n * d));
+  layers::rmsnorm_forward(xn.data(), w.data(), n, d, 1e-5f, rstd.data(), y.data(), r);
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < d; ++j)
+      ASSERT_TRUE(same(y[static_cast<size_t>(i * d + j)], op(xn[static_cast<size_t>(i * d + j)] * rstd[static_cast<size_t>(i)] * w[static_cast<size_t>(j)])))
+          << "rmsnorm " << i << "," << j;
+
+  // RoPE forward from the fp32 q|k|v rows, and backward from fp32 gradients.
+  std::vector<O> q(x.size()), g(x.size());
+  layers::rope_forward(x.data(), q.data(), n, seq, d, dh, cos_t.data(), sin_t.data(), r);
+  layers::rope_backward<float>(x.data(), g.data(), n, seq, d, dh, cos_t.data(), sin_t.data(), r);
+  for (int64_t i = 0; i < n; ++i) {
+    const float* c = cos_t.data() + (i % seq) * dh / 2;
+    const float* s = sin_t.data() + (i % seq) * dh / 2;
+    const float* in = x.data() + i * row;
+    for (int64_t j = 0; j < row; ++j) {
+      const size_t at = static_cast<size_t>(i * row + j);
+      O fq, fg;
+      if (j < 2 * d) {
+        const int64_t p = (j % dh) / 2, j0 = j - j % 2;
+        fq = j % 2 == 0 ? op(in[j0] * c[p] - in[j0 + 1] * s[p]) : op(in[j0] * s[p] + in[j0 + 1] * c[p]);
+        fg = j % 2 == 0 ? op(in[j0] * c[p] + in[j0 + 1] * s[p]) : op(-in[j0] * s[p] + in[j0 + 1] * c[p]);
+      } else {
+        fq = fg = op(in[j]);
+      }
+      ASSERT_TRUE(same(q[at], fq)) << "rope forward " << i << "," << j;
+      ASSERT_TRUE(same(g[at], fg)) << "rope backward " << i << "," << j;
+    }
+  }
+
+  // The cast, over more than one chunk of the parallel split.
+  const auto big = sample(size_t{70000}, 1e3f, 13);
+  std::vector<O> cb(big.size());
+  layers::cast<O>(big.data(), cb.data(), static_cast<int64_t>(big.size()), r);
+  for (size_t i = 0; i < big.size(); ++i) ASSERT_TRUE(same(cb[i], op(big[i]))) << "cast " << i;
+}
+
+TEST(LayersVector, RoundedRowsEqualPerElementRounding) {
+  for (cpu::Isa isa : cpu::supported_isas()) {
+    SCOPED_TRACE(cpu::isa_name(isa));
+    cpu::ScopedIsa scoped(isa);
+    check_rounded_rows<bf16>(Round::none);
+    check_rounded_rows<float>(Round::fp16);
+    check_rounded_rows<float>(Round::none);
   }
 }
 
