@@ -1,7 +1,7 @@
 // Vector paths of the model's exp-heavy and rounding-heavy elementwise layers (SwiGLU forward and
 // backward, the cross-entropy rows), for fp32 compute with fp32 or bf16 operands. Each returns false
-// when the active ISA (ridge::cpu::active_isa()) has no vector path, or the operand needs fp16
-// emulation, and the caller runs the scalar twin in layers.hpp, which stays the reference the tests
+// when the active ISA (ridge::cpu::active_isa()) has no vector path, and the caller runs the
+// scalar twin in layers.hpp, which stays the reference the tests
 // hold these against. Rows are split over threads as the twins split them, so results do not depend
 // on the thread count. exp is a degree-6 polynomial on 2^f (relative error < 2e-7), so results
 // differ from the twins' std::exp by a few float ulps, never by a bf16 rounding step more than that.
@@ -19,6 +19,9 @@ bool swiglu_forward(const float* ab, int64_t n, int64_t f, float* ab_saved, floa
 // dab = [dg * b * silu'(a) | dg * silu(a)].
 bool swiglu_backward(const float* dg, const bf16* ab, int64_t n, int64_t f, bf16* dab);
 bool swiglu_backward(const float* dg, const float* ab, int64_t n, int64_t f, float* dab);
+// The fp16 emulation's forms: every operand value rounded through fp16 and kept as fp32.
+bool swiglu_forward_fp16(const float* ab, int64_t n, int64_t f, float* ab_saved, float* g);
+bool swiglu_backward_fp16(const float* dg, const float* ab, int64_t n, int64_t f, float* dab);
 // Per row: lse[i] = log sum exp(logits[i, :]); row_loss[i] = lse[i] - logits[i, targets[i]].
 bool cross_entropy_forward(const float* logits, const int32_t* targets, int64_t n, int64_t vocab, float* lse,
                            double* row_loss);

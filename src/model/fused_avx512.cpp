@@ -55,6 +55,12 @@ bool vector_path() { return cpu::active_isa() >= cpu::Isa::avx512; }
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
+// fp32 rounded through fp16 and back (fp16 emulation): vcvtps2ph with the rounding in the
+// instruction (nearest even, whatever MXCSR says), IEEE subnormals and overflow to inf, as to_fp16.
+[[gnu::always_inline]] inline __m512 round_fp16_ps(__m512 v) {
+  return _mm512_cvtph_ps(_mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+
 // Operand-type loads and stores of 16 (or the first `m`) elements.
 template <typename O>
 [[gnu::always_inline]] inline __m512 load(const O* p, __mmask16 m) {
@@ -63,10 +69,16 @@ template <typename O>
   else
     return _mm512_maskz_loadu_ps(m, p);
 }
-// Stores the operand-type value and returns it as a float (what a reader of the operand sees).
-template <typename O>
+// Stores the operand-type value and returns it as a float (what a reader of the operand sees);
+// F16 rounds a float operand through fp16 first.
+template <typename O, bool F16 = false>
 [[gnu::always_inline]] inline __m512 store(O* p, __m512 v, __mmask16 m) {
-  if constexpr (std::is_same_v<O, bf16>) {
+  if constexpr (F16) {
+    static_assert(std::is_same_v<O, float>);
+    v = round_fp16_ps(v);
+    _mm512_mask_storeu_ps(p, m, v);
+    return v;
+  } else if constexpr (std::is_same_v<O, bf16>) {
     const __m256i h = to_bf16_ps(v);
     _mm256_mask_storeu_epi16(p, m, h);
     return from_bf16_ps(h);
@@ -79,7 +91,7 @@ inline __mmask16 tail(int64_t left) {
   return left >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << left) - 1);
 }
 
-template <typename O>
+template <typename O, bool F16 = false>
 void swiglu_fwd(const float* ab, int64_t n, int64_t f, O* ab_saved, O* g) {
   const int nt = get_num_threads();
 #pragma omp parallel for num_threads(nt) schedule(static) if (n * f >= kParallelMin)
@@ -91,14 +103,14 @@ void swiglu_fwd(const float* ab, int64_t n, int64_t f, O* ab_saved, O* g) {
     for (int64_t j = 0; j < f; j += 16) {
       const __mmask16 m = tail(f - j);
       // g is formed from the rounded a and b, the values backward reads.
-      const __m512 av = store(sa + j, _mm512_maskz_loadu_ps(m, a + j), m);
-      const __m512 bv = store(sa + f + j, _mm512_maskz_loadu_ps(m, b + j), m);
-      store(gi + j, _mm512_mul_ps(_mm512_mul_ps(av, sigmoid_ps(av)), bv), m);
+      const __m512 av = store<O, F16>(sa + j, _mm512_maskz_loadu_ps(m, a + j), m);
+      const __m512 bv = store<O, F16>(sa + f + j, _mm512_maskz_loadu_ps(m, b + j), m);
+      store<O, F16>(gi + j, _mm512_mul_ps(_mm512_mul_ps(av, sigmoid_ps(av)), bv), m);
     }
   }
 }
 
-template <typename O>
+template <typename O, bool F16 = false>
 void swiglu_bwd(const float* dg, const O* ab, int64_t n, int64_t f, O* dab) {
   const int nt = get_num_threads();
   const __m512 one = _mm512_set1_ps(1.0f);
@@ -116,8 +128,8 @@ void swiglu_bwd(const float* dg, const O* ab, int64_t n, int64_t f, O* dab) {
       // d a = g b s (1 + a (1 - s)), d b = g a s: the twin's order of products.
       const __m512 gb = _mm512_mul_ps(_mm512_mul_ps(gv, bv), s);
       const __m512 t = _mm512_add_ps(one, _mm512_mul_ps(av, _mm512_sub_ps(one, s)));
-      store(da + j, _mm512_mul_ps(gb, t), m);
-      store(db + j, _mm512_mul_ps(_mm512_mul_ps(gv, av), s), m);
+      store<O, F16>(da + j, _mm512_mul_ps(gb, t), m);
+      store<O, F16>(db + j, _mm512_mul_ps(_mm512_mul_ps(gv, av), s), m);
     }
   }
 }
@@ -132,6 +144,16 @@ bool swiglu_forward(const float* ab, int64_t n, int64_t f, bf16* ab_saved, bf16*
 bool swiglu_forward(const float* ab, int64_t n, int64_t f, float* ab_saved, float* g) {
   if (!vector_path()) return false;
   swiglu_fwd(ab, n, f, ab_saved, g);
+  return true;
+}
+bool swiglu_forward_fp16(const float* ab, int64_t n, int64_t f, float* ab_saved, float* g) {
+  if (!vector_path()) return false;
+  swiglu_fwd<float, true>(ab, n, f, ab_saved, g);
+  return true;
+}
+bool swiglu_backward_fp16(const float* dg, const float* ab, int64_t n, int64_t f, float* dab) {
+  if (!vector_path()) return false;
+  swiglu_bwd<float, true>(dg, ab, n, f, dab);
   return true;
 }
 bool swiglu_backward(const float* dg, const bf16* ab, int64_t n, int64_t f, bf16* dab) {

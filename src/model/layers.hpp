@@ -311,6 +311,8 @@ template <typename S, typename O>
 void swiglu_forward(const S* ab, int64_t n, int64_t f, O* ab_saved, O* g, Round r) {
   if constexpr (std::is_same_v<S, float> && (std::is_same_v<O, float> || std::is_same_v<O, bf16>)) {
     if (r == Round::none && fused::swiglu_forward(ab, n, f, ab_saved, g)) return;
+    if constexpr (std::is_same_v<O, float>)
+      if (r == Round::fp16 && fused::swiglu_forward_fp16(ab, n, f, ab_saved, g)) return;
   }
   const int nt = get_num_threads();
 #pragma omp parallel for num_threads(nt) schedule(static) if (n * f >= kParallelMin)
@@ -334,6 +336,8 @@ template <typename S, typename O>
 void swiglu_backward(const S* dg, const O* ab, int64_t n, int64_t f, O* dab, Round r) {
   if constexpr (std::is_same_v<S, float> && (std::is_same_v<O, float> || std::is_same_v<O, bf16>)) {
     if (r == Round::none && fused::swiglu_backward(dg, ab, n, f, dab)) return;
+    if constexpr (std::is_same_v<O, float>)
+      if (r == Round::fp16 && fused::swiglu_backward_fp16(dg, ab, n, f, dab)) return;
   }
   const int nt = get_num_threads();
 #pragma omp parallel for num_threads(nt) schedule(static) if (n * f >= kParallelMin)

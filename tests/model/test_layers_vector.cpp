@@ -24,6 +24,8 @@ std::vector<float> sample(size_t n, float scale, uint32_t seed) {
   for (auto& x : v) x = nd(rng);
   // A few values far out: sigmoid saturates to 0 and 1, exp underflows.
   if (n > 8) v[1] = 90.0f, v[3] = -90.0f, v[5] = 0.0f, v[7] = -30.0f;
+  // fp16 subnormals (below 6.1e-5) and a value that rounds to fp16's smallest step.
+  if (n > 12) v[9] = 3e-6f, v[11] = -5e-7f, v[12] = 4e-8f;
   return v;
 }
 
@@ -42,7 +44,7 @@ double max_rel(const std::vector<T>& a, const std::vector<T>& b, double floor) {
 bool has_vector_path() { return cpu::supported(cpu::Isa::avx512); }
 
 template <typename O>
-void check_swiglu(int64_t n, int64_t f, double tol) {
+void check_swiglu(int64_t n, int64_t f, double tol, Round r = Round::none) {
   SCOPED_TRACE(testing::Message() << "n=" << n << " f=" << f);
   const auto ab = sample(static_cast<size_t>(n * 2 * f), 2.0f, 3);
   const auto dg = sample(static_cast<size_t>(n * f), 1.0f, 4);
@@ -50,11 +52,11 @@ void check_swiglu(int64_t n, int64_t f, double tol) {
   std::vector<O> sa0(nab), g0(ng), dab0(nab), sa1(nab), g1(ng), dab1(nab);
   {
     cpu::ScopedIsa scalar(cpu::Isa::scalar);
-    layers::swiglu_forward(ab.data(), n, f, sa0.data(), g0.data(), Round::none);
-    layers::swiglu_backward(dg.data(), sa0.data(), n, f, dab0.data(), Round::none);
+    layers::swiglu_forward(ab.data(), n, f, sa0.data(), g0.data(), r);
+    layers::swiglu_backward(dg.data(), sa0.data(), n, f, dab0.data(), r);
   }
-  layers::swiglu_forward(ab.data(), n, f, sa1.data(), g1.data(), Round::none);
-  layers::swiglu_backward(dg.data(), sa0.data(), n, f, dab1.data(), Round::none);
+  layers::swiglu_forward(ab.data(), n, f, sa1.data(), g1.data(), r);
+  layers::swiglu_backward(dg.data(), sa0.data(), n, f, dab1.data(), r);
   EXPECT_EQ(max_rel(sa1, sa0, 0.0), 0.0);  // the saved copy is a plain rounding: bit for bit
   // Relative to the values' scale (~1) near zero: d a = g b s (1 + a (1 - s)) cancels near a = -1.28,
   // where a few ulps of s are a large part of a tiny result.
@@ -69,6 +71,9 @@ TEST(LayersVector, SwigluMatchesTheScalarTwin) {
   // bf16 outputs: a few float ulps apart before rounding can land one bf16 step apart.
   check_swiglu<bf16>(9, 37, 1.0 / 128);
   check_swiglu<bf16>(64, 640, 1.0 / 128);
+  // fp16 emulation: one fp16 step (2^-10 relative) at most.
+  check_swiglu<float>(9, 37, 1.0 / 1024, Round::fp16);
+  check_swiglu<float>(64, 640, 1.0 / 1024, Round::fp16);
 }
 
 TEST(LayersVector, CrossEntropyMatchesTheScalarTwin) {
