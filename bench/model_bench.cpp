@@ -298,6 +298,33 @@ json trace_summary(double since_us) {
   return j;
 }
 
+// Measured time per op kind (gemm, attention, elementwise, optimizer) of the timed steps, from the
+// same leaf ranges, as shares of their sum; what --predict holds each kind's prediction against.
+std::map<std::string, double> trace_kind_shares(double since_us) {
+  const json doc = trace::to_json();
+  std::map<std::string, double> by;
+  double total = 0;
+  for (const auto& e : doc["traceEvents"]) {
+    if (e.value("ph", "") != "X" || e.value("ts", 0.0) < since_us) continue;
+    const std::string n = e.value("name", "");
+    const double d = e.value("dur", 0.0);
+    if (n == "forward" || n == "backward" || n == "optimizer") total += d;
+    if (n == "optimizer")
+      by["optimizer"] += d;
+    else if (n.rfind("gemm", 0) == 0)
+      by["gemm"] += d;
+    else if (n == "attention" || n == "attention backward")
+      by["attention"] += d;
+  }
+  std::map<std::string, double> share;
+  if (total <= 0) return share;
+  // Everything else in the passes (norms, rope, SwiGLU, the loss, casts, residual adds) is
+  // elementwise, as the analyzer counts it.
+  by["elementwise"] = std::max(0.0, total - by["gemm"] - by["attention"] - by["optimizer"]);
+  for (const auto& [k, v] : by) share[k] = v / total;
+  return share;
+}
+
 double last_marker_ts(const std::string& name) {
   const json doc = trace::to_json();
   double ts = 0;
@@ -335,10 +362,84 @@ struct Case {
   model::ModelConfig cfg;
   int64_t batch = 4, seq = 256;
   std::string precision = "fp32", pass = "step", attention = "flash";
+  int threads = 1;
 };
 
+// Runs the case at its own thread count and puts the run's back afterwards.
+struct ThreadsScope {
+  int saved;
+  explicit ThreadsScope(int n) : saved(get_num_threads()) { set_num_threads(n); }
+  ~ThreadsScope() { set_num_threads(saved); }
+  ThreadsScope(const ThreadsScope&) = delete;
+  ThreadsScope& operator=(const ThreadsScope&) = delete;
+};
+
+// What --predict found for one case: the step's miss and, per op kind, measured against predicted
+// with the efficiency it ran at (bound / measured) beside the one fitted (bound / predicted).
+struct KindCheck {
+  double bound_ms = 0, predicted_ms = 0, measured_ms = 0;
+  double error_pct() const { return measured_ms > 0 ? 100.0 * (predicted_ms - measured_ms) / measured_ms : 0; }
+  double ran_eff() const { return measured_ms > 0 ? bound_ms / measured_ms : 0; }
+  double fitted_eff() const { return predicted_ms > 0 ? bound_ms / predicted_ms : 0; }
+};
+struct PredictionCheck {
+  double predicted_ms = 0, measured_ms = 0;
+  std::map<std::string, KindCheck> kinds;
+};
+
+// A hint per kind, from the case and the fit's shapes, for why its efficiency moved.
+std::string kind_hint(const std::string& kind, const Case& c, const KindCheck& k) {
+  const bool slower = k.ran_eff() < k.fitted_eff();
+  const int64_t dh = c.cfg.d_model / c.cfg.num_heads;
+  if (kind == "attention")
+    return fmt::format("{} at head_dim {}, T={} causal; fitted on head_dim 64, T=384{}", c.attention, dh, c.seq,
+                       slower ? ": the exp/softmax work per tile weighs more than the roof's FLOPs count"
+                              : "");
+  if (kind == "gemm")
+    return fmt::format("M=batch*context={}, sides {}..{}; fitted on 700..1700{}", c.batch * c.seq,
+                       std::min(c.cfg.d_model, c.cfg.d_ff), std::max<int64_t>(c.cfg.vocab_size, c.cfg.d_ff),
+                       slower ? ": packing and small-k/odd-edge tiles cost more at these shapes" : "");
+  if (kind == "elementwise")
+    return slower ? "exp-heavy passes (SwiGLU, loss) are compute-bound, not the stream the fit timed"
+                  : "operands stay in cache between the fused passes";
+  if (kind == "optimizer") return "AdamW over the flat fp32 buffers; fitted on 7M parameters";
+  return "";
+}
+
+std::vector<std::string> explain_misses(const Case& c, const PredictionCheck& p, double limit_pct) {
+  std::vector<std::string> out;
+  const double step_err = 100.0 * (p.predicted_ms - p.measured_ms) / p.measured_ms;
+  // The kind that carries most of the step's error.
+  std::string worst;
+  double worst_abs = -1;
+  for (const auto& [k, v] : p.kinds)
+    if (std::abs(v.predicted_ms - v.measured_ms) > worst_abs) {
+      worst_abs = std::abs(v.predicted_ms - v.measured_ms);
+      worst = k;
+    }
+  const std::string label = fmt::format("{} ctx={} {} {}", c.size, c.seq, c.precision, c.pass);
+  if (std::abs(step_err) > limit_pct && !worst.empty()) {
+    const auto& w = p.kinds.at(worst);
+    out.push_back(fmt::format(
+        "{} (whole): predicted {:.1f} ms, measured {:.1f} ms ({:+.1f}%); {} carries {:+.1f} of the {:+.1f} ms: it ran "
+        "at {:.1f}% of its roof vs fitted {:.1f}% ({})",
+        label, p.predicted_ms, p.measured_ms, step_err, worst, w.predicted_ms - w.measured_ms,
+        p.predicted_ms - p.measured_ms, 100 * w.ran_eff(), 100 * w.fitted_eff(), kind_hint(worst, c, w)));
+  }
+  for (const auto& [k, v] : p.kinds) {
+    if (std::abs(v.error_pct()) <= limit_pct || v.measured_ms <= 0) continue;
+    out.push_back(fmt::format("{} {}: predicted {:.1f} ms, measured {:.1f} ms ({:+.1f}%, {:.0f}% of the step): ran "
+                              "at {:.1f}% of its roof vs fitted {:.1f}% ({})",
+                              label, k, v.predicted_ms, v.measured_ms, v.error_pct(),
+                              100 * v.measured_ms / p.measured_ms, 100 * v.ran_eff(), 100 * v.fitted_eff(),
+                              kind_hint(k, c, v)));
+  }
+  return out;
+}
+
 void run_case(const Case& c, bench::Context& ctx, const roofline::Chip* chip, const Efficiency* eff,
-              int idx) {
+              int idx, std::vector<std::string>& misses) {
+  ThreadsScope threads_scope(c.threads);
   memory::reset_peak();
   const int64_t base_bytes = memory::current_bytes();
   model::TrainConfig tc;
@@ -347,8 +448,18 @@ void run_case(const Case& c, bench::Context& ctx, const roofline::Chip* chip, co
   tc.precision = model::parse_precision(c.precision);
   tc.attention = model::parse_attention_path(c.attention);
   tc.seed = 1;
-  model::Trainer trainer(c.cfg, tc);
-  auto& m = trainer.model();
+  // The full step needs the Trainer (it holds AdamW's state); forward and forward+backward time the
+  // model alone, initialised as the Trainer initialises it, so their memory peak holds no optimizer
+  // state (CS336 times those passes on the bare model too).
+  std::optional<model::Trainer> trainer;
+  std::optional<model::TransformerLM<float>> bare;
+  if (c.pass == "step") {
+    trainer.emplace(c.cfg, tc);
+  } else {
+    bare.emplace(c.cfg, tc.precision, tc.attention);
+    bare->init(tc.seed);
+  }
+  auto& m = trainer ? trainer->model() : *bare;
   std::vector<int32_t> in(static_cast<size_t>(c.batch * c.seq)), tg(in.size());
   std::mt19937 rng(7);
   std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(c.cfg.vocab_size - 1));
@@ -386,13 +497,23 @@ void run_case(const Case& c, bench::Context& ctx, const roofline::Chip* chip, co
       m.backward();
     };
   else
-    fn = [&] { bench::do_not_optimize(trainer.step(in.data(), tg.data()).loss); };
+    fn = [&] { bench::do_not_optimize(trainer->step(in.data(), tg.data()).loss); };
+  // --predict holds each op kind against its measured time, so it records the ranges even when no
+  // --trace file was asked for (the model's ranges cost well under 1% of a step).
+  const bool own_trace = eff && chip && !trace::recording();
+  if (own_trace) trace::start_recording();
   // Warm-up untimed, then the marker, so the trace summary covers the timed steps only.
   for (int i = 0; i < opt.warmup; ++i) fn();
   opt.warmup = 0;
   if (trace::recording()) trace::mark(marker);
   const auto meas = bench::measure(fn, opt);
   json shares;
+  std::map<std::string, double> kind_share;
+  if (trace::recording()) kind_share = trace_kind_shares(last_marker_ts(marker));
+  if (own_trace) {
+    trace::stop_recording();
+    trace::clear();
+  }
   if (trace::recording()) {
     shares = trace_summary(last_marker_ts(marker));
     std::fprintf(stderr, "trace summary, %s ctx=%lld %s %s (share of the timed steps):\n", c.size.c_str(),
@@ -405,6 +526,7 @@ void run_case(const Case& c, bench::Context& ctx, const roofline::Chip* chip, co
   row.case_ = {
       {"size", c.size}, {"context", c.seq}, {"batch", c.batch}, {"pass", c.pass}, {"attention", c.attention}};
   row.dtype = c.precision;
+  row.threads = c.threads;
   row.set_time(meas);
   const auto shape = model::model_shape(c.cfg, c.batch, c.seq, tc.precision, tc.attention);
   const double fwd = roofline::model_matmul_flops(shape, "forward");
@@ -423,6 +545,7 @@ void run_case(const Case& c, bench::Context& ctx, const roofline::Chip* chip, co
     if (c.pass == "step") passes.push_back("optimizer");
     double bound_s = 0, bytes = 0, pred_s = 0;
     std::map<std::string, double> pred_by;
+    PredictionCheck pc;
     for (const auto& e : sr.ops) {
       if (std::find(passes.begin(), passes.end(), e.op.pass) == passes.end()) continue;
       bound_s += e.t_lower;
@@ -433,6 +556,8 @@ void run_case(const Case& c, bench::Context& ctx, const roofline::Chip* chip, co
         const double ef = it != eff->eff.end() && it->second > 0 ? it->second : 1.0;
         pred_s += e.t_lower / ef;
         pred_by[e.op.kind] += e.t_lower / ef * 1e3;
+        pc.kinds[e.op.kind].bound_ms += e.t_lower * 1e3;
+        pc.kinds[e.op.kind].predicted_ms += e.t_lower / ef * 1e3;
       }
     }
     row.bytes = bytes;
@@ -443,7 +568,27 @@ void run_case(const Case& c, bench::Context& ctx, const roofline::Chip* chip, co
     if (eff) {
       row.extra["predicted_ms"] = pred_s * 1e3;
       row.extra["prediction_error_pct"] = 100.0 * (pred_s - meas.stats.median) / meas.stats.median;
-      if (ctx.sink.format() == bench::Format::json) row.extra["predicted_ms_by_kind"] = pred_by;
+      pc.predicted_ms = pred_s * 1e3;
+      pc.measured_ms = meas.stats.median * 1e3;
+      // Measured per kind: the trace's shares of the timed steps, scaled to the median step.
+      json by_kind = json::object();
+      for (auto& [k, v] : pc.kinds) {
+        const auto it = kind_share.find(k);
+        v.measured_ms = it != kind_share.end() ? it->second * pc.measured_ms : 0;
+        by_kind[k] = {{"predicted_ms", v.predicted_ms},
+                      {"measured_ms", v.measured_ms},
+                      {"bound_ms", v.bound_ms},
+                      {"prediction_error_pct", v.error_pct()},
+                      {"ran_efficiency", v.ran_eff()},
+                      {"fitted_efficiency", v.fitted_eff()}};
+      }
+      const auto found = kind_share.empty() ? std::vector<std::string>{} : explain_misses(c, pc, 10.0);
+      misses.insert(misses.end(), found.begin(), found.end());
+      if (ctx.sink.format() == bench::Format::json) {
+        row.extra["predicted_ms_by_kind"] = pred_by;
+        row.extra["prediction_by_kind"] = by_kind;
+        row.extra["prediction_misses"] = found;
+      }
     }
   } else {
     note = "no probe result: run 'ridge probe' for MFU and --predict";
@@ -452,8 +597,8 @@ void run_case(const Case& c, bench::Context& ctx, const roofline::Chip* chip, co
   {
     // Measured: the peak of ridge's allocator over the case (the model, its activations, the optimizer);
     // analytic: the count above. The step holds everything at once, so the two should meet; the
-    // difference is 64-byte alignment of each array, the optimizer state of a forward-only case (not
-    // allocated until the first step) and the bench's own buffers.
+    // difference is 64-byte alignment of each array and the bench's own buffers. Forward and
+    // forward+backward run on the bare model: no optimizer state on either side.
     const auto mem = analytic_memory(c.cfg, c.batch, c.seq, tc.precision);
     double total = 0;
     for (const auto& [k, v] : mem.items())
@@ -474,7 +619,7 @@ void run_case(const Case& c, bench::Context& ctx, const roofline::Chip* chip, co
     }
   }
   if (!g_no_torch) {
-    const auto t = torch_peer(weights, c.cfg, c.batch, c.seq, c.precision, c.pass, c.attention, ctx.threads,
+    const auto t = torch_peer(weights, c.cfg, c.batch, c.seq, c.precision, c.pass, c.attention, c.threads,
                               ctx.options.warmup, ctx.options.iters);
     std::error_code ec;
     fs::remove(weights, ec);
@@ -494,7 +639,7 @@ void run_case(const Case& c, bench::Context& ctx, const roofline::Chip* chip, co
 void run_model(bench::Context& ctx) {
   const auto& g = ctx.grid;
   g.check_keys(
-      {"size", "context", "batch", "precision", "pass", "attention", "d_model", "d_ff", "layers", "heads"},
+      {"size", "context", "batch", "precision", "pass", "attention", "d_model", "d_ff", "layers", "heads", "threads"},
       "model");
   std::vector<std::string> sizes = g.values("size", {"tiny", "small"});
   std::vector<int64_t> ctxs = g.counts("context", {256});
@@ -508,7 +653,12 @@ void run_model(bench::Context& ctx) {
   for (const auto& p : passes)
     check(p == "forward" || p == "forward+backward" || p == "step",
           "bench model: pass '{}' (accepted: forward, forward+backward, step)", p);
+  const std::vector<int64_t> thread_counts = g.counts("threads", {ctx.threads});
+  for (int64_t t : thread_counts)
+    check(t >= 1 && t <= env::kMaxThreads, "bench model: threads {} is not accepted (expected 1 .. {})", t,
+          env::kMaxThreads);
   std::vector<Case> cases;
+  for (const int64_t th : thread_counts)
   for (const auto& s : sizes)
     for (int64_t T : ctxs)
       for (int64_t B : g.counts("batch", {4}))
@@ -531,32 +681,33 @@ void run_model(bench::Context& ctx) {
               c.precision = pr;
               c.attention = at;
               c.pass = ps;
+              c.threads = static_cast<int>(th);
               cases.push_back(c);
             }
   std::optional<roofline::Chip> chip;
   if (roofline::has_probe_result()) chip = roofline::load_chip("this");
-  std::optional<Efficiency> eff;
+  // Efficiencies are fitted per thread count (each count its own file beside the chip file).
+  std::map<int, Efficiency> effs;
   if (g_predict) {
     check(chip.has_value(), "--predict: no probe result; run 'ridge probe' first");
-    eff = efficiencies(*chip, ctx.threads);
-    std::fprintf(stderr, "efficiencies (bound / measured, %s):\n", eff->path.c_str());
-    for (const auto& [k, v] : eff->eff)
-      std::fprintf(stderr, "  %-24s %5.1f%%  %s\n", k.c_str(), 100 * v, eff->shapes.value(k, "").c_str());
+    for (const int64_t th : thread_counts) {
+      ThreadsScope scope(static_cast<int>(th));
+      Efficiency& e = effs[static_cast<int>(th)] = efficiencies(*chip, static_cast<int>(th));
+      std::fprintf(stderr, "efficiencies (bound / measured, %s):\n", e.path.c_str());
+      for (const auto& [k, v] : e.eff)
+        std::fprintf(stderr, "  %-24s %5.1f%%  %s\n", k.c_str(), 100 * v, e.shapes.value(k, "").c_str());
+    }
   }
   ctx.progress.start(cases.size());
   int idx = 0;
   std::vector<std::string> misses;
   for (const auto& c : cases) {
-    run_case(c, ctx, chip ? &*chip : nullptr, eff ? &*eff : nullptr, idx++);
-    const auto& r = ctx.sink.rows().back();
-    if (r.extra.contains("prediction_error_pct") &&
-        std::abs(r.extra["prediction_error_pct"].get<double>()) > 10)
-      misses.push_back(fmt::format("{} ctx={} {} {}: predicted {:.1f} ms, measured {:.1f} ms ({:+.1f}%)",
-                                   c.size, c.seq, c.precision, c.pass, r.extra["predicted_ms"].get<double>(),
-                                   r.median_ms, r.extra["prediction_error_pct"].get<double>()));
+    const auto e = effs.find(c.threads);
+    run_case(c, ctx, chip ? &*chip : nullptr, e != effs.end() ? &e->second : nullptr, idx++, misses);
   }
   if (g_predict) {
-    std::fprintf(stderr, "prediction misses > 10%%: %s\n", misses.empty() ? "none" : "");
+    std::fprintf(stderr, "prediction misses > 10%% (per step and per op kind, with the kind's efficiency as run "
+                 "vs as fitted): %s\n", misses.empty() ? "none" : "");
     for (const auto& m : misses) std::fprintf(stderr, "  %s\n", m.c_str());
   }
 }

@@ -213,6 +213,12 @@ struct ModelShape {
   // Operand dtype of the GEMMs and attention: f32, bf16 or fp16 (master weights, gradients,
   // optimizer state, the residual stream, norms and the loss stay fp32, as mixed precision keeps them).
   DType operand = DType::f32;
+  // How the operands sit in memory, which sets the bytes every op moves for them; unset = the
+  // operand dtype itself. An implementation that emulates the operand dtype stores something wider:
+  // ridge's model on a chip without fp16 arithmetic (a CPU) rounds each operand through fp16 but
+  // stores and moves it as fp32, so its fp16 run moves 4 bytes per operand element, not 2 (see
+  // ridge::model::operand_storage, which step_roofline applies when this is unset).
+  std::optional<DType> storage;
   bool flash = true;  // FlashAttention (causal tiles skipped) or the math path (S and P in memory)
 };
 

@@ -20,6 +20,7 @@
 #include "ridge/core/format.hpp"
 #include "ridge/core/threads.hpp"
 #include "core/check.hpp"
+#include "model/fused.hpp"
 
 namespace ridge::model::layers {
 
@@ -50,9 +51,52 @@ inline S from_op(O x) {
   }
 }
 
+// Rows computed in float reach a rounded operand (bf16, or fp32 rounded through fp16) through core's
+// bulk conversions: their vector paths round exactly as to_bf16 / to_fp16 do, where a scalar to_op
+// per element keeps the loop from vectorising.
+template <typename S, typename O>
+inline constexpr bool row_types = std::is_same_v<S, float> && (std::is_same_v<O, bf16> || std::is_same_v<O, float>);
+template <typename S, typename O>
+inline bool rounds_rows(Round r) {
+  if constexpr (std::is_same_v<S, float> && std::is_same_v<O, bf16>) return true;
+  return row_types<S, O> && r == Round::fp16;
+}
+// A per-thread float row for a layer to compute into before the bulk rounding.
+inline float* scratch_row(int64_t n, int which = 0) {
+  thread_local std::vector<float> rows[2];
+  auto& v = rows[which];
+  if (v.size() < static_cast<size_t>(n)) v.resize(static_cast<size_t>(n));
+  return v.data();
+}
+// dst = src rounded to the operand (n floats, one row or chunk).
+template <typename O>
+void round_row(const float* src, O* dst, int64_t n, Round r) {
+  if constexpr (std::is_same_v<O, bf16>) {
+    convert(src, dst, static_cast<size_t>(n));
+  } else if constexpr (std::is_same_v<O, float>) {
+    if (r == Round::fp16) {
+      thread_local std::vector<fp16> half;
+      if (half.size() < static_cast<size_t>(n)) half.resize(static_cast<size_t>(n));
+      convert(src, half.data(), static_cast<size_t>(n));
+      convert(half.data(), dst, static_cast<size_t>(n));
+    } else if (src != dst) {
+      std::copy_n(src, n, dst);
+    }
+  }
+}
+
 template <typename O, typename S>
 void cast(const S* src, O* dst, int64_t n, Round r) {
   const int nt = get_num_threads();
+  if constexpr (row_types<S, O>) {
+    if (rounds_rows<S, O>(r)) {
+      constexpr int64_t chunk = 1 << 14;
+      const int64_t chunks = (n + chunk - 1) / chunk;
+#pragma omp parallel for num_threads(nt) schedule(static) if (n >= kParallelMin)
+      for (int64_t c = 0; c < chunks; ++c) round_row(src + c * chunk, dst + c * chunk, std::min(chunk, n - c * chunk), r);
+      return;
+    }
+  }
 #pragma omp parallel for num_threads(nt) schedule(static) if (n >= kParallelMin)
   for (int64_t i = 0; i < n; ++i) dst[i] = to_op<O>(src[i], r);
 }
@@ -102,14 +146,23 @@ void rmsnorm_forward(const S* x, const S* w, int64_t n, int64_t d, S eps, S* rst
     const S rs = S(1) / std::sqrt(ss / static_cast<S>(d) + eps);
     rstd[i] = rs;
     O* yi = y + i * d;
-    for (int64_t j = 0; j < d; ++j) yi[j] = to_op<O>(xi[j] * rs * w[j], r);
+    if (rounds_rows<S, O>(r)) {
+      if constexpr (row_types<S, O>) {
+        float* t = scratch_row(d);
+        for (int64_t j = 0; j < d; ++j) t[j] = xi[j] * rs * w[j];
+        round_row(t, yi, d, r);
+      }
+    } else {
+      for (int64_t j = 0; j < d; ++j) yi[j] = to_op<O>(xi[j] * rs * w[j], r);
+    }
   }
 }
 // dx (+)= rstd * (dxh - xh * mean(dxh * xh)) with xh = x * rstd, dxh = dy * w; dw += sum_i dy * xh.
-// `accumulate` adds dx into the residual gradient the caller passes.
-template <typename S>
+// `accumulate` adds dx into the residual gradient the caller passes. With `dx_op`, the final dx is
+// also written rounded to the operand type, for the next GEMM, in the same pass.
+template <typename S, typename O = S>
 void rmsnorm_backward(const S* dy, const S* x, const S* w, const S* rstd, int64_t n, int64_t d, S* dx, S* dw,
-                      bool accumulate) {
+                      bool accumulate, O* dx_op = nullptr, Round r = Round::none) {
   const int nt = get_num_threads();
   const int64_t chunks = (n + kRowChunk - 1) / kRowChunk;
   std::vector<S> partial(static_cast<size_t>(chunks * d), S(0));
@@ -131,6 +184,18 @@ void rmsnorm_backward(const S* dy, const S* x, const S* w, const S* rstd, int64_
       for (int64_t j = 0; j < d; ++j) {
         const S v = rs * (gi[j] * w[j] - xi[j] * rs * mean);
         dxi[j] = accumulate ? dxi[j] + v : v;
+      }
+      if (dx_op) {
+        O* oi = dx_op + i * d;
+        bool done = false;
+        if constexpr (row_types<S, O>) {
+          if (rounds_rows<S, O>(r)) {
+            round_row(dxi, oi, d, r);
+            done = true;
+          }
+        }
+        if (!done)
+          for (int64_t j = 0; j < d; ++j) oi[j] = to_op<O>(dxi[j], r);
       }
     }
   }
@@ -165,6 +230,20 @@ void rope_forward(const S* src, O* dst, int64_t n, int64_t seq, int64_t d, int64
     const S* s = sin_t + (i % seq) * half;
     const S* in = src + i * row;
     O* out = dst + i * row;
+    if constexpr (row_types<S, O>) {
+      if (rounds_rows<S, O>(r)) {
+        float* t = scratch_row(2 * d);
+        for (int64_t h = 0; h < 2 * d; h += dh)  // q and k: every head's pairs
+          for (int64_t p = 0; p < half; ++p) {
+            const S x0 = in[h + 2 * p], x1 = in[h + 2 * p + 1];
+            t[h + 2 * p] = x0 * c[p] - x1 * s[p];
+            t[h + 2 * p + 1] = x0 * s[p] + x1 * c[p];
+          }
+        round_row(t, out, 2 * d, r);
+        round_row(in + 2 * d, out + 2 * d, d, r);
+        continue;
+      }
+    }
     for (int64_t j = 0; j < 2 * d; j += 2) {  // q and k: every head's pairs
       const int64_t p = (j % dh) / 2;
       const S x0 = in[j], x1 = in[j + 1];
@@ -186,6 +265,33 @@ void rope_backward(const G* src, O* dst, int64_t n, int64_t seq, int64_t d, int6
     const S* s = sin_t + (i % seq) * half;
     const G* in = src + i * row;
     O* out = dst + i * row;
+    if constexpr (row_types<S, O> && (std::is_same_v<G, bf16> || std::is_same_v<G, float>)) {
+      if (rounds_rows<S, O>(r)) {
+        const float* g = nullptr;
+        if constexpr (std::is_same_v<G, bf16>) {
+          float* gf = scratch_row(2 * d, 0);
+          convert(in, gf, static_cast<size_t>(2 * d));
+          g = gf;
+        } else {
+          g = in;
+        }
+        float* t = scratch_row(2 * d, 1);
+        for (int64_t h = 0; h < 2 * d; h += dh)
+          for (int64_t p = 0; p < half; ++p) {
+            const S g0 = g[h + 2 * p], g1 = g[h + 2 * p + 1];
+            t[h + 2 * p] = g0 * c[p] + g1 * s[p];
+            t[h + 2 * p + 1] = -g0 * s[p] + g1 * c[p];
+          }
+        round_row(t, out, 2 * d, r);
+        if constexpr (std::is_same_v<G, bf16> && std::is_same_v<O, bf16>)
+          std::copy_n(in + 2 * d, d, out + 2 * d);  // dv is bf16 already: rounding it again changes no value
+        else if constexpr (std::is_same_v<G, float>)
+          round_row(in + 2 * d, out + 2 * d, d, r);
+        else
+          for (int64_t j = 2 * d; j < row; ++j) out[j] = to_op<O>(from_op<S>(in[j]), r);
+        continue;
+      }
+    }
     for (int64_t j = 0; j < 2 * d; j += 2) {
       const int64_t p = (j % dh) / 2;
       const S g0 = from_op<S>(in[j]), g1 = from_op<S>(in[j + 1]);
@@ -204,6 +310,11 @@ inline S sigmoid(S x) {
 // ab: the GEMM output (S); ab_saved: its operand-type copy kept for backward; g: the w2 operand.
 template <typename S, typename O>
 void swiglu_forward(const S* ab, int64_t n, int64_t f, O* ab_saved, O* g, Round r) {
+  if constexpr (std::is_same_v<S, float> && (std::is_same_v<O, float> || std::is_same_v<O, bf16>)) {
+    if (r == Round::none && fused::swiglu_forward(ab, n, f, ab_saved, g)) return;
+    if constexpr (std::is_same_v<O, float>)
+      if (r == Round::fp16 && fused::swiglu_forward_fp16(ab, n, f, ab_saved, g)) return;
+  }
   const int nt = get_num_threads();
 #pragma omp parallel for num_threads(nt) schedule(static) if (n * f >= kParallelMin)
   for (int64_t i = 0; i < n; ++i) {
@@ -224,6 +335,11 @@ void swiglu_forward(const S* ab, int64_t n, int64_t f, O* ab_saved, O* g, Round 
 // dab = [dg * b * silu'(a) | dg * silu(a)], silu'(a) = s (1 + a (1 - s)), s = sigmoid(a).
 template <typename S, typename O>
 void swiglu_backward(const S* dg, const O* ab, int64_t n, int64_t f, O* dab, Round r) {
+  if constexpr (std::is_same_v<S, float> && (std::is_same_v<O, float> || std::is_same_v<O, bf16>)) {
+    if (r == Round::none && fused::swiglu_backward(dg, ab, n, f, dab)) return;
+    if constexpr (std::is_same_v<O, float>)
+      if (r == Round::fp16 && fused::swiglu_backward_fp16(dg, ab, n, f, dab)) return;
+  }
   const int nt = get_num_threads();
 #pragma omp parallel for num_threads(nt) schedule(static) if (n * f >= kParallelMin)
   for (int64_t i = 0; i < n; ++i) {
@@ -250,16 +366,21 @@ double cross_entropy_forward(const S* logits, const int32_t* targets, int64_t n,
           targets[i], i, vocab);
   // Per-row losses summed in row order afterwards: the same bits whatever the thread count.
   std::vector<double> row_loss(static_cast<size_t>(n));
+  bool vector = false;
+  if constexpr (std::is_same_v<S, float>)
+    vector = fused::cross_entropy_forward(logits, targets, n, vocab, lse, row_loss.data());
   const int nt = get_num_threads();
+  if (!vector) {
 #pragma omp parallel for num_threads(nt) schedule(static) if (n * vocab >= kParallelMin)
-  for (int64_t i = 0; i < n; ++i) {
-    const S* li = logits + i * vocab;
-    S m = li[0];
-    for (int64_t j = 1; j < vocab; ++j) m = std::max(m, li[j]);
-    S sum = 0;
-    for (int64_t j = 0; j < vocab; ++j) sum += std::exp(li[j] - m);
-    lse[i] = m + std::log(sum);
-    row_loss[static_cast<size_t>(i)] = static_cast<double>(lse[i] - li[targets[i]]);
+    for (int64_t i = 0; i < n; ++i) {
+      const S* li = logits + i * vocab;
+      S m = li[0];
+      for (int64_t j = 1; j < vocab; ++j) m = std::max(m, li[j]);
+      S sum = 0;
+      for (int64_t j = 0; j < vocab; ++j) sum += std::exp(li[j] - m);
+      lse[i] = m + std::log(sum);
+      row_loss[static_cast<size_t>(i)] = static_cast<double>(lse[i] - li[targets[i]]);
+    }
   }
   double total = 0;
   for (double v : row_loss) total += v;
@@ -269,12 +390,45 @@ double cross_entropy_forward(const S* logits, const int32_t* targets, int64_t n,
 template <typename S>
 void cross_entropy_backward(S* logits, const int32_t* targets, const S* lse, int64_t n, int64_t vocab, S scale) {
   const S k = scale / static_cast<S>(n);
+  if constexpr (std::is_same_v<S, float>) {
+    if (fused::cross_entropy_backward(logits, targets, lse, n, vocab, k, logits)) return;
+  }
   const int nt = get_num_threads();
 #pragma omp parallel for num_threads(nt) schedule(static) if (n * vocab >= kParallelMin)
   for (int64_t i = 0; i < n; ++i) {
     S* li = logits + i * vocab;
     for (int64_t j = 0; j < vocab; ++j) li[j] = std::exp(li[j] - lse[i]) * k;
     li[targets[i]] -= k;
+  }
+}
+// The same gradient written straight into the GEMM operand `out` (the rounding fused into this pass,
+// so the fp32 gradient is never stored); logits are left as they are.
+template <typename S, typename O>
+void cross_entropy_backward(const S* logits, const int32_t* targets, const S* lse, int64_t n, int64_t vocab,
+                            S scale, O* out, Round r) {
+  const S k = scale / static_cast<S>(n);
+  if constexpr (std::is_same_v<S, float> && std::is_same_v<O, bf16>) {
+    if (fused::cross_entropy_backward(logits, targets, lse, n, vocab, k, out)) return;
+  }
+  const int nt = get_num_threads();
+#pragma omp parallel for num_threads(nt) schedule(static) if (n * vocab >= kParallelMin)
+  for (int64_t i = 0; i < n; ++i) {
+    const S* li = logits + i * vocab;
+    O* oi = out + i * vocab;
+    if constexpr (std::is_same_v<S, float> && std::is_same_v<O, float>) {
+      // fp16 emulation: the row's fp32 gradient by the vector path (one row: no nested threads),
+      // then rounded through fp16 in bulk.
+      float* t = scratch_row(vocab);
+      if (r == Round::fp16 && fused::cross_entropy_backward(li, targets + i, lse + i, 1, vocab, k, t)) {
+        round_row(t, oi, vocab, r);
+        continue;
+      }
+    }
+    for (int64_t j = 0; j < vocab; ++j) {
+      S v = std::exp(li[j] - lse[i]) * k;
+      if (j == targets[i]) v -= k;
+      oi[j] = to_op<O>(v, r);
+    }
   }
 }
 

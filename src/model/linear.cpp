@@ -47,6 +47,21 @@ void nt(const double* a, const double* b, double* d, int64_t m, int64_t n, int64
   loops(false, true, a, b, d, m, n, k, lda, ldb, ldd, accumulate);
 }
 
+void nt_add(const float* a, const float* b, float* d, const float* c, int64_t m, int64_t n, int64_t k, int64_t lda,
+            int64_t ldb, int64_t ldd) {
+  gemm::f32_gemm_nt(in(a, m, k, lda), in(b, n, k, ldb), out(d, m, n, ldd), in(c, m, n, ldd));
+}
+void nt_add(const bf16* a, const bf16* b, float* d, const float* c, int64_t m, int64_t n, int64_t k, int64_t lda,
+            int64_t ldb, int64_t ldd) {
+  gemm::bf16_gemm_nt(in(a, m, k, lda), in(b, n, k, ldb), out(d, m, n, ldd), in(c, m, n, ldd));
+}
+void nt_add(const double* a, const double* b, double* d, const double* c, int64_t m, int64_t n, int64_t k,
+            int64_t lda, int64_t ldb, int64_t ldd) {
+  loops(false, true, a, b, d, m, n, k, lda, ldb, ldd, false);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) d[i * ldd + j] += c[i * ldd + j];
+}
+
 void nn(const float* a, const float* b, float* d, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb,
         int64_t ldd, bool accumulate) {
   gemm::f32_gemm_nn(in(a, m, k, lda), in(b, k, n, ldb), out(d, m, n, ldd), acc(d, m, n, ldd, accumulate));
@@ -58,6 +73,11 @@ void nn(const bf16* a, const bf16* b, float* d, int64_t m, int64_t n, int64_t k,
 void nn(const double* a, const double* b, double* d, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb,
         int64_t ldd, bool accumulate) {
   loops(false, false, a, b, d, m, n, k, lda, ldb, ldd, accumulate);
+}
+
+void nn(const bf16* a, const bf16* b, bf16* d, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb,
+        int64_t ldd) {
+  gemm::bf16_gemm_nn(in(a, m, k, lda), in(b, k, n, ldb), MatrixView<bf16>{d, m, n, ldd});
 }
 
 void tn(const float* a, const float* b, float* d, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb,

@@ -19,6 +19,14 @@ void nt(const bf16* a, const bf16* b, float* d, int64_t m, int64_t n, int64_t k,
         int64_t ldd, bool accumulate);
 void nt(const double* a, const double* b, double* d, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb,
         int64_t ldd, bool accumulate);
+// d = c + a b^T with c a separate [m, n] array (ld ldd): the residual add fused into the GEMM's
+// epilogue instead of a pass of its own.
+void nt_add(const float* a, const float* b, float* d, const float* c, int64_t m, int64_t n, int64_t k, int64_t lda,
+            int64_t ldb, int64_t ldd);
+void nt_add(const bf16* a, const bf16* b, float* d, const float* c, int64_t m, int64_t n, int64_t k, int64_t lda,
+            int64_t ldb, int64_t ldd);
+void nt_add(const double* a, const double* b, double* d, const double* c, int64_t m, int64_t n, int64_t k,
+            int64_t lda, int64_t ldb, int64_t ldd);
 // d[m, n] = a[m, k] b[k, n]
 void nn(const float* a, const float* b, float* d, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb,
         int64_t ldd, bool accumulate);
@@ -26,6 +34,10 @@ void nn(const bf16* a, const bf16* b, float* d, int64_t m, int64_t n, int64_t k,
         int64_t ldd, bool accumulate);
 void nn(const double* a, const double* b, double* d, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb,
         int64_t ldd, bool accumulate);
+// The bf16 output rounded once at the end (nearest even), the same values as an fp32 output cast
+// afterwards, without the fp32 array or the pass.
+void nn(const bf16* a, const bf16* b, bf16* d, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb,
+        int64_t ldd);
 // d[m, n] = a^T b with a stored [k, m] and b stored [k, n]
 void tn(const float* a, const float* b, float* d, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb,
         int64_t ldd, bool accumulate);

@@ -334,12 +334,9 @@ void TransformerLM<S>::Impl::forward_pass(const int32_t* tokens, int64_t B, int6
         }
       }
       {
-        RIDGE_RANGE("gemm out");
-        linear::nt(s.o, W + t.wo, w.gemm, N, D, D, D, D, D, false);
+        RIDGE_RANGE("gemm out");  // x_mid = x + o Wo^T: the residual add in the GEMM's epilogue
+        linear::nt_add(s.o, W + t.wo, s.x_mid, s.x, N, D, D, D, D, D);
       }
-      const int nt = get_num_threads();
-#pragma omp parallel for num_threads(nt) schedule(static) if (N * D >= layers::kParallelMin)
-      for (int64_t i = 0; i < N * D; ++i) s.x_mid[i] = s.x[i] + w.gemm[i];
     }
     {
       RIDGE_RANGE("ffn block");
@@ -355,18 +352,15 @@ void TransformerLM<S>::Impl::forward_pass(const int32_t* tokens, int64_t B, int6
         RIDGE_RANGE("swiglu");
         swiglu_forward(w.gemm, N, F, s.ab, s.g, r);
       }
-      {
-        RIDGE_RANGE("gemm w2");
-        linear::nt(s.g, W + t.w2, w.gemm, N, D, F, F, F, D, false);
-      }
       // The next layer's input (or the final norm's) lands in the next saved x.
       Arena* next = l + 1 < cfg.num_layers ? &layer_acts[static_cast<size_t>(l + 1)] : &final_acts;
       next->used = 0;
       S* xn = l + 1 < cfg.num_layers ? carve_layer<S, O>(*next, N, D, F, BHT).x : carve_final<S, O>(*next, N, D, V).x;
       next->used = 0;
-      const int nt = get_num_threads();
-#pragma omp parallel for num_threads(nt) schedule(static) if (N * D >= layers::kParallelMin)
-      for (int64_t i = 0; i < N * D; ++i) xn[i] = s.x_mid[i] + w.gemm[i];
+      {
+        RIDGE_RANGE("gemm w2");  // x_next = x_mid + g W2^T, the residual add fused as above
+        linear::nt_add(s.g, W + t.w2, xn, s.x_mid, N, D, F, F, F, D);
+      }
     }
   }
   final_acts.used = 0;
@@ -405,18 +399,24 @@ void TransformerLM<S>::Impl::backward_pass(S loss_scale, const Observer& observe
     if (observer) observer(g);
   };
 
-  // Loss and lm_head. The logits become their gradient in place.
+  // Gradients are rounded to the operand type for the GEMMs that read them; where that rounding is
+  // needed, the producing pass writes the rounded copy itself (never a cast pass of its own).
+  constexpr bool same_type = std::is_same_v<O, S>;
+  const bool rounds = !same_type || r != Round::none;
+  // Loss and lm_head: the logits' gradient, in place, or straight into the operand buffer.
+  const O* dl = nullptr;
   {
     RIDGE_RANGE("loss backward");
-    cross_entropy_backward(f.logits, targets.data(), f.lse, N, V, loss_scale);
-  }
-  const O* dl = nullptr;
-  if constexpr (std::is_same_v<O, S>) {
-    if (r == Round::none) dl = f.logits;
-  }
-  if (!dl) {
-    cast<O>(f.logits, w.dop, N * V, r);
-    dl = w.dop;
+    if constexpr (same_type) {
+      if (!rounds) {
+        cross_entropy_backward(f.logits, targets.data(), f.lse, N, V, loss_scale);
+        dl = f.logits;
+      }
+    }
+    if (!dl) {
+      cross_entropy_backward(f.logits, targets.data(), f.lse, N, V, loss_scale, w.dop, r);
+      dl = w.dop;
+    }
   }
   {
     RIDGE_RANGE("gemm lm_head backward");
@@ -426,17 +426,27 @@ void TransformerLM<S>::Impl::backward_pass(S loss_scale, const Observer& observe
   done(group++);
   {
     RIDGE_RANGE("final norm backward");
-    rmsnorm_backward(w.dtmp, f.x, P + off_ln_final, f.rstd, N, D, w.dx, G + off_ln_final, false);
+    // dx rounded into w.dop for the first layer's w2 GEMMs (w.dop's lm_head gradient is consumed).
+    rmsnorm_backward(w.dtmp, f.x, P + off_ln_final, f.rstd, N, D, w.dx, G + off_ln_final, false,
+                     rounds && cfg.num_layers > 0 ? w.dop : nullptr, r);
   }
   done(group++);
 
   // A gradient (S) rounded into the operand buffer, or used as it is when no rounding is needed.
   auto as_op = [&](const S* g, int64_t n, O* buf) -> const O* {
-    if constexpr (std::is_same_v<O, S>) {
-      if (r == Round::none) return g;
+    if constexpr (same_type) {
+      if (!rounds) return g;
     }
     cast<O>(g, buf, n, r);
     return buf;
+  };
+  // The residual gradient as the operand type: the rounded copy the last norm backward left in
+  // w.dop, or w.dx itself.
+  auto dx_op = [&]() -> const O* {
+    if constexpr (same_type) {
+      if (!rounds) return w.dx;
+    }
+    return w.dop;
   };
   attention::Options opt;
   opt.causal = true;
@@ -449,7 +459,7 @@ void TransformerLM<S>::Impl::backward_pass(S loss_scale, const Observer& observe
     const LayerTensors& t = layer_offsets[static_cast<size_t>(l)];
     {
       RIDGE_RANGE("ffn block backward");
-      const O* dy = as_op(w.dx, N * D, w.dop);
+      const O* dy = dx_op();
       {
         RIDGE_RANGE("gemm w2 backward");
         linear::tn(dy, s.g, G + t.w2, D, F, N, D, F, F, true);     // dW2 += dy^T g
@@ -467,16 +477,24 @@ void TransformerLM<S>::Impl::backward_pass(S loss_scale, const Observer& observe
       }
       {
         RIDGE_RANGE("norm backward");
-        rmsnorm_backward(w.dtmp, s.x_mid, P + t.ln2, s.rstd2, N, D, w.dx, G + t.ln2, true);
+        rmsnorm_backward(w.dtmp, s.x_mid, P + t.ln2, s.rstd2, N, D, w.dx, G + t.ln2, true, rounds ? w.dop : nullptr,
+                         r);
       }
     }
     {
       RIDGE_RANGE("attention block backward");
-      const O* dy = as_op(w.dx, N * D, w.dO);
+      const O* dy = dx_op();
+      const O* dO = nullptr;  // the attention output's gradient, as the operand type
       {
         RIDGE_RANGE("gemm out backward");
-        linear::tn(dy, s.o, G + t.wo, D, D, N, D, D, D, true);       // dWo += dy^T o
-        linear::nn(dy, W + t.wo, w.dtmp, N, D, D, D, D, D, false);  // do = dy Wo
+        linear::tn(dy, s.o, G + t.wo, D, D, N, D, D, D, true);  // dWo += dy^T o
+        if constexpr (std::is_same_v<O, bf16>) {  // do = dy Wo, rounded to bf16 by the GEMM itself
+          linear::nn(dy, W + t.wo, w.dO, N, D, D, D, D, D);
+          dO = w.dO;
+        } else {
+          linear::nn(dy, W + t.wo, w.dtmp, N, D, D, D, D, D, false);
+          dO = as_op(w.dtmp, N * D, w.dO);
+        }
       }
       auto view = [&](auto* base, int64_t ld) { return head_view(base, B, H, T, dh, ld); };
       O* dqkv_op = w.dop;
@@ -486,7 +504,6 @@ void TransformerLM<S>::Impl::backward_pass(S loss_scale, const Observer& observe
         if constexpr (std::is_same_v<S, float> && !std::is_same_v<O, double>) flash = attention == AttentionPath::flash;
         if (flash) {
           if constexpr (std::is_same_v<S, float> && !std::is_same_v<O, double>) {
-            const O* dO = as_op(w.dtmp, N * D, w.dO);
             TensorView<float> lse = TensorView<float>::contiguous(s.lse, {B, H, T});
             attention::flash_attention_backward<O>(
                 view(s.qkv, 3 * D), view(s.qkv + D, 3 * D), view(s.qkv + 2 * D, 3 * D), view(s.o, D),
@@ -495,7 +512,6 @@ void TransformerLM<S>::Impl::backward_pass(S loss_scale, const Observer& observe
             rope_backward<S>(w.dqkv, dqkv_op, N, T, D, dh, rope_cos.data(), rope_sin.data(), r);
           }
         } else {
-          const O* dO = as_op(w.dtmp, N * D, w.dO);
           attention::attention_reference_backward<O, S>(
               view(s.qkv, 3 * D), view(s.qkv + D, 3 * D), view(s.qkv + 2 * D, 3 * D), view(const_cast<O*>(dO), D),
               view(w.dattn, 3 * D), view(w.dattn + D, 3 * D), view(w.dattn + 2 * D, 3 * D), opt);
@@ -509,7 +525,9 @@ void TransformerLM<S>::Impl::backward_pass(S loss_scale, const Observer& observe
       }
       {
         RIDGE_RANGE("norm backward");
-        rmsnorm_backward(w.dtmp, s.x, P + t.ln1, s.rstd1, N, D, w.dx, G + t.ln1, true);
+        // dx rounded into w.dop (its dq|dk|dv is consumed) for the next layer down; not after layer 0.
+        rmsnorm_backward(w.dtmp, s.x, P + t.ln1, s.rstd1, N, D, w.dx, G + t.ln1, true,
+                         rounds && l > 0 ? w.dop : nullptr, r);
       }
     }
     done(group++);

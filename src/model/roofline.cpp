@@ -25,10 +25,17 @@ roofline::ModelShape model_shape(const ModelConfig& c, int64_t batch, int64_t se
   return s;
 }
 
-StepRoofline step_roofline(const std::string& label, const roofline::ModelShape& shape,
+DType operand_storage(DType operand, const roofline::Chip& chip) {
+  if (operand == DType::fp16 && !chip.has_peak("fp16")) return DType::f32;
+  return operand;
+}
+
+StepRoofline step_roofline(const std::string& label, const roofline::ModelShape& shape_in,
                            const roofline::Chip& chip, const std::string& level) {
   StepRoofline r;
   r.label = label;
+  roofline::ModelShape shape = shape_in;
+  if (!shape.storage) shape.storage = operand_storage(shape.operand, chip);
   r.shape = shape;
   r.chip = chip;
   r.params = static_cast<double>(roofline::model_param_count(shape));
@@ -53,6 +60,10 @@ StepRoofline step_roofline(const std::string& label, const roofline::ModelShape&
     r.notes.push_back(
         fmt::format("{} has no {} peak: the {} ops are bounded at its {} peak", chip.id, k, k, key[k]));
   }
+  if (*shape.storage != shape.operand)
+    r.notes.push_back(fmt::format("{} operands are stored as {} ({} bytes per element moved, not {})",
+                                  dtype_name(shape.operand), dtype_name(*shape.storage),
+                                  dtype_size(*shape.storage), dtype_size(shape.operand)));
   r.roofs = fmt::format("{} {}", key[op_key], units::format_flops(chip.peak(key[op_key])));
   if (key["fp32"] != key[op_key])
     r.roofs += fmt::format(", {} {}", key["fp32"], units::format_flops(chip.peak(key["fp32"])));
@@ -97,6 +108,7 @@ nlohmann::json to_json(const StepRoofline& self) {
                 {"batch", self.shape.batch},
                 {"seq", self.shape.seq},
                 {"operand", dtype_name(self.shape.operand)},
+                {"operand_storage", dtype_name(self.shape.storage.value_or(self.shape.operand))},
                 {"attention", self.shape.flash ? "flash" : "math"}};
   j["chip"] = self.chip.id;
   j["notes"] = self.notes;

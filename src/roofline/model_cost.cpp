@@ -95,6 +95,25 @@ void check_shape(const ModelShape& m) {
         m.heads);
   check(m.operand == DType::f32 || m.operand == DType::bf16 || m.operand == DType::fp16,
         "model shape: operand dtype {} is not accepted (f32, bf16, f16)", dtype_name(m.operand));
+  if (m.storage)
+    check(dtype_size(*m.storage) >= dtype_size(m.operand) &&
+              (*m.storage == DType::f32 || *m.storage == DType::bf16 || *m.storage == DType::fp16),
+          "model shape: operands of dtype {} cannot be stored as {} (a storage dtype is f32, bf16 or f16 and "
+          "at least as wide as the operand)",
+          dtype_name(m.operand), dtype_name(*m.storage));
+}
+
+// Operands stored wider than their dtype (an emulated fp16): every traffic entry of the operand
+// dtype moves the storage dtype's bytes instead; the FLOPs and the compute roof are unchanged.
+void restore(std::vector<ModelOp>& ops, DType operand, DType storage) {
+  if (storage == operand) return;
+  const std::string from = dtype_name(operand), to = dtype_name(storage);
+  for (auto& op : ops)
+    for (auto& t : op.cost.memory)
+      if (t.dtype == from) {
+        t.dtype = to;
+        t.bytes = t.elements * static_cast<long double>(dtype_size(storage));
+      }
 }
 
 }  // namespace
@@ -108,6 +127,7 @@ long double model_param_count(const ModelShape& m) {
 std::vector<ModelOp> model_step_ops(const ModelShape& m) {
   check_shape(m);
   const DType O = m.operand, S = DType::f32;
+  // Casts exist whenever the operands are rounded (an emulated fp16 rounds fp32 into fp32 storage).
   const bool mixed = O != S;
   const int64_t N = m.batch * m.seq, D = m.d_model, F = m.d_ff, V = m.vocab, L = m.layers;
   const long double n = static_cast<long double>(N), d = static_cast<long double>(D),
@@ -215,6 +235,7 @@ std::vector<ModelOp> model_step_ops(const ModelShape& m) {
       ew(ps, 16 * P,
          {tr("params", S, P), tr("grads", S, P), tr("m", S, P), tr("v", S, P), tr("params", S, P, true),
           tr("m", S, P, true), tr("v", S, P, true)}));
+  if (m.storage) restore(ops, O, *m.storage);
   return ops;
 }
 

@@ -1,6 +1,7 @@
 // `ridge bench` and `ridge memory` through the real binary: exit codes, one-line errors, the
 // result schema in JSON lines and CSV, trace and memory files.
 #include <gtest/gtest.h>
+#include <unistd.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -134,9 +135,69 @@ TEST(CliBench, BadInputIsOneLineAndExit2) {
 TEST(CliBench, ModelBadAxesAreOneLineAndExit2) {
   for (const char* args : {"bench model --no-torch --set pass=bogus", "bench model --no-torch --set size=huge",
                            "bench model --no-torch --set precision=fp8", "bench model --no-torch --set attention=sparse",
-                           "bench model --no-torch --set colour=red"}) {
+                           "bench model --no-torch --set colour=red", "bench model --no-torch --set threads=0",
+                           "bench model --no-torch --set threads=5000"}) {
     const auto r = run(args);
     EXPECT_EQ(r.code, 2) << args;
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << args << ": " << r.err;
   }
+}
+
+namespace {
+namespace fs = std::filesystem;
+
+// A probe home whose chip is H100's table entry under the id 'this' and whose efficiency file is
+// already there (every class at 1.0, so nothing is fitted): --predict runs in a second.
+fs::path predict_home() {
+  const fs::path home = fs::temp_directory_path() / ("ridge_predict_home_" + std::to_string(::getpid()));
+  fs::create_directories(home);
+  auto chip = nlohmann::json::parse(run("hw show h100 --json").out);
+  chip["id"] = "this";
+  std::ofstream(home / "this.json") << chip.dump();
+  const auto mtime = static_cast<int64_t>(fs::last_write_time(home / "this.json").time_since_epoch().count());
+  std::ofstream(home / "this.efficiency.t1.json")
+      << nlohmann::json{{"chip_file_mtime", mtime}, {"efficiency", nlohmann::json::object()},
+                        {"shapes", nlohmann::json::object()}}
+             .dump();
+  return home;
+}
+
+}  // namespace
+
+// --predict: rows carry predicted_ms and prediction_error_pct, per-kind predicted vs measured whose
+// measured parts add up to the step, and the report lists the misses with the kind that carries them.
+TEST(CliBench, ModelPredictRowsCarryTheErrorAndItsReason) {
+  const fs::path home = predict_home();
+  const auto r = run("bench model --no-torch --no-progress --set size=tiny --set context=32 --set pass=forward+backward "
+                     "--vocab 256 --warmup 0 --iters 1 --threads 1 --predict --json",
+                     "RIDGE_HOME=" + home.string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto rows = json_lines(r.out);
+  ASSERT_EQ(rows.size(), 2u);  // fp32 and bf16
+  for (const auto& row : rows) {
+    const double median = row["median_ms"].get<double>(), pred = row["predicted_ms"].get<double>();
+    EXPECT_GT(pred, 0);
+    EXPECT_NEAR(row["prediction_error_pct"].get<double>(), 100 * (pred - median) / median, 1e-6);
+    const auto& kinds = row["prediction_by_kind"];
+    double measured = 0, predicted = 0;
+    for (const char* k : {"gemm", "attention", "elementwise"}) {
+      ASSERT_TRUE(kinds.contains(k)) << row.dump();
+      EXPECT_GT(kinds[k]["measured_ms"].get<double>(), 0) << k;
+      measured += kinds[k]["measured_ms"].get<double>();
+      predicted += kinds[k]["predicted_ms"].get<double>();
+      // Efficiency 1.0 everywhere: the prediction is the bound itself.
+      EXPECT_NEAR(kinds[k]["fitted_efficiency"].get<double>(), 1.0, 1e-9) << k;
+    }
+    EXPECT_NEAR(measured, median, 1e-6 * median);  // shares of the timed step, scaled to its median
+    EXPECT_NEAR(predicted, pred, 1e-6 * pred);
+    // An H100's roofs at efficiency 1 predict far less than a CPU takes: a miss, explained.
+    ASSERT_TRUE(row["prediction_misses"].is_array());
+    ASSERT_FALSE(row["prediction_misses"].empty());
+    const std::string first = row["prediction_misses"][0].get<std::string>();
+    EXPECT_NE(first.find("(whole)"), std::string::npos) << first;
+    EXPECT_NE(first.find("of its roof vs fitted"), std::string::npos) << first;
+  }
+  EXPECT_NE(r.err.find("prediction misses > 10%"), std::string::npos) << r.err;
+  std::error_code ec;
+  fs::remove_all(home, ec);
 }

@@ -2,6 +2,8 @@
 // the model's own closed-form count (forward_flops, training_flops), written independently.
 #include <gtest/gtest.h>
 
+#include "model/json.hpp"
+#include "ridge/core/error.hpp"
 #include "ridge/model/config.hpp"
 #include "ridge/model/model.hpp"
 #include "ridge/model/roofline.hpp"
@@ -30,7 +32,7 @@ TEST(StepRoofline, SumsAndFp16Fallback) {
   chip.peak_flops["bf16"] = {2e12, "test"};
   chip.memory.push_back({"dram", "DDR", {1e11, "test"}, std::nullopt});
   const auto r = step_roofline("tiny", model_shape(cfg, 2, 128, Precision::fp16, AttentionPath::flash), chip);
-  ASSERT_EQ(r.notes.size(), 1u);  // no fp16 peak: the fp32 one, said so
+  ASSERT_EQ(r.notes.size(), 2u);  // no fp16 peak: the fp32 one, said so, and fp16 stored as fp32
   double t = 0;
   for (const auto& e : r.ops) {
     EXPECT_NE(e.bound.peak, 2e12) << e.op.name;
@@ -40,4 +42,45 @@ TEST(StepRoofline, SumsAndFp16Fallback) {
   EXPECT_NEAR(
       r.passes.at("forward").t_lower + r.passes.at("backward").t_lower + r.passes.at("optimizer").t_lower,
       r.step.t_lower, 1e-15);
+}
+
+// The bytes an fp16 operand moves follow how the precision is implemented on the chip: 4 where
+// ridge's model emulates fp16 in fp32 storage (no fp16 peak: a CPU), 2 where the chip has fp16.
+TEST(StepRoofline, Fp16OperandBytesFollowTheChipsImplementation) {
+  const auto cfg = preset("tiny", 10000, 128);
+  ridge::roofline::Chip cpu;
+  cpu.id = "cpu-like";
+  cpu.kind = "cpu";
+  cpu.peak_flops["fp32"] = {1e12, "test"};
+  cpu.peak_flops["bf16"] = {2e12, "test"};
+  cpu.memory.push_back({"dram", "DDR", {1e11, "test"}, std::nullopt});
+  ridge::roofline::Chip gpu = cpu;
+  gpu.id = "gpu-like";
+  gpu.kind = "gpu";
+  gpu.peak_flops["fp16"] = {4e12, "test"};
+  EXPECT_EQ(operand_storage(ridge::DType::fp16, cpu), ridge::DType::f32);
+  EXPECT_EQ(operand_storage(ridge::DType::fp16, gpu), ridge::DType::fp16);
+  EXPECT_EQ(operand_storage(ridge::DType::bf16, cpu), ridge::DType::bf16);
+
+  auto bytes_of = [&](Precision p, const ridge::roofline::Chip& chip, const std::string& name) {
+    const auto r = step_roofline("tiny", model_shape(cfg, 2, 128, p, AttentionPath::flash), chip);
+    for (const auto& e : r.ops)
+      if (e.op.name == name) return static_cast<double>(e.bound.memory_bytes);
+    ADD_FAILURE() << "no op " << name;
+    return 0.0;
+  };
+  for (const char* op : {"gemm qkv", "gemm w2 dX", "attention", "attention backward", "swiglu"}) {
+    SCOPED_TRACE(op);
+    // Emulated fp16 on the CPU moves what fp32 moves; native fp16 on the GPU what bf16 moves.
+    EXPECT_EQ(bytes_of(Precision::fp16, cpu, op), bytes_of(Precision::fp32, cpu, op));
+    EXPECT_EQ(bytes_of(Precision::fp16, gpu, op), bytes_of(Precision::bf16, gpu, op));
+    EXPECT_LT(bytes_of(Precision::fp16, gpu, op), bytes_of(Precision::fp16, cpu, op));
+  }
+  // An explicit storage wins over the chip's default; a narrower one is refused.
+  auto shape = model_shape(cfg, 2, 128, Precision::fp16, AttentionPath::flash);
+  shape.storage = ridge::DType::fp16;
+  const auto forced = step_roofline("tiny", shape, cpu);
+  EXPECT_EQ(ridge::model::to_json(forced)["shape"]["operand_storage"], "fp16");
+  shape.operand = ridge::DType::f32;
+  EXPECT_THROW(step_roofline("tiny", shape, cpu), ridge::Error);
 }

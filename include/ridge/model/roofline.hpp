@@ -17,6 +17,12 @@ namespace ridge::model {
 roofline::ModelShape model_shape(const ModelConfig& c, int64_t batch, int64_t seq, Precision p,
                                  AttentionPath a);
 
+// How ridge's model stores operands of dtype `operand` on `chip`: the dtype itself, except fp16 on a
+// chip without an fp16 peak (a CPU: no fp16 arithmetic), where the model emulates fp16 by rounding
+// each operand through fp16 and keeping it in fp32 storage (4 bytes moved per element, not 2). A GPU
+// or TPU chip file with an fp16 peak stores fp16 as fp16.
+DType operand_storage(DType operand, const roofline::Chip& chip);
+
 struct OpBound {
   roofline::ModelOp op;
   roofline::Bound bound;  // one run
@@ -43,7 +49,8 @@ struct StepRoofline {
 };
 
 // Bounds every op of the step on `chip` at memory level `level` ("" = outermost). A chip without
-// the operand dtype's peak (a CPU probe without fp16) runs those ops at its fp32 peak, with a note.
+// the operand dtype's peak (a CPU probe without fp16) runs those ops at its fp32 peak, with a note,
+// and, unless shape.storage says otherwise, its operands move as operand_storage() stores them.
 StepRoofline step_roofline(const std::string& label, const roofline::ModelShape& shape,
                            const roofline::Chip& chip, const std::string& level = "");
 
