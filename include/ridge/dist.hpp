@@ -116,8 +116,9 @@ std::vector<std::pair<int64_t, int64_t>> shard_flat(int64_t n, int world, int64_
 // still computing (overlap and bucketed: from a request's start to the end of backward).
 struct CommStats {
   double comm_s = 0;     // wall time inside MPI calls and waits after backward, plus overlapped spans
-  double exposed_s = 0;  // time after backward spent finishing gradient communication
-  double hidden_s = 0;   // communication time that overlapped the backward pass
+  double exposed_s = 0;  // time after backward spent finishing gradient communication, plus the time the
+                         // backward thread spent inside MPI calls posting/testing requests (it delayed backward)
+  double hidden_s = 0;   // communication in flight while backward computed, less that time inside MPI calls
   int64_t bytes = 0;     // gradient bytes this rank sent into collectives
   int collectives = 0;
 };

@@ -243,6 +243,9 @@ struct DataParallel::Impl {
   size_t next_bucket = 0;
   float* grads = nullptr;
   double first_start = -1, last_done = -1;
+  // Time backward's thread spent inside MPI calls (posting and testing requests): communication that
+  // delays the backward pass, so it counts as exposed, not hidden.
+  double in_calls = 0;
   // zero1: this rank's shard of the summed gradient, filled by the reduce-scatters.
   Buffer<float> shard_buf;
 };
@@ -362,18 +365,24 @@ void DataParallel::group_final(int group) {
     s.grads = trainer_.model().grads().data();
     stats_ = {};
     s.first_start = -1;
+    s.in_calls = 0;
   }
+  const double call_start = now();
   while (s.next_bucket < buckets_.size() && buckets_[s.next_bucket].ready_group <= group) {
     const Bucket& b = buckets_[s.next_bucket];
     const size_t first = s.pending.size();
     if (s.first_start < 0) s.first_start = now();
+    // The range opens before the post: posting a large non-blocking collective can take a while (the
+    // first round may run inside it), and that time belongs to the communication.
+    trace::Handle range;
+    if (trace::recording())
+      range = trace::start_range(
+          fmt::format("{} bucket {} ({} KB)", cfg_.sharding == Sharding::zero1 ? "reduce-scatter" : "allreduce",
+                      s.next_bucket, b.numel * 4 / 1000),
+          trace::color::orange);
     launch(s.next_bucket, false);
-    for (size_t i = first; i < s.pending.size(); ++i)
-      if (trace::recording())
-        s.pending[i].range = trace::start_range(
-            fmt::format("{} bucket {} ({} KB)", cfg_.sharding == Sharding::zero1 ? "reduce-scatter" : "allreduce",
-                        s.next_bucket, b.numel * 4 / 1000),
-            trace::color::orange);
+    // A bucket larger than MPI's int counts is several requests; the range ends with the first one's.
+    if (s.pending.size() > first) s.pending[first].range = range;
     ++s.next_bucket;
   }
   if (!s.pending.empty()) maybe_die();
@@ -390,6 +399,7 @@ void DataParallel::group_final(int group) {
       trace::end_range(q.range);
     }
   }
+  s.in_calls += now() - call_start;
 }
 
 void DataParallel::reduce_gradients(std::span<float> grads) {
@@ -427,8 +437,11 @@ void DataParallel::reduce_gradients(std::span<float> grads) {
     }
     // Hidden: communication in flight while backward computed, from the first request to the end of
     // backward (or to the last completion, if everything finished before it).
-    stats_.exposed_s = now() - t0;
-    stats_.hidden_s = s.first_start < 0 ? 0.0 : (all_done ? done_before : t0) - s.first_start;
+    // Minus the time backward's thread itself spent posting and testing: that delayed backward, so it
+    // is exposed.
+    const double in_flight = s.first_start < 0 ? 0.0 : (all_done ? done_before : t0) - s.first_start;
+    stats_.hidden_s = std::max(0.0, in_flight - s.in_calls);
+    stats_.exposed_s = now() - t0 + std::min(in_flight, s.in_calls);
     stats_.comm_s = stats_.hidden_s + stats_.exposed_s;
     s.pending.clear();
     s.next_bucket = 0;
