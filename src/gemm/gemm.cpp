@@ -54,10 +54,8 @@ size_t panel_elt(Panel p) { return p == Panel::f32 ? 4 : 2; }
 int64_t panel_k(Panel p, int64_t k) { return p == Panel::f32 ? k : round_up(k, 2); }
 
 Blocking derive_blocking(const KernelInfo& ki, int64_t k) {
-  const auto& caches = cpu::info().caches;
-  const int64_t l1 = caches.l1d > 0 ? caches.l1d : 32 * 1024;
-  const int64_t l2 = caches.l2 > 0 ? caches.l2 : 256 * 1024;
-  const int64_t l3 = caches.l3 > 0 ? caches.l3 : 8 * 1024 * 1024;
+  const auto caches = cpu::cache_sizes();
+  const int64_t l1 = caches.l1d, l2 = caches.l2, l3 = caches.l3;
   const int64_t elt = static_cast<int64_t>(panel_elt(ki.panel));
   Blocking b;
   b.mr = ki.mr;
@@ -256,11 +254,7 @@ int64_t extent(const MatrixView<T>& v) {
 
 template <typename T>
 void check_view(const char* fn, const char* name, const MatrixView<T>& v) {
-  check(v.rows >= 0 && v.cols >= 0, "{}: {} has negative shape [{}, {}]", fn, name, v.rows, v.cols);
-  check(v.ld >= v.cols, "{}: {}.ld = {} is smaller than its {} columns (expected ld >= cols)", fn, name, v.ld,
-        v.cols);
-  check(v.data != nullptr || v.rows == 0 || v.cols == 0, "{}: {} is null but has shape [{}, {}]", fn, name,
-        v.rows, v.cols);
+  check_matrix_view(fn, name, v.data, v.rows, v.cols, v.ld);
 }
 
 template <typename T, typename U>
