@@ -528,11 +528,10 @@ void run_model(bench::Context& ctx) {
               c.pass = ps;
               cases.push_back(c);
             }
-  std::optional<roofline::Chip> chip;
-  if (roofline::has_probe_result()) chip = roofline::load_chip("this");
+  const roofline::Chip* chip = ctx.chip();
   std::optional<Efficiency> eff;
   if (g_predict) {
-    check(chip.has_value(), "--predict: no probe result; run 'ridge probe' first");
+    check(chip != nullptr, "--predict: no probe result; run 'ridge probe' first");
     eff = efficiencies(*chip, ctx.threads);
     std::fprintf(stderr, "efficiencies (bound / measured, %s):\n", eff->path.c_str());
     for (const auto& [k, v] : eff->eff)
@@ -542,7 +541,7 @@ void run_model(bench::Context& ctx) {
   int idx = 0;
   std::vector<std::string> misses;
   for (const auto& c : cases) {
-    run_case(c, ctx, chip ? &*chip : nullptr, eff ? &*eff : nullptr, idx++);
+    run_case(c, ctx, chip, eff ? &*eff : nullptr, idx++);
     const auto& r = ctx.sink.rows().back();
     if (r.extra.contains("prediction_error_pct") &&
         std::abs(r.extra["prediction_error_pct"].get<double>()) > 10)

@@ -8,7 +8,10 @@
 
 #include <iostream>
 #include <string>
+#include <utility>
 #include <vector>
+
+#include "ridge/core/error.hpp"
 
 namespace ridge::cli {
 
@@ -35,6 +38,22 @@ inline CLI::Validator decimal_integer() {
         return {};
       },
       "");
+}
+
+// Library errors name the function argument a value was passed as (ridge::Error::argument);
+// the user gave it as a flag. Runs `body` and throws such an error again naming the flag instead
+// ("inputs: 17 is not an input count" -> "--inputs: 17 is not an input count"). Arguments not
+// listed pass through as they are.
+using FlagNames = std::vector<std::pair<std::string, std::string>>;  // {argument, flag}
+template <typename F>
+decltype(auto) with_flags(const FlagNames& names, F&& body) {
+  try {
+    return body();
+  } catch (const ridge::Error& e) {
+    for (const auto& [argument, flag] : names)
+      if (!e.argument().empty() && e.argument() == argument) throw e.renamed(flag);
+    throw;
+  }
 }
 
 // Prints a JSON document the way every --json output does: indented, newline-terminated.

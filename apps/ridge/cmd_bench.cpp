@@ -9,6 +9,7 @@
 #include "cli.hpp"
 #include "ridge/bench.hpp"
 #include "ridge/core.hpp"
+#include "ridge/report.hpp"
 
 namespace {
 
@@ -86,9 +87,12 @@ void run(const std::string& name) {
         "--trace and --memory: both name '{}'; give each its own file", g.trace_file);
 
   const auto format = g.json ? bench::Format::json : g.csv ? bench::Format::csv : bench::Format::table;
-  bench::Sink sink(format);
+  // Rows are held against this machine's probe result, looked for when the first row (or a
+  // benchmark that wants the roofline) asks: bench itself reads no probe file.
+  bench::Sink sink(format, stdout, report::hold_rows_against(report::probed_chip));
   bench::Progress progress(!g.no_progress);
   bench::Context ctx(b.name, sink, progress);
+  ctx.find_chip = report::probed_chip;
   ctx.grid = grid;
   ctx.quick = g.quick;
   ctx.threads = get_num_threads();

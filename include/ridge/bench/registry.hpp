@@ -17,6 +17,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -26,6 +27,10 @@
 
 namespace CLI {
 class App;
+}
+
+namespace ridge::roofline {
+struct Chip;  // bench only passes it on: the caller (the CLI) finds it, the benchmark reads it
 }
 
 namespace ridge::bench {
@@ -94,12 +99,17 @@ struct Context {
   bool quick = false;     // --quick: a short sweep that still exercises every path
   int threads = 1;        // ridge::get_num_threads() after --threads was applied
   Options options;        // measure() options from --warmup/--iters/--min-time/--max-time
+  // This machine's roofline as the caller finds it (`ridge bench` passes report::probed_chip, asked
+  // only when a benchmark wants it); unset or null when there is none. A benchmark that picks its
+  // own roof (fp8 on the bf16 units) or prints a % of peak reads chip(), never a file.
+  std::function<const roofline::Chip*()> find_chip;
   Sink& sink;
   Progress& progress;
 
   Context(std::string name, Sink& s, Progress& p) : benchmark(std::move(name)), sink(s), progress(p) {}
   // Sets row.benchmark when empty, then hands the row to the sink.
   void emit(Row row);
+  const roofline::Chip* chip() const { return find_chip ? find_chip() : nullptr; }
 };
 
 using RunFn = void (*)(Context&);
