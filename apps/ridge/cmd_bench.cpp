@@ -60,7 +60,8 @@ void run(const std::string& name) {
   }
   check(g.memory_entries >= 1, "--memory-entries: must be at least 1");
   bench::Grid grid;
-  if (!g.grid_file.empty()) grid = bench::Grid::from_file(g.grid_file);
+  if (!g.grid_file.empty())
+    grid = cli::with_flags({{"path", "--grid-file"}}, [] { return bench::Grid::from_file(g.grid_file); });
   grid.merge(bench::Grid::parse(g.set));
 
   bench::Options opt;
@@ -148,7 +149,8 @@ void setup(CLI::App& root) {
     add_common(sub);
     if (b.add_options) b.add_options(*sub);
     const std::string name = b.name;
-    sub->callback([name] { run(name); });
+    // The sweep grid's errors are about its items and axes ("grid n"); the user typed --set.
+    sub->callback([name] { cli::with_flags({{"items", "--set"}, {"grid", "--set"}}, [&] { run(name); }); });
   }
 }
 

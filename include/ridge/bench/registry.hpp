@@ -38,6 +38,8 @@ namespace ridge::bench {
 // A sweep: named axes, each with a list of values, in the order given. On the command line:
 // `--set n=1M,4M,16M --set kernel=copy,triad` (repeatable; `--grid` is the same flag); in a JSON
 // file (`--grid-file F`): {"n": ["1M", "4M"], "kernel": "copy"} (a scalar is a one-value axis).
+// Errors are about arguments (ridge::Error::argument): parse's "items", from_file's "path" (from_json's
+// `origin`), and "grid KEY" for a bad value of an axis; the CLI names its flags in their place.
 class Grid {
  public:
   Grid() = default;
