@@ -21,6 +21,7 @@
 #include "ridge/bench.hpp"
 #include "ridge/build_paths.h"  // RIDGE_SOURCE_DIR, RIDGE_BINARY (generated)
 #include "ridge/core.hpp"
+#include "report/report.hpp"
 #include "ridge/roofline.hpp"
 
 #ifdef RIDGE_HAVE_OPENBLAS
@@ -53,10 +54,7 @@ std::string dtype_key(DType t) { return t == DType::bf16 ? "bf16" : "fp32"; }
 
 // The sweeps of bench/shapes/attention-shapes.json (a copy of the CS336 assignment's shapes).
 json load_shapes() {
-  const std::string path = std::string(RIDGE_SOURCE_DIR) + "/bench/shapes/attention-shapes.json";
-  std::ifstream in(path);
-  check(in.good(), "bench attention: cannot read {}", path);
-  return json::parse(in);
+  return input::read_json_file(report::shapes_location() + "/attention-shapes.json", "shapes", 16 << 20);
 }
 
 std::vector<AttnCase> quick_cases() {
@@ -463,7 +461,7 @@ void run_attention(bench::Context& ctx) {
   for (const auto& c : cases) total += c.passes.size();
   ctx.progress.start(total);
   double peak32 = 0, peak16 = 0;
-  if (const roofline::Chip* chip = bench::probed_chip()) {
+  if (const roofline::Chip* chip = ctx.chip()) {
     try {
       peak32 = chip->peak(DType::f32);
       peak16 = chip->peak(DType::bf16);

@@ -108,8 +108,8 @@ bench::Measurement measure_collective(const std::function<void()>& fn, const ben
 }
 
 // The link the analyzer predicts with: this machine's probed memory bandwidth, no latency.
-std::optional<roofline::DdpLink> memory_link(int world) {
-  const roofline::Chip* chip = bench::probed_chip();
+std::optional<roofline::DdpLink> memory_link(const bench::Context& ctx, int world) {
+  const roofline::Chip* chip = ctx.chip();
   if (!chip || chip->memory.empty()) return std::nullopt;
   roofline::DdpLink l;
   l.name = "memory (" + chip->memory_level().level + ")";
@@ -152,7 +152,7 @@ void run_allreduce(bench::Context& ctx) {
   dist::Session session;
   const int rank = session.rank(), world = session.size();
   const int64_t N = world;
-  const auto link = memory_link(world);
+  const auto link = memory_link(ctx, world);
   if (rank == 0)
     ctx.progress.start(sizes.size() * ops.size());
   else

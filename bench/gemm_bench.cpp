@@ -15,6 +15,7 @@
 #include "gemm_bench_fp8.hpp"
 #include "bench/registry.hpp"
 #include "ridge/core.hpp"
+#include "report/report.hpp"
 #include "core/check.hpp"
 #include "core/json.hpp"
 
@@ -42,7 +43,12 @@ nlohmann::json load_shapes() {
   std::vector<std::string> candidates;
   if (!g_shapes_file.empty()) candidates.push_back(g_shapes_file);
   else {
-    candidates.push_back(std::string(RIDGE_SOURCE_DIR) + "/bench/shapes/gemm-shapes.json");
+    // bench/shapes as the report layer finds it ($RIDGE_SHAPES_DIR, the source tree, ./bench/shapes),
+    // else the project's shared list.
+    try {
+      candidates.push_back(report::shapes_location() + "/gemm-shapes.json");
+    } catch (const Error&) {
+    }
     candidates.push_back(std::string(RIDGE_SOURCE_DIR) + "/../shared/benchmarks/gemm-shapes.json");
   }
   for (const auto& path : candidates) {
@@ -150,7 +156,7 @@ void run_gemm(bench::Context& ctx) {
           c.layout = it.set == "grouped_contiguous" ? "contiguous" : it.set == "grouped_masked" ? "masked" : "";
           c.peer = peer;
           c.warm = g_warm;
-          row = run_fp8_case(c, ctx.options);
+          row = run_fp8_case(c, ctx.options, ctx.chip());
         } else {
           GemmCase c;
           c.m = it.m;

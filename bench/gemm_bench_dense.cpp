@@ -55,7 +55,7 @@ int64_t rotation_for(bench::Row& row, double bytes_per_copy, bool warm) {
     row.cache = "warm";
     return 1;
   }
-  const auto rot = bench::plan_rotation(bytes_per_copy, bench::last_level_cache_bytes());
+  const auto rot = bench::plan_rotation(bytes_per_copy, cpu::cache_sizes().last_level);
   row.cache = rot.cold ? "cold" : "warm";
   if (rot.copies > 1) row.extra["copies"] = rot.copies;
   return rot.copies;

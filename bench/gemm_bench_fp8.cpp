@@ -14,6 +14,7 @@
 #include "bench/result.hpp"
 #include "ridge/core.hpp"
 #include "ridge/gemm_fp8.hpp"
+#include "report/report.hpp"
 #include "ridge/roofline.hpp"
 #include "core/check.hpp"
 
@@ -38,23 +39,6 @@ double calc_diff(const Buffer<bf16>& x, const Buffer<bf16>& y, size_t count) {
     xx += a * a + b * b;
   }
   return xx > 0 ? 1.0 - 2.0 * xy / xx : 0.0;
-}
-
-// This CPU has no fp8 arithmetic: the fp8 GEMM runs on the bf16 dot-product units, so its compute
-// roof is the probed bf16 peak (unless a chip file lists an fp8 peak).
-void fill_fp8_bound(bench::Row& row) {
-  const roofline::Chip* chip = bench::probed_chip();
-  if (!chip) return;
-  try {
-    const double peak = chip->has_peak("fp8") ? chip->peak("fp8") : chip->peak("bf16");
-    row.bound_level = roofline::memory_level_for(*chip, row.cache, row.bytes);
-    const double bw = chip->bandwidth(row.bound_level);
-    const double bound = std::min(peak, row.flops / row.bytes * bw);
-    row.bound_gflops = bound / 1e9;
-    row.pct_of_bound = row.gflops() / row.bound_gflops * 100.0;
-    row.extra["compute_roof"] = chip->has_peak("fp8") ? "fp8" : "bf16 (no fp8 units)";
-  } catch (const std::exception&) {
-  }
 }
 
 struct Quantized {
@@ -103,7 +87,7 @@ double fp8_bytes(int64_t m, int64_t n, int64_t k, int64_t groups_of_b) {
   return static_cast<double>(m) * k + static_cast<double>(groups_of_b) * n * k + 2.0 * static_cast<double>(m) * n;
 }
 
-bench::Row run_fp8_case(const Fp8Case& c, const bench::Options& options) {
+bench::Row run_fp8_case(const Fp8Case& c, const bench::Options& options, const roofline::Chip* chip) {
   check(c.m > 0 && c.n > 0 && c.k > 0, "bench gemm: fp8 shape m={} n={} k={} (expected all > 0)", c.m, c.n, c.k);
   const bool grouped = c.groups > 0;
   check(!grouped || c.layout == "contiguous" || c.layout == "masked",
@@ -129,7 +113,7 @@ bench::Row run_fp8_case(const Fp8Case& c, const bench::Options& options) {
   if (c.warm) {
     row.cache = "warm";
   } else {
-    const auto rot = bench::plan_rotation(row.bytes, bench::last_level_cache_bytes());
+    const auto rot = bench::plan_rotation(row.bytes, cpu::cache_sizes().last_level);
     copies = rot.copies;
     row.cache = rot.cold ? "cold" : "warm";
     if (copies > 1) row.extra["copies"] = copies;
@@ -239,7 +223,7 @@ bench::Row run_fp8_case(const Fp8Case& c, const bench::Options& options) {
     row.set_time(ms[0]);
     if (c.peer) row.add_peer("ridge_fp8_dense_same_size", ms[1]);
   }
-  fill_fp8_bound(row);
+  if (chip) report::hold_fp8_row(row, *chip);
   return row;
 }
 

@@ -9,6 +9,10 @@
 #include "ridge/bench/measure.hpp"
 #include "bench/result.hpp"
 
+namespace ridge::roofline {
+struct Chip;
+}
+
 namespace ridge::gemm_bench {
 
 struct Fp8Case {
@@ -22,6 +26,8 @@ struct Fp8Case {
 // DeepGEMM's byte count: A and B in fp8, D in bf16 (scales are < 1% and left out, as DeepGEMM does).
 double fp8_bytes(int64_t m, int64_t n, int64_t k, int64_t groups_of_b = 1);
 
-bench::Row run_fp8_case(const Fp8Case& c, const bench::Options& options);
+// `chip`: this machine's roofline (null: the row carries no bound). This CPU has no fp8 arithmetic,
+// so the row's compute roof is the chip's bf16 peak unless it lists an fp8 one (report::hold_fp8_row).
+bench::Row run_fp8_case(const Fp8Case& c, const bench::Options& options, const roofline::Chip* chip);
 
 }  // namespace ridge::gemm_bench

@@ -684,12 +684,11 @@ void run_model(bench::Context& ctx) {
               c.threads = static_cast<int>(th);
               cases.push_back(c);
             }
-  std::optional<roofline::Chip> chip;
-  if (roofline::has_probe_result()) chip = roofline::load_chip("this");
+  const roofline::Chip* chip = ctx.chip();
   // Efficiencies are fitted per thread count (each count its own file beside the chip file).
   std::map<int, Efficiency> effs;
   if (g_predict) {
-    check(chip.has_value(), "--predict: no probe result; run 'ridge probe' first");
+    check(chip != nullptr, "--predict: no probe result; run 'ridge probe' first");
     for (const int64_t th : thread_counts) {
       ThreadsScope scope(static_cast<int>(th));
       Efficiency& e = effs[static_cast<int>(th)] = efficiencies(*chip, static_cast<int>(th));
@@ -703,7 +702,7 @@ void run_model(bench::Context& ctx) {
   std::vector<std::string> misses;
   for (const auto& c : cases) {
     const auto e = effs.find(c.threads);
-    run_case(c, ctx, chip ? &*chip : nullptr, e != effs.end() ? &e->second : nullptr, idx++, misses);
+    run_case(c, ctx, chip, e != effs.end() ? &e->second : nullptr, idx++, misses);
   }
   if (g_predict) {
     std::fprintf(stderr, "prediction misses > 10%% (per step and per op kind, with the kind's efficiency as run "

@@ -8,8 +8,11 @@
 
 #include <iostream>
 #include <string>
+#include <utility>
 #include <vector>
 #include "core/json.hpp"
+
+#include "ridge/core/error.hpp"
 
 namespace ridge::cli {
 
@@ -36,6 +39,27 @@ inline CLI::Validator decimal_integer() {
         return {};
       },
       "");
+}
+
+// Library errors name the function argument a value was passed as (ridge::Error::argument);
+// the user gave it as a flag. Runs `body` and throws such an error again naming the flag instead
+// ("inputs: 17 is not an input count" -> "--inputs: 17 is not an input count"). An argument with
+// a qualifier after a space keeps it ("grid n: ..." -> "--set n: ..."). Arguments not listed pass
+// through as they are.
+using FlagNames = std::vector<std::pair<std::string, std::string>>;  // {argument, flag}
+template <typename F>
+decltype(auto) with_flags(const FlagNames& names, F&& body) {
+  try {
+    return body();
+  } catch (const ridge::Error& e) {
+    const std::string& a = e.argument();
+    for (const auto& [argument, flag] : names) {
+      if (a.empty() || a.compare(0, argument.size(), argument) != 0) continue;
+      if (a.size() == argument.size()) throw e.renamed(flag);
+      if (a[argument.size()] == ' ') throw e.renamed(flag + a.substr(argument.size()));
+    }
+    throw;
+  }
 }
 
 // Prints a JSON document the way every --json output does: indented, newline-terminated.

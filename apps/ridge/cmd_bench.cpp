@@ -9,6 +9,7 @@
 #include "cli.hpp"
 #include "ridge/bench.hpp"
 #include "ridge/core.hpp"
+#include "report/report.hpp"
 #include "core/check.hpp"
 #include "bench/registry.hpp"
 #include "core/json.hpp"
@@ -62,7 +63,8 @@ void run(const std::string& name) {
   }
   check(g.memory_entries >= 1, "--memory-entries: must be at least 1");
   bench::Grid grid;
-  if (!g.grid_file.empty()) grid = bench::Grid::from_file(g.grid_file);
+  if (!g.grid_file.empty())
+    grid = cli::with_flags({{"path", "--grid-file"}}, [] { return bench::Grid::from_file(g.grid_file); });
   grid.merge(bench::Grid::parse(g.set));
 
   bench::Options opt;
@@ -89,9 +91,12 @@ void run(const std::string& name) {
         "--trace and --memory: both name '{}'; give each its own file", g.trace_file);
 
   const auto format = g.json ? bench::Format::json : g.csv ? bench::Format::csv : bench::Format::table;
-  bench::Sink sink(format);
+  // Rows are held against this machine's probe result, looked for when the first row (or a
+  // benchmark that wants the roofline) asks: bench itself reads no probe file.
+  bench::Sink sink(format, stdout, report::hold_rows_against(report::probed_chip));
   bench::Progress progress(!g.no_progress);
   bench::Context ctx(b.name, sink, progress);
+  ctx.find_chip = report::probed_chip;
   ctx.grid = grid;
   ctx.quick = g.quick;
   ctx.threads = get_num_threads();
@@ -150,7 +155,8 @@ void setup(CLI::App& root) {
     add_common(sub);
     if (b.add_options) b.add_options(*sub);
     const std::string name = b.name;
-    sub->callback([name] { run(name); });
+    // The sweep grid's errors are about its items and axes ("grid n"); the user typed --set.
+    sub->callback([name] { cli::with_flags({{"items", "--set"}, {"grid", "--set"}}, [&] { run(name); }); });
   }
 }
 

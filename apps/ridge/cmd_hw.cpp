@@ -61,8 +61,9 @@ void setup(CLI::App& root) {
   show->add_option("chip", show_id, "chip id, 'this', or a chip JSON file")->required();
   show->add_flag("--json", show_json, "print the chip file");
   show->callback([] {
-    const auto c = rr::load_chip(show_id);
-    if (show_json) ridge::cli::print_json(to_json(c));
+    // The positional argument is the chip: an error about it reads "hw show: ...".
+    const auto c = ridge::cli::with_flags({{"name_or_path", "hw show"}}, [] { return rr::load_chip(show_id); });
+    if (show_json) ridge::cli::print_json(rr::to_json(c));
     else fmt::print("{}", rr::describe(c));
   });
 }

@@ -124,7 +124,7 @@ void setup(CLI::App& root) {
       ridge::memory::check_fits(static_cast<double>(o.max_bytes), "--max-bytes " + max_bytes);
     }
     o.progress = [](const std::string& s) { std::cerr << "probe: " << s << "\n"; };
-    const auto r = ridge::probe::run(o);
+    const auto r = ridge::cli::with_flags({{"threads", "--threads"}}, [&] { return ridge::probe::run(o); });
     const auto chip = ridge::probe::to_chip_json(r);
     ridge::probe::write_chip_file(chip, path);
     warn_if_noisy(r);

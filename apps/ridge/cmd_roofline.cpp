@@ -1,5 +1,6 @@
 // `ridge roofline <op>`: the roofline bound of one operation on one or more chips, and
-// `ridge roofline plot`: the chart. Parsing and printing only; the models are in ridge::roofline.
+// `ridge roofline plot`: the chart. Parsing and printing only; the models are in ridge::roofline,
+// the shapes, measured points and plotting in ridge::report.
 #include <fmt/format.h>
 
 #include <memory>
@@ -7,6 +8,7 @@
 
 #include "cli.hpp"
 #include "ridge/core.hpp"
+#include "report/report.hpp"
 #include "ridge/roofline.hpp"
 #include "core/check.hpp"
 #include "roofline/json.hpp"
@@ -19,6 +21,7 @@ void setup_roofline_ddp(CLI::App* parent);    // cmd_roofline_ddp.cpp
 namespace {
 
 namespace rr = ridge::roofline;
+namespace rp = ridge::report;
 using ridge::DType;
 
 struct Common {
@@ -38,7 +41,8 @@ std::vector<std::string> split(const std::string& s, char sep = ',') {
 
 std::vector<rr::Chip> chips_of(const std::string& hw) {
   std::vector<rr::Chip> chips;
-  for (const auto& name : split(hw)) chips.push_back(rr::load_chip(name));
+  for (const auto& name : split(hw))
+    chips.push_back(ridge::cli::with_flags({{"name_or_path", "--hw"}}, [&] { return rr::load_chip(name); }));
   ridge::check(!chips.empty(), "--hw: no chip named (accepted: a chip id, 'this', a JSON file, or a comma list)");
   return chips;
 }
@@ -100,13 +104,31 @@ struct MatmulFlags {
   }
 };
 
+// The cost models' arguments as the ops' flags give them (ridge::roofline names its arguments in
+// errors). `first` comes before these, for an op whose flags feed differently named arguments.
+ridge::cli::FlagNames cost_flags(ridge::cli::FlagNames first = {}) {
+  const ridge::cli::FlagNames common = {
+      {"b", "--b"},           {"d", "--d"},
+      {"f", "--f"},           {"m", "--m"},
+      {"n", "--n"},           {"k", "--k"},
+      {"rows", "--rows"},     {"cols", "--cols"},
+      {"s.batch", "--batch"}, {"s.heads", "--heads"},
+      {"s.seq_q", "--seq"},   {"s.seq_kv", "--seq-kv"},
+      {"s.head_dim", "--head-dim"}, {"inputs", "--inputs"},
+      {"flops_per_element", "--flops-per-element"}, {"chips", "--chips"},
+      {"bytes", "--bytes"},   {"m_per_group", "--m-per-group"},
+      {"max_m", "--m-per-group"}, {"valid_m", "--valid"}};
+  first.insert(first.end(), common.begin(), common.end());
+  return first;
+}
+
 template <typename Opts, typename Run>
 void sub(CLI::App* parent, const char* name, const char* help, std::shared_ptr<Opts> o,
-         std::function<void(CLI::App*, Opts&)> add, Run run) {
+         std::function<void(CLI::App*, Opts&)> add, Run run, ridge::cli::FlagNames flags = cost_flags()) {
   auto* c = parent->add_subcommand(name, help);
   add(c, *o);
   add_common(c, o->common);
-  c->callback([o, run] { report(run(*o), o->common); });
+  c->callback([o, run, flags] { report(ridge::cli::with_flags(flags, [&] { return run(*o); }), o->common); });
 }
 
 struct MatmulOpts {
@@ -157,7 +179,8 @@ void setup_ops(CLI::App* r) {
       [](const MatmulOpts& o) {
         return rr::batched_matmul(count(o.batch, "--batch"), count(o.b, "--b"), count(o.d, "--d"), count(o.f, "--f"),
                                   o.dt.get());
-      });
+      },
+      cost_flags({{"count", "--batch"}, {"m", "--b"}, {"k", "--d"}, {"n", "--f"}}));
   sub<MatmulOpts>(
       r, "split-matmul", "matmul with D split over --chips; partial sums all-reduced over a link",
       std::make_shared<MatmulOpts>(),
@@ -296,13 +319,15 @@ void setup_ops(CLI::App* r) {
                 coll("send"));
 }
 
+struct CriticalOpts {
+  Common common;
+  MatmulFlags dt;
+  std::string d = "8192", f = "8192", chips = "2";
+};
+void critical(const CriticalOpts& o);
+
 void setup_critical(CLI::App* r) {
-  struct Opts {
-    Common common;
-    MatmulFlags dt;
-    std::string d = "8192", f = "8192", chips = "2";
-  };
-  auto o = std::make_shared<Opts>();
+  auto o = std::make_shared<CriticalOpts>();
   auto* c = r->add_subcommand("critical-batch",
                               "smallest token batch at which X[B,D] @ W[D,F] is compute-bound (vs memory), and the "
                               "smallest D at which a D-split matmul is compute-bound (vs a link)");
@@ -311,44 +336,81 @@ void setup_critical(CLI::App* r) {
   c->add_option("--chips", o->chips, "chips sharing D in the split example")->capture_default_str();
   o->dt.add(c);
   add_common(c, o->common);
-  c->callback([o] {
-    const auto dt = o->dt.get();
-    const auto d = count(o->d, "--d"), f = count(o->f, "--f"), n = count(o->chips, "--chips");
-    nlohmann::json all = nlohmann::json::array();
-    std::string text;
-    for (const auto& chip : chips_of(o->common.hw)) {
-      const auto cb = rr::critical_batch(chip, d, f, dt, o->common.level);
-      nlohmann::json j{{"batch", to_json(cb)}};
-      text += fmt::format("{} ({}), {} compute at {}, {} {}\n", chip.id, chip.name, cb.compute,
-                          ridge::units::format_flops(cb.peak), cb.level, ridge::units::format_rate(cb.bandwidth));
-      text += fmt::format("  vs memory: B > {:.1f} when B << D, F (peak/bw x {} weight bytes / 2)\n", cb.asymptotic,
-                          ridge::dtype_size(dt.w));
-      text += cb.exact ? fmt::format("             exact for D={} F={}: compute-bound from B = {}\n", d, f, *cb.exact)
-                       : fmt::format("             exact for D={} F={}: never compute-bound (D F <= ratio (D + F))\n", d, f);
-      const bool has_link = o->common.link == "inter_node" ? chip.inter_node.has_value() : chip.intra_node.has_value();
-      if (has_link) {
-        const auto cs = rr::critical_split_d(chip, n, dt, o->common.link);
-        j["split"] = to_json(cs);
-        text += fmt::format("  vs link:   D split over {} chips ({} {} per direction): compute-bound iff D >= {:.1f},\n"
-                            "             i.e. D/{} > {:.1f}; smallest D = {} (B cancels out)\n",
-                            n, cs.link, ridge::units::format_rate(cs.link_bandwidth), cs.threshold, n,
-                            cs.threshold / static_cast<double>(n), cs.exact);
-      } else {
-        j["split"] = nullptr;
-        text += fmt::format("  vs link:   {} has no {} link in its file\n", chip.id, o->common.link);
-      }
-      all.push_back(j);
+  c->callback([o] { ridge::cli::with_flags(cost_flags(), [&] { critical(*o); }); });
+}
+
+// Library errors about the cost models' arguments reach the user as cost_flags() names them.
+void critical(const CriticalOpts& o) {
+  const auto dt = o.dt.get();
+  const auto d = count(o.d, "--d"), f = count(o.f, "--f"), n = count(o.chips, "--chips");
+  nlohmann::json all = nlohmann::json::array();
+  std::string text;
+  for (const auto& chip : chips_of(o.common.hw)) {
+    const auto cb = rr::critical_batch(chip, d, f, dt, o.common.level);
+    nlohmann::json j{{"batch", rr::to_json(cb)}};
+    text += fmt::format("{} ({}), {} compute at {}, {} {}\n", chip.id, chip.name, cb.compute,
+                        ridge::units::format_flops(cb.peak), cb.level, ridge::units::format_rate(cb.bandwidth));
+    text += fmt::format("  vs memory: B > {:.1f} when B << D, F (peak/bw x {} weight bytes / 2)\n", cb.asymptotic,
+                        ridge::dtype_size(dt.w));
+    text += cb.exact ? fmt::format("             exact for D={} F={}: compute-bound from B = {}\n", d, f, *cb.exact)
+                     : fmt::format("             exact for D={} F={}: never compute-bound (D F <= ratio (D + F))\n", d, f);
+    const bool has_link = o.common.link == "inter_node" ? chip.inter_node.has_value() : chip.intra_node.has_value();
+    if (has_link) {
+      const auto cs = rr::critical_split_d(chip, n, dt, o.common.link);
+      j["split"] = rr::to_json(cs);
+      text += fmt::format("  vs link:   D split over {} chips ({} {} per direction): compute-bound iff D >= {:.1f},\n"
+                          "             i.e. D/{} > {:.1f}; smallest D = {} (B cancels out)\n",
+                          n, cs.link, ridge::units::format_rate(cs.link_bandwidth), cs.threshold, n,
+                          cs.threshold / static_cast<double>(n), cs.exact);
+    } else {
+      j["split"] = nullptr;
+      text += fmt::format("  vs link:   {} has no {} link in its file\n", chip.id, o.common.link);
     }
-    if (o->common.json) ridge::cli::print_json(all.size() == 1 ? all[0] : all);
-    else fmt::print("{}", text);
-  });
+    all.push_back(j);
+  }
+  if (o.common.json) ridge::cli::print_json(all.size() == 1 ? all[0] : all);
+  else fmt::print("{}", text);
+}
+
+struct PlotOpts {
+  std::string hw = "h100,this", out = "roofline", results, title;
+  bool no_shapes = false, json = false;
+};
+
+void plot(const PlotOpts& o) {
+  auto inputs = split(o.hw);  // the plot must not write over a chip file or the results it reads
+  inputs.push_back(o.results);
+  rp::check_plot_outputs(o.out, inputs);
+  std::vector<rr::Chip> chips;
+  std::vector<std::string> skipped;
+  for (const auto& name : split(o.hw)) {
+    if (name == "this" && !rr::has_probe_result()) {
+      skipped.push_back("this (no probe result; run 'ridge probe')");
+      continue;
+    }
+    chips.push_back(rr::load_chip(name));
+  }
+  ridge::check(!chips.empty(), "--hw: no chip to plot ({})", skipped.empty() ? "none named" : skipped[0]);
+  const auto ops = o.no_shapes ? std::vector<rp::NamedCost>{} : rp::standard_ops();
+  const auto measured = o.results.empty() ? std::vector<rp::MeasuredPoint>{} : rp::read_measured(o.results);
+  std::string title = o.title;
+  if (title.empty()) {
+    for (const auto& ch : chips) title += (title.empty() ? "" : " vs ") + ch.name;
+    title = "roofline: " + title;
+  }
+  const auto files = rp::render_plot(rp::plot_spec(chips, ops, measured, title), o.out);
+  if (o.json) {
+    ridge::cli::print_json({{"png", files[0]}, {"svg", files[1]}, {"spec", files[2]}, {"skipped", skipped},
+                            {"points", ops.size() * chips.size() + measured.size()}});
+    return;
+  }
+  for (const auto& s : skipped) fmt::print("skipped {}\n", s);
+  fmt::print("wrote {} and {} ({} chips, {} predicted and {} measured points; input {})\n", files[0], files[1],
+             chips.size(), ops.size() * chips.size(), measured.size(), files[2]);
 }
 
 void setup_plot(CLI::App* r) {
-  struct Opts {
-    std::string hw = "h100,this", out = "roofline", results, title;
-    bool no_shapes = false, json = false;
-  };
+  using Opts = PlotOpts;
   auto o = std::make_shared<Opts>();
   auto* c = r->add_subcommand("plot", "log-log roofline chart (PNG + SVG): roofs of the chips, the standard shapes as "
                                       "predicted points, measured points from --results");
@@ -361,35 +423,9 @@ void setup_plot(CLI::App* r) {
   c->add_flag("--no-shapes", o->no_shapes, "omit the standard shapes' predicted points");
   c->add_flag("--json", o->json, "print one JSON document naming the files written");
   c->callback([o] {
-    auto inputs = split(o->hw);  // the plot must not write over a chip file or the results it reads
-    inputs.push_back(o->results);
-    rr::check_plot_outputs(o->out, inputs);
-    std::vector<rr::Chip> chips;
-    std::vector<std::string> skipped;
-    for (const auto& name : split(o->hw)) {
-      if (name == "this" && !rr::has_probe_result()) {
-        skipped.push_back("this (no probe result; run 'ridge probe')");
-        continue;
-      }
-      chips.push_back(rr::load_chip(name));
-    }
-    ridge::check(!chips.empty(), "--hw: no chip to plot ({})", skipped.empty() ? "none named" : skipped[0]);
-    const auto ops = o->no_shapes ? std::vector<rr::NamedCost>{} : rr::standard_ops();
-    const auto measured = o->results.empty() ? std::vector<rr::MeasuredPoint>{} : rr::read_measured(o->results);
-    std::string title = o->title;
-    if (title.empty()) {
-      for (const auto& ch : chips) title += (title.empty() ? "" : " vs ") + ch.name;
-      title = "roofline: " + title;
-    }
-    const auto files = rr::render_plot(rr::plot_spec(chips, ops, measured, title), o->out);
-    if (o->json) {
-      ridge::cli::print_json({{"png", files[0]}, {"svg", files[1]}, {"spec", files[2]}, {"skipped", skipped},
-                              {"points", ops.size() * chips.size() + measured.size()}});
-      return;
-    }
-    for (const auto& s : skipped) fmt::print("skipped {}\n", s);
-    fmt::print("wrote {} and {} ({} chips, {} predicted and {} measured points; input {})\n", files[0], files[1],
-               chips.size(), ops.size() * chips.size(), measured.size(), files[2]);
+    // Library errors name their arguments; these are the flags that fed them.
+    const ridge::cli::FlagNames flags = {{"out", "--out"}, {"path", "--results"}, {"name_or_path", "--hw"}};
+    ridge::cli::with_flags(flags, [&] { plot(*o); });
   });
 }
 

@@ -114,7 +114,9 @@ void setup_roofline_model(CLI::App* parent) {
                                                  ridge::model::parse_precision(o->precision),
                                                  ridge::model::parse_attention_path(o->attention));
     const auto report = ridge::model::step_roofline(custom ? o->size + " (modified)" : o->size, shape,
-                                                    rr::load_chip(o->hw), o->level);
+                                                    ridge::cli::with_flags({{"name_or_path", "--hw"}},
+                                                                           [&] { return rr::load_chip(o->hw); }),
+                                                    o->level);
     if (o->json)
       print_json(to_json(report));
     else

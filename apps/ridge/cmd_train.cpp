@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <optional>
 
@@ -449,6 +450,16 @@ void run_rank(const Args& a) {
         dist::abort_all(e.what());
       }
     } catch (const dist::PeerFailed&) {
+      peer_failed = true;
+    } catch (const Error& e) {
+      // The rank that reports (agree() throws on rank 0) prints its line before the Session ends:
+      // MPI_Finalize lets the other ranks exit, and mpirun ends a run whose rank exited non-zero, which
+      // could otherwise kill this rank between its finalize and main() printing the message.
+      std::string line = e.what();
+      for (char& ch : line)
+        if (ch == '\n' || ch == '\r') ch = ' ';
+      std::fprintf(stderr, "ridge: %s\n", line.c_str());
+      std::fflush(stderr);
       peer_failed = true;
     }
   }

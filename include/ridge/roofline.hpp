@@ -1,6 +1,8 @@
 // ridge roofline: chips (loaded from JSON), operation cost models, bounds, collectives and
 // critical batch sizes. Everything here is arithmetic on published or measured figures; nothing
-// runs a kernel. The schema of a chip file is described in hardware/README.md.
+// runs a kernel or reads a file other than the chip files it is asked for. Errors name the
+// function's argument (ridge::Error::argument: "chips", "name_or_path", ...). The schema of a chip
+// file is described in hardware/README.md.
 #pragma once
 
 #include <map>
@@ -57,6 +59,7 @@ std::string peak_key(DType t);
 
 // "h100", "tpu-v5e", ... (from the hardware database), a path to a JSON chip file, or "this"
 // (the probe's result at probe_result_path(); ridge::Error telling to run 'ridge probe' if absent).
+// An unknown or empty name is an error about the argument "name_or_path".
 Chip load_chip(const std::string& name_or_path);
 // Parses and validates the text of a chip file; errors name `origin` and the offending field.
 Chip parse_chip_text(const std::string& text, const std::string& origin);
@@ -241,7 +244,7 @@ double model_matmul_flops(const ModelShape& m, const std::string& pass);
 long double model_param_count(const ModelShape& m);
 
 // ---------------------------------------------------------------------------------------------
-// Presenting bounds: text for the CLI, standard shapes, measured points, plot input.
+// Bounds as text for the CLI.
 
 // A multi-line human-readable account of one cost on one chip (FLOPs, bytes by operand,
 // intensity, the times, the binding roof, the attainable fraction of peak).
@@ -249,58 +252,7 @@ std::string describe(const Cost& cost, const Bound& b, const Chip& chip);
 // One chip's figures with sources, as `ridge hw show` prints them.
 std::string describe(const Chip& chip);
 
-// An operation with a label and a group ("dense", "decode", "attention-flash", ...), for reports.
-struct NamedCost {
-  std::string group;
-  std::string label;
-  Cost cost;
-};
-// The benchmark shapes of bench/shapes/ (gemm-shapes.json and attention-shapes.json, copied from
-// the project's shared benchmark list) as bf16 costs: dense and decode GEMMs D[m,n] = A[m,k]B[n,k]^T,
-// the M-grouped MoE GEMMs, naive attention (head_dim 64), flash attention (bf16, head_dim 64,
-// causal) and the forward+backward leaderboard shape. `dir` empty = locate bench/shapes.
-std::vector<NamedCost> standard_ops(const std::string& dir = "");
-std::string shapes_location();
-
-// A measured point: one row of a benchmark results file (JSON lines of the bench result schema:
-// benchmark, case, dtype, gflops, and flops + bytes or intensity).
-struct MeasuredPoint {
-  std::string label;  // "gemm m=128 n=7168 k=2048"
-  std::string benchmark, dtype;
-  std::string case_;  // the row's "case" object as JSON text
-  double gflops = 0;     // achieved GFLOP/s
-  double intensity = 0;  // FLOPs per byte; 0 when the row gives neither
-  std::string cache;     // the row's "cache" ("cold", "warm" or "")
-  double working_set = 0;  // the row's "bytes"; 0 when absent
-  // Filled by hold_against (the report does it before plot_spec): the roof at this point's
-  // intensity on a chip, and whether the point lies above it.
-  double bound_flops = 0, pct_of_bound = 0;
-  std::string roof_dtype, bound_level;
-  bool above_roof = false;
-};
-
-// The memory level a measurement is held against: the outermost for "cold" (and unstated) rows;
-// for "warm" rows, the innermost level whose capacity holds the working set, else the outermost.
-// "" for a chip without memory levels.
-std::string memory_level_for(const Chip& chip, const std::string& cache, double working_set_bytes);
-
-// A point more than this fraction above its roof is flagged (timing noise stays below it).
-inline constexpr double kAboveRoofTolerance = 0.03;
-// Holds a measured point against `chip`: the compute roof of its dtype (fp8 on a chip without fp8
-// arithmetic runs on the bf16 units, so bf16), the memory level its working set came from (cold or
-// unstated rows: the outermost; warm rows: the innermost level whose capacity holds the working
-// set), bound = min(peak, intensity x bandwidth), and above_roof when achieved > bound x 1.03.
-// A dtype the chip has no peak for leaves bound_flops 0.
-void hold_against(MeasuredPoint& p, const Chip& chip);
-// Reads a JSON-lines results file; skips rows without gflops (pure bandwidth rows); errors name
-// the file and the line.
-std::vector<MeasuredPoint> read_measured(const std::string& path);
-
-// The plot itself (plot_spec, render_plot) is in the private header src/roofline/json.hpp; the CLI's
-// `ridge report` and `ridge roofline plot` draw it.
-// The files render_plot(spec, out) writes: out.png, out.svg, out.json (".png"/".svg" on `out` dropped).
-std::vector<std::string> plot_outputs(const std::string& out);
-// ridge::Error naming --out when a file the plot writes is one of `inputs` (chip files, results).
-void check_plot_outputs(const std::string& out, const std::vector<std::string>& inputs);
+// The standard benchmark shapes, measured points held against a chip, and the plot are
+// ridge::report's (ridge/report.hpp): roofline is arithmetic on the figures it is given.
 
 }  // namespace ridge::roofline

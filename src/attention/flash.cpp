@@ -30,12 +30,11 @@ void choose_blocks(int64_t d, int w, int want_q, int want_k, int& bq, int& bk) {
     return;
   }
   // Keys per block: the per-thread working set (Q^T, O^T, K, V blocks and S^T) within half of L2.
-  int64_t l2 = cpu::info().caches.l2;
-  if (l2 <= 0) l2 = 512 * 1024;
+  const int64_t l2 = cpu::cache_sizes().l2;
   const int64_t budget = l2 / 2 / 4 - 2 * d * bq;
   int64_t k = budget / (2 * d + bq);
   // Capped at 256 keys (idle machine, 2 threads: 256 beat 128 by 2-5% in fp32 forward and backward
-  // at n = 2048..4096, d = 64/128, neutral in bf16; README attention experiment 6).
+  // at n = 2048..4096, d = 64/128, neutral in bf16; docs/attention.md, experiment 6).
   k = std::clamp<int64_t>(k, unit, 256);
   bk = static_cast<int>(k / unit * unit);
 }
@@ -57,11 +56,7 @@ detail::Operand operand(const TensorView<T>& t) {
 
 template <typename T>
 void check_view(const TensorView<T>& t, const char* name, int64_t b, int64_t h, int64_t n, int64_t d) {
-  check(t.data != nullptr, "attention: {} has no data", name);
-  check(t.rank == 4, "attention: {} must be rank 4 [batch, heads, seq, d], got rank {}", name, t.rank);
-  check(t.shape[0] == b && t.shape[1] == h && t.shape[2] == n && t.shape[3] == d,
-        "attention: {} must be [{}, {}, {}, {}], got [{}, {}, {}, {}]", name, b, h, n, d, t.shape[0], t.shape[1],
-        t.shape[2], t.shape[3]);
+  check_tensor_view("attention", name, t.data, t.rank, t.shape, t.stride, {b, h, n, d});
 }
 
 template <typename T>
@@ -85,9 +80,7 @@ detail::Problem make_problem(const TensorView<T>& q, const TensorView<T>& k, con
   check_view(q, "q", p.batch, p.heads, p.n_q, p.d);
   check_view(k, "k", p.batch, p.kv_heads, p.n_k, p.d);
   check_view(v, "v", p.batch, p.kv_heads, p.n_k, p.d);
-  check(lse.data != nullptr && lse.rank == 3 && lse.shape[0] == p.batch && lse.shape[1] == p.heads &&
-            lse.shape[2] == p.n_q,
-        "attention: lse must be an fp32 view [batch, heads, n_q] = [{}, {}, {}]", p.batch, p.heads, p.n_q);
+  check_tensor_view("attention", "lse", lse.data, lse.rank, lse.shape, lse.stride, {p.batch, p.heads, p.n_q});
   check(std::isfinite(options.scale) && options.scale >= 0.0f,
         "attention: scale must be finite and > 0 (0 means 1/sqrt(d)), got {}", options.scale);
   p.bf16 = std::is_same_v<T, bf16>;
@@ -101,7 +94,7 @@ detail::Problem make_problem(const TensorView<T>& q, const TensorView<T>& k, con
   p.lse_sh = lse.stride[1];
   p.lse_ss = lse.stride[2];
   p.threads = get_num_threads();
-  // Block-size experiments without a rebuild (the README's attention section records them).
+  // Block-size experiments without a rebuild (docs/attention.md records them).
   p.block_q = env::knobs().attention_block_q;  // 0 when unset; checked where it is parsed
   p.block_k = env::knobs().attention_block_k;
   return p;

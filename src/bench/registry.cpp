@@ -46,17 +46,17 @@ Grid Grid::parse(const std::vector<std::string>& items) {
   Grid g;
   for (const auto& item : items) {
     const auto eq = item.find('=');
-    check(eq != std::string::npos && eq > 0,
-          "--set: '{}' is not key=value[,value...] (e.g. --set n=1M,4M,16M)", item);
+    check_arg(eq != std::string::npos && eq > 0, "items", "'{}' is not key=value[,value...] (e.g. n=1M,4M,16M)",
+              item);
     const std::string key = trim(item.substr(0, eq));
-    check(!key.empty(), "--set: '{}' has an empty key", item);
+    check_arg(!key.empty(), "items", "'{}' has an empty key", item);
     std::vector<std::string> values;
     std::string rest = item.substr(eq + 1);
     size_t pos = 0;
     while (true) {
       const auto comma = rest.find(',', pos);
       const std::string v = trim(rest.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos));
-      check(!v.empty(), "--set: '{}' has an empty value for '{}'", item, key);
+      check_arg(!v.empty(), "items", "'{}' has an empty value for '{}'", item, key);
       values.push_back(v);
       if (comma == std::string::npos) break;
       pos = comma + 1;
@@ -67,20 +67,20 @@ Grid Grid::parse(const std::vector<std::string>& items) {
 }
 
 Grid Grid::from_json(const json& doc, const std::string& origin) {
-  check(doc.is_object(), "{}: a sweep grid must be a JSON object of key: [values] (got {})", origin,
-        doc.type_name());
+  check_arg(doc.is_object(), origin, "a sweep grid must be a JSON object of key: [values] (got {})",
+            doc.type_name());
   Grid g;
   auto scalar = [&](const std::string& key, const json& v) -> std::string {
     if (v.is_string()) return v.get<std::string>();
     if (v.is_number_integer()) return std::to_string(v.get<int64_t>());
     if (v.is_number()) return fmt::format("{}", v.get<double>());
     if (v.is_boolean()) return v.get<bool>() ? "true" : "false";
-    fail("{}: value of '{}' must be a string, number or boolean (got {})", origin, key, v.type_name());
+    fail_arg(origin, "value of '{}' must be a string, number or boolean (got {})", key, v.type_name());
   };
   for (const auto& [k, v] : doc.items()) {
     std::vector<std::string> values;
     if (v.is_array()) {
-      check(!v.empty(), "{}: '{}' has an empty list of values", origin, k);
+      check_arg(!v.empty(), origin, "'{}' has an empty list of values", k);
       for (const auto& x : v) values.push_back(scalar(k, x));
     } else {
       values.push_back(scalar(k, v));
@@ -91,7 +91,7 @@ Grid Grid::from_json(const json& doc, const std::string& origin) {
 }
 
 Grid Grid::from_file(const std::string& path) {
-  return from_json(input::read_json_file(path, "--grid-file", 16 << 20), "--grid-file '" + path + "'");
+  return from_json(input::read_json_file(path, "path", 16 << 20), "path '" + path + "'");
 }
 
 void Grid::merge(const Grid& other) {
@@ -114,7 +114,7 @@ std::vector<int64_t> Grid::counts(const std::string& key, std::vector<int64_t> f
   for (const auto& v : values(key)) {
     // "1M" means 2^20 elements here, the way array sizes are usually written in sweeps; the range
     // (at most 2^40) is checked after the multiplier, so "4294967296G" cannot wrap.
-    out.push_back(units::parse_count(v, "--set " + key));
+    out.push_back(units::parse_count(v, "grid " + key));
   }
   return out;
 }
@@ -122,7 +122,7 @@ std::vector<int64_t> Grid::counts(const std::string& key, std::vector<int64_t> f
 std::vector<int64_t> Grid::bytes(const std::string& key, std::vector<int64_t> fallback) const {
   if (!has(key)) return fallback;
   std::vector<int64_t> out;
-  for (const auto& v : values(key)) out.push_back(units::parse_bytes(v, "--set " + key));
+  for (const auto& v : values(key)) out.push_back(units::parse_bytes(v, "grid " + key));
   return out;
 }
 
@@ -137,7 +137,7 @@ std::vector<double> Grid::numbers(const std::string& key, std::vector<double> fa
     } catch (const std::exception&) {
       used = 0;
     }
-    check(used == v.size() && std::isfinite(x), "--set {}: '{}' is not a number", key, v);
+    check_arg(used == v.size() && std::isfinite(x), "grid " + key, "'{}' is not a number", v);
     out.push_back(x);
   }
   return out;
@@ -151,7 +151,7 @@ std::vector<bool> Grid::switches(const std::string& key, std::vector<bool> fallb
     for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
     if (s == "1" || s == "true" || s == "on" || s == "yes") out.push_back(true);
     else if (s == "0" || s == "false" || s == "off" || s == "no") out.push_back(false);
-    else fail("--set {}: '{}' is not a switch (accepted: 1, true, on, yes, 0, false, off, no)", key, v);
+    else fail_arg("grid " + key, "'{}' is not a switch (accepted: 1, true, on, yes, 0, false, off, no)", v);
   }
   return out;
 }
@@ -161,8 +161,8 @@ void Grid::check_keys(const std::vector<std::string>& known, const std::string& 
     if (std::find(known.begin(), known.end(), k) != known.end()) continue;
     std::string list;
     for (const auto& n : known) list += (list.empty() ? "" : ", ") + n;
-    fail("--set {}: benchmark '{}' has no sweep axis '{}' (it has: {})", k, benchmark, k,
-         list.empty() ? "none" : list);
+    fail_arg("grid " + k, "benchmark '{}' has no sweep axis '{}' (it has: {})", benchmark, k,
+             list.empty() ? "none" : list);
   }
 }
 

@@ -17,6 +17,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -29,11 +30,17 @@ namespace CLI {
 class App;
 }
 
+namespace ridge::roofline {
+struct Chip;  // bench only passes it on: the caller (the CLI) finds it, the benchmark reads it
+}
+
 namespace ridge::bench {
 
 // A sweep: named axes, each with a list of values, in the order given. On the command line:
 // `--set n=1M,4M,16M --set kernel=copy,triad` (repeatable; `--grid` is the same flag); in a JSON
 // file (`--grid-file F`): {"n": ["1M", "4M"], "kernel": "copy"} (a scalar is a one-value axis).
+// Errors are about arguments (ridge::Error::argument): parse's "items", from_file's "path" (from_json's
+// `origin`), and "grid KEY" for a bad value of an axis; the CLI names its flags in their place.
 class Grid {
  public:
   Grid() = default;
@@ -95,6 +102,10 @@ struct Context {
   bool quick = false;     // --quick: a short sweep that still exercises every path
   int threads = 1;        // ridge::get_num_threads() after --threads was applied
   Options options;        // measure() options from --warmup/--iters/--min-time/--max-time
+  // This machine's roofline as the caller finds it (`ridge bench` passes report::probed_chip, asked
+  // only when a benchmark wants it); unset or null when there is none. A benchmark that picks its
+  // own roof (fp8 on the bf16 units) or prints a % of peak reads chip(), never a file.
+  std::function<const roofline::Chip*()> find_chip;
   Sink& sink;
   Progress& progress;
   // The --trace file ("" when not tracing; recording is already on). A benchmark that writes the trace
@@ -105,6 +116,7 @@ struct Context {
   Context(std::string name, Sink& s, Progress& p) : benchmark(std::move(name)), sink(s), progress(p) {}
   // Sets row.benchmark when empty, then hands the row to the sink.
   void emit(Row row);
+  const roofline::Chip* chip() const { return find_chip ? find_chip() : nullptr; }
 };
 
 using RunFn = void (*)(Context&);

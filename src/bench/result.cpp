@@ -5,8 +5,6 @@
 #include <algorithm>
 #include <exception>
 #include <cmath>
-#include <mutex>
-#include <optional>
 #include <set>
 
 #include "ridge/core/cpu.hpp"
@@ -111,33 +109,6 @@ Row Row::from_json(const json& j) {
   return r;
 }
 
-namespace {
-
-struct ProbeCache {
-  std::once_flag once;
-  std::optional<roofline::Chip> chip;
-};
-ProbeCache& probe_cache() {
-  static ProbeCache c;
-  return c;
-}
-
-}  // namespace
-
-const roofline::Chip* probed_chip() {
-  auto& c = probe_cache();
-  std::call_once(c.once, [&] {
-    try {
-      if (roofline::has_probe_result()) c.chip = roofline::load_chip("this");
-    } catch (const std::exception& e) {
-      // A broken probe file must not stop a benchmark; its rows carry no bound, and the user is told.
-      std::fprintf(stderr, "ridge: warning: ignoring the probe result (%s); rows carry no roofline bound until "
-                   "'ridge probe' writes it again\n", e.what());
-    }
-  });
-  return c.chip ? &*c.chip : nullptr;
-}
-
 Rotation plan_rotation(double bytes_per_copy, int64_t llc_bytes, double factor, int64_t max_copies) {
   check(bytes_per_copy > 0 && std::isfinite(bytes_per_copy),
         "plan_rotation: bytes_per_copy = {} (expected > 0)", bytes_per_copy);
@@ -154,84 +125,11 @@ Rotation plan_rotation(double bytes_per_copy, int64_t llc_bytes, double factor, 
   return r;
 }
 
-int64_t last_level_cache_bytes() {
-  const auto& c = cpu::info().caches;
-  if (c.l3 > 0) return c.l3;
-  if (c.l2 > 0) return c.l2;
-  return int64_t{32} << 20;
-}
-
-bool fill_bound(Row& row) {
-  const roofline::Chip* chip = probed_chip();
-  if (!chip) return false;
-  return fill_bound(row, *chip);
-}
-
-bool fill_bound(Row& row, const roofline::Chip& chip_ref) {
-  const roofline::Chip* chip = &chip_ref;
-  double bw = 0;
-  std::string level = row.bound_level;
-  if (level.empty()) {
-    try {
-      level = roofline::memory_level_for(*chip, row.cache, row.bytes);
-    } catch (const std::exception&) {
-      level.clear();
-    }
-  }
-  try {
-    bw = chip->bandwidth(level);
-  } catch (const std::exception&) {
-    level.clear();
-    try {
-      bw = chip->bandwidth();
-    } catch (const std::exception&) {
-      bw = 0;
-    }
-  }
-  if (level.empty()) {
-    try {
-      level = chip->memory_level().level;
-    } catch (const std::exception&) {
-    }
-  }
-  row.bound_level = level;
-  if (bw > 0) row.bound_gbps = bw / 1e9;
-  if (row.flops > 0 && row.bound_gflops > 0) {
-    // The benchmark chose its own compute roof (e.g. fp8 running on the bf16 units): keep it.
-    row.pct_of_bound = row.gflops() / row.bound_gflops * 100.0;
-    return true;
-  }
-  if (row.flops > 0) {
-    double peak = 0;
-    try {
-      peak = chip->peak(row.dtype);
-    } catch (const std::exception&) {
-      peak = 0;
-    }
-    double bound = peak;
-    if (row.bytes > 0 && bw > 0) {
-      const double by_memory = row.flops / row.bytes * bw;
-      bound = bound > 0 ? std::min(bound, by_memory) : 0;
-    }
-    if (bound > 0) {
-      row.bound_gflops = bound / 1e9;
-      row.pct_of_bound = row.gflops() / row.bound_gflops * 100.0;
-      return true;
-    }
-  }
-  if (row.bytes > 0 && row.bound_gbps > 0) {
-    row.pct_of_bound = row.gbps() / row.bound_gbps * 100.0;
-    return true;
-  }
-  return false;
-}
-
-bool fill_defaults(Row& row) {
+void fill_defaults(Row& row) {
   if (row.threads <= 0) row.threads = get_num_threads();
   if (row.isa.empty()) row.isa = cpu::isa_name(cpu::active_isa());
   if (row.machine.empty()) row.machine = cpu::info().brand;
   if (row.case_.is_null()) row.case_ = json::object();
-  return fill_bound(row);
 }
 
 json machine_context() {
@@ -478,7 +376,7 @@ std::string to_json_lines(const std::vector<Row>& rows) {
   return out;
 }
 
-Sink::Sink(Format format, std::FILE* out) : format_(format), out_(out) {}
+Sink::Sink(Format format, std::FILE* out, RowHook hook) : format_(format), out_(out), hook_(std::move(hook)) {}
 
 Sink::~Sink() {
   // Unwinding from a bad argument before any row: the error line alone, no "(no results)" table.
@@ -491,6 +389,7 @@ Sink::~Sink() {
 
 void Sink::emit(Row row) {
   fill_defaults(row);
+  if (hook_) hook_(row);
   if (format_ == Format::json) {
     const std::string s = row.to_json().dump() + "\n";
     std::fputs(s.c_str(), out_);

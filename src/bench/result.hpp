@@ -5,14 +5,11 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "ridge/bench/measure.hpp"
-
-namespace ridge::roofline {
-struct Chip;
-}
 
 namespace ridge::bench {
 
@@ -32,14 +29,15 @@ struct Row {
   double median_ms = 0, min_ms = 0;
   double flops = 0;  // per call; 0 means undefined (no "gflops" written)
   double bytes = 0;  // per call, moved to or from memory; 0 means undefined (no "gbps")
-  // From this machine's probed roofline (filled by fill_bound when a probe result exists):
-  // min(peak(dtype), intensity * bandwidth(level)) for ops with flops, else bandwidth(level).
+  // The roof the row is held against, filled by the caller's row hook (ridge::report::hold_row
+  // holds it against a chip: min(peak(dtype), intensity * bandwidth(level)) for ops with flops,
+  // else bandwidth(level)); bench itself reads no chip.
   double bound_gflops = 0, bound_gbps = 0, pct_of_bound = 0;
   std::string bound_level;  // memory level to hold the op against ("dram", "l3", ...); "" = chosen by cache
   // Where the operands come from at each timed call: "cold" (the benchmark rotated through enough
   // copies that they come from DRAM, as in a model where other layers run in between), "warm"
   // (the same operands every call: they stay in whatever cache holds them), "" (not stated). With
-  // bound_level empty, fill_bound holds the row against roofline::memory_level_for(chip, cache,
+  // bound_level empty, report::hold_row holds the row against report::memory_level_for(chip, cache,
   // bytes): a warm row against the level its working set fits in, any other the outermost.
   std::string cache;
   // How far the samples disagree (spread_of, set by set_time): figures of a machine whose speed
@@ -70,12 +68,12 @@ struct Row {
   static Row from_json(const nlohmann::json& j);
 };
 
-// Fills threads, isa, machine when empty and, when `ridge probe` has written a result, the bound
-// fields from it (the probe result is loaded once per process). Returns false when no probe exists.
-bool fill_defaults(Row& row);
-bool fill_bound(Row& row);
-// fill_bound against a given chip (the probe result in fill_bound); false when it gives no bound.
-bool fill_bound(Row& row, const roofline::Chip& chip);
+// Fills threads, isa and machine when empty (the bound fields are the row hook's business).
+void fill_defaults(Row& row);
+
+// Called on every row a Sink emits, after fill_defaults and before the row is written: how a caller
+// above bench adds what bench does not know (ridge::report::hold_rows_against fills the bound).
+using RowHook = std::function<void(Row&)>;
 
 // Cold operands: how many copies of a call's operands (bytes_per_copy) to rotate through so that
 // the copies together span at least `factor` x the last-level cache, and each call finds its
@@ -88,11 +86,7 @@ struct Rotation {
 };
 Rotation plan_rotation(double bytes_per_copy, int64_t llc_bytes, double factor = 4.0,
                        int64_t max_copies = 4096);
-// The last-level cache of this machine in bytes (L3, else L2; 32 MiB when cpuid says neither).
-int64_t last_level_cache_bytes();
-// This machine's probe result (`ridge probe`), loaded once per process; nullptr when there is none.
-// A probe file that cannot be read or parsed gives one warning line on stderr naming it, not silence.
-const roofline::Chip* probed_chip();
+// (llc_bytes: cpu::cache_sizes().last_level for this machine.)
 
 enum class Format { table, json, csv };
 
@@ -100,12 +94,12 @@ enum class Format { table, json, csv };
 // CSV are written by finish(), because their columns depend on every row's case keys and peers.
 class Sink {
  public:
-  explicit Sink(Format format = Format::table, std::FILE* out = stdout);
+  explicit Sink(Format format = Format::table, std::FILE* out = stdout, RowHook hook = {});
   ~Sink();
   Sink(const Sink&) = delete;
   Sink& operator=(const Sink&) = delete;
 
-  void emit(Row row);  // fills defaults and bound first
+  void emit(Row row);  // fills defaults and runs the hook first
   void finish();       // idempotent
   // Prints nothing from now on, not even "(no results)": an MPI rank other than 0, whose rows rank 0 prints.
   void discard() { finished_ = true; }
@@ -115,6 +109,7 @@ class Sink {
  private:
   Format format_;
   std::FILE* out_;
+  RowHook hook_;
   std::vector<Row> rows_;
   bool finished_ = false;
 };

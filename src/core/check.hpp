@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include <string>
 #include <utility>
 
 #include "ridge/core/error.hpp"
@@ -20,6 +21,18 @@ inline void check(bool cond, fmt::format_string<Args...> f, Args&&... args) {
 template <typename... Args>
 [[noreturn]] inline void fail(fmt::format_string<Args...> f, Args&&... args) {
   throw Error(fmt::format(f, std::forward<Args>(args)...));
+}
+
+// Throws ridge::Error about the function argument `argument` (see Error::argument) when `cond` is
+// false: "argument: message".
+template <typename... Args>
+inline void check_arg(bool cond, const std::string& argument, fmt::format_string<Args...> f, Args&&... args) {
+  if (!cond) throw Error(argument, fmt::format(f, std::forward<Args>(args)...));
+}
+
+template <typename... Args>
+[[noreturn]] inline void fail_arg(const std::string& argument, fmt::format_string<Args...> f, Args&&... args) {
+  throw Error(argument, fmt::format(f, std::forward<Args>(args)...));
 }
 
 }  // namespace ridge

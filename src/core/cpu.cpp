@@ -253,6 +253,16 @@ Isa resolve_isa_request(const std::string& request) {
   return want;
 }
 
+CacheSizes cache_sizes() {
+  const Caches& c = info().caches;
+  CacheSizes s;
+  if (c.l1d > 0) s.l1d = c.l1d;
+  if (c.l2 > 0) s.l2 = c.l2;
+  if (c.l3 > 0) s.l3 = c.l3;
+  s.last_level = c.l3 > 0 ? c.l3 : c.l2 > 0 ? c.l2 : kFallbackL3;
+  return s;
+}
+
 Isa active_isa() {
   const int o = g_override.load(std::memory_order_relaxed);
   if (o != kNoOverride) return static_cast<Isa>(o);

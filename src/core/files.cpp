@@ -43,19 +43,19 @@ bool write_all(int fd, const std::string& text) {
 }  // namespace
 
 void check_writable(const std::string& path, const std::string& what) {
-  check(!path.empty(), "{}: empty file name", what);
+  check_arg(!path.empty(), what, "empty file name");
   const fs::path p = resolve(path);
   std::error_code ec;
   const auto st = fs::status(p, ec);
-  check(!fs::is_directory(st), "{}: '{}' is a folder (expected a file name)", what, path);
+  check_arg(!fs::is_directory(st), what, "'{}' is a folder (expected a file name)", path);
   if (fs::exists(st) && !fs::is_regular_file(st)) {  // a device or FIFO: it must open for writing
-    check(::access(p.c_str(), W_OK) == 0, "{}: '{}' is not writable", what, path);
+    check_arg(::access(p.c_str(), W_OK) == 0, what, "'{}' is not writable", path);
     return;
   }
   const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
-  check(fs::is_directory(dir, ec), "{}: folder '{}' does not exist (for '{}')", what, dir.string(), path);
-  check(::access(dir.c_str(), W_OK) == 0, "{}: folder '{}' is not writable", what, dir.string());
-  if (fs::exists(st)) check(::access(p.c_str(), W_OK) == 0, "{}: '{}' is not writable", what, path);
+  check_arg(fs::is_directory(dir, ec), what, "folder '{}' does not exist (for '{}')", dir.string(), path);
+  check_arg(::access(dir.c_str(), W_OK) == 0, what, "folder '{}' is not writable", dir.string());
+  if (fs::exists(st)) check_arg(::access(p.c_str(), W_OK) == 0, what, "'{}' is not writable", path);
 }
 
 void write_text(const std::string& path, const std::string& text, const std::string& what) {
@@ -65,16 +65,16 @@ void write_text(const std::string& path, const std::string& text, const std::str
   const auto st = fs::status(p, ec);
   if (fs::exists(st) && !fs::is_regular_file(st)) {  // device or FIFO: write in place
     const int fd = ::open(p.c_str(), O_WRONLY | O_CLOEXEC);
-    check(fd >= 0, "{}: cannot open '{}': {}", what, path, std::strerror(errno));
+    check_arg(fd >= 0, what, "cannot open '{}': {}", path, std::strerror(errno));
     const bool ok = write_all(fd, text);
     ::close(fd);
-    check(ok, "{}: error writing '{}'", what, path);
+    check_arg(ok, what, "error writing '{}'", path);
     return;
   }
   // A regular (or new) file: a temporary beside it, renamed over it only when complete.
   std::string tmp = p.string() + ".tmpXXXXXX";
   const int fd = ::mkstemp(tmp.data());
-  check(fd >= 0, "{}: cannot write beside '{}': {}", what, path, std::strerror(errno));
+  check_arg(fd >= 0, what, "cannot write beside '{}': {}", path, std::strerror(errno));
   bool ok = write_all(fd, text) && ::fsync(fd) == 0;
   // Keep an existing file's permissions (mkstemp makes 0600).
   struct stat old {};
@@ -92,7 +92,7 @@ void write_text(const std::string& path, const std::string& text, const std::str
   if (!ok) {
     const int err = errno;
     ::unlink(tmp.c_str());
-    fail("{}: cannot write '{}': {}", what, path, std::strerror(err));
+    fail_arg(what, "cannot write '{}': {}", path, std::strerror(err));
   }
 }
 
@@ -111,8 +111,8 @@ bool same_file(const std::string& a, const std::string& b) {
 void check_not_an_input(const std::string& output, const std::vector<std::string>& inputs,
                         const std::string& what) {
   for (const auto& in : inputs)
-    check(!same_file(output, in), "{}: '{}' is also an input ('{}'); writing it would destroy that file",
-          what, output, in);
+    check_arg(!same_file(output, in), what, "'{}' is also an input ('{}'); writing it would destroy that file",
+              output, in);
 }
 
 }  // namespace ridge::files

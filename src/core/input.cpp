@@ -72,7 +72,7 @@ void check_depth(const std::string& text, const std::string& what) {
     else if (c == '[' || c == '{') {
       if (++depth > kMaxJsonDepth) {
         const auto [line, col] = line_column(text, i);
-        fail("{}: nested deeper than {} levels at line {}, column {} (not a ridge input)", what,
+        fail_arg(what, "nested deeper than {} levels at line {}, column {} (not a ridge input)",
              kMaxJsonDepth, line, col);
       }
     } else if (c == ']' || c == '}') {
@@ -84,19 +84,19 @@ void check_depth(const std::string& text, const std::string& what) {
 }  // namespace
 
 std::string read_input_file(const std::string& path, const std::string& what, int64_t max_bytes) {
-  check(!path.empty(), "{}: empty file name", what);
+  check_arg(!path.empty(), what, "empty file name");
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0)
-    fail("{}: '{}' cannot be read ({})", what, path, errno == ENOENT ? "no such file" : std::strerror(errno));
-  check(S_ISREG(st.st_mode), "{}: '{}' is {}; expected a regular file", what, path, kind_of(st.st_mode));
+    fail_arg(what, "'{}' cannot be read ({})", path, errno == ENOENT ? "no such file" : std::strerror(errno));
+  check_arg(S_ISREG(st.st_mode), what, "'{}' is {}; expected a regular file", path, kind_of(st.st_mode));
   // O_NONBLOCK: should the path be swapped for a FIFO after the stat, open must still not block.
   const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) fail("{}: '{}' cannot be read ({})", what, path, std::strerror(errno));
+  if (fd < 0) fail_arg(what, "'{}' cannot be read ({})", path, std::strerror(errno));
   std::string text;
   try {
-    check(::fstat(fd, &st) == 0 && S_ISREG(st.st_mode), "{}: '{}' is {}; expected a regular file", what, path,
+    check_arg(::fstat(fd, &st) == 0 && S_ISREG(st.st_mode), what, "'{}' is {}; expected a regular file", path,
           kind_of(st.st_mode));
-    check(st.st_size <= max_bytes, "{}: '{}' is {}, above the {} limit for this input", what, path,
+    check_arg(st.st_size <= max_bytes, what, "'{}' is {}, above the {} limit for this input", path,
           units::format_bytes(static_cast<double>(st.st_size)),
           units::format_bytes(static_cast<double>(max_bytes)));
     text.reserve(static_cast<size_t>(st.st_size));
@@ -104,11 +104,11 @@ std::string read_input_file(const std::string& path, const std::string& what, in
     for (;;) {
       const ssize_t n = ::read(fd, buf, sizeof buf);
       if (n < 0 && errno == EINTR) continue;
-      if (n < 0) fail("{}: error reading '{}' ({})", what, path, std::strerror(errno));
+      if (n < 0) fail_arg(what, "error reading '{}' ({})", path, std::strerror(errno));
       if (n == 0) break;
       text.append(buf, static_cast<size_t>(n));
-      check(static_cast<int64_t>(text.size()) <= max_bytes, "{}: '{}' is above the {} limit for this input",
-            what, path, units::format_bytes(static_cast<double>(max_bytes)));
+      check_arg(static_cast<int64_t>(text.size()) <= max_bytes, what, "'{}' is above the {} limit for this input",
+                path, units::format_bytes(static_cast<double>(max_bytes)));
     }
   } catch (...) {
     ::close(fd);
@@ -124,9 +124,9 @@ nlohmann::json parse_json(const std::string& text, const std::string& what) {
     return nlohmann::json::parse(text);
   } catch (const nlohmann::json::parse_error& e) {
     if (text.find_first_not_of(" \t\r\n") == std::string::npos)
-      fail("{}: empty, expected a JSON document", what);
+      fail_arg(what, "empty, expected a JSON document");
     const auto [line, col] = line_column(text, e.byte > 0 ? e.byte - 1 : 0);
-    fail("{}: not valid JSON at line {}, column {}: {}", what, line, col, plain_message(e.what()));
+    fail_arg(what, "not valid JSON at line {}, column {}: {}", line, col, plain_message(e.what()));
   } catch (const nlohmann::json::out_of_range& e) {
     // A number beyond a double (1e400): the library names the literal; say where it is.
     std::string msg = plain_message(e.what());
@@ -135,11 +135,11 @@ nlohmann::json parse_json(const std::string& text, const std::string& what) {
       const std::string lit = msg.substr(q1 + 1, q2 - q1 - 1);
       const auto at = text.find(lit);
       const auto [line, col] = line_column(text, at == std::string::npos ? 0 : at);
-      fail("{}: number {} at line {}, column {} is out of range (beyond a double)", what, lit, line, col);
+      fail_arg(what, "number {} at line {}, column {} is out of range (beyond a double)", lit, line, col);
     }
-    fail("{}: {}", what, msg);
+    fail_arg(what, "{}", msg);
   } catch (const nlohmann::json::exception& e) {
-    fail("{}: not valid JSON: {}", what, plain_message(e.what()));
+    fail_arg(what, "not valid JSON: {}", plain_message(e.what()));
   }
 }
 
@@ -153,32 +153,32 @@ std::string plain_json_error(const nlohmann::json::exception& e) {
 
 const nlohmann::json& field(const nlohmann::json& obj, const std::string& key, const std::string& path,
                             const std::string& what) {
-  check(obj.is_object(), "{}: '{}' must be a JSON object (got {})", what, path, obj.type_name());
+  check_arg(obj.is_object(), what, "'{}' must be a JSON object (got {})", path, obj.type_name());
   const auto it = obj.find(key);
-  check(it != obj.end(), "{}: field '{}{}{}' is missing", what, path, path.empty() ? "" : ".", key);
+  check_arg(it != obj.end(), what, "field '{}{}{}' is missing", path, path.empty() ? "" : ".", key);
   return *it;
 }
 
 double number(const nlohmann::json& v, const std::string& path, const std::string& what) {
-  check(v.is_number(), "{}: field '{}' must be a number (got {})", what, path, v.type_name());
+  check_arg(v.is_number(), what, "field '{}' must be a number (got {})", path, v.type_name());
   const double x = v.get<double>();
-  check(std::isfinite(x), "{}: field '{}' must be finite", what, path);
+  check_arg(std::isfinite(x), what, "field '{}' must be finite", path);
   return x;
 }
 
 int64_t integer(const nlohmann::json& v, const std::string& path, const std::string& what) {
   if (v.is_number_unsigned()) {
-    check(v.get<uint64_t>() <= static_cast<uint64_t>(INT64_MAX), "{}: field '{}' is {}, above 2^63-1", what,
+    check_arg(v.get<uint64_t>() <= static_cast<uint64_t>(INT64_MAX), what, "field '{}' is {}, above 2^63-1",
           path, v.get<uint64_t>());
     return static_cast<int64_t>(v.get<uint64_t>());
   }
-  check(v.is_number_integer(), "{}: field '{}' must be an integer (got {})", what, path,
+  check_arg(v.is_number_integer(), what, "field '{}' must be an integer (got {})", path,
         v.is_number() ? fmt::format("{}", v.get<double>()) : std::string(v.type_name()));
   return v.get<int64_t>();
 }
 
 std::string string(const nlohmann::json& v, const std::string& path, const std::string& what) {
-  check(v.is_string(), "{}: field '{}' must be a string (got {})", what, path, v.type_name());
+  check_arg(v.is_string(), what, "field '{}' must be a string (got {})", path, v.type_name());
   return v.get<std::string>();
 }
 

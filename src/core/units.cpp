@@ -19,11 +19,11 @@ double parse_number_with_suffix(const std::string& text, const std::string& what
   char* end = nullptr;
   const double v = std::strtod(begin, &end);
   if (end == begin || text.empty() || std::isspace(static_cast<unsigned char>(text[0])))
-    fail("{}: '{}' is not a number (expected e.g. {})", what, text, examples);
-  if (!std::isfinite(v)) fail("{}: '{}' is not a finite number", what, text);
+    fail_arg(what, "'{}' is not a number (expected e.g. {})", text, examples);
+  if (!std::isfinite(v)) fail_arg(what, "'{}' is not a finite number", text);
   // strtod also reads hexadecimal ("0x10"); nobody means that for a size, so it is rejected.
   if (std::string(begin, static_cast<const char*>(end)).find_first_of("xX") != std::string::npos)
-    fail("{}: '{}' is not a decimal number (expected e.g. {})", what, text, examples);
+    fail_arg(what, "'{}' is not a decimal number (expected e.g. {})", text, examples);
   suffix = std::string(end);
   suffix.erase(0, suffix.find_first_not_of(' '));  // "64 KiB" reads like "64KiB"
   std::transform(suffix.begin(), suffix.end(), suffix.begin(), [](unsigned char c) { return std::tolower(c); });
@@ -49,12 +49,12 @@ int64_t parse_bytes(const std::string& text, const std::string& what, bool allow
   else if (suffix == "tb") mul = 1e12;
   else if (suffix == "pb") mul = 1e15;
   else if (suffix == "eb") mul = 1e18;
-  else fail("{}: unknown unit in '{}' (accepted: B, KiB, MiB, GiB, TiB, PiB, EiB, KB, MB, GB, TB, PB, EB)", what, text);
+  else fail_arg(what, "unknown unit in '{}' (accepted: B, KiB, MiB, GiB, TiB, PiB, EiB, KB, MB, GB, TB, PB, EB)", text);
   v *= mul;
-  if (v < 0) fail("{}: '{}' is negative; a byte count must be positive", what, text);
-  if (v == 0 && !allow_zero) fail("{}: '{}' is zero; a byte count must be positive", what, text);
-  if (v > 0x1p60) fail("{}: '{}' is too large (at most 2^60 bytes = 1 EiB)", what, text);
-  if (v != std::floor(v)) fail("{}: '{}' is not a whole number of bytes", what, text);
+  if (v < 0) fail_arg(what, "'{}' is negative; a byte count must be positive", text);
+  if (v == 0 && !allow_zero) fail_arg(what, "'{}' is zero; a byte count must be positive", text);
+  if (v > 0x1p60) fail_arg(what, "'{}' is too large (at most 2^60 bytes = 1 EiB)", text);
+  if (v != std::floor(v)) fail_arg(what, "'{}' is not a whole number of bytes", text);
   return static_cast<int64_t>(v);
 }
 
@@ -69,10 +69,10 @@ int64_t parse_count(const std::string& text, const std::string& what) {
   else if (suffix == "g")
     v *= 0x1p30;
   else if (!suffix.empty())
-    fail("{}: '{}' is not a whole number (accepted: 4096, 4k, 1M, 1G, 1e6)", what, text);
-  if (v <= 0) fail("{}: '{}' must be a positive whole number", what, text);
-  if (v > 0x1p40) fail("{}: '{}' is too large (at most 2^40)", what, text);
-  if (v != std::floor(v)) fail("{}: '{}' is not a whole number", what, text);
+    fail_arg(what, "'{}' is not a whole number (accepted: 4096, 4k, 1M, 1G, 1e6)", text);
+  if (v <= 0) fail_arg(what, "'{}' must be a positive whole number", text);
+  if (v > 0x1p40) fail_arg(what, "'{}' is too large (at most 2^40)", text);
+  if (v != std::floor(v)) fail_arg(what, "'{}' is not a whole number", text);
   return static_cast<int64_t>(v);
 }
 

@@ -11,14 +11,11 @@
 
 namespace ridge::gemm::fp8 {
 
-// `name` must be exactly [rows, cols], with ld >= cols and data unless it is empty.
+// `name` must be exactly [rows, cols], with ld >= cols and data unless it is empty (core's one
+// view check and message style).
 template <typename T>
 void check_matrix(const MatrixView<T>& v, const char* name, int64_t rows, int64_t cols) {
-  check(v.rows == rows && v.cols == cols, "{}: expected shape [{}, {}], got [{}, {}]", name, rows, cols, v.rows,
-        v.cols);
-  check(v.ld >= std::max<int64_t>(cols, 1), "{}: leading dimension {} is smaller than its {} columns", name, v.ld,
-        cols);
-  check(v.data != nullptr || rows * cols == 0, "{}: null data for a non-empty [{}, {}] matrix", name, rows, cols);
+  check_matrix_view(nullptr, name, v.data, v.rows, v.cols, v.ld, rows, cols);
 }
 
 }  // namespace ridge::gemm::fp8

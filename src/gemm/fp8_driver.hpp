@@ -52,9 +52,8 @@ struct Blocks {
 
 template <class K>
 Blocks choose_blocks(const ridge::gemm::fp8::Problem& p) {
-  const auto& caches = ridge::cpu::info().caches;
-  const int64_t l1 = caches.l1d > 0 ? caches.l1d : 32 * 1024;
-  const int64_t l2 = caches.l2 > 0 ? caches.l2 : 512 * 1024;
+  const auto caches = ridge::cpu::cache_sizes();
+  const int64_t l1 = caches.l1d, l2 = caches.l2;
   const int64_t e = static_cast<int64_t>(sizeof(typename K::Elem));
   // The B micro-panel (kc x NR) stays in half of L1 while a column of micro-tiles reuses it.
   int64_t kc = imax(128, (l1 / 2 / (K::NR * e)) / 128 * 128);
@@ -94,9 +93,8 @@ void run_panel(const ridge::gemm::fp8::Problem& p) {
   const int64_t rows_per_thread = (m_tiles + tm - 1) / tm * K::MR;
   const bool whole_b = rows_per_thread > bl.mc;
   if (whole_b) {
-    const auto& caches = ridge::cpu::info().caches;
-    const int64_t l2 = caches.l2 > 0 ? caches.l2 : 512 * 1024;
-    const int64_t l3 = caches.l3 > 0 ? caches.l3 : 8 * 1024 * 1024;
+    const auto caches = ridge::cpu::cache_sizes();
+    const int64_t l2 = caches.l2, l3 = caches.l3;
     const int64_t cols = (n_tiles + tn - 1) / tn * K::NR;
     const int64_t kpad = (p.k + bl.kc - 1) / bl.kc * bl.kc;
     int64_t nc = imin(cols, l3 / 2 / threads / (kpad * static_cast<int64_t>(sizeof(Elem))));

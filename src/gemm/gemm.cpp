@@ -55,10 +55,8 @@ size_t panel_elt(Panel p) { return p == Panel::f32 ? 4 : 2; }
 int64_t panel_k(Panel p, int64_t k) { return p == Panel::f32 ? k : round_up(k, 2); }
 
 Blocking derive_blocking(const KernelInfo& ki, int64_t k) {
-  const auto& caches = cpu::info().caches;
-  const int64_t l1 = caches.l1d > 0 ? caches.l1d : 32 * 1024;
-  const int64_t l2 = caches.l2 > 0 ? caches.l2 : 256 * 1024;
-  const int64_t l3 = caches.l3 > 0 ? caches.l3 : 8 * 1024 * 1024;
+  const auto caches = cpu::cache_sizes();
+  const int64_t l1 = caches.l1d, l2 = caches.l2, l3 = caches.l3;
   const int64_t elt = static_cast<int64_t>(panel_elt(ki.panel));
   Blocking b;
   b.mr = ki.mr;
@@ -66,9 +64,9 @@ Blocking derive_blocking(const KernelInfo& ki, int64_t k) {
   b.kernel = ki.name;
   // Deep K blocks: each micro-kernel call pays a D-tile epilogue, so KC should be large. The B
   // micro-panel (KC x NR) is sized to an eighth of L2 rather than half of L1: on Zen 5 the L2
-  // streams it fast enough (experiment 2 in the README's dense GEMM section: KC 256 -> 2048 gained 1.3x).
+  // streams it fast enough (experiment 2 in docs/gemm.md, dense GEMM experiments: KC 256 -> 2048 gained 1.3x).
   int64_t kc = std::clamp<int64_t>(l2 / 8 / (ki.nr * elt), std::max<int64_t>(64, l1 / 2 / (ki.nr * elt)), 4096);
-  // Experiment knobs (the README's dense GEMM section): RIDGE_GEMM_KC / _MC / _NC override the sizes.
+  // Experiment knobs (docs/gemm.md, dense GEMM experiments): RIDGE_GEMM_KC / _MC / _NC override the sizes.
   if (const int64_t e = env::knobs().gemm_kc) kc = e;
   // Balance the K blocks so the last is not a sliver.
   const int64_t nblk = std::max<int64_t>(1, ceil_div(k, kc));
@@ -94,7 +92,7 @@ Blocking derive_blocking(const KernelInfo& ki, int64_t k) {
 void pack_panels(const void* src, bool src_bf16, int64_t ld, int64_t count, int64_t p0, int64_t kc, int R,
                  Panel panel, void* dst, detail::PackWords pack_words) {
   // K is walked in chunks so the R destination rows being transposed into stay in L1 (a whole
-  // deep panel does not; experiment 3 in the README's dense GEMM section).
+  // deep panel does not; experiment 3 in docs/gemm.md, dense GEMM experiments).
   constexpr int64_t kChunk = 64;
   const int64_t kp = panel_k(panel, kc);
   const int64_t npanels = ceil_div(count, R);
@@ -257,11 +255,7 @@ int64_t extent(const MatrixView<T>& v) {
 
 template <typename T>
 void check_view(const char* fn, const char* name, const MatrixView<T>& v) {
-  check(v.rows >= 0 && v.cols >= 0, "{}: {} has negative shape [{}, {}]", fn, name, v.rows, v.cols);
-  check(v.ld >= v.cols, "{}: {}.ld = {} is smaller than its {} columns (expected ld >= cols)", fn, name, v.ld,
-        v.cols);
-  check(v.data != nullptr || v.rows == 0 || v.cols == 0, "{}: {} is null but has shape [{}, {}]", fn, name,
-        v.rows, v.cols);
+  check_matrix_view(fn, name, v.data, v.rows, v.cols, v.ld);
 }
 
 template <typename T, typename U>
@@ -423,7 +417,7 @@ Tile make_tile(const Problem& p, int64_t gi, int64_t gj, bool first, bool last, 
 
 // A thread's packing buffers: A block, B block, fp32 scratch, each 64-byte aligned. They persist
 // per thread and only grow: a fresh allocation per call costs page faults on every touch of a
-// multi-MiB B block (experiment 5 in the README's dense GEMM section).
+// multi-MiB B block (experiment 5 in docs/gemm.md, dense GEMM experiments).
 struct Workspace {
   std::byte* a;
   std::byte* b;
@@ -495,7 +489,7 @@ void run_rect(const Problem& p, const KernelInfo& ki, const Blocking& bk, int64_
   const int64_t nc_max = std::min<int64_t>(bk.nc, round_up(n1 - n0, ki.nr));
   // Row blocks balanced over this thread's rows, rounding to the nearest count rather than up: a
   // last block of a few rows would stream the whole B block again for them (m = 128 with MC = 126
-  // did; experiment 7 in the README's dense GEMM section).
+  // did; experiment 7 in docs/gemm.md, dense GEMM experiments).
   const int64_t mblocks = std::max<int64_t>(1, (m1 - m0 + bk.mc / 2) / bk.mc);
   const int64_t mc_t = round_up(ceil_div(m1 - m0, mblocks), ki.mr);
   const int64_t mc_max = std::min<int64_t>(mc_t, round_up(m1 - m0, ki.mr));

@@ -18,15 +18,7 @@ namespace {
 
 template <typename T>
 void check_tensor3(const TensorView<T>& v, const char* name, int64_t d0, int64_t d1, int64_t d2) {
-  check(v.rank == 3, "{}: expected a rank-3 tensor [{}, {}, {}], got rank {}", name, d0, d1, d2, v.rank);
-  check(v.shape[0] == d0 && v.shape[1] == d1 && v.shape[2] == d2, "{}: expected shape [{}, {}, {}], got [{}, {}, {}]",
-        name, d0, d1, d2, v.shape[0], v.shape[1], v.shape[2]);
-  check(v.stride[2] == 1, "{}: the last dimension must be contiguous (stride 1), got stride {}", name, v.stride[2]);
-  check(v.stride[1] >= std::max<int64_t>(d2, 1), "{}: row stride {} is smaller than the {} columns", name,
-        v.stride[1], d2);
-  check(v.stride[0] >= std::max<int64_t>(d1, 1) * v.stride[1] || d0 <= 1,
-        "{}: group stride {} makes groups overlap (need >= {})", name, v.stride[0], d1 * v.stride[1]);
-  check(v.data != nullptr || d0 * d1 * d2 == 0, "{}: null data for a non-empty tensor", name);
+  check_tensor_view(nullptr, name, v.data, v.rank, v.shape, v.stride, {d0, d1, d2}, Strides::row_major);
 }
 
 fp8::Problem group_problem(int64_t n, int64_t k, const TensorView<const fp8_e4m3>& b,

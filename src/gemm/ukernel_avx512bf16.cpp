@@ -122,7 +122,7 @@ struct LaneReg<8> {
 
 // k per copied chunk: 16 rows of bf16 in a quarter of L1 (256 on a 32 KiB L1), a multiple of 32.
 inline int64_t lane_chunk() {
-  const int64_t l1 = cpu::info().caches.l1d > 0 ? cpu::info().caches.l1d : 32 * 1024;
+  const int64_t l1 = cpu::cache_sizes().l1d;
   return std::min<int64_t>(1024, std::max<int64_t>(64, l1 / 4 / 32 / 32 * 32));
 }
 

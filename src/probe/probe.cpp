@@ -181,7 +181,7 @@ ProbeResult run(const ProbeOptions& o) {
   const double t0 = now();
   ProbeResult r;
   r.threads = o.threads > 0 ? o.threads : get_num_threads();
-  check(r.threads <= 4096, "--threads: {} is more threads than any machine has", r.threads);
+  check_arg(r.threads <= 4096, "threads", "{} is more threads than any machine has", r.threads);
   if (o.max_bytes != 0) {  // an empty size list crashed the sweep; a size beyond memory ended in bad_alloc
     check(o.max_bytes >= min_max_bytes(r.threads), "max_bytes: {} is too small (at least {} for {} threads)",
           units::format_bytes(static_cast<double>(o.max_bytes)),

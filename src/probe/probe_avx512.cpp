@@ -110,7 +110,7 @@ double read_avx512(const void* p, size_t bytes, int64_t passes) {
 
 // Regular (write-allocating) stores, in place: every line is read once and written back once,
 // the traffic of an in-place elementwise op. Non-temporal stores would skip the caches and so
-// could not measure the L1..L3 plateaus; the README's probe section explains the choice.
+// could not measure the L1..L3 plateaus; docs/probe.md explains the choice.
 void update_avx512(void* p, size_t bytes, int64_t passes) {
   auto* v = static_cast<__m512i*>(p);
   const size_t n = bytes / 64;

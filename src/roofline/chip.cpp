@@ -300,11 +300,11 @@ bool has_probe_result() {
 }
 
 Chip load_chip(const std::string& name) {
-  check(!name.empty(), "--hw: empty chip name (accepted: {}, this, or a path to a chip JSON file)",
-        fmt::join(chip_ids(), ", "));
+  check_arg(!name.empty(), "name_or_path", "empty chip name (accepted: {}, this, or a path to a chip JSON file)",
+            fmt::join(chip_ids(), ", "));
   if (name == "this") {
     const auto p = probe_result_path();
-    check(has_probe_result(), "--hw this: no probe result at {}; run 'ridge probe' first", p);
+    check_arg(has_probe_result(), "name_or_path", "'this': no probe result at {}; run 'ridge probe' first", p);
     return load_chip_file(p);
   }
   if (looks_like_path(name)) return load_chip_file(name);
@@ -316,8 +316,8 @@ Chip load_chip(const std::string& name) {
   if (const auto* e = find_embedded(name)) return parse_text(e->json, "embedded:" + name + ".json");
   std::error_code ec;
   if (fs::exists(name, ec)) return load_chip_file(name);  // a FIFO or directory: say so
-  fail("--hw: unknown chip '{}' (accepted: {}, this, or a path to a chip JSON file)", name,
-       fmt::join(chip_ids(), ", "));
+  fail_arg("name_or_path", "unknown chip '{}' (accepted: {}, this, or a path to a chip JSON file)", name,
+           fmt::join(chip_ids(), ", "));
 }
 
 std::vector<std::string> chip_ids() {

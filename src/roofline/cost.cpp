@@ -17,8 +17,8 @@ constexpr long double kMaxDim = 0x1p40L;
 constexpr long double kMaxElements = 0x1p60L;
 
 long double dim(int64_t v, const char* what) {
-  check(v >= 1, "{}: {} is not a positive size", what, v);
-  check(static_cast<long double>(v) <= kMaxDim, "{}: {} is too large (at most 2^40)", what, v);
+  check_arg(v >= 1, what, "{} is not a positive size", v);
+  check_arg(static_cast<long double>(v) <= kMaxDim, what, "{} is too large (at most 2^40)", v);
   return static_cast<long double>(v);
 }
 
@@ -55,7 +55,7 @@ nlohmann::json traffic_json(const std::vector<Traffic>& v) {
 }
 
 void check_chips(int64_t chips) {
-  check(chips >= 2 && chips <= (int64_t{1} << 20), "--chips: {} is not a chip count (accepted: 2 to 2^20)", chips);
+  check_arg(chips >= 2 && chips <= (int64_t{1} << 20), "chips", "{} is not a chip count (accepted: 2 to 2^20)", chips);
 }
 
 }  // namespace
@@ -161,9 +161,9 @@ Cost dot(int64_t n, DType t) {
 
 Cost elementwise(int64_t n, DType t, int inputs, double flops_per_element) {
   const long double N = dim(n, "n");
-  check(inputs >= 1 && inputs <= 16, "--inputs: {} is not an input count (accepted: 1 to 16)", inputs);
-  check(std::isfinite(flops_per_element) && flops_per_element >= 0 && flops_per_element <= 1e6,
-        "--flops-per-element: {} is not accepted (0 to 1e6)", flops_per_element);
+  check_arg(inputs >= 1 && inputs <= 16, "inputs", "{} is not an input count (accepted: 1 to 16)", inputs);
+  check_arg(std::isfinite(flops_per_element) && flops_per_element >= 0 && flops_per_element <= 1e6,
+            "flops_per_element", "{} is not accepted (0 to 1e6)", flops_per_element);
   Cost c;
   c.op = "elementwise";
   c.shape = fmt::format("N={} inputs={} {}", n, inputs, dtype_name(t));
@@ -175,7 +175,7 @@ Cost elementwise(int64_t n, DType t, int inputs, double flops_per_element) {
 }
 
 Cost matmul(int64_t b, int64_t d, int64_t f, const MatmulDtypes& dt) {
-  const long double B = dim(b, "B"), D = dim(d, "D"), F = dim(f, "F");
+  const long double B = dim(b, "b"), D = dim(d, "d"), F = dim(f, "f");
   Cost c;
   c.op = "matmul";
   c.shape = fmt::format("B={} D={} F={} {}", b, d, f, dt_label(dt));
@@ -186,7 +186,7 @@ Cost matmul(int64_t b, int64_t d, int64_t f, const MatmulDtypes& dt) {
 }
 
 Cost batched_matmul(int64_t count, int64_t m, int64_t k, int64_t n, const MatmulDtypes& dt) {
-  const long double G = dim(count, "batch"), M = dim(m, "M"), K = dim(k, "K"), N = dim(n, "N");
+  const long double G = dim(count, "count"), M = dim(m, "m"), K = dim(k, "k"), N = dim(n, "n");
   Cost c;
   c.op = "batched-matmul";
   c.shape = fmt::format("batch={} M={} K={} N={} {}", count, m, k, n, dt_label(dt));
@@ -198,7 +198,7 @@ Cost batched_matmul(int64_t count, int64_t m, int64_t k, int64_t n, const Matmul
 }
 
 Cost matmul_per_example(int64_t b, int64_t d, int64_t f, const MatmulDtypes& dt) {
-  const long double B = dim(b, "B"), D = dim(d, "D"), F = dim(f, "F");
+  const long double B = dim(b, "b"), D = dim(d, "d"), F = dim(f, "f");
   Cost c;
   c.op = "matmul-per-example";
   c.shape = fmt::format("B={} D={} F={} {}", b, d, f, dt_label(dt));
@@ -223,8 +223,8 @@ Cost softmax(int64_t rows, int64_t cols, DType t) {
 namespace {
 
 Cost attention_common(const AttentionShape& s, const char* op) {
-  const long double Bt = dim(s.batch, "batch"), H = dim(s.heads, "heads"), Sq = dim(s.seq_q, "seq_q"),
-                    Skv = dim(s.seq_kv, "seq_kv"), Dh = dim(s.head_dim, "head_dim");
+  const long double Bt = dim(s.batch, "s.batch"), H = dim(s.heads, "s.heads"), Sq = dim(s.seq_q, "s.seq_q"),
+                    Skv = dim(s.seq_kv, "s.seq_kv"), Dh = dim(s.head_dim, "s.head_dim");
   check(!s.causal || s.seq_q <= s.seq_kv, "causal attention: seq_q {} must not exceed seq_kv {}", s.seq_q, s.seq_kv);
   Cost c;
   c.op = op;
@@ -286,7 +286,7 @@ Cost attention_flash(const AttentionShape& s) {
 }
 
 Cost fp8_gemm(int64_t m, int64_t n, int64_t k, DType in, DType out) {
-  const long double M = dim(m, "M"), N = dim(n, "N"), K = dim(k, "K");
+  const long double M = dim(m, "m"), N = dim(n, "n"), K = dim(k, "k");
   check(dtype_size(in) == 1, "fp8-gemm: input dtype {} is not an 8-bit type (accepted: fp8_e4m3, fp8_e5m2, int8)",
         dtype_name(in));
   Cost c;
@@ -303,9 +303,11 @@ Cost fp8_gemm(int64_t m, int64_t n, int64_t k, DType in, DType out) {
 
 namespace {
 
-Cost grouped(const char* op, const std::vector<int64_t>& rows, int64_t n, int64_t k, DType in, DType out) {
-  check(!rows.empty() && rows.size() <= 4096, "--groups: {} groups (accepted: 1 to 4096)", rows.size());
-  const long double N = dim(n, "N"), K = dim(k, "K");
+// `rows_arg` names the caller's argument that holds one row count per group.
+Cost grouped(const char* op, const std::vector<int64_t>& rows, const char* rows_arg, int64_t n, int64_t k, DType in,
+             DType out) {
+  check_arg(!rows.empty() && rows.size() <= 4096, rows_arg, "{} groups (accepted: 1 to 4096)", rows.size());
+  const long double N = dim(n, "n"), K = dim(k, "k");
   const bool scaled = dtype_size(in) == 1;
   Cost c;
   c.op = op;
@@ -328,8 +330,8 @@ Cost grouped(const char* op, const std::vector<int64_t>& rows, int64_t n, int64_
 }  // namespace
 
 Cost grouped_gemm_contiguous(const std::vector<int64_t>& m_per_group, int64_t n, int64_t k, DType in, DType out) {
-  for (auto m : m_per_group) dim(m, "m per group");
-  Cost c = grouped("grouped-gemm-contiguous", m_per_group, n, k, in, out);
+  for (auto m : m_per_group) dim(m, "m_per_group");
+  Cost c = grouped("grouped-gemm-contiguous", m_per_group, "m_per_group", n, k, in, out);
   long double total = 0;
   for (auto m : m_per_group) total += m;
   c.shape = fmt::format("groups={} M={} N={} K={} {}->{}", m_per_group.size(), static_cast<double>(total), n, k,
@@ -339,14 +341,14 @@ Cost grouped_gemm_contiguous(const std::vector<int64_t>& m_per_group, int64_t n,
 
 Cost grouped_gemm_masked(int64_t max_m, const std::vector<int64_t>& valid_m, int64_t n, int64_t k, DType in,
                          DType out) {
-  dim(max_m, "max m");
+  dim(max_m, "max_m");
   long double total = 0;
   for (auto m : valid_m) {
     check(m >= 0 && m <= max_m, "masked m: {} valid rows is outside [0, max m = {}]", m, max_m);
     total += m;
   }
   check(total > 0, "masked m: no group has a valid row (at least one must)");
-  Cost c = grouped("grouped-gemm-masked", valid_m, n, k, in, out);
+  Cost c = grouped("grouped-gemm-masked", valid_m, "valid_m", n, k, in, out);
   c.shape = fmt::format("groups={} max_m={} valid={} N={} K={} {}->{}", valid_m.size(), max_m,
                         static_cast<double>(total), n, k, dtype_name(in), dtype_name(out));
   return c;
@@ -356,7 +358,7 @@ namespace {
 
 Cost collective(const char* op, int64_t bytes, long double factor, long double reduce_factor, DType t,
                 int64_t chips) {
-  check(bytes >= 1 && bytes <= (int64_t{1} << 60), "--bytes: {} is not a byte count (1 to 2^60)", bytes);
+  check_arg(bytes >= 1 && bytes <= (int64_t{1} << 60), "bytes", "{} is not a byte count (1 to 2^60)", bytes);
   const long double S = static_cast<long double>(bytes);
   Cost c;
   c.op = op;
@@ -397,7 +399,7 @@ Cost reduce_scatter(int64_t bytes, int64_t chips, DType t) {
 
 Cost matmul_split_d(int64_t b, int64_t d, int64_t f, int64_t chips, const MatmulDtypes& dt) {
   check_chips(chips);
-  const long double B = dim(b, "B"), D = dim(d, "D"), F = dim(f, "F"), n = static_cast<long double>(chips);
+  const long double B = dim(b, "b"), D = dim(d, "d"), F = dim(f, "f"), n = static_cast<long double>(chips);
   check(d >= chips, "D: {} is smaller than the chip count {}", d, chips);
   Cost c;
   c.op = "matmul-split-d";
@@ -416,7 +418,7 @@ nlohmann::json to_json(const CriticalBatch& self) {
 }
 
 CriticalBatch critical_batch(const Chip& chip, int64_t d, int64_t f, const MatmulDtypes& dt, const std::string& level) {
-  const long double D = dim(d, "D"), F = dim(f, "F");
+  const long double D = dim(d, "d"), F = dim(f, "f");
   CriticalBatch r;
   r.chip = chip.id;
   r.compute = dt.compute_key();

@@ -24,15 +24,6 @@ nlohmann::json to_json(const DdpMemory& m);
 // Validates a parsed document; errors name `origin` and the offending field.
 Chip parse_chip(const nlohmann::json& doc, const std::string& origin);
 
-// The JSON document tools/plot_roofline.py draws: roofs (per chip, dtype and memory level),
-// predicted points (each op on each chip at min(peak, I * bw)) and measured points.
-nlohmann::json plot_spec(const std::vector<Chip>& chips, const std::vector<NamedCost>& ops,
-                         const std::vector<MeasuredPoint>& measured, const std::string& title);
-// Writes `spec` beside `out` and runs python3 tools/plot_roofline.py on it, producing out.png and
-// out.svg (`out` without extension). Returns the paths written; ridge::Error when python3 or
-// matplotlib is missing, naming what to install.
-// The spec is written (through ridge::files) only once the plot succeeded: a failed plot leaves an
-// old out.json as it was.
-std::vector<std::string> render_plot(const nlohmann::json& spec, const std::string& out);
+// The plot (plot_spec, render_plot) is the report layer's: src/report/report.hpp.
 
 }  // namespace ridge::roofline

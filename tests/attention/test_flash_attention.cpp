@@ -409,7 +409,8 @@ TEST(FlashAttention, BadInputIsAnError) {
   expect_error([&] { flash_attention_forward(r.q.view, bad_heads, r.v.view, r.o.view, r.lse_view); }, "kv_heads");
   auto bad_v = r.v.view;
   bad_v.shape[2] = 7;
-  expect_error([&] { flash_attention_forward(r.q.view, r.k.view, bad_v, r.o.view, r.lse_view); }, "v must be");
+  expect_error([&] { flash_attention_forward(r.q.view, r.k.view, bad_v, r.o.view, r.lse_view); },
+               "v is [1, 2, 7, 32], expected [1, 2, 8, 32]");
   auto bad_lse = r.lse_view;
   bad_lse.shape[2] = 9;
   expect_error([&] { flash_attention_forward(r.q.view, r.k.view, r.v.view, r.o.view, bad_lse); }, "lse");
@@ -421,7 +422,7 @@ TEST(FlashAttention, BadInputIsAnError) {
   expect_error([&] { flash_attention_forward(r.q.view, empty, r.v.view, r.o.view, r.lse_view); }, "n_k");
   auto null_o = r.o.view;
   null_o.data = nullptr;
-  expect_error([&] { flash_attention_forward(r.q.view, r.k.view, r.v.view, null_o, r.lse_view); }, "o has no data");
+  expect_error([&] { flash_attention_forward(r.q.view, r.k.view, r.v.view, null_o, r.lse_view); }, "o is null");
   auto bad_dk = r.dk.view;
   bad_dk.shape[1] = 4;
   expect_error(
@@ -429,7 +430,7 @@ TEST(FlashAttention, BadInputIsAnError) {
         flash_attention_backward(r.q.view, r.k.view, r.v.view, r.o.view, r.d_o.view, r.lse_view, r.dq.view, bad_dk,
                                  r.dv.view);
       },
-      "dk must be");
+      "dk is [1, 4, 8, 32], expected [1, 2, 8, 32]");
 }
 
 }  // namespace

@@ -130,6 +130,22 @@ TEST(CliBench, BadInputIsOneLineAndExit2) {
   }
 }
 
+// The sweep grid (bench::Grid) raises about its items and axes ("grid n"); the CLI names --set
+// and --grid-file in their place, with the library's message after them.
+TEST(CliBench, GridErrorsNameTheFlags) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"bench stream --set n=abc", "ridge: --set n: 'abc' is not a number"},
+      {"bench stream --set nn=4k", "ridge: --set nn: benchmark 'stream' has no sweep axis 'nn'"},
+      {"bench stream --set n", "ridge: --set: 'n' is not key=value"},
+      {"bench stream --grid-file /nonexistent.json", "ridge: --grid-file: '/nonexistent.json' cannot be read"},
+  };
+  for (const auto& [args, start] : cases) {
+    const auto r = run(args);
+    EXPECT_EQ(r.code, 2) << args;
+    EXPECT_EQ(r.err.rfind(start, 0), 0u) << args << ": " << r.err;
+  }
+}
+
 }  // namespace
 
 TEST(CliBench, ModelBadAxesAreOneLineAndExit2) {

@@ -38,6 +38,21 @@ struct Info {
 // Read once and cached.
 const Info& info();
 
+// The cache sizes every user blocks by or sizes a benchmark by: what cpuid reports, with one
+// fallback per level for a level it does not report (a hypervisor that hides the cache leaves).
+// The fallbacks are the small end of current x86 cores, so a block sized by them fits the real
+// cache: 32 KiB L1d, 256 KiB L2, 8 MiB L3.
+inline constexpr int64_t kFallbackL1d = int64_t{32} << 10;
+inline constexpr int64_t kFallbackL2 = int64_t{256} << 10;
+inline constexpr int64_t kFallbackL3 = int64_t{8} << 20;
+struct CacheSizes {
+  int64_t l1d = kFallbackL1d, l2 = kFallbackL2, l3 = kFallbackL3;  // bytes per instance, never 0
+  // The largest cache a working set can hide in: L3 when cpuid reports one, else L2 when it
+  // reports that, else kFallbackL3.
+  int64_t last_level = kFallbackL3;
+};
+CacheSizes cache_sizes();
+
 // Instruction-set paths, lowest first. Each path needs all features of the ones below it.
 enum class Isa : int { scalar = 0, avx2 = 1, avx512 = 2, avx512bf16 = 3 };
 

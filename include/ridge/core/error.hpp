@@ -15,6 +15,17 @@ namespace ridge {
 class Error : public std::runtime_error {
  public:
   explicit Error(const std::string& what) : std::runtime_error(what) {}
+  // An error about one argument of a library function: what() is "argument: message". A caller
+  // that took the value under another name (a CLI flag) puts its own name in front with renamed().
+  Error(const std::string& argument, const std::string& message)
+      : std::runtime_error(argument + ": " + message), argument_(argument), message_(message) {}
+  // The function argument the message is about; empty when the error was not raised for one.
+  const std::string& argument() const { return argument_; }
+  // The same message about `name` instead of argument() ("--inputs: ..." for "inputs: ...").
+  Error renamed(const std::string& name) const { return Error(name, message_); }
+
+ private:
+  std::string argument_, message_;
 };
 
 // The product of sizes (shape dimensions, element counts, byte sizes), checked: ridge::Error naming

@@ -72,4 +72,26 @@ struct TensorView {
   }
 };
 
+// ---------------------------------------------------------------------------------------------
+// The one check of a view argument for every library function, in one message style:
+//   "<fn>: <name> <what is wrong> (expected ...)"
+// naming the public function (`fn`; nullptr when the caller's messages start with the argument)
+// and its argument (`name`). Plain values, not views, so no template is instantiated in a per-ISA
+// file; call them as check_matrix_view(fn, "a", a.data, a.rows, a.cols, a.ld).
+
+// A matrix view [rows, cols] with row stride ld: rows, cols >= 0, ld >= cols, data non-null unless
+// the matrix is empty; and, when want_rows / want_cols are >= 0, exactly that shape.
+void check_matrix_view(const char* fn, const char* name, const void* data, int64_t rows, int64_t cols, int64_t ld,
+                       int64_t want_rows = -1, int64_t want_cols = -1);
+
+// How a tensor view may be laid out: any strides (a transposed or broadcast view), or row-major
+// with padding allowed: the last dimension contiguous (stride 1) and each outer stride at least the
+// extent of the dimensions inside it, so no two indices share an element.
+enum class Strides { any, row_major };
+// A tensor view: rank == want.size(), every shape entry == the wanted one (-1 accepts any size),
+// no negative size, data non-null unless the tensor is empty, strides as `layout` says.
+void check_tensor_view(const char* fn, const char* name, const void* data, int rank,
+                       const std::array<int64_t, 4>& shape, const std::array<int64_t, 4>& stride,
+                       std::initializer_list<int64_t> want, Strides layout = Strides::any);
+
 }  // namespace ridge

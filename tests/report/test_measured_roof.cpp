@@ -5,12 +5,14 @@
 #include <set>
 #include <string>
 
+#include "report/report.hpp"
 #include "ridge/roofline.hpp"
 #include "roofline/json.hpp"
 
 namespace {
 
 namespace rr = ridge::roofline;
+namespace rp = ridge::report;
 
 rr::Chip cpu_chip() {
   return rr::parse_chip(nlohmann::json::parse(R"({
@@ -22,9 +24,9 @@ rr::Chip cpu_chip() {
                         "test");
 }
 
-rr::MeasuredPoint point(const std::string& dtype, double gflops, double intensity, const std::string& cache,
+rp::MeasuredPoint point(const std::string& dtype, double gflops, double intensity, const std::string& cache,
                         double bytes) {
-  rr::MeasuredPoint p;
+  rp::MeasuredPoint p;
   p.benchmark = "gemm";
   p.label = "gemm m=1";
   p.dtype = dtype;
@@ -38,38 +40,38 @@ rr::MeasuredPoint point(const std::string& dtype, double gflops, double intensit
 TEST(MeasuredRoof, ColdPointsMeetTheDramRoofAndWarmOnesTheLevelTheyFit) {
   const auto c = cpu_chip();
   auto cold = point("bf16", 5, 1.0, "cold", 8e6);
-  rr::hold_against(cold, c);
+  rp::hold_against(cold, c);
   EXPECT_EQ(cold.bound_level, "dram");
   EXPECT_DOUBLE_EQ(cold.bound_flops, 1e10);  // 1 FLOP/B x 10 GB/s
   EXPECT_NEAR(cold.pct_of_bound, 50.0, 1e-9);
   EXPECT_FALSE(cold.above_roof);
 
   auto warm = point("bf16", 5, 1.0, "warm", 8e6);
-  rr::hold_against(warm, c);
+  rp::hold_against(warm, c);
   EXPECT_EQ(warm.bound_level, "l3");
   EXPECT_DOUBLE_EQ(warm.bound_flops, 1e11);
-  EXPECT_EQ(rr::memory_level_for(c, "warm", 1e9), "dram");
-  EXPECT_EQ(rr::memory_level_for(c, "", 1e3), "dram");
+  EXPECT_EQ(rp::memory_level_for(c, "warm", 1e9), "dram");
+  EXPECT_EQ(rp::memory_level_for(c, "", 1e3), "dram");
 }
 
 TEST(MeasuredRoof, APointAboveItsRoofIsFlaggedAndFp8UsesTheBf16Units) {
   const auto c = cpu_chip();
   // 25.3 GFLOP/s against a 10 GFLOP/s DRAM roof: 253%, the issue's decode row.
   auto p = point("bf16", 25.3, 1.0, "cold", 8e6);
-  rr::hold_against(p, c);
+  rp::hold_against(p, c);
   EXPECT_NEAR(p.pct_of_bound, 253.0, 1e-9);
   EXPECT_TRUE(p.above_roof);
   // Within the 3% tolerance: not flagged.
   auto q = point("bf16", 10.2, 1.0, "cold", 8e6);
-  rr::hold_against(q, c);
+  rp::hold_against(q, c);
   EXPECT_FALSE(q.above_roof);
   // fp8 on a chip without fp8 arithmetic: the bf16 compute roof.
   auto f = point("fp8_e4m3", 100, 1e4, "cold", 8e6);
-  rr::hold_against(f, c);
+  rp::hold_against(f, c);
   EXPECT_EQ(f.roof_dtype, "bf16");
   EXPECT_DOUBLE_EQ(f.bound_flops, 4e11);
 
-  const auto spec = rr::plot_spec({c}, {}, {q, p}, "t");
+  const auto spec = rp::plot_spec({c}, {}, {q, p}, "t");
   int measured = 0;
   for (const auto& pt : spec["points"]) {
     if (pt["kind"] != "measured") continue;
@@ -82,7 +84,7 @@ TEST(MeasuredRoof, APointAboveItsRoofIsFlaggedAndFp8UsesTheBf16Units) {
 
 TEST(MeasuredRoof, PlotSpecHasEveryDtypeRoofOfH100IncludingFp8) {
   const auto h100 = rr::load_chip("h100");
-  const auto spec = rr::plot_spec({h100}, rr::standard_ops(), {}, "t");
+  const auto spec = rp::plot_spec({h100}, rp::standard_ops(), {}, "t");
   std::set<std::string> dtypes;
   for (const auto& r : spec["roofs"])
     if (r["chip"] == "h100") dtypes.insert(r["dtype"].get<std::string>());
