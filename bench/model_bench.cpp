@@ -266,62 +266,61 @@ TorchResult torch_peer(const std::string& weights, const model::ModelConfig& cfg
 }
 
 // ---------------------------------------------------------------- the trace summary
-// Shares of the timed steps' time per operation type, from the leaf ranges the model records.
-json trace_summary(double since_us) {
-  const json doc = trace::to_json();
-  std::map<std::string, double> by;
+// Time of the timed steps per operation type, from the leaf ranges the model records: total = the
+// forward, backward and optimizer ranges; by["gemm" | "attention" | "optimizer" | "elementwise"] the
+// ranges of that type (elementwise: the named norm, rope, SwiGLU, loss, embedding and cast ranges).
+struct OpTimes {
   double total = 0;
+  std::map<std::string, double> by;
+};
+OpTimes op_times(double since_us) {
+  const json doc = trace::to_json();
+  OpTimes t;
   for (const auto& e : doc["traceEvents"]) {
     if (e.value("ph", "") != "X" || e.value("ts", 0.0) < since_us) continue;
     const std::string n = e.value("name", "");
     const double d = e.value("dur", 0.0);
-    if (n == "forward" || n == "backward" || n == "optimizer") total += d;
+    if (n == "forward" || n == "backward" || n == "optimizer") t.total += d;
     if (n == "optimizer")
-      by["optimizer"] += d;
+      t.by["optimizer"] += d;
     else if (n.rfind("gemm", 0) == 0)
-      by["GEMMs"] += d;
+      t.by["gemm"] += d;
     else if (n == "attention" || n == "attention backward")
-      by["attention"] += d;
+      t.by["attention"] += d;
     else if (n == "norm" || n == "norm backward" || n == "rope" || n == "swiglu" || n == "swiglu backward" ||
              n == "loss" || n == "loss backward" || n == "embedding" || n == "embedding backward" ||
              n == "final norm" || n == "final norm backward" || n == "cast weights")
-      by["elementwise"] += d;
+      t.by["elementwise"] += d;
   }
+  return t;
+}
+
+// Shares of the timed steps' time per operation type, as printed after the table.
+json trace_summary(double since_us) {
+  const OpTimes t = op_times(since_us);
   json j = json::object();
-  if (total <= 0) return j;
+  if (t.total <= 0) return j;
+  const std::map<std::string, std::string> label = {
+      {"gemm", "GEMMs"}, {"attention", "attention"}, {"elementwise", "elementwise"}, {"optimizer", "optimizer"}};
   double named = 0;
-  for (const auto& [k, v] : by) {
-    j[k] = 100.0 * v / total;
+  for (const auto& [k, v] : t.by) {
+    j[label.at(k)] = 100.0 * v / t.total;
     named += v;
   }
-  j["other (residual adds, casts)"] = 100.0 * std::max(0.0, total - named) / total;
+  j["other (residual adds, casts)"] = 100.0 * std::max(0.0, t.total - named) / t.total;
   return j;
 }
 
-// Measured time per op kind (gemm, attention, elementwise, optimizer) of the timed steps, from the
-// same leaf ranges, as shares of their sum; what --predict holds each kind's prediction against.
+// Measured time per op kind (gemm, attention, elementwise, optimizer) of the timed steps as shares of
+// their sum; what --predict holds each kind's prediction against. Everything in the passes that is
+// not a GEMM, attention or the optimizer (norms, rope, SwiGLU, the loss, casts, residual adds) is
+// elementwise, as the analyzer counts it.
 std::map<std::string, double> trace_kind_shares(double since_us) {
-  const json doc = trace::to_json();
-  std::map<std::string, double> by;
-  double total = 0;
-  for (const auto& e : doc["traceEvents"]) {
-    if (e.value("ph", "") != "X" || e.value("ts", 0.0) < since_us) continue;
-    const std::string n = e.value("name", "");
-    const double d = e.value("dur", 0.0);
-    if (n == "forward" || n == "backward" || n == "optimizer") total += d;
-    if (n == "optimizer")
-      by["optimizer"] += d;
-    else if (n.rfind("gemm", 0) == 0)
-      by["gemm"] += d;
-    else if (n == "attention" || n == "attention backward")
-      by["attention"] += d;
-  }
+  OpTimes t = op_times(since_us);
   std::map<std::string, double> share;
-  if (total <= 0) return share;
-  // Everything else in the passes (norms, rope, SwiGLU, the loss, casts, residual adds) is
-  // elementwise, as the analyzer counts it.
-  by["elementwise"] = std::max(0.0, total - by["gemm"] - by["attention"] - by["optimizer"]);
-  for (const auto& [k, v] : by) share[k] = v / total;
+  if (t.total <= 0) return share;
+  t.by["elementwise"] = std::max(0.0, t.total - t.by["gemm"] - t.by["attention"] - t.by["optimizer"]);
+  for (const auto& [k, v] : t.by) share[k] = v / t.total;
   return share;
 }
 

@@ -12,6 +12,7 @@
 #include "core/check.hpp"
 #include "roofline/json.hpp"
 #include "cli.hpp"
+#include "model_flags.hpp"
 #include "ridge/core.hpp"
 #include "ridge/model/config.hpp"
 #include "ridge/model/model.hpp"
@@ -24,10 +25,8 @@ namespace rr = ridge::roofline;
 
 namespace {
 
-struct Opts {
-  std::string size = "small", vocab = "10000", context = "256", batch = "4";
-  std::string d_model, d_ff, layers, heads;
-  std::string precision = "fp32", attention = "flash", hw = "h100", level;
+struct Opts : ridge::cli::ModelFlags {
+  std::string hw = "h100", level;
   std::string ranks = "8", link, buckets;
   std::optional<double> link_gbps, link_latency_us;
   bool json = false;
@@ -139,17 +138,8 @@ void setup_roofline_ddp(CLI::App* parent) {
   c->callback([o] {
     auto cnt = [](const std::string& v, const char* what) { return ridge::units::parse_count(v, what); };
     const auto ctx = cnt(o->context, "--context");
-    auto cfg = ridge::model::preset(o->size, cnt(o->vocab, "--vocab"), ctx);
     bool custom = false;
-    if (!o->d_model.empty()) cfg.d_model = cnt(o->d_model, "--d-model"), custom = true;
-    if (!o->d_ff.empty()) cfg.d_ff = cnt(o->d_ff, "--d-ff"), custom = true;
-    if (!o->layers.empty()) cfg.num_layers = cnt(o->layers, "--layers"), custom = true;
-    if (!o->heads.empty()) cfg.num_heads = cnt(o->heads, "--heads"), custom = true;
-    check(cfg.d_model % cfg.num_heads == 0, "--heads: {} does not divide d_model {}", cfg.num_heads,
-          cfg.d_model);
-    check(cfg.d_head() % 2 == 0, "--heads: d_model / heads = {} must be even (RoPE rotates pairs)",
-          cfg.d_head());
-    cfg.validate();
+    const auto cfg = o->config(custom);
     const int64_t ranks = cnt(o->ranks, "--ranks");
     check(ranks <= (int64_t{1} << 20), "--ranks: {} is too many (at most 2^20)", ranks);
     const int64_t batch = cnt(o->batch, "--batch");
@@ -158,7 +148,7 @@ void setup_roofline_ddp(CLI::App* parent) {
     const auto chip = rr::load_chip(o->hw);
     const auto link = make_link(*o, chip, ranks);
     const auto cands = parse_buckets(o->buckets);
-    const std::string label = custom ? o->size + " (modified)" : o->size;
+    const std::string label = o->label(custom);
 
     const auto shape = ridge::model::model_shape(cfg, batch, ctx, prec, att);
     const auto in = rr::ddp_input(shape, chip, o->level);

@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "cli.hpp"
+#include "model_flags.hpp"
 #include "ridge/core.hpp"
 #include "ridge/model/config.hpp"
 #include "ridge/model/model.hpp"
@@ -21,10 +22,8 @@ namespace rr = ridge::roofline;
 
 namespace {
 
-struct Opts {
-  std::string size = "small", vocab = "10000", context = "256", batch = "4";
-  std::string d_model, d_ff, layers, heads;
-  std::string precision = "fp32", attention = "flash", hw = "h100", level;
+struct Opts : ridge::cli::ModelFlags {
+  std::string hw = "h100", level;
   bool json = false, brief = false;
 };
 
@@ -99,21 +98,12 @@ void setup_roofline_model(CLI::App* parent) {
   c->callback([o] {
     auto cnt = [](const std::string& v, const char* what) { return ridge::units::parse_count(v, what); };
     const auto ctx = cnt(o->context, "--context");
-    auto cfg = ridge::model::preset(o->size, cnt(o->vocab, "--vocab"), ctx);
     bool custom = false;
-    if (!o->d_model.empty()) cfg.d_model = cnt(o->d_model, "--d-model"), custom = true;
-    if (!o->d_ff.empty()) cfg.d_ff = cnt(o->d_ff, "--d-ff"), custom = true;
-    if (!o->layers.empty()) cfg.num_layers = cnt(o->layers, "--layers"), custom = true;
-    if (!o->heads.empty()) cfg.num_heads = cnt(o->heads, "--heads"), custom = true;
-    ridge::check(cfg.d_model % cfg.num_heads == 0, "--heads: {} does not divide d_model {}", cfg.num_heads,
-                 cfg.d_model);
-    ridge::check(cfg.d_head() % 2 == 0, "--heads: d_model / heads = {} must be even (RoPE rotates pairs)",
-                 cfg.d_head());
-    cfg.validate();
+    const auto cfg = o->config(custom);
     const auto shape = ridge::model::model_shape(cfg, cnt(o->batch, "--batch"), ctx,
                                                  ridge::model::parse_precision(o->precision),
                                                  ridge::model::parse_attention_path(o->attention));
-    const auto report = ridge::model::step_roofline(custom ? o->size + " (modified)" : o->size, shape,
+    const auto report = ridge::model::step_roofline(o->label(custom), shape,
                                                     ridge::cli::with_flags({{"name_or_path", "--hw"}},
                                                                            [&] { return rr::load_chip(o->hw); }),
                                                     o->level);

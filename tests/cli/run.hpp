@@ -26,14 +26,14 @@ struct RunResult {
   std::string out, err;
 };
 
-// `ridge args` through the shell; env, when given, is NAME=value words set for the binary (env(1)).
-inline RunResult run(const std::string& args, const std::string& env = "") {
+// A shell command line: stdout through the pipe, stderr (the command's and, for mpirun, the ranks')
+// through the temp file.
+inline RunResult run_shell(const std::string& command) {
   std::string err_path = (std::filesystem::temp_directory_path() / "ridge_cli_err.XXXXXX").string();
   const int fd = ::mkstemp(err_path.data());
   if (fd < 0) throw std::runtime_error("mkstemp failed for " + err_path);
   ::close(fd);
-  const std::string cmd =
-      (env.empty() ? std::string() : "env " + env + " ") + RIDGE_BINARY + " " + args + " 2>" + err_path;
+  const std::string cmd = command + " 2>" + err_path;
   RunResult r;
   std::FILE* p = ::popen(cmd.c_str(), "r");
   if (!p) {
@@ -51,6 +51,11 @@ inline RunResult run(const std::string& args, const std::string& env = "") {
   }
   std::remove(err_path.c_str());
   return r;
+}
+
+// `ridge args` through the shell; env, when given, is NAME=value words set for the binary (env(1)).
+inline RunResult run(const std::string& args, const std::string& env = "") {
+  return run_shell((env.empty() ? std::string() : "env " + env + " ") + RIDGE_BINARY + " " + args);
 }
 
 }  // namespace ridge::test

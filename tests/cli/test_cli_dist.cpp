@@ -29,23 +29,7 @@ const std::string kModel =
     "--seed 5 --lr 3e-3 --warmup 0 --log-every 1 ";
 
 // A shell command line (mpirun's own lines go to stderr, with the ranks' stderr).
-RunResult sh(const std::string& cmd) {
-  std::string err_path = (std::filesystem::temp_directory_path() / "ridge_cli_dist_err.XXXXXX").string();
-  const int fd = ::mkstemp(err_path.data());
-  if (fd < 0) throw std::runtime_error("mkstemp failed");
-  ::close(fd);
-  RunResult r;
-  std::FILE* p = ::popen((cmd + " 2>" + err_path).c_str(), "r");
-  std::array<char, 4096> buf{};
-  size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  const int status = ::pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  std::ifstream e(err_path);
-  r.err.assign(std::istreambuf_iterator<char>(e), {});
-  std::remove(err_path.c_str());
-  return r;
-}
+RunResult sh(const std::string& cmd) { return ridge::test::run_shell(cmd); }
 
 std::vector<double> losses(const std::string& out) {
   std::vector<double> l;

@@ -22,23 +22,7 @@ const std::string kMpirun = std::string(
                                 "ASAN_OPTIONS=detect_leaks=0 timeout 300 ") +
                             RIDGE_MPIEXEC + " --oversubscribe --bind-to none -np 2 " + RIDGE_BINARY;
 
-RunResult sh(const std::string& cmd) {
-  std::string err_path = (std::filesystem::temp_directory_path() / "ridge_cli_dbench_err.XXXXXX").string();
-  const int fd = ::mkstemp(err_path.data());
-  if (fd < 0) throw std::runtime_error("mkstemp failed");
-  ::close(fd);
-  RunResult r;
-  std::FILE* p = ::popen((cmd + " 2>" + err_path).c_str(), "r");
-  std::array<char, 4096> buf{};
-  size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  const int status = ::pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  std::ifstream e(err_path);
-  r.err.assign(std::istreambuf_iterator<char>(e), {});
-  std::remove(err_path.c_str());
-  return r;
-}
+RunResult sh(const std::string& cmd) { return ridge::test::run_shell(cmd); }
 
 std::vector<json> rows(const std::string& out) {
   std::vector<json> v;
