@@ -12,8 +12,10 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <sstream>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #ifndef RIDGE_BINARY
 #error "RIDGE_BINARY must name the ridge executable (CMakeLists.txt defines it for test_cli)"
@@ -56,6 +58,15 @@ inline RunResult run_shell(const std::string& command) {
 // `ridge args` through the shell; env, when given, is NAME=value words set for the binary (env(1)).
 inline RunResult run(const std::string& args, const std::string& env = "") {
   return run_shell((env.empty() ? std::string() : "env " + env + " ") + RIDGE_BINARY + " " + args);
+}
+
+// The lines of stderr that ridge printed ("ridge: ..."), without mpirun's or a shell's own.
+inline std::vector<std::string> ridge_lines(const std::string& err) {
+  std::vector<std::string> v;
+  std::istringstream in(err);
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("ridge: ", 0) == 0) v.push_back(line);
+  return v;
 }
 
 }  // namespace ridge::test

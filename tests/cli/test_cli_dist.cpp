@@ -39,14 +39,7 @@ std::vector<double> losses(const std::string& out) {
   return l;
 }
 
-// Lines of stderr that ridge printed (mpirun adds its own framed notice).
-std::vector<std::string> ridge_lines(const std::string& err) {
-  std::vector<std::string> v;
-  std::istringstream in(err);
-  for (std::string line; std::getline(in, line);)
-    if (line.rfind("ridge: ", 0) == 0) v.push_back(line);
-  return v;
-}
+using ridge::test::ridge_lines;
 
 }  // namespace
 
