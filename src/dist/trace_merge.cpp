@@ -86,12 +86,23 @@ nlohmann::json gather_trace() {
   std::string all(rank == 0 ? static_cast<size_t>(total) : 0, '\0');
   MPI_Gatherv(mine.data(), len, MPI_CHAR, all.data(), lens.data(), displs.data(), MPI_CHAR, 0,
               MPI_COMM_WORLD);
-  if (rank != 0) return nullptr;
-  std::vector<nlohmann::json> docs;
-  for (int r = 0; r < world; ++r)
-    docs.push_back(nlohmann::json::parse(all.substr(static_cast<size_t>(displs[static_cast<size_t>(r)]),
-                                                    static_cast<size_t>(lens[static_cast<size_t>(r)]))));
-  return merge_rank_traces(docs);
+  // Rank 0 parses and merges; a failure there is agreed on too, so no rank is left waiting in a later
+  // collective while rank 0 unwinds.
+  nlohmann::json merged;
+  std::string err;
+  if (rank == 0) {
+    try {
+      std::vector<nlohmann::json> docs;
+      for (int r = 0; r < world; ++r)
+        docs.push_back(nlohmann::json::parse(all.substr(static_cast<size_t>(displs[static_cast<size_t>(r)]),
+                                                        static_cast<size_t>(lens[static_cast<size_t>(r)]))));
+      merged = merge_rank_traces(docs);
+    } catch (const std::exception& e) {
+      err = fmt::format("trace: merging the ranks' events failed: {}", e.what());
+    }
+  }
+  agree(err);
+  return merged;
 }
 
 size_t write_merged_trace(const std::string& path) {

@@ -25,7 +25,8 @@ void sync_trace();
 nlohmann::json merge_rank_traces(const std::vector<nlohmann::json>& docs);
 
 // Collective: gathers every rank's trace::to_json() on rank 0 and merges them. Rank 0 gets the merged
-// document, the other ranks null.
+// document, the other ranks null. Every failure (a rank over MPI's int counts, a document that does not
+// parse or merge) is agreed on: ridge::Error on rank 0, PeerFailed on the others.
 nlohmann::json gather_trace();
 
 // write_merged_trace(path) (ridge/dist.hpp) is sync_trace() + gather_trace() + an atomic write on rank 0.
