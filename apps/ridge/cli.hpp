@@ -6,6 +6,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include <cstdio>
 #include <iostream>
 #include <string>
 #include <utility>
@@ -63,6 +64,15 @@ decltype(auto) with_flags(const FlagNames& names, F&& body) {
 }
 
 // Prints a JSON document the way every --json output does: indented, newline-terminated.
+// Writes `prefix` + `text` + newline to stderr in one write(2). Under mpirun the ranks' stderr and the
+// launcher's own banners share one stream; a line written in pieces can be split by them.
+inline void say(const std::string& prefix, const std::string& text) {
+  const std::string line = prefix + text + "\n";
+  std::fflush(stderr);
+  std::fwrite(line.data(), 1, line.size(), stderr);
+  std::fflush(stderr);
+}
+
 inline void print_json(const nlohmann::json& j) { std::cout << j.dump(2) << "\n"; }
 
 }  // namespace ridge::cli

@@ -76,9 +76,9 @@ void warn_if_noisy(const ridge::probe::ProbeResult& r) {
     attempted += s.attempted;
   }
   if (attempted > 0 && clean < attempted / 2)
-    std::cerr << fmt::format("probe: warning: only {} of {} trials ran with every thread on a CPU; the machine is "
-                             "busy and these figures are likely low; rerun when it is idle\n",
-                             clean, attempted);
+    ridge::cli::say("probe: ", fmt::format("warning: only {} of {} trials ran with every thread on a CPU; the "
+                                           "machine is busy and these figures are likely low; rerun when it is idle",
+                                           clean, attempted));
 }
 
 void setup(CLI::App& root) {
@@ -123,14 +123,14 @@ void setup(CLI::App& root) {
                    max_bytes, ridge::units::format_bytes(static_cast<double>(least)), t);
       ridge::memory::check_fits(static_cast<double>(o.max_bytes), "--max-bytes " + max_bytes);
     }
-    o.progress = [](const std::string& s) { std::cerr << "probe: " << s << "\n"; };
+    o.progress = [](const std::string& s) { ridge::cli::say("probe: ", s); };
     const auto r = ridge::cli::with_flags({{"threads", "--threads"}}, [&] { return ridge::probe::run(o); });
     const auto chip = ridge::probe::to_chip_json(r);
     ridge::probe::write_chip_file(chip, path);
     warn_if_noisy(r);
     if (json) {
       ridge::cli::print_json(chip);
-      std::cerr << "probe: wrote " << path << "\n";
+      ridge::cli::say("probe: wrote ", path);
     } else {
       print_table(r, path);
     }

@@ -42,7 +42,7 @@ rr::Chip this_machine(const Opts& o, std::string& how) {
   }
   ridge::probe::ProbeOptions po;
   po.quick = true;
-  po.progress = [](const std::string& line) { std::cerr << "probe: " << line << "\n"; };
+  po.progress = [](const std::string& line) { ridge::cli::say("probe: ", line); };
   const auto result = ridge::probe::run(po);
   const auto doc = ridge::probe::to_chip_json(result);
   how = fmt::format("quick probe, {:.1f} s", result.seconds);
@@ -68,7 +68,7 @@ void run(const Opts& o) {
   const auto me = this_machine(o, how);
   const auto ops = rp::standard_ops();
   if (!o.no_measure) {
-    auto live = rp::measure_kernels(me, [](const std::string& line) { std::cerr << "report: " << line << "\n"; });
+    auto live = rp::measure_kernels(me, [](const std::string& line) { ridge::cli::say("report: ", line); });
     measured.insert(measured.end(), live.begin(), live.end());
   }
 

@@ -70,16 +70,16 @@ int main(int argc, char** argv) {
     return 0;
   } catch (const CLI::ParseError& e) {
     // Help requested on a subcommand surfaces as CallForHelp above; everything else is bad input.
-    std::cerr << "ridge: " << one_line(e.what()) << " (see 'ridge --help')\n";
+    ridge::cli::say("ridge: ", one_line(e.what()) + " (see 'ridge --help')");
     return 2;
   } catch (const ridge::Error& e) {
-    std::cerr << "ridge: " << one_line(e.what()) << "\n";
+    ridge::cli::say("ridge: ", one_line(e.what()));
     return 2;
   } catch (const std::bad_alloc&) {
-    std::cerr << "ridge: out of memory\n";
+    ridge::cli::say("ridge: ", "out of memory");
     return 1;
   } catch (const std::exception& e) {
-    std::cerr << "ridge: internal error: " << one_line(e.what()) << "\n";
+    ridge::cli::say("ridge: internal error: ", one_line(e.what()));
     return 1;
   }
   return 0;
