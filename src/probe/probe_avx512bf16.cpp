@@ -10,43 +10,31 @@
 namespace ridge::probe::detail {
 namespace {
 
-// Horizontal sums through memory: GCC 12's _mm512_reduce_* helpers trip -Wuninitialized.
-double hsum(__m512 v) {
-  alignas(64) float o[16];
-  _mm512_store_ps(o, v);
-  double s = 0;
-  for (float f : o) s += f;
-  return s;
-}
+#include "probe/kernels_body.inc"
 
-template <int N>
-double bf16_chains(int64_t iters) {
-  __m512 acc[N];
-  for (int i = 0; i < N; ++i) acc[i] = _mm512_set1_ps(1.0f + 0.01f * static_cast<float>(i));
-  // 2^-4 in bf16 (0x3D80): each instruction adds 2 * 2^-8 per lane, exactly, so a test can check
-  // the sum, and even 10^10 iterations stay far from overflow.
-  const __m512i bits = _mm512_set1_epi16(0x3D80);
-  __m512bh x, y;
-  std::memcpy(&x, &bits, sizeof x);
-  std::memcpy(&y, &bits, sizeof y);
-  for (int64_t it = 0; it < iters; ++it) {
-#pragma GCC unroll 32
-    for (int i = 0; i < N; ++i) acc[i] = _mm512_dpbf16_ps(acc[i], x, y);
+// 2^-4 in bf16 (0x3D80) for both operands: each instruction adds 2 * 2^-8 per lane, exactly, so a
+// test can check the sum, and even 10^10 iterations stay far from overflow.
+struct Bf16Dot {
+  using R = __m512;
+  struct Const {
+    __m512bh x, y;
+  };
+  static constexpr int kMaxChains = 24;
+  static Const constants() {
+    const __m512i bits = _mm512_set1_epi16(0x3D80);
+    Const c;
+    std::memcpy(&c.x, &bits, sizeof c.x);
+    std::memcpy(&c.y, &bits, sizeof c.y);
+    return c;
   }
-  __m512 s = acc[0];
-  for (int i = 1; i < N; ++i) s = _mm512_add_ps(s, acc[i]);
-  return hsum(s);
-}
+  static R init(int i) { return _mm512_set1_ps(1.0f + 0.01f * static_cast<float>(i)); }
+  static R step(R acc, const Const& c) { return _mm512_dpbf16_ps(acc, c.x, c.y); }
+  static R add(R x, R y) { return _mm512_add_ps(x, y); }
+  static double sum(R r) { return lane_sum<float>(r); }
+};
 
 }  // namespace
 
-double peak_bf16_avx512bf16(int chains, int64_t iters) {
-  switch (chains) {
-    case 8: return bf16_chains<8>(iters);
-    case 12: return bf16_chains<12>(iters);
-    case 16: return bf16_chains<16>(iters);
-    default: return bf16_chains<24>(iters);
-  }
-}
+double peak_bf16_avx512bf16(int chains, int64_t iters) { return peak<Bf16Dot>(chains, iters); }
 
 }  // namespace ridge::probe::detail
