@@ -143,7 +143,7 @@ __m128i load8_u8(const uint8_t* p) { return _mm_loadl_epi64(reinterpret_cast<con
 
 }  // namespace
 
-namespace ridge::format_isa::avx2 {
+namespace {
 
 void f32_to_bf16(const float* src, uint16_t* dst, size_t n, bool satfinite) {
   encode_to_u16(src, dst, n, [satfinite](__m256i f) { return encode_bf16(f, satfinite); });
@@ -173,4 +173,8 @@ void e5m2_to_f32(const uint8_t* src, float* dst, size_t n) {
   });
 }
 
-}  // namespace ridge::format_isa::avx2
+}  // namespace
+
+ridge::format_isa::Kernels ridge::format_isa::kernels_avx2() {
+  return {f32_to_bf16, f32_to_fp16, f32_to_e4m3, f32_to_e5m2, bf16_to_f32, fp16_to_f32, e4m3_to_f32, e5m2_to_f32};
+}

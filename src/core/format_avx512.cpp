@@ -115,7 +115,7 @@ void encode_to_u8(const float* src, uint8_t* dst, size_t n, Encode enc) {
 
 }  // namespace
 
-namespace ridge::format_isa::avx512 {
+namespace {
 
 void f32_to_bf16(const float* src, uint16_t* dst, size_t n, bool satfinite) {
   encode_to_u16(src, dst, n, [satfinite](__m512i f) { return encode_bf16(f, satfinite); });
@@ -182,4 +182,8 @@ void e5m2_to_f32(const uint8_t* src, float* dst, size_t n) {
   }
 }
 
-}  // namespace ridge::format_isa::avx512
+}  // namespace
+
+ridge::format_isa::Kernels ridge::format_isa::kernels_avx512() {
+  return {f32_to_bf16, f32_to_fp16, f32_to_e4m3, f32_to_e5m2, bf16_to_f32, fp16_to_f32, e4m3_to_f32, e5m2_to_f32};
+}

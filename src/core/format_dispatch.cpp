@@ -1,8 +1,9 @@
-// Routes each bulk conversion to the widest per-ISA implementation the active path allows.
+// Routes each bulk conversion to the widest per-ISA table the active path allows (core/isa_paths.hpp).
 // avx512bf16 takes the avx512 code: vcvtneps2bf16 flushes subnormal inputs and outputs to zero,
 // so it cannot match the scalar rounding, and the integer path is already memory-bound.
 #include "core/format_isa.hpp"
 #include "core/format_kernels.hpp"
+#include "core/isa_paths.hpp"
 
 namespace ridge::format_kernels {
 namespace {
@@ -19,33 +20,35 @@ const U* units(const T* p) {
   return reinterpret_cast<const U*>(p);
 }
 
+// One table per ISA level, built once; the scalar level has none (format.cpp runs its own loop).
+const format_isa::Kernels& kernels(cpu::Isa isa) {
+  static const auto tables = [] {
+    const isa::Paths<format_isa::Kernels> paths{nullptr, format_isa::kernels_avx2, format_isa::kernels_avx512,
+                                                nullptr};
+    struct {
+      format_isa::Kernels at[4];
+    } t;
+    for (cpu::Isa i : {cpu::Isa::scalar, cpu::Isa::avx2, cpu::Isa::avx512, cpu::Isa::avx512bf16})
+      t.at[static_cast<int>(i)] = isa::pick_path(paths, i);
+    return t;
+  }();
+  return tables.at[static_cast<int>(isa)];
+}
+
 }  // namespace
 
-#define RIDGE_ENCODE(fn, T, U)                                                        \
-  bool fn(cpu::Isa isa, const float* src, T* dst, size_t n, Saturation sat) {         \
-    const bool fin = sat == Saturation::finite;                                       \
-    if (isa >= cpu::Isa::avx512) {                                                    \
-      format_isa::avx512::fn(src, units<U>(dst), n, fin);                             \
-      return true;                                                                    \
-    }                                                                                 \
-    if (isa == cpu::Isa::avx2) {                                                      \
-      format_isa::avx2::fn(src, units<U>(dst), n, fin);                               \
-      return true;                                                                    \
-    }                                                                                 \
-    return false;                                                                     \
+#define RIDGE_ENCODE(fn, T, U)                                                \
+  bool fn(cpu::Isa isa, const float* src, T* dst, size_t n, Saturation sat) { \
+    const auto f = kernels(isa).fn;                                           \
+    if (f) f(src, units<U>(dst), n, sat == Saturation::finite);               \
+    return f != nullptr;                                                      \
   }
 
-#define RIDGE_DECODE(fn, T, U)                                                        \
-  bool fn(cpu::Isa isa, const T* src, float* dst, size_t n) {                         \
-    if (isa >= cpu::Isa::avx512) {                                                    \
-      format_isa::avx512::fn(units<U>(src), dst, n);                                  \
-      return true;                                                                    \
-    }                                                                                 \
-    if (isa == cpu::Isa::avx2) {                                                      \
-      format_isa::avx2::fn(units<U>(src), dst, n);                                    \
-      return true;                                                                    \
-    }                                                                                 \
-    return false;                                                                     \
+#define RIDGE_DECODE(fn, T, U)                                  \
+  bool fn(cpu::Isa isa, const T* src, float* dst, size_t n) {   \
+    const auto f = kernels(isa).fn;                             \
+    if (f) f(units<U>(src), dst, n);                            \
+    return f != nullptr;                                        \
   }
 
 RIDGE_ENCODE(f32_to_bf16, bf16, uint16_t)

@@ -1,0 +1,36 @@
+// The per-ISA convention, one for every module with vector code (docs/core.md, "The per-ISA convention"):
+//  - one file per path, `<name>_<isa>.cpp`, compiled with that path's flags; everything in it sits in an
+//    anonymous namespace except one plain function that returns the module's table (a struct of plain
+//    function pointers and figures), e.g. `format_isa::Kernels format_isa::kernels_avx512()`;
+//  - code several paths share is written once in an `.inc` included INSIDE each path file's anonymous
+//    namespace (src/simd/<isa>.inc, src/probe/kernels_body.inc, src/attention/flash_impl.inc,
+//    src/gemm/*.inc), so each path compiles a private copy and the linker can never keep a wide-ISA
+//    copy of an inline function for a caller on a narrower machine;
+//  - the module lists what each path provides in one `Paths` value and takes its table with
+//    `pick_path(paths, cpu::active_isa())`: the widest provided path at or below the active one.
+#pragma once
+
+#include "ridge/core/cpu.hpp"
+
+namespace ridge::isa {
+
+template <class Table>
+struct Paths {
+  Table (*scalar)() = nullptr;
+  Table (*avx2)() = nullptr;
+  Table (*avx512)() = nullptr;
+  Table (*avx512bf16)() = nullptr;
+};
+
+// The table of the widest path in `paths` at or below `isa`; a default Table when none is (a module
+// without a scalar table falls back to its own scalar loop).
+template <class Table>
+Table pick_path(const Paths<Table>& paths, cpu::Isa isa) {
+  Table (*const order[])() = {paths.avx512bf16, paths.avx512, paths.avx2, paths.scalar};
+  const cpu::Isa level[] = {cpu::Isa::avx512bf16, cpu::Isa::avx512, cpu::Isa::avx2, cpu::Isa::scalar};
+  for (int i = 0; i < 4; ++i)
+    if (order[i] && level[i] <= isa) return order[i]();
+  return Table{};
+}
+
+}  // namespace ridge::isa
