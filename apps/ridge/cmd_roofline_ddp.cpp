@@ -164,6 +164,7 @@ void setup_roofline_ddp(CLI::App* parent) {
     if (best_mb != 25) settings.push_back({"bucketed", best_mb, "none"});
     settings.push_back({"bucketed", best_mb, "cs336"});
     settings.push_back({"flat", 25, "zero1"});
+    settings.push_back({"bucketed", best_mb, "zero1"});
     std::vector<rr::DdpPrediction> preds;
     for (const auto& s : settings) preds.push_back(rr::predict_ddp(in, link, s));
     const auto mem = rr::ddp_memory(static_cast<double>(rr::model_param_count(shape)), shape.operand, ranks);

@@ -139,8 +139,8 @@ void DdpInput::validate() const {
 }
 
 std::string DdpSetting::label() const {
-  if (sharding == "zero1") return "zero1";
   const std::string m = mode == "bucketed" ? fmt::format("bucketed {:g} MB", bucket_mb) : mode;
+  if (sharding == "zero1") return mode == "flat" ? "zero1" : "zero1 (" + m + ")";
   return sharding == "cs336" ? "cs336 (" + m + ")" : m;
 }
 
@@ -149,10 +149,6 @@ void DdpSetting::validate() const {
         "mode: '{}' is not a data-parallel mode (accepted: naive, flat, overlap, bucketed)", mode);
   check(sharding == "none" || sharding == "cs336" || sharding == "zero1",
         "sharding: '{}' is not an optimizer sharding scheme (accepted: none, cs336, zero1)", sharding);
-  check(sharding != "zero1" || mode == "flat",
-        "mode: zero1 reduce-scatters the flat gradient; it takes mode "
-        "flat, not {}",
-        mode);
   check(mode != "bucketed" || (std::isfinite(bucket_mb) && bucket_mb > 0),
         "bucket_mb: must be finite and > 0, got {}", bucket_mb);
 }
@@ -192,71 +188,73 @@ DdpPrediction predict_ddp(const DdpInput& in, const DdpLink& link, const DdpSett
   Timeline tl;
   const bool sharded = setting.sharding != "none";
   const double opt_s = sharded ? in.optimizer_s / N : in.optimizer_s;
-  if (setting.sharding == "zero1") {
-    tl.issue("reduce-scatter gradients", in.total_bytes(), T, ring_reduce_scatter_s(in.total_bytes(), link));
-    // AdamW on this rank's shard, then the updated parameters all-gathered.
-    tl.link_free += opt_s;
-    tl.issue("all-gather parameters", in.total_bytes(), tl.link_free,
-             ring_all_gather_s(in.total_bytes(), link));
-    p.spans = tl.spans;
-    p.collectives = 2;
-    p.bytes = 2 * in.total_bytes();
-    p.comm_s = (p.spans[0].end_s - p.spans[0].start_s) + (p.spans[1].end_s - p.spans[1].start_s);
-    p.hidden_s = 0;
-    p.exposed_s = p.comm_s;
-  } else {
-    // Gradient reduction: collectives over runs of tensors in flat order.
-    struct Run {
-      size_t first, last;
-      double bytes;
-    };
-    std::vector<Run> runs;
-    const double limit = setting.mode == "bucketed" ? setting.bucket_mb * 1e6 : 0;
-    for (size_t i = 0; i < in.grads.size(); ++i) {
-      const double b = in.grads[i].bytes;
-      if (b <= 0) continue;
-      const bool join = !runs.empty() && (setting.mode == "flat" ||
-                                          (setting.mode == "bucketed" && runs.back().bytes + b <= limit));
-      if (join) {
-        runs.back().last = i;
-        runs.back().bytes += b;
-      } else {
-        runs.push_back({i, i, b});
-      }
+  const bool zero1 = setting.sharding == "zero1";
+  // Gradient reduction: collectives over runs of tensors in flat order.
+  struct Run {
+    size_t first, last;
+    double bytes;
+  };
+  std::vector<Run> runs;
+  const double limit = setting.mode == "bucketed" ? setting.bucket_mb * 1e6 : 0;
+  for (size_t i = 0; i < in.grads.size(); ++i) {
+    const double b = in.grads[i].bytes;
+    if (b <= 0) continue;
+    const bool join = !runs.empty() && (setting.mode == "flat" ||
+                                        (setting.mode == "bucketed" && runs.back().bytes + b <= limit));
+    if (join) {
+      runs.back().last = i;
+      runs.back().bytes += b;
+    } else {
+      runs.push_back({i, i, b});
     }
-    const bool overlapped = setting.mode == "overlap" || setting.mode == "bucketed";
-    for (size_t r = 0; r < runs.size(); ++r) {
-      const auto& run = runs[r];
-      const double ready = overlapped ? final_at[static_cast<size_t>(in.grads[run.last].group)] : T;
-      const std::string what = setting.mode == "flat"       ? std::string("all-reduce flat gradient")
-                               : setting.mode == "bucketed" ? fmt::format("all-reduce bucket {}", r)
-                                                            : "all-reduce " + in.grads[run.first].name;
-      tl.issue(what, run.bytes, ready, ring_all_reduce_s(run.bytes, link));
-      p.bytes += run.bytes;
+  }
+  const bool overlapped = setting.mode == "overlap" || setting.mode == "bucketed";
+  for (size_t r = 0; r < runs.size(); ++r) {
+    const auto& run = runs[r];
+    const double ready = overlapped ? final_at[static_cast<size_t>(in.grads[run.last].group)] : T;
+    // zero1 reduce-scatters each run (every rank keeps the sum over its shard) where the others
+    // all-reduce it; the runs and when they are ready are the same.
+    const std::string op = zero1 ? "reduce-scatter " : "all-reduce ";
+    const std::string what = setting.mode == "flat"       ? op + "flat gradient"
+                             : setting.mode == "bucketed" ? fmt::format("{}bucket {}", op, r)
+                                                          : op + in.grads[run.first].name;
+    tl.issue(what, run.bytes, ready,
+             zero1 ? ring_reduce_scatter_s(run.bytes, link) : ring_all_reduce_s(run.bytes, link));
+    p.bytes += run.bytes;
+    ++p.collectives;
+  }
+  for (const auto& s : tl.spans) {
+    p.comm_s += s.end_s - s.start_s;
+    p.hidden_s += std::max(0.0, std::min(s.end_s, T) - std::min(s.start_s, T));
+  }
+  double reduce_end = std::max(T, tl.link_free);
+  p.exposed_s = reduce_end - T;
+  if (zero1) {
+    // AdamW on this rank's shard, then the updated parameters all-gathered: nothing left to hide it.
+    tl.link_free = reduce_end + opt_s;
+    const double before = tl.link_free;
+    tl.issue("all-gather parameters", in.total_bytes(), tl.link_free, ring_all_gather_s(in.total_bytes(), link));
+    p.bytes += in.total_bytes();
+    ++p.collectives;
+    const double gather = tl.link_free - before;
+    p.comm_s += gather;
+    p.exposed_s += gather;
+  }
+  if (setting.sharding == "cs336") {
+    // Each rank steps its own tensors, then every tensor is broadcast by its owner.
+    tl.link_free = reduce_end + opt_s;
+    const double before = tl.link_free;
+    for (const auto& g : in.grads) {
+      if (g.bytes <= 0) continue;
+      tl.issue("broadcast " + g.name, g.bytes, tl.link_free, ring_broadcast_s(g.bytes, link));
+      p.bytes += g.bytes;
       ++p.collectives;
     }
-    for (const auto& s : tl.spans) {
-      p.comm_s += s.end_s - s.start_s;
-      p.hidden_s += std::max(0.0, std::min(s.end_s, T) - std::min(s.start_s, T));
-    }
-    double reduce_end = std::max(T, tl.link_free);
-    p.exposed_s = reduce_end - T;
-    if (setting.sharding == "cs336") {
-      // Each rank steps its own tensors, then every tensor is broadcast by its owner.
-      tl.link_free = reduce_end + opt_s;
-      const double before = tl.link_free;
-      for (const auto& g : in.grads) {
-        if (g.bytes <= 0) continue;
-        tl.issue("broadcast " + g.name, g.bytes, tl.link_free, ring_broadcast_s(g.bytes, link));
-        p.bytes += g.bytes;
-        ++p.collectives;
-      }
-      const double bcast = tl.link_free - before;
-      p.comm_s += bcast;
-      p.exposed_s += bcast;
-    }
-    p.spans = tl.spans;
+    const double bcast = tl.link_free - before;
+    p.comm_s += bcast;
+    p.exposed_s += bcast;
   }
+  p.spans = tl.spans;
   p.compute_s = in.forward_s + T + opt_s + in.other_s;
   p.step_s = p.compute_s + p.exposed_s;
   return p;

@@ -1,6 +1,7 @@
 // `ridge roofline ddp`: the analyzer's data-parallel table checked against the ring formulas computed
 // here from the model's sizes, and one clear line with exit 2 for bad input. Also `ridge bench
 // allreduce` / `ddp` refusing to run as a lone process.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -50,6 +51,12 @@ TEST(CliRooflineDdp, SmallOnEightH100sOverNvlink) {
     EXPECT_NEAR((*m)["step_s"].get<double>(),
                 (*m)["compute_s"].get<double>() + (*m)["exposed_s"].get<double>(), 1e-12);
   }
+  // zero1 on the best bucket size: its reduce-scatters hide behind backward like the buckets' all-reduces.
+  const std::string zb = "zero1 (bucketed " + fmt::format("{:g}", doc["best_bucket_mb"].get<double>()) + " MB)";
+  const json* z = find_mode(doc, zb);
+  ASSERT_NE(z, nullptr) << zb;
+  EXPECT_GT((*z)["hidden_s"].get<double>(), 0) << zb;
+  EXPECT_LE((*z)["exposed_s"].get<double>(), find_mode(doc, "zero1")->at("exposed_s").get<double>() + 1e-12);
   // Overlap cannot expose more than flat does here (every gradient is final by the end of backward).
   EXPECT_LE(find_mode(doc, "bucketed 25 MB")->at("exposed_s").get<double>(), want + 1e-12);
   // The best bucket is one of the candidates and no candidate beats it.

@@ -130,6 +130,17 @@ TEST(DdpModel, ShardedOptimizers) {
   const auto co = rr::predict_ddp(in, l, mode("overlap", 25, "cs336"));
   expect_times(co, 6 * ms, 2 * ms, 4 * ms, 9.5 * ms);
   EXPECT_EQ(c.setting.label(), "cs336 (flat)");
+  // zero1 on overlap reduce-scatters each 1 MB gradient when it is final (0.5 ms each): [1,1.5] and
+  // [2,2.5] hidden, [3,3.5] exposed; AdamW on half [3.5,4], all-gather 3 MB [4,5.5] exposed.
+  const auto zo = rr::predict_ddp(in, l, mode("overlap", 25, "zero1"));
+  expect_times(zo, 3 * ms, 1 * ms, 2 * ms, 7.5 * ms);
+  EXPECT_EQ(zo.collectives, 4);
+  EXPECT_DOUBLE_EQ(zo.bytes, 6e6);
+  ASSERT_EQ(zo.spans.size(), 4u);
+  EXPECT_EQ(zo.spans[0].what, "reduce-scatter a");
+  EXPECT_NEAR(zo.spans[3].start_s, 4 * ms, 1e-12);
+  EXPECT_EQ(zo.setting.label(), "zero1 (overlap)");
+  EXPECT_EQ(z.setting.label(), "zero1");
   EXPECT_EQ(rr::DdpSetting{}.label(), "flat");
 }
 
@@ -137,7 +148,7 @@ TEST(DdpModel, BadInputNamesTheField) {
   const auto in = three_groups();
   const auto l = link(2, 1);
   EXPECT_THROW(rr::predict_ddp(in, l, mode("ring")), ridge::Error);
-  EXPECT_THROW(rr::predict_ddp(in, l, mode("overlap", 25, "zero1")), ridge::Error);
+  EXPECT_THROW(rr::predict_ddp(in, l, mode("overlap", 25, "zero2")), ridge::Error);
   EXPECT_THROW(rr::predict_ddp(in, l, mode("bucketed", -1)), ridge::Error);
   auto bad = in;
   bad.grads[1].group = 0;

@@ -68,12 +68,13 @@ struct DdpInput {
 
 // A DDP design: mode naive | flat | overlap | bucketed (bucket_mb, 1 MB = 1e6 bytes), sharding none |
 // cs336 (the gradients reduced by `mode`, each rank steps its tensors and broadcasts them) | zero1
-// (reduce-scatter, AdamW on 1/N, all-gather; mode must be flat).
+// (each of `mode`'s collectives a reduce-scatter instead of an all-reduce, AdamW on 1/N, then the
+// parameters all-gathered), as dist::DataParallel runs them.
 struct DdpSetting {
   std::string mode = "flat";
   double bucket_mb = 25;
   std::string sharding = "none";
-  std::string label() const;  // "bucketed 25 MB", "cs336 (flat)", "zero1"
+  std::string label() const;  // "bucketed 25 MB", "cs336 (flat)", "zero1", "zero1 (overlap)"
   void validate() const;
 };
 
