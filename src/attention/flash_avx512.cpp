@@ -1,5 +1,5 @@
 // FlashAttention-2 with AVX-512 (fp32 compute): 16 floats per register, 6 x 4 register
-// micro-tiles, exp2 with vscalefps (which also flushes very negative exponents to exactly 0).
+// micro-tiles, exp2 with vscalefps (simd/avx512.inc), fp32 block products.
 // GCC 12 reports its own _mm512_undefined_ps() inside the intrinsics headers as maybe-uninitialized
 // (GCC PR 105593), a false positive.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -17,12 +17,15 @@
 namespace ridge::attention::detail {
 namespace {
 
+#include "simd/scalar.inc"
+#include "simd/avx512.inc"
 #include "attention/vec_avx512.inc"
-#include "attention/flash_impl.inc"
+#include "attention/flash_body.inc"
+#include "attention/blocks_fp32.inc"
 
 }  // namespace
 
-void forward_avx512(const Problem& p) { forward(p); }
-void backward_avx512(const Problem& p) { backward(p); }
+void forward_avx512(const Problem& p) { forward<BlocksFp32>(p); }
+void backward_avx512(const Problem& p) { backward<BlocksFp32>(p); }
 
 }  // namespace ridge::attention::detail

@@ -1,5 +1,5 @@
-// FlashAttention-2, scalar reference path: one float per "vector", exact exp2. The other ISA
-// files run the same algorithm (flash_impl.inc) and are tested against this one.
+// FlashAttention-2, scalar reference path: one float per "vector", exact exp2, fp32 block products.
+// The other ISA files instantiate the same body (flash_body.inc) and are tested against this one.
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -11,6 +11,8 @@
 
 namespace ridge::attention::detail {
 namespace {
+
+#include "simd/scalar.inc"
 
 struct V {
   using R = float;
@@ -28,11 +30,12 @@ struct V {
   static R exp2(R x) { return exp2f(x); }
 };
 
-#include "attention/flash_impl.inc"
+#include "attention/flash_body.inc"
+#include "attention/blocks_fp32.inc"
 
 }  // namespace
 
-void forward_scalar(const Problem& p) { forward(p); }
-void backward_scalar(const Problem& p) { backward(p); }
+void forward_scalar(const Problem& p) { forward<BlocksFp32>(p); }
+void backward_scalar(const Problem& p) { backward<BlocksFp32>(p); }
 
 }  // namespace ridge::attention::detail

@@ -10,6 +10,9 @@
 
 namespace {
 
+// to_bf16_epi32: this unit's private copy (docs/core.md, "Per-ISA convention").
+#include "simd/avx2.inc"
+
 using u32 = uint32_t;
 
 __m256i set1(u32 v) { return _mm256_set1_epi32(static_cast<int>(v)); }
@@ -55,16 +58,16 @@ template <int E, int M, bool HasInf>
   return _mm256_or_si256(code, sign);
 }
 
+// to_bf16_epi32 (simd/avx2.inc) rounds and quiets NaN; a quiet NaN code has bit 6 set, so the
+// saturation test below never matches one.
 [[gnu::always_inline]] inline __m256i encode_bf16(__m256i f, bool satfinite) {
-  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(f, 16), set1(1));
-  __m256i out = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(f, set1(0x7FFF)), lsb), 16);
-  const __m256i sign = _mm256_and_si256(_mm256_srli_epi32(f, 16), set1(0x8000));
+  __m256i out = to_bf16_epi32(f);
   if (satfinite) {
+    const __m256i sign = _mm256_and_si256(_mm256_srli_epi32(f, 16), set1(0x8000));
     const __m256i inf = _mm256_cmpeq_epi32(_mm256_and_si256(out, set1(0x7FFF)), set1(0x7F80));
     out = select(inf, out, _mm256_or_si256(sign, set1(0x7F7F)));
   }
-  const __m256i is_nan = _mm256_cmpgt_epi32(_mm256_and_si256(f, set1(0x7FFFFFFF)), set1(0x7F800000));
-  return select(is_nan, out, _mm256_or_si256(_mm256_srli_epi32(f, 16), set1(0x0040)));
+  return out;
 }
 
 __m256i load8(const float* p) { return _mm256_castps_si256(_mm256_loadu_ps(p)); }

@@ -13,6 +13,9 @@
 
 namespace {
 
+// to_bf16_epi32 and from_bf16_ps: this unit's private copies (docs/core.md, "Per-ISA convention").
+#include "simd/avx512.inc"
+
 using u32 = uint32_t;
 
 __m512i set1(u32 v) { return _mm512_set1_epi32(static_cast<int>(v)); }
@@ -58,17 +61,17 @@ template <int E, int M, bool HasInf>
   return _mm512_or_si512(code, sign);
 }
 
+// to_bf16_epi32 (simd/avx512.inc) rounds and quiets NaN; a quiet NaN code has bit 6 set, so the
+// saturation test below never matches one.
 [[gnu::always_inline]] inline __m512i encode_bf16(__m512i f, bool satfinite) {
-  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(f, 16), set1(1));
-  __m512i out = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(f, set1(0x7FFF)), lsb), 16);
-  const __m512i sign = _mm512_and_si512(_mm512_srli_epi32(f, 16), set1(0x8000));
+  __m512i out = to_bf16_epi32(f);
   if (satfinite) {
     // Infinite inputs round to the inf code too, so one test catches both kinds of overflow.
+    const __m512i sign = _mm512_and_si512(_mm512_srli_epi32(f, 16), set1(0x8000));
     const __mmask16 inf = _mm512_cmpeq_epi32_mask(_mm512_and_si512(out, set1(0x7FFF)), set1(0x7F80));
     out = _mm512_mask_blend_epi32(inf, out, _mm512_or_si512(sign, set1(0x7F7F)));
   }
-  const __mmask16 is_nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(f, set1(0x7FFFFFFF)), set1(0x7F800000));
-  return _mm512_mask_blend_epi32(is_nan, out, _mm512_or_si512(_mm512_srli_epi32(f, 16), set1(0x0040)));
+  return out;
 }
 
 __mmask16 tail_mask(size_t left) { return static_cast<__mmask16>((1u << left) - 1); }
@@ -132,14 +135,11 @@ void f32_to_e5m2(const float* src, uint8_t* dst, size_t n, bool satfinite) {
 
 void bf16_to_f32(const uint16_t* src, float* dst, size_t n) {
   size_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    const __m512i c = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i)));
-    _mm512_storeu_si512(dst + i, _mm512_slli_epi32(c, 16));
-  }
+  for (; i + 16 <= n; i += 16)
+    _mm512_storeu_ps(dst + i, from_bf16_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i))));
   if (i < n) {
     const __mmask16 m = tail_mask(n - i);
-    const __m512i c = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, src + i));
-    _mm512_mask_storeu_epi32(dst + i, m, _mm512_slli_epi32(c, 16));
+    _mm512_mask_storeu_ps(dst + i, m, from_bf16_ps(_mm256_maskz_loadu_epi16(m, src + i)));
   }
 }
 

@@ -1,10 +1,10 @@
 // AVX-512 paths of model/fused.hpp: 16 floats per step, row tails through masked loads and stores.
-// bf16 rounding is done on the float's bits (nearest even, NaN kept quiet), exactly as to_bf16.
+// bf16 rounding is done on the float's bits (nearest even, NaN kept quiet), exactly as to_bf16, and
+// e^x is the degree-6 polynomial of simd/avx512.inc (relative error < 2e-7).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC bug 105593 (see core/format_avx512.cpp)
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
 
-#include <algorithm>
 #include <cmath>
 #include <type_traits>
 
@@ -15,44 +15,17 @@
 namespace ridge::model::fused {
 namespace {
 
+// exp_ps, to_bf16_ps and from_bf16_ps: this unit's private copies (docs/core.md, "Per-ISA convention").
+#include "simd/avx512.inc"
+
 // Below this many elements a loop runs on the calling thread (as layers::kParallelMin).
 constexpr int64_t kParallelMin = 1 << 15;
 
 bool vector_path() { return cpu::active_isa() >= cpu::Isa::avx512; }
 
-// e^x = 2^(x log2 e): 2^n by vscalefps (0 below -150, inf above 128), 2^f, |f| <= 1/2, by its
-// degree-6 Taylor polynomial.
-[[gnu::always_inline]] inline __m512 exp_ps(__m512 x) {
-  x = _mm512_mul_ps(x, _mm512_set1_ps(1.4426950408889634f));
-  x = _mm512_max_ps(x, _mm512_set1_ps(-200.0f));  // -inf (and NaN) to a value that underflows
-  const __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  const __m512 f = _mm512_sub_ps(x, n);
-  __m512 p = _mm512_set1_ps(1.5403530393381606e-4f);
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.3333558146428443e-3f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.618129107628477e-3f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.550410866482158e-2f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.2402265069591007f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.6931471805599453f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
-  return _mm512_scalef_ps(p, n);
-}
 [[gnu::always_inline]] inline __m512 sigmoid_ps(__m512 x) {
   const __m512 one = _mm512_set1_ps(1.0f);
   return _mm512_div_ps(one, _mm512_add_ps(one, exp_ps(_mm512_sub_ps(_mm512_setzero_ps(), x))));
-}
-
-// Round 16 floats to bf16 (nearest even on the dropped bits, quiet NaN), as ridge::to_bf16.
-[[gnu::always_inline]] inline __m256i to_bf16_ps(__m512 v) {
-  const __m512i f = _mm512_castps_si512(v);
-  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(f, 16), _mm512_set1_epi32(1));
-  __m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(f, _mm512_set1_epi32(0x7FFF)), lsb), 16);
-  const __mmask16 nan =
-      _mm512_cmpgt_epu32_mask(_mm512_and_si512(f, _mm512_set1_epi32(0x7FFFFFFF)), _mm512_set1_epi32(0x7F800000));
-  r = _mm512_mask_or_epi32(r, nan, _mm512_srli_epi32(f, 16), _mm512_set1_epi32(0x0040));
-  return _mm512_cvtepi32_epi16(r);
-}
-[[gnu::always_inline]] inline __m512 from_bf16_ps(__m256i h) {
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
 // fp32 rounded through fp16 and back (fp16 emulation): vcvtps2ph with the rounding in the
@@ -186,7 +159,7 @@ bool cross_entropy_forward(const float* logits, const int32_t* targets, int64_t 
       const __mmask16 m = tail(vocab - j);
       sv = _mm512_mask_add_ps(sv, m, sv, exp_ps(_mm512_add_ps(_mm512_maskz_loadu_ps(m, li + j), neg)));
     }
-    lse[i] = mx + std::log(_mm512_reduce_add_ps(sv));
+    lse[i] = mx + logf(_mm512_reduce_add_ps(sv));
     row_loss[i] = static_cast<double>(lse[i] - li[targets[i]]);
   }
   return true;
