@@ -8,6 +8,7 @@
 #include <cstdlib>
 
 #include "attention/internal.hpp"
+#include "core/isa_paths.hpp"
 #include "ridge/attention.hpp"
 #include "ridge/core/cpu.hpp"
 #include "ridge/core/env.hpp"
@@ -127,6 +128,13 @@ TensorView<T> dense(Buffer<T>& buf, int64_t a, int64_t b, int64_t c, int64_t d) 
   return TensorView<T>::contiguous(buf.data(), {a, b, c, d});
 }
 
+// The path's table, picked once per call from the active ISA (RIDGE_ISA / ScopedIsa may change it).
+detail::Kernels kernels() {
+  static constexpr isa::Paths<detail::Kernels> paths{detail::kernels_scalar, detail::kernels_avx2,
+                                                     detail::kernels_avx512, detail::kernels_avx512bf16};
+  return isa::pick_path(paths, cpu::active_isa());
+}
+
 }  // namespace
 
 template <typename T>
@@ -136,12 +144,7 @@ void flash_attention_forward(const TensorView<T>& q, const TensorView<T>& k, con
   check_view(o, "o", p.batch, p.heads, p.n_q, p.d);
   check_no_alias({named("o", o), named("lse", lse)}, {named("q", q), named("k", k), named("v", v)});
   p.o = operand(o);
-  switch (cpu::active_isa()) {
-    case cpu::Isa::avx512bf16: detail::forward_avx512bf16(p); break;
-    case cpu::Isa::avx512: detail::forward_avx512(p); break;
-    case cpu::Isa::avx2: detail::forward_avx2(p); break;
-    default: detail::forward_scalar(p); break;
-  }
+  kernels().forward(p);
 }
 
 template <typename T>
@@ -162,12 +165,7 @@ void flash_attention_backward(const TensorView<T>& q, const TensorView<T>& k, co
   p.dq = operand(dq);
   p.dk = operand(dk);
   p.dv = operand(dv);
-  switch (cpu::active_isa()) {
-    case cpu::Isa::avx512bf16: detail::backward_avx512bf16(p); break;
-    case cpu::Isa::avx512: detail::backward_avx512(p); break;
-    case cpu::Isa::avx2: detail::backward_avx2(p); break;
-    default: detail::backward_scalar(p); break;
-  }
+  kernels().backward(p);
 }
 
 template <typename T>

@@ -41,4 +41,6 @@ struct V {
 void forward_avx2(const Problem& p) { forward<BlocksFp32>(p); }
 void backward_avx2(const Problem& p) { backward<BlocksFp32>(p); }
 
+Kernels kernels_avx2() { return {forward_avx2, backward_avx2}; }
+
 }  // namespace ridge::attention::detail

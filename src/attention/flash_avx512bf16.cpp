@@ -37,4 +37,6 @@ void backward_avx512bf16(const Problem& p) {
   else backward<BlocksFp32>(p);
 }
 
+Kernels kernels_avx512bf16() { return {forward_avx512bf16, backward_avx512bf16}; }
+
 }  // namespace ridge::attention::detail

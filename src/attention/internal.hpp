@@ -25,6 +25,17 @@ struct Problem {
   int block_q = 0, block_k = 0;
 };
 
+// Each path's file (flash_<isa>.cpp) exposes its entry points and one table of them (the per-ISA
+// convention, core/isa_paths.hpp).
+struct Kernels {
+  void (*forward)(const Problem& p) = nullptr;
+  void (*backward)(const Problem& p) = nullptr;
+};
+Kernels kernels_scalar();
+Kernels kernels_avx2();
+Kernels kernels_avx512();
+Kernels kernels_avx512bf16();
+
 void forward_scalar(const Problem& p);
 void backward_scalar(const Problem& p);
 void forward_avx2(const Problem& p);
