@@ -32,4 +32,21 @@ bool cross_entropy_backward(const float* logits, const int32_t* targets, const f
 bool cross_entropy_backward(const float* logits, const int32_t* targets, const float* lse, int64_t n,
                             int64_t vocab, float k, bf16* out);
 
+// The vector paths' table (the per-ISA convention, core/isa_paths.hpp): fused_avx512.cpp fills it;
+// the functions above call its entries on a path that has them.
+struct Kernels {
+  void (*swiglu_forward_bf16)(const float*, int64_t, int64_t, bf16*, bf16*) = nullptr;
+  void (*swiglu_forward_f32)(const float*, int64_t, int64_t, float*, float*) = nullptr;
+  void (*swiglu_forward_fp16)(const float*, int64_t, int64_t, float*, float*) = nullptr;
+  void (*swiglu_backward_bf16)(const float*, const bf16*, int64_t, int64_t, bf16*) = nullptr;
+  void (*swiglu_backward_f32)(const float*, const float*, int64_t, int64_t, float*) = nullptr;
+  void (*swiglu_backward_fp16)(const float*, const float*, int64_t, int64_t, float*) = nullptr;
+  void (*cross_entropy_forward_f32)(const float*, const int32_t*, int64_t, int64_t, float*, double*) = nullptr;
+  void (*cross_entropy_backward_f32)(const float*, const int32_t*, const float*, int64_t, int64_t, float,
+                                     float*) = nullptr;
+  void (*cross_entropy_backward_bf16)(const float*, const int32_t*, const float*, int64_t, int64_t, float,
+                                      bf16*) = nullptr;
+};
+Kernels kernels_avx512();
+
 }  // namespace ridge::model::fused

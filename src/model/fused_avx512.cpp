@@ -9,7 +9,6 @@
 #include <type_traits>
 
 #include "model/fused.hpp"
-#include "ridge/core/cpu.hpp"
 #include "ridge/core/threads.hpp"
 
 namespace ridge::model::fused {
@@ -20,8 +19,6 @@ namespace {
 
 // Below this many elements a loop runs on the calling thread (as layers::kParallelMin).
 constexpr int64_t kParallelMin = 1 << 15;
-
-bool vector_path() { return cpu::active_isa() >= cpu::Isa::avx512; }
 
 [[gnu::always_inline]] inline __m512 sigmoid_ps(__m512 x) {
   const __m512 one = _mm512_set1_ps(1.0f);
@@ -107,42 +104,27 @@ void swiglu_bwd(const float* dg, const O* ab, int64_t n, int64_t f, O* dab) {
   }
 }
 
-}  // namespace
-
-bool swiglu_forward(const float* ab, int64_t n, int64_t f, bf16* ab_saved, bf16* g) {
-  if (!vector_path()) return false;
+void swiglu_forward_bf16(const float* ab, int64_t n, int64_t f, bf16* ab_saved, bf16* g) {
   swiglu_fwd(ab, n, f, ab_saved, g);
-  return true;
 }
-bool swiglu_forward(const float* ab, int64_t n, int64_t f, float* ab_saved, float* g) {
-  if (!vector_path()) return false;
+void swiglu_forward_f32(const float* ab, int64_t n, int64_t f, float* ab_saved, float* g) {
   swiglu_fwd(ab, n, f, ab_saved, g);
-  return true;
 }
-bool swiglu_forward_fp16(const float* ab, int64_t n, int64_t f, float* ab_saved, float* g) {
-  if (!vector_path()) return false;
+void swiglu_forward_fp16(const float* ab, int64_t n, int64_t f, float* ab_saved, float* g) {
   swiglu_fwd<float, true>(ab, n, f, ab_saved, g);
-  return true;
 }
-bool swiglu_backward_fp16(const float* dg, const float* ab, int64_t n, int64_t f, float* dab) {
-  if (!vector_path()) return false;
+void swiglu_backward_fp16(const float* dg, const float* ab, int64_t n, int64_t f, float* dab) {
   swiglu_bwd<float, true>(dg, ab, n, f, dab);
-  return true;
 }
-bool swiglu_backward(const float* dg, const bf16* ab, int64_t n, int64_t f, bf16* dab) {
-  if (!vector_path()) return false;
+void swiglu_backward_bf16(const float* dg, const bf16* ab, int64_t n, int64_t f, bf16* dab) {
   swiglu_bwd(dg, ab, n, f, dab);
-  return true;
 }
-bool swiglu_backward(const float* dg, const float* ab, int64_t n, int64_t f, float* dab) {
-  if (!vector_path()) return false;
+void swiglu_backward_f32(const float* dg, const float* ab, int64_t n, int64_t f, float* dab) {
   swiglu_bwd(dg, ab, n, f, dab);
-  return true;
 }
 
-bool cross_entropy_forward(const float* logits, const int32_t* targets, int64_t n, int64_t vocab, float* lse,
-                           double* row_loss) {
-  if (!vector_path()) return false;
+void cross_entropy_forward_f32(const float* logits, const int32_t* targets, int64_t n, int64_t vocab,
+                               float* lse, double* row_loss) {
   const int nt = get_num_threads();
 #pragma omp parallel for num_threads(nt) schedule(static) if (n * vocab >= kParallelMin)
   for (int64_t i = 0; i < n; ++i) {
@@ -162,10 +144,8 @@ bool cross_entropy_forward(const float* logits, const int32_t* targets, int64_t 
     lse[i] = mx + logf(_mm512_reduce_add_ps(sv));
     row_loss[i] = static_cast<double>(lse[i] - li[targets[i]]);
   }
-  return true;
 }
 
-namespace {
 template <typename O>
 void ce_bwd(const float* logits, const int32_t* targets, const float* lse, int64_t n, int64_t vocab, float k,
             O* out) {
@@ -186,19 +166,30 @@ void ce_bwd(const float* logits, const int32_t* targets, const float* lse, int64
     }
   }
 }
+
+void cross_entropy_backward_f32(const float* logits, const int32_t* targets, const float* lse, int64_t n,
+                                int64_t vocab, float k, float* out) {
+  ce_bwd(logits, targets, lse, n, vocab, k, out);
+}
+void cross_entropy_backward_bf16(const float* logits, const int32_t* targets, const float* lse, int64_t n,
+                                 int64_t vocab, float k, bf16* out) {
+  ce_bwd(logits, targets, lse, n, vocab, k, out);
+}
+
 }  // namespace
 
-bool cross_entropy_backward(const float* logits, const int32_t* targets, const float* lse, int64_t n,
-                            int64_t vocab, float k, float* out) {
-  if (!vector_path()) return false;
-  ce_bwd(logits, targets, lse, n, vocab, k, out);
-  return true;
-}
-bool cross_entropy_backward(const float* logits, const int32_t* targets, const float* lse, int64_t n,
-                            int64_t vocab, float k, bf16* out) {
-  if (!vector_path()) return false;
-  ce_bwd(logits, targets, lse, n, vocab, k, out);
-  return true;
+Kernels kernels_avx512() {
+  Kernels k;
+  k.swiglu_forward_bf16 = swiglu_forward_bf16;
+  k.swiglu_forward_f32 = swiglu_forward_f32;
+  k.swiglu_forward_fp16 = swiglu_forward_fp16;
+  k.swiglu_backward_bf16 = swiglu_backward_bf16;
+  k.swiglu_backward_f32 = swiglu_backward_f32;
+  k.swiglu_backward_fp16 = swiglu_backward_fp16;
+  k.cross_entropy_forward_f32 = cross_entropy_forward_f32;
+  k.cross_entropy_backward_f32 = cross_entropy_backward_f32;
+  k.cross_entropy_backward_bf16 = cross_entropy_backward_bf16;
+  return k;
 }
 
 }  // namespace ridge::model::fused
