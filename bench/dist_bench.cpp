@@ -308,7 +308,7 @@ void run_ddp(bench::Context& ctx) {
     for (int64_t b : batches) check(b >= 1, "bench ddp: batch {} must be >= 1", b);
     require_ranks("ddp");
   });
-  if (!ctx.quick && ctx.options.warmup == 3) ctx.options.warmup = 2;
+  if (!ctx.quick && !ctx.warmup_given) ctx.options.warmup = 2;  // --warmup always wins
   dist::Session session;
   const int rank = session.rank(), world = session.size();
   if (rank != 0) ctx.sink.discard();
