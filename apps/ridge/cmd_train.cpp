@@ -53,8 +53,8 @@ uint64_t fnv_hash(const void* data, size_t bytes, uint64_t h = 0xcbf29ce48422232
 
 // Started by mpirun with more than one rank: then `ridge train` is one rank of a data-parallel run.
 bool dist_launched() {
-  const char* n = std::getenv("OMPI_COMM_WORLD_SIZE");
-  return n && std::string(n) != "1";
+  const auto l = env::launcher();
+  return l.launched && l.size > 1;
 }
 
 // Under data parallelism each rank writes its own memory snapshot: NAME.rankR.json beside NAME.json.

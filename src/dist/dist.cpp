@@ -63,9 +63,7 @@ Session::~Session() {
 }
 
 bool launched_by_mpirun() {
-  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS"})
-    if (std::getenv(v)) return true;
-  return false;
+  return env::launcher().launched;
 }
 
 void abort_all(const std::string& message, int code) {
