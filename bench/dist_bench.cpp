@@ -17,6 +17,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/check.hpp"
@@ -418,20 +419,21 @@ void run_ddp(bench::Context& ctx) {
             {
               model::TrainConfig t2 = tc;
               if (mode.name == "single") t2.batch = GB;  // every rank steps the whole global batch alone
+              dist::DdpConfig dc;
+              dc.mode = mode.name == "naive"      ? dist::DdpMode::naive
+                        : mode.name == "overlap"  ? dist::DdpMode::overlap
+                        : mode.name == "bucketed" ? dist::DdpMode::bucketed
+                                                  : dist::DdpMode::flat;
+              dc.bucket_mb = mode.bucket_mb;
+              dc.sharding = mode.name == "cs336"   ? dist::Sharding::cs336
+                            : mode.name == "zero1" ? dist::Sharding::zero1
+                                                   : dist::Sharding::none;
+              // A sharded mode's trainer never holds the whole AdamW state, as in `ridge train`.
+              std::tie(t2.optimizer_begin, t2.optimizer_end) =
+                  dist::initial_optimizer_range(dc.sharding, cfg.param_count(), world, rank);
               model::Trainer tr(cfg, t2);
               std::optional<dist::DataParallel> dp;
-              if (mode.name != "single") {
-                dist::DdpConfig dc;
-                dc.mode = mode.name == "naive"      ? dist::DdpMode::naive
-                          : mode.name == "overlap"  ? dist::DdpMode::overlap
-                          : mode.name == "bucketed" ? dist::DdpMode::bucketed
-                                                    : dist::DdpMode::flat;
-                dc.bucket_mb = mode.bucket_mb;
-                dc.sharding = mode.name == "cs336"   ? dist::Sharding::cs336
-                              : mode.name == "zero1" ? dist::Sharding::zero1
-                                                     : dist::Sharding::none;
-                dp.emplace(tr, dc);
-              }
+              if (mode.name != "single") dp.emplace(tr, dc);
               // The peak of the steps: live state (the sharded optimizer's share only) plus each step's own.
               memory::reset_peak();
               const int32_t* xi = mode.name == "single" ? in.data() : my_in;
