@@ -92,15 +92,16 @@ MatrixView<T> matrix(const A& a, const char* name) {
   E* p = typed_data<E>(a, name, dtype_of<E>());
   std::array<int64_t, 4> shape, stride;
   shape_and_strides(a, shape, stride);
-  check_tensor_view(nullptr, name, p, static_cast<int>(a.ndim()), shape, stride, {-1, -1}, Strides::row_major);
+  check_tensor_view(nullptr, name, p, static_cast<int>(a.ndim()), shape, stride, {-1, -1},
+                    Strides::row_major);
   const int64_t rows = shape[0], cols = shape[1];
   const int64_t ld = std::max<int64_t>(rows > 1 ? stride[0] : cols, 1);
   check_matrix_view(nullptr, name, p, rows, cols, ld);
   return {p, rows, cols, ld};
 }
 
-// An array of rank `rank` (1..4; the bindings ask for 3 or 4) as a strided tensor view: any positive strides (a permuted or sliced
-// array), but no broadcast or reversed dimension of size > 1.
+// An array of rank `rank` (1..4; the bindings ask for 3 or 4) as a strided tensor view: any positive
+// strides (a permuted or sliced array), but no broadcast or reversed dimension of size > 1.
 template <typename T, typename A>
 TensorView<T> tensor(const A& a, const char* name, int rank) {
   using E = std::remove_const_t<T>;
@@ -113,10 +114,18 @@ TensorView<T> tensor(const A& a, const char* name, int rank) {
     check_tensor_view(nullptr, name, p, v.rank, v.shape, v.stride, any_shape, Strides::positive);
   };
   switch (rank) {
-    case 1: check_rank({-1}); break;
-    case 2: check_rank({-1, -1}); break;
-    case 3: check_rank({-1, -1, -1}); break;
-    default: check_rank({-1, -1, -1, -1}); break;
+    case 1:
+      check_rank({-1});
+      break;
+    case 2:
+      check_rank({-1, -1});
+      break;
+    case 3:
+      check_rank({-1, -1, -1});
+      break;
+    default:
+      check_rank({-1, -1, -1, -1});
+      break;
   }
   return v;
 }

@@ -98,7 +98,10 @@ Launcher parse_launcher(const char* (*lookup)(const char* name)) {
   l.rank = ompi_rank ? *ompi_rank : pmi_rank ? *pmi_rank : pmix_rank ? *pmix_rank : 0;
   if (l.size > 0 && l.rank >= l.size)
     fail("{}: rank {} is not accepted (expected a rank below the world size {})",
-         ompi_rank ? "OMPI_COMM_WORLD_RANK" : pmi_rank ? "PMI_RANK" : "PMIX_RANK", l.rank, l.size);
+         ompi_rank  ? "OMPI_COMM_WORLD_RANK"
+         : pmi_rank ? "PMI_RANK"
+                    : "PMIX_RANK",
+         l.rank, l.size);
   if (!l.launched) l.size = 1;
   return l;
 }

@@ -227,7 +227,8 @@ std::vector<std::pair<int64_t, int64_t>> shard_flat(int64_t n, int world, int64_
   return out;
 }
 
-std::pair<int64_t, int64_t> initial_optimizer_range(Sharding sharding, int64_t param_count, int world, int rank) {
+std::pair<int64_t, int64_t> initial_optimizer_range(Sharding sharding, int64_t param_count, int world,
+                                                    int rank) {
   check(rank >= 0 && rank < world, "rank: {} is not a rank of a {}-rank run", rank, world);
   switch (sharding) {
     case Sharding::zero1:

@@ -222,8 +222,8 @@ TEST(CliBench, ModelPredictRowsCarryTheErrorAndItsReason) {
 // generic default, so an explicit --warmup 3 was silently run as 5. The row says what was run.
 TEST(CliBench, ModelHonoursAnExplicitWarmupAndKeepsItsOwnDefault) {
   const std::string base =
-      "bench model --no-torch --no-progress --set size=tiny --set context=16 --set pass=forward --set precision=fp32 "
-      "--vocab 64 --iters 1 --max-time 0 --threads 1 --json";
+      "bench model --no-torch --no-progress --set size=tiny --set context=16 --set pass=forward "
+      "--set precision=fp32 --vocab 64 --iters 1 --max-time 0 --threads 1 --json";
   for (const int w : {3, 0, 5, 7}) {
     const auto r = run(base + " --warmup " + std::to_string(w));
     ASSERT_EQ(r.code, 0) << r.err;

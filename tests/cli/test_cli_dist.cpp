@@ -241,8 +241,8 @@ TEST(CliDist, ShardedOptimizerMemoryPerRankIsItsShard) {
     SCOPED_TRACE(mode);
     const int64_t shard1 = n - shard0;
     const std::string dist_path = (dir / (mode + ".json")).string();
-    const RunResult r = sh(kMpirun + " -np 2 " + RIDGE_BINARY + model + "--ddp flat --shard-optimizer " + mode +
-                           " --memory " + dist_path);
+    const RunResult r = sh(kMpirun + " -np 2 " + RIDGE_BINARY + model + "--ddp flat --shard-optimizer " +
+                           mode + " --memory " + dist_path);
     ASSERT_EQ(r.code, 0) << r.err;
     EXPECT_NE(r.out.find(mode + ".rank0.json"), std::string::npos) << r.out;
     const auto s0 = read_json((dir / (mode + ".rank0.json")).string()),

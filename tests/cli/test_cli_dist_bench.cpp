@@ -134,7 +134,8 @@ TEST(CliDistBench, ALoneProcessOrABadLauncherVariableIsOneLine) {
       {"bench allreduce --quick", "", "bench allreduce: needs at least 2 MPI ranks"},
       {"bench ddp --quick", "OMPI_COMM_WORLD_SIZE=1", "bench ddp: needs at least 2 MPI ranks"},
       {"bench ddp --quick", "PMI_SIZE=abc", "PMI_SIZE: 'abc' is not accepted"},
-      {"bench allreduce --quick", "OMPI_COMM_WORLD_SIZE=2 OMPI_COMM_WORLD_RANK=x", "OMPI_COMM_WORLD_RANK: 'x'"},
+      {"bench allreduce --quick", "OMPI_COMM_WORLD_SIZE=2 OMPI_COMM_WORLD_RANK=x",
+       "OMPI_COMM_WORLD_RANK: 'x'"},
   };
   for (const Case& c : cases) {
     const RunResult r = ridge::test::run(c.args, c.env);

@@ -124,8 +124,9 @@ TEST(CliRooflineDdp, ModelFlagsAreOneDefinitionSharedWithRooflineModel) {
   EXPECT_NE(line_of(help_model.out, "--batch"), "(missing)");
   EXPECT_NE(line_of(help_ddp.out, "--batch").find("sequences per rank"), std::string::npos);
 
-  const std::string flags = " --size tiny --d-model 128 --layers 3 --heads 4 --d-ff 384 --vocab 512 --context 64 "
-                            "--batch 2 --precision bf16 --json";
+  const std::string flags =
+      " --size tiny --d-model 128 --layers 3 --heads 4 --d-ff 384 --vocab 512 --context 64 "
+      "--batch 2 --precision bf16 --json";
   const auto m = run("roofline model" + flags), d = run("roofline ddp --ranks 2" + flags);
   ASSERT_EQ(m.code, 0) << m.err;
   ASSERT_EQ(d.code, 0) << d.err;

@@ -346,7 +346,8 @@ TEST(DistShard, Cs336TrainerAllocatesOnlyItsShard) {
   rm::TrainConfig tc = train_config(kGlobalBatch / 2);
   rm::TransformerLM<float> probe(tiny());
   const auto n = static_cast<int64_t>(probe.params().size());
-  std::tie(tc.optimizer_begin, tc.optimizer_end) = rd::initial_optimizer_range(rd::Sharding::cs336, n, 2, rank());
+  std::tie(tc.optimizer_begin, tc.optimizer_end) =
+      rd::initial_optimizer_range(rd::Sharding::cs336, n, 2, rank());
   EXPECT_EQ(tc.optimizer_begin, 0);
   EXPECT_EQ(tc.optimizer_end, 0);
   auto& usage = ridge::memory::usage;
