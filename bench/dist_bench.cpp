@@ -17,6 +17,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/check.hpp"
@@ -50,28 +51,22 @@ double r3(double x) {
 
 // The MPI side: refuse a lone process before MPI_Init (a singleton init can hang or fail where no
 // launcher runs), then one Session for the benchmark.
-// This process's rank and the world size from the launcher's environment (before MPI_Init).
-int env_int(const char* a, const char* b, int fallback) {
-  for (const char* v : {a, b})
-    if (const char* s = std::getenv(v)) return std::atoi(s);
-  return fallback;
-}
-
 // Runs the input checks; on a rank other than 0 a failure ends the process quietly with status 2, so a
 // bad argument is one line (rank 0's), not one per rank.
 void checked(const std::function<void()>& fn) {
   try {
     fn();
   } catch (const Error&) {
-    if (env_int("OMPI_COMM_WORLD_RANK", "PMI_RANK", 0) != 0) std::exit(2);
+    // (A launcher variable that is not a number throws here instead, on every rank: it names the variable.)
+    if (env::launcher().rank != 0) std::exit(2);
     throw;
   }
 }
 
 void require_ranks(const std::string& name) {
-  const char* n = std::getenv("OMPI_COMM_WORLD_SIZE");
+  const auto l = env::launcher();
   check(
-      dist::launched_by_mpirun() && !(n && std::string(n) == "1"),
+      l.launched && l.size != 1,
       "bench {}: needs at least 2 MPI ranks; run it as 'mpirun -np 2 ridge bench {}' (this process is alone)",
       name, name);
 }
@@ -139,7 +134,7 @@ void run_allreduce(bench::Context& ctx) {
       check(op == "allreduce" || op == "allgather" || op == "reducescatter",
             "bench allreduce: op '{}' (accepted: allreduce, allgather, reducescatter)", op);
     require_ranks("allreduce");
-    const int64_t N = env_int("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", 2);
+    const int64_t N = std::max(env::launcher().size, 2);  // 0 when the launcher does not say: at least 2
     // Every rank holds a buffer of S and one of S/N; mpirun may put all N ranks on this machine.
     for (int64_t s : sizes) {
       check(s >= 4 * N, "--set size: {} bytes is less than one fp32 per rank ({} ranks)", s, N);
@@ -308,7 +303,7 @@ void run_ddp(bench::Context& ctx) {
     for (int64_t b : batches) check(b >= 1, "bench ddp: batch {} must be >= 1", b);
     require_ranks("ddp");
   });
-  if (!ctx.quick && ctx.options.warmup == 3) ctx.options.warmup = 2;
+  if (!ctx.quick && !ctx.warmup_given) ctx.options.warmup = 2;  // --warmup always wins
   dist::Session session;
   const int rank = session.rank(), world = session.size();
   if (rank != 0) ctx.sink.discard();
@@ -424,20 +419,21 @@ void run_ddp(bench::Context& ctx) {
             {
               model::TrainConfig t2 = tc;
               if (mode.name == "single") t2.batch = GB;  // every rank steps the whole global batch alone
+              dist::DdpConfig dc;
+              dc.mode = mode.name == "naive"      ? dist::DdpMode::naive
+                        : mode.name == "overlap"  ? dist::DdpMode::overlap
+                        : mode.name == "bucketed" ? dist::DdpMode::bucketed
+                                                  : dist::DdpMode::flat;
+              dc.bucket_mb = mode.bucket_mb;
+              dc.sharding = mode.name == "cs336"   ? dist::Sharding::cs336
+                            : mode.name == "zero1" ? dist::Sharding::zero1
+                                                   : dist::Sharding::none;
+              // A sharded mode's trainer never holds the whole AdamW state, as in `ridge train`.
+              std::tie(t2.optimizer_begin, t2.optimizer_end) =
+                  dist::initial_optimizer_range(dc.sharding, cfg.param_count(), world, rank);
               model::Trainer tr(cfg, t2);
               std::optional<dist::DataParallel> dp;
-              if (mode.name != "single") {
-                dist::DdpConfig dc;
-                dc.mode = mode.name == "naive"      ? dist::DdpMode::naive
-                          : mode.name == "overlap"  ? dist::DdpMode::overlap
-                          : mode.name == "bucketed" ? dist::DdpMode::bucketed
-                                                    : dist::DdpMode::flat;
-                dc.bucket_mb = mode.bucket_mb;
-                dc.sharding = mode.name == "cs336"   ? dist::Sharding::cs336
-                              : mode.name == "zero1" ? dist::Sharding::zero1
-                                                     : dist::Sharding::none;
-                dp.emplace(tr, dc);
-              }
+              if (mode.name != "single") dp.emplace(tr, dc);
               // The peak of the steps: live state (the sharded optimizer's share only) plus each step's own.
               memory::reset_peak();
               const int32_t* xi = mode.name == "single" ? in.data() : my_in;

@@ -699,10 +699,8 @@ void run_model(bench::Context& ctx) {
   std::vector<std::string> precs = g.values("precision", {"fp32", "bf16"});
   std::vector<std::string> passes = g.values("pass", {"step"});
   if (!ctx.quick && !g.has("pass")) passes = {"forward", "forward+backward", "step"};
-  // CS336's protocol unless asked otherwise: 5 warm-up steps, 10 timed (--quick: 1 and 3).
-  if (!ctx.quick) {
-    if (ctx.options.warmup == 3) ctx.options.warmup = 5;
-  }
+  // CS336's protocol unless asked otherwise: 5 warm-up steps (--quick: 1); --warmup always wins.
+  if (!ctx.quick && !ctx.warmup_given) ctx.options.warmup = 5;
   for (const auto& p : passes)
     check(p == "forward" || p == "forward+backward" || p == "step",
           "bench model: pass '{}' (accepted: forward, forward+backward, step)", p);

@@ -101,6 +101,7 @@ void run(const std::string& name) {
   ctx.quick = g.quick;
   ctx.threads = get_num_threads();
   ctx.options = opt;
+  ctx.warmup_given = g.warmup.has_value();
   ctx.trace_file = g.trace_file;
 
   if (!g.trace_file.empty()) {

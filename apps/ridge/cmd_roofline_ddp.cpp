@@ -112,18 +112,7 @@ void setup_roofline_ddp(CLI::App* parent) {
       "ddp",
       "data-parallel training of a Transformer LM on N chips: each DDP design's communication, hidden and "
       "exposed time, step time, best bucket size, memory saved by optimizer sharding");
-  c->add_option("--size", o->size, "model preset (tiny, small, medium, large, xl, 2.7B)")
-      ->capture_default_str();
-  c->add_option("--vocab", o->vocab, "vocabulary size")->capture_default_str();
-  c->add_option("--context", o->context, "tokens per sequence")->capture_default_str();
-  c->add_option("--batch", o->batch, "sequences per rank (the global batch is batch x ranks)")
-      ->capture_default_str();
-  c->add_option("--d-model", o->d_model, "override the preset's d_model");
-  c->add_option("--d-ff", o->d_ff, "override the preset's d_ff");
-  c->add_option("--layers", o->layers, "override the preset's layer count");
-  c->add_option("--heads", o->heads, "override the preset's head count");
-  c->add_option("--precision", o->precision, "fp32, bf16 or fp16")->capture_default_str();
-  c->add_option("--attention", o->attention, "flash or math")->capture_default_str();
+  o->add_to(c, "sequences per rank (the global batch is batch x ranks)");
   c->add_option("--hw", o->hw, "chip: h100, a100, ..., 'this' (the probe's result), or a chip JSON file")
       ->capture_default_str();
   c->add_option("--level", o->level, "memory level to bound compute against; default outermost");
@@ -136,23 +125,18 @@ void setup_roofline_ddp(CLI::App* parent) {
   c->add_option("--buckets", o->buckets, "bucket sizes to try, MB (default 1,2,5,10,25,50,100,250,1000)");
   c->add_flag("--json", o->json, "print one JSON document");
   c->callback([o] {
-    auto cnt = [](const std::string& v, const char* what) { return ridge::units::parse_count(v, what); };
-    const auto ctx = cnt(o->context, "--context");
     bool custom = false;
     const auto cfg = o->config(custom);
-    const int64_t ranks = cnt(o->ranks, "--ranks");
+    const int64_t ranks = ridge::units::parse_count(o->ranks, "--ranks");
     check(ranks <= (int64_t{1} << 20), "--ranks: {} is too many (at most 2^20)", ranks);
-    const int64_t batch = cnt(o->batch, "--batch");
-    const auto prec = ridge::model::parse_precision(o->precision);
-    const auto att = ridge::model::parse_attention_path(o->attention);
+    const auto shape = o->shape(cfg), global = o->shape(cfg, ranks);
+    const int64_t batch = shape.batch, ctx = shape.seq;
     const auto chip = rr::load_chip(o->hw);
     const auto link = make_link(*o, chip, ranks);
     const auto cands = parse_buckets(o->buckets);
     const std::string label = o->label(custom);
 
-    const auto shape = ridge::model::model_shape(cfg, batch, ctx, prec, att);
     const auto in = rr::ddp_input(shape, chip, o->level);
-    const auto global = ridge::model::model_shape(cfg, batch * ranks, ctx, prec, att);
     const auto one = rr::ddp_input(global, chip, o->level);
     const double one_s = one.forward_s + one.backward_s() + one.optimizer_s + one.other_s;
 

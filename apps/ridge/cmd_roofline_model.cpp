@@ -72,37 +72,16 @@ void setup_roofline_model(CLI::App* parent) {
   auto* c = parent->add_subcommand("model",
                                    "every op of a Transformer LM training step (forward, backward, AdamW) "
                                    "on a chip: FLOPs, bytes, bound; step-time and tokens/s bounds");
-  c->add_option(
-       "--size", o->size,
-       "preset: " +
-           [] {
-             std::string s;
-             for (const auto& n : ridge::model::preset_names()) s += (s.empty() ? "" : ", ") + n;
-             return s;
-           }())
-      ->capture_default_str();
-  c->add_option("--vocab", o->vocab, "vocabulary size")->capture_default_str();
-  c->add_option("--context", o->context, "tokens per sequence")->capture_default_str();
-  c->add_option("--batch", o->batch, "sequences per batch")->capture_default_str();
-  c->add_option("--d-model", o->d_model, "override the preset's d_model");
-  c->add_option("--d-ff", o->d_ff, "override the preset's d_ff");
-  c->add_option("--layers", o->layers, "override the preset's layer count");
-  c->add_option("--heads", o->heads, "override the preset's head count");
-  c->add_option("--precision", o->precision, "fp32, bf16 or fp16")->capture_default_str();
-  c->add_option("--attention", o->attention, "flash or math")->capture_default_str();
+  o->add_to(c);
   c->add_option("--hw", o->hw, "chip: h100, tpu-v5e, ..., 'this' (the probe's result), or a chip JSON file")
       ->capture_default_str();
   c->add_option("--level", o->level, "memory level to bound against; default outermost");
   c->add_flag("--brief", o->brief, "only the sums per pass and per step");
   c->add_flag("--json", o->json, "print one JSON document");
   c->callback([o] {
-    auto cnt = [](const std::string& v, const char* what) { return ridge::units::parse_count(v, what); };
-    const auto ctx = cnt(o->context, "--context");
     bool custom = false;
     const auto cfg = o->config(custom);
-    const auto shape = ridge::model::model_shape(cfg, cnt(o->batch, "--batch"), ctx,
-                                                 ridge::model::parse_precision(o->precision),
-                                                 ridge::model::parse_attention_path(o->attention));
+    const auto shape = o->shape(cfg);
     const auto report = ridge::model::step_roofline(o->label(custom), shape,
                                                     ridge::cli::with_flags({{"name_or_path", "--hw"}},
                                                                            [&] { return rr::load_chip(o->hw); }),

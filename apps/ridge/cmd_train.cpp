@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <optional>
+#include <tuple>
 
 #include "cli.hpp"
 #include "ridge/core.hpp"
@@ -53,8 +54,8 @@ uint64_t fnv_hash(const void* data, size_t bytes, uint64_t h = 0xcbf29ce48422232
 
 // Started by mpirun with more than one rank: then `ridge train` is one rank of a data-parallel run.
 bool dist_launched() {
-  const char* n = std::getenv("OMPI_COMM_WORLD_SIZE");
-  return n && std::string(n) != "1";
+  const auto l = env::launcher();
+  return l.launched && l.size > 1;
 }
 
 // Under data parallelism each rank writes its own memory snapshot: NAME.rankR.json beside NAME.json.
@@ -416,13 +417,10 @@ void run_rank(const Args& a) {
         // Recording starts before the trainer allocates, so the snapshot holds parameters,
         // gradients and optimizer state.
         if (!a.memory.empty()) memory::record_history();
-        // zero1's shard depends only on the parameter count: the trainer allocates AdamW state for
-        // that range alone, never the whole (DataParallel then shards to the same range in place).
-        if (cfg.sharding == dist::Sharding::zero1) {
-          const auto sh = dist::shard_flat(p->c.param_count(), session.size(), model::kNormChunk);
-          p->t.optimizer_begin = sh[static_cast<size_t>(session.rank())].first;
-          p->t.optimizer_end = sh[static_cast<size_t>(session.rank())].second;
-        }
+        // A sharded run never allocates the whole AdamW state: zero1's trainer holds its shard from
+        // the start, cs336's none until DataParallel allocates its shard.
+        std::tie(p->t.optimizer_begin, p->t.optimizer_end) =
+            dist::initial_optimizer_range(cfg.sharding, p->c.param_count(), session.size(), session.rank());
         trainer.emplace(p->c, p->t);
       } catch (const Error& e) {
         err = e.what();

@@ -1,12 +1,15 @@
 // The model-size flags the analyzer's model commands share (`ridge roofline model`, `ridge roofline ddp`):
-// a preset and its overrides, turned into a validated ModelConfig whose errors name the flags.
+// declared once (add_to), a preset and its overrides turned into a validated ModelConfig whose errors
+// name the flags.
 #pragma once
 
+#include <CLI/CLI.hpp>
 #include <string>
 
 #include "core/check.hpp"
 #include "ridge/core/units.hpp"
 #include "ridge/model/config.hpp"
+#include "ridge/model/roofline.hpp"
 
 namespace ridge::cli {
 
@@ -14,6 +17,24 @@ struct ModelFlags {
   std::string size = "small", vocab = "10000", context = "256", batch = "4";
   std::string d_model, d_ff, layers, heads;
   std::string precision = "fp32", attention = "flash";
+
+  // Declares the shared flags on `c`, bound to this object (which must outlive the parse): --size,
+  // --vocab, --context, --batch (batch_help says what one batch is), --d-model, --d-ff, --layers,
+  // --heads, --precision, --attention. One definition, so the commands cannot drift apart.
+  void add_to(CLI::App* c, const std::string& batch_help = "sequences per batch") {
+    std::string presets;
+    for (const auto& n : model::preset_names()) presets += (presets.empty() ? "" : ", ") + n;
+    c->add_option("--size", size, "model preset: " + presets)->capture_default_str();
+    c->add_option("--vocab", vocab, "vocabulary size")->capture_default_str();
+    c->add_option("--context", context, "tokens per sequence")->capture_default_str();
+    c->add_option("--batch", batch, batch_help)->capture_default_str();
+    c->add_option("--d-model", d_model, "override the preset's d_model");
+    c->add_option("--d-ff", d_ff, "override the preset's d_ff");
+    c->add_option("--layers", layers, "override the preset's layer count");
+    c->add_option("--heads", heads, "override the preset's head count");
+    c->add_option("--precision", precision, "fp32, bf16 or fp16")->capture_default_str();
+    c->add_option("--attention", attention, "flash or math")->capture_default_str();
+  }
 
   int64_t count(const std::string& v, const char* flag) const { return units::parse_count(v, flag); }
   // The preset at --vocab and --context with --d-model/--d-ff/--layers/--heads applied; `custom` says
@@ -29,6 +50,12 @@ struct ModelFlags {
     check(cfg.d_head() % 2 == 0, "--heads: d_model / heads = {} must be even (RoPE rotates pairs)", cfg.d_head());
     cfg.validate();
     return cfg;
+  }
+  // The shape of a step of `cfg` on batch_times x --batch sequences of --context tokens, at --precision
+  // with --attention (roofline ddp: batch_times = ranks for the global batch).
+  roofline::ModelShape shape(const model::ModelConfig& cfg, int64_t batch_times = 1) const {
+    return model::model_shape(cfg, count(batch, "--batch") * batch_times, count(context, "--context"),
+                              model::parse_precision(precision), model::parse_attention_path(attention));
   }
   std::string label(bool custom) const { return custom ? size + " (modified)" : size; }
 };

@@ -111,6 +111,13 @@ std::vector<std::pair<int64_t, int64_t>> shard_by_tensor(const std::vector<model
                                                          const std::vector<bool>& frozen, int world);
 // zero1: the flat range cut into `world` pieces on multiples of `align` elements.
 std::vector<std::pair<int64_t, int64_t>> shard_flat(int64_t n, int world, int64_t align);
+// The optimizer range a rank builds its Trainer with (TrainConfig::optimizer_begin / optimizer_end),
+// so that no rank ever holds more AdamW state than its own shard: zero1's shard, which depends only on
+// the parameter count; for cs336, whose shard depends on the tensor layout and the frozen flags (known
+// once the trainer exists), the empty range [0, 0), and DataParallel allocates the shard alone;
+// none: the whole range [0, -1).
+std::pair<int64_t, int64_t> initial_optimizer_range(Sharding sharding, int64_t param_count, int world,
+                                                    int rank);
 
 // Communication time of the last step (seconds): all of it, and the part that ran while backward was
 // still computing (overlap and bucketed: from a request's start to the end of backward).

@@ -37,7 +37,7 @@ def _scale(q, softmax_scale):
 
 def _dims(q, name="q"):
     if len(q.shape) != 4:
-        raise ValueError(f"{name}: must be 4-D (batch, seqlen, heads, head_dim), got {len(q.shape)} dimensions")
+        raise ValueError(f"{name} has rank {len(q.shape)}, expected rank 4 [batch, seqlen, heads, head_dim]")
     return tuple(q.shape)
 
 
@@ -143,7 +143,7 @@ if torch is not None:
         def forward(ctx, q, k, v, is_causal=False):
             for name, t in (("q", q), ("k", k), ("v", v)):
                 if t.dim() != 3:
-                    raise ValueError(f"{name}: must be (batch, seq, d), got {t.dim()} dimensions")
+                    raise ValueError(f"{name} has rank {t.dim()}, expected rank 3 [batch, seq, d]")
             # (batch, seq, d) is flash-attn's layout with one head: unsqueeze is a view.
             o, lse = flash_attn_forward(q.unsqueeze(2), k.unsqueeze(2), v.unsqueeze(2), None, bool(is_causal))
             o = o.squeeze(2)

@@ -32,7 +32,7 @@ def ceil_div(x: int, y: int) -> int:
 def _shape2(x, name):
     s = tuple(x.shape)
     if len(s) != 2:
-        raise ValueError(f"{name}: must be a 2-D array, got {len(s)} dimensions")
+        raise ValueError(f"{name} has rank {len(s)}, expected rank 2 [*, *]")  # the library's wording
     return s
 
 

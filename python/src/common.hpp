@@ -1,7 +1,8 @@
 // Shared by the binding files: turning nanobind ndarrays (NumPy arrays, torch CPU tensors, anything
 // with DLPack) into ridge's views without copying, with errors that name the argument.
-// A wrong dtype or device raises TypeError; a wrong rank, shape or stride raises ridge::Error,
-// which the module turns into ValueError.
+// A wrong dtype or device raises TypeError; a wrong rank, shape or stride is refused by the library's
+// own view check (check_matrix_view / check_tensor_view, the messages the C++ API gives), whose
+// ridge::Error the module turns into ValueError.
 #pragma once
 
 #include <fmt/format.h>
@@ -12,6 +13,8 @@
 #include <nanobind/stl/vector.h>
 
 #include <algorithm>
+#include <array>
+#include <initializer_list>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -68,43 +71,61 @@ T* typed_data(const A& a, const char* name, DType want) {
   return static_cast<T*>(const_cast<void*>(static_cast<const void*>(a.data())));
 }
 
-// A 2-D array as a row-major matrix: unit stride along columns, a row stride >= cols (any
-// stride is fine for a single row or column of size 1).
+// The array's shape and strides (in elements) as a tensor view's, for the library's one view check.
+// An array of rank > 4 keeps its true rank, so the check's rank test refuses it before any entry is read.
+template <typename A>
+void shape_and_strides(const A& a, std::array<int64_t, 4>& shape, std::array<int64_t, 4>& stride) {
+  shape.fill(0);
+  stride.fill(0);
+  for (size_t i = 0; i < std::min<size_t>(a.ndim(), 4); ++i) {
+    shape[i] = static_cast<int64_t>(a.shape(i));
+    stride[i] = a.stride(i);
+  }
+}
+
+// A 2-D array as a row-major matrix: unit stride along columns, a row stride >= cols (any stride is
+// fine along a dimension of size 1). The rank, shape and layout are checked by the library's
+// check_tensor_view, so a bad array gets the same message as a bad view passed to the C++ API.
 template <typename T, typename A>
 MatrixView<T> matrix(const A& a, const char* name) {
   using E = std::remove_const_t<T>;
   E* p = typed_data<E>(a, name, dtype_of<E>());
-  check(a.ndim() == 2, "{}: must be a 2-D array, got {} dimensions", name, a.ndim());
-  const auto rows = static_cast<int64_t>(a.shape(0)), cols = static_cast<int64_t>(a.shape(1));
-  check(cols <= 1 || a.stride(1) == 1,
-        "{}: rows must be contiguous (column stride 1), got stride {}; pass a contiguous array or its "
-        "transpose "
-        "with the other layout",
-        name, a.stride(1));
-  int64_t ld = cols;
-  if (rows > 1) {
-    check(a.stride(0) >= cols, "{}: row stride {} is smaller than the {} columns (overlapping rows)", name,
-          a.stride(0), cols);
-    ld = a.stride(0);
-  }
-  return {p, rows, cols, std::max<int64_t>(ld, 1)};
+  std::array<int64_t, 4> shape, stride;
+  shape_and_strides(a, shape, stride);
+  check_tensor_view(nullptr, name, p, static_cast<int>(a.ndim()), shape, stride, {-1, -1},
+                    Strides::row_major);
+  const int64_t rows = shape[0], cols = shape[1];
+  const int64_t ld = std::max<int64_t>(rows > 1 ? stride[0] : cols, 1);
+  check_matrix_view(nullptr, name, p, rows, cols, ld);
+  return {p, rows, cols, ld};
 }
 
-// An array of rank 1..4 as a strided tensor view; strides must be positive (no broadcast or
-// reversed views), except along dimensions of size 1.
+// An array of rank `rank` (1..4; the bindings ask for 3 or 4) as a strided tensor view: any positive
+// strides (a permuted or sliced array), but no broadcast or reversed dimension of size > 1.
 template <typename T, typename A>
 TensorView<T> tensor(const A& a, const char* name, int rank) {
   using E = std::remove_const_t<T>;
   E* p = typed_data<E>(a, name, dtype_of<E>());
-  check(static_cast<int>(a.ndim()) == rank, "{}: must have {} dimensions, got {}", name, rank, a.ndim());
   TensorView<T> v;
   v.data = p;
-  v.rank = rank;
-  for (int i = 0; i < rank; ++i) {
-    v.shape[i] = static_cast<int64_t>(a.shape(i));
-    v.stride[i] = a.stride(i);
-    check(v.shape[i] <= 1 || v.stride[i] > 0, "{}: stride {} of dimension {} must be positive", name,
-          v.stride[i], i);
+  v.rank = static_cast<int>(a.ndim());
+  shape_and_strides(a, v.shape, v.stride);
+  const auto check_rank = [&](std::initializer_list<int64_t> any_shape) {
+    check_tensor_view(nullptr, name, p, v.rank, v.shape, v.stride, any_shape, Strides::positive);
+  };
+  switch (rank) {
+    case 1:
+      check_rank({-1});
+      break;
+    case 2:
+      check_rank({-1, -1});
+      break;
+    case 3:
+      check_rank({-1, -1, -1});
+      break;
+    default:
+      check_rank({-1, -1, -1, -1});
+      break;
   }
   return v;
 }
@@ -113,9 +134,10 @@ TensorView<T> tensor(const A& a, const char* name, int rank) {
 template <typename A>
 std::span<const int32_t> int32_vector(const A& a, const char* name) {
   const int32_t* p = typed_data<int32_t>(a, name, DType::i32);
-  check(a.ndim() == 1, "{}: must be a 1-D int32 array, got {} dimensions", name, a.ndim());
-  check(a.shape(0) <= 1 || a.stride(0) == 1, "{}: must be contiguous", name);
-  return {p, a.shape(0)};
+  std::array<int64_t, 4> shape, stride;
+  shape_and_strides(a, shape, stride);
+  check_tensor_view(nullptr, name, p, static_cast<int>(a.ndim()), shape, stride, {-1}, Strides::row_major);
+  return {p, static_cast<size_t>(shape[0])};
 }
 
 void bind_core(nb::module_& m);

@@ -102,6 +102,9 @@ struct Context {
   bool quick = false;     // --quick: a short sweep that still exercises every path
   int threads = 1;        // ridge::get_num_threads() after --threads was applied
   Options options;        // measure() options from --warmup/--iters/--min-time/--max-time
+  // True when --warmup was given: a benchmark whose own default differs from Options' (CS336's 5 steps
+  // for the model) applies it only when this is false, so an explicit value is always the one used.
+  bool warmup_given = false;
   // This machine's roofline as the caller finds it (`ridge bench` passes report::probed_chip, asked
   // only when a benchmark wants it); unset or null when there is none. A benchmark that picks its
   // own roof (fp8 on the bf16 units) or prints a % of peak reads chip(), never a file.

@@ -3,6 +3,7 @@
 #include <cctype>
 #include <cstdlib>
 #include <limits>
+#include <optional>
 
 #include "ridge/core/cpu.hpp"
 #include "ridge/core/error.hpp"
@@ -73,6 +74,40 @@ Knobs parse_knobs(const char* (*lookup)(const char* name)) {
 const Knobs& knobs() {
   static const Knobs k = parse_knobs([](const char* name) -> const char* { return std::getenv(name); });
   return k;
+}
+
+Launcher parse_launcher(const char* (*lookup)(const char* name)) {
+  // Unset and empty are the same, as for the knobs.
+  auto set = [&](const char* name) {
+    const char* v = lookup(name);
+    return v != nullptr && *v != '\0';
+  };
+  auto number = [&](const char* name, int lo) -> std::optional<int> {
+    if (!set(name)) return std::nullopt;
+    return static_cast<int>(parse_int(name, lookup(name), lo, 1 << 24, ", as an MPI launcher sets it"));
+  };
+  Launcher l;
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS"})
+    l.launched = l.launched || set(name);
+  // Every variable that is set is checked, not only the one that wins, so a bad one is never ignored.
+  const auto ompi_size = number("OMPI_COMM_WORLD_SIZE", 1), pmi_size = number("PMI_SIZE", 1);
+  const auto ompi_rank = number("OMPI_COMM_WORLD_RANK", 0), pmi_rank = number("PMI_RANK", 0),
+             pmix_rank = number("PMIX_RANK", 0);
+  number("MPI_LOCALNRANKS", 1);
+  l.size = ompi_size ? *ompi_size : pmi_size ? *pmi_size : 0;
+  l.rank = ompi_rank ? *ompi_rank : pmi_rank ? *pmi_rank : pmix_rank ? *pmix_rank : 0;
+  if (l.size > 0 && l.rank >= l.size)
+    fail("{}: rank {} is not accepted (expected a rank below the world size {})",
+         ompi_rank  ? "OMPI_COMM_WORLD_RANK"
+         : pmi_rank ? "PMI_RANK"
+                    : "PMIX_RANK",
+         l.rank, l.size);
+  if (!l.launched) l.size = 1;
+  return l;
+}
+
+Launcher launcher() {
+  return parse_launcher([](const char* name) -> const char* { return std::getenv(name); });
 }
 
 std::string text(const char* name) {

@@ -92,6 +92,12 @@ void check_tensor_view(const char* fn, const char* name, const void* data, int r
   }
   check(same, "{} is {}, expected {}", w, dims(shape.data(), rank), dims(want.begin(), want_rank));
   check(data != nullptr || empty, "{} is null but has shape {}", w, dims(shape.data(), rank));
+  if (layout == Strides::positive)
+    for (int k = 0; k < rank; ++k)
+      check(stride[k] > 0 || shape[k] <= 1,
+            "{}.stride[{}] = {} is not accepted (expected a positive stride: no broadcast or reversed "
+            "dimension)",
+            w, k, stride[k]);
   if (layout == Strides::row_major && rank > 0 && !empty) {
     check(stride[rank - 1] == 1 || shape[rank - 1] <= 1,
           "{}.stride[{}] = {}: the last dimension must be contiguous (expected stride 1)", w, rank - 1,

@@ -63,9 +63,7 @@ Session::~Session() {
 }
 
 bool launched_by_mpirun() {
-  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS"})
-    if (std::getenv(v)) return true;
-  return false;
+  return env::launcher().launched;
 }
 
 void abort_all(const std::string& message, int code) {
@@ -227,6 +225,20 @@ std::vector<std::pair<int64_t, int64_t>> shard_flat(int64_t n, int world, int64_
     out.emplace_back(b, e);
   }
   return out;
+}
+
+std::pair<int64_t, int64_t> initial_optimizer_range(Sharding sharding, int64_t param_count, int world,
+                                                    int rank) {
+  check(rank >= 0 && rank < world, "rank: {} is not a rank of a {}-rank run", rank, world);
+  switch (sharding) {
+    case Sharding::zero1:
+      return shard_flat(param_count, world, model::kNormChunk)[static_cast<size_t>(rank)];
+    case Sharding::cs336:
+      return {0, 0};
+    case Sharding::none:
+      break;
+  }
+  return {0, -1};
 }
 
 // ------------------------------------------------------------------------------------------------

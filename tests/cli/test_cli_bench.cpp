@@ -217,3 +217,23 @@ TEST(CliBench, ModelPredictRowsCarryTheErrorAndItsReason) {
   std::error_code ec;
   fs::remove_all(home, ec);
 }
+
+// The model benchmark's own default (CS336's 5 warm-up steps) once replaced any warm-up of 3, the
+// generic default, so an explicit --warmup 3 was silently run as 5. The row says what was run.
+TEST(CliBench, ModelHonoursAnExplicitWarmupAndKeepsItsOwnDefault) {
+  const std::string base =
+      "bench model --no-torch --no-progress --set size=tiny --set context=16 --set pass=forward "
+      "--set precision=fp32 --vocab 64 --iters 1 --max-time 0 --threads 1 --json";
+  for (const int w : {3, 0, 5, 7}) {
+    const auto r = run(base + " --warmup " + std::to_string(w));
+    ASSERT_EQ(r.code, 0) << r.err;
+    const auto rows = json_lines(r.out);
+    ASSERT_EQ(rows.size(), 1u) << r.out;
+    EXPECT_EQ(rows[0]["warmup"].get<int>(), w) << rows[0].dump();
+  }
+  const auto def = run(base);
+  ASSERT_EQ(def.code, 0) << def.err;
+  const auto rows = json_lines(def.out);
+  ASSERT_EQ(rows.size(), 1u) << def.out;
+  EXPECT_EQ(rows[0]["warmup"].get<int>(), 5) << rows[0].dump();  // the model's default, not measure()'s 3
+}

@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 #include <chrono>
+#include <cstdlib>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -205,57 +206,75 @@ int64_t live_at_end(const nlohmann::json& snapshot, const std::string& tag) {
 }
 }  // namespace
 
-// `--memory` under mpirun: one snapshot per rank (NAME.rankR.json). zero1's AdamW state (m and v, fp32)
-// on rank r is 2 x 4 bytes x its shard, the shard counted here from the model's shapes and the
-// 16384-element norm chunks the shards are cut on; over both ranks it is the single process's.
-TEST(CliDist, Zero1OptimizerMemoryPerRankIsItsShard) {
+// `--memory` under mpirun: one snapshot per rank (NAME.rankR.json). A sharded optimizer's AdamW state
+// (m and v, fp32) on rank r is 2 x 4 bytes x its shard, from the start to the end of the run: the rank
+// never held the whole state, not even while the trainer was being built. zero1's shard is counted here
+// from the model's shapes and the 16384-element norm chunks it is cut on; cs336's from the tensors in
+// flat order (lm_head, ln_final, the last layer, ..., the first layer, token_embeddings), cut at the
+// tensor boundary nearest half the elements. Over both ranks it is the single process's state.
+TEST(CliDist, ShardedOptimizerMemoryPerRankIsItsShard) {
   const auto dir = std::filesystem::temp_directory_path() / "ridge_cli_dist_memory";
   std::filesystem::create_directories(dir);
   const std::string model =
       " train --layers 2 --d-model 64 --heads 2 --d-ff 128 --vocab 256 --context 8 --threads 1 --seed 5 "
       "--batch 4 --steps 2 ";
   const int64_t V = 256, D = 64, F = 128, L = 2;
-  const int64_t n = 2 * V * D + L * (4 * D * D + 3 * D * F + 2 * D) + D;  // embeddings, head, layers, final norm
+  const int64_t layer = 4 * D * D + 3 * D * F + 2 * D;
+  const int64_t n = 2 * V * D + L * layer + D;  // embeddings, head, layers, final norm
   const int64_t chunk = 16384, units = (n + chunk - 1) / chunk;
-  const int64_t shard0 = std::min(n, units / 2 * chunk), shard1 = n - shard0;
-  ASSERT_GT(shard0, 0);
-  const std::string one_path = (dir / "one.json").string(), dist_path = (dir / "mem.json").string();
+  const int64_t zero1_shard0 = std::min(n, units / 2 * chunk);
+  // lm_head (V x D), ln_final (D) and the last layer: 57536 of the 115008 elements, and the next
+  // tensor (the first layer's ffn.w2, D x F) would take rank 0 further from half than it is.
+  const int64_t cs336_shard0 = V * D + D + layer;
+  ASSERT_EQ(cs336_shard0, 57536);
+  ASSERT_LT(std::abs(2 * cs336_shard0 - n), std::abs(2 * (cs336_shard0 + D * F) - n));
+  ASSERT_GT(zero1_shard0, 0);
+  const std::string one_path = (dir / "one.json").string();
   const RunResult one = ridge::test::run(model + "--memory " + one_path, "OMP_NUM_THREADS=1");
   ASSERT_EQ(one.code, 0) << one.err;
-  const RunResult r = sh(kMpirun + " -np 2 " + RIDGE_BINARY + model + "--ddp flat --shard-optimizer zero1 --memory " +
-                         dist_path);
-  ASSERT_EQ(r.code, 0) << r.err;
-  EXPECT_NE(r.out.find("mem.rank0.json"), std::string::npos) << r.out;
-  const auto s0 = read_json((dir / "mem.rank0.json").string()), s1 = read_json((dir / "mem.rank1.json").string());
   const std::string m = "optimizer state/m (exp_avg)", v = "optimizer state/v (exp_avg_sq)";
   const auto one_snap = read_json(one_path);
   const int64_t full = live_at_end(one_snap, m) + live_at_end(one_snap, v);
   EXPECT_EQ(full, 2 * 4 * n);
-  for (const auto& [snap, shard] : {std::pair{&s0, shard0}, std::pair{&s1, shard1}}) {
-    EXPECT_EQ(live_at_end(*snap, m), 4 * shard);
-    EXPECT_EQ(live_at_end(*snap, v), 4 * shard);
-    // The rank never held more optimizer state than its shard: the trainer was built with the range.
-    const auto& peak = snap->at("summary").at("live_at_peak");
-    EXPECT_EQ(peak.value(m, int64_t{0}) + peak.value(v, int64_t{0}), 2 * 4 * shard);
-    int64_t most = 0, live = 0;  // replayed over every optimizer-state event
-    for (const auto& e : snap->at("events")) {
-      const std::string tag = e.at("tag");
-      if (tag != m && tag != v) continue;
-      live += (e.at("action") == "alloc" ? 1 : -1) * e.at("bytes").get<int64_t>();
-      most = std::max(most, live);
+  for (const auto& [mode, shard0] : {std::pair<std::string, int64_t>{"zero1", zero1_shard0},
+                                     std::pair<std::string, int64_t>{"cs336", cs336_shard0}}) {
+    SCOPED_TRACE(mode);
+    const int64_t shard1 = n - shard0;
+    const std::string dist_path = (dir / (mode + ".json")).string();
+    const RunResult r = sh(kMpirun + " -np 2 " + RIDGE_BINARY + model + "--ddp flat --shard-optimizer " +
+                           mode + " --memory " + dist_path);
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_NE(r.out.find(mode + ".rank0.json"), std::string::npos) << r.out;
+    const auto s0 = read_json((dir / (mode + ".rank0.json")).string()),
+               s1 = read_json((dir / (mode + ".rank1.json")).string());
+    for (const auto& [snap, shard] : {std::pair{&s0, shard0}, std::pair{&s1, shard1}}) {
+      EXPECT_EQ(live_at_end(*snap, m), 4 * shard);
+      EXPECT_EQ(live_at_end(*snap, v), 4 * shard);
+      // The rank never held more optimizer state than its shard.
+      const auto& peak = snap->at("summary").at("live_at_peak");
+      EXPECT_EQ(peak.value(m, int64_t{0}) + peak.value(v, int64_t{0}), 2 * 4 * shard);
+      int64_t most = 0, live = 0;  // replayed over every optimizer-state event
+      for (const auto& e : snap->at("events")) {
+        const std::string tag = e.at("tag");
+        if (tag != m && tag != v) continue;
+        live += (e.at("action") == "alloc" ? 1 : -1) * e.at("bytes").get<int64_t>();
+        most = std::max(most, live);
+      }
+      EXPECT_EQ(most, 2 * 4 * shard);
     }
-    EXPECT_EQ(most, 2 * 4 * shard);
+    EXPECT_EQ(live_at_end(s0, m) + live_at_end(s0, v) + live_at_end(s1, m) + live_at_end(s1, v), full);
+    // Parameters and gradients stay whole on every rank.
+    for (const auto* s : {&s0, &s1}) {
+      EXPECT_EQ(live_at_end(*s, "parameters"), 4 * n);
+      EXPECT_EQ(live_at_end(*s, "gradients"), 4 * n);
+    }
+    if (mode == "zero1") {  // the reduce-scatter buffer is the shard
+      EXPECT_EQ(live_at_end(s0, "communication/reduce-scatter"), 4 * shard0);
+      EXPECT_EQ(live_at_end(s1, "communication/reduce-scatter"), 4 * shard1);
+    }
   }
-  EXPECT_EQ(live_at_end(s0, m) + live_at_end(s0, v) + live_at_end(s1, m) + live_at_end(s1, v), full);
-  // Parameters and gradients stay whole on every rank; the reduce-scatter buffer is the shard.
-  for (const auto* s : {&s0, &s1}) {
-    EXPECT_EQ(live_at_end(*s, "parameters"), 4 * n);
-    EXPECT_EQ(live_at_end(*s, "gradients"), 4 * n);
-  }
-  EXPECT_EQ(live_at_end(s0, "communication/reduce-scatter"), 4 * shard0);
-  EXPECT_EQ(live_at_end(s1, "communication/reduce-scatter"), 4 * shard1);
   // `ridge memory show` reads a rank's file.
-  const RunResult show = ridge::test::run("memory show " + (dir / "mem.rank1.json").string());
+  const RunResult show = ridge::test::run("memory show " + (dir / "zero1.rank1.json").string());
   EXPECT_EQ(show.code, 0) << show.err;
   EXPECT_NE(show.out.find("optimizer state/m (exp_avg)"), std::string::npos) << show.out;
   std::filesystem::remove_all(dir);

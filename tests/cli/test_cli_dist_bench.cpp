@@ -123,6 +123,29 @@ TEST(CliDistBench, DdpEveryModeAndAMergedTraceWithARowPerRank) {
   std::filesystem::remove(trace_path);
 }
 
+// Before MPI_Init the benchmarks ask the launcher's variables (env::launcher()) whether this process is
+// one of several ranks: alone, or told it is a world of 1, is one line; so is a variable that is not a
+// number (never read as 0).
+TEST(CliDistBench, ALoneProcessOrABadLauncherVariableIsOneLine) {
+  struct Case {
+    std::string args, env, expect;
+  };
+  const Case cases[] = {
+      {"bench allreduce --quick", "", "bench allreduce: needs at least 2 MPI ranks"},
+      {"bench ddp --quick", "OMPI_COMM_WORLD_SIZE=1", "bench ddp: needs at least 2 MPI ranks"},
+      {"bench ddp --quick", "PMI_SIZE=abc", "PMI_SIZE: 'abc' is not accepted"},
+      {"bench allreduce --quick", "OMPI_COMM_WORLD_SIZE=2 OMPI_COMM_WORLD_RANK=x",
+       "OMPI_COMM_WORLD_RANK: 'x'"},
+  };
+  for (const Case& c : cases) {
+    const RunResult r = ridge::test::run(c.args, c.env);
+    EXPECT_EQ(r.code, 2) << c.args << " " << c.env << "\n" << r.err;
+    const auto lines = ridge_lines(r.err);
+    ASSERT_EQ(lines.size(), 1u) << c.env << "\n" << r.err;
+    EXPECT_NE(lines[0].find(c.expect), std::string::npos) << lines[0];
+  }
+}
+
 TEST(CliDistBench, BadModeIsOneLineFromRankZero) {
   const RunResult r = sh(kMpirun + " bench ddp --set mode=flat,ring");
   EXPECT_EQ(r.code, 2);

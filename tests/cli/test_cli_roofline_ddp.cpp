@@ -110,3 +110,48 @@ TEST(CliRooflineDdp, DistBenchmarksRefuseALoneProcess) {
 #endif
   }
 }
+
+// `roofline model` and `roofline ddp` declare the model flags from one definition (cli::ModelFlags): the
+// same help line for each shared flag (--batch says what a batch is in each), and the same overrides
+// giving the same model, whose parameter count is worked out here from its shapes.
+TEST(CliRooflineDdp, ModelFlagsAreOneDefinitionSharedWithRooflineModel) {
+  const auto help_model = run("roofline model --help"), help_ddp = run("roofline ddp --help");
+  ASSERT_EQ(help_model.code, 0);
+  ASSERT_EQ(help_ddp.code, 0);
+  auto line_of = [](const std::string& help, const std::string& flag) {
+    const auto at = help.find("  " + flag + " ");
+    if (at == std::string::npos) return std::string("(missing)");
+    return help.substr(at, help.find('\n', at) - at);
+  };
+  for (const char* flag : {"--size", "--vocab", "--context", "--d-model", "--d-ff", "--layers", "--heads",
+                           "--precision", "--attention"}) {
+    EXPECT_NE(line_of(help_model.out, flag), "(missing)") << flag;
+    EXPECT_EQ(line_of(help_model.out, flag), line_of(help_ddp.out, flag)) << flag;
+  }
+  EXPECT_NE(line_of(help_model.out, "--batch"), "(missing)");
+  EXPECT_NE(line_of(help_ddp.out, "--batch").find("sequences per rank"), std::string::npos);
+
+  const std::string flags =
+      " --size tiny --d-model 128 --layers 3 --heads 4 --d-ff 384 --vocab 512 --context 64 "
+      "--batch 2 --precision bf16 --json";
+  const auto m = run("roofline model" + flags), d = run("roofline ddp --ranks 2" + flags);
+  ASSERT_EQ(m.code, 0) << m.err;
+  ASSERT_EQ(d.code, 0) << d.err;
+  const json jm = json::parse(m.out), jd = json::parse(d.out);
+  const double V = 512, D = 128, F = 384, L = 3;
+  const double params = 2 * V * D + L * (4 * D * D + 3 * D * F + 2 * D) + D;
+  EXPECT_EQ(jm["params"].get<double>(), params);
+  EXPECT_EQ(jd["params"].get<double>(), params);
+  EXPECT_EQ(jm["shape"]["batch"], 2);
+  EXPECT_EQ(jd["batch_per_rank"], 2);
+  EXPECT_EQ(jm["shape"]["seq"], 64);
+  EXPECT_EQ(jd["context"], 64);
+  EXPECT_EQ(jd["precision"], "bf16");
+  EXPECT_EQ(jd["model"], "tiny (modified)");
+  // A bad value of a shared flag is the same one line from both.
+  const auto bm = run("roofline model --heads 5"), bd = run("roofline ddp --heads 5");
+  EXPECT_EQ(bm.code, 2);
+  EXPECT_EQ(bd.code, 2);
+  EXPECT_EQ(bm.err, bd.err);
+  EXPECT_NE(bm.err.find("--heads"), std::string::npos) << bm.err;
+}

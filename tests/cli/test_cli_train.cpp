@@ -136,6 +136,26 @@ TEST(CliTrain, BadInputIsOneLineAndExitTwo) {
   EXPECT_EQ(read(keep), "precious");
 }
 
+// The MPI launcher's variables (read before MPI_Init to tell a rank of a data-parallel run from a lone
+// process) are numbers: junk in one is one line naming it, exit 2, never atoi's 0 nor an MPI start.
+TEST(CliTrain, ALauncherVariableThatIsNotANumberIsOneLine) {
+  struct Case {
+    std::string env, expect;
+  };
+  const Case cases[] = {
+      {"OMPI_COMM_WORLD_SIZE=abc", "OMPI_COMM_WORLD_SIZE: 'abc' is not accepted"},
+      {"PMI_SIZE=2x", "PMI_SIZE: '2x' is not accepted"},
+      {"OMPI_COMM_WORLD_SIZE=1 OMPI_COMM_WORLD_RANK=-1", "OMPI_COMM_WORLD_RANK: '-1' is not accepted"},
+      {"PMI_SIZE=2 PMI_RANK=2", "PMI_RANK: rank 2 is not accepted"},
+  };
+  for (const Case& c : cases) {
+    const auto r = run("train --steps 1 --heads 2 --threads 1 --d-model 32 --layers 1 --d-ff 48", c.env);
+    EXPECT_EQ(r.code, 2) << c.env << "\n" << r.err;
+    EXPECT_EQ(lines(r.err), 1) << c.env << "\n" << r.err;
+    EXPECT_NE(r.err.find(c.expect), std::string::npos) << c.env << "\n" << r.err;
+  }
+}
+
 // --trace and --memory are checked before training: a folder that does not exist is one line, exit 2;
 // a good --memory path gets a snapshot that `ridge memory show` reads, with AdamW's m and v tagged.
 TEST(CliTrain, TraceAndMemoryPathsAreCheckedFirstAndTheSnapshotIsWritten) {

@@ -91,6 +91,34 @@ TEST(ViewChecks, OneMessageStyleForMatricesAndTensors) {
   // Any strides are fine for layouts that allow them (a transposed view).
   EXPECT_NO_THROW(
       check_tensor_view("g", "b", strided.data, strided.rank, strided.shape, strided.stride, {2, 2, 4}));
+  // Positive strides: a permuted view is fine; a broadcast (0) or reversed (< 0) dimension is not,
+  // unless that dimension has a single entry.
+  auto permuted = t;
+  permuted.stride = {8, 1, 2, 0};
+  EXPECT_NO_THROW(check_tensor_view("g", "b", permuted.data, permuted.rank, permuted.shape, permuted.stride,
+                                    {2, 2, 4}, Strides::positive));
+  EXPECT_NO_THROW(check_tensor_view("g", "b", strided.data, strided.rank, strided.shape, strided.stride,
+                                    {2, 2, 4}, Strides::positive));
+  auto broadcast = t;
+  broadcast.stride = {0, 4, 1, 0};
+  EXPECT_EQ(
+      message_of([&] {
+        check_tensor_view(nullptr, "q", broadcast.data, broadcast.rank, broadcast.shape, broadcast.stride,
+                          {2, 2, 4}, Strides::positive);
+      }),
+      "q.stride[0] = 0 is not accepted (expected a positive stride: no broadcast or reversed dimension)");
+  auto reversed = t;
+  reversed.stride = {8, -4, 1, 0};
+  EXPECT_EQ(
+      message_of([&] {
+        check_tensor_view("g", "b", reversed.data, reversed.rank, reversed.shape, reversed.stride, {2, 2, 4},
+                          Strides::positive);
+      }),
+      "g: b.stride[1] = -4 is not accepted (expected a positive stride: no broadcast or reversed dimension)");
+  auto single = TensorView<float>::contiguous(x, {2, 1, 4});
+  single.stride[1] = 0;
+  EXPECT_NO_THROW(check_tensor_view("g", "b", single.data, single.rank, single.shape, single.stride,
+                                    {2, 1, 4}, Strides::positive));
 }
 
 TEST(CacheSizes, ReportedSizesOrOneFallbackPerLevel) {

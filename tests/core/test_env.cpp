@@ -112,6 +112,71 @@ TEST(Env, JunkIsAnErrorNamingTheVariable) {
   expect_rejected("RIDGE_ISA", "AVX2");
 }
 
+env::Launcher launcher(std::map<std::string, std::string> vars) {
+  g_vars = std::move(vars);
+  return env::parse_launcher(lookup);
+}
+
+TEST(Env, LauncherVariablesAreReadInOnePlace) {
+  const auto alone = launcher({});
+  EXPECT_FALSE(alone.launched);
+  EXPECT_EQ(alone.size, 1);
+  EXPECT_EQ(alone.rank, 0);
+  EXPECT_FALSE(launcher({{"OMPI_COMM_WORLD_SIZE", ""}}).launched);  // empty is unset, as for the knobs
+  const auto ompi = launcher({{"OMPI_COMM_WORLD_SIZE", "4"}, {"OMPI_COMM_WORLD_RANK", "3"}});
+  EXPECT_TRUE(ompi.launched);
+  EXPECT_EQ(ompi.size, 4);
+  EXPECT_EQ(ompi.rank, 3);
+  const auto hydra = launcher({{"PMI_SIZE", "2"}, {"PMI_RANK", "1"}});
+  EXPECT_TRUE(hydra.launched);
+  EXPECT_EQ(hydra.size, 2);
+  EXPECT_EQ(hydra.rank, 1);
+  // Open MPI's variables win where both are set.
+  EXPECT_EQ(launcher({{"OMPI_COMM_WORLD_SIZE", "3"}, {"PMI_SIZE", "8"}}).size, 3);
+  // PMIx alone says this process's rank but not the world size: 0, ask MPI.
+  const auto pmix = launcher({{"PMIX_RANK", "5"}});
+  EXPECT_TRUE(pmix.launched);
+  EXPECT_EQ(pmix.size, 0);
+  EXPECT_EQ(pmix.rank, 5);
+  EXPECT_TRUE(launcher({{"MPI_LOCALNRANKS", "2"}}).launched);
+}
+
+TEST(Env, LauncherJunkIsAnErrorNamingTheVariable) {
+  // Every one of them is checked, even where another one would win (never atoi'd to 0).
+  auto rejected = [](const std::string& name, const std::string& value) {
+    try {
+      launcher({{"OMPI_COMM_WORLD_SIZE", "2"}, {name, value}});
+      ADD_FAILURE() << name << "='" << value << "' was accepted";
+    } catch (const Error& e) {
+      const std::string msg = e.what();
+      EXPECT_EQ(msg.rfind(name + ": '" + value + "' is not accepted (expected a whole number", 0), 0u) << msg;
+      EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+    }
+  };
+  for (const char* v : {"abc", "-1", "2x", " 2", "0x2", "99999999999"}) {
+    rejected("OMPI_COMM_WORLD_RANK", v);
+    rejected("PMI_SIZE", v);
+    rejected("PMI_RANK", v);
+    rejected("PMIX_RANK", v);
+    rejected("MPI_LOCALNRANKS", v);
+  }
+  for (const char* v : {"abc", "0", "-2", "1.5"}) {
+    try {
+      launcher({{"OMPI_COMM_WORLD_SIZE", v}});
+      ADD_FAILURE() << "OMPI_COMM_WORLD_SIZE='" << v << "' was accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(std::string(e.what()).rfind("OMPI_COMM_WORLD_SIZE: '", 0), 0u) << e.what();
+    }
+  }
+  try {
+    launcher({{"OMPI_COMM_WORLD_SIZE", "2"}, {"OMPI_COMM_WORLD_RANK", "2"}});
+    ADD_FAILURE() << "a rank past the world was accepted";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(),
+                 "OMPI_COMM_WORLD_RANK: rank 2 is not accepted (expected a rank below the world size 2)");
+  }
+}
+
 TEST(Env, ThreadLimitIsEnforcedBySetNumThreads) {
   const int before = get_num_threads();
   EXPECT_THROW(set_num_threads(env::kMaxThreads + 1), Error);

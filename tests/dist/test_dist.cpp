@@ -14,6 +14,8 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <string>
+#include <tuple>
 #include <vector>
 
 #include "ridge/core/error.hpp"
@@ -332,6 +334,57 @@ TEST(DistShard, TrainerBuiltWithItsShardNeverHoldsTheWholeState) {
   const std::vector<float> got(t.model().params().begin(), t.model().params().end());
   const auto want = run_accumulated(RunSpec(ddp(rd::DdpMode::flat)), b);
   EXPECT_EQ(first_difference(got, want), got.size());
+}
+
+// cs336's shard depends on the tensor layout and the frozen flags, so a trainer is built with the empty
+// range initial_optimizer_range gives it: it holds no AdamW state until DataParallel allocates this
+// rank's shard alone (the whole state is never live), with a frozen tensor set in between; the run is
+// the same bits as accumulation.
+TEST(DistShard, Cs336TrainerAllocatesOnlyItsShard) {
+  const Batches b = make_batches(tiny().vocab_size, kSteps);
+  const std::string frozen = "layers.0.ffn.w1.weight";
+  rm::TrainConfig tc = train_config(kGlobalBatch / 2);
+  rm::TransformerLM<float> probe(tiny());
+  const auto n = static_cast<int64_t>(probe.params().size());
+  std::tie(tc.optimizer_begin, tc.optimizer_end) =
+      rd::initial_optimizer_range(rd::Sharding::cs336, n, 2, rank());
+  EXPECT_EQ(tc.optimizer_begin, 0);
+  EXPECT_EQ(tc.optimizer_end, 0);
+  auto& usage = ridge::memory::usage;
+  const std::string m = "optimizer state/m (exp_avg)", v = "optimizer state/v (exp_avg_sq)";
+  const int64_t before = usage().live_by_tag[m] + usage().live_by_tag[v];
+  rm::Trainer t(tiny(), tc);
+  EXPECT_EQ(t.optimizer().size(), 0);
+  EXPECT_EQ(usage().live_by_tag[m] + usage().live_by_tag[v], before);
+  t.set_frozen(frozen);
+  rd::DataParallel dp(t, ddp(rd::DdpMode::bucketed, mb_for_buckets(3), rd::Sharding::cs336));
+  // The shard the frozen flags give (the frozen tensor counts for nothing in the balance).
+  std::vector<bool> flags(probe.tensors().size());
+  flags[static_cast<size_t>(&probe.tensor(frozen) - probe.tensors().data())] = true;
+  const auto sh = rd::shard_by_tensor(probe.tensors(), flags, 2)[static_cast<size_t>(rank())];
+  EXPECT_EQ(dp.shard(), sh);
+  EXPECT_GT(sh.second - sh.first, 0);
+  EXPECT_LT(sh.second - sh.first, n);
+  EXPECT_EQ(t.optimizer().size(), sh.second - sh.first);
+  EXPECT_EQ(usage().live_by_tag[m] + usage().live_by_tag[v] - before, 2 * 4 * (sh.second - sh.first));
+  for (size_t s = 0; s < b.x.size(); ++s) {
+    const auto off = static_cast<size_t>(rank() * 2 * kSeq);
+    t.step(b.x[s].data() + off, b.y[s].data() + off);
+  }
+  const std::vector<float> got(t.model().params().begin(), t.model().params().end());
+  const auto want = run_accumulated(RunSpec(ddp(rd::DdpMode::flat), rm::Precision::fp32, {frozen}), b);
+  EXPECT_EQ(first_difference(got, want), got.size());
+}
+
+TEST(DistShard, InitialOptimizerRangeIsTheShardOrNothing) {
+  const int64_t n = 100000;
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(rd::initial_optimizer_range(rd::Sharding::none, n, 3, r), (std::pair<int64_t, int64_t>{0, -1}));
+    EXPECT_EQ(rd::initial_optimizer_range(rd::Sharding::cs336, n, 3, r), (std::pair<int64_t, int64_t>{0, 0}));
+    EXPECT_EQ(rd::initial_optimizer_range(rd::Sharding::zero1, n, 3, r),
+              rd::shard_flat(n, 3, rm::kNormChunk)[static_cast<size_t>(r)]);
+  }
+  EXPECT_THROW(rd::initial_optimizer_range(rd::Sharding::zero1, n, 2, 2), ridge::Error);
 }
 
 TEST(DistShard, OptimizerStateIsHalved) {

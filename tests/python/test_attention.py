@@ -87,8 +87,11 @@ def test_backward_matches_finite_differences(rng):
 
 def test_errors(rng):
     q = rng.standard_normal((1, 8, 2, 16), dtype=np.float32)
-    with pytest.raises(ValueError, match="4-D"):
+    with pytest.raises(ValueError, match=r"q has rank 3, expected rank 4 \[batch, seqlen, heads, head_dim\]"):
         ra.flash_attn_func(q[0], q[0], q[0])
+    # A reversed (or broadcast) view is refused by the library's view check, naming the argument.
+    with pytest.raises(ValueError, match=r"^q\.stride\[2\] = 0 is not accepted \(expected a positive stride"):
+        ra.flash_attn_func(np.broadcast_to(q[:, :1], q.shape), q, q)
     with pytest.raises(ValueError, match="kv_heads|multiple"):
         ra.flash_attn_func(q, np.repeat(q, 2, axis=2)[:, :, :3], np.repeat(q, 2, axis=2)[:, :, :3])
     with pytest.raises(TypeError, match="k: expected"):

@@ -172,10 +172,15 @@ def test_errors_are_python_exceptions(rng):
         rg.bf16_gemm_nt(a, b[:, :8], d)
     with pytest.raises(TypeError):
         rg.fp32_gemm_nt(a.astype(np.float64), b[:, :8], d)
-    with pytest.raises(ValueError, match="column stride"):
+    # Shapes and strides: the library's view check and its messages, as the C++ API gives them.
+    with pytest.raises(ValueError, match=r"^a\.stride\[1\] = 4: the last dimension must be contiguous \(expected stride 1\)$"):
         rg.fp32_gemm_nt(np.asfortranarray(a), b[:, :8], d)
-    with pytest.raises(ValueError, match="2-D"):
+    with pytest.raises(ValueError, match=r"^a has rank 3, expected rank 2 \[\*, \*\]$"):
         rg.fp32_gemm_nt(a[None], b[:, :8], d)
+    with pytest.raises(ValueError, match=r"^a has rank 3, expected rank 2 \[\*, \*\]$"):
+        rg.fp32_gemm_nt(a[None], b[:, :8])  # d allocated here: the Python side words it the same
+    with pytest.raises(ValueError, match=r"^b\.stride\[0\] = 4 makes its entries overlap \(expected >= 8\)$"):
+        rg.fp32_gemm_nt(a, np.lib.stride_tricks.as_strided(b, (5, 8), (16, 4)), d)
     ro = d.copy()
     ro.flags.writeable = False
     with pytest.raises(ValueError, match="read-only"):

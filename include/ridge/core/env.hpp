@@ -40,6 +40,22 @@ const Knobs& knobs();
 // Parses the knobs from a lookup function instead of the process environment (tests).
 Knobs parse_knobs(const char* (*lookup)(const char* name));
 
+// What the MPI launcher told this process, read before MPI_Init from the variables mpirun sets:
+// Open MPI's OMPI_COMM_WORLD_SIZE / OMPI_COMM_WORLD_RANK, MPICH and Hydra's PMI_SIZE / PMI_RANK,
+// PMIx's PMIX_RANK, and MPI_LOCALNRANKS. Not RIDGE_ knobs, but read here and only here, so dist, the
+// CLI and the benchmarks agree; a value that is not a whole number throws (never read as 0).
+struct Launcher {
+  // A launcher started this process: OMPI_COMM_WORLD_SIZE, PMI_SIZE, PMIX_RANK or MPI_LOCALNRANKS is set.
+  bool launched = false;
+  // The world size (OMPI_COMM_WORLD_SIZE, else PMI_SIZE): 1 when not launched, 0 when launched by one
+  // that does not say (PMIx alone), so that MPI_Comm_size is the one to ask.
+  int size = 1;
+  int rank = 0;  // OMPI_COMM_WORLD_RANK, else PMI_RANK, else PMIX_RANK; 0 when none is set
+};
+// Parsed at each call (cheap, and a test that sets the variables sees them).
+Launcher launcher();
+Launcher parse_launcher(const char* (*lookup)(const char* name));
+
 // A variable that names a path or a program (RIDGE_HOME, RIDGE_HW_DIR, RIDGE_TOOLS_DIR,
 // RIDGE_SHAPES_DIR, RIDGE_PYTHON, HOME, PATH): "" when unset. Read at each call, never in a hot
 // path, so a test or a program that sets one sees it.

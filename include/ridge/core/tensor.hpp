@@ -84,10 +84,11 @@ struct TensorView {
 void check_matrix_view(const char* fn, const char* name, const void* data, int64_t rows, int64_t cols, int64_t ld,
                        int64_t want_rows = -1, int64_t want_cols = -1);
 
-// How a tensor view may be laid out: any strides (a transposed or broadcast view), or row-major
-// with padding allowed: the last dimension contiguous (stride 1) and each outer stride at least the
-// extent of the dimensions inside it, so no two indices share an element.
-enum class Strides { any, row_major };
+// How a tensor view may be laid out: any strides (a transposed or broadcast view); positive strides
+// along every dimension of size > 1 (a permuted or sliced view, but no broadcast or reversed one);
+// or row-major with padding allowed: the last dimension contiguous (stride 1) and each outer stride
+// at least the extent of the dimensions inside it, so no two indices share an element.
+enum class Strides { any, positive, row_major };
 // A tensor view: rank == want.size(), every shape entry == the wanted one (-1 accepts any size),
 // no negative size, data non-null unless the tensor is empty, strides as `layout` says.
 void check_tensor_view(const char* fn, const char* name, const void* data, int rank,
