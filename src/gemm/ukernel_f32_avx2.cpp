@@ -4,7 +4,7 @@
 
 #include <utility>
 
-#include "gemm/internal.hpp"
+#include "gemm/kernel.hpp"
 
 namespace ridge::gemm::detail {
 namespace {

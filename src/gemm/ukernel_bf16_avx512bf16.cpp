@@ -11,7 +11,7 @@
 #include <cstring>
 #include <utility>
 
-#include "gemm/internal.hpp"
+#include "gemm/kernel.hpp"
 #include "ridge/core/memory.hpp"
 
 namespace ridge::gemm::detail {
@@ -20,7 +20,7 @@ namespace {
 constexpr int kMR = 14;
 constexpr int kNR = 32;
 
-#include "gemm/ukernel_avx512_common.inc"
+#include "gemm/epilogue_avx512.inc"
 
 template <int M>
 void ukernel(int64_t kc, const void* a_panel, const void* b_panel, int /*mr*/, int nr, const Tile& t) {

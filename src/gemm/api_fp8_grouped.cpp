@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <string>
 
-#include "gemm/fp8_checks.hpp"
+#include "gemm/check.hpp"
 #include "gemm/fp8_internal.hpp"
 #include "ridge/core/error.hpp"
 #include "ridge/gemm_fp8.hpp"

@@ -33,4 +33,4 @@
 
 #define RIDGE_FP8_VBMI 0
 #define RIDGE_FP8_ENTRY run_avx512bf16
-#include "gemm/fp8_avx512bf16.inc"
+#include "gemm/ukernel_fp8_avx512bf16.inc"

@@ -2,7 +2,7 @@
 // against through the same driver and packing.
 #include <cstring>
 
-#include "gemm/internal.hpp"
+#include "gemm/kernel.hpp"
 
 namespace ridge::gemm::detail {
 namespace {

@@ -8,7 +8,7 @@
 #include <type_traits>
 #include <utility>
 
-#include "gemm/fp8_checks.hpp"
+#include "gemm/check.hpp"
 #include "gemm/fp8_internal.hpp"
 #include "ridge/core/error.hpp"
 #include "ridge/gemm_fp8.hpp"

@@ -22,4 +22,4 @@
 
 #define RIDGE_FP8_VBMI 1
 #define RIDGE_FP8_ENTRY run_avx512bf16_vbmi
-#include "gemm/fp8_avx512bf16.inc"
+#include "gemm/ukernel_fp8_avx512bf16.inc"

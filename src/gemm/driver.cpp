@@ -14,7 +14,7 @@
 #include <exception>
 #include <string>
 
-#include "gemm/internal.hpp"
+#include "gemm/kernel.hpp"
 #include "ridge/core/env.hpp"
 #include "ridge/core/error.hpp"
 #include "ridge/core/memory.hpp"
