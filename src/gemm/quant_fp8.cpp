@@ -13,8 +13,6 @@
 
 namespace ridge::gemm {
 
-using fp8::check_matrix;
-
 namespace {
 
 // amax of a block; NaN propagates so a NaN input gives a NaN scale rather than a silent finite one.

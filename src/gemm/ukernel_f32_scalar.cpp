@@ -1,7 +1,5 @@
-// Scalar micro-kernel: the path every machine has, and the twin the wide kernels are tested
-// against through the same driver and packing.
-#include <cstring>
-
+// Scalar fp32 micro-kernel, 4x8: the path every machine has, and the twin the wide kernels are
+// tested against through the same driver and packing.
 #include "gemm/kernel.hpp"
 
 namespace ridge::gemm::detail {
@@ -10,7 +8,7 @@ namespace {
 constexpr int kMR = 4;
 constexpr int kNR = 8;
 
-void ukernel_scalar(int64_t kc, const void* a_panel, const void* b_panel, int mr, int nr, const Tile& t) {
+void ukernel(int64_t kc, const void* a_panel, const void* b_panel, int mr, int nr, const Scales&, const Tile& t) {
   const float* a = static_cast<const float*>(a_panel);
   const float* b = static_cast<const float*>(b_panel);
   float acc[kMR][kNR] = {};
@@ -25,27 +23,15 @@ void ukernel_scalar(int64_t kc, const void* a_panel, const void* b_panel, int mr
 
 }  // namespace
 
-void store_tile_generic(const float* acc, int64_t acc_ld, int mr, int nr, const Tile& t) {
-  for (int i = 0; i < mr; ++i) {
-    for (int j = 0; j < nr; ++j) {
-      float v = acc[i * acc_ld + j];
-      if (t.src) {
-        v += t.src_bf16 ? to_float(static_cast<const bf16*>(t.src)[i * t.lds + j])
-                        : static_cast<const float*>(t.src)[i * t.lds + j];
-      }
-      if (t.dst_bf16) static_cast<bf16*>(t.dst)[i * t.ldd + j] = to_bf16(v);
-      else static_cast<float*>(t.dst)[i * t.ldd + j] = v;
-    }
-  }
+KernelInfo kernel_f32_scalar() {
+  KernelInfo k;
+  k.name = "f32_scalar_4x8";
+  k.mr = kMR;
+  k.nr = kNR;
+  k.panel = Panel::f32;
+  k.ukernel = &ukernel;
+  k.pack_a = k.pack_b = &pack_dense;
+  return k;
 }
-
-Tile tile_at(const Tile& t, int64_t i, int64_t j) {
-  Tile r = t;
-  if (t.src) r.src = static_cast<const char*>(t.src) + (i * t.lds + j) * (t.src_bf16 ? 2 : 4);
-  r.dst = static_cast<char*>(t.dst) + (i * t.ldd + j) * (t.dst_bf16 ? 2 : 4);
-  return r;
-}
-
-KernelInfo kernel_scalar_f32() { return {"f32_scalar_4x8", kMR, kNR, Panel::f32, &ukernel_scalar}; }
 
 }  // namespace ridge::gemm::detail

@@ -1,73 +1,75 @@
-// FP8 GEMM on AVX2 + FMA: fp8 widened to fp32 while packing (table lookup, exact), then
-// a 6x16 fp32 FMA micro-kernel with the two-level (per 128-wide K block) scaling: 12 partial-sum registers, the scaled totals in the L1-resident accumulator block.
+// FP8 micro-kernel on AVX2 + FMA, 6x16 on fp32 panels (fp8 widened through the e4m3 table while
+// packing, exact): each 128-wide K block summed in 12 registers, promoted with its two scales into
+// an L1-resident tile (16 registers hold no second set), then the driver's Tile epilogue.
 #include <immintrin.h>
-#include <omp.h>
 
-#include <algorithm>
-#include <cstring>
-#include <vector>
+#include <utility>
 
-#include "gemm/fp8_internal.hpp"
-#include "ridge/core/cpu.hpp"
-#include "ridge/core/format.hpp"
-#include "ridge/core/memory.hpp"
-#include "ridge/core/threads.hpp"
+#include "gemm/kernel.hpp"
 
-namespace ridge::gemm::fp8 {
+namespace ridge::gemm::detail {
 namespace {
 
-using Problem = ::ridge::gemm::fp8::Problem;
+constexpr int kMR = 6;
+constexpr int kNR = 16;
 
-template <int MR>
-void ukernel_t(int64_t kc, const float* a, int64_t lda, const float* b, const float* sa, int64_t ldsa, const float* sb,
-               float* c, int64_t ldc) {
+template <int M>
+void ukernel(int64_t kc, const void* a_panel, const void* b_panel, int mr, int nr, const Scales& s, const Tile& t) {
+  const float* a = static_cast<const float*>(a_panel);
+  const float* b = static_cast<const float*>(b_panel);
+  alignas(32) float c[kMR][kNR];
   for (int64_t kb = 0, k0 = 0; k0 < kc; ++kb, k0 += 128) {
     const int64_t k1 = k0 + 128 < kc ? k0 + 128 : kc;
-    __m256 s[MR][2];
-    for (int i = 0; i < MR; ++i) s[i][0] = s[i][1] = _mm256_setzero_ps();
+    __m256 s0[M], s1[M];
+    for (int i = 0; i < M; ++i) s0[i] = s1[i] = _mm256_setzero_ps();
     for (int64_t kk = k0; kk < k1; ++kk) {
-      const __m256 b0 = _mm256_loadu_ps(b + kk * 16);
-      const __m256 b1 = _mm256_loadu_ps(b + kk * 16 + 8);
-      for (int i = 0; i < MR; ++i) {
-        const __m256 av = _mm256_broadcast_ss(a + i * lda + kk);
-        s[i][0] = _mm256_fmadd_ps(av, b0, s[i][0]);
-        s[i][1] = _mm256_fmadd_ps(av, b1, s[i][1]);
+      const __m256 b0 = _mm256_loadu_ps(b + kk * kNR);
+      const __m256 b1 = _mm256_loadu_ps(b + kk * kNR + 8);
+      for (int i = 0; i < M; ++i) {
+        const __m256 av = _mm256_broadcast_ss(a + kk * kMR + i);
+        s0[i] = _mm256_fmadd_ps(av, b0, s0[i]);
+        s1[i] = _mm256_fmadd_ps(av, b1, s1[i]);
       }
     }
-    const float sbk = sb[kb];
-    for (int i = 0; i < MR; ++i) {
-      const __m256 sc = _mm256_set1_ps(sa[i * ldsa + kb] * sbk);
-      float* row = c + i * ldc;
-      _mm256_storeu_ps(row, _mm256_fmadd_ps(s[i][0], sc, _mm256_loadu_ps(row)));
-      _mm256_storeu_ps(row + 8, _mm256_fmadd_ps(s[i][1], sc, _mm256_loadu_ps(row + 8)));
+    const float sbk = s.b[kb];
+    for (int i = 0; i < M; ++i) {
+      const __m256 sc = _mm256_set1_ps(s.a[i * s.lda + kb] * sbk);
+      if (kb == 0) {
+        _mm256_store_ps(c[i], _mm256_mul_ps(s0[i], sc));
+        _mm256_store_ps(c[i] + 8, _mm256_mul_ps(s1[i], sc));
+      } else {
+        _mm256_store_ps(c[i], _mm256_fmadd_ps(s0[i], sc, _mm256_load_ps(c[i])));
+        _mm256_store_ps(c[i] + 8, _mm256_fmadd_ps(s1[i], sc, _mm256_load_ps(c[i] + 8)));
+      }
     }
   }
+  store_tile_generic(&c[0][0], kNR, mr, nr, t);
 }
 
-#include "gemm/fp8_lut_pack.inc"
+template <int... Ms>
+constexpr MicroKernel pick(int mr, std::integer_sequence<int, Ms...>) {
+  MicroKernel k = nullptr;
+  ((k = (mr == Ms + 1 ? &ukernel<Ms + 1> : k)), ...);
+  return k;
+}
 
-struct Kern : LutPack<16> {
-  using Elem = float;
-  static constexpr int MR = 6, NR = 16;
-  static constexpr int64_t kPad = 8;
-
-  static void ukernel(int mr, int64_t kc, const float* a, int64_t lda, const float* b, const float* sa, int64_t ldsa,
-                      const float* sb, float* c, int64_t ldc) {
-    switch (mr) {
-      case 6: return ukernel_t<6>(kc, a, lda, b, sa, ldsa, sb, c, ldc);
-      case 5: return ukernel_t<5>(kc, a, lda, b, sa, ldsa, sb, c, ldc);
-      case 4: return ukernel_t<4>(kc, a, lda, b, sa, ldsa, sb, c, ldc);
-      case 3: return ukernel_t<3>(kc, a, lda, b, sa, ldsa, sb, c, ldc);
-      case 2: return ukernel_t<2>(kc, a, lda, b, sa, ldsa, sb, c, ldc);
-      default: return ukernel_t<1>(kc, a, lda, b, sa, ldsa, sb, c, ldc);
-    }
-  }
-};
-
-#include "gemm/fp8_driver.hpp"
+void ukernel_dispatch(int64_t kc, const void* a, const void* b, int mr, int nr, const Scales& s, const Tile& t) {
+  pick(mr, std::make_integer_sequence<int, kMR>{})(kc, a, b, mr, nr, s, t);
+}
 
 }  // namespace
 
-void run_avx2(const Problem& p) { run_panel<Kern>(p); }
+KernelInfo kernel_fp8_avx2() {
+  KernelInfo k;
+  k.name = "fp8_avx2_6x16";
+  k.mr = kMR;
+  k.nr = kNR;
+  k.panel = Panel::f32;
+  k.k_granule = 128;
+  k.ukernel = &ukernel_dispatch;
+  k.pack_a = k.pack_b = &pack_fp8_lut;
+  k.narrow_max_rows = 32;
+  return k;
+}
 
-}  // namespace ridge::gemm::fp8
+}  // namespace ridge::gemm::detail

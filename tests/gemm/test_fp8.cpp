@@ -12,7 +12,7 @@
 
 #include "ridge/core.hpp"
 #include "ridge/gemm.hpp"
-#include "gemm/fp8_internal.hpp"
+#include "gemm/kernel.hpp"
 #include "ridge/gemm_fp8.hpp"
 
 namespace {
