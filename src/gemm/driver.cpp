@@ -70,21 +70,30 @@ Blocking derive_blocking(const KernelInfo& ki, int64_t k) {
   // micro-panel (KC x NR) is sized to an eighth of L2 rather than half of L1: on Zen 5 the L2
   // streams it fast enough (experiment 2 in docs/gemm.md, dense GEMM experiments: KC 256 -> 2048 gained 1.3x).
   int64_t kc = std::clamp<int64_t>(l2 / 8 / (ki.nr * elt), std::max<int64_t>(64, l1 / 2 / (ki.nr * elt)), 4096);
+  // FP8 (kc_l1): the B micro-panel in half of L1, where it is widened just before use (as tuned
+  // for the FP8 kernels; docs/gemm.md, FP8 experiments).
+  if (ki.kc_l1) kc = std::max<int64_t>(ki.k_granule, l1 / 2 / (ki.nr * elt) / ki.k_granule * ki.k_granule);
   // Experiment knobs (docs/gemm.md, dense GEMM experiments): RIDGE_GEMM_KC / _MC / _NC override the sizes.
   if (const int64_t e = env::knobs().gemm_kc) kc = e;
   // Balance the K blocks so the last is not a sliver; each a multiple of the kernel's K granule.
   const int64_t nblk = std::max<int64_t>(1, ceil_div(k, kc));
   kc = round_up(std::max<int64_t>(1, ceil_div(k, nblk)), ki.k_granule);
   b.kc = kc;
-  // The A block (MC x KC) takes half of L2.
-  int64_t mc = std::max<int64_t>(ki.mr, l2 / 2 / (kc * elt) / ki.mr * ki.mr);
+  // The A block (MC x KC) takes half of L2 (kc_l1: a quarter, the D block takes half).
+  int64_t mc = std::max<int64_t>(ki.mr, l2 / (ki.kc_l1 ? 4 : 2) / (kc * elt) / ki.mr * ki.mr);
   if (const int64_t e = env::knobs().gemm_mc) mc = round_up(e, ki.mr);
   b.mc = mc;
-  // The B block (all of K x NC) should stay in this thread's share of L3; at least 1024 columns
-  // so repacking A per column block stays a small fraction of the work.
-  const int threads = std::max(1, get_num_threads());
-  const int64_t share = l3 / 2 / threads;
-  int64_t nc = std::max<int64_t>(1024, share / (panel_k(ki.panel, k) * elt));
+  int64_t nc;
+  if (ki.kc_l1) {
+    // Many K blocks sweep the fp32 D block (MC x NC: a bf16 D's scratch, or an fp32 D): half of L2.
+    nc = std::max<int64_t>(ki.nr, l2 / 2 / (mc * 4));
+  } else {
+    // The B block (all of K x NC) should stay in this thread's share of L3; at least 1024 columns
+    // so repacking A per column block stays a small fraction of the work.
+    const int threads = std::max(1, get_num_threads());
+    const int64_t share = l3 / 2 / threads;
+    nc = std::max<int64_t>(1024, share / (panel_k(ki.panel, k) * elt));
+  }
   if (const int64_t e = env::knobs().gemm_nc) nc = e;
   b.nc = round_up(nc, ki.nr);
   return b;
@@ -197,13 +206,7 @@ void run_rect_narrow(const Problem& p, const KernelInfo& ki, const Blocking& bk,
                      int64_t n1, bool fast) {
   const size_t elt = panel_elt(ki.panel);
   const int64_t rows = m1 - m0;
-  int64_t kstep = bk.kc;
-  if (ki.narrow_kc_l1) {
-    const int64_t l1 = cpu::cache_sizes().l1d;
-    const int64_t g = ki.k_granule;
-    kstep = std::min<int64_t>(kstep, std::clamp<int64_t>(l1 / 2 / (ki.nr * static_cast<int64_t>(elt)) / g * g, g,
-                                                         std::max<int64_t>(g, 1024 / g * g)));
-  }
+  const int64_t kstep = bk.kc;
   // Row tiles of balanced height (16 rows: two of 8, not 14 and a latency-bound 2).
   const int64_t tiles = ceil_div(rows, ki.mr);
   const int64_t tile_h = ki.narrow_max_rows ? ceil_div(rows, tiles) : ki.mr;
@@ -270,17 +273,16 @@ void run_rect(const Problem& p, const KernelInfo& ki, const Blocking& bk, int64_
     run_rect_narrow(p, ki, bk, m0, m1, n0, n1, fast);
     return;
   }
-  // B over all of K per column block when several row blocks reuse it; with one row block, one
-  // KC slice at a time, packed just before use while it sits in L2 (NC then sized to half of L2).
-  const bool b_slices = !direct_b && mblocks == 1;
-  int64_t ncb = bk.nc;
-  if (b_slices)
-    ncb = std::max<int64_t>(ki.nr, cpu::cache_sizes().l2 / 2 / (panel_k(ki.panel, kc_max) * static_cast<int64_t>(elt)) /
-                                       ki.nr * ki.nr);
+  // B over all of K per column block when several row blocks reuse it; with one row block (more rows
+  // than the kernel's narrow path takes), one KC x NR micro-panel at a time, packed just before every
+  // row tile uses it while the A block sits in L2: B crosses memory once and is never re-read.
+  const bool b_panels = !direct_b && mblocks == 1;
+  const int64_t ncb = bk.nc;
   const int64_t nc_max = std::min<int64_t>(ncb, round_up(n1 - n0, ki.nr));
-  const int64_t b_depth = b_slices ? panel_k(ki.panel, kc_max) : kp_full;
   const size_t a_bytes = static_cast<size_t>(mc_max * panel_k(ki.panel, kc_max)) * elt;
-  const size_t b_bytes = direct_b ? 0 : static_cast<size_t>(nc_max * b_depth) * elt;
+  const size_t b_bytes = direct_b ? 0
+                         : b_panels ? static_cast<size_t>(ki.nr * panel_k(ki.panel, kc_max)) * elt
+                                    : static_cast<size_t>(nc_max * kp_full) * elt;
   const size_t s_bytes = need_scratch ? static_cast<size_t>(mc_max * nc_max) * 4 : 0;
   const Workspace ws = thread_workspace(a_bytes, b_bytes, s_bytes);
   std::byte* abuf = ws.a;
@@ -292,19 +294,21 @@ void run_rect(const Problem& p, const KernelInfo& ki, const Blocking& bk, int64_
     const int64_t nc = std::min<int64_t>(ncb, n1 - jc);
     const std::byte* bblock = bbuf;
     if (direct_b) bblock = p.b_panels + static_cast<size_t>((jc / ki.nr) * ki.nr * kp_full) * elt;
-    else if (!b_slices) ki.pack_b(ki, p.b, jc, nc, 0, p.k, ki.nr, bbuf, fast);
+    else if (!b_panels) ki.pack_b(ki, p.b, jc, nc, 0, p.k, ki.nr, bbuf, fast);
     for (int64_t ic = m0; ic < m1; ic += mc_t) {
       const int64_t mc = std::min<int64_t>(mc_t, m1 - ic);
       for (int64_t pc = 0; pc < p.k; pc += bk.kc) {
         const int64_t kc = std::min<int64_t>(bk.kc, p.k - pc);
         const int64_t kp = panel_k(ki.panel, kc);
         ki.pack_a(ki, p.a, ic, mc, pc, kc, ki.mr, abuf, fast);
-        if (b_slices) ki.pack_b(ki, p.b, jc, nc, pc, kc, ki.nr, bbuf, fast);
-        const int64_t bstride = b_slices ? kp : kp_full, boff = b_slices ? 0 : pc;
         const bool first = pc == 0, last = pc + kc >= p.k;
         for (int64_t jr = 0; jr < nc; jr += ki.nr) {
           const int nr = static_cast<int>(std::min<int64_t>(ki.nr, nc - jr));
-          const std::byte* bpanel = bblock + static_cast<size_t>((jr / ki.nr) * ki.nr * bstride + boff * ki.nr) * elt;
+          const std::byte* bpanel = bblock + static_cast<size_t>((jr / ki.nr) * ki.nr * kp_full + pc * ki.nr) * elt;
+          if (b_panels) {
+            ki.pack_b(ki, p.b, jc + jr, nr, pc, kc, ki.nr, bbuf, fast);
+            bpanel = bbuf;
+          }
           for (int64_t ir = 0; ir < mc; ir += ki.mr) {
             const int mr = static_cast<int>(std::min<int64_t>(ki.mr, mc - ir));
             const std::byte* apanel = abuf + static_cast<size_t>((ir / ki.mr) * ki.mr * kp) * elt;

@@ -115,7 +115,11 @@ struct KernelInfo {
   Elem small_m_elem = Elem::f32;
   int64_t small_m_cols = 4;        // column granule of the small-m split (FP8: 16, within a scale block)
   int64_t narrow_max_rows = 0;     // the narrow path for at most this many rows per thread (0: one A block)
-  bool narrow_kc_l1 = false;       // narrow path: K step with the B micro-panel in half of L1, not KC
+  // Blocking policy (driver.cpp, derive_blocking): false, the B micro-panel in an eighth of L2 (deep
+  // K blocks, few D-tile epilogues); true, in half of L1, for kernels whose B is widened as it is
+  // packed just before use (FP8): K then runs in many blocks, so the A block takes a quarter of L2
+  // and the fp32 D block (MC x NC, swept once per K block) half of it.
+  bool kc_l1 = false;
   PackWords pack_words = nullptr;  // vector transpose for the dense packer, when the ISA has one
   PackKmajorPairs pack_kmajor_pairs = nullptr;  // for nn/tn/tt bf16 operands, when the ISA has one
 };
