@@ -276,10 +276,11 @@ RIDGE_GEMM_REFERENCE(bf16, tt, bf16)
 #undef RIDGE_GEMM_REFERENCE
 
 Blocking blocking(DType input, cpu::Isa isa, int64_t k) {
-  check(input == DType::f32 || input == DType::bf16, "gemm::blocking: input dtype {} (expected f32 or bf16)",
-        dtype_name(input));
+  check(input == DType::f32 || input == DType::bf16 || input == DType::fp8_e4m3,
+        "gemm::blocking: input dtype {} (expected f32, bf16 or fp8_e4m3)", dtype_name(input));
   check(k >= 0, "gemm::blocking: k = {} (expected >= 0)", k);
-  return detail::derive_blocking(detail::select_kernel(input == DType::bf16 ? Elem::bf16 : Elem::f32, isa), std::max<int64_t>(k, 1));
+  const Elem in = input == DType::bf16 ? Elem::bf16 : input == DType::fp8_e4m3 ? Elem::fp8 : Elem::f32;
+  return detail::derive_blocking(detail::select_kernel(in, isa), std::max<int64_t>(k, 1));
 }
 
 int get_num_threads() { return ridge::get_num_threads(); }

@@ -418,6 +418,21 @@ TEST(Fp8Gemm, ThreadCountDoesNotChangeBits) {
   gemm::set_num_threads(saved);
 }
 
+// FP8 blocking comes from the same driver rule as dense, with the kernel's K granule: every K block
+// starts on a 128 boundary (scale blocks never straddle one).
+TEST(Fp8Gemm, BlockingHasKBlocksOfWholeScaleBlocks) {
+  for (cpu::Isa isa : cpu::supported_isas())
+    for (const int64_t k : {1, 100, 129, 1300, 7168}) {
+      const gemm::Blocking b = gemm::blocking(ridge::DType::fp8_e4m3, isa, k);
+      EXPECT_EQ(b.kc % 128, 0) << b.kernel << " k=" << k;
+      EXPECT_GE(b.kc, 128);
+      EXPECT_EQ(b.mc % b.mr, 0);
+      EXPECT_EQ(b.nc % b.nr, 0);
+      EXPECT_EQ(128 % b.nr, 0) << b.kernel << ": a micro-tile must not straddle a 128-column scale block";
+      EXPECT_EQ(std::string(b.kernel).rfind("fp8_", 0), 0u) << b.kernel;
+    }
+}
+
 // Grouped layouts with nothing to do: every group masked to 0 rows, every row padding. D is untouched.
 TEST(Fp8Grouped, AllGroupsEmptyLeaveDUntouched) {
   const int64_t G = 2, m_max = 5, n = 40, k = 130, kb = 2, nb = 1, align = gemm::m_alignment_for_contiguous_layout();
