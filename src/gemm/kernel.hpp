@@ -124,7 +124,8 @@ struct KernelInfo {
   PackKmajorPairs pack_kmajor_pairs = nullptr;  // for nn/tn/tt bf16 operands, when the ISA has one
 };
 
-// One per ISA file. The bf16pair kernels exist only in the avx512bf16 files.
+// One per ISA file, built by designated (aggregate) initialization, so no constructor is compiled with
+// the file's ISA flags. The bf16pair kernels exist only in the avx512bf16 files.
 KernelInfo kernel_f32_scalar();
 KernelInfo kernel_f32_avx2();
 KernelInfo kernel_f32_avx512();

@@ -260,18 +260,17 @@ void pack_kmajor_pairs(const uint16_t* src, int64_t ld, int64_t count, int64_t k
 }  // namespace
 
 KernelInfo kernel_bf16_avx512bf16() {
-  KernelInfo k;
-  k.name = "bf16_avx512bf16_14x32";
-  k.mr = kMR;
-  k.nr = kNR;
-  k.panel = Panel::bf16pair;
-  k.ukernel = &ukernel_dispatch;
-  k.pack_a = k.pack_b = &pack_dense;
-  k.small_m = &small_m_dispatch;
-  k.small_m_elem = Elem::bf16;
-  k.pack_words = &pack_words_avx512;
-  k.pack_kmajor_pairs = &pack_kmajor_pairs;
-  return k;
+  return KernelInfo{.name = "bf16_avx512bf16_14x32",
+                    .mr = kMR,
+                    .nr = kNR,
+                    .panel = Panel::bf16pair,
+                    .ukernel = &ukernel_dispatch,
+                    .pack_a = &pack_dense,
+                    .pack_b = &pack_dense,
+                    .small_m = &small_m_dispatch,
+                    .small_m_elem = Elem::bf16,
+                    .pack_words = &pack_words_avx512,
+                    .pack_kmajor_pairs = &pack_kmajor_pairs};
 }
 
 }  // namespace ridge::gemm::detail

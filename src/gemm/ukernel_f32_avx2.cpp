@@ -72,14 +72,13 @@ void ukernel_dispatch(int64_t kc, const void* a, const void* b, int mr, int nr, 
 }  // namespace
 
 KernelInfo kernel_f32_avx2() {
-  KernelInfo k;
-  k.name = "f32_avx2_6x16";
-  k.mr = kMR;
-  k.nr = kNR;
-  k.panel = Panel::f32;
-  k.ukernel = &ukernel_dispatch;
-  k.pack_a = k.pack_b = &pack_dense;
-  return k;
+  return KernelInfo{.name = "f32_avx2_6x16",
+                    .mr = kMR,
+                    .nr = kNR,
+                    .panel = Panel::f32,
+                    .ukernel = &ukernel_dispatch,
+                    .pack_a = &pack_dense,
+                    .pack_b = &pack_dense};
 }
 
 }  // namespace ridge::gemm::detail

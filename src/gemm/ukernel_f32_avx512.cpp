@@ -99,17 +99,16 @@ void pack_words_avx512(const void* src, int64_t ld_bytes, int rows, int64_t word
 }
 
 KernelInfo kernel_f32_avx512() {
-  KernelInfo k;
-  k.name = "f32_avx512_14x32";
-  k.mr = kMR;
-  k.nr = kNR;
-  k.panel = Panel::f32;
-  k.ukernel = &ukernel_dispatch;
-  k.pack_a = k.pack_b = &pack_dense;
-  k.small_m = &small_m;
-  k.small_m_elem = Elem::f32;
-  k.pack_words = &pack_words_avx512;
-  return k;
+  return KernelInfo{.name = "f32_avx512_14x32",
+                    .mr = kMR,
+                    .nr = kNR,
+                    .panel = Panel::f32,
+                    .ukernel = &ukernel_dispatch,
+                    .pack_a = &pack_dense,
+                    .pack_b = &pack_dense,
+                    .small_m = &small_m,
+                    .small_m_elem = Elem::f32,
+                    .pack_words = &pack_words_avx512};
 }
 
 }  // namespace ridge::gemm::detail

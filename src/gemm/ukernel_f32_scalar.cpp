@@ -24,14 +24,13 @@ void ukernel(int64_t kc, const void* a_panel, const void* b_panel, int mr, int n
 }  // namespace
 
 KernelInfo kernel_f32_scalar() {
-  KernelInfo k;
-  k.name = "f32_scalar_4x8";
-  k.mr = kMR;
-  k.nr = kNR;
-  k.panel = Panel::f32;
-  k.ukernel = &ukernel;
-  k.pack_a = k.pack_b = &pack_dense;
-  return k;
+  return KernelInfo{.name = "f32_scalar_4x8",
+                    .mr = kMR,
+                    .nr = kNR,
+                    .panel = Panel::f32,
+                    .ukernel = &ukernel,
+                    .pack_a = &pack_dense,
+                    .pack_b = &pack_dense};
 }
 
 }  // namespace ridge::gemm::detail

@@ -64,16 +64,15 @@ void ukernel_dispatch(int64_t kc, const void* a, const void* b, int mr, int nr, 
 }  // namespace
 
 KernelInfo kernel_fp8_avx512() {
-  KernelInfo k;
-  k.name = "fp8_avx512_6x32";
-  k.mr = kMR;
-  k.nr = kNR;
-  k.panel = Panel::f32;
-  k.k_granule = 128;
-  k.ukernel = &ukernel_dispatch;
-  k.pack_a = k.pack_b = &pack_fp8_lut;
-  k.narrow_max_rows = 32;
-  return k;
+  return KernelInfo{.name = "fp8_avx512_6x32",
+                    .mr = kMR,
+                    .nr = kNR,
+                    .panel = Panel::f32,
+                    .k_granule = 128,
+                    .ukernel = &ukernel_dispatch,
+                    .pack_a = &pack_fp8_lut,
+                    .pack_b = &pack_fp8_lut,
+                    .narrow_max_rows = 32};
 }
 
 }  // namespace ridge::gemm::detail

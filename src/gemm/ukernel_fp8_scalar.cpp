@@ -30,16 +30,15 @@ void ukernel(int64_t kc, const void* a_panel, const void* b_panel, int mr, int n
 }  // namespace
 
 KernelInfo kernel_fp8_scalar() {
-  KernelInfo k;
-  k.name = "fp8_scalar_4x8";
-  k.mr = kMR;
-  k.nr = kNR;
-  k.panel = Panel::f32;
-  k.k_granule = 128;
-  k.ukernel = &ukernel;
-  k.pack_a = k.pack_b = &pack_fp8_lut;
-  k.narrow_max_rows = 32;
-  return k;
+  return KernelInfo{.name = "fp8_scalar_4x8",
+                    .mr = kMR,
+                    .nr = kNR,
+                    .panel = Panel::f32,
+                    .k_granule = 128,
+                    .ukernel = &ukernel,
+                    .pack_a = &pack_fp8_lut,
+                    .pack_b = &pack_fp8_lut,
+                    .narrow_max_rows = 32};
 }
 
 }  // namespace ridge::gemm::detail
