@@ -114,7 +114,9 @@ struct KernelInfo {
   SmallMKernel small_m = nullptr;  // for row-major inputs of element type small_m_elem, when the ISA has one
   Elem small_m_elem = Elem::f32;
   int64_t small_m_cols = 4;        // column granule of the small-m split (FP8: 16, within a scale block)
-  int64_t narrow_max_rows = 0;     // the narrow path for at most this many rows per thread (0: one A block)
+  // The narrow path for at most this many rows per thread, in row tiles of balanced height (0: any
+  // thread whose rows fit one A block, in MR-row tiles).
+  int64_t narrow_max_rows = 0;
   // Blocking policy (driver.cpp, derive_blocking): false, the B micro-panel in an eighth of L2 (deep
   // K blocks, few D-tile epilogues); true, in half of L1, for kernels whose B is widened as it is
   // packed just before use (FP8): K then runs in many blocks, so the A block takes a quarter of L2
