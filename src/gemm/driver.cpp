@@ -277,7 +277,11 @@ void run_rect(const Problem& p, const KernelInfo& ki, const Blocking& bk, int64_
   // than the kernel's narrow path takes), one KC x NR micro-panel at a time, packed just before every
   // row tile uses it while the A block sits in L2: B crosses memory once and is never re-read.
   const bool b_panels = !direct_b && mblocks == 1;
-  const int64_t ncb = bk.nc;
+  int64_t ncb = bk.nc;
+  // kc_l1: NC keeps the fp32 D block in half of L2; a single row block shorter than MC leaves room
+  // for more columns, so A is re-packed for fewer column blocks.
+  if (b_panels && ki.kc_l1 && !env::knobs().gemm_nc)
+    ncb = std::max<int64_t>(ncb, cpu::cache_sizes().l2 / 2 / (mc_max * 4) / ki.nr * ki.nr);
   const int64_t nc_max = std::min<int64_t>(ncb, round_up(n1 - n0, ki.nr));
   const size_t a_bytes = static_cast<size_t>(mc_max * panel_k(ki.panel, kc_max)) * elt;
   const size_t b_bytes = direct_b ? 0
