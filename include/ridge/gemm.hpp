@@ -152,6 +152,8 @@ struct Blocking {
   int64_t nc = 0;      // columns of B per outer block (K x NC in this thread's share of L3)
   const char* kernel = "";
 };
+// The blocking the one driver derives for an input dtype (f32, bf16 or fp8_e4m3: the FP8 GEMM's) on an
+// ISA path and depth k.
 Blocking blocking(DType input, cpu::Isa isa, int64_t k);
 
 // Threads used by the GEMMs (forwards to ridge::get_num_threads / set_num_threads).

@@ -12,7 +12,7 @@
 
 #include "ridge/core.hpp"
 #include "ridge/gemm.hpp"
-#include "gemm/fp8_internal.hpp"
+#include "gemm/kernel.hpp"
 #include "ridge/gemm_fp8.hpp"
 
 namespace {
@@ -354,6 +354,109 @@ TEST(Fp8Grouped, MaskedLayoutLeavesRowsPastTheMaskUntouched) {
               << path_name(path) << " group " << g << " row " << r;
       }
   }
+}
+
+// The one driver's FP8 cases: a bf16 D accumulated across several K blocks (k = 1300: at least three
+// K blocks on any L1 up to 64 KiB, the fp32 scratch carrying the partial sums) with an fp32 C added at
+// the first block; n = 300 crosses two 128-column scale blocks; m reaches every path (streaming 1, 4;
+// rows in lanes 7, 16; narrow 17, 32; one row block 45; several row blocks 600), raw and packed B,
+// on 1 and 3 threads (the small-m split must keep 16-column blocks inside a scale block).
+TEST(Fp8Gemm, Bf16OutputAcrossKBlocksWithCEveryPath) {
+  const int64_t n = 300, k = 1300;
+  const std::vector<int64_t> ms = small() ? std::vector<int64_t>{1, 7, 17, 45} : std::vector<int64_t>{1, 4, 7, 16, 17, 32, 45, 600};
+  const int saved = gemm::get_num_threads();
+  for (const int64_t m : ms) {
+    Operands op(m, n, k, static_cast<uint32_t>(300 + m));
+    const auto c = randn(static_cast<size_t>(m * n), 17);
+    std::vector<float> ref(static_cast<size_t>(m * n));
+    gemm::fp8_gemm_nt_reference(op.a.view(), op.a.scale_view(), op.b.view(), op.b.scale_view(),
+                                MatrixView<float>{ref.data(), m, n, n});
+    const auto packed = gemm::PackedFp8B::pack(op.b.view(), op.b.scale_view());
+    const MatrixView<const float> cv{c.data(), m, n, n};
+    for (const int threads : {1, 3}) {
+      gemm::set_num_threads(threads);
+      for (const auto& path : isas()) {
+        PathGuard guard(path);
+        SCOPED_TRACE(path_name(path) + " m=" + std::to_string(m) + " threads=" + std::to_string(threads));
+        std::vector<bf16> db(static_cast<size_t>(m * n)), dp(static_cast<size_t>(m * n));
+        std::vector<float> df(static_cast<size_t>(m * n));
+        gemm::fp8_gemm_nt(op.a.view(), op.a.scale_view(), op.b.view(), op.b.scale_view(),
+                          MatrixView<bf16>{db.data(), m, n, n}, cv);
+        gemm::fp8_gemm_nt(op.a.view(), op.a.scale_view(), packed, MatrixView<bf16>{dp.data(), m, n, n}, cv);
+        gemm::fp8_gemm_nt(op.a.view(), op.a.scale_view(), op.b.view(), op.b.scale_view(),
+                          MatrixView<float>{df.data(), m, n, n}, cv);
+        for (int64_t i = 0; i < m * n; ++i) {
+          const double want = double(ref[i]) + c[i];
+          const double tol = 1e-5 * (std::fabs(ref[i]) + std::fabs(c[i]) + 1.0);
+          ASSERT_NEAR(df[i], want, tol) << "fp32 out at " << i;
+          ASSERT_NEAR(ridge::to_float(db[i]), want, std::fabs(want) * std::ldexp(1.0, -8) + tol) << "bf16 out at " << i;
+          // The bf16 result is the fp32 one rounded once (partial sums stay fp32 across K blocks).
+          ASSERT_EQ(db[i].bits, ridge::to_bf16(df[i]).bits) << "bf16 out is not the fp32 out rounded, at " << i;
+          ASSERT_EQ(dp[i].bits, db[i].bits) << "packed B differs from raw B at " << i;
+        }
+      }
+    }
+  }
+  gemm::set_num_threads(saved);
+}
+
+// The FP8 blocking does not depend on the thread count, so neither do the bits: every thread takes
+// the same K blocks whichever path (narrow, one row block, several) its rectangle falls to.
+TEST(Fp8Gemm, ThreadCountDoesNotChangeBits) {
+  const int saved = gemm::get_num_threads();
+  for (const auto& sh : std::vector<Shape>{{40, 333, 900}, {200, 130, 513}, {9, 1000, 260}}) {
+    Operands op(sh.m, sh.n, sh.k, 77);
+    std::vector<float> d1(static_cast<size_t>(sh.m * sh.n)), d3(d1.size());
+    gemm::set_num_threads(1);
+    gemm::fp8_gemm_nt(op.a.view(), op.a.scale_view(), op.b.view(), op.b.scale_view(),
+                      MatrixView<float>{d1.data(), sh.m, sh.n, sh.n});
+    gemm::set_num_threads(3);
+    gemm::fp8_gemm_nt(op.a.view(), op.a.scale_view(), op.b.view(), op.b.scale_view(),
+                      MatrixView<float>{d3.data(), sh.m, sh.n, sh.n});
+    for (size_t i = 0; i < d1.size(); ++i) ASSERT_EQ(d1[i], d3[i]) << "m=" << sh.m << " at " << i;
+  }
+  gemm::set_num_threads(saved);
+}
+
+// FP8 blocking comes from the same driver rule as dense, with the kernel's K granule: every K block
+// starts on a 128 boundary (scale blocks never straddle one).
+TEST(Fp8Gemm, BlockingHasKBlocksOfWholeScaleBlocks) {
+  for (cpu::Isa isa : cpu::supported_isas())
+    for (const int64_t k : {1, 100, 129, 1300, 7168}) {
+      const gemm::Blocking b = gemm::blocking(ridge::DType::fp8_e4m3, isa, k);
+      EXPECT_EQ(b.kc % 128, 0) << b.kernel << " k=" << k;
+      EXPECT_GE(b.kc, 128);
+      EXPECT_EQ(b.mc % b.mr, 0);
+      EXPECT_EQ(b.nc % b.nr, 0);
+      EXPECT_EQ(128 % b.nr, 0) << b.kernel << ": a micro-tile must not straddle a 128-column scale block";
+      EXPECT_EQ(std::string(b.kernel).rfind("fp8_", 0), 0u) << b.kernel;
+    }
+}
+
+// Grouped layouts with nothing to do: every group masked to 0 rows, every row padding. D is untouched.
+TEST(Fp8Grouped, AllGroupsEmptyLeaveDUntouched) {
+  const int64_t G = 2, m_max = 5, n = 40, k = 130, kb = 2, nb = 1, align = gemm::m_alignment_for_contiguous_layout();
+  std::vector<fp8_e4m3> a(static_cast<size_t>(G * m_max * k), fp8_e4m3{0x38}), b(static_cast<size_t>(G * n * k), fp8_e4m3{0x38});
+  std::vector<float> sa(static_cast<size_t>(G * m_max * kb), 1.0f), sb(static_cast<size_t>(G * nb * kb), 1.0f);
+  const bf16 sentinel = ridge::to_bf16(3.5f);
+  std::vector<bf16> d(static_cast<size_t>(G * m_max * n), sentinel);
+  const std::vector<int32_t> masked = {0, 0};
+  gemm::m_grouped_fp8_gemm_nt_masked(TensorView<const fp8_e4m3>::contiguous(a.data(), {G, m_max, k}),
+                                     TensorView<const float>::contiguous(sa.data(), {G, m_max, kb}),
+                                     TensorView<const fp8_e4m3>::contiguous(b.data(), {G, n, k}),
+                                     TensorView<const float>::contiguous(sb.data(), {G, nb, kb}),
+                                     TensorView<bf16>::contiguous(d.data(), {G, m_max, n}), masked, 0);
+  for (const auto& v : d) ASSERT_EQ(v.bits, sentinel.bits);
+  std::vector<fp8_e4m3> ac(static_cast<size_t>(align * k), fp8_e4m3{0x38});
+  std::vector<float> sac(static_cast<size_t>(align * kb), 1.0f);
+  std::vector<bf16> dc(static_cast<size_t>(align * n), sentinel);
+  const std::vector<int32_t> idx(static_cast<size_t>(align), -1);
+  gemm::m_grouped_fp8_gemm_nt_contiguous(MatrixView<const fp8_e4m3>{ac.data(), align, k, k},
+                                         MatrixView<const float>{sac.data(), align, kb, kb},
+                                         TensorView<const fp8_e4m3>::contiguous(b.data(), {G, n, k}),
+                                         TensorView<const float>::contiguous(sb.data(), {G, nb, kb}),
+                                         MatrixView<bf16>{dc.data(), align, n, n}, idx);
+  for (const auto& v : dc) ASSERT_EQ(v.bits, sentinel.bits);
 }
 
 TEST(Fp8Quant, PerTokenScalesRoundingAndTails) {

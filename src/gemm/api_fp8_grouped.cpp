@@ -1,46 +1,33 @@
 // M-grouped FP8 GEMMs for MoE layers (DeepGEMM's contiguous and masked layouts). Groups share n and
-// k, so each group (or each run of rows of one group) is an ordinary dense problem on its own B.
-#include <algorithm>
+// k, so each group (or each run of rows of one group) is an ordinary dense problem on its own B: the
+// grouped entry points check their arguments once, then loop over the groups calling the one driver.
 #include <string>
 
-#include "gemm/fp8_checks.hpp"
-#include "gemm/fp8_internal.hpp"
-#include "ridge/core/error.hpp"
+#include "gemm/check.hpp"
+#include "gemm/driver.hpp"
 #include "ridge/gemm_fp8.hpp"
-#include "core/check.hpp"
-#include "core/overlap.hpp"
 
 namespace ridge::gemm {
 
-using fp8::check_matrix;
-
 namespace {
 
-template <typename T>
-void check_tensor3(const TensorView<T>& v, const char* name, int64_t d0, int64_t d1, int64_t d2) {
-  check_tensor_view(nullptr, name, v.data, v.rank, v.shape, v.stride, {d0, d1, d2}, Strides::row_major);
-}
-
-fp8::Problem group_problem(int64_t n, int64_t k, const TensorView<const fp8_e4m3>& b,
-                           const TensorView<const float>& sb, int64_t g) {
-  fp8::Problem p;
+// Group g's problem with B and its scales filled in: rows of A, D come from the layout.
+detail::Problem group_problem(int64_t n, int64_t k, const TensorView<const fp8_e4m3>& b,
+                              const TensorView<const float>& sb, int64_t g) {
+  detail::Problem p;
   p.n = n;
   p.k = k;
-  p.b = reinterpret_cast<const uint8_t*>(b.data + g * b.stride[0]);
-  p.ldb = b.stride[1];
+  p.b.data = b.data + g * b.stride[0];
+  p.b.ld = b.stride[1];
+  p.b.elem = detail::Elem::fp8;
+  p.b.rows = n;
+  p.b.k = k;
   p.sb = sb.data + g * sb.stride[0];
   p.ldsb = sb.stride[1];
+  p.a.elem = detail::Elem::fp8;
+  p.a.k = k;
+  p.d_bf16 = true;
   return p;
-}
-
-// d is written while the inputs are still read (other groups' rows, the same group's later k-blocks).
-template <typename A, typename SA, typename D>
-void check_d_alone(const A& a, const SA& sa, const TensorView<const fp8_e4m3>& b, const TensorView<const float>& sb,
-                   const D& d) {
-  check(!overlap::overlaps(d, a), "d: overlaps an input (a)");
-  check(!overlap::overlaps(d, sa), "d: overlaps an input (a_scales)");
-  check(!overlap::overlaps(d, b), "d: overlaps an input (b)");
-  check(!overlap::overlaps(d, sb), "d: overlaps an input (b_scales)");
 }
 
 }  // namespace
@@ -84,16 +71,16 @@ void m_grouped_fp8_gemm_nt_contiguous(MatrixView<const fp8_e4m3> a, MatrixView<c
     int64_t e = r + 1;
     while (e < m_sum && m_indices[e] == g) ++e;
     if (g >= 0) {
-      fp8::Problem p = group_problem(n, k, b, sb, g);
+      detail::Problem p = group_problem(n, k, b, sb, g);
       p.m = e - r;
-      p.a = reinterpret_cast<const uint8_t*>(a.data + r * a.ld);
-      p.lda = a.ld;
+      p.a.data = a.data + r * a.ld;
+      p.a.ld = a.ld;
+      p.a.rows = p.m;
       p.sa = sa.data + r * sa.ld;
       p.ldsa = sa.ld;
       p.d = d.data + r * d.ld;
       p.ldd = d.ld;
-      p.d_bf16 = true;
-      fp8::run(p);
+      detail::run(p);
     }
     r = e;
   }
@@ -121,17 +108,16 @@ void m_grouped_fp8_gemm_nt_masked(TensorView<const fp8_e4m3> a, TensorView<const
   check(expected_m >= 0, "expected_m: must be >= 0, got {}", expected_m);
   for (int64_t g = 0; g < groups; ++g) {
     if (masked_m[g] == 0) continue;
-    fp8::Problem p = group_problem(n, k, b, sb, g);
+    detail::Problem p = group_problem(n, k, b, sb, g);
     p.m = masked_m[g];
-    p.a = reinterpret_cast<const uint8_t*>(a.data + g * a.stride[0]);
-    p.lda = a.stride[1];
+    p.a.data = a.data + g * a.stride[0];
+    p.a.ld = a.stride[1];
+    p.a.rows = p.m;
     p.sa = sa.data + g * sa.stride[0];
     p.ldsa = sa.stride[1];
     p.d = d.data + g * d.stride[0];
     p.ldd = d.stride[1];
-    p.d_bf16 = true;
-    p.expected_m = expected_m;
-    fp8::run(p);
+    detail::run(p);
   }
 }
 

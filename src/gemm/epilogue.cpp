@@ -1,29 +1,9 @@
-// Scalar micro-kernel: the path every machine has, and the twin the wide kernels are tested
-// against through the same driver and packing.
-#include <cstring>
-
-#include "gemm/internal.hpp"
+// The Tile epilogue every micro-kernel ends with, in its plain form (the AVX-512 kernels' vector
+// form is store_tile_x32 in epilogue_avx512.inc): D = C (first K block), the previous partial sum, or
+// nothing, plus the tile's accumulators, stored as fp32 or rounded once to bf16 (ridge::to_bf16).
+#include "gemm/kernel.hpp"
 
 namespace ridge::gemm::detail {
-namespace {
-
-constexpr int kMR = 4;
-constexpr int kNR = 8;
-
-void ukernel_scalar(int64_t kc, const void* a_panel, const void* b_panel, int mr, int nr, const Tile& t) {
-  const float* a = static_cast<const float*>(a_panel);
-  const float* b = static_cast<const float*>(b_panel);
-  float acc[kMR][kNR] = {};
-  for (int64_t p = 0; p < kc; ++p) {
-    for (int i = 0; i < kMR; ++i)
-      for (int j = 0; j < kNR; ++j) acc[i][j] += a[i] * b[j];
-    a += kMR;
-    b += kNR;
-  }
-  store_tile_generic(&acc[0][0], kNR, mr, nr, t);
-}
-
-}  // namespace
 
 void store_tile_generic(const float* acc, int64_t acc_ld, int mr, int nr, const Tile& t) {
   for (int i = 0; i < mr; ++i) {
@@ -45,7 +25,5 @@ Tile tile_at(const Tile& t, int64_t i, int64_t j) {
   r.dst = static_cast<char*>(t.dst) + (i * t.ldd + j) * (t.dst_bf16 ? 2 : 4);
   return r;
 }
-
-KernelInfo kernel_scalar_f32() { return {"f32_scalar_4x8", kMR, kNR, Panel::f32, &ukernel_scalar}; }
 
 }  // namespace ridge::gemm::detail

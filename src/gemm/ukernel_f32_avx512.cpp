@@ -10,7 +10,7 @@
 #include <algorithm>
 #include <utility>
 
-#include "gemm/internal.hpp"
+#include "gemm/kernel.hpp"
 
 namespace ridge::gemm::detail {
 namespace {
@@ -18,10 +18,10 @@ namespace {
 constexpr int kMR = 14;
 constexpr int kNR = 32;
 
-#include "gemm/ukernel_avx512_common.inc"
+#include "gemm/epilogue_avx512.inc"
 
 template <int M>
-void ukernel(int64_t kc, const void* a_panel, const void* b_panel, int /*mr*/, int nr, const Tile& t) {
+void ukernel(int64_t kc, const void* a_panel, const void* b_panel, int /*mr*/, int nr, const Scales&, const Tile& t) {
   const float* a = static_cast<const float*>(a_panel);
   const float* b = static_cast<const float*>(b_panel);
   __m512 c0[M], c1[M];
@@ -52,8 +52,8 @@ constexpr MicroKernel pick(int mr, std::integer_sequence<int, Ms...>) {
   return k;
 }
 
-void ukernel_dispatch(int64_t kc, const void* a, const void* b, int mr, int nr, const Tile& t) {
-  pick(mr, std::make_integer_sequence<int, kMR>{})(kc, a, b, mr, nr, t);
+void ukernel_dispatch(int64_t kc, const void* a, const void* b, int mr, int nr, const Scales& s, const Tile& t) {
+  pick(mr, std::make_integer_sequence<int, kMR>{})(kc, a, b, mr, nr, s, t);
 }
 
 
@@ -72,9 +72,8 @@ struct DotF32 {
   }
 };
 
-void small_m(int64_t m, int64_t n0, int64_t n1, int64_t k, const void* a, int64_t lda, const void* b, int64_t ldb,
-             const Tile& t) {
-  small_m_blocks<DotF32>(m, n0, n1, k, a, lda, b, ldb, t);
+void small_m(const SmallM& s, int64_t n0, int64_t n1, const Tile& t) {
+  small_m_blocks<DotF32>(s.m, n0, n1, s.k, s.a, s.lda, s.b, s.ldb, t);
 }
 
 #include "gemm/transpose_avx512.inc"
@@ -99,8 +98,17 @@ void pack_words_avx512(const void* src, int64_t ld_bytes, int rows, int64_t word
   }
 }
 
-KernelInfo kernel_avx512_f32() {
-  return {"f32_avx512_14x32", kMR, kNR, Panel::f32, &ukernel_dispatch, &small_m, &pack_words_avx512};
+KernelInfo kernel_f32_avx512() {
+  return KernelInfo{.name = "f32_avx512_14x32",
+                    .mr = kMR,
+                    .nr = kNR,
+                    .panel = Panel::f32,
+                    .ukernel = &ukernel_dispatch,
+                    .pack_a = &pack_dense,
+                    .pack_b = &pack_dense,
+                    .small_m = &small_m,
+                    .small_m_elem = Elem::f32,
+                    .pack_words = &pack_words_avx512};
 }
 
 }  // namespace ridge::gemm::detail

@@ -4,7 +4,7 @@
 
 #include <utility>
 
-#include "gemm/internal.hpp"
+#include "gemm/kernel.hpp"
 
 namespace ridge::gemm::detail {
 namespace {
@@ -13,7 +13,7 @@ constexpr int kMR = 6;
 constexpr int kNR = 16;
 
 template <int M>
-void ukernel(int64_t kc, const void* a_panel, const void* b_panel, int mr, int nr, const Tile& t) {
+void ukernel(int64_t kc, const void* a_panel, const void* b_panel, int mr, int nr, const Scales&, const Tile& t) {
   const float* a = static_cast<const float*>(a_panel);
   const float* b = static_cast<const float*>(b_panel);
   __m256 c0[M], c1[M];
@@ -65,12 +65,20 @@ constexpr MicroKernel pick(int mr, std::integer_sequence<int, Ms...>) {
   return k;
 }
 
-void ukernel_dispatch(int64_t kc, const void* a, const void* b, int mr, int nr, const Tile& t) {
-  pick(mr, std::make_integer_sequence<int, kMR>{})(kc, a, b, mr, nr, t);
+void ukernel_dispatch(int64_t kc, const void* a, const void* b, int mr, int nr, const Scales& s, const Tile& t) {
+  pick(mr, std::make_integer_sequence<int, kMR>{})(kc, a, b, mr, nr, s, t);
 }
 
 }  // namespace
 
-KernelInfo kernel_avx2_f32() { return {"f32_avx2_6x16", kMR, kNR, Panel::f32, &ukernel_dispatch}; }
+KernelInfo kernel_f32_avx2() {
+  return KernelInfo{.name = "f32_avx2_6x16",
+                    .mr = kMR,
+                    .nr = kNR,
+                    .panel = Panel::f32,
+                    .ukernel = &ukernel_dispatch,
+                    .pack_a = &pack_dense,
+                    .pack_b = &pack_dense};
+}
 
 }  // namespace ridge::gemm::detail

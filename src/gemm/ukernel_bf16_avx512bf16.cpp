@@ -11,8 +11,7 @@
 #include <cstring>
 #include <utility>
 
-#include "gemm/internal.hpp"
-#include "ridge/core/memory.hpp"
+#include "gemm/kernel.hpp"
 
 namespace ridge::gemm::detail {
 namespace {
@@ -20,10 +19,10 @@ namespace {
 constexpr int kMR = 14;
 constexpr int kNR = 32;
 
-#include "gemm/ukernel_avx512_common.inc"
+#include "gemm/epilogue_avx512.inc"
 
 template <int M>
-void ukernel(int64_t kc, const void* a_panel, const void* b_panel, int /*mr*/, int nr, const Tile& t) {
+void ukernel(int64_t kc, const void* a_panel, const void* b_panel, int /*mr*/, int nr, const Scales&, const Tile& t) {
   const uint32_t* a = static_cast<const uint32_t*>(a_panel);
   const __m512bh* b = static_cast<const __m512bh*>(b_panel);
   __m512 c0[M], c1[M];
@@ -55,8 +54,8 @@ constexpr MicroKernel pick(int mr, std::integer_sequence<int, Ms...>) {
   return k;
 }
 
-void ukernel_dispatch(int64_t kc, const void* a, const void* b, int mr, int nr, const Tile& t) {
-  pick(mr, std::make_integer_sequence<int, kMR>{})(kc, a, b, mr, nr, t);
+void ukernel_dispatch(int64_t kc, const void* a, const void* b, int mr, int nr, const Scales& s, const Tile& t) {
+  pick(mr, std::make_integer_sequence<int, kMR>{})(kc, a, b, mr, nr, s, t);
 }
 
 
@@ -77,9 +76,8 @@ struct DotBf16 {
   }
 };
 
-void small_m(int64_t m, int64_t n0, int64_t n1, int64_t k, const void* a, int64_t lda, const void* b, int64_t ldb,
-             const Tile& t) {
-  small_m_blocks<DotBf16>(m, n0, n1, k, a, lda, b, ldb, t);
+void small_m(const SmallM& s, int64_t n0, int64_t n1, const Tile& t) {
+  small_m_blocks<DotBf16>(s.m, n0, n1, s.k, s.a, s.lda, s.b, s.ldb, t);
 }
 
 // acc += a . broadcast(*b), the broadcast embedded in the memory operand ({1toN}); GCC's separate
@@ -194,14 +192,17 @@ void lanes_block(int64_t k, int64_t chunk, const uint32_t* at, const uint16_t* c
 // Decode batches of 5..16 rows (rows in the vector lanes; 5..8 in ymm, which Zen 4 issues two per
 // cycle, so no lane is wasted). The 4x4 dot-product blocks of small_m re-read A from L2 for every
 // 4 columns and pay a horizontal reduction per output; this reads each operand once.
-void small_m_lanes(int64_t m, int64_t n0, int64_t n1, int64_t k, const void* a_, int64_t lda, const void* b_,
-                   int64_t ldb, const Tile& t) {
-  const uint16_t* a = static_cast<const uint16_t*>(a_);
-  const uint16_t* b = static_cast<const uint16_t*>(b_);
+void small_m_lanes(const SmallM& s, int64_t n0, int64_t n1, const Tile& t) {
+  const int64_t m = s.m, k = s.k, lda = s.lda, ldb = s.ldb;
+  const uint16_t* a = static_cast<const uint16_t*>(s.a);
+  const uint16_t* b = static_cast<const uint16_t*>(s.b);
   const int64_t full = k / 2, pairs = (k + 1) / 2;
-  auto* at = static_cast<uint32_t*>(ridge::memory::allocate(static_cast<size_t>(pairs * 16 * 4), "gemm.lanes_at"));
   const int64_t chunk = lane_chunk();
-  auto* buf = static_cast<uint16_t*>(ridge::memory::allocate(static_cast<size_t>(16 * chunk * 2), "gemm.lanes_b"));
+  // A^T, then the B chunk buffer, in the thread's workspace.
+  const size_t at_bytes = static_cast<size_t>(pairs * 16 * 4 + 63) / 64 * 64;
+  std::byte* ws = thread_scratch(at_bytes + static_cast<size_t>(16 * chunk * 2));
+  auto* at = reinterpret_cast<uint32_t*>(ws);
+  auto* buf = reinterpret_cast<uint16_t*>(ws + at_bytes);
   for (int64_t kp = 0; kp < pairs; ++kp)
     for (int i = 0; i < 16; ++i) {
       uint32_t w = 0;
@@ -223,14 +224,11 @@ void small_m_lanes(int64_t m, int64_t n0, int64_t n1, int64_t k, const void* a_,
     for (int i = 0; i < m; ++i) _mm512_store_ps(out[i], v[i]);
     store_tile_generic(&out[0][0], 16, static_cast<int>(m), nj, tile_at(t, 0, j0));
   }
-  ridge::memory::deallocate(buf);
-  ridge::memory::deallocate(at);
 }
 
-void small_m_dispatch(int64_t m, int64_t n0, int64_t n1, int64_t k, const void* a, int64_t lda, const void* b,
-                      int64_t ldb, const Tile& t) {
-  if (m >= 5) return small_m_lanes(m, n0, n1, k, a, lda, b, ldb, t);
-  small_m(m, n0, n1, k, a, lda, b, ldb, t);
+void small_m_dispatch(const SmallM& s, int64_t n0, int64_t n1, const Tile& t) {
+  if (s.m >= 5) return small_m_lanes(s, n0, n1, t);
+  small_m(s, n0, n1, t);
 }
 
 // A K-major operand's two k rows zero-extended to 32-bit lanes and merged: each word is a
@@ -261,9 +259,18 @@ void pack_kmajor_pairs(const uint16_t* src, int64_t ld, int64_t count, int64_t k
 
 }  // namespace
 
-KernelInfo kernel_avx512bf16_bf16() {
-  return {"bf16_avx512bf16_14x32", kMR, kNR, Panel::bf16pair, &ukernel_dispatch, &small_m_dispatch,
-          &pack_words_avx512, &pack_kmajor_pairs};
+KernelInfo kernel_bf16_avx512bf16() {
+  return KernelInfo{.name = "bf16_avx512bf16_14x32",
+                    .mr = kMR,
+                    .nr = kNR,
+                    .panel = Panel::bf16pair,
+                    .ukernel = &ukernel_dispatch,
+                    .pack_a = &pack_dense,
+                    .pack_b = &pack_dense,
+                    .small_m = &small_m_dispatch,
+                    .small_m_elem = Elem::bf16,
+                    .pack_words = &pack_words_avx512,
+                    .pack_kmajor_pairs = &pack_kmajor_pairs};
 }
 
 }  // namespace ridge::gemm::detail

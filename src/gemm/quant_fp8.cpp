@@ -4,7 +4,7 @@
 #include <cmath>
 #include <vector>
 
-#include "gemm/fp8_checks.hpp"
+#include "gemm/check.hpp"
 #include "ridge/core/error.hpp"
 #include "ridge/core/threads.hpp"
 #include "ridge/gemm_fp8.hpp"
@@ -12,8 +12,6 @@
 #include "core/overlap.hpp"
 
 namespace ridge::gemm {
-
-using fp8::check_matrix;
 
 namespace {
 

@@ -1,0 +1,39 @@
+// The one GEMM driver (driver.cpp): D[m, n] = (C +) A x B over K, for every dtype. The entry points
+// (api_dense.cpp, api_fp8.cpp, api_fp8_grouped.cpp) check their arguments (check.hpp) and hand it a
+// validated Problem; the kernel description (kernel.hpp) says what the dtype supplies.
+#pragma once
+
+#include <cstdint>
+
+#include "gemm/kernel.hpp"
+#include "ridge/gemm.hpp"
+
+namespace ridge::gemm::detail {
+
+// One GEMM problem as the driver sees it, dtypes erased. Shapes and strides already checked.
+struct Problem {
+  int64_t m = 0, n = 0, k = 0;
+  Operand a, b;  // A [m, k] (or [k, m] K-major), B [n, k] (or [k, n] K-major)
+  // FP8 two-level scales (null otherwise): sa [m, ceil(k/128)], sb [ceil(n/128), ceil(k/128)].
+  const float* sa = nullptr;
+  int64_t ldsa = 0;
+  const float* sb = nullptr;
+  int64_t ldsb = 0;
+  void* d = nullptr;
+  int64_t ldd = 0;
+  bool d_bf16 = false;
+  const void* c = nullptr;  // or null; may be d itself (same pointer, ld and dtype)
+  int64_t ldc = 0;
+  bool c_bf16 = false;
+  // A PackedB: B's panels for the kernel `packed_ki`, over all of K, used as they are.
+  const std::byte* b_panels = nullptr;
+  const KernelInfo* packed_ki = nullptr;
+};
+
+// Runs p on the kernel for its input element type on the active ISA path (or packed_ki).
+void run(const Problem& p);
+
+// The blocking the driver derives for a kernel and depth k from the cache sizes.
+Blocking derive_blocking(const KernelInfo& ki, int64_t k);
+
+}  // namespace ridge::gemm::detail

@@ -1,0 +1,173 @@
+// What a dtype supplies to the one GEMM driver (driver.cpp): a kernel description (KernelInfo) with
+// its micro-tile, panel format, K granule, packers, micro-kernel and optional small-m kernel. fp32,
+// bf16 and FP8 differ only in these data; the loops, blocking, thread grid, workspace and epilogue
+// are the driver's.
+//
+// Per-ISA files keep everything in anonymous namespaces and expose only the plain functions declared
+// here (ODR: no inline function compiled with wide-ISA flags may be merged into a plain x86-64 caller).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "ridge/core/cpu.hpp"
+#include "ridge/core/format.hpp"
+
+namespace ridge::gemm::detail {
+
+// How a packed panel holds K.
+enum class Panel {
+  f32,       // one fp32 per (k, row): [k][R]
+  bf16pair,  // two bf16 per (k-pair, row), for vdpbf16ps: [k/2][R][2]; K padded to even with 0
+};
+
+// An operand's element type in memory.
+enum class Elem { f32, bf16, fp8 };
+
+// Bytes per element of a panel, and K as a panel stores it (bf16 pairs pad K to even). Plain
+// functions (pack.cpp), not inline: this header is included by ISA-flagged files.
+size_t panel_elt(Panel p);
+int64_t panel_k(Panel p, int64_t k);
+
+// Where a micro-tile's result goes: dst = (src ? src : 0) + acc, for the first `mr` rows and `nr`
+// columns. src may equal dst (in-place accumulate). Pointers are at the tile's origin.
+struct Tile {
+  const void* src = nullptr;
+  int64_t lds = 0;
+  bool src_bf16 = false;
+  void* dst = nullptr;
+  int64_t ldd = 0;
+  bool dst_bf16 = false;
+};
+
+// FP8's two-level scaling for one micro-kernel call (null `a` for fp32/bf16): a at the tile's first
+// row and the call's first 128-wide K block (row stride lda); b at the tile's 128-column block and the
+// same K block. A call's K starts on a 128 boundary (the kernel's k_granule), so the call promotes
+// each of its 128-wide K blocks kb with a[i * lda + kb] * b[kb].
+struct Scales {
+  const float* a = nullptr;
+  int64_t lda = 0;
+  const float* b = nullptr;
+};
+
+// acc[mr x NR] = sum over kc of A-panel (MR rows) x B-panel (NR columns) (per 128-K block promoted
+// with the scales for FP8), then the Tile epilogue. kc counts k elements (for bf16pair, the panels
+// hold ceil(kc/2) pairs). 1 <= mr <= MR, 1 <= nr <= NR.
+using MicroKernel = void (*)(int64_t kc, const void* a, const void* b, int mr, int nr, const Scales& s,
+                             const Tile& t);
+
+// One operand as stored: rows (m for A, n for B) by k.
+struct Operand {
+  const void* data = nullptr;
+  int64_t ld = 0;
+  Elem elem = Elem::f32;
+  int64_t rows = 0, k = 0;  // the whole operand's rows (m or n) and depth, for prefetch bounds
+  bool kmajor = false;      // stored [k, rows] (A of tn/tt, B of nn/tn)
+  bool fp8_panels = false;  // a PackedFp8B: data = [panels][pairs][32 rows][2] bytes, ld = pairs
+};
+
+// FP8 PackedFp8B panels: rows per panel and bytes per k-pair (32 rows x 2 fp8 = one cache line).
+constexpr int64_t kFp8PanelRows = 32;
+constexpr int64_t kFp8PanelPairBytes = 64;
+
+struct KernelInfo;
+
+// Packs rows [r0, r0 + count) and k [p0, p0 + kc) of an operand into panels of R rows in the
+// kernel's panel format (panel q at q * R * panel_k(kc) elements; rows past count and pad are 0).
+// `fast` off selects the plain loops (RIDGE_GEMM_SCALAR_PACK).
+using PackFn = void (*)(const KernelInfo& ki, const Operand& src, int64_t r0, int64_t count, int64_t p0, int64_t kc,
+                        int R, void* dst, bool fast);
+
+// Small-m ("decode") path, for row-major A and B read straight from memory, B streamed once with no
+// packing (the op is memory-bound): D[0:m, n0:n1] into t (at D's origin). n0 is a multiple of the
+// kernel's small_m_cols. Scratch comes from thread_scratch (never allocated per call).
+struct SmallM {
+  int64_t m = 0, k = 0;
+  const void* a = nullptr;
+  int64_t lda = 0;
+  const void* b = nullptr;
+  int64_t ldb = 0;
+  const float* sa = nullptr;  // FP8 scales at D's origin, as in Scales
+  int64_t ldsa = 0;
+  const float* sb = nullptr;
+  int64_t ldsb = 0;
+};
+using SmallMKernel = void (*)(const SmallM& s, int64_t n0, int64_t n1, const Tile& t);
+
+// Packs 32-bit words (fp32 values or bf16 pairs): dst[p * R + r] = word p of row r for r < rows,
+// 0 for rows <= r < R, p < words; row r starts at src + r * ld_bytes. R <= 32.
+using PackWords = void (*)(const void* src, int64_t ld_bytes, int rows, int64_t words, int R, uint32_t* dst);
+void pack_words_avx512(const void* src, int64_t ld_bytes, int rows, int64_t words, int R, uint32_t* dst);
+
+// Packs a K-major bf16 operand ([k, rows], ld elements; src at k = 0, row = 0) into bf16-pair
+// panels of R rows: the word for (k-pair p, row r) of panel q is at dst[q * R * ceil(kc/2) + p * R + r],
+// low half k = 2p, high half k = 2p + 1 (0 past kc); rows past `count` are 0.
+using PackKmajorPairs = void (*)(const uint16_t* src, int64_t ld, int64_t count, int64_t kc, int R, uint32_t* dst);
+
+struct KernelInfo {
+  const char* name = "";
+  int mr = 0, nr = 0;
+  Panel panel = Panel::f32;
+  int64_t k_granule = 8;  // K blocks are multiples of it (FP8: 128, so scale blocks never straddle one)
+  MicroKernel ukernel = nullptr;
+  PackFn pack_a = nullptr, pack_b = nullptr;
+  SmallMKernel small_m = nullptr;  // for row-major inputs of element type small_m_elem, when the ISA has one
+  Elem small_m_elem = Elem::f32;
+  int64_t small_m_cols = 4;        // column granule of the small-m split (FP8: 16, within a scale block)
+  // The narrow path for at most this many rows per thread, in row tiles of balanced height (0: any
+  // thread whose rows fit one A block, in MR-row tiles).
+  int64_t narrow_max_rows = 0;
+  // Blocking policy (driver.cpp, derive_blocking): false, the B micro-panel in an eighth of L2 (deep
+  // K blocks, few D-tile epilogues); true, in half of L1, for kernels whose B is widened as it is
+  // packed just before use (FP8): K then runs in many blocks, so the A block takes a quarter of L2
+  // and the fp32 D block (MC x NC, swept once per K block) half of it.
+  bool kc_l1 = false;
+  PackWords pack_words = nullptr;  // vector transpose for the dense packer, when the ISA has one
+  PackKmajorPairs pack_kmajor_pairs = nullptr;  // for nn/tn/tt bf16 operands, when the ISA has one
+};
+
+// One per ISA file, built by designated (aggregate) initialization, so no constructor is compiled with
+// the file's ISA flags. The bf16pair kernels exist only in the avx512bf16 files.
+KernelInfo kernel_f32_scalar();
+KernelInfo kernel_f32_avx2();
+KernelInfo kernel_f32_avx512();
+KernelInfo kernel_bf16_avx512bf16();
+KernelInfo kernel_fp8_scalar();
+KernelInfo kernel_fp8_avx2();
+KernelInfo kernel_fp8_avx512();
+KernelInfo kernel_fp8_avx512bf16();
+KernelInfo kernel_fp8_avx512bf16vbmi();  // the same, widening fp8 with byte permutes (AVX512_VBMI)
+
+// The kernel the driver uses for an input element type on an ISA path.
+KernelInfo select_kernel(Elem in, cpu::Isa isa);
+
+// The packers (pack.cpp): fp32/bf16 operands (row-major or K-major) into either panel format, and
+// fp8 operands (raw or PackedFp8B panels) widened to fp32 panels through the e4m3 table.
+void pack_dense(const KernelInfo& ki, const Operand& src, int64_t r0, int64_t count, int64_t p0, int64_t kc, int R,
+                void* dst, bool fast);
+void pack_fp8_lut(const KernelInfo& ki, const Operand& src, int64_t r0, int64_t count, int64_t p0, int64_t kc, int R,
+                  void* dst, bool fast);
+
+// Epilogue for tiles with a bf16 side, shared by the scalar path (exact ridge::to_bf16 rounding).
+void store_tile_generic(const float* acc, int64_t acc_ld, int mr, int nr, const Tile& t);
+
+// The tile of t starting at row i, column j.
+Tile tile_at(const Tile& t, int64_t i, int64_t j);
+
+// The calling thread's scratch (the driver's per-thread workspace, 64-byte aligned, at least
+// `bytes`; valid until the thread's next GEMM). For small-m kernels.
+std::byte* thread_scratch(size_t bytes);
+
+}  // namespace ridge::gemm::detail
+
+namespace ridge::gemm::fp8 {
+
+// fp8 e4m3 -> float for all 256 codes (NaN codes give NaN).
+const float* e4m3_table();
+
+// Whether the avx512bf16 FP8 kernel may use its VBMI variant when the CPU has VBMI (default yes).
+// Tests turn it off to check the generic widening on a machine that has both.
+void allow_vbmi(bool allowed);
+bool uses_vbmi();  // allowed, and the CPU has it
+
+}  // namespace ridge::gemm::fp8
