@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <exception>
 
+#include "core/isa_paths.hpp"
 #include "ridge/core/env.hpp"
 #include "ridge/core/error.hpp"
 #include "ridge/core/memory.hpp"
@@ -24,31 +25,26 @@
 
 namespace ridge::gemm::detail {
 
-KernelInfo select_kernel(Elem in, cpu::Isa isa) {
-  if (in == Elem::fp8) {
-    switch (isa) {
-      case cpu::Isa::avx512bf16:
-        return fp8::uses_vbmi() ? kernel_fp8_avx512bf16vbmi() : kernel_fp8_avx512bf16();
-      case cpu::Isa::avx512:
-        return kernel_fp8_avx512();
-      case cpu::Isa::avx2:
-        return kernel_fp8_avx2();
-      case cpu::Isa::scalar:
-        break;
-    }
-    return kernel_fp8_scalar();
+KernelInfo select_kernel(Elem in, cpu::Isa path) {
+  // What each path provides per input type (the per-ISA convention, core/isa_paths.hpp): bf16 inputs
+  // below avx512bf16 take the fp32 kernels (packing widens them); FP8 on avx512bf16 takes the VBMI
+  // widening when the CPU has it (and tests have not turned it off).
+  static constexpr ridge::isa::Paths<KernelInfo> f32_paths{kernel_f32_scalar, kernel_f32_avx2, kernel_f32_avx512,
+                                                            nullptr};
+  static constexpr ridge::isa::Paths<KernelInfo> bf16_paths{kernel_f32_scalar, kernel_f32_avx2, kernel_f32_avx512,
+                                                             kernel_bf16_avx512bf16};
+  static constexpr ridge::isa::Paths<KernelInfo> fp8_paths{kernel_fp8_scalar, kernel_fp8_avx2, kernel_fp8_avx512,
+                                                            kernel_fp8_avx512bf16};
+  static constexpr ridge::isa::Paths<KernelInfo> vbmi_paths{kernel_fp8_scalar, kernel_fp8_avx2, kernel_fp8_avx512,
+                                                             kernel_fp8_avx512bf16vbmi};
+  switch (in) {
+    case Elem::fp8:
+      return ridge::isa::pick_path(fp8::uses_vbmi() ? vbmi_paths : fp8_paths, path);
+    case Elem::bf16:
+      return ridge::isa::pick_path(bf16_paths, path);
+    default:
+      return ridge::isa::pick_path(f32_paths, path);
   }
-  switch (isa) {
-    case cpu::Isa::avx512bf16:
-      return in == Elem::bf16 ? kernel_bf16_avx512bf16() : kernel_f32_avx512();
-    case cpu::Isa::avx512:
-      return kernel_f32_avx512();
-    case cpu::Isa::avx2:
-      return kernel_f32_avx2();
-    case cpu::Isa::scalar:
-      break;
-  }
-  return kernel_f32_scalar();
 }
 
 namespace {

@@ -7,7 +7,7 @@
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
 
-#include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <utility>
 
@@ -19,6 +19,8 @@ namespace {
 constexpr int kMR = 14;
 constexpr int kNR = 32;
 
+#include "simd/scalar.inc"
+#include "simd/avx512.inc"
 #include "gemm/epilogue_avx512.inc"
 
 template <int M>
@@ -121,7 +123,7 @@ struct LaneReg<8> {
 // k per copied chunk: 16 rows of bf16 in a quarter of L1 (256 on a 32 KiB L1), a multiple of 32.
 inline int64_t lane_chunk() {
   const int64_t l1 = cpu::cache_sizes().l1d;
-  return std::min<int64_t>(1024, std::max<int64_t>(64, l1 / 4 / 32 / 32 * 32));
+  return imin(1024, imax(64, l1 / 4 / 32 / 32 * 32));
 }
 
 // Copies 16 rows of B, k in [k0, k0 + chunk), into buf (zero past k); prefetches the rows of
@@ -152,7 +154,7 @@ void lanes_block(int64_t k, int64_t chunk, const uint32_t* at, const uint16_t* c
   const int64_t S = chunk / 2;
   for (int64_t k0 = 0; k0 < k; k0 += chunk) {
     copy_chunk(k, k0, chunk, br, ldb, buf);
-    const int64_t np = std::min<int64_t>(chunk, k - k0 + 1) / 2;
+    const int64_t np = imin(chunk, k - k0 + 1) / 2;
     const uint32_t* ap = at + (k0 / 2) * 16;
     for (int64_t kp = 0; kp < np; ++kp) {
       typename LaneReg<L>::A a;
@@ -213,9 +215,9 @@ void small_m_lanes(const SmallM& s, int64_t n0, int64_t n1, const Tile& t) {
       at[kp * 16 + i] = w;
     }
   for (int64_t j0 = n0; j0 < n1; j0 += 16) {
-    const int nj = static_cast<int>(std::min<int64_t>(16, n1 - j0));
+    const int nj = static_cast<int>(imin(16, n1 - j0));
     const uint16_t* br[16];
-    for (int j = 0; j < 16; ++j) br[j] = b + (j0 + std::min(j, nj - 1)) * ldb;
+    for (int j = 0; j < 16; ++j) br[j] = b + (j0 + imin(j, nj - 1)) * ldb;
     __m512 v[16];
     if (m > 8) lanes_block<16>(k, chunk, at, br, ldb, buf, v);
     else lanes_block<8>(k, chunk, at, br, ldb, buf, v);
@@ -241,10 +243,10 @@ void pack_kmajor_pairs(const uint16_t* src, int64_t ld, int64_t count, int64_t k
     const uint16_t* hi = p + 1 < kc ? lo + ld : nullptr;
     for (int64_t q = 0; q < npanels; ++q) {
       const int64_t r0 = q * R;
-      const int rows = static_cast<int>(std::min<int64_t>(R, count - r0));
+      const int rows = static_cast<int>(imin(R, count - r0));
       uint32_t* out = dst + q * R * words + p / 2 * R;
       for (int r = 0; r < R; r += 16) {
-        const int n = std::clamp(rows - r, 0, 16), w = std::min(R - r, 16);
+        const int n = static_cast<int>(imin(imax(rows - r, 0), 16)), w = static_cast<int>(imin(R - r, 16));
         const __mmask16 load = static_cast<__mmask16>((1u << n) - 1), store = static_cast<__mmask16>((1u << w) - 1);
         __m512i v = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(load, lo + r0 + r));
         if (hi) {

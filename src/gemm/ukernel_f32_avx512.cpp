@@ -7,7 +7,9 @@
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
 
-#include <algorithm>
+#include <cstring>
+
+#include <cstdint>
 #include <utility>
 
 #include "gemm/kernel.hpp"
@@ -18,6 +20,8 @@ namespace {
 constexpr int kMR = 14;
 constexpr int kNR = 32;
 
+#include "simd/scalar.inc"
+#include "simd/avx512.inc"
 #include "gemm/epilogue_avx512.inc"
 
 template <int M>
@@ -83,11 +87,11 @@ void small_m(const SmallM& s, int64_t n0, int64_t n1, const Tile& t) {
 void pack_words_avx512(const void* src, int64_t ld_bytes, int rows, int64_t words, int R, uint32_t* dst) {
   const char* base = static_cast<const char*>(src);
   for (int g = 0; g < R; g += 16) {
-    const int gr = std::max(0, std::min(16, rows - g));
-    const int lanes = std::min(16, R - g);
+    const int gr = static_cast<int>(imax(0, imin(16, rows - g)));
+    const int lanes = static_cast<int>(imin(16, R - g));
     const __mmask16 sm = lanes >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << lanes) - 1);
     for (int64_t p0 = 0; p0 < words; p0 += 16) {
-      const int nw = static_cast<int>(std::min<int64_t>(16, words - p0));
+      const int nw = static_cast<int>(imin(16, words - p0));
       const __mmask16 km = nw >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << nw) - 1);
       __m512i r[16];
       for (int i = 0; i < 16; ++i)

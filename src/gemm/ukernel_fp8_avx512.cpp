@@ -7,7 +7,9 @@
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
 
-#include <algorithm>
+#include <cstring>
+
+#include <cstdint>
 #include <utility>
 
 #include "gemm/kernel.hpp"
@@ -18,6 +20,8 @@ namespace {
 constexpr int kMR = 6;
 constexpr int kNR = 32;
 
+#include "simd/scalar.inc"
+#include "simd/avx512.inc"
 #include "gemm/epilogue_avx512.inc"
 
 template <int M>
