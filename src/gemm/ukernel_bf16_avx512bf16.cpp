@@ -49,16 +49,7 @@ void ukernel(int64_t kc, const void* a_panel, const void* b_panel, int /*mr*/, i
   store_tile_x32<M>(c0, c1, nr, t);
 }
 
-template <int... Ms>
-constexpr MicroKernel pick(int mr, std::integer_sequence<int, Ms...>) {
-  MicroKernel k = nullptr;
-  ((k = (mr == Ms + 1 ? &ukernel<Ms + 1> : k)), ...);
-  return k;
-}
-
-void ukernel_dispatch(int64_t kc, const void* a, const void* b, int mr, int nr, const Scales& s, const Tile& t) {
-  pick(mr, std::make_integer_sequence<int, kMR>{})(kc, a, b, mr, nr, s, t);
-}
+#include "gemm/ukernel_rows.inc"
 
 
 // Decode shapes of 1..4 rows (small_m_blocks): vdpbf16ps works on k-contiguous rows as they are, 32
