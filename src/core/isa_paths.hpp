@@ -3,7 +3,7 @@
 //    anonymous namespace except one plain function that returns the module's table (a struct of plain
 //    function pointers and figures), e.g. `format_isa::Kernels format_isa::kernels_avx512()`;
 //  - code several paths share is written once in an `.inc` included INSIDE each path file's anonymous
-//    namespace (src/simd/<isa>.inc, src/probe/kernels_body.inc, src/attention/flash_impl.inc,
+//    namespace (src/simd/<isa>.inc, src/probe/kernels_body.inc, src/attention/flash_body.inc,
 //    src/gemm/*.inc), so each path compiles a private copy and the linker can never keep a wide-ISA
 //    copy of an inline function for a caller on a narrower machine;
 //  - the module lists what each path provides in one `Paths` value and takes its table with
