@@ -22,17 +22,9 @@ const U* units(const T* p) {
 
 // One table per ISA level, built once; the scalar level has none (format.cpp runs its own loop).
 const format_isa::Kernels& kernels(cpu::Isa isa) {
-  static const auto tables = [] {
-    const isa::Paths<format_isa::Kernels> paths{nullptr, format_isa::kernels_avx2, format_isa::kernels_avx512,
-                                                nullptr};
-    struct {
-      format_isa::Kernels at[4];
-    } t;
-    for (cpu::Isa i : {cpu::Isa::scalar, cpu::Isa::avx2, cpu::Isa::avx512, cpu::Isa::avx512bf16})
-      t.at[static_cast<int>(i)] = isa::pick_path(paths, i);
-    return t;
-  }();
-  return tables.at[static_cast<int>(isa)];
+  static const isa::PathTables<format_isa::Kernels> tables(
+      {nullptr, format_isa::kernels_avx2, format_isa::kernels_avx512, nullptr});
+  return tables(isa);
 }
 
 }  // namespace

@@ -33,4 +33,19 @@ Table pick_path(const Paths<Table>& paths, cpu::Isa isa) {
   return Table{};
 }
 
+// pick_path for every level, resolved once: for modules whose dispatch sits on a hot path (a bulk
+// conversion of a few elements, a fused layer per row block), the lookup is then an index.
+template <class Table>
+class PathTables {
+ public:
+  explicit PathTables(const Paths<Table>& paths) {
+    for (cpu::Isa i : {cpu::Isa::scalar, cpu::Isa::avx2, cpu::Isa::avx512, cpu::Isa::avx512bf16})
+      at_[static_cast<int>(i)] = pick_path(paths, i);
+  }
+  const Table& operator()(cpu::Isa isa) const { return at_[static_cast<int>(isa)]; }
+
+ private:
+  Table at_[4];
+};
+
 }  // namespace ridge::isa

@@ -9,16 +9,8 @@ namespace ridge::model::fused {
 namespace {
 
 const Kernels& kernels() {
-  static const auto tables = [] {
-    const isa::Paths<Kernels> paths{nullptr, nullptr, kernels_avx512, nullptr};
-    struct {
-      Kernels at[4];
-    } t;
-    for (cpu::Isa i : {cpu::Isa::scalar, cpu::Isa::avx2, cpu::Isa::avx512, cpu::Isa::avx512bf16})
-      t.at[static_cast<int>(i)] = isa::pick_path(paths, i);
-    return t;
-  }();
-  return tables.at[static_cast<int>(cpu::active_isa())];
+  static const isa::PathTables<Kernels> tables({nullptr, nullptr, kernels_avx512, nullptr});
+  return tables(cpu::active_isa());
 }
 
 // Calls the entry if the path has it.
