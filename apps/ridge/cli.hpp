@@ -6,7 +6,12 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include <charconv>
+#include <cmath>
+#include <cstdint>
 #include <cstdio>
+#include <limits>
+#include <fmt/format.h>
 #include <iostream>
 #include <string>
 #include <utility>
@@ -40,6 +45,75 @@ inline CLI::Validator decimal_integer() {
         return {};
       },
       "");
+}
+
+// Number options. Each is a transform (`option->transform(cli::integer_in(1))`; `check` would not let it
+// rewrite the text): it runs on the text before CLI11 converts it, refuses anything but a plain decimal
+// number in range (naming the range), and rewrites the text to canonical decimal, so that CLI11's own
+// conversion, which reads "010" as octal and saturates on overflow, sees only the value checked here.
+// Every number option of every command goes through one of these.
+namespace detail {
+inline std::string range_text(int64_t lo, int64_t hi) {
+  return hi == std::numeric_limits<int64_t>::max() ? ">= " + std::to_string(lo)
+                                                   : std::to_string(lo) + " .. " + std::to_string(hi);
+}
+}  // namespace detail
+
+// A decimal integer in [lo, hi].
+inline CLI::Validator integer_in(int64_t lo, int64_t hi = std::numeric_limits<int64_t>::max()) {
+  return CLI::Validator(
+      [lo, hi](std::string& s) -> std::string {
+        const std::string accepted = "(accepted: a decimal integer " + detail::range_text(lo, hi) + ")";
+        const char* b = s.data() + (!s.empty() && s[0] == '+' ? 1 : 0);
+        int64_t v = 0;
+        const auto [end, ec] = std::from_chars(b, s.data() + s.size(), v, 10);
+        if (s.empty() || ec == std::errc::invalid_argument || end != s.data() + s.size() ||
+            (b != s.data() && *b == '-'))
+          return "'" + s + "' is not a decimal integer " + accepted;
+        if (ec == std::errc::result_out_of_range || v < lo || v > hi) return "'" + s + "' is out of range " + accepted;
+        s = std::to_string(v);
+        return {};
+      },
+      "INT");
+}
+
+// A decimal integer in [0, 2^64 - 1] (seeds).
+inline CLI::Validator unsigned_integer() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        const std::string accepted = "(accepted: a decimal integer 0 .. 18446744073709551615)";
+        uint64_t v = 0;
+        const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v, 10);
+        if (s.empty() || ec == std::errc::invalid_argument || end != s.data() + s.size())
+          return "'" + s + "' is not a decimal integer " + accepted;
+        if (ec == std::errc::result_out_of_range) return "'" + s + "' is out of range " + accepted;
+        s = std::to_string(v);
+        return {};
+      },
+      "UINT");
+}
+
+// A finite decimal number in [lo, hi] (open_low, open_high: without that end): nan, inf, hexadecimal
+// floats, values that overflow a double and trailing junk are refused.
+inline CLI::Validator number_in(double lo, double hi, bool open_low = false, bool open_high = false) {
+  return CLI::Validator(
+      [lo, hi, open_low, open_high](std::string& s) -> std::string {
+        const std::string range = std::isinf(hi) ? fmt::format("{} {}", open_low ? ">" : ">=", lo)
+                                                 : fmt::format("in {}{}, {}{}", open_low ? "(" : "[", lo, hi,
+                                                               open_high ? ")" : "]");
+        const std::string accepted = "(accepted: a finite decimal number " + range + ")";
+        const char* b = s.data() + (!s.empty() && s[0] == '+' ? 1 : 0);
+        double v = 0;
+        const auto [end, ec] = std::from_chars(b, s.data() + s.size(), v, std::chars_format::general);
+        if (s.empty() || ec == std::errc::invalid_argument || end != s.data() + s.size() ||
+            (b != s.data() && *b == '-') || (ec == std::errc() && !std::isfinite(v)))
+          return "'" + s + "' is not a finite decimal number " + accepted;
+        if (ec == std::errc::result_out_of_range) return "'" + s + "' is out of range " + accepted;
+        if (v < lo || v > hi || (open_low && v == lo) || (open_high && v == hi)) return "'" + s + "' is out of range " + accepted;
+        s = fmt::format("{}", v);  // the shortest text that reads back as exactly v
+        return {};
+      },
+      "FLOAT");
 }
 
 // Library errors name the function argument a value was passed as (ridge::Error::argument);

@@ -54,7 +54,7 @@ void encode(const std::vector<std::string>& texts, const std::string& out, bool 
 
 void info(const std::string& path, bool json) {
   const model::TokenFile f = model::TokenFile::open(path);
-  const model::TokenStats s = model::token_stats(f.tokens());
+  const model::TokenStats s = model::token_stats(f);
   if (json) {
     cli::print_json({{"path", path},
                      {"tokens", s.count},

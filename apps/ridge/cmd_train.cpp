@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <limits>
 #include <optional>
 #include <tuple>
 
@@ -30,6 +31,7 @@ namespace {
 
 using namespace ridge;
 namespace fs = std::filesystem;
+constexpr double kInf = std::numeric_limits<double>::infinity();
 
 struct Args {
   std::string size = "tiny";
@@ -45,12 +47,6 @@ struct Args {
   std::string ddp, shard;  // data parallelism under mpirun (empty: one process)
   double bucket_mb = 25;
 };
-
-uint64_t fnv_hash(const void* data, size_t bytes, uint64_t h = 0xcbf29ce484222325ull) {
-  const auto* b = static_cast<const unsigned char*>(data);
-  for (size_t i = 0; i < bytes; ++i) h = (h ^ b[i]) * 0x100000001b3ull;
-  return h;
-}
 
 // Started by mpirun with more than one rank: then `ridge train` is one rank of a data-parallel run.
 bool dist_launched() {
@@ -115,12 +111,19 @@ Prepared prepare(const Args& a, int world) {
     set_num_threads(a.threads);
   }
   check(a.data.empty() || a.text.empty(), "--data and --text: give one of them, not both");
-  check(a.steps >= 1, "--steps: must be >= 1, got {}", a.steps);
-  check(a.log_every >= 1, "--log-every: must be >= 1, got {}", a.log_every);
-  check(a.save_every >= 0, "--save-every: must be >= 0, got {}", a.save_every);
   check(a.save_every == 0 || !a.checkpoint.empty(), "--save-every: needs --checkpoint PATH to write to");
-  check(a.context >= 1, "--context: must be >= 1, got {}", a.context);
-  check(a.batch >= 1, "--batch: must be >= 1, got {}", a.batch);
+  check(a.lr_min < 0 || a.lr_min <= a.lr, "--lr-min: {} is above --lr {} (the schedule decays from --lr to --lr-min)",
+        a.lr_min, a.lr);
+
+  // Outputs before any work: each writable, none of them an input of the run or another output (a
+  // checkpoint may be the --resume file: resuming and saving in place is the usual way to continue).
+  files::NamedPaths outputs = {{"--checkpoint", a.checkpoint}, {"--trace", a.trace}};
+  if (!a.memory.empty())
+    for (int r = 0; r < world; ++r) outputs.emplace_back("--memory", per_rank_path(a.memory, r, world));
+  for (const auto& [flag, path] : outputs)
+    if (!path.empty()) files::check_writable(path, flag);
+  files::check_distinct(outputs, {{"--text", a.text}, {"--data", a.data}});
+  files::check_distinct({outputs.begin() + 1, outputs.end()}, {{"--resume", a.resume}});
 
   // Data first: its vocabulary sets the default vocab_size.
   auto& file = p.file;
@@ -143,7 +146,6 @@ Prepared prepare(const Args& a, int world) {
   }
 
   const int64_t vocab = a.vocab > 0 ? a.vocab : (data_vocab > 0 ? (a.text.empty() ? 10000 : 256) : 10000);
-  check(a.vocab >= 0, "--vocab: must be > 0, got {}", a.vocab);
   check(vocab >= data_vocab, "--vocab: {} is smaller than the data's largest token id + 1 ({})", vocab, data_vocab);
   model::ModelConfig& c = p.c;
   try {
@@ -153,7 +155,7 @@ Prepared prepare(const Args& a, int world) {
   }
   if (a.d_model > 0) c.d_model = a.d_model;
   if (a.d_ff > 0) c.d_ff = a.d_ff;
-  if (a.layers >= 0) c.num_layers = a.layers;
+  if (a.layers > 0) c.num_layers = a.layers;
   if (a.heads > 0) c.num_heads = a.heads;
   try {
     c.validate();
@@ -190,31 +192,17 @@ Prepared prepare(const Args& a, int world) {
         "--size/--batch/--context: this run needs about {} but {} is available; try a smaller size, batch or "
         "context", units::format_bytes(need), units::format_bytes(avail));
 
-  // Output files are checked before the run, so a bad path fails in a second, not after training.
-  if (!a.trace.empty()) files::check_writable(a.trace, "--trace");
-  if (!a.memory.empty()) {
-    files::check_writable(a.memory, "--memory");
-    check(a.trace.empty() || !files::same_file(a.trace, a.memory),
-          "--trace and --memory: both name '{}'; give each its own file", a.memory);
-    check(a.memory != a.checkpoint && a.memory != a.resume && a.memory != a.data && a.memory != a.text,
-          "--memory: '{}' is also an input or the checkpoint; choose another path", a.memory);
-  }
-  if (!a.checkpoint.empty()) {
-    const fs::path cp(a.checkpoint);
-    const fs::path dir = cp.has_parent_path() ? cp.parent_path() : fs::path(".");
-    std::error_code ec;
-    check(fs::is_directory(dir, ec), "--checkpoint: the folder '{}' does not exist", dir.string());
-    check(!fs::is_directory(cp, ec), "--checkpoint: '{}' is a folder; give a file path", a.checkpoint);
-  }
-
   const std::string cfg = nlohmann::json(c).dump() +
                           fmt::format("|{} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {}|{}", a.batch, t.seq,
                                       a.precision, a.attention, a.lr, t.lr_min, t.warmup_steps, a.steps, a.beta1,
                                       a.beta2, a.eps, a.weight_decay, a.clip, a.seed, a.ddp, a.shard, a.bucket_mb,
                                       a.resume, world);
-  p.hash = fnv_hash(cfg.data(), cfg.size());
-  if (file) p.hash = fnv_hash(file->data(), static_cast<size_t>(file->size()) * 2, p.hash);
-  if (!text_tokens.empty()) p.hash = fnv_hash(text_tokens.data(), text_tokens.size() * 2, p.hash);
+  p.hash = fnv1a(cfg.data(), cfg.size());
+  if (file) {
+    const uint64_t h = file->content_hash();
+    p.hash = fnv1a(&h, sizeof h, p.hash);
+  }
+  if (!text_tokens.empty()) p.hash = fnv1a(text_tokens.data(), text_tokens.size() * 2, p.hash);
   return p;
 }
 
@@ -243,8 +231,6 @@ void train_loop(const Args& a, const Prepared& p, model::Trainer& trainer, DataP
   const bool print = rank == 0;
   (void)dp;  // used only when built with MPI
   if (!a.trace.empty()) {
-    check(a.trace != a.checkpoint && a.trace != a.resume && a.trace != a.data && a.trace != a.text,
-          "--trace: '{}' is also an input or the checkpoint; choose another path", a.trace);
     trace::set_thread_name(fmt::format("rank {}", rank));
     trace::start_recording();
   }
@@ -301,7 +287,11 @@ void train_loop(const Args& a, const Prepared& p, model::Trainer& trainer, DataP
     if (file) {
       check(file->max_token() < c.vocab_size, "--data: holds token id {}, beyond vocab {}", file->max_token(),
             c.vocab_size);
-      model::sample_batch(file->data(), file->size(), global_batch, t.seq, rng, x.data(), y.data());
+      try {
+        model::sample_batch(*file, global_batch, t.seq, rng, x.data(), y.data());
+      } catch (const Error& e) {
+        fail("--data: {}", e.what());  // the file changed under the run
+      }
     } else if (!text_tokens.empty()) {
       model::sample_batch(text_tokens.data(), static_cast<int64_t>(text_tokens.size()), global_batch, t.seq, rng,
                           x.data(), y.data());
@@ -349,12 +339,16 @@ void train_loop(const Args& a, const Prepared& p, model::Trainer& trainer, DataP
       window_loss_n = 0;
     }
     if (!a.checkpoint.empty() && ((a.save_every > 0 && (s + 1) % a.save_every == 0) || last)) {
+      try {
 #ifdef RIDGE_HAVE_DIST
-      if (dp)
-        dp->save(a.checkpoint);
-      else
+        if (dp)
+          dp->save(a.checkpoint);
+        else
 #endif
-        trainer.save(a.checkpoint);
+          trainer.save(a.checkpoint);
+      } catch (const Error& e) {
+        fail("--checkpoint: {}", e.what());
+      }
     }
   }
   if (!a.trace.empty()) {
@@ -484,40 +478,53 @@ void run(const Args& a) {
 void setup(CLI::App& root) {
   static Args a;
   auto* cmd = root.add_subcommand("train", "train the CS336 Transformer LM (AdamW, mixed precision, checkpoints)");
+  // Every number is a plain decimal in range (cli::integer_in, cli::number_in), or refused naming the flag.
   cmd->add_option("--size", a.size, "size preset: tiny, small, medium, large, xl, 2.7B")->capture_default_str();
-  cmd->add_option("--d-model", a.d_model, "override the preset's d_model");
-  cmd->add_option("--d-ff", a.d_ff, "override the preset's d_ff");
-  cmd->add_option("--layers", a.layers, "override the preset's number of layers");
-  cmd->add_option("--heads", a.heads, "override the preset's number of heads");
-  cmd->add_option("--vocab", a.vocab, "vocabulary size (default: 256 with --text, else 10000)");
-  cmd->add_option("--context", a.context, "tokens per sequence")->capture_default_str();
-  cmd->add_option("--batch", a.batch, "sequences per step")->capture_default_str();
-  cmd->add_option("--steps", a.steps, "optimizer steps")->capture_default_str();
+  cmd->add_option("--d-model", a.d_model, "override the preset's d_model")->transform(cli::integer_in(1));
+  cmd->add_option("--d-ff", a.d_ff, "override the preset's d_ff")->transform(cli::integer_in(1));
+  cmd->add_option("--layers", a.layers, "override the preset's number of layers")->transform(cli::integer_in(1));
+  cmd->add_option("--heads", a.heads, "override the preset's number of heads")->transform(cli::integer_in(1));
+  cmd->add_option("--vocab", a.vocab, "vocabulary size (default: 256 with --text, else 10000)")
+      ->transform(cli::integer_in(1));
+  cmd->add_option("--context", a.context, "tokens per sequence")->capture_default_str()->transform(cli::integer_in(1));
+  cmd->add_option("--batch", a.batch, "sequences per step")->capture_default_str()->transform(cli::integer_in(1, 1 << 20));
+  cmd->add_option("--steps", a.steps, "optimizer steps")->capture_default_str()->transform(cli::integer_in(1));
   cmd->add_option("--data", a.data, "token file (uint16, numpy.memmap's layout; see `ridge data encode`)");
   cmd->add_option("--text", a.text, "a text file, encoded byte by byte on the fly");
   cmd->add_option("--precision", a.precision, "fp32, bf16 or fp16 (fp16 with dynamic loss scaling)")
       ->capture_default_str();
   cmd->add_option("--attention", a.attention, "flash or math")->capture_default_str();
-  cmd->add_option("--lr", a.lr, "peak learning rate")->capture_default_str();
-  cmd->add_option("--lr-min", a.lr_min, "final learning rate of the cosine schedule (default lr / 10)");
-  cmd->add_option("--warmup", a.warmup, "linear warm-up steps (default steps / 10)");
-  cmd->add_option("--weight-decay", a.weight_decay, "AdamW's decoupled weight decay")->capture_default_str();
-  cmd->add_option("--beta1", a.beta1, "AdamW beta1")->capture_default_str();
-  cmd->add_option("--beta2", a.beta2, "AdamW beta2")->capture_default_str();
-  cmd->add_option("--eps", a.eps, "AdamW eps")->capture_default_str();
-  cmd->add_option("--clip", a.clip, "global gradient-norm clipping (0: off)")->capture_default_str();
-  cmd->add_option("--seed", a.seed, "seed of the initialisation and the batch sampling")->capture_default_str();
+  cmd->add_option("--lr", a.lr, "peak learning rate")->capture_default_str()->transform(cli::number_in(0, kInf));
+  cmd->add_option("--lr-min", a.lr_min, "final learning rate of the cosine schedule (default lr / 10)")
+      ->transform(cli::number_in(0, kInf));
+  cmd->add_option("--warmup", a.warmup, "linear warm-up steps (default steps / 10, at most 1000)")
+      ->transform(cli::integer_in(0));
+  cmd->add_option("--weight-decay", a.weight_decay, "AdamW's decoupled weight decay")
+      ->capture_default_str()
+      ->transform(cli::number_in(0, kInf));
+  cmd->add_option("--beta1", a.beta1, "AdamW beta1, in [0, 1)")->capture_default_str()->transform(cli::number_in(0, 1, false, true));
+  cmd->add_option("--beta2", a.beta2, "AdamW beta2, in [0, 1)")->capture_default_str()->transform(cli::number_in(0, 1, false, true));
+  cmd->add_option("--eps", a.eps, "AdamW eps")->capture_default_str()->transform(cli::number_in(0, kInf, true));
+  cmd->add_option("--clip", a.clip, "global gradient-norm clipping (0: off)")
+      ->capture_default_str()
+      ->transform(cli::number_in(0, kInf));
+  cmd->add_option("--seed", a.seed, "seed of the initialisation and the batch sampling")
+      ->capture_default_str()
+      ->transform(cli::unsigned_integer());
   cmd->add_option("--checkpoint", a.checkpoint, "write a checkpoint (safetensors) here at the end");
-  cmd->add_option("--save-every", a.save_every, "also write it every N steps");
+  cmd->add_option("--save-every", a.save_every, "also write it every N steps")->transform(cli::integer_in(1));
   cmd->add_option("--resume", a.resume, "resume from a checkpoint (or start from safetensors weights)");
-  cmd->add_option("--log-every", a.log_every, "print every N steps")->capture_default_str();
-  cmd->add_option("--threads", a.threads, "threads (default: OMP_NUM_THREADS or all CPUs)");
+  cmd->add_option("--log-every", a.log_every, "print every N steps")->capture_default_str()->transform(cli::integer_in(1));
+  cmd->add_option("--threads", a.threads, "threads (default: OMP_NUM_THREADS or all CPUs)")
+      ->transform(cli::integer_in(1, env::kMaxThreads));
   cmd->add_option("--trace", a.trace, "write a Chrome trace of the run (ranges per step, layer and operation)");
   cmd->add_option("--memory", a.memory,
                   "write a memory snapshot (see `ridge memory show`); under mpirun one per rank, NAME.rankR.json");
   cmd->add_flag("--json", a.json, "one JSON object per logged step");
   cmd->add_option("--ddp", a.ddp, "data parallelism under mpirun: naive, flat, overlap or bucketed (--batch is global)");
-  cmd->add_option("--bucket-mb", a.bucket_mb, "bucketed: bucket size in MB")->capture_default_str();
+  cmd->add_option("--bucket-mb", a.bucket_mb, "bucketed: bucket size in MB")
+      ->capture_default_str()
+      ->transform(cli::number_in(0, 1e6, true));
   cmd->add_option("--shard-optimizer", a.shard, "optimizer-state sharding across ranks: cs336 or zero1");
   cmd->callback([] { run(a); });
 }

@@ -6,6 +6,7 @@
 #include "ridge/core/error.hpp"
 #include "ridge/core/files.hpp"
 #include "ridge/core/format.hpp"
+#include "ridge/core/hash.hpp"
 #include "ridge/core/input.hpp"
 #include "ridge/core/memory.hpp"
 #include "ridge/core/process.hpp"

@@ -1,12 +1,18 @@
 #include "ridge/core/files.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
+#include <csignal>
 #include <cstring>
 #include <filesystem>
+#include <mutex>
+#include <optional>
+#include <utility>
 
 #include "ridge/core/error.hpp"
 #include "core/check.hpp"
@@ -14,6 +20,88 @@
 namespace ridge::files {
 namespace fs = std::filesystem;
 namespace {
+
+// ---- temporaries in flight, removed when a signal ends the process ----
+//
+// A fixed table a signal handler can walk without allocating or locking: a slot's path is written
+// before the slot is marked in use, and only unlink(2) (async-signal-safe) runs in the handler.
+constexpr int kSlots = 32;
+struct Slot {
+  std::atomic<int> used{0};  // 0 free, 1 claimed (path being written), 2 live
+  char path[4096];
+};
+Slot g_slots[kSlots];
+constexpr int kSignals[] = {SIGINT, SIGTERM, SIGHUP};
+struct sigaction g_previous[3];
+
+void on_signal(int sig) {
+  for (auto& s : g_slots)
+    if (s.used.load(std::memory_order_acquire) == 2) ::unlink(s.path);
+  // Then the signal's previous action (the default: end the process), delivered once this handler
+  // returns, so the exit status still says which signal ended it.
+  for (int i = 0; i < 3; ++i)
+    if (kSignals[i] == sig) ::sigaction(sig, &g_previous[i], nullptr);
+  ::raise(sig);
+}
+
+// Installs the handler for the signals whose action is still the default. A program that handles a
+// signal itself (Python's SIGINT -> KeyboardInterrupt, an MPI launcher's) keeps its handler: it
+// returns to the writer, which then finishes or removes its temporary as on any error.
+void install_handlers() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    for (int i = 0; i < 3; ++i) {
+      struct sigaction old {};
+      if (::sigaction(kSignals[i], nullptr, &old) != 0 || old.sa_handler != SIG_DFL ||
+          (old.sa_flags & SA_SIGINFO))
+        continue;
+      struct sigaction sa {};
+      sa.sa_handler = on_signal;
+      sigemptyset(&sa.sa_mask);
+      for (int s : kSignals) sigaddset(&sa.sa_mask, s);
+      sa.sa_flags = SA_RESTART;
+      g_previous[i] = old;
+      ::sigaction(kSignals[i], &sa, nullptr);
+    }
+  });
+}
+
+// Holds one temporary: registered for the signal handler before it is created, removed on every
+// early exit unless released (renamed into place).
+class Temporary {
+ public:
+  explicit Temporary(const std::string& path) : path_(path) {
+    install_handlers();
+    if (path.size() < sizeof(Slot::path))
+      for (auto& s : g_slots) {
+        int expected = 0;
+        if (s.used.compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) {
+          std::memcpy(s.path, path.c_str(), path.size() + 1);
+          s.used.store(2, std::memory_order_release);
+          slot_ = &s;
+          break;
+        }
+      }
+  }
+  ~Temporary() {
+    if (fd_ >= 0) ::close(fd_);
+    if (!released_) ::unlink(path_.c_str());
+    if (slot_) slot_->used.store(0, std::memory_order_release);
+  }
+  Temporary(const Temporary&) = delete;
+  Temporary& operator=(const Temporary&) = delete;
+  int fd_ = -1;
+  bool released_ = false;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  Slot* slot_ = nullptr;
+};
+
+// The longest suffix a temporary adds to a name: ".tmp." + a pid (at most 7 digits on Linux,
+// pid_max <= 2^22) + "." + a counter.
+constexpr size_t kTempSuffix = 5 + 7 + 1 + 10;
 
 // The file a write lands in: a symlink's final target (so the link itself survives).
 fs::path resolve(const std::string& path) {
@@ -26,18 +114,39 @@ fs::path resolve(const std::string& path) {
   return p;
 }
 
-// Writes all of `text` to an open descriptor; false on any short write.
-bool write_all(int fd, const std::string& text) {
-  const char* p = text.data();
-  size_t left = text.size();
+fs::path folder_of(const fs::path& p) { return p.has_parent_path() ? p.parent_path() : fs::path("."); }
+
+// Writes all of `bytes` to an open descriptor; false on any short write (errno says why).
+bool write_all(int fd, std::span<const std::byte> bytes) {
+  const std::byte* p = bytes.data();
+  size_t left = bytes.size();
   while (left > 0) {
-    const ssize_t n = ::write(fd, p, left);
+    // Linux writes at most 0x7ffff000 bytes per call; ask for no more than 1 GiB at a time.
+    const size_t chunk = left < (size_t{1} << 30) ? left : (size_t{1} << 30);
+    const ssize_t n = ::write(fd, p, chunk);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
+    if (n <= 0) {
+      if (n == 0) errno = EIO;
+      return false;
+    }
     p += n;
     left -= static_cast<size_t>(n);
   }
   return true;
+}
+
+// "NAME.tmp.PID.N" -> PID when `entry` is a temporary of `name`, else 0.
+long temporary_pid(const std::string& entry, const std::string& name) {
+  const std::string prefix = name + ".tmp.";
+  if (entry.size() <= prefix.size() || entry.compare(0, prefix.size(), prefix) != 0) return 0;
+  const char* s = entry.c_str() + prefix.size();
+  long pid = 0;
+  const char* q = s;
+  while (*q >= '0' && *q <= '9' && q - s < 10) pid = pid * 10 + (*q++ - '0');
+  if (q == s || *q != '.') return 0;
+  const char* r = ++q;
+  while (*r >= '0' && *r <= '9') ++r;
+  return (r == q || *r != '\0') ? 0 : pid;
 }
 
 }  // namespace
@@ -52,48 +161,95 @@ void check_writable(const std::string& path, const std::string& what) {
     check_arg(::access(p.c_str(), W_OK) == 0, what, "'{}' is not writable", path);
     return;
   }
-  const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
+  const fs::path dir = folder_of(p);
   check_arg(fs::is_directory(dir, ec), what, "folder '{}' does not exist (for '{}')", dir.string(), path);
   check_arg(::access(dir.c_str(), W_OK) == 0, what, "folder '{}' is not writable", dir.string());
   if (fs::exists(st)) check_arg(::access(p.c_str(), W_OK) == 0, what, "'{}' is not writable", path);
+  const long name_max = ::pathconf(dir.c_str(), _PC_NAME_MAX);
+  const size_t limit = name_max > 0 ? static_cast<size_t>(name_max) : 255;
+  const size_t name = p.filename().string().size();
+  check_arg(name + kTempSuffix <= limit, what,
+            "the file name is {} bytes; this file system holds names of at most {} bytes and ridge first writes "
+            "a temporary NAME.tmp.PID.N beside the file, so use a name of at most {} bytes",
+            name, limit, limit > kTempSuffix ? limit - kTempSuffix : 0);
 }
 
-void write_text(const std::string& path, const std::string& text, const std::string& what) {
+int remove_stale_temporaries(const std::string& path) {
+  const fs::path p(path);
+  const std::string name = p.filename().string();
+  if (name.empty()) return 0;
+  DIR* d = ::opendir(folder_of(p).c_str());
+  if (!d) return 0;
+  int removed = 0;
+  const long self = static_cast<long>(::getpid());
+  while (const dirent* e = ::readdir(d)) {
+    const long pid = temporary_pid(e->d_name, name);
+    if (pid <= 0 || pid == self) continue;
+    // Only a process that no longer exists (ESRCH): a live writer's temporary is its own business.
+    if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;
+    if (::unlinkat(::dirfd(d), e->d_name, 0) == 0) ++removed;
+  }
+  ::closedir(d);
+  return removed;
+}
+
+void write_bytes(const std::string& path, std::span<const std::span<const std::byte>> pieces,
+                 const std::string& what) {
   check_writable(path, what);
   const fs::path p = resolve(path);
   std::error_code ec;
   const auto st = fs::status(p, ec);
-  if (fs::exists(st) && !fs::is_regular_file(st)) {  // device or FIFO: write in place
-    const int fd = ::open(p.c_str(), O_WRONLY | O_CLOEXEC);
-    check_arg(fd >= 0, what, "cannot open '{}': {}", path, std::strerror(errno));
-    const bool ok = write_all(fd, text);
+  if (fs::exists(st) && !fs::is_regular_file(st)) {
+    // A device or FIFO: written in place. O_NONBLOCK so that a FIFO nobody reads is an error (ENXIO),
+    // not a hang; the writes themselves then block as usual.
+    const int fd = ::open(p.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+    check_arg(fd >= 0, what, "cannot open '{}': {}", path,
+              errno == ENXIO ? "no process reads from it" : std::strerror(errno));
+    ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    bool ok = true;
+    for (const auto& piece : pieces) ok = ok && write_all(fd, piece);
+    const int err = errno;
     ::close(fd);
-    check_arg(ok, what, "error writing '{}'", path);
+    check_arg(ok, what, "error writing '{}': {}", path, std::strerror(err));
     return;
   }
-  // A regular (or new) file: a temporary beside it, renamed over it only when complete.
-  std::string tmp = p.string() + ".tmpXXXXXX";
-  const int fd = ::mkstemp(tmp.data());
-  check_arg(fd >= 0, what, "cannot write beside '{}': {}", path, std::strerror(errno));
-  bool ok = write_all(fd, text) && ::fsync(fd) == 0;
-  // Keep an existing file's permissions (mkstemp makes 0600).
-  struct stat old {};
-  if (::stat(p.c_str(), &old) == 0)
-    ok = ok && ::fchmod(fd, old.st_mode & 07777) == 0;
-  else
-    ok = ok && ::fchmod(
-                   fd, 0666 & ~[] {
-                     const mode_t m = ::umask(0);
-                     ::umask(m);
-                     return m;
-                   }()) == 0;
-  ok = ::close(fd) == 0 && ok;
-  if (ok) ok = ::rename(tmp.c_str(), p.c_str()) == 0;
-  if (!ok) {
+  remove_stale_temporaries(p.string());
+  // A regular (or new) file: a temporary beside it, renamed over it only when complete. Its name is
+  // unique to this process and call (pid and a counter); O_EXCL never overwrites a file that happens
+  // to carry the name.
+  static std::atomic<unsigned long> counter{0};
+  std::optional<Temporary> tmp;
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    tmp.emplace(p.string() + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter.fetch_add(1)));
+    tmp->fd_ = ::open(tmp->path().c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);  // less the umask
+    if (tmp->fd_ >= 0) break;
     const int err = errno;
-    ::unlink(tmp.c_str());
-    fail_arg(what, "cannot write '{}': {}", path, std::strerror(err));
+    tmp->released_ = true;  // nothing of ours to remove
+    check_arg(err == EEXIST, what, "cannot create a temporary file beside '{}': {}", path, std::strerror(err));
   }
+  check_arg(tmp && tmp->fd_ >= 0, what, "cannot find a free temporary file name beside '{}'", path);
+  bool ok = true;
+  for (const auto& piece : pieces) ok = ok && write_all(tmp->fd_, piece);
+  ok = ok && ::fsync(tmp->fd_) == 0;
+  // Keep an existing file's permissions.
+  struct stat old {};
+  if (ok && ::stat(p.c_str(), &old) == 0) ok = ::fchmod(tmp->fd_, old.st_mode & 07777) == 0;
+  const int fd = std::exchange(tmp->fd_, -1);
+  ok = ::close(fd) == 0 && ok;
+  if (ok) ok = ::rename(tmp->path().c_str(), p.c_str()) == 0;
+  if (!ok) fail_arg(what, "cannot write '{}': {}", path, std::strerror(errno));
+  tmp->released_ = true;
+  // Durability of the rename itself; the file is complete either way, so a failure here is not an error.
+  const int dfd = ::open(folder_of(p).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
+  }
+}
+
+void write_text(const std::string& path, const std::string& text, const std::string& what) {
+  const std::span<const std::byte> piece(reinterpret_cast<const std::byte*>(text.data()), text.size());
+  write_bytes(path, std::span<const std::span<const std::byte>>(&piece, 1), what);
 }
 
 bool same_file(const std::string& a, const std::string& b) {
@@ -113,6 +269,21 @@ void check_not_an_input(const std::string& output, const std::vector<std::string
   for (const auto& in : inputs)
     check_arg(!same_file(output, in), what, "'{}' is also an input ('{}'); writing it would destroy that file",
               output, in);
+}
+
+void check_distinct(const NamedPaths& outputs, const NamedPaths& inputs) {
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const auto& [arg, out] = outputs[i];
+    if (out.empty()) continue;
+    for (const auto& [in_arg, in] : inputs)
+      check_arg(in.empty() || !same_file(out, in), arg,
+                "'{}' is the file given to {} ('{}'); writing it would destroy that input, so choose another path",
+                out, in_arg, in);
+    for (size_t j = 0; j < i; ++j)
+      check_arg(outputs[j].second.empty() || !same_file(out, outputs[j].second), arg,
+                "'{}' is also the output of {} ('{}'); give each output its own file", out, outputs[j].first,
+                outputs[j].second);
+  }
 }
 
 }  // namespace ridge::files

@@ -1,7 +1,6 @@
 #include "ridge/model/data.hpp"
 
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -13,6 +12,7 @@
 #include <utility>
 
 #include "model/atomic_write.hpp"
+#include "ridge/core/hash.hpp"
 #include "ridge/core/error.hpp"
 #include "core/check.hpp"
 
@@ -26,43 +26,82 @@ TokenFile::TokenFile(TokenFile&& o) noexcept {
 
 TokenFile& TokenFile::operator=(TokenFile&& o) noexcept {
   if (this != &o) {
-    unmap();
+    close();
     path_ = std::move(o.path_);
-    map_ = std::exchange(o.map_, nullptr);
-    map_bytes_ = std::exchange(o.map_bytes_, 0);
-    data_ = std::exchange(o.data_, nullptr);
+    fd_ = std::exchange(o.fd_, -1);
     size_ = std::exchange(o.size_, 0);
     max_token_ = o.max_token_;
+    hash_ = o.hash_;
   }
   return *this;
 }
 
 TokenFile::~TokenFile() {
-  unmap();
+  close();
 }
 
-void TokenFile::unmap() {
-  if (map_) ::munmap(map_, map_bytes_);
-  map_ = nullptr;
-  map_bytes_ = 0;
+void TokenFile::close() {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
 }
 
 TokenFile TokenFile::open(const std::string& path) {
-  const auto map = detail::map_regular_file(path, fmt::format("token file '{}'", path), [](size_t bytes) {
-    if (bytes == 0) return std::string("empty (no tokens)");
-    if (bytes % 2 != 0) return fmt::format("truncated: {} bytes is not a whole number of uint16 tokens", bytes);
-    return std::string();
-  });
-  void* m = map.data;
-  const size_t bytes = map.bytes;
+  const std::string what = fmt::format("token file '{}'", path);
+  // stat before open: opening a FIFO would block until a writer appears (O_NONBLOCK in case it was
+  // swapped for one in between).
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) fail("{}: cannot open it: {}", what, std::strerror(errno));
+  check(S_ISREG(st.st_mode), "{}: not a regular file", what);
   TokenFile f;
   f.path_ = path;
-  f.map_ = m;
-  f.map_bytes_ = bytes;
-  f.data_ = static_cast<const uint16_t*>(m);  // page-aligned, so uint16 access is aligned
-  f.size_ = static_cast<int64_t>(bytes / 2);
-  f.max_token_ = *std::max_element(f.data_, f.data_ + f.size_);
+  f.fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (f.fd_ < 0) fail("{}: cannot open it: {}", what, std::strerror(errno));
+  struct stat fst {};
+  check(::fstat(f.fd_, &fst) == 0 && S_ISREG(fst.st_mode), "{}: not a regular file", what);
+  const auto bytes = static_cast<int64_t>(fst.st_size);
+  check(bytes > 0, "{}: empty (no tokens)", what);
+  check(bytes % 2 == 0, "{}: truncated: {} bytes is not a whole number of uint16 tokens", what, bytes);
+  f.size_ = bytes / 2;
+  uint16_t mx = 0;
+  uint64_t h = kFnv1aBasis;
+  f.scan([&](std::span<const uint16_t> piece) {
+    for (uint16_t t : piece) mx = t > mx ? t : mx;
+    h = fnv1a(piece.data(), piece.size_bytes(), h);
+  });
+  f.max_token_ = mx;
+  f.hash_ = h;
   return f;
+}
+
+void TokenFile::read(int64_t first, int64_t count, uint16_t* out) const {
+  check(first >= 0 && count >= 0 && first + count <= size_, "token file '{}': tokens [{}, {}) are outside its {}",
+        path_, first, first + count, size_);
+  auto* p = reinterpret_cast<char*>(out);
+  size_t left = static_cast<size_t>(count) * 2;
+  auto at = static_cast<off_t>(first * 2);
+  while (left > 0) {
+    const ssize_t n = ::pread(fd_, p, left, at);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) fail("token file '{}': reading it failed: {}", path_, std::strerror(errno));
+    // A short read: the file shrank after it was opened (another program truncated or rewrote it).
+    check(n > 0,
+          "token file '{}': it now ends before token {} although it held {} tokens when opened; it was changed "
+          "while ridge read it (leave a token file unchanged while a run uses it)",
+          path_, first + count, size_);
+    p += n;
+    at += n;
+    left -= static_cast<size_t>(n);
+  }
+}
+
+void TokenFile::scan(const std::function<void(std::span<const uint16_t>)>& fn) const {
+  constexpr int64_t kPiece = int64_t{1} << 19;  // tokens: 1 MiB
+  std::vector<uint16_t> buf(static_cast<size_t>(std::min(kPiece, size_)));
+  for (int64_t first = 0; first < size_; first += kPiece) {
+    const int64_t n = std::min(kPiece, size_ - first);
+    read(first, n, buf.data());
+    fn(std::span<const uint16_t>(buf.data(), static_cast<size_t>(n)));
+  }
 }
 
 // ---- Rng ----
@@ -142,6 +181,26 @@ void sample_batch(const uint16_t* tokens, int64_t n, int64_t batch, int64_t cont
   }
 }
 
+void sample_batch(const TokenFile& file, int64_t batch, int64_t context, Rng& rng, int32_t* inputs,
+                  int32_t* targets) {
+  const int64_t n = file.size();
+  check(batch >= 1, "sample_batch: batch is {}; it must be >= 1", batch);
+  check(context >= 1, "sample_batch: context is {}; it must be >= 1", context);
+  check(n - 1 >= context, "sample_batch: the data has {} tokens; context {} needs at least {}", n, context,
+        context + 1);
+  check(inputs != nullptr && targets != nullptr, "sample_batch: a pointer is null");
+  const uint64_t starts = static_cast<uint64_t>(n - context);  // s in [0, n - context - 1], as above
+  std::vector<uint16_t> row(static_cast<size_t>(context + 1));
+  for (int64_t b = 0; b < batch; ++b) {
+    const int64_t s = static_cast<int64_t>(rng.below(starts));
+    file.read(s, context + 1, row.data());
+    for (int64_t t = 0; t < context; ++t) {
+      inputs[b * context + t] = row[static_cast<size_t>(t)];
+      targets[b * context + t] = row[static_cast<size_t>(t + 1)];
+    }
+  }
+}
+
 // ---- encoding and statistics ----
 
 std::vector<uint16_t> encode_bytes(std::string_view text) {
@@ -159,13 +218,13 @@ void write_tokens(const std::string& path, std::span<const uint16_t> tokens) {
   detail::write_atomically(path, what, std::span<const std::span<const std::byte>>(&piece, 1));
 }
 
-TokenStats token_stats(std::span<const uint16_t> tokens) {
+namespace {
+// The statistics of a sequence from its id counts.
+TokenStats stats_of_counts(const std::vector<int64_t>& counts, int64_t total) {
   TokenStats s;
-  s.count = static_cast<int64_t>(tokens.size());
-  if (tokens.empty()) return s;
-  std::vector<int64_t> counts(65536, 0);
-  for (uint16_t t : tokens) ++counts[t];
-  const double n = static_cast<double>(tokens.size());
+  s.count = total;
+  if (total == 0) return s;
+  const double n = static_cast<double>(total);
   double h = 0;  // nats
   for (size_t id = 0; id < counts.size(); ++id) {
     if (counts[id] == 0) continue;
@@ -177,6 +236,21 @@ TokenStats token_stats(std::span<const uint16_t> tokens) {
   s.entropy_nats = h;
   s.entropy_bits = h / std::log(2.0);
   return s;
+}
+}  // namespace
+
+TokenStats token_stats(std::span<const uint16_t> tokens) {
+  std::vector<int64_t> counts(65536, 0);
+  for (uint16_t t : tokens) ++counts[t];
+  return stats_of_counts(counts, static_cast<int64_t>(tokens.size()));
+}
+
+TokenStats token_stats(const TokenFile& file) {
+  std::vector<int64_t> counts(65536, 0);
+  file.scan([&](std::span<const uint16_t> piece) {
+    for (uint16_t t : piece) ++counts[t];
+  });
+  return stats_of_counts(counts, file.size());
 }
 
 double unigram_entropy_bits(std::span<const uint16_t> tokens) {

@@ -156,7 +156,7 @@ StepResult Trainer::step(const TokenFile& data) {
   check(data.max_token() < model_.config().vocab_size,
         "data: token file '{}' holds token id {}, beyond the model's vocab_size {}", data.path(), data.max_token(),
         model_.config().vocab_size);
-  sample_batch(data.data(), data.size(), cfg_.batch, cfg_.seq, rng_, inputs_.data(), targets_.data());
+  sample_batch(data, cfg_.batch, cfg_.seq, rng_, inputs_.data(), targets_.data());
   return step(inputs_.data(), targets_.data());
 }
 

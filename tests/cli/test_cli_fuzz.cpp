@@ -1,7 +1,8 @@
 // A fuzz test of the one-line error contract: random argument vectors built from ridge's real
 // subcommands and flags with hostile values (negative, zero, huge, nan, empty, hexadecimal, 1e400,
 // unicode, very long, FIFOs, directories, /dev/zero, missing files) and mutated chip, shapes,
-// snapshot, results and grid files (byte flips, truncation, deep nesting, wrong types, huge numbers).
+// snapshot, results and grid files (byte flips, truncation, deep nesting, wrong types, huge numbers),
+// and `ridge train` / `ridge data` on texts and token files, with outputs that may name an input.
 // Every run must end with exit 0 or 2, never 1, a signal or a timeout; exit 2 must come with exactly
 // one line on stderr; the input files must be unchanged. Bounded in count and wall time; seeded:
 // RIDGE_FUZZ_SEED=N replays a run, RIDGE_FUZZ_RUNS=N sets the count (RIDGE_TEST_SMALL=1: fewer),
@@ -235,7 +236,7 @@ class Fuzzer {
     const V small = {"1", "7", "64", "128"};
     auto chip = [&] { return chance(0.5) ? one(chips) : file("chip.json"); };
     std::vector<std::string> a;
-    switch (pick(12)) {
+    switch (pick(14)) {
       case 0:
         a = {"hw", "show", chip()};
         if (chance(0.5)) a.push_back("--json");
@@ -320,8 +321,39 @@ class Fuzzer {
              "--no-shapes",        "--out", out_path(), "--results",
              file("results.jsonl")};
         break;
+      case 12: {  // train: a tiny model, hostile numbers, outputs that may name an input
+        a = {"train", "--d-model", "32", "--layers", "1", "--heads", "2", "--d-ff", "48", "--context", "16",
+             "--batch", "2", "--steps", value({"2", "3"}), "--threads", "1"};
+        const bool data = chance(0.5);
+        const std::string input = data ? file("tok") : (chance(0.8) ? (dir_ / "base.txt").string() : file("txt"));
+        a.insert(a.end(), {data ? "--data" : "--text", input});
+        static const V numbers = {"--d-model", "--d-ff",  "--layers", "--heads",        "--vocab",
+                                  "--context", "--batch", "--lr",     "--lr-min",       "--warmup",
+                                  "--beta1",   "--beta2", "--eps",    "--weight-decay", "--clip",
+                                  "--seed",    "--log-every", "--threads"};
+        for (int n = 0, k = static_cast<int>(pick(3)); n < k; ++n)
+          a.insert(a.end(), {one(numbers), value({"1", "2", "16", "0.5", "1e-3"})});
+        // An output: a fresh path, or the input itself (which must then stay byte-identical).
+        static const V outputs = {"--checkpoint", "--trace", "--memory"};
+        if (chance(0.6)) a.insert(a.end(), {one(outputs), chance(0.5) ? out_path() : input});
+        if (chance(0.2)) a.insert(a.end(), {"--save-every", value({"1"})});
+        if (chance(0.2)) a.insert(a.end(), {"--precision", value({"bf16", "fp16", "fp32"})});
+        if (chance(0.3)) a.push_back("--json");
+        break;
+      }
+      case 13:
+        if (chance(0.5)) {
+          a = {"data", "info", file("tok")};
+          if (chance(0.5)) a.push_back("--json");
+        } else {
+          const std::string in = chance(0.7) ? (dir_ / "base.txt").string() : file("txt");
+          a = {"data", "encode", in, "-o", chance(0.7) ? out_path() : in};
+          if (chance(0.5)) a.push_back("--force");
+        }
+        break;
       default: {
-        static const V words = {"bogus", "bench", "roofline", "memory", "hw", "probe", "--help", "", "-x"};
+        static const V words = {"bogus", "bench", "roofline", "memory", "hw", "probe", "--help", "", "-x",
+                                "train", "data"};
         a = {one(words), one(words)};
         if (chance(0.5)) a.push_back(value({}));
       }
@@ -400,6 +432,14 @@ TEST(CliFuzz, HostileArgumentsAndFilesKeepTheContract) {
        R"({"t_us": 3.5, "action": "free", "address": "0x2000", "bytes": 4096, "tag": "acts"}]})"
        "\n");
   spit(dir / "deep.json", std::string(60000, '{') + std::string(60000, '}'));
+  {
+    std::string text;
+    for (int i = 0; i < 30; ++i) text += "the quick brown fox jumps over the lazy dog. ";
+    spit(dir / "base.txt", text);
+    std::string tok;
+    for (unsigned char c : text) tok += std::string{static_cast<char>(c), '\0'};
+    spit(dir / "base.tok", tok);
+  }
 
   Fuzzer fz(seed, dir);
   const auto before = tree_state();

@@ -2,6 +2,7 @@
 // answer: bytes laid out by hand, generator outputs from a separate implementation, counts done by hand.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
@@ -37,11 +38,16 @@ TEST(TokenFile, ReadsLittleEndianUint16AsNumpyWritesIt) {
   ridge::test::write_bytes(path, std::string("\x01\x00\x02\x01\xFF\xFF\x07\x00", 8));
   const TokenFile f = TokenFile::open(path);
   ASSERT_EQ(f.size(), 4);
-  EXPECT_EQ(f.data()[0], 1);
-  EXPECT_EQ(f.data()[1], 258);
-  EXPECT_EQ(f.data()[2], 65535);
-  EXPECT_EQ(f.data()[3], 7);
+  std::vector<uint16_t> t(4);
+  f.read(0, 4, t.data());
+  EXPECT_EQ(t, (std::vector<uint16_t>{1, 258, 65535, 7}));
+  f.read(2, 1, t.data());
+  EXPECT_EQ(t[0], 65535);
   EXPECT_EQ(f.max_token(), 65535);
+  // FNV-1a of the eight bytes, folded by hand here.
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char b : std::string("\x01\x00\x02\x01\xFF\xFF\x07\x00", 8)) h = (h ^ b) * 0x100000001b3ull;
+  EXPECT_EQ(f.content_hash(), h);
   EXPECT_EQ(f.path(), path);
 }
 
@@ -66,12 +72,58 @@ TEST(TokenFile, WriteTokensRoundTripsAndIsAtomic) {
   EXPECT_EQ(ridge::test::read_bytes(dir.file("w.bin")),
             std::string("\x00\x00\xFF\x00\x00\x01\xFF\xFF\x2A\x00", 10));
   const TokenFile f = TokenFile::open(dir.file("w.bin"));
-  EXPECT_EQ(std::vector<uint16_t>(f.data(), f.data() + f.size()), toks);
+  std::vector<uint16_t> back(toks.size());
+  f.read(0, f.size(), back.data());
+  EXPECT_EQ(back, toks);
   expect_error([&] { write_tokens(dir.file("missing/w.bin"), toks); },
                "write_tokens '" + dir.file("missing/w.bin"));
   EXPECT_FALSE(std::filesystem::exists(dir.file("missing")));
   expect_error([&] { write_tokens(dir.file("e.bin"), {}); }, "tokens is empty");
   EXPECT_FALSE(std::filesystem::exists(dir.file("e.bin")));
+}
+
+// Another program truncating the file while ridge reads it (training) is an error naming the file, never
+// a SIGBUS: the file is read through its descriptor, and a short read says what happened.
+TEST(TokenFile, ShrinkingUnderTheReaderIsAnErrorNamingTheFile) {
+  TempDir dir;
+  std::vector<uint16_t> toks(3000);
+  for (size_t i = 0; i < toks.size(); ++i) toks[i] = static_cast<uint16_t>(i % 251);
+  const std::string path = dir.file("shrink.bin");
+  write_tokens(path, toks);
+  const TokenFile f = TokenFile::open(path);
+  ASSERT_EQ(::truncate(path.c_str(), 100), 0);  // 50 tokens left
+  std::vector<uint16_t> out(100);
+  f.read(10, 40, out.data());  // still there
+  EXPECT_EQ(out[0], 10);
+  expect_error([&] { f.read(40, 100, out.data()); },
+               "token file '" + path + "': it now ends before token 140 although it held 3000 tokens when opened");
+  Rng rng(1);
+  std::vector<int32_t> x(4 * 64), y(x.size());
+  expect_error([&] { sample_batch(f, 4, 64, rng, x.data(), y.data()); }, "token file '" + path + "'");
+  ASSERT_EQ(::truncate(path.c_str(), 0), 0);
+  expect_error([&] { token_stats(f); }, "it now ends before token");
+}
+
+// The file and the in-memory sampler draw the same batches from the same generator state.
+TEST(TokenFile, SampleBatchFromTheFileEqualsTheInMemoryOne) {
+  TempDir dir;
+  std::vector<uint16_t> toks(777);
+  for (size_t i = 0; i < toks.size(); ++i) toks[i] = static_cast<uint16_t>((i * 7919) % 65536);
+  write_tokens(dir.file("s.bin"), toks);
+  const TokenFile f = TokenFile::open(dir.file("s.bin"));
+  Rng a(42), b(42);
+  std::vector<int32_t> xa(5 * 33), ya(xa.size()), xb(xa.size()), yb(xa.size());
+  for (int round = 0; round < 4; ++round) {
+    sample_batch(toks.data(), static_cast<int64_t>(toks.size()), 5, 33, a, xa.data(), ya.data());
+    sample_batch(f, 5, 33, b, xb.data(), yb.data());
+    EXPECT_EQ(xa, xb);
+    EXPECT_EQ(ya, yb);
+  }
+  const TokenStats s = token_stats(f), m = token_stats(toks);
+  EXPECT_EQ(s.count, m.count);
+  EXPECT_EQ(s.distinct, m.distinct);
+  EXPECT_EQ(s.max_token, m.max_token);
+  EXPECT_EQ(s.entropy_bits, m.entropy_bits);
 }
 
 TEST(Rng, MatchesAnIndependentXoshiroImplementation) {

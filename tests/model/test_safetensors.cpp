@@ -311,7 +311,7 @@ TEST(Safetensors, AFailedWriteLeavesNothingBehindAndKeepsTheOldFile) {
     w2.write(dir.file("ro/sub"));
     ADD_FAILURE() << "wrote over a directory";
   } catch (const Error& e) {
-    expect_contains(e.what(), "is a directory");
+    expect_contains(e.what(), "is a folder");
   }
   EXPECT_EQ(ridge::test::read_bytes(dir.file("ro/sub/inner")), "inner");
   size_t entries = 0;

@@ -1,28 +1,46 @@
 // Every file ridge writes goes through here, so nothing the user had is lost: a regular file is
-// replaced only once the new text is complete (written beside it and renamed over it), a failed
-// run leaves the old file as it was, a symlink is written through to its target, and a device or
-// FIFO (/dev/null, /dev/stdout) is written directly, never replaced by a regular file.
+// replaced only once the new bytes are complete (written to a temporary beside it, NAME.tmp.PID.N,
+// fsynced and renamed over it), a failed run leaves the old file as it was, a symlink is written
+// through to its target, and a device or FIFO (/dev/null, /dev/stdout) is written directly, never
+// replaced by a regular file. A temporary never outlives its writer: it is removed when the write
+// fails, when SIGINT, SIGTERM or SIGHUP ends the process mid-write, and (for one left by a process
+// that was killed outright) by the next write to the same path.
 #pragma once
 
+#include <cstddef>
+#include <span>
 #include <string>
 #include <vector>
 
 namespace ridge::files {
 
 // Checks before a run that `path` can be written later, without touching it: not a folder, its
-// folder exists and is writable (no folder is created). ridge::Error naming `what` otherwise.
+// folder exists and is writable (no folder is created), and its name (with room for the temporary
+// written beside it) fits the file system's name limit. ridge::Error naming `what` otherwise.
 void check_writable(const std::string& path, const std::string& what);
 
-// Writes `text` to `path` as the header says. ridge::Error naming `what` when it cannot; the old
-// file, if any, is then intact.
+// Writes the concatenation of `pieces` to `path` as the header says. ridge::Error naming `what`
+// when it cannot; the old file, if any, is then intact and no temporary is left.
+void write_bytes(const std::string& path, std::span<const std::span<const std::byte>> pieces,
+                 const std::string& what);
 void write_text(const std::string& path, const std::string& text, const std::string& what);
 
 // Whether `a` and `b` name one file: the same inode when both exist (links, "./x", "dir/../x"),
-// else the same normalised absolute path.
+// else the same normalised absolute path (symlinks resolved as far as they exist).
 bool same_file(const std::string& a, const std::string& b);
 
 // ridge::Error naming `what` when `output` is one of `inputs` (writing it would destroy an input).
 void check_not_an_input(const std::string& output, const std::vector<std::string>& inputs,
                         const std::string& what);
+
+// Outputs and inputs of one command, each {argument, path} (empty paths are skipped): ridge::Error
+// naming the output's argument when an output names an input or another output. Called before any
+// work, so that a mistyped path costs nothing.
+using NamedPaths = std::vector<std::pair<std::string, std::string>>;
+void check_distinct(const NamedPaths& outputs, const NamedPaths& inputs);
+
+// The temporaries of dead processes beside `path` (NAME.tmp.PID.N whose PID no longer runs):
+// removed by every write; exposed for tests. Returns how many were removed.
+int remove_stale_temporaries(const std::string& path);
 
 }  // namespace ridge::files

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <array>
+#include <functional>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -13,17 +14,23 @@
 
 namespace ridge::model {
 
-// A token file mapped read-only. Errors ("token file 'PATH': ..."): missing, not a regular file, empty,
-// an odd number of bytes.
+// A token file, read through its descriptor (pread), never mapped: a file that another program
+// truncates while ridge reads it (during training) is a ridge::Error naming the file, not a SIGBUS.
+// Errors ("token file 'PATH': ..."): missing, not a regular file, empty, an odd number of bytes, and
+// later a file that no longer holds the tokens asked for.
 class TokenFile {
  public:
   static TokenFile open(const std::string& path);
 
-  int64_t size() const { return size_; }  // tokens
-  const uint16_t* data() const { return data_; }
-  std::span<const uint16_t> tokens() const { return {data_, static_cast<size_t>(size_)}; }
+  int64_t size() const { return size_; }  // tokens, when opened
   uint16_t max_token() const { return max_token_; }  // the largest id in the file, found once at open()
+  uint64_t content_hash() const { return hash_; }  // fnv1a of its bytes, found once at open()
   const std::string& path() const { return path_; }
+
+  // Copies tokens [first, first + count) into `out`.
+  void read(int64_t first, int64_t count, uint16_t* out) const;
+  // Calls `fn` on consecutive pieces of the whole file, in order.
+  void scan(const std::function<void(std::span<const uint16_t>)>& fn) const;
 
   TokenFile(TokenFile&& o) noexcept;
   TokenFile& operator=(TokenFile&& o) noexcept;
@@ -33,13 +40,12 @@ class TokenFile {
 
  private:
   TokenFile() = default;
-  void unmap();
+  void close();
   std::string path_;
-  void* map_ = nullptr;
-  size_t map_bytes_ = 0;
-  const uint16_t* data_ = nullptr;
+  int fd_ = -1;
   int64_t size_ = 0;
   uint16_t max_token_ = 0;
+  uint64_t hash_ = 0;
 };
 
 // xoshiro256** seeded through splitmix64: fast, good enough for sampling and initialisation, and its whole
@@ -67,6 +73,9 @@ class Rng {
 // values, row-major. Throws ridge::Error when n < context + 1 or batch, context < 1.
 void sample_batch(const uint16_t* tokens, int64_t n, int64_t batch, int64_t context, Rng& rng,
                   int32_t* inputs, int32_t* targets);
+// The same draws from a token file (the same starts for the same generator state).
+void sample_batch(const TokenFile& file, int64_t batch, int64_t context, Rng& rng, int32_t* inputs,
+                  int32_t* targets);
 
 // Byte-level tokens: one token per byte of the text, ids 0..255 (vocabulary 256).
 std::vector<uint16_t> encode_bytes(std::string_view text);
@@ -85,6 +94,7 @@ struct TokenStats {
   double entropy_nats = 0;
 };
 TokenStats token_stats(std::span<const uint16_t> tokens);
+TokenStats token_stats(const TokenFile& file);
 double unigram_entropy_bits(std::span<const uint16_t> tokens);
 
 }  // namespace ridge::model
