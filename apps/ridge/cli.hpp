@@ -77,22 +77,6 @@ inline CLI::Validator integer_in(int64_t lo, int64_t hi = std::numeric_limits<in
       "INT");
 }
 
-// A decimal integer in [0, 2^64 - 1] (seeds).
-inline CLI::Validator unsigned_integer() {
-  return CLI::Validator(
-      [](std::string& s) -> std::string {
-        const std::string accepted = "(accepted: a decimal integer 0 .. 18446744073709551615)";
-        uint64_t v = 0;
-        const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v, 10);
-        if (s.empty() || ec == std::errc::invalid_argument || end != s.data() + s.size())
-          return "'" + s + "' is not a decimal integer " + accepted;
-        if (ec == std::errc::result_out_of_range) return "'" + s + "' is out of range " + accepted;
-        s = std::to_string(v);
-        return {};
-      },
-      "UINT");
-}
-
 // A finite decimal number in [lo, hi] (open_low, open_high: without that end): nan, inf, hexadecimal
 // floats, values that overflow a double and trailing junk are refused.
 inline CLI::Validator number_in(double lo, double hi, bool open_low = false, bool open_high = false) {

@@ -43,11 +43,16 @@ void encode(const std::vector<std::string>& texts, const std::string& out, bool 
           "data encode: -o '{}' is the input TEXT '{}' itself; choose another path", out, t);
   }
   check(!exists || force, "data encode: -o '{}' exists; pass --force to replace it", out);
+  files::check_writable(out, "-o/--output");
   std::string text;
   for (const auto& t : texts) text += read_text(t);
   check(!text.empty(), "data encode: TEXT is empty (no bytes to encode)");
   const auto tokens = model::encode_bytes(text);
-  model::write_tokens(out, tokens);
+  try {
+    model::write_tokens(out, tokens);
+  } catch (const Error& e) {
+    fail("-o/--output: {}", e.what());
+  }
   fmt::print("wrote {} tokens ({} bytes of text from {} file{}, byte-level, vocab 256) to {}\n",
              tokens.size(), text.size(), texts.size(), texts.size() == 1 ? "" : "s", out);
 }

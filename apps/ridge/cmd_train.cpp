@@ -87,6 +87,32 @@ double estimate_bytes(const model::ModelConfig& c, const model::TrainConfig& t) 
   return P * 16 + (t.precision == model::Precision::fp32 ? 0 : P * op) + L * per_layer + final_ + work;
 }
 
+// The library names a model's sizes by their ModelConfig fields; the user gave them as flags.
+[[noreturn]] void fail_model_size(const Error& e) {
+  std::string m = e.what();
+  if (m.rfind("ModelConfig: ", 0) == 0) m = m.substr(13);
+  static const std::pair<std::string, std::string> names[] = {
+      {"d_head", "the head dimension"}, {"context_length", "--context"}, {"d_model", "--d-model"},
+      {"num_heads", "--heads"},         {"num_layers", "--layers"},      {"d_ff", "--d-ff"},
+      {"vocab_size", "--vocab"},        {"rope_theta", "rope_theta"}};
+  for (const auto& [field, flag] : names)
+    for (size_t at = m.find(field); at != std::string::npos; at = m.find(field, at + flag.size()))
+      m.replace(at, field.size(), flag);
+  fail("model size: {}", m);
+}
+
+// The model, from the sizes prepare() checked. FlashAttention's head-dimension limit is the model's
+// check; the user chose the head dimension through --d-model and --heads.
+model::Trainer make_trainer(const model::ModelConfig& c, const model::TrainConfig& t) {
+  try {
+    return model::Trainer(c, t);
+  } catch (const Error& e) {
+    if (e.argument() != "attention") throw;
+    fail("{} (from --d-model {} / --heads {}; or pass --attention math)", e.renamed("--attention").what(), c.d_model,
+         c.num_heads);
+  }
+}
+
 std::string duration(double s) {
   if (!std::isfinite(s) || s < 0) return "?";
   if (s < 60) return fmt::format("{:.0f}s", s);
@@ -151,6 +177,7 @@ Prepared prepare(const Args& a, int world) {
   try {
     c = model::preset(a.size, vocab, a.context);
   } catch (const Error& e) {
+    if (std::string(e.what()).rfind("ModelConfig: ", 0) == 0) fail_model_size(e);
     fail("--size: {}", e.what());
   }
   if (a.d_model > 0) c.d_model = a.d_model;
@@ -160,7 +187,7 @@ Prepared prepare(const Args& a, int world) {
   try {
     c.validate();
   } catch (const Error& e) {
-    fail("model: {} (from --size and --d-model/--d-ff/--layers/--heads)", e.what());
+    fail_model_size(e);
   }
 
   model::TrainConfig& t = p.t;
@@ -168,8 +195,16 @@ Prepared prepare(const Args& a, int world) {
         a.batch, world, world);
   t.batch = a.batch / world;
   t.seq = a.context;
-  t.precision = model::parse_precision(a.precision);
-  t.attention = model::parse_attention_path(a.attention);
+  try {
+    t.precision = model::parse_precision(a.precision);
+  } catch (const Error&) {
+    fail("--precision: '{}' is not one of fp32, bf16, fp16", a.precision);
+  }
+  try {
+    t.attention = model::parse_attention_path(a.attention);
+  } catch (const Error&) {
+    fail("--attention: '{}' is not one of flash, math", a.attention);
+  }
   t.lr_max = a.lr;
   t.lr_min = a.lr_min >= 0 ? a.lr_min : a.lr / 10;
   t.warmup_steps = a.warmup >= 0 ? a.warmup : std::min<int64_t>(a.steps / 10, 1000);
@@ -188,9 +223,14 @@ Prepared prepare(const Args& a, int world) {
           a.context + 1, file ? "--data" : "--text", n_data);
 
   const double need = estimate_bytes(c, t), avail = static_cast<double>(memory::available_bytes());
-  check(avail <= 0 || need < 0.9 * avail,
-        "--size/--batch/--context: this run needs about {} but {} is available; try a smaller size, batch or "
-        "context", units::format_bytes(need), units::format_bytes(avail));
+  if (!(avail <= 0 || need < 0.9 * avail)) {
+    std::string flags = "--size";  // the flags that sized this run, as the user gave them
+    for (const auto& [given, flag] : {std::pair{a.d_model > 0, "--d-model"}, {a.d_ff > 0, "--d-ff"},
+                                      {a.layers > 0, "--layers"}, {a.heads > 0, "--heads"}, {a.vocab > 0, "--vocab"}})
+      if (given) flags += std::string("/") + flag;
+    fail("{}/--batch/--context: this run needs about {} but {} is available; try a smaller model, batch or context",
+         flags, units::format_bytes(need), units::format_bytes(avail));
+  }
 
   const std::string cfg = nlohmann::json(c).dump() +
                           fmt::format("|{} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {}|{}", a.batch, t.seq,
@@ -354,13 +394,15 @@ void train_loop(const Args& a, const Prepared& p, model::Trainer& trainer, DataP
   if (!a.trace.empty()) {
     // Under data parallelism rank 0 writes one trace with a process row per rank.
     std::string what = a.trace;
+    cli::with_flags({{"trace", "--trace"}}, [&] {
 #ifdef RIDGE_HAVE_DIST
-    if (dp && world > 1) {
-      dist::write_merged_trace(a.trace);
-      what = fmt::format("{} ({} ranks, one process row each)", a.trace, world);
-    } else
+      if (dp && world > 1) {
+        dist::write_merged_trace(a.trace);
+        what = fmt::format("{} ({} ranks, one process row each)", a.trace, world);
+      } else
 #endif
-      trace::write(a.trace);
+        trace::write(a.trace);
+    });
     trace::stop_recording();
     if (!a.json && print)
       fmt::print("trace     {} events{} -> {} (open in https://ui.perfetto.dev)\n", trace::event_count(),
@@ -368,7 +410,7 @@ void train_loop(const Args& a, const Prepared& p, model::Trainer& trainer, DataP
   }
   if (!a.memory.empty()) {
     const std::string path = per_rank_path(a.memory, rank, world);
-    memory::dump_snapshot(path);
+    cli::with_flags({{"memory snapshot", "--memory"}}, [&] { memory::dump_snapshot(path); });
     memory::stop_recording();
     if (!a.json && print)
       fmt::print("memory    {} (see `ridge memory show`){}\n", path,
@@ -470,7 +512,7 @@ void run(const Args& a) {
   }
   Prepared p = prepare(a, 1);
   if (!a.memory.empty()) memory::record_history();
-  model::Trainer trainer(p.c, p.t);
+  model::Trainer trainer = make_trainer(p.c, p.t);
   load_resume(trainer, a);
   train_loop(a, p, trainer, nullptr, 0, 1);
 }
@@ -510,7 +552,7 @@ void setup(CLI::App& root) {
       ->transform(cli::number_in(0, kInf));
   cmd->add_option("--seed", a.seed, "seed of the initialisation and the batch sampling")
       ->capture_default_str()
-      ->transform(cli::unsigned_integer());
+      ->transform(cli::integer_in(0));
   cmd->add_option("--checkpoint", a.checkpoint, "write a checkpoint (safetensors) here at the end");
   cmd->add_option("--save-every", a.save_every, "also write it every N steps")->transform(cli::integer_in(1));
   cmd->add_option("--resume", a.resume, "resume from a checkpoint (or start from safetensors weights)");

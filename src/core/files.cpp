@@ -164,7 +164,13 @@ void check_writable(const std::string& path, const std::string& what) {
   const fs::path dir = folder_of(p);
   check_arg(fs::is_directory(dir, ec), what, "folder '{}' does not exist (for '{}')", dir.string(), path);
   check_arg(::access(dir.c_str(), W_OK) == 0, what, "folder '{}' is not writable", dir.string());
-  if (fs::exists(st)) check_arg(::access(p.c_str(), W_OK) == 0, what, "'{}' is not writable", path);
+  // A file without write permission is one its owner protected: refused even for root, whom access(2)
+  // would let through.
+  if (fs::exists(st))
+    check_arg(::access(p.c_str(), W_OK) == 0 && (fs::status(p, ec).permissions() &
+                                                  (fs::perms::owner_write | fs::perms::group_write |
+                                                   fs::perms::others_write)) != fs::perms::none,
+              what, "'{}' is read-only; ridge does not replace a file its owner made read-only", path);
   const long name_max = ::pathconf(dir.c_str(), _PC_NAME_MAX);
   const size_t limit = name_max > 0 ? static_cast<size_t>(name_max) : 255;
   const size_t name = p.filename().string().size();

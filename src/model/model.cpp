@@ -618,8 +618,8 @@ void TransformerLM<S>::set_attention_path(AttentionPath a) {
   if (std::is_same_v<S, double>) a = AttentionPath::math;  // FlashAttention has no fp64 instance
   if (a == AttentionPath::flash) {
     const int64_t dh = impl_->cfg.d_head();
-    check(dh >= 16 && dh <= 256, "attention: FlashAttention needs a head dimension in 16..256 (d_model / num_heads "
-          "= {}); use the math path", dh);
+    check_arg(dh >= 16 && dh <= 256, "attention",
+              "FlashAttention needs a head dimension in 16..256 (d_model / num_heads = {}); use the math path", dh);
   }
   impl_->attention = a;
 }
