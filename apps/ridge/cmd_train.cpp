@@ -46,12 +46,6 @@ struct Args {
   double bucket_mb = 25;
 };
 
-uint64_t fnv_hash(const void* data, size_t bytes, uint64_t h = 0xcbf29ce484222325ull) {
-  const auto* b = static_cast<const unsigned char*>(data);
-  for (size_t i = 0; i < bytes; ++i) h = (h ^ b[i]) * 0x100000001b3ull;
-  return h;
-}
-
 // Started by mpirun with more than one rank: then `ridge train` is one rank of a data-parallel run.
 bool dist_launched() {
   const auto l = env::launcher();
@@ -105,7 +99,6 @@ struct Prepared {
   std::optional<model::TokenFile> file;
   std::vector<uint16_t> text_tokens;
   std::string source;
-  uint64_t hash = 0;  // of the configuration and the data, for the ranks to compare
 };
 
 Prepared prepare(const Args& a, int world) {
@@ -207,14 +200,6 @@ Prepared prepare(const Args& a, int world) {
     check(!fs::is_directory(cp, ec), "--checkpoint: '{}' is a folder; give a file path", a.checkpoint);
   }
 
-  const std::string cfg = nlohmann::json(c).dump() +
-                          fmt::format("|{} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {}|{}", a.batch, t.seq,
-                                      a.precision, a.attention, a.lr, t.lr_min, t.warmup_steps, a.steps, a.beta1,
-                                      a.beta2, a.eps, a.weight_decay, a.clip, a.seed, a.ddp, a.shard, a.bucket_mb,
-                                      a.resume, world);
-  p.hash = fnv_hash(cfg.data(), cfg.size());
-  if (file) p.hash = fnv_hash(file->data(), static_cast<size_t>(file->size()) * 2, p.hash);
-  if (!text_tokens.empty()) p.hash = fnv_hash(text_tokens.data(), text_tokens.size() * 2, p.hash);
   return p;
 }
 
@@ -388,8 +373,54 @@ void train_loop(const Args& a, const Prepared& p, model::Trainer& trainer, DataP
 }
 
 #ifdef RIDGE_HAVE_DIST
-// One rank of `mpirun -np N ridge train --ddp MODE`. Setup errors are agreed on (the failing rank's line
-// is printed by rank 0, every rank exits 2); the configuration and data are compared across ranks; an
+// "N bytes, fnv1a H" of a file: its whole contents up to 1 GiB, else its size and its first and last
+// 512 MiB (a checkpoint's header and its last tensors); "" when it cannot be read (--resume reports that).
+std::string file_contents_id(const std::string& path) {
+  std::error_code ec;
+  const uintmax_t size = fs::file_size(path, ec);
+  if (ec || !fs::is_regular_file(path, ec)) return {};
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) return {};
+  constexpr uintmax_t kPart = uintmax_t{512} << 20;
+  uint64_t h = dist::fnv1a(nullptr, 0);
+  std::vector<char> buf(size_t{1} << 20);
+  auto hash_range = [&](uintmax_t from, uintmax_t bytes) {
+    if (fseeko(f, static_cast<off_t>(from), SEEK_SET) != 0) return false;
+    while (bytes > 0) {
+      const size_t want = static_cast<size_t>(std::min<uintmax_t>(bytes, buf.size()));
+      const size_t got = std::fread(buf.data(), 1, want, f);
+      if (got == 0) return false;
+      h = dist::fnv1a(buf.data(), got, h);
+      bytes -= got;
+    }
+    return true;
+  };
+  const bool ok =
+      size <= 2 * kPart ? hash_range(0, size) : hash_range(0, kPart) && hash_range(size - kPart, kPart);
+  std::fclose(f);
+  return ok ? fmt::format("{} bytes, fnv1a {:016x}", size, h) : std::string();
+}
+
+// What every rank must be given alike besides its command line: the contents of what it reads (the
+// command line compares the paths; this, what a path holds on each rank's machine).
+void add_contents(dist::Fingerprint& fp, const Args& a, const Prepared& p) {
+  if (p.file)
+    fp.emplace_back("--data (contents)",
+                    fmt::format("{} tokens, fnv1a {:016x}", p.file->size(),
+                                dist::fnv1a(p.file->data(), static_cast<size_t>(p.file->size()) * 2)));
+  if (!p.text_tokens.empty())
+    fp.emplace_back("--text (contents)",
+                    fmt::format("{} bytes, fnv1a {:016x}", p.text_tokens.size(),
+                                dist::fnv1a(p.text_tokens.data(), p.text_tokens.size() * 2)));
+  if (!a.resume.empty())
+    if (std::string id = file_contents_id(a.resume); !id.empty()) fp.emplace_back("--resume (contents)", id);
+}
+
+// One rank of `mpirun -np N ridge train --ddp MODE`. An error before MPI starts goes to main(), which
+// takes part in the ranks' agreement with it. The first collective is dist::agree_to_start: a setup
+// error on any rank, or a command line or data that differs from rank 0's, is one line for the job and
+// exit status 2 on every rank, before any rank runs a collective that depends on them (the trace merge,
+// the checkpoint gathers, the per-step reductions). Later setup errors are agreed on the same way; an
 // error during training prints its line and ends every rank (MPI_Abort).
 void run_rank(const Args& a) {
   dist::DdpConfig cfg;
@@ -411,9 +442,17 @@ void run_rank(const Args& a) {
     try {
       std::optional<Prepared> p;
       std::optional<model::Trainer> trainer;
+      // Every option as typed (a rank may use its own --threads), and the contents read.
+      dist::Fingerprint fingerprint = cli::command_line_fingerprint({"--threads"});
       std::string err;
       try {
         p = prepare(a, session.size());
+        add_contents(fingerprint, a, *p);
+      } catch (const Error& e) {
+        err = e.what();
+      }
+      dist::agree_to_start(err, fingerprint);
+      try {
         // Recording starts before the trainer allocates, so the snapshot holds parameters,
         // gradients and optimizer state.
         if (!a.memory.empty()) memory::record_history();
@@ -426,7 +465,6 @@ void run_rank(const Args& a) {
         err = e.what();
       }
       dist::agree(err);
-      dist::check_same(p->hash, "configuration (arguments, model size, data)");
       // The constructor's checks (RIDGE_TEST_DIE_RANK against the world size) precede its collectives.
       std::optional<dist::DataParallel> dpo;
       try {
