@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <iterator>
 #include <random>
 #include <string>
 #include <vector>
@@ -125,18 +126,39 @@ TEST(CliDistAgree, TrainOptionGivenToOneRankIsOneLine) {
   EXPECT_EQ(ok.code, 0) << ok.err;
 }
 
-// The same path holding other data on each rank's machine (here: each rank's working directory).
+// The same path holding other data on each rank's machine (here: each rank's working directory): a
+// text, a checkpoint to resume. Every input is byte-identical afterwards.
 TEST(CliDistAgree, DataThatDiffersUnderTheSamePathIsNamed) {
   TempDir dir("ridge_cli_agree_data");
   fs::create_directories(dir.path / "a");
   fs::create_directories(dir.path / "b");
   std::ofstream(dir / "a/text.txt") << std::string(200, 'a');
   std::ofstream(dir / "b/text.txt") << std::string(200, 'b');
-  const std::string args =
-      "train --layers 1 --d-model 32 --heads 2 --d-ff 48 --context 8 --batch 4 --steps 1 --text text.txt";
-  const RunResult r = ridge::test::run_shell(kMpirun + " -np 1 -wdir " + (dir / "a") + kRidge + args +
-                                             " : -np 1 -wdir " + (dir / "b") + kRidge + args);
-  expect_one_line(r, "ridge: rank 1: --text (contents): 200 bytes, fnv1a ");
+  const std::string model =
+      "train --layers 1 --d-model 32 --heads 2 --d-ff 48 --context 8 --batch 4 --threads 1 ";
+  auto both = [&](const std::string& args) {
+    return ridge::test::run_shell(kMpirun + " -np 1 -wdir " + (dir / "a") + kRidge + args +
+                                  " : -np 1 -wdir " + (dir / "b") + kRidge + args);
+  };
+  expect_one_line(both(model + "--steps 1 --text text.txt"),
+                  "ridge: rank 1: --text (contents): 200 bytes, fnv1a ");
+  // Two checkpoints of the same model from other seeds, one in each directory.
+  for (const auto& [sub, seed] : {std::pair{"a", "1"}, std::pair{"b", "2"}}) {
+    const RunResult w = ridge::test::run(model + "--vocab 64 --steps 1 --seed " + seed + " --checkpoint " +
+                                         (dir / (std::string(sub) + "/c.safetensors")));
+    ASSERT_EQ(w.code, 0) << w.err;
+  }
+  auto bytes = [](const std::string& path) {
+    std::ifstream f(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(f), {});
+  };
+  const std::string ca = bytes(dir / "a/c.safetensors"), cb = bytes(dir / "b/c.safetensors");
+  ASSERT_NE(ca, cb);
+  expect_one_line(both(model + "--vocab 64 --steps 2 --resume c.safetensors"),
+                  "ridge: rank 1: --resume (contents): ");
+  EXPECT_EQ(bytes(dir / "a/c.safetensors"), ca);
+  EXPECT_EQ(bytes(dir / "b/c.safetensors"), cb);
+  EXPECT_EQ(bytes(dir / "a/text.txt"), std::string(200, 'a'));
 }
 
 TEST(CliDistAgree, CommandThatDiffersIsNamed) {
