@@ -49,20 +49,12 @@ double r3(double x) {
   return std::round(x * 1000) / 1000;
 }
 
-// The MPI side: refuse a lone process before MPI_Init (a singleton init can hang or fail where no
-// launcher runs), then one Session for the benchmark.
-// Runs the input checks; on a rank other than 0 a failure ends the process quietly with status 2, so a
-// bad argument is one line (rank 0's), not one per rank.
-void checked(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error&) {
-    // (A launcher variable that is not a number throws here instead, on every rank: it names the variable.)
-    if (env::launcher().rank != 0) std::exit(2);
-    throw;
-  }
-}
-
+// The MPI side: the input checks run before MPI starts (a lone process is refused there: a singleton
+// init can hang or fail where no launcher runs), and an error they find goes to main(), which takes part
+// in the ranks' agreement with it, so a bad argument is one line for the job. Then one Session, whose
+// first collective is dist::agree_to_start on the context's fingerprint: every rank runs the same sweep
+// with the same options, or every rank stops with one line naming the first option that differs.
+// After that, an error on one rank ends every rank (dist::abort_all): the others are in collectives.
 void require_ranks(const std::string& name) {
   const auto l = env::launcher();
   check(
@@ -124,7 +116,7 @@ void run_allreduce(bench::Context& ctx) {
   const auto& g = ctx.grid;
   std::vector<int64_t> sizes;
   std::vector<std::string> ops;
-  checked([&] {
+  {
     g.check_keys({"size", "op"}, "allreduce");
     sizes = g.bytes("size", ctx.quick ? std::vector<int64_t>{1'000'000, 16'000'000}
                                       : std::vector<int64_t>{1'000'000, 4'000'000, 16'000'000, 64'000'000,
@@ -143,8 +135,9 @@ void run_allreduce(bench::Context& ctx) {
           static_cast<double>(s + s / N) * static_cast<double>(N),
           fmt::format("--set size: {} on {} ranks", units::format_bytes(static_cast<double>(s)), N));
     }
-  });
+  }
   dist::Session session;
+  dist::agree_to_start("", ctx.fingerprint);
   const int rank = session.rank(), world = session.size();
   const int64_t N = world;
   const auto link = memory_link(ctx, world);
@@ -152,65 +145,69 @@ void run_allreduce(bench::Context& ctx) {
     ctx.progress.start(sizes.size() * ops.size());
   else
     ctx.sink.discard();
-  for (const auto& op : ops)
-    for (int64_t s : sizes) {
-      // A whole number of fp32 per rank: the size rounded down to a multiple of 4 N bytes.
-      const int64_t part = s / 4 / N, n = part * N, bytes = n * 4;
-      Buffer<float> a(static_cast<size_t>(n), "allreduce.a"), b(static_cast<size_t>(part), "allreduce.b");
-      std::fill(a.begin(), a.end(), 1.0f);
-      std::fill(b.begin(), b.end(), 1.0f);
-      std::function<void()> fn;
-      double factor = 0;
-      if (op == "allreduce") {
-        // In place: the values grow N-fold per call (to inf after ~128 calls, which costs the same).
-        fn = [&] {
-          MPI_Allreduce(MPI_IN_PLACE, a.data(), static_cast<int>(n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-        };
-        factor = 2.0 * static_cast<double>(N - 1) / static_cast<double>(N);
-      } else if (op == "allgather") {
-        fn = [&] {
-          MPI_Allgather(b.data(), static_cast<int>(part), MPI_FLOAT, a.data(), static_cast<int>(part),
-                        MPI_FLOAT, MPI_COMM_WORLD);
-        };
-        factor = static_cast<double>(N - 1) / static_cast<double>(N);
-      } else {
-        fn = [&] {
-          MPI_Reduce_scatter_block(a.data(), b.data(), static_cast<int>(part), MPI_FLOAT, MPI_SUM,
-                                   MPI_COMM_WORLD);
-        };
-        factor = static_cast<double>(N - 1) / static_cast<double>(N);
+  try {
+    for (const auto& op : ops)
+      for (int64_t s : sizes) {
+        // A whole number of fp32 per rank: the size rounded down to a multiple of 4 N bytes.
+        const int64_t part = s / 4 / N, n = part * N, bytes = n * 4;
+        Buffer<float> a(static_cast<size_t>(n), "allreduce.a"), b(static_cast<size_t>(part), "allreduce.b");
+        std::fill(a.begin(), a.end(), 1.0f);
+        std::fill(b.begin(), b.end(), 1.0f);
+        std::function<void()> fn;
+        double factor = 0;
+        if (op == "allreduce") {
+          // In place: the values grow N-fold per call (to inf after ~128 calls, which costs the same).
+          fn = [&] {
+            MPI_Allreduce(MPI_IN_PLACE, a.data(), static_cast<int>(n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+          };
+          factor = 2.0 * static_cast<double>(N - 1) / static_cast<double>(N);
+        } else if (op == "allgather") {
+          fn = [&] {
+            MPI_Allgather(b.data(), static_cast<int>(part), MPI_FLOAT, a.data(), static_cast<int>(part),
+                          MPI_FLOAT, MPI_COMM_WORLD);
+          };
+          factor = static_cast<double>(N - 1) / static_cast<double>(N);
+        } else {
+          fn = [&] {
+            MPI_Reduce_scatter_block(a.data(), b.data(), static_cast<int>(part), MPI_FLOAT, MPI_SUM,
+                                     MPI_COMM_WORLD);
+          };
+          factor = static_cast<double>(N - 1) / static_cast<double>(N);
+        }
+        bench::Measurement m;
+        {
+          RIDGE_RANGE(fmt::format("{} {}", op, size_label(s)));
+          m = measure_collective(fn, ctx.options);
+        }
+        if (rank != 0) continue;
+        bench::Row row;
+        row.case_ = {{"op", op}, {"size", size_label(s)}, {"ranks", world}};
+        if (bytes != s) row.extra["bytes_used"] = bytes;
+        row.dtype = "fp32";
+        row.threads = 1;
+        row.set_time(m);
+        const double t = m.stats.median;
+        // NCCL tests: algbw = S / t; busbw = algbw x 2(n-1)/n (all-reduce) or (n-1)/n (all-gather,
+        // reduce-scatter), the bandwidth a link would need for the ring to take t.
+        row.extra["algbw_gbps"] = r3(static_cast<double>(bytes) / t / 1e9);
+        row.extra["busbw_gbps"] = r3(static_cast<double>(bytes) / t / 1e9 * factor);
+        if (link) {
+          const auto S = static_cast<double>(bytes);
+          const double pred = op == "allreduce"   ? roofline::ring_all_reduce_s(S, *link)
+                              : op == "allgather" ? roofline::ring_all_gather_s(S, *link)
+                                                  : roofline::ring_reduce_scatter_s(S, *link);
+          row.extra["predicted_ms"] = r3(pred * 1e3);
+          row.extra["error_pct"] = std::round(100.0 * (pred - t) / t);
+          row.note = fmt::format("link = probed {} {:.1f} GB/s", link->name, link->bandwidth / 1e9);
+        } else {
+          row.note = "no probe result: run 'ridge probe' for the prediction";
+        }
+        ctx.emit(std::move(row));
+        ctx.progress.tick(fmt::format("allreduce {} {}", op, size_label(s)));
       }
-      bench::Measurement m;
-      {
-        RIDGE_RANGE(fmt::format("{} {}", op, size_label(s)));
-        m = measure_collective(fn, ctx.options);
-      }
-      if (rank != 0) continue;
-      bench::Row row;
-      row.case_ = {{"op", op}, {"size", size_label(s)}, {"ranks", world}};
-      if (bytes != s) row.extra["bytes_used"] = bytes;
-      row.dtype = "fp32";
-      row.threads = 1;
-      row.set_time(m);
-      const double t = m.stats.median;
-      // NCCL tests: algbw = S / t; busbw = algbw x 2(n-1)/n (all-reduce) or (n-1)/n (all-gather,
-      // reduce-scatter), the bandwidth a link would need for the ring to take t.
-      row.extra["algbw_gbps"] = r3(static_cast<double>(bytes) / t / 1e9);
-      row.extra["busbw_gbps"] = r3(static_cast<double>(bytes) / t / 1e9 * factor);
-      if (link) {
-        const auto S = static_cast<double>(bytes);
-        const double pred = op == "allreduce"   ? roofline::ring_all_reduce_s(S, *link)
-                            : op == "allgather" ? roofline::ring_all_gather_s(S, *link)
-                                                : roofline::ring_reduce_scatter_s(S, *link);
-        row.extra["predicted_ms"] = r3(pred * 1e3);
-        row.extra["error_pct"] = std::round(100.0 * (pred - t) / t);
-        row.note = fmt::format("link = probed {} {:.1f} GB/s", link->name, link->bandwidth / 1e9);
-      } else {
-        row.note = "no probe result: run 'ridge probe' for the prediction";
-      }
-      ctx.emit(std::move(row));
-      ctx.progress.tick(fmt::format("allreduce {} {}", op, size_label(s)));
-    }
+  } catch (const std::exception& e) {
+    dist::abort_all(e.what());
+  }
   if (!ctx.trace_file.empty()) {
     dist::sync_trace();
     const size_t n = dist::write_merged_trace(ctx.trace_file);
@@ -287,7 +284,7 @@ void run_ddp(bench::Context& ctx) {
   std::vector<std::string> sizes, precs;
   std::vector<int64_t> ctxs, batches;
   std::vector<Mode> modes;
-  checked([&] {
+  {
     g.check_keys(
         {"size", "context", "batch", "precision", "mode", "vocab", "d_model", "d_ff", "layers", "heads"},
         "ddp");
@@ -302,209 +299,217 @@ void run_ddp(bench::Context& ctx) {
       for (int64_t T : ctxs) model_config(g, s, T);
     for (int64_t b : batches) check(b >= 1, "bench ddp: batch {} must be >= 1", b);
     require_ranks("ddp");
-  });
+  }
   if (!ctx.quick && !ctx.warmup_given) ctx.options.warmup = 2;  // --warmup always wins
   dist::Session session;
+  dist::agree_to_start("", ctx.fingerprint);
   const int rank = session.rank(), world = session.size();
   if (rank != 0) ctx.sink.discard();
-  if (!ctx.trace_file.empty()) {
-    trace::set_thread_name(fmt::format("rank {} main", rank));
-    dist::sync_trace();
-  }
-  // The link the analyzer predicts with, measured here so that the prediction tests the overlap model and
-  // not a link figure: the per-collective latency is a 4-byte all-reduce's time, the bandwidth the bus
-  // bandwidth of a 16 MB one (what MPI over shared memory sustains on this machine, now).
-  roofline::DdpLink link;
-  link.name = "MPI, measured";
-  link.ranks = world;
-  {
-    bench::Options o;
-    o.warmup = 5;
-    o.iters = 50;
-    float x = 1;
-    link.base_latency_s =
-        measure_collective([&] { MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD); }, o)
-            .stats.median;
-    o.warmup = 1;
-    o.iters = 5;
-    const int64_t n = 4'000'000;
-    Buffer<float> buf(static_cast<size_t>(n), "ddp.link");
-    std::fill(buf.begin(), buf.end(), 1.0f);
-    const double t = measure_collective(
-                         [&] {
-                           MPI_Allreduce(MPI_IN_PLACE, buf.data(), static_cast<int>(n), MPI_FLOAT, MPI_SUM,
-                                         MPI_COMM_WORLD);
-                         },
-                         o)
-                         .stats.median;
-    // busbw = 2(N-1)/N S / t, with the latency taken out.
-    const double N = world;
-    link.bandwidth = 2 * (N - 1) / N * 4.0 * static_cast<double>(n) / std::max(1e-9, t - link.base_latency_s);
-    link.source = fmt::format("measured in this run: latency {:.1f} us, bus bandwidth {:.2f} GB/s",
-                              link.base_latency_s * 1e6, link.bandwidth / 1e9);
-  }
-  if (rank == 0) std::fprintf(stderr, "ddp: analyzer link %s\n", link.source.c_str());
-  if (rank == 0)
-    ctx.progress.start(sizes.size() * ctxs.size() * batches.size() * precs.size() * modes.size());
+  try {
+    if (!ctx.trace_file.empty()) {
+      trace::set_thread_name(fmt::format("rank {} main", rank));
+      dist::sync_trace();
+    }
+    // The link the analyzer predicts with, measured here so that the prediction tests the overlap model and
+    // not a link figure: the per-collective latency is a 4-byte all-reduce's time, the bandwidth the bus
+    // bandwidth of a 16 MB one (what MPI over shared memory sustains on this machine, now).
+    roofline::DdpLink link;
+    link.name = "MPI, measured";
+    link.ranks = world;
+    {
+      bench::Options o;
+      o.warmup = 5;
+      o.iters = 50;
+      float x = 1;
+      link.base_latency_s =
+          measure_collective([&] { MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD); },
+                             o)
+              .stats.median;
+      o.warmup = 1;
+      o.iters = 5;
+      const int64_t n = 4'000'000;
+      Buffer<float> buf(static_cast<size_t>(n), "ddp.link");
+      std::fill(buf.begin(), buf.end(), 1.0f);
+      const double t = measure_collective(
+                           [&] {
+                             MPI_Allreduce(MPI_IN_PLACE, buf.data(), static_cast<int>(n), MPI_FLOAT, MPI_SUM,
+                                           MPI_COMM_WORLD);
+                           },
+                           o)
+                           .stats.median;
+      // busbw = 2(N-1)/N S / t, with the latency taken out.
+      const double N = world;
+      link.bandwidth =
+          2 * (N - 1) / N * 4.0 * static_cast<double>(n) / std::max(1e-9, t - link.base_latency_s);
+      link.source = fmt::format("measured in this run: latency {:.1f} us, bus bandwidth {:.2f} GB/s",
+                                link.base_latency_s * 1e6, link.bandwidth / 1e9);
+    }
+    if (rank == 0) std::fprintf(stderr, "ddp: analyzer link %s\n", link.source.c_str());
+    if (rank == 0)
+      ctx.progress.start(sizes.size() * ctxs.size() * batches.size() * precs.size() * modes.size());
 
-  for (const auto& s : sizes)
-    for (int64_t T : ctxs)
-      for (int64_t B : batches)
-        for (const auto& prec : precs) {
-          const auto cfg = model_config(g, s, T);
-          model::TrainConfig tc;
-          tc.batch = B;
-          tc.seq = T;
-          tc.precision = model::parse_precision(prec);
-          tc.seed = 1;
-          tc.lr_max = 1e-4;  // the steps only need to be steps, not to learn
-          // Tokens of the global batch; rank r takes rows [r B, (r + 1) B).
-          const int64_t GB = B * world;
-          std::vector<int32_t> in(static_cast<size_t>(GB * T)), tg(in.size());
-          std::mt19937 rng(11);
-          std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(cfg.vocab_size - 1));
-          for (size_t i = 0; i < in.size(); ++i) in[i] = tok(rng), tg[i] = tok(rng);
-          const int32_t* my_in = in.data() + static_cast<size_t>(rank * B * T);
-          const int32_t* my_tg = tg.data() + static_cast<size_t>(rank * B * T);
+    for (const auto& s : sizes)
+      for (int64_t T : ctxs)
+        for (int64_t B : batches)
+          for (const auto& prec : precs) {
+            const auto cfg = model_config(g, s, T);
+            model::TrainConfig tc;
+            tc.batch = B;
+            tc.seq = T;
+            tc.precision = model::parse_precision(prec);
+            tc.seed = 1;
+            tc.lr_max = 1e-4;  // the steps only need to be steps, not to learn
+            // Tokens of the global batch; rank r takes rows [r B, (r + 1) B).
+            const int64_t GB = B * world;
+            std::vector<int32_t> in(static_cast<size_t>(GB * T)), tg(in.size());
+            std::mt19937 rng(11);
+            std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(cfg.vocab_size - 1));
+            for (size_t i = 0; i < in.size(); ++i) in[i] = tok(rng), tg[i] = tok(rng);
+            const int32_t* my_in = in.data() + static_cast<size_t>(rank * B * T);
+            const int32_t* my_tg = tg.data() + static_cast<size_t>(rank * B * T);
 
-          // The analyzer's input: this model's gradients and the phases of one rank's step on its slice,
-          // measured with every rank stepping alone at once (the machine as loaded as in the DDP runs).
-          roofline::DdpInput din;
-          {
-            model::Trainer tr(cfg, tc);
-            GroupClock clk;
-            tr.set_hooks(&clk);
-            std::vector<std::vector<double>> groups;
-            std::vector<double> fwd, total, tail;
-            for (int i = 0; i < ctx.options.warmup + std::max(ctx.quick ? 2 : 3, ctx.options.iters / 2);
-                 ++i) {
-              MPI_Barrier(MPI_COMM_WORLD);
-              const double f0 = MPI_Wtime();
-              tr.model().forward(my_in, my_tg, B, T);
-              const double f1 = MPI_Wtime();
-              clk.at.clear();
-              const double t0 = MPI_Wtime();
-              tr.step(my_in, my_tg);
-              const double t1 = MPI_Wtime();
-              if (i < ctx.options.warmup) continue;
-              fwd.push_back(f1 - f0);
-              total.push_back(t1 - t0);
-              tail.push_back(t1 - clk.reduce_at);
-              std::vector<double> gs(clk.at.size());
-              for (size_t k = 0; k < clk.at.size(); ++k) gs[k] = clk.at[k] - (k ? clk.at[k - 1] : t0);
-              groups.push_back(gs);
-            }
-            const auto& tens = tr.model().tensors();
-            din.forward_s = median(fwd);
-            din.optimizer_s = median(tail);
-            din.backward_group_s.assign(groups.front().size(), 0.0);
-            for (size_t k = 0; k < din.backward_group_s.size(); ++k) {
-              std::vector<double> v;
-              for (const auto& gs : groups) v.push_back(gs[k]);
-              din.backward_group_s[k] = median(v);
-            }
-            // Group 0's time ran the forward too (the step's forward comes before any group ends).
-            din.backward_group_s[0] = std::max(0.0, din.backward_group_s[0] - din.forward_s);
-            for (const auto& t : tens)
-              din.grads.push_back({t.name, 4.0 * static_cast<double>(t.numel), t.group});
-          }
-
-          std::optional<double> single_ms;
-          for (const auto& mode : modes) {
-            RIDGE_RANGE("ddp " + mode.label());
-            memory::reset_peak();
-            const int64_t base = memory::current_bytes();
-            std::vector<double> steps, comm, hidden, exposed;
-            int64_t peak = 0;
+            // The analyzer's input: this model's gradients and the phases of one rank's step on its slice,
+            // measured with every rank stepping alone at once (the machine as loaded as in the DDP runs).
+            roofline::DdpInput din;
             {
-              model::TrainConfig t2 = tc;
-              if (mode.name == "single") t2.batch = GB;  // every rank steps the whole global batch alone
-              dist::DdpConfig dc;
-              dc.mode = mode.name == "naive"      ? dist::DdpMode::naive
-                        : mode.name == "overlap"  ? dist::DdpMode::overlap
-                        : mode.name == "bucketed" ? dist::DdpMode::bucketed
-                                                  : dist::DdpMode::flat;
-              dc.bucket_mb = mode.bucket_mb;
-              dc.sharding = mode.name == "cs336"   ? dist::Sharding::cs336
-                            : mode.name == "zero1" ? dist::Sharding::zero1
-                                                   : dist::Sharding::none;
-              // A sharded mode's trainer never holds the whole AdamW state, as in `ridge train`.
-              std::tie(t2.optimizer_begin, t2.optimizer_end) =
-                  dist::initial_optimizer_range(dc.sharding, cfg.param_count(), world, rank);
-              model::Trainer tr(cfg, t2);
-              std::optional<dist::DataParallel> dp;
-              if (mode.name != "single") dp.emplace(tr, dc);
-              // The peak of the steps: live state (the sharded optimizer's share only) plus each step's own.
-              memory::reset_peak();
-              const int32_t* xi = mode.name == "single" ? in.data() : my_in;
-              const int32_t* xt = mode.name == "single" ? tg.data() : my_tg;
-              bench::Options o = ctx.options;
-              for (int i = 0; i < o.warmup; ++i) {
-                RIDGE_RANGE("warm-up step");
-                tr.step(xi, xt);
-              }
-              double spent = 0;
-              while (true) {
+              model::Trainer tr(cfg, tc);
+              GroupClock clk;
+              tr.set_hooks(&clk);
+              std::vector<std::vector<double>> groups;
+              std::vector<double> fwd, total, tail;
+              for (int i = 0; i < ctx.options.warmup + std::max(ctx.quick ? 2 : 3, ctx.options.iters / 2);
+                   ++i) {
                 MPI_Barrier(MPI_COMM_WORLD);
+                const double f0 = MPI_Wtime();
+                tr.model().forward(my_in, my_tg, B, T);
+                const double f1 = MPI_Wtime();
+                clk.at.clear();
                 const double t0 = MPI_Wtime();
-                {
-                  RIDGE_RANGE("step");
+                tr.step(my_in, my_tg);
+                const double t1 = MPI_Wtime();
+                if (i < ctx.options.warmup) continue;
+                fwd.push_back(f1 - f0);
+                total.push_back(t1 - t0);
+                tail.push_back(t1 - clk.reduce_at);
+                std::vector<double> gs(clk.at.size());
+                for (size_t k = 0; k < clk.at.size(); ++k) gs[k] = clk.at[k] - (k ? clk.at[k - 1] : t0);
+                groups.push_back(gs);
+              }
+              const auto& tens = tr.model().tensors();
+              din.forward_s = median(fwd);
+              din.optimizer_s = median(tail);
+              din.backward_group_s.assign(groups.front().size(), 0.0);
+              for (size_t k = 0; k < din.backward_group_s.size(); ++k) {
+                std::vector<double> v;
+                for (const auto& gs : groups) v.push_back(gs[k]);
+                din.backward_group_s[k] = median(v);
+              }
+              // Group 0's time ran the forward too (the step's forward comes before any group ends).
+              din.backward_group_s[0] = std::max(0.0, din.backward_group_s[0] - din.forward_s);
+              for (const auto& t : tens)
+                din.grads.push_back({t.name, 4.0 * static_cast<double>(t.numel), t.group});
+            }
+
+            std::optional<double> single_ms;
+            for (const auto& mode : modes) {
+              RIDGE_RANGE("ddp " + mode.label());
+              memory::reset_peak();
+              const int64_t base = memory::current_bytes();
+              std::vector<double> steps, comm, hidden, exposed;
+              int64_t peak = 0;
+              {
+                model::TrainConfig t2 = tc;
+                if (mode.name == "single") t2.batch = GB;  // every rank steps the whole global batch alone
+                dist::DdpConfig dc;
+                dc.mode = mode.name == "naive"      ? dist::DdpMode::naive
+                          : mode.name == "overlap"  ? dist::DdpMode::overlap
+                          : mode.name == "bucketed" ? dist::DdpMode::bucketed
+                                                    : dist::DdpMode::flat;
+                dc.bucket_mb = mode.bucket_mb;
+                dc.sharding = mode.name == "cs336"   ? dist::Sharding::cs336
+                              : mode.name == "zero1" ? dist::Sharding::zero1
+                                                     : dist::Sharding::none;
+                // A sharded mode's trainer never holds the whole AdamW state, as in `ridge train`.
+                std::tie(t2.optimizer_begin, t2.optimizer_end) =
+                    dist::initial_optimizer_range(dc.sharding, cfg.param_count(), world, rank);
+                model::Trainer tr(cfg, t2);
+                std::optional<dist::DataParallel> dp;
+                if (mode.name != "single") dp.emplace(tr, dc);
+                // The peak of the steps: live state (the sharded optimizer's share only) plus each step's
+                // own.
+                memory::reset_peak();
+                const int32_t* xi = mode.name == "single" ? in.data() : my_in;
+                const int32_t* xt = mode.name == "single" ? tg.data() : my_tg;
+                bench::Options o = ctx.options;
+                for (int i = 0; i < o.warmup; ++i) {
+                  RIDGE_RANGE("warm-up step");
                   tr.step(xi, xt);
                 }
-                const double t = max_over_ranks(MPI_Wtime() - t0);
-                steps.push_back(t);
-                spent += t;
-                if (dp) {
-                  const auto& cs = dp->last_stats();
-                  comm.push_back(dist::mean(cs.comm_s));
-                  hidden.push_back(dist::mean(cs.hidden_s));
-                  exposed.push_back(dist::mean(cs.exposed_s));
+                double spent = 0;
+                while (true) {
+                  MPI_Barrier(MPI_COMM_WORLD);
+                  const double t0 = MPI_Wtime();
+                  {
+                    RIDGE_RANGE("step");
+                    tr.step(xi, xt);
+                  }
+                  const double t = max_over_ranks(MPI_Wtime() - t0);
+                  steps.push_back(t);
+                  spent += t;
+                  if (dp) {
+                    const auto& cs = dp->last_stats();
+                    comm.push_back(dist::mean(cs.comm_s));
+                    hidden.push_back(dist::mean(cs.hidden_s));
+                    exposed.push_back(dist::mean(cs.exposed_s));
+                  }
+                  const bool enough = static_cast<int>(steps.size()) >= o.iters && spent >= o.min_time_s;
+                  if (enough || (o.max_time_s > 0 && spent >= o.max_time_s)) break;
                 }
-                const bool enough = static_cast<int>(steps.size()) >= o.iters && spent >= o.min_time_s;
-                if (enough || (o.max_time_s > 0 && spent >= o.max_time_s)) break;
+                peak = static_cast<int64_t>(dist::max(static_cast<double>(memory::peak_bytes() - base)));
               }
-              peak = static_cast<int64_t>(dist::max(static_cast<double>(memory::peak_bytes() - base)));
+              const auto m = from_samples(steps, ctx.options.warmup);
+              if (mode.name == "single") single_ms = m.median_ms();
+              if (rank != 0) continue;
+              bench::Row row;
+              const bool custom =
+                  g.has("vocab") || g.has("d_model") || g.has("d_ff") || g.has("layers") || g.has("heads");
+              row.case_ = {{"mode", mode.label()},
+                           {"size", custom ? s + "*" : s},
+                           {"context", T},
+                           {"batch", B},
+                           {"ranks", world}};
+              row.dtype = prec;
+              row.set_time(m);
+              row.extra["global_batch"] = mode.name == "single" ? GB : B * world;
+              if (!comm.empty()) {
+                row.extra["comm_ms"] = r3(median(comm) * 1e3);
+                row.extra["hidden_ms"] = r3(median(hidden) * 1e3);
+                row.extra["exposed_ms"] = r3(median(exposed) * 1e3);
+              }
+              row.extra["peak_mib"] = std::round(static_cast<double>(peak) / (1 << 20) * 10) / 10;
+              if (single_ms && mode.name != "single") row.extra["speedup"] = r3(*single_ms / m.median_ms());
+              if (mode.name != "single") {
+                roofline::DdpSetting st;
+                st.mode = mode.name == "cs336" || mode.name == "zero1" ? "flat" : mode.name;
+                st.bucket_mb = mode.bucket_mb;
+                st.sharding = mode.name == "cs336" || mode.name == "zero1" ? mode.name : "none";
+                const auto p = roofline::predict_ddp(din, link, st);
+                row.extra["pred_comm_ms"] = r3(p.comm_s * 1e3);
+                row.extra["pred_step_ms"] = r3(p.step_s * 1e3);
+                row.extra["step_err_pct"] =
+                    std::round(100.0 * (p.step_s * 1e3 - m.median_ms()) / m.median_ms());
+                if (!comm.empty() && median(comm) > 0)
+                  row.extra["comm_err_pct"] = std::round(100.0 * (p.comm_s - median(comm)) / median(comm));
+              }
+              if (mode.name == "single")
+                row.note = fmt::format("every rank steps the global batch of {} alone, at once", GB);
+              ctx.emit(std::move(row));
+              ctx.progress.tick(fmt::format("ddp {} {} ctx={} batch={}", mode.label(), s, T, B));
             }
-            const auto m = from_samples(steps, ctx.options.warmup);
-            if (mode.name == "single") single_ms = m.median_ms();
-            if (rank != 0) continue;
-            bench::Row row;
-            const bool custom =
-                g.has("vocab") || g.has("d_model") || g.has("d_ff") || g.has("layers") || g.has("heads");
-            row.case_ = {{"mode", mode.label()},
-                         {"size", custom ? s + "*" : s},
-                         {"context", T},
-                         {"batch", B},
-                         {"ranks", world}};
-            row.dtype = prec;
-            row.set_time(m);
-            row.extra["global_batch"] = mode.name == "single" ? GB : B * world;
-            if (!comm.empty()) {
-              row.extra["comm_ms"] = r3(median(comm) * 1e3);
-              row.extra["hidden_ms"] = r3(median(hidden) * 1e3);
-              row.extra["exposed_ms"] = r3(median(exposed) * 1e3);
-            }
-            row.extra["peak_mib"] = std::round(static_cast<double>(peak) / (1 << 20) * 10) / 10;
-            if (single_ms && mode.name != "single") row.extra["speedup"] = r3(*single_ms / m.median_ms());
-            if (mode.name != "single") {
-              roofline::DdpSetting st;
-              st.mode = mode.name == "cs336" || mode.name == "zero1" ? "flat" : mode.name;
-              st.bucket_mb = mode.bucket_mb;
-              st.sharding = mode.name == "cs336" || mode.name == "zero1" ? mode.name : "none";
-              const auto p = roofline::predict_ddp(din, link, st);
-              row.extra["pred_comm_ms"] = r3(p.comm_s * 1e3);
-              row.extra["pred_step_ms"] = r3(p.step_s * 1e3);
-              row.extra["step_err_pct"] =
-                  std::round(100.0 * (p.step_s * 1e3 - m.median_ms()) / m.median_ms());
-              if (!comm.empty() && median(comm) > 0)
-                row.extra["comm_err_pct"] = std::round(100.0 * (p.comm_s - median(comm)) / median(comm));
-            }
-            if (mode.name == "single")
-              row.note = fmt::format("every rank steps the global batch of {} alone, at once", GB);
-            ctx.emit(std::move(row));
-            ctx.progress.tick(fmt::format("ddp {} {} ctx={} batch={}", mode.label(), s, T, B));
           }
-        }
+  } catch (const std::exception& e) {
+    dist::abort_all(e.what());
+  }
   if (!ctx.trace_file.empty()) {
     dist::sync_trace();
     const size_t n = dist::write_merged_trace(ctx.trace_file);

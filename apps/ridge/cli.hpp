@@ -121,6 +121,13 @@ decltype(auto) with_flags(const FlagNames& names, F&& body) {
   }
 }
 
+// What every rank of an MPI job must be given alike (dist::agree_to_start's fingerprint): the command
+// being run ("command" -> "'ridge bench allreduce'") and each of its options the user gave, named by its
+// first long flag, with the values as typed ("--steps" -> "'3'", a flag -> "given"), except the flags in
+// `skip` (per-rank settings such as --threads). Defined in main.cpp, which holds the parsed app.
+std::vector<std::pair<std::string, std::string>> command_line_fingerprint(
+    const std::vector<std::string>& skip = {});
+
 // Prints a JSON document the way every --json output does: indented, newline-terminated.
 // Writes `prefix` + `text` + newline to stderr in one write(2). Under mpirun the ranks' stderr and the
 // launcher's own banners share one stream; a line written in pieces can be split by them.

@@ -103,6 +103,14 @@ void run(const std::string& name) {
   ctx.options = opt;
   ctx.warmup_given = g.warmup.has_value();
   ctx.trace_file = g.trace_file;
+  // Under mpirun every rank must run the same sweep with the same options (--threads is each rank's own);
+  // the sweep is compared axis by axis, whether it came from --set or --grid-file.
+  ctx.fingerprint = cli::command_line_fingerprint({"--threads", "--set", "--grid-file"});
+  for (const auto& [key, values] : grid.axes()) {
+    std::string v;
+    for (const auto& x : values) v += (v.empty() ? "" : ",") + x;
+    ctx.fingerprint.emplace_back("--set " + key, "'" + v + "'");
+  }
 
   if (!g.trace_file.empty()) {
     trace::set_thread_name("main");

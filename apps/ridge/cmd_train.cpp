@@ -103,13 +103,17 @@ double estimate_bytes(const model::ModelConfig& c, const model::TrainConfig& t) 
 
 // The model, from the sizes prepare() checked. FlashAttention's head-dimension limit is the model's
 // check; the user chose the head dimension through --d-model and --heads.
+std::string trainer_error(const Error& e, const model::ModelConfig& c) {
+  if (e.argument() != "attention") return e.what();
+  return fmt::format("{} (from --d-model {} / --heads {}; or pass --attention math)", e.renamed("--attention").what(),
+                     c.d_model, c.num_heads);
+}
+
 model::Trainer make_trainer(const model::ModelConfig& c, const model::TrainConfig& t) {
   try {
     return model::Trainer(c, t);
   } catch (const Error& e) {
-    if (e.argument() != "attention") throw;
-    fail("{} (from --d-model {} / --heads {}; or pass --attention math)", e.renamed("--attention").what(), c.d_model,
-         c.num_heads);
+    fail("{}", trainer_error(e, c));
   }
 }
 
@@ -127,7 +131,6 @@ struct Prepared {
   std::optional<model::TokenFile> file;
   std::vector<uint16_t> text_tokens;
   std::string source;
-  uint64_t hash = 0;  // of the configuration and the data, for the ranks to compare
 };
 
 Prepared prepare(const Args& a, int world) {
@@ -232,17 +235,6 @@ Prepared prepare(const Args& a, int world) {
          flags, units::format_bytes(need), units::format_bytes(avail));
   }
 
-  const std::string cfg = nlohmann::json(c).dump() +
-                          fmt::format("|{} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {}|{}", a.batch, t.seq,
-                                      a.precision, a.attention, a.lr, t.lr_min, t.warmup_steps, a.steps, a.beta1,
-                                      a.beta2, a.eps, a.weight_decay, a.clip, a.seed, a.ddp, a.shard, a.bucket_mb,
-                                      a.resume, world);
-  p.hash = fnv1a(cfg.data(), cfg.size());
-  if (file) {
-    const uint64_t h = file->content_hash();
-    p.hash = fnv1a(&h, sizeof h, p.hash);
-  }
-  if (!text_tokens.empty()) p.hash = fnv1a(text_tokens.data(), text_tokens.size() * 2, p.hash);
   return p;
 }
 
@@ -424,8 +416,52 @@ void train_loop(const Args& a, const Prepared& p, model::Trainer& trainer, DataP
 }
 
 #ifdef RIDGE_HAVE_DIST
-// One rank of `mpirun -np N ridge train --ddp MODE`. Setup errors are agreed on (the failing rank's line
-// is printed by rank 0, every rank exits 2); the configuration and data are compared across ranks; an
+// "N bytes, fnv1a H" of a file: its whole contents up to 1 GiB, else its size and its first and last
+// 512 MiB (a checkpoint's header and its last tensors); "" when it cannot be read (--resume reports that).
+std::string file_contents_id(const std::string& path) {
+  std::error_code ec;
+  const uintmax_t size = fs::file_size(path, ec);
+  if (ec || !fs::is_regular_file(path, ec)) return {};
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) return {};
+  constexpr uintmax_t kPart = uintmax_t{512} << 20;
+  uint64_t h = fnv1a(nullptr, 0);
+  std::vector<char> buf(size_t{1} << 20);
+  auto hash_range = [&](uintmax_t from, uintmax_t bytes) {
+    if (fseeko(f, static_cast<off_t>(from), SEEK_SET) != 0) return false;
+    while (bytes > 0) {
+      const size_t want = static_cast<size_t>(std::min<uintmax_t>(bytes, buf.size()));
+      const size_t got = std::fread(buf.data(), 1, want, f);
+      if (got == 0) return false;
+      h = fnv1a(buf.data(), got, h);
+      bytes -= got;
+    }
+    return true;
+  };
+  const bool ok =
+      size <= 2 * kPart ? hash_range(0, size) : hash_range(0, kPart) && hash_range(size - kPart, kPart);
+  std::fclose(f);
+  return ok ? fmt::format("{} bytes, fnv1a {:016x}", size, h) : std::string();
+}
+
+// What every rank must be given alike besides its command line: the contents of what it reads (the
+// command line compares the paths; this, what a path holds on each rank's machine).
+void add_contents(dist::Fingerprint& fp, const Args& a, const Prepared& p) {
+  if (p.file)
+    fp.emplace_back("--data (contents)", fmt::format("{} tokens, fnv1a {:016x}", p.file->size(), p.file->content_hash()));
+  if (!p.text_tokens.empty())
+    fp.emplace_back("--text (contents)",
+                    fmt::format("{} bytes, fnv1a {:016x}", p.text_tokens.size(),
+                                fnv1a(p.text_tokens.data(), p.text_tokens.size() * 2)));
+  if (!a.resume.empty())
+    if (std::string id = file_contents_id(a.resume); !id.empty()) fp.emplace_back("--resume (contents)", id);
+}
+
+// One rank of `mpirun -np N ridge train --ddp MODE`. An error before MPI starts goes to main(), which
+// takes part in the ranks' agreement with it. The first collective is dist::agree_to_start: a setup
+// error on any rank, or a command line or data that differs from rank 0's, is one line for the job and
+// exit status 2 on every rank, before any rank runs a collective that depends on them (the trace merge,
+// the checkpoint gathers, the per-step reductions). Later setup errors are agreed on the same way; an
 // error during training prints its line and ends every rank (MPI_Abort).
 void run_rank(const Args& a) {
   dist::DdpConfig cfg;
@@ -447,9 +483,17 @@ void run_rank(const Args& a) {
     try {
       std::optional<Prepared> p;
       std::optional<model::Trainer> trainer;
+      // Every option as typed (a rank may use its own --threads), and the contents read.
+      dist::Fingerprint fingerprint = cli::command_line_fingerprint({"--threads"});
       std::string err;
       try {
         p = prepare(a, session.size());
+        add_contents(fingerprint, a, *p);
+      } catch (const Error& e) {
+        err = e.what();
+      }
+      dist::agree_to_start(err, fingerprint);
+      try {
         // Recording starts before the trainer allocates, so the snapshot holds parameters,
         // gradients and optimizer state.
         if (!a.memory.empty()) memory::record_history();
@@ -459,10 +503,9 @@ void run_rank(const Args& a) {
             dist::initial_optimizer_range(cfg.sharding, p->c.param_count(), session.size(), session.rank());
         trainer.emplace(p->c, p->t);
       } catch (const Error& e) {
-        err = e.what();
+        err = trainer_error(e, p->c);
       }
       dist::agree(err);
-      dist::check_same(p->hash, "configuration (arguments, model size, data)");
       // The constructor's checks (RIDGE_TEST_DIE_RANK against the world size) precede its collectives.
       std::optional<dist::DataParallel> dpo;
       try {

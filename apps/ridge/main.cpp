@@ -6,6 +6,9 @@
 
 #include "cli.hpp"
 #include "ridge/core.hpp"
+#ifdef RIDGE_HAVE_DIST
+#include "ridge/dist.hpp"
+#endif
 
 namespace ridge::cli {
 std::vector<Registration>& registry() {
@@ -23,7 +26,97 @@ std::string one_line(std::string s) {
   return s;
 }
 
+const CLI::App* g_app = nullptr;  // the root, for command_line_fingerprint()
+
+// "ridge bench allreduce": "ridge" and the words of argv that name its subcommands, one level after the
+// other, up to the first that does not (an option, a typo).
+std::string command_path(const CLI::App& app, int argc, char** argv) {
+  std::string path = "ridge";
+  const CLI::App* parent = &app;
+  for (int i = 1; i < argc && argv[i][0] != '-'; ++i) {
+    const CLI::App* found = nullptr;
+    for (const auto* s : parent->get_subcommands([](const CLI::App*) { return true; }))
+      if (s->get_name() == argv[i]) found = s;
+    if (!found) break;
+    parent = found;
+    path += " " + found->get_name();
+  }
+  return path;
+}
+
+// What this process ends with: the exit status, the error line (without "ridge: "), and help or
+// version text, which under mpirun waits for the ranks to agree.
+struct Outcome {
+  int code = 0;
+  std::string error, text, asked;  // asked: the flag that asked for text ("--help", "--version")
+};
+
+// Under mpirun with several ranks (the launcher says so; a launcher variable that is not a number is
+// the command's to report, alone), every process takes part in one agreement before it ends: the MPI
+// commands at their start (dist::agree_to_start), everything else here. An error found before it is
+// then one line for the job, printed by rank 0 (prefixed with the rank that found it), and a rank
+// whose command differs, or that asked for help while another did not, stops every rank instead of
+// leaving it waiting in MPI forever.
+int finish(Outcome o, const std::string& path) {
+#ifdef RIDGE_HAVE_DIST
+  bool several = false;
+  try {
+    const auto l = ridge::env::launcher();
+    several = l.launched && l.size != 1;
+  } catch (const ridge::Error&) {
+  }
+  if (several) {
+    // Help is printed by rank 0 alone when every rank asked for it alike (the options parsed so far,
+    // --help among them, are compared); a command that ran (not an MPI one) is held to its name only.
+    ridge::dist::Fingerprint fp{{"command", "'" + path + "'"}};
+    if (!o.asked.empty()) {
+      fp = ridge::cli::command_line_fingerprint({"--threads"});
+      fp.emplace_back(o.asked, "given");
+    }
+    const auto j = ridge::dist::join_to_finish(o.code != 0 ? o.error : std::string(), fp);
+    if (j.joined && !j.agreed) return o.code != 0 ? o.code : 2;  // the job's one line is printed
+    if (j.joined && j.rank != 0) o.text.clear();                 // help once per job, by rank 0
+  }
+#else
+  (void)path;
+#endif
+  if (!o.text.empty()) std::cout << o.text << std::flush;
+  if (o.code != 0) ridge::cli::say("ridge: ", o.error);
+  return o.code;
+}
+
 }  // namespace
+
+namespace ridge::cli {
+std::vector<std::pair<std::string, std::string>> command_line_fingerprint(
+    const std::vector<std::string>& skip) {
+  std::vector<std::pair<std::string, std::string>> out;
+  const CLI::App* cmd = g_app;
+  std::string path = "ridge";
+  while (cmd) {
+    const auto subs = cmd->get_subcommands();
+    if (subs.empty()) break;
+    cmd = subs.front();
+    path += " " + cmd->get_name();
+  }
+  out.emplace_back("command", "'" + path + "'");
+  if (!cmd) return out;
+  for (const CLI::Option* opt : cmd->get_options()) {
+    if (opt->count() == 0) continue;
+    std::string name = opt->get_name();
+    if (name.empty()) name = opt->get_name(true, true);
+    if (std::find(skip.begin(), skip.end(), name) != skip.end()) continue;
+    if (opt->get_expected_max() == 0) {  // a flag
+      out.emplace_back(name, "given");
+      continue;
+    }
+    std::string v;
+    for (const auto& r : opt->results()) v += (v.empty() ? "" : " ") + r;
+    out.emplace_back(name, "'" + v + "'");
+  }
+  return out;
+}
+}  // namespace ridge::cli
 
 int main(int argc, char** argv) {
   CLI::App app{"ridge: roofline-guided LLM performance engineering (analyzer, probe, benchmarks, kernels)",
@@ -34,13 +127,16 @@ int main(int argc, char** argv) {
   std::sort(reg.begin(), reg.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
   for (const auto& r : reg) r.setup(app);
 
+  g_app = &app;
+  const std::string path = command_path(app, argc, argv);
+  Outcome o;
   try {
     // A bad RIDGE_* knob or OMP_NUM_THREADS is a user error: report it before any work.
     ridge::env::knobs();
     // CLI11 answers an unknown subcommand with "A subcommand is required"; name it and the choices,
     // at the top level and one level down (`ridge bench bogus`, `ridge roofline bogus`).
     const CLI::App* parent = &app;
-    std::string path = "ridge";
+    std::string words = "ridge";
     for (int i = 1; i < argc && i <= 2 && argv[i][0] != '-'; ++i) {
       const auto subs = parent->get_subcommands([](const CLI::App*) { return true; });
       if (subs.empty()) break;
@@ -52,35 +148,34 @@ int main(int argc, char** argv) {
         names += (names.empty() ? "" : ", ") + s->get_name();
       }
       if (!found)
-        throw ridge::Error("'" + word + "' is not a " + path + " subcommand (accepted: " + names + ")");
+        throw ridge::Error("'" + word + "' is not a " + words + " subcommand (accepted: " + names + ")");
       parent = found;
-      path += " " + word;
+      words += " " + word;
     }
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
-    std::cout << app.help();
-    return 0;
+    o.text = app.help();
+    o.asked = "--help";
   } catch (const CLI::CallForAllHelp&) {
-    std::cout << app.help("", CLI::AppFormatMode::All);
-    return 0;
+    o.text = app.help("", CLI::AppFormatMode::All);
+    o.asked = "--help-all";
   } catch (const CLI::CallForVersion& e) {
-    std::cout << e.what() << "\n";
-    return 0;
+    o.text = std::string(e.what()) + "\n";
+    o.asked = "--version";
   } catch (const CLI::Success&) {
-    return 0;
   } catch (const CLI::ParseError& e) {
     // Help requested on a subcommand surfaces as CallForHelp above; everything else is bad input.
-    ridge::cli::say("ridge: ", one_line(e.what()) + " (see 'ridge --help')");
-    return 2;
+    o = {2, one_line(e.what()) + " (see 'ridge --help')", "", ""};
+#ifdef RIDGE_HAVE_DIST
+  } catch (const ridge::dist::PeerFailed&) {
+    return 2;  // the ranks' agreement printed the job's line
+#endif
   } catch (const ridge::Error& e) {
-    ridge::cli::say("ridge: ", one_line(e.what()));
-    return 2;
+    o = {2, one_line(e.what()), "", ""};
   } catch (const std::bad_alloc&) {
-    ridge::cli::say("ridge: ", "out of memory");
-    return 1;
+    o = {1, "out of memory", "", ""};
   } catch (const std::exception& e) {
-    ridge::cli::say("ridge: internal error: ", one_line(e.what()));
-    return 1;
+    o = {1, "internal error: " + one_line(e.what()), "", ""};
   }
-  return 0;
+  return finish(std::move(o), path);
 }

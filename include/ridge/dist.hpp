@@ -58,6 +58,41 @@ bool launched_by_mpirun();
 // 0, prints the line); the caller exits with status 2 without printing.
 struct PeerFailed {};
 
+// What the ranks of one MPI job must agree on before their first collective: (name, value) pairs,
+// each named as the user gave it ("command", "--set size", "--trace", "--data (contents)") with its
+// value as a message shows it ("'4M'", "given", "1000 tokens, fnv1a 0123abcd..."). An entry left out
+// is "not given"; an entry whose value is "not given" is the same as one left out. Order is the order
+// a difference is looked for in; it does not change the agreement.
+using Fingerprint = std::vector<std::pair<std::string, std::string>>;
+
+// The first collective of every MPI command (ridge train under mpirun, ridge bench allreduce and ddp),
+// called by every rank right after its Session starts: `error` is what this rank found wrong so far
+// ("" when nothing), `fingerprint` everything that must be equal on every rank (the command line as
+// given, the data's length and content hash: whatever decides which collectives run, with what counts).
+// One all-gather of (failed, hash of the fingerprint); only when they differ, rank 0's fingerprint goes
+// to every rank and each names its first entry that differs from rank 0's. Returns when every rank
+// agrees. Otherwise rank 0 prints one line on stderr for the job, "ridge: MESSAGE" for its own error
+// or "ridge: rank R: MESSAGE" for the lowest rank R that failed or differs (an error before a
+// difference), every rank waits until that line is written, and every rank throws PeerFailed: the
+// caller exits with status 2 without printing. Never a hang, a truncated message or a signal.
+void agree_to_start(const std::string& error, const Fingerprint& fingerprint);
+
+// For a process of a job of several ranks that ends without having started MPI (its command failed
+// before its agreement, asked for help, or is not an MPI command): starts MPI, takes part in
+// agree_to_start(error, fingerprint) so that the job prints one line and no rank waits forever for
+// this one, and ends MPI. joined is false when MPI had started already or cannot start (then print
+// the error yourself); agreed is true when every rank agreed (error was ""), false when the job
+// stopped and its line is printed (exit with status 2).
+struct Joined {
+  bool joined = false, agreed = false;
+  int rank = 0;
+};
+Joined join_to_finish(const std::string& error, const Fingerprint& fingerprint);
+
+// True once this process has called MPI_Init (even if MPI has ended since): it can take part in no
+// more agreements.
+bool mpi_started();
+
 // A collective check after a phase every rank runs (setup): error is this rank's message ("" when it
 // succeeded). If any rank failed, rank 0 throws ridge::Error("rank R: message") for the lowest
 // failing rank R and every other rank throws PeerFailed.
@@ -67,8 +102,7 @@ void agree(const std::string& error);
 // on rank 0 naming the first rank that differs and `what`, PeerFailed on the others.
 void check_same(uint64_t value, const std::string& what);
 
-// 64-bit FNV-1a, for check_same.
-uint64_t fnv1a(const void* data, size_t bytes, uint64_t h = 0xcbf29ce484222325ull);
+// The ranks compare hashes by ridge::fnv1a (ridge/core/hash.hpp), the one hash in ridge.
 
 // Mean of x over the ranks (the loss for printing, a time).
 double mean(double x);

@@ -115,6 +115,10 @@ struct Context {
   // itself (several MPI ranks merged into one file) sets trace_written and `ridge bench` leaves it be.
   std::string trace_file;
   bool trace_written = false;
+  // What every rank of an MPI benchmark must be given alike (the CLI's command line as typed, the sweep
+  // axis by axis as "--set KEY"): the benchmark passes it to dist::agree_to_start before its first
+  // collective. {name, value} pairs, as dist::Fingerprint.
+  std::vector<std::pair<std::string, std::string>> fingerprint;
 
   Context(std::string name, Sink& s, Progress& p) : benchmark(std::move(name)), sink(s), progress(p) {}
   // Sets row.benchmark when empty, then hands the row to the sink.

@@ -1,5 +1,5 @@
-#include "bench/json.hpp"
 #include "ridge/dist.hpp"
+#include "ridge/core/hash.hpp"
 
 #include <mpi.h>
 
@@ -10,13 +10,15 @@
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
+#include <optional>
 
+#include "bench/json.hpp"
+#include "core/check.hpp"
 #include "ridge/bench/trace.hpp"
 #include "ridge/core/env.hpp"
 #include "ridge/core/error.hpp"
 #include "ridge/core/files.hpp"
 #include "ridge/model/optim.hpp"
-#include "core/check.hpp"
 
 namespace ridge::dist {
 
@@ -86,6 +88,154 @@ void agree(const std::string& error) {
   throw PeerFailed{};
 }
 
+namespace {
+
+constexpr const char* kNotGiven = "not given";
+
+// A string from `root` to every rank (its length first).
+std::string bcast_string(const std::string& s, int root) {
+  int len = world_rank() == root ? static_cast<int>(s.size()) : 0;
+  MPI_Bcast(&len, 1, MPI_INT, root, MPI_COMM_WORLD);
+  std::string out = world_rank() == root ? s : std::string(static_cast<size_t>(len), '\0');
+  MPI_Bcast(out.data(), len, MPI_CHAR, root, MPI_COMM_WORLD);
+  return out;
+}
+
+std::string flat(std::string s) {
+  for (char& c : s)
+    if (c == '\n' || c == '\r') c = ' ';
+  return s;
+}
+
+// The entries that count: "not given" is the same as absent; sorted by name, so that the hash does not
+// depend on the order (--set a=1 --set b=2 is the grid --set b=2 --set a=1 is).
+Fingerprint canonical(const Fingerprint& fp) {
+  Fingerprint out;
+  for (const auto& e : fp)
+    if (e.second != kNotGiven) out.push_back(e);
+  std::stable_sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  return out;
+}
+
+// name NUL value NUL ..., for the hash and for the broadcast (argv and our own values hold no NUL).
+std::string serialize(const Fingerprint& fp) {
+  std::string s;
+  for (const auto& [name, value] : fp) {
+    s += name;
+    s += '\0';
+    s += value;
+    s += '\0';
+  }
+  return s;
+}
+
+Fingerprint deserialize(const std::string& s) {
+  Fingerprint fp;
+  size_t i = 0;
+  while (i < s.size()) {
+    const size_t a = s.find('\0', i);
+    const size_t b = a == std::string::npos ? std::string::npos : s.find('\0', a + 1);
+    if (b == std::string::npos) break;
+    fp.emplace_back(s.substr(i, a - i), s.substr(a + 1, b - a - 1));
+    i = b + 1;
+  }
+  return fp;
+}
+
+std::string value_of(const Fingerprint& fp, const std::string& name) {
+  for (const auto& [n, v] : fp)
+    if (n == name) return v;
+  return kNotGiven;
+}
+
+// This rank's first entry (in its own order, then rank 0's extra ones) whose value differs from rank 0's.
+std::string first_difference(const Fingerprint& mine, const Fingerprint& theirs) {
+  auto line = [](const std::string& name, const std::string& here, const std::string& there) {
+    return fmt::format(
+        "{}: {} here but {} on rank 0 (every MPI rank must be given the same command line and data)", name,
+        here, there);
+  };
+  for (const auto& [name, value] : mine)
+    if (value != kNotGiven && value != value_of(theirs, name))
+      return line(name, value, value_of(theirs, name));
+  for (const auto& [name, value] : theirs)
+    if (value != kNotGiven && value != value_of(mine, name)) return line(name, value_of(mine, name), value);
+  return {};
+}
+
+}  // namespace
+
+void agree_to_start(const std::string& error, const Fingerprint& fingerprint) {
+  const int rank = world_rank(), n = world_size();
+  const Fingerprint mine = canonical(fingerprint);
+  const std::string ser = serialize(mine);
+  const uint64_t local[2] = {error.empty() ? 0u : 1u, fnv1a(ser.data(), ser.size())};
+  std::vector<uint64_t> all(2 * static_cast<size_t>(n));
+  MPI_Allgather(local, 2, MPI_UINT64_T, all.data(), 2, MPI_UINT64_T, MPI_COMM_WORLD);
+  bool failed = false, differ = false;
+  for (int r = 0; r < n; ++r) {
+    failed = failed || all[2 * static_cast<size_t>(r)] != 0;
+    differ = differ || all[2 * static_cast<size_t>(r) + 1] != all[1];
+  }
+  if (!failed && !differ) return;
+  std::string problem = flat(error);
+  if (!failed) {
+    // Rank 0's entries to every rank; each rank that differs names its first difference in its own order
+    // ("the command line differs" if none is found by name: the same entries given twice, say).
+    const Fingerprint theirs = deserialize(bcast_string(rank == 0 ? ser : std::string(), 0));
+    problem.clear();
+    if (all[2 * static_cast<size_t>(rank) + 1] != all[1]) {
+      problem = flat(first_difference(fingerprint, theirs));
+      if (problem.empty())
+        problem =
+            "the command line differs from rank 0's (every MPI rank must be given the same command line and "
+            "data)";
+    }
+  }
+  std::string line;
+  try {
+    agree(problem);
+  } catch (const Error& e) {
+    line = e.what();  // rank 0: the lowest rank's problem, prefixed "rank R: " when R is not 0
+  } catch (const PeerFailed&) {
+  }
+  if (rank == 0) {
+    const std::string out = "ridge: " + line + "\n";
+    std::fflush(stderr);
+    std::fwrite(out.data(), 1, out.size(), stderr);
+    std::fflush(stderr);
+  }
+  // No rank leaves (and exits, which mpirun answers by ending the others) before the line is written.
+  MPI_Barrier(MPI_COMM_WORLD);
+  throw PeerFailed{};
+}
+
+bool mpi_started() {
+  int inited = 0, finalized = 0;
+  MPI_Initialized(&inited);
+  MPI_Finalized(&finalized);
+  return inited || finalized;
+}
+
+Joined join_to_finish(const std::string& error, const Fingerprint& fingerprint) {
+  Joined j;
+  if (mpi_started()) return j;
+  std::optional<Session> session;
+  try {
+    session.emplace();
+  } catch (const Error&) {
+    return j;
+  }
+  j.joined = true;
+  j.rank = session->rank();
+  try {
+    agree_to_start(error, fingerprint);
+    j.agreed = true;
+  } catch (const PeerFailed&) {
+  }
+  return j;
+}
+
 void check_same(uint64_t value, const std::string& what) {
   const int n = world_size();
   std::vector<uint64_t> all(static_cast<size_t>(n));
@@ -99,11 +249,6 @@ void check_same(uint64_t value, const std::string& what) {
   }
 }
 
-uint64_t fnv1a(const void* data, size_t bytes, uint64_t h) {
-  const auto* p = static_cast<const unsigned char*>(data);
-  for (size_t i = 0; i < bytes; ++i) h = (h ^ p[i]) * 0x100000001b3ull;
-  return h;
-}
 
 double mean(double x) {
   double s = 0;

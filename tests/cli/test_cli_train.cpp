@@ -114,7 +114,7 @@ TEST(CliTrain, BadInputIsOneLineAndExitTwo) {
       {"--attention fast", "attention"},
       {"--steps 0", "--steps"},
       {"--batch 0", "--batch"},
-      {"--heads 3", "num_heads"},
+      {"--heads 3", "--heads"},
       {"--size 2.7B --context 1024 --batch 64", "needs about"},
       {"--text " + text + " --vocab 100", "--vocab"},
       {"--checkpoint " + d.path("no/such/dir/ck.safetensors"), "--checkpoint"},

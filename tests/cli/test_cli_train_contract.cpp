@@ -135,7 +135,7 @@ TEST(CliTrainContract, NumbersAreDecimalInRangeOrRefused) {
       {"--warmup -1", "--warmup", "out of range"},
       {"--warmup ''", "--warmup", "not a decimal integer"},
       {"--save-every 0 --checkpoint " + d.path("c.st"), "--save-every", "out of range"},
-      {"--seed -1", "--seed", "not a decimal integer"},
+      {"--seed -1", "--seed", "out of range"},
       {"--seed 18446744073709551616", "--seed", "out of range"},
       {"--lr-min nan", "--lr-min", "not a finite decimal number"},
       {"--lr inf", "--lr", "not a finite decimal number"},

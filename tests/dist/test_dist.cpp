@@ -518,6 +518,68 @@ TEST(DistAgree, OneRankFailingEndsBothWithItsMessage) {
   }
 }
 
+namespace {
+// agree_to_start on both ranks: "" when it returned, else the line rank 0 printed ("" on rank 1, which
+// prints nothing); every rank must throw PeerFailed when it does not return.
+std::string agree_line(const std::string& error, const rd::Fingerprint& fp, bool* returned) {
+  testing::internal::CaptureStderr();
+  *returned = false;
+  try {
+    rd::agree_to_start(error, fp);
+    *returned = true;
+  } catch (const rd::PeerFailed&) {
+  }
+  return testing::internal::GetCapturedStderr();
+}
+}  // namespace
+
+// The ranks' agreement before the first collective: equal fingerprints (in any order; "not given" is
+// the same as absent) pass; the first entry that differs is named by the lowest rank that differs,
+// with both values; an error on any rank comes before a difference; rank 0 prints the one line.
+TEST(DistAgree, AgreeToStartNamesTheFirstDifferenceOrTheError) {
+  const bool r1 = rank() == 1;
+  bool returned = false;
+  // Equal, in another order, with a "not given" entry on one rank only.
+  rd::Fingerprint a = {{"command", "'ridge train'"}, {"--steps", "'3'"}, {"--seed", "'5'"}};
+  rd::Fingerprint b = {
+      {"command", "'ridge train'"}, {"--seed", "'5'"}, {"--trace", "not given"}, {"--steps", "'3'"}};
+  EXPECT_EQ(agree_line("", r1 ? b : a, &returned), "");
+  EXPECT_TRUE(returned);
+
+  // The first difference in rank 1's order: --set size, not --iters.
+  rd::Fingerprint mine = {{"command", "'ridge bench allreduce'"},
+                          {"--set size", r1 ? "'4M'" : "'1M'"},
+                          {"--iters", r1 ? "'3'" : "'2'"}};
+  std::string line = agree_line("", mine, &returned);
+  EXPECT_FALSE(returned);
+  EXPECT_EQ(line,
+            r1 ? ""
+               : "ridge: rank 1: --set size: '4M' here but '1M' on rank 0 (every MPI rank must be given the "
+                 "same command line and data)\n");
+
+  // An entry rank 0 has and rank 1 lacks.
+  rd::Fingerprint t = {{"command", "'ridge train'"}};
+  if (!r1) t.emplace_back("--trace", "'t.json'");
+  line = agree_line("", t, &returned);
+  EXPECT_FALSE(returned);
+  EXPECT_EQ(line,
+            r1 ? ""
+               : "ridge: rank 1: --trace: not given here but 't.json' on rank 0 (every MPI rank must be "
+                 "given the same command line and data)\n");
+
+  // An error (rank 1's) comes before the difference; rank 0's own error has no prefix.
+  line = agree_line(r1 ? "--steps: must be >= 1, got 0" : "", mine, &returned);
+  EXPECT_FALSE(returned);
+  EXPECT_EQ(line, r1 ? "" : "ridge: rank 1: --steps: must be >= 1, got 0\n");
+  line = agree_line("--batch: bad\nvalue", a, &returned);
+  EXPECT_FALSE(returned);
+  EXPECT_EQ(line, r1 ? "" : "ridge: --batch: bad value\n");
+
+  // MPI is running, so a process cannot join another agreement through join_to_finish.
+  EXPECT_TRUE(rd::mpi_started());
+  EXPECT_FALSE(rd::join_to_finish("", a).joined);
+}
+
 int main(int argc, char** argv) {
   rd::Session session;
   // Rank 0 prints everything, the others only their failures; any rank's failure fails the run.
