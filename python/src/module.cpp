@@ -13,7 +13,8 @@ NB_MODULE(_ridge, m) {
       // A message may quote bytes of a user's file or path that are not UTF-8: escaped, never a
       // UnicodeDecodeError in place of the ValueError.
       const std::string what = e.what();
-      PyObject* msg = PyUnicode_DecodeUTF8(what.data(), static_cast<Py_ssize_t>(what.size()), "backslashreplace");
+      PyObject* msg =
+          PyUnicode_DecodeUTF8(what.data(), static_cast<Py_ssize_t>(what.size()), "backslashreplace");
       if (!msg) return;  // the decoder's own error (out of memory) stands
       PyErr_SetObject(PyExc_ValueError, msg);
       Py_DECREF(msg);

@@ -1,16 +1,17 @@
 #include "ridge/model/train.hpp"
 
+#include <fmt/ranges.h>
+
 #include <algorithm>
 #include <cmath>
-#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
-#include "ridge/bench/trace.hpp"
-#include "ridge/core/error.hpp"
-#include "ridge/model/safetensors.hpp"
 #include "core/check.hpp"
 #include "core/json.hpp"
 #include "model/json.hpp"
+#include "ridge/bench/trace.hpp"
+#include "ridge/core/error.hpp"
+#include "ridge/model/safetensors.hpp"
 
 namespace ridge::model {
 
@@ -198,8 +199,9 @@ SavedState parse_state(const std::string& path, const std::string& text) {
   auto count = [&](const char* key) {
     constexpr uint64_t kMax = uint64_t{1} << 53;
     const auto& v = field(key);
-    check(v.is_number_integer() && (v.is_number_unsigned() ? v.get<uint64_t>() <= kMax
-                                                           : v.get<int64_t>() >= 0 && v.get<int64_t>() <= int64_t{kMax}),
+    check(v.is_number_integer() &&
+              (v.is_number_unsigned() ? v.get<uint64_t>() <= kMax
+                                      : v.get<int64_t>() >= 0 && v.get<int64_t>() <= int64_t{kMax}),
           "checkpoint '{}': state '{}' is {}; it must be an integer in 0..2^53", path, key, shown(v));
     return v.get<int64_t>();
   };
@@ -208,18 +210,21 @@ SavedState parse_state(const std::string& path, const std::string& text) {
   s.streak = count("loss_scale_streak");
   s.skipped = count("skipped_steps");
   const auto& rng = field("rng");
-  check(rng.is_array() && rng.size() == 4 &&
-            std::all_of(rng.begin(), rng.end(), [](const nlohmann::json& x) { return x.is_number_unsigned(); }),
-        "checkpoint '{}': state 'rng' must be 4 unsigned 64-bit integers (the generator's state)", path);
+  check(
+      rng.is_array() && rng.size() == 4 &&
+          std::all_of(rng.begin(), rng.end(), [](const nlohmann::json& x) { return x.is_number_unsigned(); }),
+      "checkpoint '{}': state 'rng' must be 4 unsigned 64-bit integers (the generator's state)", path);
   for (size_t i = 0; i < 4; ++i) s.rng[i] = rng[i].get<uint64_t>();
-  check(s.rng != Rng::State{}, "checkpoint '{}': state 'rng' is all zeros, which is not a generator state", path);
+  check(s.rng != Rng::State{}, "checkpoint '{}': state 'rng' is all zeros, which is not a generator state",
+        path);
   const auto& ls = field("loss_scale");
   // The range the dynamic loss scaler keeps to (its back-off floor and growth ceiling).
   check(ls.is_number() && ls.get<double>() >= 1.0 / 65536.0 && ls.get<double>() <= 1e30,
         "checkpoint '{}': state 'loss_scale' is {}; it must be a number in [2^-16, 1e30]", path, shown(ls));
   s.loss_scale = ls.get<double>();
   const auto& p = field("precision");
-  check(p.is_string(), "checkpoint '{}': state 'precision' is {}; it must be fp32, bf16 or fp16", path, shown(p));
+  check(p.is_string(), "checkpoint '{}': state 'precision' is {}; it must be fp32, bf16 or fp16", path,
+        shown(p));
   try {
     s.precision = parse_precision(p.get<std::string>());
   } catch (const Error&) {
@@ -233,9 +238,10 @@ SavedState parse_state(const std::string& path, const std::string& text) {
 template <typename T>
 void check_same(const std::string& path, const char* field, const T& saved, const T& mine) {
   if (!(saved == mine))
-    throw Error(field, fmt::format("this model has {} but checkpoint '{}' was written for {}; a checkpoint resumes "
-                                   "only the model it was written for",
-                                   mine, path, saved));
+    throw Error(field,
+                fmt::format("this model has {} but checkpoint '{}' was written for {}; a checkpoint resumes "
+                            "only the model it was written for",
+                            mine, path, saved));
 }
 }  // namespace
 
@@ -286,8 +292,10 @@ void Trainer::load(const std::string& path) {
           "checkpoint '{}': metadata 'format' is {}; ridge reads '{}'", path,
           md.count("format") ? shown(nlohmann::json(md.at("format"))) : std::string("missing"), kFormat);
     for (const char* key : {"config", "state"})
-      check(md.count(key), "checkpoint '{}': metadata '{}' is missing (a ridge checkpoint has format, config and "
-                           "state)", path, key);
+      check(md.count(key),
+            "checkpoint '{}': metadata '{}' is missing (a ridge checkpoint has format, config and "
+            "state)",
+            path, key);
   }
   if (auto it = md.find("config"); it != md.end()) {
     ModelConfig c;
@@ -310,10 +318,11 @@ void Trainer::load(const std::string& path) {
   if (full) {
     state = parse_state(path, md.at("state"));
     if (state.precision != cfg_.precision)
-      throw Error("precision", fmt::format("this run trains in {} but checkpoint '{}' was written by a {} run; "
-                                           "resume it in {}",
-                                           precision_name(cfg_.precision), path, precision_name(state.precision),
-                                           precision_name(state.precision)));
+      throw Error("precision",
+                  fmt::format("this run trains in {} but checkpoint '{}' was written by a {} run; "
+                              "resume it in {}",
+                              precision_name(cfg_.precision), path, precision_name(state.precision),
+                              precision_name(state.precision)));
   }
 
   // Each tensor: present, a float dtype (F32 in a ridge checkpoint, as save() writes), this model's
@@ -323,18 +332,19 @@ void Trainer::load(const std::string& path) {
     const std::string what = kind == Kind::param ? "tensor" : "optimizer state";
     check(f.contains(name), "checkpoint '{}': missing the {} '{}'", path, what, name);
     const auto& e = f.at(name);
-    const bool is_float = e.dtype == DType::f32 || e.dtype == DType::f64 || e.dtype == DType::bf16 ||
-                          e.dtype == DType::fp16;
-    check(full ? e.dtype == DType::f32 : is_float, "checkpoint '{}': tensor '{}' is {}; ridge reads {} here", path,
-          name, safetensors_dtype_name(e.dtype), full ? "F32" : "F32, F64, BF16 or F16");
+    const bool is_float =
+        e.dtype == DType::f32 || e.dtype == DType::f64 || e.dtype == DType::bf16 || e.dtype == DType::fp16;
+    check(full ? e.dtype == DType::f32 : is_float, "checkpoint '{}': tensor '{}' is {}; ridge reads {} here",
+          path, name, safetensors_dtype_name(e.dtype), full ? "F32" : "F32, F64, BF16 or F16");
     check(e.shape == t.shape, "checkpoint '{}': tensor '{}' has the shape {}; this model's is {}", path, name,
           fmt::format("[{}]", fmt::join(e.shape, ", ")), fmt::format("[{}]", fmt::join(t.shape, ", ")));
     const std::vector<float> v = f.to_f32(name);
     for (size_t i = 0; i < v.size(); ++i) {
-      check(std::isfinite(v[i]), "checkpoint '{}': tensor '{}' holds a non-finite value ({}) at index {}", path, name,
-            v[i], i);
+      check(std::isfinite(v[i]), "checkpoint '{}': tensor '{}' holds a non-finite value ({}) at index {}",
+            path, name, v[i], i);
       check(kind != Kind::exp_avg_sq || v[i] >= 0,
-            "checkpoint '{}': tensor '{}' holds a negative second moment ({}) at index {}", path, name, v[i], i);
+            "checkpoint '{}': tensor '{}' holds a negative second moment ({}) at index {}", path, name, v[i],
+            i);
     }
   };
   for (const TensorInfo& t : model_.tensors()) {

@@ -57,8 +57,8 @@ class CliCheckpoint : public ::testing::Test {
   void expect_refused(const std::string& bytes, const std::string& flags, const std::string& expect) {
     const std::string bad = d_.path("bad.safetensors"), out = d_.path("out.safetensors");
     spit(bad, bytes);
-    const auto r = run("train " + kModel + " --steps 3 --text " + txt_ + " --resume " + bad + " --checkpoint " + out +
-                       (flags.empty() ? "" : " " + flags));
+    const auto r = run("train " + kModel + " --steps 3 --text " + txt_ + " --resume " + bad +
+                       " --checkpoint " + out + (flags.empty() ? "" : " " + flags));
     EXPECT_EQ(r.code, 2) << flags << "\n" << r.err;
     EXPECT_EQ(r.err, "ridge: " + expect + "\n") << flags;
     EXPECT_EQ(slurp(bad), bytes) << "the checkpoint changed: " << flags;
@@ -82,9 +82,11 @@ TEST_F(CliCheckpoint, EditedStateMetadataIsOneLineNamingTheField) {
                  pre + "state 'skipped_steps' is \"a\"; it must be an integer in 0..2^53");
   expect_refused(edit_meta(good_, "state", [](ojson& j) { j.erase("loss_scale"); }), "",
                  pre + "metadata 'state' has no 'loss_scale'");
-  expect_refused(edit_meta(good_, "config", [](ojson& j) { j["d_model"] = "32"; }), "",
-                 pre + "metadata 'config' is not a valid model config (ModelConfig JSON: 'd_model' is not an int64 "
-                       "integer)");
+  expect_refused(
+      edit_meta(good_, "config", [](ojson& j) { j["d_model"] = "32"; }), "",
+      pre +
+          "metadata 'config' is not a valid model config (ModelConfig JSON: 'd_model' is not an int64 "
+          "integer)");
 }
 
 // Issue 20's case 11, the checkpoint half: a model that differs names the flag that sets the field.

@@ -125,20 +125,34 @@ class Mutator {
   // A JSON value of any type, mostly hostile.
   ojson value() {
     switch (pick(14)) {
-      case 0: return -1;
-      case 1: return 0;
-      case 2: return 1;
-      case 3: return std::numeric_limits<int64_t>::max();
-      case 4: return std::numeric_limits<uint64_t>::max();
-      case 5: return (uint64_t{1} << 53) + 1;
-      case 6: return 1.5;
-      case 7: return -1e300;
-      case 8: return "a";
-      case 9: return nullptr;
-      case 10: return true;
-      case 11: return ojson::array({1, 2, 3, 4});
-      case 12: return ojson::object({{"x", 1}});
-      default: return std::string(pick(3) == 0 ? 5000 : 3, static_cast<char>('0' + pick(10)));
+      case 0:
+        return -1;
+      case 1:
+        return 0;
+      case 2:
+        return 1;
+      case 3:
+        return std::numeric_limits<int64_t>::max();
+      case 4:
+        return std::numeric_limits<uint64_t>::max();
+      case 5:
+        return (uint64_t{1} << 53) + 1;
+      case 6:
+        return 1.5;
+      case 7:
+        return -1e300;
+      case 8:
+        return "a";
+      case 9:
+        return nullptr;
+      case 10:
+        return true;
+      case 11:
+        return ojson::array({1, 2, 3, 4});
+      case 12:
+        return ojson::object({{"x", 1}});
+      default:
+        return std::string(pick(3) == 0 ? 5000 : 3, static_cast<char>('0' + pick(10)));
     }
   }
 
@@ -146,10 +160,10 @@ class Mutator {
   std::string next(std::string* what) {
     ojson h = header_;
     auto& md = h["__metadata__"];
-    const std::vector<std::string> state_keys = {"step", "rng", "loss_scale", "loss_scale_streak",
-                                                 "skipped_steps", "precision"};
-    const std::vector<std::string> config_keys = {"vocab_size", "context_length", "d_model", "num_layers",
-                                                  "num_heads", "d_ff", "rope_theta"};
+    const std::vector<std::string> state_keys = {
+        "step", "rng", "loss_scale", "loss_scale_streak", "skipped_steps", "precision"};
+    const std::vector<std::string> config_keys = {"vocab_size", "context_length", "d_model",   "num_layers",
+                                                  "num_heads",  "d_ff",           "rope_theta"};
     auto edit_json = [&](const std::string& which, const std::vector<std::string>& keys) {
       ojson j = ojson::parse(md[which].get<std::string>());
       const std::string key = one(keys);
@@ -205,8 +219,8 @@ class Mutator {
       }
       case 6: {
         auto& t = tensor();
-        t["dtype"] = chance(0.8) ? ojson(one<std::string>({"F64", "F32", "BF16", "F16", "F8_E4M3", "F8_E5M2", "I8",
-                                                           "I32", "U8", "I64", "BOOL", "", "f32"}))
+        t["dtype"] = chance(0.8) ? ojson(one<std::string>({"F64", "F32", "BF16", "F16", "F8_E4M3", "F8_E5M2",
+                                                           "I8", "I32", "U8", "I64", "BOOL", "", "f32"}))
                                  : value();
         *what = "tensor dtype " + t["dtype"].dump().substr(0, 40);
         break;
@@ -343,15 +357,30 @@ TEST(CliFuzzResume, MutatedCheckpointsKeepTheContract) {
   std::string text(2000, 'a');
   for (size_t i = 0; i < text.size(); i += 5) text[i] = 'b';
   spit(dir / "t.txt", text);
-  const std::vector<std::string> model = {"train", "--d-model", "32", "--layers", "1", "--heads", "2",
-                                          "--d-ff", "48", "--threads", "1", "--context", "16", "--batch",
-                                          "2", "--text", (dir / "t.txt").string()};
+  const std::vector<std::string> model = {"train",
+                                          "--d-model",
+                                          "32",
+                                          "--layers",
+                                          "1",
+                                          "--heads",
+                                          "2",
+                                          "--d-ff",
+                                          "48",
+                                          "--threads",
+                                          "1",
+                                          "--context",
+                                          "16",
+                                          "--batch",
+                                          "2",
+                                          "--text",
+                                          (dir / "t.txt").string()};
   auto with = [&](std::vector<std::string> extra) {
     std::vector<std::string> a = model;
     a.insert(a.end(), extra.begin(), extra.end());
     return a;
   };
-  const Outcome made = run_ridge(with({"--steps", "2", "--checkpoint", (dir / "good.safetensors").string()}), dir, 60);
+  const Outcome made =
+      run_ridge(with({"--steps", "2", "--checkpoint", (dir / "good.safetensors").string()}), dir, 60);
   ASSERT_EQ(made.code, 0) << made.err;
   const std::string good = slurp(dir / "good.safetensors");
 

@@ -12,20 +12,20 @@
 #include <string>
 #include <vector>
 
+#include "model/checkpoint_edit.hpp"
+#include "model/tmpdir.hpp"
 #include "ridge/core/error.hpp"
 #include "ridge/core/format.hpp"
 #include "ridge/model/safetensors.hpp"
 #include "ridge/model/train.hpp"
-#include "model/checkpoint_edit.hpp"
-#include "model/tmpdir.hpp"
 
 namespace rm = ridge::model;
-using ridge::test::read_bytes;
-using ridge::test::TempDir;
-using ridge::test::write_bytes;
 using ridge::test::edit_header;
 using ridge::test::edit_meta;
 using ridge::test::ojson;
+using ridge::test::read_bytes;
+using ridge::test::TempDir;
+using ridge::test::write_bytes;
 
 namespace {
 
@@ -183,7 +183,8 @@ TEST_F(CheckpointLoad, DamagedOrMissingMetadataIsRefused) {
     return edit_header(good_, [&](ojson& h) { edit(h["__metadata__"]); });
   };
   EXPECT_EQ(refused(meta([](ojson& m) { m["state"] = "{\"step\": 1"; })), ck("metadata 'state' is not JSON"));
-  EXPECT_EQ(refused(meta([](ojson& m) { m["state"] = "[1, 2]"; })), ck("metadata 'state' is not a JSON object"));
+  EXPECT_EQ(refused(meta([](ojson& m) { m["state"] = "[1, 2]"; })),
+            ck("metadata 'state' is not a JSON object"));
   EXPECT_EQ(refused(meta([](ojson& m) { m.erase("state"); })),
             ck("metadata 'state' is missing (a ridge checkpoint has format, config and state)"));
   EXPECT_EQ(refused(meta([](ojson& m) { m.erase("config"); })),
@@ -209,8 +210,12 @@ TEST_F(CheckpointLoad, AModelThatDiffersNamesTheField) {
     std::string mine, saved;
   };
   const std::vector<Case> cases = {
-      {"vocab_size", 31, "29", "31"}, {"context_length", 16, "8", "16"}, {"d_model", 64, "32", "64"},
-      {"num_layers", 2, "1", "2"},    {"num_heads", 4, "2", "4"},        {"d_ff", 48, "24", "48"},
+      {"vocab_size", 31, "29", "31"},
+      {"context_length", 16, "8", "16"},
+      {"d_model", 64, "32", "64"},
+      {"num_layers", 2, "1", "2"},
+      {"num_heads", 4, "2", "4"},
+      {"d_ff", 48, "24", "48"},
       {"rope_theta", 500000.0, "10000", "500000"},
   };
   for (const Case& c : cases) {
@@ -218,7 +223,8 @@ TEST_F(CheckpointLoad, AModelThatDiffersNamesTheField) {
     const auto what = refused(edit_meta(good_, "config", [&](ojson& j) { j[c.key] = c.value; }), &arg);
     EXPECT_EQ(arg, c.key);
     EXPECT_EQ(what, std::string(c.key) + ": this model has " + c.mine + " but checkpoint '" + path() +
-                        "' was written for " + c.saved + "; a checkpoint resumes only the model it was written for");
+                        "' was written for " + c.saved +
+                        "; a checkpoint resumes only the model it was written for");
   }
 }
 
@@ -234,7 +240,10 @@ TEST_F(CheckpointLoad, TensorDtypeShapeAndValuesAreChecked) {
   // Same byte counts, so the safetensors structure stays valid: only ridge's own checks can refuse these.
   EXPECT_EQ(refused(edit_header(good_, [](ojson& h) { h["lm_head.weight"]["dtype"] = "I32"; })),
             ck("tensor 'lm_head.weight' is I32; ridge reads F32 here"));
-  EXPECT_EQ(refused(edit_header(good_, [](ojson& h) { h["lm_head.weight"]["shape"] = {32, 29}; })),
+  EXPECT_EQ(refused(edit_header(good_,
+                                [](ojson& h) {
+                                  h["lm_head.weight"]["shape"] = {32, 29};
+                                })),
             ck("tensor 'lm_head.weight' has the shape [32, 29]; this model's is [29, 32]"));
   EXPECT_EQ(refused(edit_header(good_, [](ojson& h) { h.erase("optimizer.exp_avg_sq.ln_final.weight"); })),
             ck("missing the optimizer state 'optimizer.exp_avg_sq.ln_final.weight'"));
@@ -249,7 +258,8 @@ TEST_F(CheckpointLoad, TensorDtypeShapeAndValuesAreChecked) {
     src.model().param("ln_final.weight")[3] = std::numeric_limits<float>::quiet_NaN();
     src.save(written);
   }
-  EXPECT_EQ(refused(read_bytes(written)), ck("tensor 'ln_final.weight' holds a non-finite value (nan) at index 3"));
+  EXPECT_EQ(refused(read_bytes(written)),
+            ck("tensor 'ln_final.weight' holds a non-finite value (nan) at index 3"));
   {
     rm::Trainer src(config(), train_config(3));
     train_two_steps(src, 5);
@@ -258,8 +268,9 @@ TEST_F(CheckpointLoad, TensorDtypeShapeAndValuesAreChecked) {
     v[static_cast<size_t>(src.model().tensor("lm_head.weight").offset) + 5] = -1.0f;
     src.save(written, m, v);
   }
-  EXPECT_EQ(refused(read_bytes(written)),
-            ck("tensor 'optimizer.exp_avg_sq.lm_head.weight' holds a negative second moment (-1) at index 5"));
+  EXPECT_EQ(
+      refused(read_bytes(written)),
+      ck("tensor 'optimizer.exp_avg_sq.lm_head.weight' holds a negative second moment (-1) at index 5"));
 }
 
 // A weights-only file (no ridge metadata, as PyTorch writes it) loads any float dtype; an integer one is
@@ -285,7 +296,8 @@ TEST_F(CheckpointLoad, WeightsOnlyFilesTakeFloatDtypesOnly) {
 
   const std::string bytes =
       edit_header(read_bytes(path), [](ojson& h) { h["layers.0.ln1.weight"]["dtype"] = "I32"; });
-  EXPECT_EQ(refused(bytes), ck("tensor 'layers.0.ln1.weight' is I32; ridge reads F32, F64, BF16 or F16 here"));
+  EXPECT_EQ(refused(bytes),
+            ck("tensor 'layers.0.ln1.weight' is I32; ridge reads F32, F64, BF16 or F16 here"));
 }
 
 }  // namespace

@@ -326,3 +326,10 @@ def test_operand_helpers_name_the_argument():
         _arrays.arg(3, "lhs")
     with pytest.raises(TypeError, match="lhs: unsupported dtype object"):
         _arrays.arg(np.array([None]), "lhs")
+
+
+def test_a_message_quoting_bytes_that_are_not_utf8_is_still_a_value_error(tmp_path):
+    bad = tmp_path / "chip.json"
+    bad.write_bytes(b'{"id": "\xff\xfe"}')
+    with pytest.raises(ValueError, match=r"chip file .*\\xff"):
+        rr.load_chip(str(bad))
