@@ -241,8 +241,14 @@ Prepared prepare(const Args& a, int world) {
 void load_resume(model::Trainer& trainer, const Args& a) {
   if (a.resume.empty()) return;
   try {
-    trainer.load(a.resume);
+    // A model field or the precision that differs from the checkpoint's names the flag that sets it;
+    // rope_theta has none, so it keeps the checkpoint's field name after --resume.
+    cli::with_flags({{"vocab_size", "--vocab"}, {"context_length", "--context"}, {"d_model", "--d-model"},
+                     {"num_layers", "--layers"}, {"num_heads", "--heads"}, {"d_ff", "--d-ff"},
+                     {"precision", "--precision"}},
+                    [&] { trainer.load(a.resume); });
   } catch (const Error& e) {
+    if (e.argument().rfind("--", 0) == 0) throw;
     fail("--resume: {}", e.what());
   }
 }

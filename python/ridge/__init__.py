@@ -5,7 +5,19 @@ FlashAttention2 autograd.Function), ridge.model (the Transformer LM), ridge.roof
 NumPy arrays (bf16 / fp8 through ml_dtypes) and torch CPU tensors go in and out without copies.
 """
 from . import _ridge
-from ._ridge.core import get_isa, get_num_threads, reset_isa, set_isa, set_num_threads, supported_isas
+from ._args import checked as _checked, integer as _integer
+from ._ridge.core import get_isa, get_num_threads, reset_isa, supported_isas
+
+set_isa = _checked(_ridge.core.set_isa)
+
+
+def set_num_threads(n: int) -> None:
+    """Sets the thread count for later kernel calls (n >= 1)."""
+    n = _integer(n, "n", 1, 2**31 - 1)
+    try:
+        _ridge.core.set_num_threads(n)
+    except ValueError as e:  # the library names its argument 'threads'
+        raise ValueError("n:" + str(e).partition(":")[2]) from None
 
 __version__ = "0.1.0"
 __all__ = ["get_num_threads", "set_num_threads", "get_isa", "set_isa", "reset_isa", "supported_isas"]

@@ -12,13 +12,14 @@ from __future__ import annotations
 import math
 
 from . import _ridge
-from ._arrays import arg, empty_like_framework, is_torch, out
+from ._args import boolean, checked, real
+from ._arrays import arg, empty_like_framework, is_torch, out, shape
 
 _a = _ridge.attention
 
 __all__ = ["flash_attn_func", "flash_attn_forward", "flash_attn_backward", "FlashAttention2", "attention_flops"]
 
-attention_flops = _a.flops
+attention_flops = checked(_a.flops)
 
 
 def _bhsd(x):
@@ -28,53 +29,79 @@ def _bhsd(x):
 
 def _scale(q, softmax_scale):
     if softmax_scale is None:
+        if q.shape[-1] == 0:
+            raise ValueError("q: head_dim is 0; the default softmax_scale 1/sqrt(head_dim) needs head_dim >= 1")
         return 1.0 / math.sqrt(q.shape[-1])
-    s = float(softmax_scale)
+    s = real(softmax_scale, "softmax_scale")
     if not (math.isfinite(s) and s > 0):
         raise ValueError(f"softmax_scale: must be finite and > 0, got {softmax_scale}")
+    # The kernels take a float32 scale: one that would round to 0 or inf is refused, not narrowed.
+    if not _FLT_MIN <= s <= _FLT_MAX:
+        raise ValueError(f"softmax_scale: {softmax_scale} is outside float32's normal range [{_FLT_MIN:.3g}, "
+                         f"{_FLT_MAX:.3g}]")
     return s
 
 
+_DTYPES = ("float32", "bfloat16")
+_FLT_MIN, _FLT_MAX = 1.1754943508222875e-38, 3.4028234663852886e38
+
+
 def _dims(q, name="q"):
-    if len(q.shape) != 4:
-        raise ValueError(f"{name} has rank {len(q.shape)}, expected rank 4 [batch, seqlen, heads, head_dim]")
-    return tuple(q.shape)
+    s = shape(q, name, 4, "[batch, seqlen, heads, head_dim]")
+    dt = str(q.dtype).replace("torch.", "")
+    if dt not in _DTYPES:
+        raise TypeError(f"{name}: expected a float32 or bfloat16 array, got {dt}")
+    return s
+
+
+def _operands(**arrays):
+    """Each given operand: an array of rank 4 in q's dtype."""
+    for name, x in arrays.items():
+        _dims(x, name)
 
 
 def flash_attn_forward(q, k, v, softmax_scale=None, causal=False, o=None, lse=None):
     """Forward only, any framework: returns (o, lse). q (b, s_q, h, d); k, v (b, s_k, h_kv, d);
     o like q (allocated when None); lse float32 (b, h, s_q)."""
     b, s, h, _ = _dims(q)
+    _operands(k=k, v=v, **({} if o is None else {"o": o}))
+    causal, scale = boolean(causal, "causal"), _scale(q, softmax_scale)
     if o is None:
-        o = empty_like_framework(q, tuple(q.shape), str(q.dtype).replace("torch.", ""))
+        o = empty_like_framework(q, tuple(q.shape), str(q.dtype).replace("torch.", ""), "q")
     if lse is None:
-        lse = empty_like_framework(q, (b, h, s), "float32")
-    _a.forward(arg(_bhsd(q)), arg(_bhsd(k)), arg(_bhsd(v)), out(_bhsd(o), "o"), out(lse, "lse"), bool(causal),
-               _scale(q, softmax_scale))
+        lse = empty_like_framework(q, (b, h, s), "float32", "q")
+    shape(lse, "lse", 3, "[batch, heads, seqlen]")
+    _a.forward(arg(_bhsd(q), "q"), arg(_bhsd(k), "k"), arg(_bhsd(v), "v"), out(_bhsd(o), "o"), out(lse, "lse"),
+               causal, scale)
     return o, lse
 
 
 def flash_attn_backward(do, q, k, v, o, lse, softmax_scale=None, causal=False, dq=None, dk=None, dv=None):
     """Backward, any framework: returns (dq, dk, dv) in the layout of q, k, v."""
     _dims(q)
+    given = {"dq": dq, "dk": dk, "dv": dv}
+    _operands(do=do, k=k, v=v, o=o, **{n: x for n, x in given.items() if x is not None})
+    shape(lse, "lse", 3, "[batch, heads, seqlen]")
+    causal, scale = boolean(causal, "causal"), _scale(q, softmax_scale)
     name = str(q.dtype).replace("torch.", "")
-    dq = empty_like_framework(q, tuple(q.shape), name) if dq is None else dq
-    dk = empty_like_framework(k, tuple(k.shape), name) if dk is None else dk
-    dv = empty_like_framework(v, tuple(v.shape), name) if dv is None else dv
-    _a.backward(arg(_bhsd(q)), arg(_bhsd(k)), arg(_bhsd(v)), arg(_bhsd(o)), arg(_bhsd(do)), arg(lse),
-                out(_bhsd(dq), "dq"), out(_bhsd(dk), "dk"), out(_bhsd(dv), "dv"), bool(causal),
-                _scale(q, softmax_scale))
+    dq = empty_like_framework(q, tuple(q.shape), name, "q") if dq is None else dq
+    dk = empty_like_framework(k, tuple(k.shape), name, "k") if dk is None else dk
+    dv = empty_like_framework(v, tuple(v.shape), name, "v") if dv is None else dv
+    _a.backward(arg(_bhsd(q), "q"), arg(_bhsd(k), "k"), arg(_bhsd(v), "v"), arg(_bhsd(o), "o"), arg(_bhsd(do), "do"),
+                arg(lse, "lse"), out(_bhsd(dq), "dq"), out(_bhsd(dk), "dk"), out(_bhsd(dv), "dv"), causal, scale)
     return dq, dk, dv
 
 
 def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False):
     """flash-attn's flash_attn_func (dropout_p must be 0: ridge has no dropout). Returns o like q."""
-    if dropout_p != 0.0:
+    if real(dropout_p, "dropout_p") != 0.0:
         raise ValueError(f"dropout_p: ridge's FlashAttention has no dropout; pass 0.0, got {dropout_p}")
+    _dims(q)
+    _operands(k=k, v=v)
     if is_torch(q):
         if _torch_ops is None:
             raise TypeError("q: torch tensors need torch importable when ridge.attention was imported")
-        return _torch_ops.flash_attn(q, k, v, _scale(q, softmax_scale), bool(causal))
+        return _torch_ops.flash_attn(q, k, v, _scale(q, softmax_scale), boolean(causal, "causal"))
     return flash_attn_forward(q, k, v, softmax_scale, causal)[0]
 
 
@@ -142,6 +169,8 @@ if torch is not None:
         @staticmethod
         def forward(ctx, q, k, v, is_causal=False):
             for name, t in (("q", q), ("k", k), ("v", v)):
+                if not is_torch(t):
+                    raise TypeError(f"{name}: expected a torch tensor, got {type(t).__name__}")
                 if t.dim() != 3:
                     raise ValueError(f"{name} has rank {t.dim()}, expected rank 3 [batch, seq, d]")
             # (batch, seq, d) is flash-attn's layout with one head: unsqueeze is a view.
@@ -149,7 +178,7 @@ if torch is not None:
             o = o.squeeze(2)
             L = lse.squeeze(1)
             ctx.save_for_backward(L, q, k, v, o)
-            ctx.is_causal = bool(is_causal)
+            ctx.is_causal = boolean(is_causal, "is_causal")
             return o
 
         @staticmethod

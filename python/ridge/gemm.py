@@ -11,8 +11,9 @@ kernel runs.
 from __future__ import annotations
 
 from . import _ridge
-from ._arrays import arg, dtype_name, empty_like_framework, out
-from ._ridge.core import get_num_threads, set_num_threads
+from ._args import boolean, integer
+from ._arrays import arg, dtype_name, empty_like_framework, out, shape
+from . import get_num_threads, set_num_threads
 
 _g = _ridge.gemm
 
@@ -26,23 +27,21 @@ __all__ = [
 
 
 def ceil_div(x: int, y: int) -> int:
+    x, y = integer(x, "x"), integer(y, "y", 1)
     return (x + y - 1) // y
 
 
 def _shape2(x, name):
-    s = tuple(x.shape)
-    if len(s) != 2:
-        raise ValueError(f"{name} has rank {len(s)}, expected rank 2 [*, *]")  # the library's wording
-    return s
+    return shape(x, name, 2, "[*, *]")  # the library's wording
 
 
 def _dense(layout, in_dtype, a, b, d, c):
+    sa, sb = _shape2(a, "a"), _shape2(b, "b")
     if d is None:
-        sa, sb = _shape2(a, "a"), _shape2(b, "b")
         m = sa[0] if layout[0] == "n" else sa[1]
         n = sb[0] if layout[1] == "t" else sb[1]
-        d = empty_like_framework(a, (m, n), in_dtype)
-    _g.dense(layout, in_dtype, arg(a), arg(b), out(d), None if c is None else arg(c))
+        d = empty_like_framework(a, (m, n), in_dtype, "a")
+    _g.dense(layout, in_dtype, arg(a, "a"), arg(b, "b"), out(d), None if c is None else arg(c, "c"))
     return d
 
 
@@ -75,6 +74,8 @@ def _pair(x, name):
 
 
 def _check_recipe(recipe):
+    if recipe is not None and not isinstance(recipe, (tuple, list)):
+        raise TypeError(f"recipe: expected a tuple (1, 128, 128), got {type(recipe).__name__}")
     if recipe is not None and tuple(recipe) != (1, 128, 128):
         raise ValueError(f"recipe: ridge implements (1, 128, 128) scaling only, got {tuple(recipe)}")
 
@@ -85,9 +86,11 @@ def fp8_gemm_nt(a, b, d=None, c=None, recipe=None):
     Returns d."""
     _check_recipe(recipe)
     (a_, sfa), (b_, sfb) = _pair(a, "a"), _pair(b, "b")
+    ma, mb = _shape2(a_, "a"), _shape2(b_, "b")
     if d is None:
-        d = empty_like_framework(a_, (_shape2(a_, "a")[0], _shape2(b_, "b")[0]), "bfloat16")
-    _g.fp8_gemm_nt(arg(a_), arg(sfa), arg(b_), arg(sfb), out(d), None if c is None else arg(c))
+        d = empty_like_framework(a_, (ma[0], mb[0]), "bfloat16", "a")
+    _g.fp8_gemm_nt(arg(a_, "a"), arg(sfa, "sfa"), arg(b_, "b"), arg(sfb, "sfb"), out(d),
+                   None if c is None else arg(c, "c"))
     return d
 
 
@@ -97,7 +100,8 @@ def m_grouped_fp8_gemm_nt_contiguous(a, b, d, m_indices, recipe=None):
     [m_sum]: the group of each row, -1 for padding (its d row is left untouched). Returns d."""
     _check_recipe(recipe)
     (a_, sfa), (b_, sfb) = _pair(a, "a"), _pair(b, "b")
-    _g.m_grouped_fp8_gemm_nt_contiguous(arg(a_), arg(sfa), arg(b_), arg(sfb), out(d), arg(m_indices))
+    _g.m_grouped_fp8_gemm_nt_contiguous(arg(a_, "a"), arg(sfa, "sfa"), arg(b_, "b"), arg(sfb, "sfb"), out(d),
+                                        arg(m_indices, "m_indices"))
     return d
 
 
@@ -107,21 +111,23 @@ def m_grouped_fp8_gemm_nt_masked(a, b, d, masked_m, expected_m, recipe=None):
     masked_m[g] (int32 [G]) rows of group g are computed. Returns d."""
     _check_recipe(recipe)
     (a_, sfa), (b_, sfb) = _pair(a, "a"), _pair(b, "b")
-    _g.m_grouped_fp8_gemm_nt_masked(arg(a_), arg(sfa), arg(b_), arg(sfb), out(d), arg(masked_m), int(expected_m))
+    expected_m = integer(expected_m, "expected_m")
+    _g.m_grouped_fp8_gemm_nt_masked(arg(a_, "a"), arg(sfa, "sfa"), arg(b_, "b"), arg(sfb, "sfb"), out(d),
+                                    arg(masked_m, "masked_m"), expected_m)
     return d
 
 
 def _cast(per_token, x, q, scales, use_ue8m0):
-    if use_ue8m0:
+    if boolean(use_ue8m0, "use_ue8m0"):
         raise ValueError("use_ue8m0: ridge keeps fp32 scales (SM90 style); pass use_ue8m0=False")
     m, k = _shape2(x, "x")
     rows = m if per_token else ceil_div(m, 128)
     if q is None:
-        q = empty_like_framework(x, (m, k), "float8_e4m3fn")
+        q = empty_like_framework(x, (m, k), "float8_e4m3fn", "x")
     if scales is None:
-        scales = empty_like_framework(x, (rows, ceil_div(k, 128)), "float32")
+        scales = empty_like_framework(x, (rows, ceil_div(k, 128)), "float32", "x")
     f = _g.per_token_cast_to_fp8 if per_token else _g.per_block_cast_to_fp8
-    f(arg(x), out(q, "q"), out(scales, "scales"))
+    f(arg(x, "x"), out(q, "q"), out(scales, "scales"))
     return q, scales
 
 

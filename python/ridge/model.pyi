@@ -26,7 +26,8 @@ class TransformerLM:
     def names(self) -> List[str]:
         """Parameter names, as PyTorch's state_dict names them."""
     def load_state_dict(self, state_dict: Mapping[str, _Array], strict: bool = True) -> None:
-        """Copies float32 tensors in by name; unknown names (and, if strict, missing ones) raise."""
+        """Copies float32 tensors in by name; unknown names (and, if strict, missing ones) raise. Every
+        tensor is checked (type, shape) before any is copied: on an error the model is as it was."""
     def state_dict(self) -> Dict[str, Any]:
         """name -> NumPy view of the parameter (writes go into the model)."""
     def param(self, name: str) -> Any:
@@ -51,4 +52,6 @@ class TransformerLM:
         a failed write leaves an existing file as it was)."""
     def load(self, path: str) -> None:
         """Loads a checkpoint written by save() (training resumes), or a weights-only safetensors file
-        (a PyTorch state_dict; the optimizer then starts fresh). The config must match."""
+        (a PyTorch state_dict; the optimizer then starts fresh). The config and precision must match.
+        Every metadata field and tensor is checked first: a damaged file raises ValueError naming the
+        file and the field, and leaves the model as it was."""

@@ -176,6 +176,15 @@ void bind_model(nb::module_& m) {
       },
       nb::arg("name"), nb::arg("vocab"), nb::arg("context"));
   m.def("preset_names", &model::preset_names);
+  // The config's checks alone (every field, the fields together, the sizes they imply), before
+  // python/ridge/model.py estimates the memory a model of that config needs.
+  m.def(
+      "validate_config",
+      [](const std::string& config_json) {
+        model::ModelConfig cfg;
+        model::from_json(nlohmann::json::parse(config_json), cfg);
+      },
+      nb::arg("config_json"));
 }
 
 }  // namespace ridge::py

@@ -1,5 +1,7 @@
 // ridge._ridge: the extension's entry point. ridge::Error becomes ValueError carrying ridge's
 // one-line message; each module's bindings live in their own bind_<module>.cpp.
+#include <string>
+
 #include "common.hpp"
 
 NB_MODULE(_ridge, m) {
@@ -8,7 +10,14 @@ NB_MODULE(_ridge, m) {
     try {
       std::rethrow_exception(p);
     } catch (const ridge::Error& e) {
-      PyErr_SetString(PyExc_ValueError, e.what());
+      // A message may quote bytes of a user's file or path that are not UTF-8: escaped, never a
+      // UnicodeDecodeError in place of the ValueError.
+      const std::string what = e.what();
+      PyObject* msg =
+          PyUnicode_DecodeUTF8(what.data(), static_cast<Py_ssize_t>(what.size()), "backslashreplace");
+      if (!msg) return;  // the decoder's own error (out of memory) stands
+      PyErr_SetObject(PyExc_ValueError, msg);
+      Py_DECREF(msg);
     }
   });
   auto core = m.def_submodule("core");

@@ -1,15 +1,17 @@
 #include "ridge/model/train.hpp"
 
+#include <fmt/ranges.h>
+
 #include <algorithm>
 #include <cmath>
 #include <nlohmann/json.hpp>
 
-#include "ridge/bench/trace.hpp"
-#include "ridge/core/error.hpp"
-#include "ridge/model/safetensors.hpp"
 #include "core/check.hpp"
 #include "core/json.hpp"
 #include "model/json.hpp"
+#include "ridge/bench/trace.hpp"
+#include "ridge/core/error.hpp"
+#include "ridge/model/safetensors.hpp"
 
 namespace ridge::model {
 
@@ -162,7 +164,86 @@ StepResult Trainer::step(const TokenFile& data) {
 
 namespace {
 constexpr const char* kFormat = "ridge-checkpoint-1";
+
+// The trainer's state a checkpoint's 'state' metadata holds, checked field by field.
+struct SavedState {
+  int64_t step = 0;
+  Rng::State rng{};
+  double loss_scale = 1;
+  int64_t streak = 0, skipped = 0;
+  Precision precision = Precision::fp32;
+};
+
+// A metadata value as a message shows it: JSON text, cut short (a hostile file may hold megabytes).
+std::string shown(const std::string& text) {
+  return text.size() <= 40 ? text : text.substr(0, 37) + "...";
 }
+std::string shown(const nlohmann::json& j) {
+  return shown(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+}
+
+SavedState parse_state(const std::string& path, const std::string& text) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception&) {
+    fail("checkpoint '{}': metadata 'state' is not JSON", path);
+  }
+  check(j.is_object(), "checkpoint '{}': metadata 'state' is not a JSON object", path);
+  auto field = [&](const char* key) -> const nlohmann::json& {
+    check(j.contains(key), "checkpoint '{}': metadata 'state' has no '{}'", path, key);
+    return j.at(key);
+  };
+  // A count in 0..2^53: JSON's integers only (never a float, a string or a bool); the bound keeps every
+  // later increment from overflowing and the value exact in any JSON reader.
+  auto count = [&](const char* key) {
+    constexpr uint64_t kMax = uint64_t{1} << 53;
+    const auto& v = field(key);
+    check(v.is_number_integer() &&
+              (v.is_number_unsigned() ? v.get<uint64_t>() <= kMax
+                                      : v.get<int64_t>() >= 0 && v.get<int64_t>() <= int64_t{kMax}),
+          "checkpoint '{}': state '{}' is {}; it must be an integer in 0..2^53", path, key, shown(v));
+    return v.get<int64_t>();
+  };
+  SavedState s;
+  s.step = count("step");
+  s.streak = count("loss_scale_streak");
+  s.skipped = count("skipped_steps");
+  const auto& rng = field("rng");
+  check(
+      rng.is_array() && rng.size() == 4 &&
+          std::all_of(rng.begin(), rng.end(), [](const nlohmann::json& x) { return x.is_number_unsigned(); }),
+      "checkpoint '{}': state 'rng' must be 4 unsigned 64-bit integers (the generator's state)", path);
+  for (size_t i = 0; i < 4; ++i) s.rng[i] = rng[i].get<uint64_t>();
+  check(s.rng != Rng::State{}, "checkpoint '{}': state 'rng' is all zeros, which is not a generator state",
+        path);
+  const auto& ls = field("loss_scale");
+  // The range the dynamic loss scaler keeps to (its back-off floor and growth ceiling).
+  check(ls.is_number() && ls.get<double>() >= 1.0 / 65536.0 && ls.get<double>() <= 1e30,
+        "checkpoint '{}': state 'loss_scale' is {}; it must be a number in [2^-16, 1e30]", path, shown(ls));
+  s.loss_scale = ls.get<double>();
+  const auto& p = field("precision");
+  check(p.is_string(), "checkpoint '{}': state 'precision' is {}; it must be fp32, bf16 or fp16", path,
+        shown(p));
+  try {
+    s.precision = parse_precision(p.get<std::string>());
+  } catch (const Error&) {
+    fail("checkpoint '{}': state 'precision' is {}; it must be fp32, bf16 or fp16", path, shown(p));
+  }
+  return s;
+}
+
+// A field of the model's config that differs from the checkpoint's: an error about that field, so
+// a caller that took it under another name (a CLI flag) can say which.
+template <typename T>
+void check_same(const std::string& path, const char* field, const T& saved, const T& mine) {
+  if (!(saved == mine))
+    throw Error(field,
+                fmt::format("this model has {} but checkpoint '{}' was written for {}; a checkpoint resumes "
+                            "only the model it was written for",
+                            mine, path, saved));
+}
+}  // namespace
 
 void Trainer::save(const std::string& path) const {
   auto& self = const_cast<Trainer&>(*this);
@@ -197,25 +278,85 @@ void Trainer::save(const std::string& path, std::span<const float> m, std::span<
 }
 
 void Trainer::load(const std::string& path) {
+  // Everything is checked before anything changes, so a bad file leaves the trainer as it was: the
+  // structure (SafetensorsFile::load), the metadata, each tensor's dtype, shape and values.
   const SafetensorsFile f = SafetensorsFile::load(path);
   const auto& md = f.metadata();
+  const ModelConfig& mine = model_.config();
+
+  // A ridge checkpoint has 'format', 'config' and 'state'; a weights-only file (PyTorch's state_dict)
+  // none of them, or only 'config'.
+  const bool full = md.count("format") || md.count("state");
+  if (full) {
+    check(md.count("format") && md.at("format") == kFormat,
+          "checkpoint '{}': metadata 'format' is {}; ridge reads '{}'", path,
+          md.count("format") ? shown(nlohmann::json(md.at("format"))) : std::string("missing"), kFormat);
+    for (const char* key : {"config", "state"})
+      check(md.count(key),
+            "checkpoint '{}': metadata '{}' is missing (a ridge checkpoint has format, config and "
+            "state)",
+            path, key);
+  }
   if (auto it = md.find("config"); it != md.end()) {
     ModelConfig c;
     try {
       c = nlohmann::json::parse(it->second).get<ModelConfig>();
     } catch (const nlohmann::json::exception&) {
-      fail("checkpoint '{}': its 'config' metadata is not a model config", path);
+      fail("checkpoint '{}': metadata 'config' is not JSON", path);
+    } catch (const Error& e) {
+      fail("checkpoint '{}': metadata 'config' is not a valid model config ({})", path, e.what());
     }
-    check(c == model_.config(),
-          "checkpoint '{}': written for a model with d_model {}, {} layers, {} heads, d_ff {}, vocab {}, context {}; "
-          "this model has d_model {}, {} layers, {} heads, d_ff {}, vocab {}, context {}",
-          path, c.d_model, c.num_layers, c.num_heads, c.d_ff, c.vocab_size, c.context_length,
-          model_.config().d_model, model_.config().num_layers, model_.config().num_heads, model_.config().d_ff,
-          model_.config().vocab_size, model_.config().context_length);
+    check_same(path, "vocab_size", c.vocab_size, mine.vocab_size);
+    check_same(path, "context_length", c.context_length, mine.context_length);
+    check_same(path, "d_model", c.d_model, mine.d_model);
+    check_same(path, "num_layers", c.num_layers, mine.num_layers);
+    check_same(path, "num_heads", c.num_heads, mine.num_heads);
+    check_same(path, "d_ff", c.d_ff, mine.d_ff);
+    check_same(path, "rope_theta", c.rope_theta, mine.rope_theta);
   }
-  auto copy = [&](const std::string& name, const TensorInfo& t, std::span<float> dst) {
+  SavedState state;
+  if (full) {
+    state = parse_state(path, md.at("state"));
+    if (state.precision != cfg_.precision)
+      throw Error("precision",
+                  fmt::format("this run trains in {} but checkpoint '{}' was written by a {} run; "
+                              "resume it in {}",
+                              precision_name(cfg_.precision), path, precision_name(state.precision),
+                              precision_name(state.precision)));
+  }
+
+  // Each tensor: present, a float dtype (F32 in a ridge checkpoint, as save() writes), this model's
+  // shape, and finite values (the second moments also >= 0, or AdamW's square root is NaN).
+  enum class Kind { param, exp_avg, exp_avg_sq };
+  auto validate = [&](const std::string& name, const TensorInfo& t, Kind kind) {
+    const std::string what = kind == Kind::param ? "tensor" : "optimizer state";
+    check(f.contains(name), "checkpoint '{}': missing the {} '{}'", path, what, name);
     const auto& e = f.at(name);
-    check(e.shape == t.shape, "checkpoint '{}': tensor '{}' has the wrong shape for this model", path, name);
+    const bool is_float =
+        e.dtype == DType::f32 || e.dtype == DType::f64 || e.dtype == DType::bf16 || e.dtype == DType::fp16;
+    check(full ? e.dtype == DType::f32 : is_float, "checkpoint '{}': tensor '{}' is {}; ridge reads {} here",
+          path, name, safetensors_dtype_name(e.dtype), full ? "F32" : "F32, F64, BF16 or F16");
+    check(e.shape == t.shape, "checkpoint '{}': tensor '{}' has the shape {}; this model's is {}", path, name,
+          fmt::format("[{}]", fmt::join(e.shape, ", ")), fmt::format("[{}]", fmt::join(t.shape, ", ")));
+    const std::vector<float> v = f.to_f32(name);
+    for (size_t i = 0; i < v.size(); ++i) {
+      check(std::isfinite(v[i]), "checkpoint '{}': tensor '{}' holds a non-finite value ({}) at index {}",
+            path, name, v[i], i);
+      check(kind != Kind::exp_avg_sq || v[i] >= 0,
+            "checkpoint '{}': tensor '{}' holds a negative second moment ({}) at index {}", path, name, v[i],
+            i);
+    }
+  };
+  for (const TensorInfo& t : model_.tensors()) {
+    validate(t.name, t, Kind::param);
+    if (full) {
+      validate("optimizer.exp_avg." + t.name, t, Kind::exp_avg);
+      validate("optimizer.exp_avg_sq." + t.name, t, Kind::exp_avg_sq);
+    }
+  }
+
+  // Nothing below throws (but for memory): the trainer changes as a whole.
+  auto copy = [&](const std::string& name, const TensorInfo& t, std::span<float> dst) {
     const std::vector<float> v = f.to_f32(name);
     std::copy(v.begin(), v.end(), dst.begin() + t.offset);
   };
@@ -226,41 +367,15 @@ void Trainer::load(const std::string& path) {
     const std::vector<float> v = f.to_f32(name);
     std::copy(v.begin() + (b - t.offset), v.begin() + (e - t.offset), dst.begin() + (b - opt_begin_));
   };
-  // Check everything before changing anything, so a bad file leaves the trainer as it was.
-  for (const TensorInfo& t : model_.tensors()) {
-    check(f.contains(t.name), "checkpoint '{}': missing the tensor '{}'", path, t.name);
-    check(f.at(t.name).shape == t.shape, "checkpoint '{}': tensor '{}' has the wrong shape for this model", path,
-          t.name);
-  }
-  const bool full = md.count("format") && md.at("format") == kFormat;
-  nlohmann::json state;
-  if (full) {
-    try {
-      state = nlohmann::json::parse(md.at("state"));
-      (void)state.at("step").get<int64_t>();
-      (void)state.at("rng").get<std::array<uint64_t, 4>>();
-      (void)state.at("loss_scale").get<double>();
-    } catch (const nlohmann::json::exception&) {
-      fail("checkpoint '{}': its 'state' metadata is damaged", path);
-    }
-    for (const TensorInfo& t : model_.tensors()) {
-      check(f.contains("optimizer.exp_avg." + t.name) && f.contains("optimizer.exp_avg_sq." + t.name),
-            "checkpoint '{}': missing the optimizer state of '{}'", path, t.name);
-      check(f.at("optimizer.exp_avg." + t.name).shape == t.shape &&
-                f.at("optimizer.exp_avg_sq." + t.name).shape == t.shape,
-            "checkpoint '{}': the optimizer state of '{}' has the wrong shape for this model", path, t.name);
-    }
-  }
   for (const TensorInfo& t : model_.tensors()) copy(t.name, t, model_.params());
   if (full) {
     for (const TensorInfo& t : model_.tensors()) {
       copy_state("optimizer.exp_avg." + t.name, t, adamw_.m());
       copy_state("optimizer.exp_avg_sq." + t.name, t, adamw_.v());
     }
-    adamw_.set_steps(state.at("step").get<int64_t>());
-    rng_.set_state(state.at("rng").get<std::array<uint64_t, 4>>());
-    scaler_.restore(state.at("loss_scale").get<double>(), state.value("loss_scale_streak", int64_t{0}),
-                    state.value("skipped_steps", int64_t{0}));
+    adamw_.set_steps(state.step);
+    rng_.set_state(state.rng);
+    scaler_.restore(state.loss_scale, state.streak, state.skipped);
   }
 }
 
