@@ -87,14 +87,17 @@ double estimate_bytes(const model::ModelConfig& c, const model::TrainConfig& t) 
   return P * 16 + (t.precision == model::Precision::fp32 ? 0 : P * op) + L * per_layer + final_ + work;
 }
 
-// The library names a model's sizes by their ModelConfig fields; the user gave them as flags.
+// The library names a model's sizes by their ModelConfig fields; the user gives them as these flags
+// (rope_theta has none).
+const cli::FlagNames kModelFlags = {{"vocab_size", "--vocab"}, {"context_length", "--context"},
+                                    {"d_model", "--d-model"},  {"num_layers", "--layers"},
+                                    {"num_heads", "--heads"},  {"d_ff", "--d-ff"}};
+
 [[noreturn]] void fail_model_size(const Error& e) {
   std::string m = e.what();
   if (m.rfind("ModelConfig: ", 0) == 0) m = m.substr(13);
-  static const std::pair<std::string, std::string> names[] = {
-      {"d_head", "the head dimension"}, {"context_length", "--context"}, {"d_model", "--d-model"},
-      {"num_heads", "--heads"},         {"num_layers", "--layers"},      {"d_ff", "--d-ff"},
-      {"vocab_size", "--vocab"},        {"rope_theta", "rope_theta"}};
+  cli::FlagNames names = kModelFlags;
+  names.insert(names.begin(), {"d_head", "the head dimension"});  // "d_head = d_model / num_heads"
   for (const auto& [field, flag] : names)
     for (size_t at = m.find(field); at != std::string::npos; at = m.find(field, at + flag.size()))
       m.replace(at, field.size(), flag);
@@ -243,14 +246,17 @@ void load_resume(model::Trainer& trainer, const Args& a) {
   try {
     // A model field or the precision that differs from the checkpoint's names the flag that sets it;
     // rope_theta has none, so it keeps the checkpoint's field name after --resume.
-    cli::with_flags({{"vocab_size", "--vocab"}, {"context_length", "--context"}, {"d_model", "--d-model"},
-                     {"num_layers", "--layers"}, {"num_heads", "--heads"}, {"d_ff", "--d-ff"},
-                     {"precision", "--precision"}},
-                    [&] { trainer.load(a.resume); });
+    cli::FlagNames names = kModelFlags;
+    names.emplace_back("precision", "--precision");
+    cli::with_flags(names, [&] { trainer.load(a.resume); });
   } catch (const Error& e) {
     if (e.argument().rfind("--", 0) == 0) throw;
     fail("--resume: {}", e.what());
   }
+  // A checkpoint at or past the last step would train nothing and still report success.
+  check(trainer.steps() < a.steps,
+        "--steps: {} steps in all, but checkpoint '{}' is at step {} already; give more --steps to train on",
+        a.steps, a.resume, trainer.steps());
 }
 
 #ifdef RIDGE_HAVE_DIST

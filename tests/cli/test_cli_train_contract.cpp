@@ -311,3 +311,19 @@ TEST(CliTrainContract, ADeviceOrFifoOutputIsWrittenInPlaceNeverReplaced) {
   ASSERT_EQ(::stat(fifo.c_str(), &st), 0);
   EXPECT_TRUE(S_ISFIFO(st.st_mode));
 }
+
+// A checkpoint already at or past --steps would train nothing and exit 0 as if it had: refused, naming
+// --steps and the checkpoint's step; the checkpoint is untouched.
+TEST(CliTrainContract, ResumingPastTheLastStepIsRefused) {
+  Dir d;
+  const std::string txt = d.file("a.txt", text_of(20)), ck = d.path("ck.safetensors");
+  ASSERT_EQ(run("train " + kTiny + " --steps 3 --text " + txt + " --checkpoint " + ck).code, 0);
+  const std::string before = read(ck);
+  for (const char* steps : {"3", "2"}) {
+    const auto r = run("train " + kTiny + " --steps " + steps + " --text " + txt + " --resume " + ck +
+                       " --checkpoint " + ck);
+    expect_refused(r, {"--steps", "at step 3 already"}, steps);
+    EXPECT_EQ(read(ck), before);
+  }
+  EXPECT_EQ(run("train " + kTiny + " --steps 4 --text " + txt + " --resume " + ck).code, 0);
+}
