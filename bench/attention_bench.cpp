@@ -99,6 +99,15 @@ std::vector<AttnCase> sweep_cases(const std::string& which) {
   return v;
 }
 
+// A dtype given as --set dtype=X: the error names the axis the user typed.
+DType dtype_axis(const std::string& v) {
+  try {
+    return parse_dtype(v);
+  } catch (const Error& e) {
+    throw e.renamed("--set dtype");
+  }
+}
+
 // Cases from --set axes: batch, heads, kv_heads, seq, head_dim, causal, dtype, pass.
 std::vector<AttnCase> grid_cases(const bench::Grid& g) {
   g.check_keys({"batch", "heads", "kv_heads", "seq", "head_dim", "causal", "dtype", "pass"}, "attention");
@@ -115,7 +124,8 @@ std::vector<AttnCase> grid_cases(const bench::Grid& g) {
             for (const auto& cs : g.values("causal", {"false"})) {
               check(cs == "true" || cs == "false" || cs == "1" || cs == "0",
                     "bench attention: causal {} (expected true or false)", cs);
-              const DType t = parse_dtype(dt);
+              check(d >= 16 && d <= 256, "--set head_dim: {} is not accepted (FlashAttention takes 16 .. 256)", d);
+              const DType t = dtype_axis(dt);
               check(t == DType::f32 || t == DType::bf16, "bench attention: dtype {} (expected fp32 or bf16)", dt);
               for (int64_t kvh : g.counts("kv_heads", {h})) {
                 AttnCase c{b, h, kvh, n, d, cs == "true" || cs == "1", t, passes};

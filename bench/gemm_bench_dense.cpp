@@ -277,8 +277,16 @@ void run_gemm_dense(bench::Context& ctx) {
                 c.m = m;
                 c.n = n;
                 c.k = k;
-                c.dtype = parse_dtype(dt);
-                c.out = out == "default" ? (c.dtype == DType::f32 ? DType::f32 : DType::bf16) : parse_dtype(out);
+                // Errors name the axis the user typed (--set dtype=..., --set out=...).
+                const auto axis = [](const std::string& v, const char* name) {
+                  try {
+                    return parse_dtype(v);
+                  } catch (const Error& e) {
+                    throw e.renamed(name);
+                  }
+                };
+                c.dtype = axis(dt, "--set dtype");
+                c.out = out == "default" ? (c.dtype == DType::f32 ? DType::f32 : DType::bf16) : axis(out, "--set out");
                 c.packed_b = pk == "1";
                 c.peer = peer;
                 c.layout = layout;

@@ -725,6 +725,17 @@ void run_model(bench::Context& ctx) {
               if (g.has("heads")) c.cfg.num_heads = g.counts("heads")[0], c.size += "*";
               c.cfg.validate();
               check(B >= 1, "bench model: batch {} must be >= 1", B);
+              // Refused before anything is allocated: a case past the machine's memory would
+              // otherwise die in the allocator (or swap for minutes) halfway through the sweep.
+              double need = 0;
+              const json mem = analytic_memory(c.cfg, B, T, model::parse_precision(pr));
+              for (auto it = mem.begin(); it != mem.end(); ++it)
+                if (it.key() != "activations (per layer)") need += it.value().get<double>();
+              const double avail = static_cast<double>(memory::available_bytes());
+              check(avail <= 0 || need < 0.9 * avail,
+                    "--set size/context/batch/d_model/d_ff/layers/heads, --vocab: the case {} context {} batch {} needs "
+                    "about {} but {} is available",
+                    c.size, T, B, units::format_bytes(need), units::format_bytes(avail));
               model::parse_precision(pr);
               model::parse_attention_path(at);
               c.batch = B;
@@ -770,7 +781,15 @@ void model_options(CLI::App& app) {
       "predict each case from the roofline and per-class efficiencies (fitted on disjoint kernel shapes, "
       "saved beside the probe's chip file)");
   app.add_flag("--refit", g_refit, "with --predict: measure the efficiencies again");
-  app.add_option("--vocab", g_vocab, "vocabulary size (default 10000, as CS336)");
+  // Decimal only, as every count of the CLI (cli::decimal_integer): CLI11 alone reads "010" as 8.
+  app.add_option("--vocab", g_vocab, "vocabulary size (default 10000, as CS336)")
+      ->check(CLI::Validator(
+          [](std::string& v) -> std::string {
+            const bool ok = !v.empty() && v.size() <= 10 && v.find_first_not_of("0123456789") == std::string::npos &&
+                            v[0] != '0' && std::stoll(v) < (int64_t{1} << 31);
+            return ok ? std::string() : "'" + v + "' is not a vocabulary size (a decimal count, 1 .. 2^31 - 1)";
+          },
+          ""));
   app.add_option("--python", g_python, "python interpreter for the PyTorch peer (default python3)");
 }
 

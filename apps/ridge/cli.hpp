@@ -6,10 +6,12 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include <cerrno>
 #include <charconv>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <limits>
 #include <fmt/format.h>
 #include <iostream>
@@ -34,14 +36,17 @@ struct Register {
   Register(const char* name, Setup setup) { registry().push_back({name, setup}); }
 };
 
-// Accepts only a plain decimal integer ("16", "-1"); CLI11 alone would also take "0x10" or "0b1".
+// Accepts only a plain decimal integer ("16", "-1"); CLI11 alone would also take "0x10" or "0b1",
+// and read "010" as octal 8, so a leading zero is refused too (a check cannot rewrite the value).
 inline CLI::Validator decimal_integer() {
   return CLI::Validator(
       [](std::string& s) -> std::string {
         size_t i = !s.empty() && (s[0] == '-' || s[0] == '+') ? 1 : 0;
         if (i == s.size()) return "'" + s + "' is not a decimal integer";
-        for (; i < s.size(); ++i)
-          if (s[i] < '0' || s[i] > '9') return "'" + s + "' is not a decimal integer";
+        for (size_t j = i; j < s.size(); ++j)
+          if (s[j] < '0' || s[j] > '9') return "'" + s + "' is not a decimal integer";
+        if (s[i] == '0' && i + 1 < s.size())
+          return "'" + s + "' has a leading zero (write it without; 010 would be read as octal 8)";
         return {};
       },
       "");
@@ -82,7 +87,8 @@ inline CLI::Validator integer_in(int64_t lo, int64_t hi = std::numeric_limits<in
 inline CLI::Validator number_in(double lo, double hi, bool open_low = false, bool open_high = false) {
   return CLI::Validator(
       [lo, hi, open_low, open_high](std::string& s) -> std::string {
-        const std::string range = std::isinf(hi) ? fmt::format("{} {}", open_low ? ">" : ">=", lo)
+        const std::string range = std::isinf(lo) ? std::string("of any size")
+                                  : std::isinf(hi) ? fmt::format("{} {}", open_low ? ">" : ">=", lo)
                                                  : fmt::format("in {}{}, {}{}", open_low ? "(" : "[", lo, hi,
                                                                open_high ? ")" : "]");
         const std::string accepted = "(accepted: a finite decimal number " + range + ")";
@@ -98,6 +104,42 @@ inline CLI::Validator number_in(double lo, double hi, bool open_low = false, boo
         return {};
       },
       "FLOAT");
+}
+
+// A plain decimal number that is finite as a double ("0.5", "-2", "1e-3", ".5"): no nan, inf, hex
+// ("0x1p3"), empty text, trailing junk or overflow ("1e400"), all of which CLI11 alone (strtod) would
+// take. For `check()` (the text is not rewritten) and parse_finite.
+inline CLI::Validator finite_number() {
+  return number_in(-std::numeric_limits<double>::infinity(), std::numeric_limits<double>::infinity());
+}
+
+// The number in `text`, given as `flag`: a finite decimal (finite_number's rules), else a
+// ridge::Error naming the flag. For options held as text and parsed later.
+inline double parse_finite(const std::string& text, const std::string& flag) {
+  std::string s = text;
+  const std::string why = finite_number()(s);
+  if (!why.empty()) throw ridge::Error(flag, why);
+  return std::strtod(text.c_str(), nullptr);
+}
+
+// ridge::Error naming `flag` when a name in `path` is longer than the file system takes (NAME_MAX,
+// 255 bytes on Linux) or the whole path is longer than PATH_MAX: found before a run, not when its
+// output is written at the end. files::check_writable does not see it (stat just fails).
+inline void check_name_fits(const std::string& path, const std::string& flag) {
+  constexpr size_t kNameMax = 255, kPathMax = 4095;
+  const auto shown = [&] { return path.size() > 40 ? path.substr(0, 40) + "..." : path; };
+  if (path.size() > kPathMax)
+    throw ridge::Error(flag, "'" + shown() + "' is too long a path (" + std::to_string(path.size()) +
+                                 " bytes; at most " + std::to_string(kPathMax) + ")");
+  size_t start = 0;
+  while (start <= path.size()) {
+    size_t end = path.find('/', start);
+    if (end == std::string::npos) end = path.size();
+    if (end - start > kNameMax)
+      throw ridge::Error(flag, "'" + shown() + "' has a name of " + std::to_string(end - start) +
+                                   " bytes; a file name is at most " + std::to_string(kNameMax));
+    start = end + 1;
+  }
 }
 
 // Library errors name the function argument a value was passed as (ridge::Error::argument);
@@ -127,6 +169,9 @@ decltype(auto) with_flags(const FlagNames& names, F&& body) {
 // `skip` (per-rank settings such as --threads). Defined in main.cpp, which holds the parsed app.
 std::vector<std::pair<std::string, std::string>> command_line_fingerprint(
     const std::vector<std::string>& skip = {});
+
+// The arguments a chip is loaded under (roofline::load_chip and the chip file's parser), as `flag`.
+inline FlagNames chip_flags(const std::string& flag) { return {{"name_or_path", flag}, {"chip file", flag}}; }
 
 // Prints a JSON document the way every --json output does: indented, newline-terminated.
 // Writes `prefix` + `text` + newline to stderr in one write(2). Under mpirun the ranks' stderr and the

@@ -4,6 +4,8 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <filesystem>
+#include <utility>
 #include <optional>
 
 #include "cli.hpp"
@@ -48,12 +50,27 @@ void add_common(CLI::App* cmd) {
   cmd->add_option("--warmup", g.warmup, "untimed calls before timing (benchmark default if unset)")
       ->check(cli::decimal_integer());
   cmd->add_option("--iters", g.iters, "minimum timed calls per case")->check(cli::decimal_integer());
-  cmd->add_option("--min-time", g.min_time, "minimum timed seconds per case");
-  cmd->add_option("--max-time", g.max_time, "stop timing a case after this many seconds");
+  cmd->add_option("--min-time", g.min_time, "minimum timed seconds per case (0 .. 3600)")->check(cli::finite_number());
+  cmd->add_option("--max-time", g.max_time, "stop timing a case after this many seconds (0 .. 3600)")
+      ->check(cli::finite_number());
   cmd->add_flag("--no-progress", g.no_progress, "no progress lines on stderr");
 }
 
-void run(const std::string& name) {
+// Every file a benchmark's options name (--grid-file, --shapes, ...): an output must not be one of
+// them. Read from the parsed options, so an option a benchmark adds later is covered too.
+std::vector<std::string> input_files(const CLI::App& sub) {
+  std::vector<std::string> files;
+  for (const CLI::Option* opt : sub.get_options()) {
+    if (opt->check_name("--trace") || opt->check_name("--memory") || opt->count() == 0) continue;
+    for (const auto& v : opt->results()) {
+      std::error_code ec;
+      if (!v.empty() && std::filesystem::exists(v, ec)) files.push_back(v);
+    }
+  }
+  return files;
+}
+
+void run(const std::string& name, const std::vector<std::string>& inputs) {
   const auto& b = bench::find_benchmark(name);
   check(!(g.json && g.csv), "bench: --json and --csv are exclusive; choose one");
   if (g.threads) {
@@ -61,7 +78,8 @@ void run(const std::string& name) {
           "--threads: {} is not accepted (expected a thread count in 1 .. {})", *g.threads, env::kMaxThreads);
     set_num_threads(*g.threads);
   }
-  check(g.memory_entries >= 1, "--memory-entries: must be at least 1");
+  check(g.memory_entries >= 1 && g.memory_entries <= (int64_t{1} << 30),
+        "--memory-entries: {} is not accepted (expected 1 .. 2^30 allocation events)", g.memory_entries);
   bench::Grid grid;
   if (!g.grid_file.empty())
     grid = cli::with_flags({{"path", "--grid-file"}}, [] { return bench::Grid::from_file(g.grid_file); });
@@ -74,10 +92,11 @@ void run(const std::string& name) {
   }
   check(!g.warmup || *g.warmup >= 0, "--warmup: {} must be >= 0", g.warmup.value_or(0));
   check(!g.iters || *g.iters >= 1, "--iters: {} must be >= 1", g.iters.value_or(0));
-  check(!g.min_time || (std::isfinite(*g.min_time) && *g.min_time >= 0), "--min-time: {} must be >= 0 seconds",
-        g.min_time.value_or(0));
-  check(!g.max_time || (std::isfinite(*g.max_time) && *g.max_time >= 0), "--max-time: {} must be >= 0 seconds",
-        g.max_time.value_or(0));
+  // An hour bounds a case's timing: past it a typo (1e9) would run until killed.
+  check(!g.min_time || (std::isfinite(*g.min_time) && *g.min_time >= 0 && *g.min_time <= 3600),
+        "--min-time: {} is not accepted (expected seconds in 0 .. 3600)", g.min_time.value_or(0));
+  check(!g.max_time || (std::isfinite(*g.max_time) && *g.max_time >= 0 && *g.max_time <= 3600),
+        "--max-time: {} is not accepted (expected seconds in 0 .. 3600)", g.max_time.value_or(0));
   if (g.warmup) opt.warmup = *g.warmup;
   if (g.iters) opt.iters = *g.iters;
   if (g.min_time) opt.min_time_s = *g.min_time;
@@ -85,8 +104,12 @@ void run(const std::string& name) {
 
   // Check the output files before the run, so a bad path fails in a second, not after the sweep;
   // without opening them: a run that fails must leave the user's old file as it was.
-  if (!g.trace_file.empty()) files::check_writable(g.trace_file, "--trace");
-  if (!g.memory_file.empty()) files::check_writable(g.memory_file, "--memory");
+  for (const auto& [file, flag] : {std::pair{g.trace_file, "--trace"}, std::pair{g.memory_file, "--memory"}}) {
+    if (file.empty()) continue;
+    cli::check_name_fits(file, flag);
+    files::check_writable(file, flag);
+    files::check_not_an_input(file, inputs, flag);
+  }
   check(g.trace_file.empty() || !files::same_file(g.trace_file, g.memory_file),
         "--trace and --memory: both name '{}'; give each its own file", g.trace_file);
 
@@ -165,7 +188,9 @@ void setup(CLI::App& root) {
     if (b.add_options) b.add_options(*sub);
     const std::string name = b.name;
     // The sweep grid's errors are about its items and axes ("grid n"); the user typed --set.
-    sub->callback([name] { cli::with_flags({{"items", "--set"}, {"grid", "--set"}}, [&] { run(name); }); });
+    sub->callback([name, sub] {
+      cli::with_flags({{"items", "--set"}, {"grid", "--set"}}, [&] { run(name, input_files(*sub)); });
+    });
   }
 }
 

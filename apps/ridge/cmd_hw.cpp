@@ -62,7 +62,7 @@ void setup(CLI::App& root) {
   show->add_flag("--json", show_json, "print the chip file");
   show->callback([] {
     // The positional argument is the chip: an error about it reads "hw show: ...".
-    const auto c = ridge::cli::with_flags({{"name_or_path", "hw show"}}, [] { return rr::load_chip(show_id); });
+    const auto c = ridge::cli::with_flags(ridge::cli::chip_flags("chip"), [] { return rr::load_chip(show_id); });
     if (show_json) ridge::cli::print_json(rr::to_json(c));
     else fmt::print("{}", rr::describe(c));
   });

@@ -90,10 +90,13 @@ void setup(CLI::App& root) {
   static std::string out, max_bytes;
   cmd->add_flag("--quick", quick, "a shorter run (at most ~15 s) with fewer trials and sweep points");
   cmd->add_option("--threads", threads, "threads for the all-threads figures (default: ridge's thread count)")
+      ->check(ridge::cli::decimal_integer())
       ->check(CLI::Range(1, 4096));
   cmd->add_option("--trials", trials, "trials per figure, of which the median is reported (default 5 quick, 11)")
+      ->check(ridge::cli::decimal_integer())
       ->check(CLI::Range(1, 1000));
   cmd->add_option("--max-seconds", max_seconds, "time limit of the run (default ~12 s quick, ~50 s)")
+      ->check(ridge::cli::finite_number())
       ->check(CLI::Range(0.1, 3600.0));
   cmd->add_option("--max-bytes", max_bytes,
                   "largest total working set of the sweep, e.g. 256MiB (default 4x the last-level cache, 8x "
@@ -109,6 +112,7 @@ void setup(CLI::App& root) {
                  "--threads: {} exceeds the {} logical CPUs here (expected 1..{})", threads, cpus, cpus);
     const std::string path = out.empty() ? ridge::probe::default_output_path() : out;
     // A bad output path is found before the measurement, not after it.
+    ridge::cli::check_name_fits(path, "-o");
     ridge::probe::check_writable(path);
     ridge::probe::ProbeOptions o;
     o.quick = quick;

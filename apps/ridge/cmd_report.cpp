@@ -34,7 +34,7 @@ struct Opts {
 rr::Chip this_machine(const Opts& o, std::string& how) {
   if (!o.this_file.empty()) {
     how = "from " + o.this_file;
-    return ridge::cli::with_flags({{"name_or_path", "--this"}}, [&] { return rr::load_chip(o.this_file); });
+    return ridge::cli::with_flags(ridge::cli::chip_flags("--this"), [&] { return rr::load_chip(o.this_file); });
   }
   if (o.reuse_probe && rr::has_probe_result()) {
     how = "from the probe result at " + rr::probe_result_path();
@@ -60,7 +60,7 @@ void run(const Opts& o) {
   using ridge::cli::with_flags;
   // Never write over an input.
   with_flags(kFlags, [&] { rp::check_plot_outputs(o.out, {o.hw, o.this_file, o.results}); });
-  const auto gpu = with_flags({{"name_or_path", "--hw"}}, [&] { return rr::load_chip(o.hw); });
+  const auto gpu = with_flags(ridge::cli::chip_flags("--hw"), [&] { return rr::load_chip(o.hw); });
   // Every input is read before the probe runs: a bad file is one line, not a probe and then a line.
   auto measured = o.results.empty() ? std::vector<rp::MeasuredPoint>{}
                                     : with_flags(kFlags, [&] { return rp::read_measured(o.results); });

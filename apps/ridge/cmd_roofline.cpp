@@ -42,7 +42,7 @@ std::vector<std::string> split(const std::string& s, char sep = ',') {
 std::vector<rr::Chip> chips_of(const std::string& hw) {
   std::vector<rr::Chip> chips;
   for (const auto& name : split(hw))
-    chips.push_back(ridge::cli::with_flags({{"name_or_path", "--hw"}}, [&] { return rr::load_chip(name); }));
+    chips.push_back(ridge::cli::with_flags(ridge::cli::chip_flags("--hw"), [&] { return rr::load_chip(name); }));
   ridge::check(!chips.empty(), "--hw: no chip named (accepted: a chip id, 'this', a JSON file, or a comma list)");
   return chips;
 }
@@ -57,6 +57,11 @@ void add_common(CLI::App* c, Common& o) {
 
 int64_t count(const std::string& text, const char* what) { return ridge::units::parse_count(text, what); }
 
+// A dtype given as `flag`: its error names the flag (ridge::parse_dtype names its argument, dtype).
+DType dtype_flag(const std::string& text, const char* flag) {
+  return ridge::cli::with_flags({{"dtype", flag}}, [&] { return ridge::parse_dtype(text); });
+}
+
 // Prints a cost's bound on each chip: a readable account, or one JSON document.
 void report(const rr::Cost& cost, const Common& o) {
   // Checked even when the op moves nothing over a link, so a typo is never silently ignored.
@@ -65,7 +70,9 @@ void report(const rr::Cost& cost, const Common& o) {
   rr::BoundOptions opt{o.level, o.link};
   const auto chips = chips_of(o.hw);
   std::vector<rr::Bound> bounds;
-  for (const auto& c : chips) bounds.push_back(rr::bound(cost, c, opt));
+  for (const auto& c : chips)
+    bounds.push_back(
+        ridge::cli::with_flags({{"level", "--level"}, {"link", "--link"}}, [&] { return rr::bound(cost, c, opt); }));
   if (o.json) {
     nlohmann::json j = to_json(cost);
     j["bounds"] = nlohmann::json::array();
@@ -80,10 +87,10 @@ struct MatmulFlags {
   std::string dtype = "bf16", x, w, out, compute;
   rr::MatmulDtypes get() const {
     rr::MatmulDtypes d;
-    const DType base = ridge::parse_dtype(dtype);
-    d.x = x.empty() ? base : ridge::parse_dtype(x);
-    d.w = w.empty() ? base : ridge::parse_dtype(w);
-    d.out = out.empty() ? d.x : ridge::parse_dtype(out);
+    const DType base = dtype_flag(dtype, "--dtype");
+    d.x = x.empty() ? base : dtype_flag(x, "--x-dtype");
+    d.w = w.empty() ? base : dtype_flag(w, "--w-dtype");
+    d.out = out.empty() ? d.x : dtype_flag(out, "--out-dtype");
     d.compute = compute;
     if (!compute.empty()) {
       static const char* keys[] = {"fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "int8", "fp4"};
@@ -117,7 +124,10 @@ ridge::cli::FlagNames cost_flags(ridge::cli::FlagNames first = {}) {
       {"s.head_dim", "--head-dim"}, {"inputs", "--inputs"},
       {"flops_per_element", "--flops-per-element"}, {"chips", "--chips"},
       {"bytes", "--bytes"},   {"m_per_group", "--m-per-group"},
-      {"max_m", "--m-per-group"}, {"valid_m", "--valid"}};
+      {"max_m", "--m-per-group"}, {"valid_m", "--valid"},
+      {"D", "--d"},           {"level", "--level"},
+      {"in", "--in-dtype"},
+      {"link", "--link"}};
   first.insert(first.end(), common.begin(), common.end());
   return first;
 }
@@ -127,6 +137,16 @@ void sub(CLI::App* parent, const char* name, const char* help, std::shared_ptr<O
          std::function<void(CLI::App*, Opts&)> add, Run run, ridge::cli::FlagNames flags = cost_flags()) {
   auto* c = parent->add_subcommand(name, help);
   add(c, *o);
+  // A tensor too large for the cost model ("shape") comes from the op's sizes together: its flags.
+  std::string sizes;
+  for (const CLI::Option* opt : c->get_options()) {
+    const std::string n = opt->get_name();
+    if (n == "--help" || n.find("dtype") != std::string::npos || n == "--compute" || n == "--impl" ||
+        n == "--layout" || n == "--valid" || n == "--causal" || n == "--backward" || n == "--chips")
+      continue;
+    sizes += (sizes.empty() ? "" : "/") + n;
+  }
+  flags.push_back({"shape", sizes});
   add_common(c, o->common);
   c->callback([o, run, flags] { report(ridge::cli::with_flags(flags, [&] { return run(*o); }), o->common); });
 }
@@ -198,16 +218,20 @@ void setup_ops(CLI::App* r) {
         c->add_option("--n", o.n, "vector length")->capture_default_str();
         c->add_option("--dtype", o.dtype, "dtype")->capture_default_str();
       },
-      [](const VecOpts& o) { return rr::dot(count(o.n, "--n"), ridge::parse_dtype(o.dtype)); });
+      [](const VecOpts& o) { return rr::dot(count(o.n, "--n"), dtype_flag(o.dtype, "--dtype")); });
   sub<VecOpts>(
       r, "elementwise", "an elementwise op over --n elements of --inputs tensors", std::make_shared<VecOpts>(),
       [](CLI::App* c, VecOpts& o) {
         c->add_option("--n", o.n, "elements")->capture_default_str();
         c->add_option("--dtype", o.dtype, "dtype")->capture_default_str();
-        c->add_option("--inputs", o.inputs, "input tensors read")->capture_default_str();
-        c->add_option("--flops-per-element", o.fpe, "FLOPs per output element")->capture_default_str();
+        c->add_option("--inputs", o.inputs, "input tensors read")
+            ->capture_default_str()
+            ->check(ridge::cli::decimal_integer());
+        c->add_option("--flops-per-element", o.fpe, "FLOPs per output element")
+            ->capture_default_str()
+            ->check(ridge::cli::finite_number());
       },
-      [](const VecOpts& o) { return rr::elementwise(count(o.n, "--n"), ridge::parse_dtype(o.dtype), o.inputs, o.fpe); });
+      [](const VecOpts& o) { return rr::elementwise(count(o.n, "--n"), dtype_flag(o.dtype, "--dtype"), o.inputs, o.fpe); });
   sub<VecOpts>(
       r, "softmax", "row softmax of a [rows, cols] matrix", std::make_shared<VecOpts>(),
       [](CLI::App* c, VecOpts& o) {
@@ -215,7 +239,7 @@ void setup_ops(CLI::App* r) {
         c->add_option("--cols", o.cols, "columns (softmax length)")->capture_default_str();
         c->add_option("--dtype", o.dtype, "dtype")->capture_default_str();
       },
-      [](const VecOpts& o) { return rr::softmax(count(o.rows, "--rows"), count(o.cols, "--cols"), ridge::parse_dtype(o.dtype)); });
+      [](const VecOpts& o) { return rr::softmax(count(o.rows, "--rows"), count(o.cols, "--cols"), dtype_flag(o.dtype, "--dtype")); });
   sub<AttnOpts>(
       r, "attention", "attention: --impl naive (scores through memory) or flash (scores on chip)",
       std::make_shared<AttnOpts>(),
@@ -237,7 +261,7 @@ void setup_ops(CLI::App* r) {
         s.seq_q = count(o.seq, "--seq");
         s.seq_kv = o.seq_kv.empty() ? s.seq_q : count(o.seq_kv, "--seq-kv");
         s.head_dim = count(o.head_dim, "--head-dim");
-        s.dtype = ridge::parse_dtype(o.dtype);
+        s.dtype = dtype_flag(o.dtype, "--dtype");
         s.causal = o.causal;
         s.backward = o.backward;
         if (o.impl == "naive") return rr::attention_naive(s);
@@ -255,8 +279,8 @@ void setup_ops(CLI::App* r) {
         c->add_option("--out-dtype", o.out, "output dtype")->capture_default_str();
       },
       [](const GemmOpts& o) {
-        return rr::fp8_gemm(count(o.m, "--m"), count(o.n, "--n"), count(o.k, "--k"), ridge::parse_dtype(o.in),
-                            ridge::parse_dtype(o.out));
+        return rr::fp8_gemm(count(o.m, "--m"), count(o.n, "--n"), count(o.k, "--k"), dtype_flag(o.in, "--in-dtype"),
+                            dtype_flag(o.out, "--out-dtype"));
       });
   sub<GemmOpts>(
       r, "grouped-gemm", "M-grouped GEMM for MoE: --layout contiguous or masked (only valid rows count)",
@@ -277,7 +301,7 @@ void setup_ops(CLI::App* r) {
         ridge::check(G <= 4096, "--groups: {} is too many (at most 4096)", G);
         const auto m = count(o.m_per_group, "--m-per-group");
         std::vector<int64_t> rows(static_cast<size_t>(G), m);
-        const auto in = ridge::parse_dtype(o.in), out = ridge::parse_dtype(o.out);
+        const auto in = dtype_flag(o.in, "--in-dtype"), out = dtype_flag(o.out, "--out-dtype");
         if (o.layout == "contiguous") return rr::grouped_gemm_contiguous(rows, count(o.n, "--n"), count(o.k, "--k"), in, out);
         if (o.layout != "masked") ridge::fail("--layout: '{}' is not a layout (accepted: contiguous, masked)", o.layout);
         if (!o.valid.empty()) {
@@ -300,7 +324,7 @@ void setup_ops(CLI::App* r) {
   auto coll = [](const char* which) {
     return [which](const CollOpts& o) {
       const auto S = ridge::units::parse_bytes(o.bytes, "--bytes");
-      const auto t = ridge::parse_dtype(o.dtype);
+      const auto t = dtype_flag(o.dtype, "--dtype");
       const std::string w = which;
       const auto n = count(o.chips, "--chips");  // checked for send too, though a send involves two chips
       if (w == "send") return rr::send(S, t);
@@ -381,6 +405,7 @@ void plot(const PlotOpts& o) {
   auto inputs = split(o.hw);  // the plot must not write over a chip file or the results it reads
   inputs.push_back(o.results);
   rp::check_plot_outputs(o.out, inputs);
+  rp::check_plot_names(o.out);
   std::vector<rr::Chip> chips;
   std::vector<std::string> skipped;
   for (const auto& name : split(o.hw)) {
@@ -424,7 +449,8 @@ void setup_plot(CLI::App* r) {
   c->add_flag("--json", o->json, "print one JSON document naming the files written");
   c->callback([o] {
     // Library errors name their arguments; these are the flags that fed them.
-    const ridge::cli::FlagNames flags = {{"out", "--out"}, {"path", "--results"}, {"name_or_path", "--hw"}};
+    const ridge::cli::FlagNames flags = {
+        {"out", "--out"}, {"path", "--results"}, {"name_or_path", "--hw"}, {"chip file", "--hw"}};
     ridge::cli::with_flags(flags, [&] { plot(*o); });
   });
 }

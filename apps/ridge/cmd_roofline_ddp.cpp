@@ -90,14 +90,10 @@ std::vector<double> parse_buckets(const std::string& s) {
   std::vector<double> out;
   std::stringstream ss(s);
   for (std::string item; std::getline(ss, item, ',');) {
-    size_t used = 0;
-    double v = 0;
-    try {
-      v = std::stod(item, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    check(used == item.size() && !item.empty() && std::isfinite(v) && v > 0,
+    std::string text = item;
+    const bool decimal = finite_number()(text).empty();  // no hex, nan, inf or junk, as every number
+    const double v = decimal ? std::strtod(item.c_str(), nullptr) : 0.0;
+    check(decimal && v > 0,
           "--buckets: '{}' is not a bucket size (MB, a number > 0, as in --buckets 1,10,100)", item);
     out.push_back(v);
   }
@@ -120,8 +116,10 @@ void setup_roofline_ddp(CLI::App* parent) {
   c->add_option("--link", o->link,
                 "nvlink, ib (H100 presets), intra_node or inter_node (the --hw chip's figure; default "
                 "intra_node)");
-  c->add_option("--link-gbps", o->link_gbps, "link bandwidth, GB/s one way per rank (overrides --link's)");
-  c->add_option("--link-latency-us", o->link_latency_us, "latency per ring step in microseconds (overrides)");
+  c->add_option("--link-gbps", o->link_gbps, "link bandwidth, GB/s one way per rank (overrides --link's)")
+      ->check(finite_number());
+  c->add_option("--link-latency-us", o->link_latency_us, "latency per ring step in microseconds (overrides)")
+      ->check(finite_number());
   c->add_option("--buckets", o->buckets, "bucket sizes to try, MB (default 1,2,5,10,25,50,100,250,1000)");
   c->add_flag("--json", o->json, "print one JSON document");
   c->callback([o] {
@@ -131,13 +129,14 @@ void setup_roofline_ddp(CLI::App* parent) {
     check(ranks <= (int64_t{1} << 20), "--ranks: {} is too many (at most 2^20)", ranks);
     const auto shape = o->shape(cfg), global = o->shape(cfg, ranks);
     const int64_t batch = shape.batch, ctx = shape.seq;
-    const auto chip = rr::load_chip(o->hw);
+    const auto chip = with_flags(chip_flags("--hw"), [&] { return rr::load_chip(o->hw); });
     const auto link = make_link(*o, chip, ranks);
     const auto cands = parse_buckets(o->buckets);
     const std::string label = o->label(custom);
 
-    const auto in = rr::ddp_input(shape, chip, o->level);
-    const auto one = rr::ddp_input(global, chip, o->level);
+    const FlagNames flags = {{"layers", "--layers"}, {"level", "--level"}};
+    const auto in = with_flags(flags, [&] { return rr::ddp_input(shape, chip, o->level); });
+    const auto one = with_flags(flags, [&] { return rr::ddp_input(global, chip, o->level); });
     const double one_s = one.forward_s + one.backward_s() + one.optimizer_s + one.other_s;
 
     std::vector<rr::DdpSetting> settings;

@@ -4,7 +4,9 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <cstring>
 #include <string>
+#include <utility>
 
 #include "core/check.hpp"
 #include "ridge/core/units.hpp"
@@ -12,6 +14,37 @@
 #include "ridge/model/roofline.hpp"
 
 namespace ridge::cli {
+
+// The model library's messages name its fields ("preset: ...", "ModelConfig: context_length ...");
+// the user typed flags. Runs `body` and throws such an error again in the flags' words.
+template <typename F>
+decltype(auto) in_flag_words(F&& body) {
+  try {
+    return body();
+  } catch (const ridge::Error& e) {
+    std::string m = e.what();
+    static const std::pair<const char*, const char*> prefixes[] = {
+        {"preset: ", "--size: "}, {"precision: ", "--precision: "}, {"attention: ", "--attention: "},
+        {"ModelConfig: ", ""}};
+    bool known = false;
+    for (const auto& [from, to] : prefixes)
+      if (m.rfind(from, 0) == 0) {
+        m = to + m.substr(std::string(from).size());
+        known = true;
+        break;
+      }
+    if (!known) throw;
+    // Field names as the flags that set them; num_heads before heads-free names, d_ff before d_model.
+    static const std::pair<const char*, const char*> fields[] = {
+        {"vocab_size", "--vocab"}, {"context_length", "--context"}, {"num_layers", "--layers"},
+        {"num_heads", "--heads"},  {"d_head", "d_model / heads"},   {"d_model", "--d-model"},
+        {"d_ff", "--d-ff"}};
+    for (const auto& [field, flag] : fields)
+      for (size_t at = m.find(field); at != std::string::npos; at = m.find(field, at + std::strlen(flag)))
+        m.replace(at, std::strlen(field), flag);
+    throw ridge::Error(m);
+  }
+}
 
 struct ModelFlags {
   std::string size = "small", vocab = "10000", context = "256", batch = "4";
@@ -40,22 +73,29 @@ struct ModelFlags {
   // The preset at --vocab and --context with --d-model/--d-ff/--layers/--heads applied; `custom` says
   // whether any override was given (the label then reads "SIZE (modified)").
   model::ModelConfig config(bool& custom) const {
+    return in_flag_words([&] { return config_(custom); });
+  }
+  model::ModelConfig config_(bool& custom) const {
     auto cfg = model::preset(size, count(vocab, "--vocab"), count(context, "--context"));
     custom = false;
     if (!d_model.empty()) cfg.d_model = count(d_model, "--d-model"), custom = true;
     if (!d_ff.empty()) cfg.d_ff = count(d_ff, "--d-ff"), custom = true;
     if (!layers.empty()) cfg.num_layers = count(layers, "--layers"), custom = true;
     if (!heads.empty()) cfg.num_heads = count(heads, "--heads"), custom = true;
-    check(cfg.d_model % cfg.num_heads == 0, "--heads: {} does not divide d_model {}", cfg.num_heads, cfg.d_model);
-    check(cfg.d_head() % 2 == 0, "--heads: d_model / heads = {} must be even (RoPE rotates pairs)", cfg.d_head());
+    check(cfg.d_model % cfg.num_heads == 0, "--heads/--d-model: {} heads do not divide d_model {}", cfg.num_heads,
+          cfg.d_model);
+    check(cfg.d_head() % 2 == 0, "--heads/--d-model: d_model / heads = {} must be even (RoPE rotates pairs)",
+          cfg.d_head());
     cfg.validate();
     return cfg;
   }
   // The shape of a step of `cfg` on batch_times x --batch sequences of --context tokens, at --precision
   // with --attention (roofline ddp: batch_times = ranks for the global batch).
   roofline::ModelShape shape(const model::ModelConfig& cfg, int64_t batch_times = 1) const {
-    return model::model_shape(cfg, count(batch, "--batch") * batch_times, count(context, "--context"),
-                              model::parse_precision(precision), model::parse_attention_path(attention));
+    return in_flag_words([&] {
+      return model::model_shape(cfg, count(batch, "--batch") * batch_times, count(context, "--context"),
+                                model::parse_precision(precision), model::parse_attention_path(attention));
+    });
   }
   std::string label(bool custom) const { return custom ? size + " (modified)" : size; }
 };

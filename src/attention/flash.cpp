@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <limits>
+#include <type_traits>
 
 #include "attention/internal.hpp"
 #include "core/isa_paths.hpp"
@@ -60,6 +62,51 @@ void check_view(const TensorView<T>& t, const char* name, int64_t b, int64_t h, 
   check_tensor_view("attention", name, t.data, t.rank, t.shape, t.stride, {b, h, n, d});
 }
 
+// The largest |x_i| (Euclidean norm of a row of d elements) over every row of a [b, h, n, d] view.
+template <typename T>
+double max_row_norm(const TensorView<T>& t) {
+  double best = 0.0;
+  for (int64_t b = 0; b < t.shape[0]; ++b)
+    for (int64_t h = 0; h < t.shape[1]; ++h)
+      for (int64_t i = 0; i < t.shape[2]; ++i) {
+        const T* row = t.data + b * t.stride[0] + h * t.stride[1] + i * t.stride[2];
+        double acc = 0.0;
+        for (int64_t c = 0; c < t.shape[3]; ++c) {
+          double x;
+          if constexpr (std::is_same_v<T, bf16>) x = to_float(row[c * t.stride[3]]);
+          else x = static_cast<double>(row[c * t.stride[3]]);
+          acc += x * x;
+        }
+        best = std::max(best, acc);
+      }
+  return std::sqrt(best);
+}
+
+// The kernels compute exp2(s * c - m) with c = scale * log2(e) in fp32. For a scale so large that
+// s * c could overflow (scale * log2(e) itself overflows past 2.4e38), c is capped at 2^124 / bound,
+// bound >= |s| by Cauchy-Schwarz (largest row norm of q times that of k), so |s * c| <= 2^124 and
+// differences of two such values stay finite. At the cap the softmax is already a hard max for
+// every pair of scores fp32 can tell apart (a gap of 2^-100 |s| is 2^24 in the exponent), so the
+// cap changes nothing but lse, which lse_factor and l2_factor carry back to the user's scale.
+// A scale up to 1024 / log2(e) skips the O((n_q + n_k) d) scan: there only scores beyond 2^114,
+// from inputs near 10^17, could overflow.
+template <typename T>
+void log2_scale(detail::Problem& p, const TensorView<T>& q, const TensorView<T>& k) {
+  constexpr double kLog2e = 1.4426950408889634;
+  p.c = p.scale * static_cast<float>(kLog2e);
+  p.lse_factor = static_cast<float>(1.0 / kLog2e);
+  p.l2_factor = static_cast<float>(kLog2e);
+  const double c = static_cast<double>(p.scale) * kLog2e;
+  if (c <= 1024.0) return;
+  const double bound = max_row_norm(q) * max_row_norm(k);
+  const double cap = bound > 0.0 ? std::ldexp(1.0, 124) / bound : std::ldexp(1.0, 124);
+  if (c <= cap && c <= static_cast<double>(std::numeric_limits<float>::max())) return;
+  const float capped = static_cast<float>(std::min(cap, static_cast<double>(std::numeric_limits<float>::max())));
+  p.c = capped;
+  p.lse_factor = static_cast<float>(static_cast<double>(p.scale) / capped);
+  p.l2_factor = static_cast<float>(capped / static_cast<double>(p.scale));
+}
+
 template <typename T>
 detail::Problem make_problem(const TensorView<T>& q, const TensorView<T>& k, const TensorView<T>& v,
                              const TensorView<float>& lse, const Options& options) {
@@ -87,6 +134,7 @@ detail::Problem make_problem(const TensorView<T>& q, const TensorView<T>& k, con
   p.bf16 = std::is_same_v<T, bf16>;
   p.causal = options.causal;
   p.scale = options.scale == 0.0f ? static_cast<float>(1.0 / std::sqrt(static_cast<double>(p.d))) : options.scale;
+  log2_scale(p, q, k);
   p.q = operand(q);
   p.k = operand(k);
   p.v = operand(v);

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 #include "attention/internal.hpp"
 #include "ridge/core/format.hpp"
@@ -30,7 +31,14 @@ struct V {
   static R sub(R a, R b) { return _mm256_sub_ps(a, b); }
   static R mul(R a, R b) { return _mm256_mul_ps(a, b); }
   static R max(R a, R b) { return _mm256_max_ps(a, b); }
+  static R min(R a, R b) { return _mm256_min_ps(a, b); }
   static R exp2(R x) { return exp2_ps(x); }
+  static bool any_huge(R x) {
+    const R a = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), x);
+    const R big = _mm256_and_ps(_mm256_cmp_ps(a, _mm256_set1_ps(0x1p20f), _CMP_GE_OQ),
+                                _mm256_cmp_ps(a, _mm256_set1_ps(std::numeric_limits<float>::infinity()), _CMP_LT_OQ));
+    return _mm256_movemask_ps(big) != 0;
+  }
 };
 
 #include "attention/flash_body.inc"

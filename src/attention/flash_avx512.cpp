@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 #include "attention/internal.hpp"
 #include "ridge/core/format.hpp"

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 #include "attention/internal.hpp"
 #include "ridge/core/format.hpp"
@@ -27,7 +28,12 @@ struct V {
   static R sub(R a, R b) { return a - b; }
   static R mul(R a, R b) { return a * b; }
   static R max(R a, R b) { return a > b ? a : b; }
+  static R min(R a, R b) { return a < b ? a : b; }
   static R exp2(R x) { return exp2f(x); }
+  static bool any_huge(R x) {
+    return x >= 0x1p20f ? x != std::numeric_limits<float>::infinity()
+                        : x <= -0x1p20f && x != -std::numeric_limits<float>::infinity();
+  }
 };
 
 #include "attention/flash_body.inc"

@@ -17,6 +17,13 @@ struct Problem {
   bool bf16 = false;  // element type of every operand but lse (fp32 otherwise)
   bool causal = false;
   float scale = 1.0f;
+  // The scores go to the log2 domain (s * c) so exp2 does the softmax. c = scale * log2(e), except
+  // for a scale so large that s * c could overflow fp32 (flash.cpp, log2_scale): there c is capped
+  // where the softmax is already a hard max, and lse = m * lse_factor + log(l) (m in c's units)
+  // and, in the backward, lse * l2_factor undo the cap. Uncapped: ln 2 and log2(e).
+  float c = 1.4426950408889634f;
+  float lse_factor = 0.6931471805599453f;
+  float l2_factor = 1.4426950408889634f;
   Operand q, k, v, o, d_o, dq, dk, dv;
   float* lse = nullptr;
   int64_t lse_sb = 0, lse_sh = 0, lse_ss = 0;

@@ -159,6 +159,15 @@ void check_writable(const std::string& path, const std::string& what) {
   check_arg(!fs::is_directory(st), what, "'{}' is a folder (expected a file name)", path);
   if (fs::exists(st) && !fs::is_regular_file(st)) {  // a device or FIFO: it must open for writing
     check_arg(::access(p.c_str(), W_OK) == 0, what, "'{}' is not writable", path);
+    if (fs::is_fifo(st)) {
+      // A FIFO that no process reads would block the write at the end of the run (or fail it):
+      // refused now. One that is read is held open until exit, so its reader does not see the end
+      // of the file before the text is written.
+      const int fd = ::open(p.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+      check_arg(fd >= 0 || errno != ENXIO, what, "'{}' is a FIFO that no process reads", path);
+      static std::vector<int> held;
+      if (fd >= 0) held.push_back(fd);
+    }
     return;
   }
   const fs::path dir = folder_of(p);

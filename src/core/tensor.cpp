@@ -42,7 +42,7 @@ DType parse_dtype(const std::string& s) {
   if (s == "e5m2" || s == "fp8_e5m2") return DType::fp8_e5m2;
   if (s == "i8" || s == "int8") return DType::i8;
   if (s == "i32" || s == "int32") return DType::i32;
-  fail("dtype: '{}' is not a dtype (accepted: fp64, fp32, bf16, fp16, fp8_e4m3, fp8_e5m2, int8, int32)", s);
+  fail_arg("dtype", "'{}' is not a dtype (accepted: fp64, fp32, bf16, fp16, fp8_e4m3, fp8_e5m2, int8, int32)", s);
 }
 
 namespace {

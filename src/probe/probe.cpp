@@ -144,9 +144,13 @@ std::vector<int64_t> sweep_sizes(int threads, const Plan& plan) {
 std::vector<SweepPoint> sweep(int threads, const Plan& plan, double seconds) {
   const auto sizes = sweep_sizes(threads, plan);
   internal::ThreadBuffers bufs(threads, sizes.back());
-  Schedule sched{internal::clock_now() + seconds, 2 * static_cast<int>(sizes.size())};
+  const double end = internal::clock_now() + seconds;
+  Schedule sched{end, 2 * static_cast<int>(sizes.size())};
   std::vector<SweepPoint> out;
   for (int64_t s : sizes) {
+    // The time limit holds: a size reached after it is not measured (each trial passes over the
+    // whole working set, seconds at gigabytes), so --max-bytes 4GiB with --max-seconds 1 ends.
+    if (out.size() >= 2 && internal::clock_now() > end) break;
     SweepPoint p;
     p.bytes_per_thread = s;
     p.total_bytes = s * threads;
@@ -228,22 +232,21 @@ std::string default_output_path() { return roofline::probe_result_path(); }
 
 void check_writable(const std::string& path) {
   namespace fs = std::filesystem;
-  check(!path.empty(), "-o: empty file name");
-  const fs::path p(path);
+  check_arg(!path.empty(), "-o", "empty file name (expected a chip file to write)");
+  // The chip file's folder is made if missing (~/.cache/ridge on a first run, or -o out/chip.json);
+  // a path with no folder part is written in the current one.
+  const fs::path dir = fs::path(path).parent_path();
   std::error_code ec;
-  check(!fs::is_directory(p, ec), "-o {}: is a folder (expected a file name)", path);
-  if (p.has_parent_path()) fs::create_directories(p.parent_path(), ec);
-  check(!ec, "-o {}: cannot create folder {}: {}", path, p.parent_path().string(), ec.message());
-  const std::string dir = p.has_parent_path() ? p.parent_path().string() : ".";
-  check(::access(dir.c_str(), W_OK) == 0, "-o {}: folder {} is not writable", path, dir);
+  if (!dir.empty() && !fs::is_directory(dir, ec)) {
+    ec.clear();
+    fs::create_directories(dir, ec);
+    check_arg(!ec, "-o", "cannot create folder '{}' for '{}': {}", dir.string(), path, ec.message());
+  }
+  files::check_writable(path, "-o");
 }
 
 void write_chip_file(const nlohmann::json& chip, const std::string& path) {
-  namespace fs = std::filesystem;
-  check(!path.empty(), "-o: empty file name");
-  std::error_code ec;
-  const fs::path p(path);
-  if (p.has_parent_path()) fs::create_directories(p.parent_path(), ec);  // ~/.cache/ridge on a first run
+  check_writable(path);
   // A regular file through a temporary and a rename (a reader never sees half a file); a symlink
   // written through, a device such as /dev/null written in place, never replaced.
   files::write_text(path, chip.dump(2) + "\n", "-o");

@@ -116,6 +116,13 @@ void check_plot_outputs(const std::string& out, const std::vector<std::string>& 
   for (const auto& f : plot_outputs(out)) files::check_not_an_input(f, inputs, "out");
 }
 
+void check_plot_names(const std::string& out) {
+  for (const auto& f : plot_outputs(out))
+    for (const auto& part : fs::path(f))
+      check_arg(part.native().size() <= 255, "out", "'{}' has a name longer than 255 bytes, which no file can have",
+                out.size() > 40 ? out.substr(0, 40) + "..." : out);
+}
+
 std::vector<std::string> render_plot(const nlohmann::json& spec, const std::string& out) {
   const auto outputs = plot_outputs(out);
   const fs::path base = fs::path(outputs[0]).replace_extension();

@@ -115,6 +115,9 @@ std::vector<std::string> render_plot(const nlohmann::json& spec, const std::stri
 std::vector<std::string> plot_outputs(const std::string& out);
 // ridge::Error about the argument `out` when a file the plot writes is one of `inputs`.
 void check_plot_outputs(const std::string& out, const std::vector<std::string>& inputs);
+// ridge::Error about `out` when a file the plot writes has a name longer than NAME_MAX (255 bytes):
+// `roofline plot` checks it before plotting (`report` notes a plot it could not write instead).
+void check_plot_names(const std::string& out);
 
 // ---------------------------------------------------------------------------------------------
 // `ridge report`: this machine beside a GPU.

@@ -47,7 +47,7 @@ struct Reader {
   const std::string& origin;
 
   [[noreturn]] void bad(const std::string& field, const std::string& why) const {
-    fail("chip file {}: field '{}' {}", origin, field, why);
+    fail_arg("chip file " + origin, "field '{}' {}", field, why);
   }
   const nlohmann::json& member(const nlohmann::json& obj, const std::string& parent, const std::string& key) const {
     const std::string field = parent.empty() ? key : parent + "." + key;
@@ -182,7 +182,7 @@ const MemoryLevel& Chip::memory_level(const std::string& level) const {
     if (m.level == level) return m;
   std::string have;
   for (const auto& m : memory) have += (have.empty() ? "" : ", ") + m.level;
-  fail("chip {} has no memory level '{}' (it has: {})", id, level, have);
+  fail_arg("level", "chip {} has no memory level '{}' (it has: {})", id, level, have);
 }
 
 double Chip::bandwidth(const std::string& level) const { return memory_level(level).bandwidth.value; }
@@ -196,7 +196,7 @@ double Chip::link_bandwidth(const std::string& which) const {
     check(inter_node.has_value(), "chip {} has no inter-node link in its file", id);
     return inter_node->bandwidth_per_direction.value;
   }
-  fail("link: '{}' is not a link (accepted: intra_node, inter_node)", which);
+  fail_arg("link", "'{}' is not a link (accepted: intra_node, inter_node)", which);
 }
 
 nlohmann::json to_json(const Chip& self) {
@@ -228,7 +228,7 @@ nlohmann::json to_json(const Chip& self) {
 
 Chip parse_chip(const nlohmann::json& doc, const std::string& origin) {
   Reader r{origin};
-  if (!doc.is_object()) fail("chip file {}: must hold a JSON object", origin);
+  if (!doc.is_object()) fail_arg("chip file " + origin, "must hold a JSON object");
   Chip c;
   c.origin = origin;
   c.id = r.str(doc, "", "id");

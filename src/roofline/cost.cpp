@@ -25,8 +25,8 @@ long double dim(int64_t v, const char* what) {
 long double esize(DType t) { return static_cast<long double>(dtype_size(t)); }
 
 Traffic tensor(const std::string& name, DType t, long double elements, bool write = false) {
-  check(elements <= kMaxElements, "shape: tensor {} would hold {:.3g} elements (at most 2^60)", name,
-        static_cast<double>(elements));
+  check_arg(elements <= kMaxElements, "shape", "tensor {} would hold {:.3g} elements (at most 2^60)", name,
+            static_cast<double>(elements));
   return {name, dtype_name(t), elements, elements * esize(t), write};
 }
 
@@ -225,7 +225,8 @@ namespace {
 Cost attention_common(const AttentionShape& s, const char* op) {
   const long double Bt = dim(s.batch, "s.batch"), H = dim(s.heads, "s.heads"), Sq = dim(s.seq_q, "s.seq_q"),
                     Skv = dim(s.seq_kv, "s.seq_kv"), Dh = dim(s.head_dim, "s.head_dim");
-  check(!s.causal || s.seq_q <= s.seq_kv, "causal attention: seq_q {} must not exceed seq_kv {}", s.seq_q, s.seq_kv);
+  check_arg(!s.causal || s.seq_q <= s.seq_kv, "s.seq_q", "causal attention: seq_q {} must not exceed seq_kv {}",
+            s.seq_q, s.seq_kv);
   Cost c;
   c.op = op;
   c.shape = fmt::format("batch={} heads={} seq={}{} d={} {}{}{}", s.batch, s.heads, s.seq_q,
@@ -287,8 +288,8 @@ Cost attention_flash(const AttentionShape& s) {
 
 Cost fp8_gemm(int64_t m, int64_t n, int64_t k, DType in, DType out) {
   const long double M = dim(m, "m"), N = dim(n, "n"), K = dim(k, "k");
-  check(dtype_size(in) == 1, "fp8-gemm: input dtype {} is not an 8-bit type (accepted: fp8_e4m3, fp8_e5m2, int8)",
-        dtype_name(in));
+  check_arg(dtype_size(in) == 1, "in", "fp8-gemm: input dtype {} is not an 8-bit type (accepted: fp8_e4m3, fp8_e5m2, int8)",
+            dtype_name(in));
   Cost c;
   c.op = "fp8-gemm";
   c.shape = fmt::format("M={} N={} K={} {}->{}", m, n, k, dtype_name(in), dtype_name(out));
@@ -347,7 +348,7 @@ Cost grouped_gemm_masked(int64_t max_m, const std::vector<int64_t>& valid_m, int
     check(m >= 0 && m <= max_m, "masked m: {} valid rows is outside [0, max m = {}]", m, max_m);
     total += m;
   }
-  check(total > 0, "masked m: no group has a valid row (at least one must)");
+  check_arg(total > 0, "valid_m", "masked m: no group has a valid row (at least one must)");
   Cost c = grouped("grouped-gemm-masked", valid_m, "valid_m", n, k, in, out);
   c.shape = fmt::format("groups={} max_m={} valid={} N={} K={} {}->{}", valid_m.size(), max_m,
                         static_cast<double>(total), n, k, dtype_name(in), dtype_name(out));
@@ -400,7 +401,7 @@ Cost reduce_scatter(int64_t bytes, int64_t chips, DType t) {
 Cost matmul_split_d(int64_t b, int64_t d, int64_t f, int64_t chips, const MatmulDtypes& dt) {
   check_chips(chips);
   const long double B = dim(b, "b"), D = dim(d, "d"), F = dim(f, "f"), n = static_cast<long double>(chips);
-  check(d >= chips, "D: {} is smaller than the chip count {}", d, chips);
+  check_arg(d >= chips, "D", "{} is smaller than the chip count {}", d, chips);
   Cost c;
   c.op = "matmul-split-d";
   c.shape = fmt::format("B={} D={} F={} chips={} {}", b, d, f, chips, dt_label(dt));

@@ -283,6 +283,13 @@ BucketSweep best_bucket(const DdpInput& in, const DdpLink& link, const std::vect
 }
 
 DdpInput ddp_input(const ModelShape& m, const Chip& chip, const std::string& level) {
+  // The timeline lists every layer's nine gradients (and a CS336 broadcast of each): memory and time
+  // grow with the layer count, so a count past any real model's is refused before anything is
+  // allocated (10^9 layers took 24 GB before the kernel killed it). The largest models have ~100.
+  constexpr int64_t kMaxLayers = 4096;
+  check_arg(m.layers >= 1 && m.layers <= kMaxLayers, "layers",
+            "{} is not accepted by the data-parallel timeline (1 .. {}; it lists every layer's gradients)",
+            m.layers, kMaxLayers);
   const auto ops = model_step_ops(m);
   const auto L = m.layers;
   const double V = static_cast<double>(m.vocab), D = static_cast<double>(m.d_model),

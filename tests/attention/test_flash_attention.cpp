@@ -8,6 +8,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "ridge/attention.hpp"
@@ -52,6 +53,12 @@ struct Tensor {
     else return static_cast<double>(at(b, h, i, c));
   }
 };
+
+template <typename T>
+float as_float(T x) {
+  if constexpr (std::is_same_v<T, bf16>) return to_float(x);
+  else return static_cast<float>(x);
+}
 
 template <typename T>
 void fill_random(Tensor<T>& t, std::mt19937& rng, double sigma) {
@@ -355,6 +362,117 @@ TEST(FlashAttention, FullyMaskedRowsGiveZerosNotNaN) {
     EXPECT_LE(rel_error(r.o, ref.o), 1e-5);
     EXPECT_LE(rel_error(r.dk, ref.dk), 1e-5);
     EXPECT_LE(rel_error(r.dv, ref.dv), 1e-5);
+  }
+}
+
+// Issue 20, case 7: softmax_scale = 1e9 gave inf/nan on the AVX-512 paths (the fused s c - m rounds
+// once, up to half an ulp of m above 0: 2^512 at that scale), and 3e38 overflows scale * log2(e)
+// on every path. Every path the machine runs, forward and backward, against the fp64 reference.
+// Huge scales make the softmax a hard max, so O, lse and dV are exact up to rounding; dQ and dK are
+// scale x (dP - D) at the maximum, a difference that is 0 in exact arithmetic, so they are held to
+// scale x a rounding bound. Tiny scales make it uniform, and everything is held to 1e-5.
+template <typename T>
+void check_scale(float scale, const Shape& s, double input_scale) {
+  SCOPED_TRACE(fmt::format("scale {} {}", scale, describe(s)));
+  const bool is_bf16 = std::is_same_v<T, bf16>;
+  const Options opt{s.causal, scale};
+  Case<T> r(s, 11);
+  if (input_scale != 1.0)
+    for (auto* t : {&r.q, &r.k})
+      for (auto& x : t->data) {
+        if constexpr (std::is_same_v<T, bf16>) x = to_bf16(static_cast<float>(to_float(x) * input_scale));
+        else x = static_cast<T>(x * input_scale);
+      }
+  flash_attention_forward(r.q.view, r.k.view, r.v.view, r.o.view, r.lse_view, opt);
+  flash_attention_backward(r.q.view, r.k.view, r.v.view, r.o.view, r.d_o.view, r.lse_view, r.dq.view, r.dk.view,
+                           r.dv.view, opt);
+  Tensor<double> o(s.batch, s.heads, s.n_q, s.d), dq(s.batch, s.heads, s.n_q, s.d),
+      dk(s.batch, s.kv_heads, s.n_k, s.d), dv(s.batch, s.kv_heads, s.n_k, s.d);
+  std::vector<double> lse(static_cast<size_t>(s.batch * s.heads * s.n_q));
+  attention_reference_forward(r.q.view, r.k.view, r.v.view, o.view,
+                              TensorView<double>::contiguous(lse.data(), {s.batch, s.heads, s.n_q}), opt);
+  attention_reference_backward(r.q.view, r.k.view, r.v.view, r.d_o.view, dq.view, dk.view, dv.view, opt);
+
+  auto all_finite = [](auto& t) {
+    for (const auto& x : t.data) {
+      double v;
+      if constexpr (std::is_same_v<std::decay_t<decltype(x)>, bf16>) v = to_float(x);
+      else v = static_cast<double>(x);
+      if (!std::isfinite(v)) return false;
+    }
+    return true;
+  };
+  EXPECT_TRUE(all_finite(r.o));
+  EXPECT_TRUE(all_finite(r.dq));
+  EXPECT_TRUE(all_finite(r.dk));
+  EXPECT_TRUE(all_finite(r.dv));
+  for (float x : r.lse) EXPECT_TRUE(std::isfinite(x) || (x < 0 && std::isinf(x)));
+  const double tol = is_bf16 ? 1e-2 : 1e-5;
+  if (is_bf16) {
+    EXPECT_EQ(count_outside(r.o, o, tol, tol), 0);
+    EXPECT_EQ(count_outside(r.dv, dv, tol, tol), 0);
+  } else {
+    EXPECT_LE(rel_error(r.o, o), tol);
+    EXPECT_LE(rel_error(r.dv, dv), tol);
+  }
+  expect_lse_close(r.lse, lse, tol);
+  if (scale < 1.0f) {
+    EXPECT_LE(rel_error(r.dq, dq), is_bf16 ? 2e-2 : tol);
+    EXPECT_LE(rel_error(r.dk, dk), is_bf16 ? 2e-2 : tol);
+    return;
+  }
+  // |dP - D| at the maximum: both are dO . v (one in fp32 blocks, one from the stored O), each
+  // off by at most ~d^2 2^-24 max|dO| max|v| (1e-6 is 8x that); dK sums up to n such rows.
+  double max_do = 0, max_v = 0, max_qk = 0;
+  for (const auto& x : r.d_o.data) max_do = std::max(max_do, std::abs(static_cast<double>(as_float(x))));
+  for (const auto& x : r.v.data) max_v = std::max(max_v, std::abs(static_cast<double>(as_float(x))));
+  for (auto* t : {&r.q, &r.k})
+    for (const auto& x : t->data) max_qk = std::max(max_qk, std::abs(static_cast<double>(as_float(x))));
+  const double bound = 1e-6 * static_cast<double>(scale) * static_cast<double>(s.d) * static_cast<double>(s.d) *
+                       max_do * max_v * max_qk * static_cast<double>(std::max(s.n_q, s.n_k));
+  EXPECT_EQ(count_outside(r.dq, dq, 0.0, bound), 0) << "bound " << bound;
+  EXPECT_EQ(count_outside(r.dk, dk, 0.0, bound), 0) << "bound " << bound;
+}
+
+TEST(FlashAttention, HugeAndTinyScalesAgreeOnEveryPath) {
+  const std::vector<Shape> shapes = {{1, 2, 1, 37, 45, 32, false}, {1, 2, 2, 40, 300, 64, true}};
+  // 3e38 and FLT_MAX: q and k shrunk so that lse = scale * max score stays below FLT_MAX.
+  const std::vector<std::pair<float, double>> scales = {
+      {1e9f, 1.0}, {1e30f, 1.0}, {3e38f, 1.0 / 64}, {std::numeric_limits<float>::max(), 1.0 / 64},
+      {1e-30f, 1.0}, {1e-8f, 1.0}};
+  for (cpu::Isa isa : cpu::supported_isas()) {
+    SCOPED_TRACE(cpu::isa_name(isa));
+    cpu::ScopedIsa scoped(isa);
+    for (const auto& s : shapes)
+      for (const auto& [scale, input_scale] : scales) {
+        check_scale<float>(scale, s, input_scale);
+        check_scale<bf16>(scale, s, input_scale);
+      }
+  }
+}
+
+// A negative scale (-1e9) is refused on every path, forward and backward, naming the argument.
+TEST(FlashAttention, NegativeHugeScaleIsRefusedOnEveryPath) {
+  for (cpu::Isa isa : cpu::supported_isas()) {
+    SCOPED_TRACE(cpu::isa_name(isa));
+    cpu::ScopedIsa scoped(isa);
+    Case<float> r({1, 1, 1, 8, 8, 16, false});
+    for (float scale : {-1e9f, -std::numeric_limits<float>::max(), std::numeric_limits<float>::infinity()}) {
+      const Options opt{false, scale};
+      try {
+        flash_attention_forward(r.q.view, r.k.view, r.v.view, r.o.view, r.lse_view, opt);
+        ADD_FAILURE() << "forward accepted scale " << scale;
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("scale"), std::string::npos) << e.what();
+      }
+      try {
+        flash_attention_backward(r.q.view, r.k.view, r.v.view, r.o.view, r.d_o.view, r.lse_view, r.dq.view,
+                                 r.dk.view, r.dv.view, opt);
+        ADD_FAILURE() << "backward accepted scale " << scale;
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("scale"), std::string::npos) << e.what();
+      }
+    }
   }
 }
 
