@@ -231,7 +231,9 @@ void setup_ops(CLI::App* r) {
             ->capture_default_str()
             ->check(ridge::cli::finite_number());
       },
-      [](const VecOpts& o) { return rr::elementwise(count(o.n, "--n"), dtype_flag(o.dtype, "--dtype"), o.inputs, o.fpe); });
+      [](const VecOpts& o) {
+        return rr::elementwise(count(o.n, "--n"), dtype_flag(o.dtype, "--dtype"), o.inputs, o.fpe);
+      });
   sub<VecOpts>(
       r, "softmax", "row softmax of a [rows, cols] matrix", std::make_shared<VecOpts>(),
       [](CLI::App* c, VecOpts& o) {
@@ -239,7 +241,9 @@ void setup_ops(CLI::App* r) {
         c->add_option("--cols", o.cols, "columns (softmax length)")->capture_default_str();
         c->add_option("--dtype", o.dtype, "dtype")->capture_default_str();
       },
-      [](const VecOpts& o) { return rr::softmax(count(o.rows, "--rows"), count(o.cols, "--cols"), dtype_flag(o.dtype, "--dtype")); });
+      [](const VecOpts& o) {
+        return rr::softmax(count(o.rows, "--rows"), count(o.cols, "--cols"), dtype_flag(o.dtype, "--dtype"));
+      });
   sub<AttnOpts>(
       r, "attention", "attention: --impl naive (scores through memory) or flash (scores on chip)",
       std::make_shared<AttnOpts>(),

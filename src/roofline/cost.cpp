@@ -288,8 +288,8 @@ Cost attention_flash(const AttentionShape& s) {
 
 Cost fp8_gemm(int64_t m, int64_t n, int64_t k, DType in, DType out) {
   const long double M = dim(m, "m"), N = dim(n, "n"), K = dim(k, "k");
-  check_arg(dtype_size(in) == 1, "in", "fp8-gemm: input dtype {} is not an 8-bit type (accepted: fp8_e4m3, fp8_e5m2, int8)",
-            dtype_name(in));
+  check_arg(dtype_size(in) == 1, "in",
+            "fp8-gemm: input dtype {} is not an 8-bit type (accepted: fp8_e4m3, fp8_e5m2, int8)", dtype_name(in));
   Cost c;
   c.op = "fp8-gemm";
   c.shape = fmt::format("M={} N={} K={} {}->{}", m, n, k, dtype_name(in), dtype_name(out));
