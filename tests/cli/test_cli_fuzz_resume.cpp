@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "../model/checkpoint_edit.hpp"
+#include "spawn.hpp"
 #include "ridge/build_paths.h"  // RIDGE_BINARY (generated)
 
 namespace {
@@ -34,76 +35,11 @@ namespace {
 namespace fs = std::filesystem;
 using ridge::test::ojson;
 
-struct Outcome {
-  int code = -1;   // exit status, or -1
-  int signal = 0;  // the signal that ended it, or 0
-  bool timed_out = false;
-  std::string err;
-};
-
-// Runs ridge with `args` (no shell) in `dir`, killing it after `timeout_s`; stdout is discarded.
-Outcome run_ridge(const std::vector<std::string>& args, const fs::path& dir, double timeout_s) {
-  const fs::path err_path = dir / "stderr.txt";
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    if (::chdir(dir.c_str()) != 0) ::_exit(121);
-    const int out = ::open("/dev/null", O_WRONLY);
-    const int err = ::open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    const int in = ::open("/dev/null", O_RDONLY);
-    if (out < 0 || err < 0 || in < 0) ::_exit(122);
-    ::dup2(in, 0);
-    ::dup2(out, 1);
-    ::dup2(err, 2);
-    const std::string home = (dir / "home").string();
-    ::setenv("HOME", home.c_str(), 1);
-    ::setenv("RIDGE_HOME", home.c_str(), 1);
-    ::setenv("OMP_NUM_THREADS", "1", 1);
-    std::vector<char*> argv;
-    const char* other = std::getenv("RIDGE_FUZZ_BINARY");  // fuzz another build of ridge
-    std::string bin = other && *other ? other : RIDGE_BINARY;
-    argv.push_back(bin.data());
-    std::vector<std::string> copy = args;
-    for (auto& a : copy) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    ::execv(bin.c_str(), argv.data());
-    ::_exit(123);
-  }
-  Outcome o;
-  if (pid < 0) return o;
-  const auto t0 = std::chrono::steady_clock::now();
-  int status = 0;
-  for (;;) {
-    if (::waitpid(pid, &status, WNOHANG) == pid) break;
-    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > timeout_s) {
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, &status, 0);
-      o.timed_out = true;
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
-  if (!o.timed_out) {
-    if (WIFEXITED(status)) o.code = WEXITSTATUS(status);
-    if (WIFSIGNALED(status)) o.signal = WTERMSIG(status);
-  }
-  std::ifstream e(err_path);
-  o.err.assign(std::istreambuf_iterator<char>(e), {});
-  return o;
-}
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), {}};
-}
-
-void spit(const fs::path& p, const std::string& s) {
-  std::ofstream(p, std::ios::binary) << s;
-}
-
-std::string env_or(const char* name, const std::string& fallback) {
-  const char* v = std::getenv(name);
-  return v && *v ? v : fallback;
-}
+using ridge::test::env_or;
+using ridge::test::Outcome;
+using ridge::test::run_ridge;
+using ridge::test::slurp;
+using ridge::test::spit;
 
 class Mutator {
  public:
