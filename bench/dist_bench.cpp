@@ -276,6 +276,13 @@ model::ModelConfig model_config(const bench::Grid& g, const std::string& size, i
   check(c.d_model % c.num_heads == 0 && c.d_head() % 2 == 0,
         "bench ddp: heads {} must divide d_model {} into an even head size", c.num_heads, c.d_model);
   c.validate();
+  // The trainers below take the default path (FlashAttention): found here, before the ranks start, so it
+  // is one line for the job rather than one from each rank's trainer.
+  try {
+    model::check_attention_path(c, model::TrainConfig{}.attention);
+  } catch (const Error& e) {
+    fail("--set d_model/--set heads: {}", e.what());
+  }
   return c;
 }
 

@@ -40,6 +40,12 @@ AttentionPath parse_attention_path(const std::string& name) {
   fail("attention: '{}' is not one of flash, math", name);
 }
 const char* attention_path_name(AttentionPath a) { return a == AttentionPath::flash ? "flash" : "math"; }
+void check_attention_path(const ModelConfig& cfg, AttentionPath a) {
+  if (a != AttentionPath::flash) return;
+  const int64_t dh = cfg.d_head();
+  check_arg(dh >= 16 && dh <= 256, "attention",
+            "FlashAttention needs a head dimension in 16..256 (d_model / num_heads = {}); use the math path", dh);
+}
 
 namespace {
 
@@ -616,11 +622,7 @@ void TransformerLM<S>::set_precision(Precision p) {
 template <typename S>
 void TransformerLM<S>::set_attention_path(AttentionPath a) {
   if (std::is_same_v<S, double>) a = AttentionPath::math;  // FlashAttention has no fp64 instance
-  if (a == AttentionPath::flash) {
-    const int64_t dh = impl_->cfg.d_head();
-    check_arg(dh >= 16 && dh <= 256, "attention",
-              "FlashAttention needs a head dimension in 16..256 (d_model / num_heads = {}); use the math path", dh);
-  }
+  check_attention_path(impl_->cfg, a);
   impl_->attention = a;
 }
 template <typename S>

@@ -39,6 +39,9 @@ const char* precision_name(Precision p);
 enum class AttentionPath { flash, math };
 AttentionPath parse_attention_path(const std::string& name);  // "flash" or "math"
 const char* attention_path_name(AttentionPath a);
+// ridge::Error about `attention` when `cfg` cannot run on path `a` (FlashAttention takes head
+// dimensions 16..256): the model's own check, for callers that want it before building a model.
+void check_attention_path(const ModelConfig& cfg, AttentionPath a);
 
 // One named parameter tensor inside the flat buffers.
 struct TensorInfo {
