@@ -122,26 +122,6 @@ inline double parse_finite(const std::string& text, const std::string& flag) {
   return std::strtod(text.c_str(), nullptr);
 }
 
-// ridge::Error naming `flag` when a name in `path` is longer than the file system takes (NAME_MAX,
-// 255 bytes on Linux) or the whole path is longer than PATH_MAX: found before a run, not when its
-// output is written at the end. files::check_writable does not see it (stat just fails).
-inline void check_name_fits(const std::string& path, const std::string& flag) {
-  constexpr size_t kNameMax = 255, kPathMax = 4095;
-  const auto shown = [&] { return path.size() > 40 ? path.substr(0, 40) + "..." : path; };
-  if (path.size() > kPathMax)
-    throw ridge::Error(flag, "'" + shown() + "' is too long a path (" + std::to_string(path.size()) +
-                                 " bytes; at most " + std::to_string(kPathMax) + ")");
-  size_t start = 0;
-  while (start <= path.size()) {
-    size_t end = path.find('/', start);
-    if (end == std::string::npos) end = path.size();
-    if (end - start > kNameMax)
-      throw ridge::Error(flag, "'" + shown() + "' has a name of " + std::to_string(end - start) +
-                                   " bytes; a file name is at most " + std::to_string(kNameMax));
-    start = end + 1;
-  }
-}
-
 // Library errors name the function argument a value was passed as (ridge::Error::argument);
 // the user gave it as a flag. Runs `body` and throws such an error again naming the flag instead
 // ("inputs: 17 is not an input count" -> "--inputs: 17 is not an input count"). An argument with

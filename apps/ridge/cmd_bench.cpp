@@ -106,7 +106,6 @@ void run(const std::string& name, const std::vector<std::string>& inputs) {
   // without opening them: a run that fails must leave the user's old file as it was.
   for (const auto& [file, flag] : {std::pair{g.trace_file, "--trace"}, std::pair{g.memory_file, "--memory"}}) {
     if (file.empty()) continue;
-    cli::check_name_fits(file, flag);
     files::check_writable(file, flag);
     files::check_not_an_input(file, inputs, flag);
   }

@@ -112,7 +112,7 @@ void setup(CLI::App& root) {
                  "--threads: {} exceeds the {} logical CPUs here (expected 1..{})", threads, cpus, cpus);
     const std::string path = out.empty() ? ridge::probe::default_output_path() : out;
     // A bad output path is found before the measurement, not after it.
-    ridge::cli::check_name_fits(path, "-o");
+    ridge::files::check_name_fits(path, "-o");  // before -o's folder is made
     ridge::probe::check_writable(path);
     ridge::probe::ProbeOptions o;
     o.quick = quick;

@@ -12,6 +12,7 @@
 #include <tuple>
 
 #include "cli.hpp"
+#include "model_flags.hpp"
 #include "ridge/core.hpp"
 #include "ridge/core/input.hpp"
 #include "ridge/model/data.hpp"
@@ -87,23 +88,6 @@ double estimate_bytes(const model::ModelConfig& c, const model::TrainConfig& t) 
   return P * 16 + (t.precision == model::Precision::fp32 ? 0 : P * op) + L * per_layer + final_ + work;
 }
 
-// The library names a model's sizes by their ModelConfig fields; the user gives them as these flags
-// (rope_theta has none).
-const cli::FlagNames kModelFlags = {{"vocab_size", "--vocab"}, {"context_length", "--context"},
-                                    {"d_model", "--d-model"},  {"num_layers", "--layers"},
-                                    {"num_heads", "--heads"},  {"d_ff", "--d-ff"}};
-
-[[noreturn]] void fail_model_size(const Error& e) {
-  std::string m = e.what();
-  if (m.rfind("ModelConfig: ", 0) == 0) m = m.substr(13);
-  cli::FlagNames names = kModelFlags;
-  names.insert(names.begin(), {"d_head", "the head dimension"});  // "d_head = d_model / num_heads"
-  for (const auto& [field, flag] : names)
-    for (size_t at = m.find(field); at != std::string::npos; at = m.find(field, at + flag.size()))
-      m.replace(at, field.size(), flag);
-  fail("model size: {}", m);
-}
-
 // The model, from the sizes prepare() checked. FlashAttention's head-dimension limit is the model's
 // check; the user chose the head dimension through --d-model and --heads.
 std::string trainer_error(const Error& e, const model::ModelConfig& c) {
@@ -138,10 +122,7 @@ struct Prepared {
 
 Prepared prepare(const Args& a, int world) {
   Prepared p;
-  if (a.threads != -1) {
-    check(a.threads >= 1, "--threads: {} is not a thread count (expected an integer >= 1)", a.threads);
-    set_num_threads(a.threads);
-  }
+  if (a.threads != -1) set_num_threads(a.threads);  // in 1 .. kMaxThreads (its option's transform)
   check(a.data.empty() || a.text.empty(), "--data and --text: give one of them, not both");
   check(a.save_every == 0 || !a.checkpoint.empty(), "--save-every: needs --checkpoint PATH to write to");
   check(a.lr_min < 0 || a.lr_min <= a.lr, "--lr-min: {} is above --lr {} (the schedule decays from --lr to --lr-min)",
@@ -180,37 +161,20 @@ Prepared prepare(const Args& a, int world) {
   const int64_t vocab = a.vocab > 0 ? a.vocab : (data_vocab > 0 ? (a.text.empty() ? 10000 : 256) : 10000);
   check(vocab >= data_vocab, "--vocab: {} is smaller than the data's largest token id + 1 ({})", vocab, data_vocab);
   model::ModelConfig& c = p.c;
-  try {
-    c = model::preset(a.size, vocab, a.context);
-  } catch (const Error& e) {
-    if (std::string(e.what()).rfind("ModelConfig: ", 0) == 0) fail_model_size(e);
-    fail("--size: {}", e.what());
-  }
+  c = cli::in_flag_words([&] { return model::preset(a.size, vocab, a.context); });
   if (a.d_model > 0) c.d_model = a.d_model;
   if (a.d_ff > 0) c.d_ff = a.d_ff;
   if (a.layers > 0) c.num_layers = a.layers;
   if (a.heads > 0) c.num_heads = a.heads;
-  try {
-    c.validate();
-  } catch (const Error& e) {
-    fail_model_size(e);
-  }
+  cli::in_flag_words([&] { c.validate(); });
 
   model::TrainConfig& t = p.t;
   check(a.batch % world == 0, "--batch: the global batch {} does not divide among {} ranks (give a multiple of {})",
         a.batch, world, world);
   t.batch = a.batch / world;
   t.seq = a.context;
-  try {
-    t.precision = model::parse_precision(a.precision);
-  } catch (const Error&) {
-    fail("--precision: '{}' is not one of fp32, bf16, fp16", a.precision);
-  }
-  try {
-    t.attention = model::parse_attention_path(a.attention);
-  } catch (const Error&) {
-    fail("--attention: '{}' is not one of flash, math", a.attention);
-  }
+  t.precision = cli::in_flag_words([&] { return model::parse_precision(a.precision); });
+  t.attention = cli::in_flag_words([&] { return model::parse_attention_path(a.attention); });
   t.lr_max = a.lr;
   t.lr_min = a.lr_min >= 0 ? a.lr_min : a.lr / 10;
   t.warmup_steps = a.warmup >= 0 ? a.warmup : std::min<int64_t>(a.steps / 10, 1000);
@@ -246,7 +210,7 @@ void load_resume(model::Trainer& trainer, const Args& a) {
   try {
     // A model field or the precision that differs from the checkpoint's names the flag that sets it;
     // rope_theta has none, so it keeps the checkpoint's field name after --resume.
-    cli::FlagNames names = kModelFlags;
+    cli::FlagNames names = cli::kModelFields;
     names.emplace_back("precision", "--precision");
     cli::with_flags(names, [&] { trainer.load(a.resume); });
   } catch (const Error& e) {
@@ -487,8 +451,7 @@ void run_rank(const Args& a) {
   } catch (const Error& e) {
     fail("--shard-optimizer: {}", e.what());
   }
-  cfg.bucket_mb = a.bucket_mb;
-  check(std::isfinite(a.bucket_mb) && a.bucket_mb > 0, "--bucket-mb: must be > 0, got {}", a.bucket_mb);
+  cfg.bucket_mb = a.bucket_mb;  // finite and > 0 (its option's transform)
   bool peer_failed = false;
   {
     dist::Session session;

@@ -4,16 +4,22 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
-#include <cstring>
 #include <string>
 #include <utility>
 
+#include "cli.hpp"
 #include "core/check.hpp"
 #include "ridge/core/units.hpp"
 #include "ridge/model/config.hpp"
 #include "ridge/model/roofline.hpp"
 
 namespace ridge::cli {
+
+// The ModelConfig fields the model flags set, as the library names them and as the user types them
+// (rope_theta has no flag). num_heads comes before d_model: in_flag_words replaces in this order.
+inline const FlagNames kModelFields = {{"vocab_size", "--vocab"}, {"context_length", "--context"},
+                                       {"num_layers", "--layers"}, {"num_heads", "--heads"},
+                                       {"d_model", "--d-model"},   {"d_ff", "--d-ff"}};
 
 // The model library's messages name its fields ("preset: ...", "ModelConfig: context_length ...");
 // the user typed flags. Runs `body` and throws such an error again in the flags' words.
@@ -34,14 +40,12 @@ decltype(auto) in_flag_words(F&& body) {
         break;
       }
     if (!known) throw;
-    // Field names as the flags that set them; num_heads before heads-free names, d_ff before d_model.
-    static const std::pair<const char*, const char*> fields[] = {
-        {"vocab_size", "--vocab"}, {"context_length", "--context"}, {"num_layers", "--layers"},
-        {"num_heads", "--heads"},  {"d_head", "d_model / heads"},   {"d_model", "--d-model"},
-        {"d_ff", "--d-ff"}};
+    // Field names as the flags that set them; d_head ("d_model / num_heads") before d_model.
+    FlagNames fields = kModelFields;
+    fields.insert(fields.begin() + 4, {"d_head", "d_model / heads"});
     for (const auto& [field, flag] : fields)
-      for (size_t at = m.find(field); at != std::string::npos; at = m.find(field, at + std::strlen(flag)))
-        m.replace(at, std::strlen(field), flag);
+      for (size_t at = m.find(field); at != std::string::npos; at = m.find(field, at + flag.size()))
+        m.replace(at, field.size(), flag);
     throw ridge::Error(m);
   }
 }

@@ -153,6 +153,7 @@ long temporary_pid(const std::string& entry, const std::string& name) {
 
 void check_writable(const std::string& path, const std::string& what) {
   check_arg(!path.empty(), what, "empty file name");
+  check_name_fits(path, what);
   const fs::path p = resolve(path);
   std::error_code ec;
   const auto st = fs::status(p, ec);
@@ -180,13 +181,27 @@ void check_writable(const std::string& path, const std::string& what) {
                                                   (fs::perms::owner_write | fs::perms::group_write |
                                                    fs::perms::others_write)) != fs::perms::none,
               what, "'{}' is read-only; ridge does not replace a file its owner made read-only", path);
-  const long name_max = ::pathconf(dir.c_str(), _PC_NAME_MAX);
-  const size_t limit = name_max > 0 ? static_cast<size_t>(name_max) : 255;
-  const size_t name = p.filename().string().size();
-  check_arg(name + kTempSuffix <= limit, what,
+}
+
+void check_name_fits(const std::string& path, const std::string& what) {
+  // Linux's limits (NAME_MAX 255 bytes a name, PATH_MAX 4096 with the terminating zero): a longer path
+  // makes stat fail with ENAMETOOLONG, which would read as "does not exist".
+  constexpr size_t kNameMax = 255, kPathMax = 4095;
+  const std::string shown = path.size() > 40 ? path.substr(0, 40) + "..." : path;
+  check_arg(path.size() <= kPathMax, what, "'{}' is too long a path ({} bytes; at most {})", shown, path.size(),
+            kPathMax);
+  const size_t last = path.rfind('/') == std::string::npos ? 0 : path.rfind('/') + 1;
+  for (size_t start = 0; start < last;) {
+    const size_t end = path.find('/', start);
+    check_arg(end - start <= kNameMax, what, "'{}' has a folder name of {} bytes; a name is at most {}", shown,
+              end - start, kNameMax);
+    start = end + 1;
+  }
+  const size_t name = path.size() - last;
+  check_arg(name + kTempSuffix <= kNameMax, what,
             "the file name is {} bytes; this file system holds names of at most {} bytes and ridge first writes "
             "a temporary NAME.tmp.PID.N beside the file, so use a name of at most {} bytes",
-            name, limit, limit > kTempSuffix ? limit - kTempSuffix : 0);
+            name, kNameMax, kNameMax - kTempSuffix);
 }
 
 int remove_stale_temporaries(const std::string& path) {

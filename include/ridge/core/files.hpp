@@ -15,9 +15,15 @@
 namespace ridge::files {
 
 // Checks before a run that `path` can be written later, without touching it: not a folder, its
-// folder exists and is writable (no folder is created), and its name (with room for the temporary
-// written beside it) fits the file system's name limit. ridge::Error naming `what` otherwise.
+// folder exists and is writable (no folder is created), and the path fits the file system's limits
+// (check_name_fits). ridge::Error naming `what` otherwise.
 void check_writable(const std::string& path, const std::string& what);
+
+// Checks, without touching the file system, that `path` is one it can hold: at most PATH_MAX bytes,
+// every folder name at most NAME_MAX, and the file's own name short enough to leave room for the
+// temporary's suffix. ridge::Error naming `what` otherwise. check_writable calls it first; a caller
+// that makes the folders itself calls it before that.
+void check_name_fits(const std::string& path, const std::string& what);
 
 // Writes the concatenation of `pieces` to `path` as the header says. ridge::Error naming `what`
 // when it cannot; the old file, if any, is then intact and no temporary is left.
