@@ -16,6 +16,7 @@
 #include "ridge/bench/trace.hpp"
 #include "ridge/core/error.hpp"
 #include "ridge/core/memory.hpp"
+#include "ridge/model/ranges.hpp"
 #include "core/check.hpp"
 
 namespace ridge::model {
@@ -279,12 +280,12 @@ void TransformerLM<S>::Impl::forward_pass(const int32_t* tokens, int64_t B, int6
 
   // Operand copies of the weights.
   if constexpr (std::is_same_v<O, bf16>) {
-    RIDGE_RANGE("cast weights");
+    RIDGE_RANGE(ranges::cast_weights.text);
     if (w_bf16.size() != params.size()) w_bf16 = Buffer<bf16>(params.size(), "parameters/bf16 copy");
     cast<bf16>(params.data(), w_bf16.data(), static_cast<int64_t>(params.size()), r);
   } else if constexpr (std::is_same_v<O, float> && std::is_same_v<S, float>) {
     if (precision == Precision::fp16) {
-      RIDGE_RANGE("cast weights");
+      RIDGE_RANGE(ranges::cast_weights.text);
       if (w_f16.size() != params.size()) w_f16 = Buffer<float>(params.size(), "parameters/fp16 copy");
       cast<float>(params.data(), w_f16.data(), static_cast<int64_t>(params.size()), r);
     }
@@ -297,31 +298,31 @@ void TransformerLM<S>::Impl::forward_pass(const int32_t* tokens, int64_t B, int6
   attention::Options opt;
   opt.causal = true;
   for (int64_t l = 0; l < cfg.num_layers; ++l) {
-    RIDGE_RANGE("layer");
+    RIDGE_RANGE(ranges::layer.text);
     auto& arena = layer_acts[static_cast<size_t>(l)];
     arena.used = 0;
     Saved<S, O> s = carve_layer<S, O>(arena, N, D, F, BHT);
     const LayerTensors& t = layer_offsets[static_cast<size_t>(l)];
     if (l == 0) {  // later layers find their input already in s.x, written by the layer before
-      RIDGE_RANGE("embedding");
+      RIDGE_RANGE(ranges::embedding.text);
       embedding_forward(tokens, N, P + off_embedding, V, D, s.x);
     }
     {
-      RIDGE_RANGE("attention block");
+      RIDGE_RANGE(ranges::attention_block.text);
       {
-        RIDGE_RANGE("norm");
+        RIDGE_RANGE(ranges::norm.text);
         rmsnorm_forward(s.x, P + t.ln1, N, D, S(1e-5), s.rstd1, s.h1, r);
       }
       {
-        RIDGE_RANGE("gemm qkv");
+        RIDGE_RANGE(ranges::gemm_qkv.text);
         linear::nt(s.h1, W + t.wq, w.gemm, N, 3 * D, D, D, D, 3 * D, false);
       }
       {
-        RIDGE_RANGE("rope");
+        RIDGE_RANGE(ranges::rope.text);
         rope_forward(w.gemm, s.qkv, N, T, D, dh, rope_cos.data(), rope_sin.data(), r);
       }
       {
-        RIDGE_RANGE("attention");
+        RIDGE_RANGE(ranges::attention.text);
         auto view = [&](auto* base, int64_t ld) { return head_view(base, B, H, T, dh, ld); };
         TensorView<S> lse = TensorView<S>::contiguous(s.lse, {B, H, T});
         if constexpr (std::is_same_v<S, float> && !std::is_same_v<O, double>) {
@@ -340,22 +341,22 @@ void TransformerLM<S>::Impl::forward_pass(const int32_t* tokens, int64_t B, int6
         }
       }
       {
-        RIDGE_RANGE("gemm out");  // x_mid = x + o Wo^T: the residual add in the GEMM's epilogue
+        RIDGE_RANGE(ranges::gemm_out.text);  // x_mid = x + o Wo^T: the residual add in the GEMM's epilogue
         linear::nt_add(s.o, W + t.wo, s.x_mid, s.x, N, D, D, D, D, D);
       }
     }
     {
-      RIDGE_RANGE("ffn block");
+      RIDGE_RANGE(ranges::ffn_block.text);
       {
-        RIDGE_RANGE("norm");
+        RIDGE_RANGE(ranges::norm.text);
         rmsnorm_forward(s.x_mid, P + t.ln2, N, D, S(1e-5), s.rstd2, s.h2, r);
       }
       {
-        RIDGE_RANGE("gemm w1 w3");
+        RIDGE_RANGE(ranges::gemm_w1_w3.text);
         linear::nt(s.h2, W + t.w1, w.gemm, N, 2 * F, D, D, D, 2 * F, false);
       }
       {
-        RIDGE_RANGE("swiglu");
+        RIDGE_RANGE(ranges::swiglu.text);
         swiglu_forward(w.gemm, N, F, s.ab, s.g, r);
       }
       // The next layer's input (or the final norm's) lands in the next saved x.
@@ -364,7 +365,7 @@ void TransformerLM<S>::Impl::forward_pass(const int32_t* tokens, int64_t B, int6
       S* xn = l + 1 < cfg.num_layers ? carve_layer<S, O>(*next, N, D, F, BHT).x : carve_final<S, O>(*next, N, D, V).x;
       next->used = 0;
       {
-        RIDGE_RANGE("gemm w2");  // x_next = x_mid + g W2^T, the residual add fused as above
+        RIDGE_RANGE(ranges::gemm_w2.text);  // x_next = x_mid + g W2^T, the residual add fused as above
         linear::nt_add(s.g, W + t.w2, xn, s.x_mid, N, D, F, F, F, D);
       }
     }
@@ -373,15 +374,15 @@ void TransformerLM<S>::Impl::forward_pass(const int32_t* tokens, int64_t B, int6
   Final<S, O> f = carve_final<S, O>(final_acts, N, D, V);
   if (cfg.num_layers == 0) embedding_forward(tokens, N, P + off_embedding, V, D, f.x);
   {
-    RIDGE_RANGE("final norm");
+    RIDGE_RANGE(ranges::final_norm.text);
     rmsnorm_forward(f.x, P + off_ln_final, N, D, S(1e-5), f.rstd, f.h, r);
   }
   {
-    RIDGE_RANGE("gemm lm_head");
+    RIDGE_RANGE(ranges::gemm_lm_head.text);
     linear::nt(f.h, W + off_lm_head, f.logits, N, V, D, D, D, V, false);
   }
   if (with_loss) {
-    RIDGE_RANGE("loss");
+    RIDGE_RANGE(ranges::loss.text);
     loss = cross_entropy_forward(f.logits, targets.data(), N, V, f.lse);
   }
 }
@@ -412,7 +413,7 @@ void TransformerLM<S>::Impl::backward_pass(S loss_scale, const Observer& observe
   // Loss and lm_head: the logits' gradient, in place, or straight into the operand buffer.
   const O* dl = nullptr;
   {
-    RIDGE_RANGE("loss backward");
+    RIDGE_RANGE(ranges::loss_backward.text);
     if constexpr (same_type) {
       if (!rounds) {
         cross_entropy_backward(f.logits, targets.data(), f.lse, N, V, loss_scale);
@@ -425,13 +426,13 @@ void TransformerLM<S>::Impl::backward_pass(S loss_scale, const Observer& observe
     }
   }
   {
-    RIDGE_RANGE("gemm lm_head backward");
+    RIDGE_RANGE(ranges::gemm_lm_head_backward.text);
     linear::tn(dl, f.h, G + off_lm_head, V, D, N, V, D, D, true);  // d lm_head += dl^T h
     linear::nn(dl, W + off_lm_head, w.dtmp, N, D, V, V, D, D, false);  // dh = dl lm_head
   }
   done(group++);
   {
-    RIDGE_RANGE("final norm backward");
+    RIDGE_RANGE(ranges::final_norm_backward.text);
     // dx rounded into w.dop for the first layer's w2 GEMMs (w.dop's lm_head gradient is consumed).
     rmsnorm_backward(w.dtmp, f.x, P + off_ln_final, f.rstd, N, D, w.dx, G + off_ln_final, false,
                      rounds && cfg.num_layers > 0 ? w.dop : nullptr, r);
@@ -458,41 +459,41 @@ void TransformerLM<S>::Impl::backward_pass(S loss_scale, const Observer& observe
   opt.causal = true;
 
   for (int64_t l = cfg.num_layers - 1; l >= 0; --l) {
-    RIDGE_RANGE("layer backward");
+    RIDGE_RANGE(ranges::layer_backward.text);
     auto& arena = layer_acts[static_cast<size_t>(l)];
     arena.used = 0;
     Saved<S, O> s = carve_layer<S, O>(arena, N, D, F, BHT);
     const LayerTensors& t = layer_offsets[static_cast<size_t>(l)];
     {
-      RIDGE_RANGE("ffn block backward");
+      RIDGE_RANGE(ranges::ffn_block_backward.text);
       const O* dy = dx_op();
       {
-        RIDGE_RANGE("gemm w2 backward");
+        RIDGE_RANGE(ranges::gemm_w2_backward.text);
         linear::tn(dy, s.g, G + t.w2, D, F, N, D, F, F, true);     // dW2 += dy^T g
         linear::nn(dy, W + t.w2, w.dtmp, N, F, D, D, F, F, false);  // dg = dy W2
       }
       O* dab = w.dop;  // dy is consumed: its buffer takes d(a|b)
       {
-        RIDGE_RANGE("swiglu backward");
+        RIDGE_RANGE(ranges::swiglu_backward.text);
         swiglu_backward(w.dtmp, s.ab, N, F, dab, r);
       }
       {
-        RIDGE_RANGE("gemm w1 w3 backward");
+        RIDGE_RANGE(ranges::gemm_w1_w3_backward.text);
         linear::tn(dab, s.h2, G + t.w1, 2 * F, D, N, 2 * F, D, D, true);  // dW13 += dab^T h2
         linear::nn(dab, W + t.w1, w.dtmp, N, D, 2 * F, 2 * F, D, D, false);  // dh2 = dab W13
       }
       {
-        RIDGE_RANGE("norm backward");
+        RIDGE_RANGE(ranges::norm_backward.text);
         rmsnorm_backward(w.dtmp, s.x_mid, P + t.ln2, s.rstd2, N, D, w.dx, G + t.ln2, true, rounds ? w.dop : nullptr,
                          r);
       }
     }
     {
-      RIDGE_RANGE("attention block backward");
+      RIDGE_RANGE(ranges::attention_block_backward.text);
       const O* dy = dx_op();
       const O* dO = nullptr;  // the attention output's gradient, as the operand type
       {
-        RIDGE_RANGE("gemm out backward");
+        RIDGE_RANGE(ranges::gemm_out_backward.text);
         linear::tn(dy, s.o, G + t.wo, D, D, N, D, D, D, true);  // dWo += dy^T o
         if constexpr (std::is_same_v<O, bf16>) {  // do = dy Wo, rounded to bf16 by the GEMM itself
           linear::nn(dy, W + t.wo, w.dO, N, D, D, D, D, D);
@@ -505,7 +506,7 @@ void TransformerLM<S>::Impl::backward_pass(S loss_scale, const Observer& observe
       auto view = [&](auto* base, int64_t ld) { return head_view(base, B, H, T, dh, ld); };
       O* dqkv_op = w.dop;
       {
-        RIDGE_RANGE("attention backward");
+        RIDGE_RANGE(ranges::attention_backward.text);
         bool flash = false;
         if constexpr (std::is_same_v<S, float> && !std::is_same_v<O, double>) flash = attention == AttentionPath::flash;
         if (flash) {
@@ -525,12 +526,12 @@ void TransformerLM<S>::Impl::backward_pass(S loss_scale, const Observer& observe
         }
       }
       {
-        RIDGE_RANGE("gemm qkv backward");
+        RIDGE_RANGE(ranges::gemm_qkv_backward.text);
         linear::tn(dqkv_op, s.h1, G + t.wq, 3 * D, D, N, 3 * D, D, D, true);  // dWqkv += dqkv^T h1
         linear::nn(dqkv_op, W + t.wq, w.dtmp, N, D, 3 * D, 3 * D, D, D, false);  // dh1 = dqkv Wqkv
       }
       {
-        RIDGE_RANGE("norm backward");
+        RIDGE_RANGE(ranges::norm_backward.text);
         // dx rounded into w.dop (its dq|dk|dv is consumed) for the next layer down; not after layer 0.
         rmsnorm_backward(w.dtmp, s.x, P + t.ln1, s.rstd1, N, D, w.dx, G + t.ln1, true,
                          rounds && l > 0 ? w.dop : nullptr, r);
@@ -539,7 +540,7 @@ void TransformerLM<S>::Impl::backward_pass(S loss_scale, const Observer& observe
     done(group++);
   }
   {
-    RIDGE_RANGE("embedding backward");
+    RIDGE_RANGE(ranges::embedding_backward.text);
     embedding_backward(inputs.data(), N, w.dx, D, G + off_embedding);
   }
   done(group++);

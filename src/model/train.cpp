@@ -11,6 +11,7 @@
 #include "model/json.hpp"
 #include "ridge/bench/trace.hpp"
 #include "ridge/core/error.hpp"
+#include "ridge/model/ranges.hpp"
 #include "ridge/model/safetensors.hpp"
 
 namespace ridge::model {
@@ -100,11 +101,11 @@ StepResult Trainer::step(const int32_t* inputs, const int32_t* targets) {
   r.loss_scale = cfg_.precision == Precision::fp16 ? scaler_.scale() : 1.0;
   model_.zero_grad();
   {
-    RIDGE_RANGE("forward");
+    RIDGE_RANGE(ranges::forward.text);
     r.loss = model_.forward(inputs, targets, cfg_.batch, cfg_.seq);
   }
   {
-    RIDGE_RANGE("backward");
+    RIDGE_RANGE(ranges::backward.text);
     if (hooks_)
       model_.backward(static_cast<float>(r.loss_scale), [this](int g) { hooks_->group_final(g); });
     else
@@ -114,10 +115,10 @@ StepResult Trainer::step(const int32_t* inputs, const int32_t* targets) {
   for (size_t i = 0; i < tensors.size(); ++i)
     if (frozen_[i]) std::fill_n(model_.grads().begin() + tensors[i].offset, tensors[i].numel, 0.0f);
   if (hooks_) {
-    RIDGE_RANGE("reduce gradients");
+    RIDGE_RANGE(ranges::reduce_gradients.text);
     hooks_->reduce_gradients(model_.grads());
   }
-  RIDGE_RANGE("optimizer");
+  RIDGE_RANGE(ranges::optimizer.text);
   const double scaled_norm = hooks_ ? hooks_->grad_norm(model_.grads()) : grad_norm<float>(model_.grads());
   r.grad_norm = scaled_norm / r.loss_scale;
   r.lr = lr_at(adamw_.steps());
@@ -147,7 +148,7 @@ StepResult Trainer::step(const int32_t* inputs, const int32_t* targets) {
     i = j;
   }
   if (hooks_) {
-    RIDGE_RANGE("gather parameters");
+    RIDGE_RANGE(ranges::gather_parameters.text);
     hooks_->after_update(model_.params());
   }
   r.step = adamw_.steps();
