@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <fmt/format.h>
 #include <map>
 #include <type_traits>
 #include <utility>
@@ -17,6 +18,8 @@
 #include "ridge/core/error.hpp"
 #include "ridge/core/memory.hpp"
 #include "ridge/model/ranges.hpp"
+#include "ridge/model/roofline.hpp"
+#include "ridge/roofline/model_buffers.hpp"
 #include "core/check.hpp"
 
 namespace ridge::model {
@@ -48,21 +51,78 @@ void check_attention_path(const ModelConfig& cfg, AttentionPath a) {
             "FlashAttention needs a head dimension in 16..256 (d_model / num_heads = {}); use the math path", dh);
 }
 
+namespace rr = roofline;
+using rr::Buf;
+
 namespace {
 
-// Raw storage carved into typed arrays; one block per layer so the memory profiler can tag them.
-struct Arena {
+// One region of a step's memory (a layer's saved activations, those after the last layer, or the
+// workspace): one block, carved into the buffers that ridge/roofline/model_buffers.hpp places there,
+// at the offsets it gives, tagged with the region's name for the memory profiler.
+struct Region {
   Buffer<std::byte> bytes;
-  size_t used = 0;
+  rr::RegionLayout layout;
+  void allocate(rr::Region r, const rr::ModelShape& m, size_t state, size_t operand, const std::string& tag) {
+    layout = rr::region_layout(r, m, state, operand);
+    bytes = Buffer<std::byte>(layout.bytes, tag.c_str());
+  }
   template <typename T>
-  T* take(int64_t n) {
-    const size_t off = (used + 63) / 64 * 64;
-    used = off + static_cast<size_t>(n) * sizeof(T);
-    return bytes.data() ? reinterpret_cast<T*>(bytes.data() + off) : nullptr;
+  T* at(Buf b) const {
+    return reinterpret_cast<T*>(const_cast<std::byte*>(bytes.data()) + layout.offset[static_cast<int>(b)]);
   }
 };
 
+// Buffer b's element type: the state type S or the operand type O, as the description says; a view
+// naming a buffer with the other type does not compile.
+template <typename S, typename O, Buf b>
+using ElemOf = std::conditional_t<rr::spec(b).elem == rr::Elem::state, S, O>;
+template <typename S, typename O, Buf b>
+ElemOf<S, O, b>* get(const Region& r) {
+  return r.template at<ElemOf<S, O, b>>(b);
+}
+
+// Runs `f` inside the trace range `r`.
+template <typename F>
+void in(const ranges::Name& r, F&& f) {
+  RIDGE_RANGE(r.text);
+  f();
+}
+
+// FlashAttention has instances for fp32 state with fp32 or bf16 operands; the fp64 reference model
+// runs the math path.
+template <typename S, typename O>
+inline constexpr bool kFlashInstance = std::is_same_v<S, float> && !std::is_same_v<O, double>;
+
 }  // namespace
+
+// Typed views of the regions, one pointer per buffer of kModelBuffers.
+template <typename S, typename O>
+struct LayerActs {
+  S *x, *x_mid, *rstd1, *rstd2, *lse;
+  O *h1, *qkv, *o, *h2, *ab, *g;
+  explicit LayerActs(const Region& r)
+      : x(get<S, O, Buf::x>(r)), x_mid(get<S, O, Buf::x_mid>(r)), rstd1(get<S, O, Buf::rstd1>(r)),
+        rstd2(get<S, O, Buf::rstd2>(r)), lse(get<S, O, Buf::lse>(r)), h1(get<S, O, Buf::h1>(r)),
+        qkv(get<S, O, Buf::qkv>(r)), o(get<S, O, Buf::o>(r)), h2(get<S, O, Buf::h2>(r)), ab(get<S, O, Buf::ab>(r)),
+        g(get<S, O, Buf::g>(r)) {}
+};
+template <typename S, typename O>
+struct FinalActs {
+  S *x, *rstd, *logits, *lse;
+  O* h;
+  explicit FinalActs(const Region& r)
+      : x(get<S, O, Buf::final_x>(r)), rstd(get<S, O, Buf::final_rstd>(r)), logits(get<S, O, Buf::logits>(r)),
+        lse(get<S, O, Buf::final_lse>(r)), h(get<S, O, Buf::final_h>(r)) {}
+};
+template <typename S, typename O>
+struct Work {
+  S *gemm, *dx, *dtmp, *dattn;
+  O *dop, *dqkv, *dout;
+  explicit Work(const Region& r)
+      : gemm(get<S, O, Buf::gemm>(r)), dx(get<S, O, Buf::dx>(r)), dtmp(get<S, O, Buf::dtmp>(r)),
+        dattn(get<S, O, Buf::dattn>(r)), dop(get<S, O, Buf::dop>(r)), dqkv(get<S, O, Buf::dqkv>(r)),
+        dout(get<S, O, Buf::dout>(r)) {}
+};
 
 template <typename S>
 struct TransformerLM<S>::Impl {
@@ -78,12 +138,12 @@ struct TransformerLM<S>::Impl {
   Buffer<bf16> w_bf16;
   Buffer<float> w_f16;
 
-  // Shape of the saved activations and the buffers holding them.
+  // Shape of the saved activations and the regions holding them.
   int64_t batch = 0, seq = 0;
   bool forward_done = false;
   bool logits_only = false;
-  std::vector<Arena> layer_acts;  // one per layer
-  Arena final_acts, work;
+  std::vector<Region> layer_acts;  // one per layer
+  Region final_acts, work;
   std::vector<S> rope_cos, rope_sin;
   std::vector<int32_t> inputs, targets;  // copies of the last forward's tokens
 
@@ -94,41 +154,23 @@ struct TransformerLM<S>::Impl {
   std::vector<LayerTensors> layer_offsets;
   int64_t off_lm_head = 0, off_ln_final = 0, off_embedding = 0;
 
-  void add(const std::string& name, std::vector<int64_t> shape, int group) {
-    TensorInfo t;
-    t.name = name;
-    t.shape = std::move(shape);
-    t.numel = 1;
-    for (int64_t d : t.shape) t.numel *= d;
-    t.offset = tensors.empty() ? 0 : tensors.back().offset + tensors.back().numel;
-    t.group = group;
-    if (group_begin.size() <= static_cast<size_t>(group)) group_begin.push_back(static_cast<int>(tensors.size()));
-    index[t.name] = static_cast<int>(tensors.size());
-    tensors.push_back(std::move(t));
-  }
+  rr::ModelShape shape(int64_t B, int64_t T) const { return model_shape(cfg, B, T, precision, attention); }
   int64_t off(const std::string& name) const { return tensors[static_cast<size_t>(index.at(name))].offset; }
 
+  // The flat buffers' tensors, in the description's order (ridge/roofline/model_buffers.hpp).
   void layout() {
-    const int64_t D = cfg.d_model, F = cfg.d_ff, V = cfg.vocab_size;
-    int g = 0;
-    add("lm_head.weight", {V, D}, g++);
-    add("ln_final.weight", {D}, g++);
-    for (int64_t l = cfg.num_layers - 1; l >= 0; --l) {
-      const std::string p = "layers." + std::to_string(l) + ".";
-      // Gradient-ready order inside the layer; w1|w3 and q|k|v adjacent, so one GEMM serves each pair
-      // or triple (their rows form one [2F, D] or [3D, D] weight).
-      add(p + "ffn.w2.weight", {D, F}, g);
-      add(p + "ffn.w1.weight", {F, D}, g);
-      add(p + "ffn.w3.weight", {F, D}, g);
-      add(p + "ln2.weight", {D}, g);
-      add(p + "attn.output_proj.weight", {D, D}, g);
-      add(p + "attn.q_proj.weight", {D, D}, g);
-      add(p + "attn.k_proj.weight", {D, D}, g);
-      add(p + "attn.v_proj.weight", {D, D}, g);
-      add(p + "ln1.weight", {D}, g);
-      ++g;
+    for (rr::ParamSpec& p : rr::model_parameters(shape(1, 1))) {
+      TensorInfo t;
+      t.name = std::move(p.name);
+      t.shape = std::move(p.shape);
+      t.numel = 1;
+      for (int64_t d : t.shape) t.numel *= d;
+      t.offset = tensors.empty() ? 0 : tensors.back().offset + tensors.back().numel;
+      t.group = p.group;
+      if (group_begin.size() <= static_cast<size_t>(t.group)) group_begin.push_back(static_cast<int>(tensors.size()));
+      index[t.name] = static_cast<int>(tensors.size());
+      tensors.push_back(std::move(t));
     }
-    add("token_embeddings.weight", {V, D}, g++);
     group_begin.push_back(static_cast<int>(tensors.size()));
 
     layer_offsets.resize(static_cast<size_t>(cfg.num_layers));
@@ -147,6 +189,8 @@ struct TransformerLM<S>::Impl {
 
   // ---- The passes, for one operand type O ----
   template <typename O>
+  void cast_weights();
+  template <typename O>
   const O* weights();
   template <typename O>
   void forward_pass(const int32_t* tokens, int64_t B, int64_t T, bool with_loss, double& loss);
@@ -154,106 +198,58 @@ struct TransformerLM<S>::Impl {
   void backward_pass(S loss_scale, const Observer& observer);
   template <typename O>
   void allocate(int64_t B, int64_t T);
+  template <typename O>
+  void attention_forward(const LayerActs<S, O>& s, const Work<S, O>& w);
+  template <typename O>
+  void attention_backward(const LayerActs<S, O>& s, const Work<S, O>& w, const O* dout, O* dqkv);
 
   layers::Round round() const { return precision == Precision::fp16 ? layers::Round::fp16 : layers::Round::none; }
+  // [batch, heads, seq, d_head] views of rows of `ld` elements, head h at columns [h dh, (h + 1) dh):
+  // q, k and v inside the fused q|k|v rows, or the attention output, without copies.
+  template <typename E>
+  TensorView<E> heads(E* base, int64_t ld) const {
+    const int64_t H = cfg.num_heads, dh = cfg.d_head();
+    TensorView<E> v;
+    v.data = base;
+    v.rank = 4;
+    v.shape = {batch, H, seq, dh};
+    v.stride = {seq * ld, dh, ld, 1};
+    return v;
+  }
 };
-
-// Per-layer saved activations and the shared workspace, carved in a fixed order. Called twice: once
-// to size the arenas (null storage), once to hand out pointers.
-template <typename S, typename O>
-struct Saved {
-  S *x, *x_mid, *rstd1, *rstd2, *lse;
-  O *h1, *qkv, *o, *h2, *ab, *g;
-};
-template <typename S, typename O>
-struct Final {
-  S *x, *rstd, *logits, *lse;
-  O* h;
-};
-template <typename S, typename O>
-struct Work {
-  S* gemm;     // [N, max(3D, 2F, D)] GEMM outputs before the elementwise layer that consumes them
-  S* dx;       // [N, D] gradient of the residual stream
-  S* dtmp;     // [N, max(F, D)] gradient out of an input-gradient GEMM
-  S* dattn;    // [N, 3D] dq|dk|dv from the math path, or o from the math path ([N, D])
-  O* dop;      // [N, max(V, 3D, 2F, D)] a gradient rounded to the operand type for a GEMM
-  O* dqkv;     // [N, 3D] dq|dk|dv from FlashAttention
-  O* dO;       // [N, D]
-};
-
-// A [batch, heads, seq, d_head] view of rows of `ld` elements, head h at columns [h dh, (h + 1) dh):
-// q, k and v inside the fused q|k|v rows, or the attention output, without copies.
-template <typename E>
-TensorView<E> head_view(E* base, int64_t B, int64_t H, int64_t T, int64_t dh, int64_t ld) {
-  TensorView<E> v;
-  v.data = base;
-  v.rank = 4;
-  v.shape = {B, H, T, dh};
-  v.stride = {T * ld, dh, ld, 1};
-  return v;
-}
-
-template <typename S, typename O>
-Saved<S, O> carve_layer(Arena& a, int64_t N, int64_t D, int64_t F, int64_t BHT) {
-  Saved<S, O> s{};
-  s.x = a.take<S>(N * D);
-  s.x_mid = a.take<S>(N * D);
-  s.rstd1 = a.take<S>(N);
-  s.rstd2 = a.take<S>(N);
-  s.lse = a.take<S>(BHT);
-  s.h1 = a.take<O>(N * D);
-  s.qkv = a.take<O>(N * 3 * D);
-  s.o = a.take<O>(N * D);
-  s.h2 = a.take<O>(N * D);
-  s.ab = a.take<O>(N * 2 * F);
-  s.g = a.take<O>(N * F);
-  return s;
-}
-template <typename S, typename O>
-Final<S, O> carve_final(Arena& a, int64_t N, int64_t D, int64_t V) {
-  Final<S, O> f{};
-  f.x = a.take<S>(N * D);
-  f.rstd = a.take<S>(N);
-  f.logits = a.take<S>(N * V);
-  f.lse = a.take<S>(N);
-  f.h = a.take<O>(N * D);
-  return f;
-}
-template <typename S, typename O>
-Work<S, O> carve_work(Arena& a, int64_t N, int64_t D, int64_t F, int64_t V) {
-  Work<S, O> w{};
-  w.gemm = a.take<S>(N * std::max({3 * D, 2 * F, D}));
-  w.dx = a.take<S>(N * D);
-  w.dtmp = a.take<S>(N * std::max(F, D));
-  w.dattn = a.take<S>(N * 3 * D);
-  w.dop = a.take<O>(N * std::max({V, 3 * D, 2 * F, D}));
-  w.dqkv = a.take<O>(N * 3 * D);
-  w.dO = a.take<O>(N * D);
-  return w;
-}
 
 template <typename S>
 template <typename O>
 void TransformerLM<S>::Impl::allocate(int64_t B, int64_t T) {
-  const int64_t N = B * T, D = cfg.d_model, F = cfg.d_ff, V = cfg.vocab_size, BHT = B * cfg.num_heads * T;
-  const bool same = B == batch && T == seq && !layer_acts.empty();
-  if (same) return;
+  if (B == batch && T == seq && !layer_acts.empty()) return;
   batch = B;
   seq = T;
+  const rr::ModelShape m = shape(B, T);
   layer_acts.clear();
   layer_acts.resize(static_cast<size_t>(cfg.num_layers));
-  for (int64_t l = 0; l < cfg.num_layers; ++l) {
-    Arena sizing;
-    carve_layer<S, O>(sizing, N, D, F, BHT);
-    const std::string tag = "activations/layers." + std::to_string(l);
-    layer_acts[static_cast<size_t>(l)].bytes = Buffer<std::byte>(sizing.used, tag.c_str());
-  }
-  Arena sizing_f, sizing_w;
-  carve_final<S, O>(sizing_f, N, D, V);
-  carve_work<S, O>(sizing_w, N, D, F, V);
-  final_acts.bytes = Buffer<std::byte>(sizing_f.used, "activations/final");
-  work.bytes = Buffer<std::byte>(sizing_w.used, "workspace");
+  for (int64_t l = 0; l < cfg.num_layers; ++l)
+    layer_acts[static_cast<size_t>(l)].allocate(rr::Region::layer, m, sizeof(S), sizeof(O),
+                                                fmt::format("{}.{}", rr::region_tag(rr::Region::layer), l));
+  final_acts.allocate(rr::Region::final, m, sizeof(S), sizeof(O), rr::region_tag(rr::Region::final));
+  work.allocate(rr::Region::workspace, m, sizeof(S), sizeof(O), rr::region_tag(rr::Region::workspace));
   layers::rope_tables<S>(T, cfg.d_head(), cfg.rope_theta, rope_cos, rope_sin);
+}
+
+template <typename S>
+template <typename O>
+void TransformerLM<S>::Impl::cast_weights() {
+  const layers::Round r = round();
+  if constexpr (std::is_same_v<O, bf16>) {
+    RIDGE_RANGE(ranges::cast_weights.text);
+    if (w_bf16.size() != params.size()) w_bf16 = Buffer<bf16>(params.size(), "parameters/bf16 copy");
+    layers::cast<bf16>(params.data(), w_bf16.data(), static_cast<int64_t>(params.size()), r);
+  } else if constexpr (std::is_same_v<O, float> && std::is_same_v<S, float>) {
+    if (precision == Precision::fp16) {
+      RIDGE_RANGE(ranges::cast_weights.text);
+      if (w_f16.size() != params.size()) w_f16 = Buffer<float>(params.size(), "parameters/fp16 copy");
+      layers::cast<float>(params.data(), w_f16.data(), static_cast<int64_t>(params.size()), r);
+    }
+  }
 }
 
 template <typename S>
@@ -268,139 +264,106 @@ const O* TransformerLM<S>::Impl::weights() {
   }
 }
 
+// Causal attention of a layer: o from q|k|v, the log-sum-exp saved for the backward pass.
+template <typename S>
+template <typename O>
+void TransformerLM<S>::Impl::attention_forward(const LayerActs<S, O>& s, const Work<S, O>& w) {
+  const int64_t D = cfg.d_model;
+  attention::Options opt;
+  opt.causal = true;
+  const auto q = heads(s.qkv, 3 * D), k = heads(s.qkv + D, 3 * D), v = heads(s.qkv + 2 * D, 3 * D);
+  const TensorView<S> lse = TensorView<S>::contiguous(s.lse, {batch, cfg.num_heads, seq});
+  if constexpr (kFlashInstance<S, O>) {
+    if (attention == AttentionPath::flash) {
+      attention::flash_attention_forward<O>(q, k, v, heads(s.o, D), lse, opt);
+      return;
+    }
+  }
+  // The math path's output is in S: through the workspace, then rounded to the operand type.
+  attention::attention_reference_forward<O, S>(q, k, v, heads(w.dattn, D), lse, opt);
+  layers::cast<O>(w.dattn, s.o, batch * seq * D, round());
+}
+
+// Its backward: d(q|k|v) from d(o), RoPE's backward applied, rounded into `dqkv` for the qkv GEMMs.
+template <typename S>
+template <typename O>
+void TransformerLM<S>::Impl::attention_backward(const LayerActs<S, O>& s, const Work<S, O>& w, const O* dout,
+                                                O* dqkv) {
+  const int64_t N = batch * seq, D = cfg.d_model;
+  attention::Options opt;
+  opt.causal = true;
+  const auto q = heads(s.qkv, 3 * D), k = heads(s.qkv + D, 3 * D), v = heads(s.qkv + 2 * D, 3 * D);
+  const auto dO = heads(const_cast<O*>(dout), D);
+  if constexpr (kFlashInstance<S, O>) {
+    if (attention == AttentionPath::flash) {
+      const TensorView<float> lse = TensorView<float>::contiguous(s.lse, {batch, cfg.num_heads, seq});
+      attention::flash_attention_backward<O>(q, k, v, heads(s.o, D), dO, lse, heads(w.dqkv, 3 * D),
+                                             heads(w.dqkv + D, 3 * D), heads(w.dqkv + 2 * D, 3 * D), opt);
+      layers::rope_backward<S>(w.dqkv, dqkv, N, seq, D, cfg.d_head(), rope_cos.data(), rope_sin.data(), round());
+      return;
+    }
+  }
+  attention::attention_reference_backward<O, S>(q, k, v, dO, heads(w.dattn, 3 * D), heads(w.dattn + D, 3 * D),
+                                                heads(w.dattn + 2 * D, 3 * D), opt);
+  layers::rope_backward<S>(w.dattn, dqkv, N, seq, D, cfg.d_head(), rope_cos.data(), rope_sin.data(), round());
+}
+
 template <typename S>
 template <typename O>
 void TransformerLM<S>::Impl::forward_pass(const int32_t* tokens, int64_t B, int64_t T, bool with_loss,
                                           double& loss) {
   using namespace layers;
-  const int64_t N = B * T, D = cfg.d_model, F = cfg.d_ff, V = cfg.vocab_size, H = cfg.num_heads;
-  const int64_t dh = cfg.d_head(), BHT = B * H * T;
+  using linear::mat;
+  const int64_t N = B * T, D = cfg.d_model, F = cfg.d_ff, V = cfg.vocab_size, dh = cfg.d_head();
   const Round r = round();
   allocate<O>(B, T);
-
-  // Operand copies of the weights.
-  if constexpr (std::is_same_v<O, bf16>) {
-    RIDGE_RANGE(ranges::cast_weights.text);
-    if (w_bf16.size() != params.size()) w_bf16 = Buffer<bf16>(params.size(), "parameters/bf16 copy");
-    cast<bf16>(params.data(), w_bf16.data(), static_cast<int64_t>(params.size()), r);
-  } else if constexpr (std::is_same_v<O, float> && std::is_same_v<S, float>) {
-    if (precision == Precision::fp16) {
-      RIDGE_RANGE(ranges::cast_weights.text);
-      if (w_f16.size() != params.size()) w_f16 = Buffer<float>(params.size(), "parameters/fp16 copy");
-      cast<float>(params.data(), w_f16.data(), static_cast<int64_t>(params.size()), r);
-    }
-  }
+  cast_weights<O>();
   const O* W = weights<O>();
   const S* P = params.data();
-  work.used = 0;
-  Work<S, O> w = carve_work<S, O>(work, N, D, F, V);
+  const Work<S, O> w(work);
+  const FinalActs<S, O> f(final_acts);
 
-  attention::Options opt;
-  opt.causal = true;
   for (int64_t l = 0; l < cfg.num_layers; ++l) {
     RIDGE_RANGE(ranges::layer.text);
-    auto& arena = layer_acts[static_cast<size_t>(l)];
-    arena.used = 0;
-    Saved<S, O> s = carve_layer<S, O>(arena, N, D, F, BHT);
+    const LayerActs<S, O> s(layer_acts[static_cast<size_t>(l)]);
     const LayerTensors& t = layer_offsets[static_cast<size_t>(l)];
-    if (l == 0) {  // later layers find their input already in s.x, written by the layer before
-      RIDGE_RANGE(ranges::embedding.text);
-      embedding_forward(tokens, N, P + off_embedding, V, D, s.x);
-    }
-    {
-      RIDGE_RANGE(ranges::attention_block.text);
-      {
-        RIDGE_RANGE(ranges::norm.text);
-        rmsnorm_forward(s.x, P + t.ln1, N, D, S(1e-5), s.rstd1, s.h1, r);
-      }
-      {
-        RIDGE_RANGE(ranges::gemm_qkv.text);
-        linear::nt(s.h1, W + t.wq, w.gemm, N, 3 * D, D, D, D, 3 * D, false);
-      }
-      {
-        RIDGE_RANGE(ranges::rope.text);
-        rope_forward(w.gemm, s.qkv, N, T, D, dh, rope_cos.data(), rope_sin.data(), r);
-      }
-      {
-        RIDGE_RANGE(ranges::attention.text);
-        auto view = [&](auto* base, int64_t ld) { return head_view(base, B, H, T, dh, ld); };
-        TensorView<S> lse = TensorView<S>::contiguous(s.lse, {B, H, T});
-        if constexpr (std::is_same_v<S, float> && !std::is_same_v<O, double>) {
-          if (attention == AttentionPath::flash) {
-            attention::flash_attention_forward<O>(view(s.qkv, 3 * D), view(s.qkv + D, 3 * D),
-                                                  view(s.qkv + 2 * D, 3 * D), view(s.o, D), lse, opt);
-          } else {
-            attention::attention_reference_forward<O, S>(view(s.qkv, 3 * D), view(s.qkv + D, 3 * D),
-                                                         view(s.qkv + 2 * D, 3 * D), view(w.dattn, D), lse, opt);
-            cast<O>(w.dattn, s.o, N * D, r);
-          }
-        } else {
-          attention::attention_reference_forward<O, S>(view(s.qkv, 3 * D), view(s.qkv + D, 3 * D),
-                                                       view(s.qkv + 2 * D, 3 * D), view(w.dattn, D), lse, opt);
-          cast<O>(w.dattn, s.o, N * D, r);
-        }
-      }
-      {
-        RIDGE_RANGE(ranges::gemm_out.text);  // x_mid = x + o Wo^T: the residual add in the GEMM's epilogue
-        linear::nt_add(s.o, W + t.wo, s.x_mid, s.x, N, D, D, D, D, D);
-      }
-    }
-    {
-      RIDGE_RANGE(ranges::ffn_block.text);
-      {
-        RIDGE_RANGE(ranges::norm.text);
-        rmsnorm_forward(s.x_mid, P + t.ln2, N, D, S(1e-5), s.rstd2, s.h2, r);
-      }
-      {
-        RIDGE_RANGE(ranges::gemm_w1_w3.text);
-        linear::nt(s.h2, W + t.w1, w.gemm, N, 2 * F, D, D, D, 2 * F, false);
-      }
-      {
-        RIDGE_RANGE(ranges::swiglu.text);
-        swiglu_forward(w.gemm, N, F, s.ab, s.g, r);
-      }
-      // The next layer's input (or the final norm's) lands in the next saved x.
-      Arena* next = l + 1 < cfg.num_layers ? &layer_acts[static_cast<size_t>(l + 1)] : &final_acts;
-      next->used = 0;
-      S* xn = l + 1 < cfg.num_layers ? carve_layer<S, O>(*next, N, D, F, BHT).x : carve_final<S, O>(*next, N, D, V).x;
-      next->used = 0;
-      {
-        RIDGE_RANGE(ranges::gemm_w2.text);  // x_next = x_mid + g W2^T, the residual add fused as above
-        linear::nt_add(s.g, W + t.w2, xn, s.x_mid, N, D, F, F, F, D);
-      }
-    }
+    // Later layers find their input already in s.x, written by the layer before.
+    if (l == 0) in(ranges::embedding, [&] { embedding_forward(tokens, N, P + off_embedding, V, D, s.x); });
+    in(ranges::attention_block, [&] {
+      in(ranges::norm, [&] { rmsnorm_forward(s.x, P + t.ln1, N, D, S(1e-5), s.rstd1, s.h1, r); });
+      in(ranges::gemm_qkv, [&] { linear::forward(mat(s.h1, N, D), mat(W + t.wq, 3 * D, D), mat(w.gemm, N, 3 * D)); });
+      in(ranges::rope, [&] { rope_forward(w.gemm, s.qkv, N, T, D, dh, rope_cos.data(), rope_sin.data(), r); });
+      in(ranges::attention, [&] { attention_forward<O>(s, w); });
+      // x_mid = x + o Wo^T: the residual add in the GEMM's epilogue.
+      in(ranges::gemm_out, [&] { linear::forward(mat(s.o, N, D), mat(W + t.wo, D, D), mat(s.x_mid, N, D), s.x); });
+    });
+    in(ranges::ffn_block, [&] {
+      in(ranges::norm, [&] { rmsnorm_forward(s.x_mid, P + t.ln2, N, D, S(1e-5), s.rstd2, s.h2, r); });
+      in(ranges::gemm_w1_w3, [&] { linear::forward(mat(s.h2, N, D), mat(W + t.w1, 2 * F, D), mat(w.gemm, N, 2 * F)); });
+      in(ranges::swiglu, [&] { swiglu_forward(w.gemm, N, F, s.ab, s.g, r); });
+      // The next layer's input (or the final norm's) = x_mid + g W2^T, the residual add fused as above.
+      S* next = l + 1 < cfg.num_layers ? LayerActs<S, O>(layer_acts[static_cast<size_t>(l + 1)]).x : f.x;
+      in(ranges::gemm_w2, [&] { linear::forward(mat(s.g, N, F), mat(W + t.w2, D, F), mat(next, N, D), s.x_mid); });
+    });
   }
-  final_acts.used = 0;
-  Final<S, O> f = carve_final<S, O>(final_acts, N, D, V);
   if (cfg.num_layers == 0) embedding_forward(tokens, N, P + off_embedding, V, D, f.x);
-  {
-    RIDGE_RANGE(ranges::final_norm.text);
-    rmsnorm_forward(f.x, P + off_ln_final, N, D, S(1e-5), f.rstd, f.h, r);
-  }
-  {
-    RIDGE_RANGE(ranges::gemm_lm_head.text);
-    linear::nt(f.h, W + off_lm_head, f.logits, N, V, D, D, D, V, false);
-  }
-  if (with_loss) {
-    RIDGE_RANGE(ranges::loss.text);
-    loss = cross_entropy_forward(f.logits, targets.data(), N, V, f.lse);
-  }
+  in(ranges::final_norm, [&] { rmsnorm_forward(f.x, P + off_ln_final, N, D, S(1e-5), f.rstd, f.h, r); });
+  in(ranges::gemm_lm_head, [&] { linear::forward(mat(f.h, N, D), mat(W + off_lm_head, V, D), mat(f.logits, N, V)); });
+  if (with_loss) in(ranges::loss, [&] { loss = cross_entropy_forward(f.logits, targets.data(), N, V, f.lse); });
 }
 
 template <typename S>
 template <typename O>
 void TransformerLM<S>::Impl::backward_pass(S loss_scale, const Observer& observer) {
   using namespace layers;
-  const int64_t B = batch, T = seq, N = B * T, D = cfg.d_model, F = cfg.d_ff, V = cfg.vocab_size;
-  const int64_t H = cfg.num_heads, dh = cfg.d_head(), BHT = B * H * T;
+  using linear::mat;
+  const int64_t N = batch * seq, D = cfg.d_model, F = cfg.d_ff, V = cfg.vocab_size;
   const Round r = round();
   const O* W = weights<O>();
   const S* P = params.data();
   S* G = grads.data();
-  work.used = 0;
-  Work<S, O> w = carve_work<S, O>(work, N, D, F, V);
-  final_acts.used = 0;
-  Final<S, O> f = carve_final<S, O>(final_acts, N, D, V);
+  const Work<S, O> w(work);
+  const FinalActs<S, O> f(final_acts);
   int group = 0;
   auto done = [&](int g) {
     if (observer) observer(g);
@@ -410,43 +373,6 @@ void TransformerLM<S>::Impl::backward_pass(S loss_scale, const Observer& observe
   // needed, the producing pass writes the rounded copy itself (never a cast pass of its own).
   constexpr bool same_type = std::is_same_v<O, S>;
   const bool rounds = !same_type || r != Round::none;
-  // Loss and lm_head: the logits' gradient, in place, or straight into the operand buffer.
-  const O* dl = nullptr;
-  {
-    RIDGE_RANGE(ranges::loss_backward.text);
-    if constexpr (same_type) {
-      if (!rounds) {
-        cross_entropy_backward(f.logits, targets.data(), f.lse, N, V, loss_scale);
-        dl = f.logits;
-      }
-    }
-    if (!dl) {
-      cross_entropy_backward(f.logits, targets.data(), f.lse, N, V, loss_scale, w.dop, r);
-      dl = w.dop;
-    }
-  }
-  {
-    RIDGE_RANGE(ranges::gemm_lm_head_backward.text);
-    linear::tn(dl, f.h, G + off_lm_head, V, D, N, V, D, D, true);  // d lm_head += dl^T h
-    linear::nn(dl, W + off_lm_head, w.dtmp, N, D, V, V, D, D, false);  // dh = dl lm_head
-  }
-  done(group++);
-  {
-    RIDGE_RANGE(ranges::final_norm_backward.text);
-    // dx rounded into w.dop for the first layer's w2 GEMMs (w.dop's lm_head gradient is consumed).
-    rmsnorm_backward(w.dtmp, f.x, P + off_ln_final, f.rstd, N, D, w.dx, G + off_ln_final, false,
-                     rounds && cfg.num_layers > 0 ? w.dop : nullptr, r);
-  }
-  done(group++);
-
-  // A gradient (S) rounded into the operand buffer, or used as it is when no rounding is needed.
-  auto as_op = [&](const S* g, int64_t n, O* buf) -> const O* {
-    if constexpr (same_type) {
-      if (!rounds) return g;
-    }
-    cast<O>(g, buf, n, r);
-    return buf;
-  };
   // The residual gradient as the operand type: the rounded copy the last norm backward left in
   // w.dop, or w.dx itself.
   auto dx_op = [&]() -> const O* {
@@ -455,94 +381,86 @@ void TransformerLM<S>::Impl::backward_pass(S loss_scale, const Observer& observe
     }
     return w.dop;
   };
-  attention::Options opt;
-  opt.causal = true;
+
+  // Loss and lm_head: the logits' gradient, in place, or straight into the operand buffer.
+  const O* dl = nullptr;
+  in(ranges::loss_backward, [&] {
+    if constexpr (same_type) {
+      if (!rounds) {
+        cross_entropy_backward(f.logits, targets.data(), f.lse, N, V, loss_scale);
+        dl = f.logits;
+        return;
+      }
+    }
+    cross_entropy_backward(f.logits, targets.data(), f.lse, N, V, loss_scale, w.dop, r);
+    dl = w.dop;
+  });
+  in(ranges::gemm_lm_head_backward, [&] {
+    linear::weight_grad(mat(dl, N, V), mat(f.h, N, D), mat(G + off_lm_head, V, D));
+    linear::input_grad(mat(dl, N, V), mat(W + off_lm_head, V, D), mat(w.dtmp, N, D));
+  });
+  done(group++);
+  // dx rounded into w.dop for the first layer's w2 GEMMs (w.dop's lm_head gradient is consumed).
+  in(ranges::final_norm_backward, [&] {
+    rmsnorm_backward(w.dtmp, f.x, P + off_ln_final, f.rstd, N, D, w.dx, G + off_ln_final, false,
+                     rounds && cfg.num_layers > 0 ? w.dop : nullptr, r);
+  });
+  done(group++);
 
   for (int64_t l = cfg.num_layers - 1; l >= 0; --l) {
     RIDGE_RANGE(ranges::layer_backward.text);
-    auto& arena = layer_acts[static_cast<size_t>(l)];
-    arena.used = 0;
-    Saved<S, O> s = carve_layer<S, O>(arena, N, D, F, BHT);
+    const LayerActs<S, O> s(layer_acts[static_cast<size_t>(l)]);
     const LayerTensors& t = layer_offsets[static_cast<size_t>(l)];
-    {
-      RIDGE_RANGE(ranges::ffn_block_backward.text);
+    in(ranges::ffn_block_backward, [&] {
       const O* dy = dx_op();
-      {
-        RIDGE_RANGE(ranges::gemm_w2_backward.text);
-        linear::tn(dy, s.g, G + t.w2, D, F, N, D, F, F, true);     // dW2 += dy^T g
-        linear::nn(dy, W + t.w2, w.dtmp, N, F, D, D, F, F, false);  // dg = dy W2
-      }
+      in(ranges::gemm_w2_backward, [&] {
+        linear::weight_grad(mat(dy, N, D), mat(s.g, N, F), mat(G + t.w2, D, F));
+        linear::input_grad(mat(dy, N, D), mat(W + t.w2, D, F), mat(w.dtmp, N, F));
+      });
       O* dab = w.dop;  // dy is consumed: its buffer takes d(a|b)
-      {
-        RIDGE_RANGE(ranges::swiglu_backward.text);
-        swiglu_backward(w.dtmp, s.ab, N, F, dab, r);
-      }
-      {
-        RIDGE_RANGE(ranges::gemm_w1_w3_backward.text);
-        linear::tn(dab, s.h2, G + t.w1, 2 * F, D, N, 2 * F, D, D, true);  // dW13 += dab^T h2
-        linear::nn(dab, W + t.w1, w.dtmp, N, D, 2 * F, 2 * F, D, D, false);  // dh2 = dab W13
-      }
-      {
-        RIDGE_RANGE(ranges::norm_backward.text);
+      in(ranges::swiglu_backward, [&] { swiglu_backward(w.dtmp, s.ab, N, F, dab, r); });
+      in(ranges::gemm_w1_w3_backward, [&] {
+        linear::weight_grad(mat(dab, N, 2 * F), mat(s.h2, N, D), mat(G + t.w1, 2 * F, D));
+        linear::input_grad(mat(dab, N, 2 * F), mat(W + t.w1, 2 * F, D), mat(w.dtmp, N, D));
+      });
+      in(ranges::norm_backward, [&] {
         rmsnorm_backward(w.dtmp, s.x_mid, P + t.ln2, s.rstd2, N, D, w.dx, G + t.ln2, true, rounds ? w.dop : nullptr,
                          r);
-      }
-    }
-    {
-      RIDGE_RANGE(ranges::attention_block_backward.text);
+      });
+    });
+    in(ranges::attention_block_backward, [&] {
       const O* dy = dx_op();
-      const O* dO = nullptr;  // the attention output's gradient, as the operand type
-      {
-        RIDGE_RANGE(ranges::gemm_out_backward.text);
-        linear::tn(dy, s.o, G + t.wo, D, D, N, D, D, D, true);  // dWo += dy^T o
-        if constexpr (std::is_same_v<O, bf16>) {  // do = dy Wo, rounded to bf16 by the GEMM itself
-          linear::nn(dy, W + t.wo, w.dO, N, D, D, D, D, D);
-          dO = w.dO;
+      const O* dout = w.dout;  // the attention output's gradient, as the operand type
+      in(ranges::gemm_out_backward, [&] {
+        linear::weight_grad(mat(dy, N, D), mat(s.o, N, D), mat(G + t.wo, D, D));
+        if constexpr (std::is_same_v<O, bf16>) {  // rounded to bf16 by the GEMM itself
+          linear::input_grad(mat(dy, N, D), mat(W + t.wo, D, D), mat(w.dout, N, D));
         } else {
-          linear::nn(dy, W + t.wo, w.dtmp, N, D, D, D, D, D, false);
-          dO = as_op(w.dtmp, N * D, w.dO);
-        }
-      }
-      auto view = [&](auto* base, int64_t ld) { return head_view(base, B, H, T, dh, ld); };
-      O* dqkv_op = w.dop;
-      {
-        RIDGE_RANGE(ranges::attention_backward.text);
-        bool flash = false;
-        if constexpr (std::is_same_v<S, float> && !std::is_same_v<O, double>) flash = attention == AttentionPath::flash;
-        if (flash) {
-          if constexpr (std::is_same_v<S, float> && !std::is_same_v<O, double>) {
-            TensorView<float> lse = TensorView<float>::contiguous(s.lse, {B, H, T});
-            attention::flash_attention_backward<O>(
-                view(s.qkv, 3 * D), view(s.qkv + D, 3 * D), view(s.qkv + 2 * D, 3 * D), view(s.o, D),
-                view(const_cast<O*>(dO), D), lse, view(w.dqkv, 3 * D), view(w.dqkv + D, 3 * D),
-                view(w.dqkv + 2 * D, 3 * D), opt);
-            rope_backward<S>(w.dqkv, dqkv_op, N, T, D, dh, rope_cos.data(), rope_sin.data(), r);
+          linear::input_grad(mat(dy, N, D), mat(W + t.wo, D, D), mat(w.dtmp, N, D));
+          if constexpr (same_type) {
+            if (!rounds) {
+              dout = w.dtmp;
+              return;
+            }
           }
-        } else {
-          attention::attention_reference_backward<O, S>(
-              view(s.qkv, 3 * D), view(s.qkv + D, 3 * D), view(s.qkv + 2 * D, 3 * D), view(const_cast<O*>(dO), D),
-              view(w.dattn, 3 * D), view(w.dattn + D, 3 * D), view(w.dattn + 2 * D, 3 * D), opt);
-          rope_backward<S>(w.dattn, dqkv_op, N, T, D, dh, rope_cos.data(), rope_sin.data(), r);
+          cast<O>(w.dtmp, w.dout, N * D, r);
         }
-      }
-      {
-        RIDGE_RANGE(ranges::gemm_qkv_backward.text);
-        linear::tn(dqkv_op, s.h1, G + t.wq, 3 * D, D, N, 3 * D, D, D, true);  // dWqkv += dqkv^T h1
-        linear::nn(dqkv_op, W + t.wq, w.dtmp, N, D, 3 * D, 3 * D, D, D, false);  // dh1 = dqkv Wqkv
-      }
-      {
-        RIDGE_RANGE(ranges::norm_backward.text);
-        // dx rounded into w.dop (its dq|dk|dv is consumed) for the next layer down; not after layer 0.
+      });
+      O* dqkv = w.dop;
+      in(ranges::attention_backward, [&] { attention_backward<O>(s, w, dout, dqkv); });
+      in(ranges::gemm_qkv_backward, [&] {
+        linear::weight_grad(mat(dqkv, N, 3 * D), mat(s.h1, N, D), mat(G + t.wq, 3 * D, D));
+        linear::input_grad(mat(dqkv, N, 3 * D), mat(W + t.wq, 3 * D, D), mat(w.dtmp, N, D));
+      });
+      // dx rounded into w.dop (its dq|dk|dv is consumed) for the next layer down; not after layer 0.
+      in(ranges::norm_backward, [&] {
         rmsnorm_backward(w.dtmp, s.x, P + t.ln1, s.rstd1, N, D, w.dx, G + t.ln1, true,
                          rounds && l > 0 ? w.dop : nullptr, r);
-      }
-    }
+      });
+    });
     done(group++);
   }
-  {
-    RIDGE_RANGE(ranges::embedding_backward.text);
-    embedding_backward(inputs.data(), N, w.dx, D, G + off_embedding);
-  }
+  in(ranges::embedding_backward, [&] { embedding_backward(inputs.data(), N, w.dx, D, G + off_embedding); });
   done(group++);
 }
 
@@ -733,16 +651,8 @@ S TransformerLM<S>::forward(const int32_t* inputs, const int32_t* targets, int64
 template <typename S>
 std::span<const S> TransformerLM<S>::logits() const {
   check(!impl_->layer_acts.empty() || impl_->cfg.num_layers == 0, "logits: no forward pass has run");
-  Arena a;
-  a.bytes = Buffer<std::byte>();
-  const int64_t N = impl_->batch * impl_->seq, D = impl_->cfg.d_model, V = impl_->cfg.vocab_size;
-  // Offsets of the final arena: x, rstd, then the logits.
-  Arena sizing;
-  sizing.take<S>(N * D);
-  sizing.take<S>(N);
-  const size_t off = (sizing.used + 63) / 64 * 64;
-  const auto* p = reinterpret_cast<const S*>(impl_->final_acts.bytes.data() + off);
-  return {p, static_cast<size_t>(N * V)};
+  const int64_t N = impl_->batch * impl_->seq, V = impl_->cfg.vocab_size;
+  return {impl_->final_acts.template at<S>(Buf::logits), static_cast<size_t>(N * V)};
 }
 
 template <typename S>

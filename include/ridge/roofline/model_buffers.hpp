@@ -1,0 +1,122 @@
+// The CS336 Transformer LM's buffers, described once: every parameter tensor and every activation and
+// workspace buffer a training step holds (name, shape, element type, region, which pass writes and
+// reads it). The model (ridge/model/model.hpp) allocates and carves its memory from this description;
+// its memory tags are the regions named here; `ridge train`'s memory check, `ridge bench model`'s
+// analytic memory and the step's roofline (model_step_ops) read their sizes from it. Pure arithmetic
+// on a ModelShape, so it answers for sizes that do not fit on the machine at hand.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "ridge/roofline.hpp"
+
+namespace ridge::roofline {
+
+// ---- Parameters, in the flat buffers' order: the order their gradients become final in the backward
+// pass (lm_head, ln_final, layer L-1 .. layer 0, token_embeddings). Group g's gradients are final
+// together; w1|w3 and q|k|v are adjacent, so one GEMM serves each pair or triple.
+struct ParamSpec {
+  std::string name;            // as PyTorch's state_dict names it, e.g. "layers.0.attn.q_proj.weight"
+  std::vector<int64_t> shape;  // [out, in] for linear weights
+  int group = 0;
+};
+// Only the shape's vocab, d_model, layers and d_ff matter here.
+std::vector<ParamSpec> model_parameters(const ModelShape& m);
+// The sum of the tensors' sizes; ridge::Error naming the shape when it overflows int64.
+int64_t model_parameter_elements(const ModelShape& m);
+
+// ---- Activations and workspace of one step.
+// Where a buffer lives, which is also its memory tag: each layer's saved activations in a block of
+// their own ("activations/layers.<l>"), those after the last layer ("activations/final"), and one
+// workspace every layer's forward and backward reuse ("workspace").
+enum class Region { layer, final, workspace };
+const char* region_tag(Region r);  // "activations/layers", "activations/final", "workspace"
+
+// Element type: the state type (fp32 master weights and gradients, the residual stream, norms'
+// statistics, logits; fp64 in the gradient checks' reference model) or the operand type (what the
+// GEMMs and attention read: fp32, bf16, or fp16-rounded values stored as fp32 on a CPU).
+enum class Elem { state, operand };
+
+enum class Buf : int {
+  // Saved by each layer's forward for its backward.
+  x, x_mid, rstd1, rstd2, lse, h1, qkv, o, h2, ab, g,
+  // After the last layer.
+  final_x, final_rstd, logits, final_lse, final_h,
+  // Workspace.
+  gemm, dx, dtmp, dattn, dop, dqkv, dout,
+  count
+};
+
+struct BufferSpec {
+  Buf id;
+  const char* name;
+  Region region;
+  Elem elem;
+  const char* role;  // what it holds, which pass writes it, which reads it
+};
+
+// In Buf order; a region's buffers are carved in this order, each aligned to kBufferAlignment bytes.
+inline constexpr BufferSpec kModelBuffers[] = {
+    {Buf::x, "x", Region::layer, Elem::state, "[N,D] the layer's input (residual stream); read by ln1 backward"},
+    {Buf::x_mid, "x_mid", Region::layer, Elem::state, "[N,D] x + attention output; read by ln2 backward"},
+    {Buf::rstd1, "rstd1", Region::layer, Elem::state, "[N] ln1's 1/rms, for its backward"},
+    {Buf::rstd2, "rstd2", Region::layer, Elem::state, "[N] ln2's 1/rms, for its backward"},
+    {Buf::lse, "lse", Region::layer, Elem::state, "[B,H,T] attention's log-sum-exp, for its backward"},
+    {Buf::h1, "h1", Region::layer, Elem::operand, "[N,D] ln1(x): the qkv GEMM's input and dW operand"},
+    {Buf::qkv, "qkv", Region::layer, Elem::operand, "[N,3D] q|k|v after RoPE: attention's inputs"},
+    {Buf::o, "o", Region::layer, Elem::operand, "[N,D] attention output: the out GEMM's input and dW operand"},
+    {Buf::h2, "h2", Region::layer, Elem::operand, "[N,D] ln2(x_mid): the w1|w3 GEMM's input and dW operand"},
+    {Buf::ab, "ab", Region::layer, Elem::operand, "[N,2F] w1 x | w3 x: SwiGLU's inputs, for its backward"},
+    {Buf::g, "g", Region::layer, Elem::operand, "[N,F] silu(a) * b: the w2 GEMM's input and dW operand"},
+    {Buf::final_x, "x", Region::final, Elem::state, "[N,D] the last layer's output"},
+    {Buf::final_rstd, "rstd", Region::final, Elem::state, "[N] the final norm's 1/rms"},
+    {Buf::logits, "logits", Region::final, Elem::state, "[N,V] logits; the loss's backward turns them into dlogits"},
+    {Buf::final_lse, "lse", Region::final, Elem::state, "[N] the loss's log-sum-exp"},
+    {Buf::final_h, "h", Region::final, Elem::operand, "[N,D] ln_final(x): lm_head's input and dW operand"},
+    {Buf::gemm, "gemm", Region::workspace, Elem::state,
+     "[N,max(3D,2F,D)] a forward GEMM's output before the elementwise layer that consumes it"},
+    {Buf::dx, "dx", Region::workspace, Elem::state, "[N,D] the residual stream's gradient"},
+    {Buf::dtmp, "dtmp", Region::workspace, Elem::state, "[N,max(F,D)] an input-gradient GEMM's output"},
+    {Buf::dattn, "dattn", Region::workspace, Elem::state,
+     "[N,3D] dq|dk|dv from the math path, or its forward output o"},
+    {Buf::dop, "dop", Region::workspace, Elem::operand,
+     "[N,max(V,3D,2F,D)] a gradient rounded to the operand type for the GEMMs that read it"},
+    {Buf::dqkv, "dqkv", Region::workspace, Elem::operand, "[N,3D] dq|dk|dv from FlashAttention"},
+    {Buf::dout, "dout", Region::workspace, Elem::operand, "[N,D] the attention output's gradient"},
+};
+static_assert(std::size(kModelBuffers) == static_cast<size_t>(Buf::count));
+constexpr const BufferSpec& spec(Buf b) { return kModelBuffers[static_cast<int>(b)]; }
+
+inline constexpr size_t kBufferAlignment = 64;
+
+// The buffer's shape for batch x seq tokens (N = batch * seq).
+std::vector<int64_t> buffer_shape(Buf b, const ModelShape& m);
+int64_t buffer_elements(Buf b, const ModelShape& m);
+
+// Byte offsets of a region's buffers (indexed by Buf; buffers of other regions are left 0) and the
+// region's size, with state and operand elements of the given sizes.
+struct RegionLayout {
+  size_t offset[static_cast<int>(Buf::count)] = {};
+  size_t bytes = 0;
+};
+RegionLayout region_layout(Region r, const ModelShape& m, size_t state_bytes, size_t operand_bytes);
+
+// What a training step holds, in bytes, with fp32 state and operands stored as m.storage (unset: the
+// operand dtype): parameters, gradients, AdamW's two moments, the operand copy of the weights (none
+// for fp32), each layer's saved activations, those after the last layer, and the workspace.
+struct ModelMemory {
+  double parameters = 0, gradients = 0, optimizer_state = 0, operand_copy = 0;
+  double per_layer = 0, final = 0, workspace = 0;
+  int64_t layers = 0;
+  double activations() const { return per_layer * static_cast<double>(layers) + final; }
+  double total() const {
+    return parameters + gradients + optimizer_state + operand_copy + activations() + workspace;
+  }
+};
+ModelMemory model_memory(const ModelShape& m);
+
+}  // namespace ridge::roofline
