@@ -386,26 +386,16 @@ double last_marker_ts(const std::string& name) {
 }
 
 // ---------------------------------------------------------------- the analytic memory count
-// What a step must hold: fp32 parameters, gradients and AdamW m and v; the operand copy of the
-// weights (bf16, or fp16 stored as fp32 on this CPU); per layer the saved activations; the final
-// norm's output and the fp32 logits; the workspace the backward pass reuses.
+// What a step must hold (model::step_memory, from the buffers the model allocates), by part.
 json analytic_memory(const model::ModelConfig& c, int64_t B, int64_t T, model::Precision p) {
-  const double P = static_cast<double>(c.param_count()), N = static_cast<double>(B * T),
-               D = static_cast<double>(c.d_model), F = static_cast<double>(c.d_ff),
-               V = static_cast<double>(c.vocab_size), H = static_cast<double>(c.num_heads);
-  const double o = p == model::Precision::bf16 ? 2 : 4;
-  const double layer = 4 * (2 * N * D + 2 * N + H * N) + o * (6 * N * D + 3 * N * F);
-  const double fin = 4 * (N * D + 2 * N + N * V) + o * N * D;
-  const double work = 4 * (N * std::max({3 * D, 2 * F}) + N * D + N * std::max(F, D) + 3 * N * D) +
-                      o * (N * std::max({V, 3 * D, 2 * F}) + 3 * N * D + N * D);
-  return {{"parameters", 4 * P},
-          {"gradients", 4 * P},
-          {"optimizer state", 8 * P},
-          {"parameters/operand copy",
-           p == model::Precision::fp32 ? 0.0 : (p == model::Precision::bf16 ? 2 : 4) * P},
-          {"activations (per layer)", layer},
-          {"activations (all layers + final)", layer * static_cast<double>(c.num_layers) + fin},
-          {"workspace", work}};
+  const roofline::ModelMemory m = model::step_memory(c, B, T, p);
+  return {{"parameters", m.parameters},
+          {"gradients", m.gradients},
+          {"optimizer state", m.optimizer_state},
+          {"parameters/operand copy", m.operand_copy},
+          {"activations (per layer)", m.per_layer},
+          {"activations (all layers + final)", m.activations()},
+          {"workspace", m.workspace}};
 }
 
 // ---------------------------------------------------------------- one case

@@ -19,6 +19,7 @@
 #include "ridge/bench/memory.hpp"
 #include "ridge/bench/trace.hpp"
 #include "ridge/core/files.hpp"
+#include "ridge/model/roofline.hpp"
 #include "ridge/model/train.hpp"
 #include "ridge/roofline.hpp"
 #ifdef RIDGE_HAVE_DIST
@@ -71,21 +72,6 @@ std::string read_text(const std::string& path) {
   std::string s = input::read_input_file(path, "--text", int64_t{1} << 40);
   check(!s.empty(), "--text: '{}' is empty", path);
   return s;
-}
-
-// Bytes the run will hold at its peak: parameters, gradients and AdamW state (4 x 4 bytes per
-// parameter, plus a 2- or 4-byte operand copy under bf16/fp16) and the saved activations and workspace
-// of one step, counted from the same buffers the model allocates.
-double estimate_bytes(const model::ModelConfig& c, const model::TrainConfig& t) {
-  const double P = static_cast<double>(c.param_count());
-  const double N = static_cast<double>(t.batch * t.seq), D = static_cast<double>(c.d_model),
-               F = static_cast<double>(c.d_ff), V = static_cast<double>(c.vocab_size),
-               L = static_cast<double>(c.num_layers);
-  const double op = t.precision == model::Precision::bf16 ? 2 : 4;
-  const double per_layer = N * D * 4 * 2 + N * D * op * 6 + N * F * op * 3;
-  const double final_ = N * D * (4 + op) + N * V * 4;
-  const double work = N * std::max({3 * D, 2 * F}) * 4 * 3 + N * std::max({V, 3 * D, 2 * F}) * op + N * D * op * 4;
-  return P * 16 + (t.precision == model::Precision::fp32 ? 0 : P * op) + L * per_layer + final_ + work;
 }
 
 // The model, from the sizes prepare() checked. FlashAttention's head-dimension limit is the model's
@@ -192,7 +178,7 @@ Prepared prepare(const Args& a, int world) {
     check(n_data >= a.context + 1, "--context: {} needs at least {} tokens of data; {} has {}", a.context,
           a.context + 1, file ? "--data" : "--text", n_data);
 
-  const double need = estimate_bytes(c, t), avail = static_cast<double>(memory::available_bytes());
+  const double need = model::step_memory(c, t.batch, t.seq, t.precision).total(), avail = static_cast<double>(memory::available_bytes());
   if (!(avail <= 0 || need < 0.9 * avail)) {
     std::string flags = "--size";  // the flags that sized this run, as the user gave them
     for (const auto& [given, flag] : {std::pair{a.d_model > 0, "--d-model"}, {a.d_ff > 0, "--d-ff"},

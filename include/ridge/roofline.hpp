@@ -240,7 +240,8 @@ struct ModelOp {
 std::vector<ModelOp> model_step_ops(const ModelShape& m);
 // FLOPs of the GEMMs and attention only (what MFU counts): forward, backward.
 double model_matmul_flops(const ModelShape& m, const std::string& pass);
-// Parameter count of the shape: V*D (embedding) + L*(4*D*D + 3*D*F + 2*D) + D + V*D (lm_head).
+// Parameter count of the shape (V*D embedding + L*(4*D*D + 3*D*F + 2*D) + D + V*D lm_head), summed over
+// the tensors ridge/roofline/model_buffers.hpp lists, in long double: no size overflows it.
 long double model_param_count(const ModelShape& m);
 
 // ---------------------------------------------------------------------------------------------

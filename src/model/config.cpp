@@ -6,6 +6,7 @@
 #include "core/check.hpp"
 #include "core/json.hpp"
 #include "model/json.hpp"
+#include "ridge/roofline/model_buffers.hpp"
 
 namespace ridge::model {
 namespace {
@@ -23,23 +24,18 @@ constexpr Preset kPresets[] = {
 bool mul(int64_t a, int64_t b, int64_t* out) {
   return !__builtin_mul_overflow(a, b, out);
 }
-bool add(int64_t a, int64_t b, int64_t* out) {
-  return !__builtin_add_overflow(a, b, out);
-}
 
-// param_count with overflow detection; false when any step overflows.
+// The parameter count from the model's description of its tensors (ridge/roofline/model_buffers.hpp),
+// with overflow detection; false when it overflows.
 bool count_params(const ModelConfig& c, int64_t* out) {
-  int64_t vd, dd, df, attn, ffn, layer, layers, total;
-  if (!mul(c.vocab_size, c.d_model, &vd) || !mul(c.d_model, c.d_model, &dd) || !mul(c.d_model, c.d_ff, &df))
-    return false;
-  if (!mul(dd, 4, &attn) || !mul(df, 3, &ffn) || !add(attn, ffn, &layer) ||
-      !add(layer, 2 * c.d_model, &layer))
-    return false;
-  if (!mul(layer, c.num_layers, &layers) || !add(layers, vd, &total) || !add(total, vd, &total) ||
-      !add(total, c.d_model, &total))
-    return false;
-  *out = total;
-  return true;
+  roofline::ModelShape m;
+  m.vocab = c.vocab_size;
+  m.d_model = c.d_model;
+  m.layers = c.num_layers;
+  m.d_ff = c.d_ff;
+  const auto n = roofline::try_model_parameter_elements(m);
+  if (n) *out = *n;
+  return n.has_value();
 }
 
 }  // namespace

@@ -691,23 +691,13 @@ int64_t TransformerLM<S>::workspace_bytes() const {
 template class TransformerLM<float>;
 template class TransformerLM<double>;
 
+// The one FLOP count every MFU uses: the roofline's ops of the step, GEMMs and attention summed.
 double forward_flops(const ModelConfig& c, int64_t batch, int64_t seq) {
-  const double n = static_cast<double>(batch * seq);
-  const double D = static_cast<double>(c.d_model), F = static_cast<double>(c.d_ff);
-  const double gemm_per_token = 2.0 * (4.0 * D * D + 3.0 * D * F) * static_cast<double>(c.num_layers) +
-                                2.0 * D * static_cast<double>(c.vocab_size);
-  const double attn = attention::attention_flops(batch, c.num_heads, seq, seq, c.d_head(), true, false) *
-                      static_cast<double>(c.num_layers);
-  return n * gemm_per_token + attn;
+  return roofline::model_matmul_flops(model_shape(c, batch, seq, Precision::fp32, AttentionPath::flash), "forward");
 }
 double training_flops(const ModelConfig& c, int64_t batch, int64_t seq) {
-  const double n = static_cast<double>(batch * seq);
-  const double D = static_cast<double>(c.d_model), F = static_cast<double>(c.d_ff);
-  const double gemm_per_token = 2.0 * (4.0 * D * D + 3.0 * D * F) * static_cast<double>(c.num_layers) +
-                                2.0 * D * static_cast<double>(c.vocab_size);
-  const double attn_f = attention::attention_flops(batch, c.num_heads, seq, seq, c.d_head(), true, false);
-  const double attn_b = attention::attention_flops(batch, c.num_heads, seq, seq, c.d_head(), true, true);
-  return 3.0 * n * gemm_per_token + (attn_f + attn_b) * static_cast<double>(c.num_layers);
+  const auto m = model_shape(c, batch, seq, Precision::fp32, AttentionPath::flash);
+  return roofline::model_matmul_flops(m, "forward") + roofline::model_matmul_flops(m, "backward");
 }
 
 }  // namespace ridge::model

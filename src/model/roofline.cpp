@@ -25,6 +25,12 @@ roofline::ModelShape model_shape(const ModelConfig& c, int64_t batch, int64_t se
   return s;
 }
 
+roofline::ModelMemory step_memory(const ModelConfig& c, int64_t batch, int64_t seq, Precision p) {
+  roofline::ModelShape m = model_shape(c, batch, seq, p, AttentionPath::flash);
+  m.storage = p == Precision::fp16 ? DType::f32 : m.operand;
+  return roofline::model_memory(m);
+}
+
 DType operand_storage(DType operand, const roofline::Chip& chip) {
   if (operand == DType::fp16 && !chip.has_peak("fp16")) return DType::f32;
   return operand;

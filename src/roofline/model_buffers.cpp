@@ -33,25 +33,41 @@ std::vector<ParamSpec> model_parameters(const ModelShape& m) {
   return out;
 }
 
-int64_t model_parameter_elements(const ModelShape& m) {
-  // Per layer and once, with overflow detection: a layer's tensors are the same in every layer.
-  auto overflow = [&] {
-    fail("model shape: the parameter count overflows int64 (d_model {}, d_ff {}, vocab {}, layers {})", m.d_model,
-         m.d_ff, m.vocab, m.layers);
-  };
-  int64_t once = 0, layer = 0;
+std::optional<int64_t> try_model_parameter_elements(const ModelShape& m) {
+  // One layer's tensors and the others, each counted with overflow detection, then the layers.
   ModelShape one = m;
   one.layers = 1;
+  int64_t once = 0, layer = 0;
   for (const ParamSpec& p : model_parameters(one)) {
     int64_t n = 1;
     for (int64_t d : p.shape)
-      if (__builtin_mul_overflow(n, d, &n)) overflow();
+      if (__builtin_mul_overflow(n, d, &n)) return std::nullopt;
     int64_t& sum = p.name.rfind("layers.", 0) == 0 ? layer : once;
-    if (__builtin_add_overflow(sum, n, &sum)) overflow();
+    if (__builtin_add_overflow(sum, n, &sum)) return std::nullopt;
   }
   int64_t total = 0;
-  if (__builtin_mul_overflow(layer, m.layers, &total) || __builtin_add_overflow(total, once, &total)) overflow();
+  if (__builtin_mul_overflow(layer, m.layers, &total) || __builtin_add_overflow(total, once, &total))
+    return std::nullopt;
   return total;
+}
+
+long double model_param_count(const ModelShape& m) {
+  ModelShape one = m;
+  one.layers = 1;
+  long double once = 0, layer = 0;
+  for (const ParamSpec& p : model_parameters(one)) {
+    long double n = 1;
+    for (int64_t d : p.shape) n *= static_cast<long double>(d);
+    (p.name.rfind("layers.", 0) == 0 ? layer : once) += n;
+  }
+  return layer * static_cast<long double>(m.layers) + once;
+}
+
+int64_t model_parameter_elements(const ModelShape& m) {
+  const auto n = try_model_parameter_elements(m);
+  check(n.has_value(), "model shape: the parameter count overflows int64 (d_model {}, d_ff {}, vocab {}, layers {})",
+        m.d_model, m.d_ff, m.vocab, m.layers);
+  return *n;
 }
 
 const char* region_tag(Region r) {

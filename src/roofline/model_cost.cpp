@@ -7,6 +7,7 @@
 
 #include "ridge/core/error.hpp"
 #include "ridge/roofline.hpp"
+#include "ridge/roofline/model_buffers.hpp"
 #include "core/check.hpp"
 
 namespace ridge::roofline {
@@ -118,12 +119,6 @@ void restore(std::vector<ModelOp>& ops, DType operand, DType storage) {
 
 }  // namespace
 
-long double model_param_count(const ModelShape& m) {
-  const long double V = static_cast<long double>(m.vocab), D = static_cast<long double>(m.d_model),
-                    F = static_cast<long double>(m.d_ff), L = static_cast<long double>(m.layers);
-  return 2 * V * D + L * (4 * D * D + 3 * D * F + 2 * D) + D;
-}
-
 std::vector<ModelOp> model_step_ops(const ModelShape& m) {
   check_shape(m);
   const DType O = m.operand, S = DType::f32;
@@ -133,6 +128,8 @@ std::vector<ModelOp> model_step_ops(const ModelShape& m) {
   const long double n = static_cast<long double>(N), d = static_cast<long double>(D),
                     f = static_cast<long double>(F), v = static_cast<long double>(V);
   const long double P = model_param_count(m);
+  // Element counts of the saved activations, from the buffers the model allocates.
+  auto elems = [&](Buf b) { return static_cast<long double>(buffer_elements(b, m)); };
   const std::string nd = fmt::format("N={} D={}", N, D);
   AttentionShape as;
   as.batch = m.batch;
@@ -149,7 +146,8 @@ std::vector<ModelOp> model_step_ops(const ModelShape& m) {
   auto norm = [&](const char* pass, const std::string& name, int64_t count) {
     add(pass, "elementwise", name, count,
         ew(nd, 4 * n * d,
-           {tr("x", S, n * d), tr("w", S, d), tr("rstd", S, n, true), tr("h", O, n * d, true)}));
+           {tr("x", S, elems(Buf::x)), tr("w", S, d), tr("rstd", S, elems(Buf::rstd1), true),
+            tr("h", O, elems(Buf::h1), true)}));
   };
   auto norm_bwd = [&](const std::string& name, int64_t count) {
     add("backward", "elementwise", name, count,
@@ -174,7 +172,7 @@ std::vector<ModelOp> model_step_ops(const ModelShape& m) {
   norm("forward", "norm (ln1)", L);
   add("forward", "gemm", "gemm qkv", L, gemm(N, D, 3 * D, O, S, false, "h1[N,D]", "Wqkv[D,3D]", "qkv[N,3D]"));
   add("forward", "elementwise", "rope", L,
-      ew(nd, 6 * n * d, {tr("qkv", S, 3 * n * d), tr("qkv (rotated)", O, 3 * n * d, true)}));
+      ew(nd, 6 * n * d, {tr("qkv", S, 3 * n * d), tr("qkv (rotated)", O, elems(Buf::qkv), true)}));
   add("forward", "attention", "attention", L, m.flash ? attention_flash(as) : attention_naive(as));
   add("forward", "gemm", "gemm out", L, gemm(N, D, D, O, S, false, "o[N,D]", "Wo[D,D]", "y[N,D]"));
   residual("residual (attn)");
@@ -182,18 +180,19 @@ std::vector<ModelOp> model_step_ops(const ModelShape& m) {
   add("forward", "gemm", "gemm w1 w3", L, gemm(N, D, 2 * F, O, S, false, "h2[N,D]", "W13[D,2F]", "ab[N,2F]"));
   add("forward", "elementwise", "swiglu", L,
       ew(fmt::format("N={} F={}", N, F), 6 * n * f,
-         {tr("ab", S, 2 * n * f), tr("ab (saved)", O, 2 * n * f, true), tr("g", O, n * f, true)}));
+         {tr("ab", S, 2 * n * f), tr("ab (saved)", O, elems(Buf::ab), true), tr("g", O, elems(Buf::g), true)}));
   add("forward", "gemm", "gemm w2", L, gemm(N, F, D, O, S, false, "g[N,F]", "W2[F,D]", "y[N,D]"));
   residual("residual (ffn)");
   norm("forward", "final norm", 1);
   add("forward", "gemm", "gemm lm_head", 1, gemm(N, D, V, O, S, false, "h[N,D]", "Wlm[D,V]", "logits[N,V]"));
   add("forward", "elementwise", "loss", 1,
-      ew(fmt::format("N={} V={}", N, V), 4 * n * v, {tr("logits", S, n * v), tr("logsumexp", S, n, true)}));
+      ew(fmt::format("N={} V={}", N, V), 4 * n * v, {tr("logits", S, elems(Buf::logits)), tr("logsumexp", S, elems(Buf::final_lse), true)}));
 
   // ---- backward (layers in reverse; a block's ops listed once)
   add("backward", "elementwise", "loss backward", 1,
       ew(fmt::format("N={} V={}", N, V), 3 * n * v,
-         {tr("logits", S, n * v), tr("logsumexp", S, n), tr("dlogits", S, n * v, true)}));
+         {tr("logits", S, elems(Buf::logits)), tr("logsumexp", S, elems(Buf::final_lse)),
+          tr("dlogits", S, elems(Buf::logits), true)}));
   cast("backward", "cast dlogits", n * v, 1);
   add("backward", "gemm", "gemm lm_head dW", 1,
       gemm(V, N, D, O, S, true, "dlogits^T[V,N]", "h[N,D]", "dWlm[V,D]"));
@@ -205,7 +204,7 @@ std::vector<ModelOp> model_step_ops(const ModelShape& m) {
   add("backward", "gemm", "gemm w2 dX", L, gemm(N, D, F, O, S, false, "dy[N,D]", "W2[D,F]", "dg[N,F]"));
   add("backward", "elementwise", "swiglu backward", L,
       ew(fmt::format("N={} F={}", N, F), 10 * n * f,
-         {tr("dg", S, n * f), tr("ab", O, 2 * n * f), tr("dab", O, 2 * n * f, true)}));
+         {tr("dg", S, n * f), tr("ab", O, elems(Buf::ab)), tr("dab", O, 2 * n * f, true)}));
   add("backward", "gemm", "gemm w1 w3 dW", L,
       gemm(2 * F, N, D, O, S, true, "dab^T[2F,N]", "h2[N,D]", "dW13[2F,D]"));
   add("backward", "gemm", "gemm w1 w3 dX", L,

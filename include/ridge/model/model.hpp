@@ -113,9 +113,10 @@ class TransformerLM {
   std::unique_ptr<Impl> impl_;
 };
 
-// FLOPs of one forward (and forward + backward) pass over batch x seq tokens, counted as the roofline
-// analyzer counts them: 2 per multiply-add of every GEMM (the lm_head included), attention as
-// FlashAttention counts it (causal halves the score work), elementwise work left out.
+// FLOPs of one forward (and forward + backward) pass over batch x seq tokens: what every MFU ridge
+// prints divides by. The roofline analyzer's count (roofline::model_matmul_flops over the step's ops):
+// 2 per multiply-add of every GEMM (the lm_head included), attention as FlashAttention counts it
+// (causal halves the score work), elementwise work left out.
 double forward_flops(const ModelConfig& c, int64_t batch, int64_t seq);
 double training_flops(const ModelConfig& c, int64_t batch, int64_t seq);  // forward + backward (3x GEMMs)
 

@@ -11,11 +11,19 @@
 #include "ridge/model/config.hpp"
 #include "ridge/model/model.hpp"
 #include "ridge/roofline.hpp"
+#include "ridge/roofline/model_buffers.hpp"
 
 namespace ridge::model {
 
 roofline::ModelShape model_shape(const ModelConfig& c, int64_t batch, int64_t seq, Precision p,
                                  AttentionPath a);
+
+// What one training step of ridge's model holds (parameters, gradients, AdamW state, the operand copy,
+// activations, workspace), from the buffer description the model allocates from
+// (ridge/roofline/model_buffers.hpp), with operands stored as the model stores them on this CPU (fp16
+// values in fp32 storage). What `ridge train` checks against the memory available and `ridge bench
+// model` prints as its analytic memory.
+roofline::ModelMemory step_memory(const ModelConfig& c, int64_t batch, int64_t seq, Precision p);
 
 // How ridge's model stores operands of dtype `operand` on `chip`: the dtype itself, except fp16 on a
 // chip without an fp16 peak (a CPU: no fp16 arithmetic), where the model emulates fp16 by rounding

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <iterator>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,7 +27,9 @@ struct ParamSpec {
 };
 // Only the shape's vocab, d_model, layers and d_ff matter here.
 std::vector<ParamSpec> model_parameters(const ModelShape& m);
-// The sum of the tensors' sizes; ridge::Error naming the shape when it overflows int64.
+// The sum of the tensors' sizes: the parameter count. The try_ form gives nullopt where it overflows
+// int64; the other throws ridge::Error naming the shape's sizes.
+std::optional<int64_t> try_model_parameter_elements(const ModelShape& m);
 int64_t model_parameter_elements(const ModelShape& m);
 
 // ---- Activations and workspace of one step.
