@@ -233,7 +233,7 @@ void train_loop(const Args& a, const Prepared& p, model::Trainer& trainer, DataP
   double peak = 0;
   if (roofline::has_probe_result()) {
     try {
-      peak = roofline::load_chip("this").peak(t.precision == model::Precision::bf16 ? DType::bf16 : DType::f32);
+      peak = model::mfu_peak(roofline::load_chip("this"), t.precision);
     } catch (const Error&) {
       peak = 0;
     }
@@ -270,7 +270,7 @@ void train_loop(const Args& a, const Prepared& p, model::Trainer& trainer, DataP
   model::Rng& rng = trainer.rng();
   std::vector<int32_t> x(static_cast<size_t>(global_batch * t.seq)), y(x.size());
   const size_t slice = static_cast<size_t>(rank * t.batch * t.seq);
-  std::vector<uint16_t> random_stream;
+  const model::BatchSource source{file ? &*file : nullptr, text_tokens, c.vocab_size};
   const auto start = std::chrono::steady_clock::now();
   auto window_start = start;
   int64_t window_steps = 0;
@@ -278,22 +278,14 @@ void train_loop(const Args& a, const Prepared& p, model::Trainer& trainer, DataP
   int64_t window_loss_n = 0;
   const int64_t first = trainer.steps();
   for (int64_t s = first; s < a.steps; ++s) {
-    if (file) {
+    if (file)
       check(file->max_token() < c.vocab_size, "--data: holds token id {}, beyond vocab {}", file->max_token(),
             c.vocab_size);
-      try {
-        model::sample_batch(*file, global_batch, t.seq, rng, x.data(), y.data());
-      } catch (const Error& e) {
-        fail("--data: {}", e.what());  // the file changed under the run
-      }
-    } else if (!text_tokens.empty()) {
-      model::sample_batch(text_tokens.data(), static_cast<int64_t>(text_tokens.size()), global_batch, t.seq, rng,
-                          x.data(), y.data());
-    } else {
-      for (size_t i = 0; i < x.size(); ++i) {
-        x[i] = static_cast<int32_t>(rng.below(static_cast<uint64_t>(c.vocab_size)));
-        y[i] = static_cast<int32_t>(rng.below(static_cast<uint64_t>(c.vocab_size)));
-      }
+    try {
+      source.draw(global_batch, t.seq, rng, x.data(), y.data());
+    } catch (const Error& e) {
+      if (file) fail("--data: {}", e.what());  // the file changed under the run
+      throw;
     }
     model::StepResult r = trainer.step(x.data() + slice, y.data() + slice);
 #ifdef RIDGE_HAVE_DIST

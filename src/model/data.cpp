@@ -203,6 +203,17 @@ void sample_batch(const TokenFile& file, int64_t batch, int64_t context, Rng& rn
 
 // ---- encoding and statistics ----
 
+void BatchSource::draw(int64_t batch, int64_t context, Rng& rng, int32_t* inputs, int32_t* targets) const {
+  if (file) return sample_batch(*file, batch, context, rng, inputs, targets);
+  if (!tokens.empty())
+    return sample_batch(tokens.data(), static_cast<int64_t>(tokens.size()), batch, context, rng, inputs, targets);
+  check(vocab > 0 && batch >= 1 && context >= 1, "batch source: random tokens need vocab, batch and context >= 1");
+  for (int64_t i = 0; i < batch * context; ++i) {
+    inputs[i] = static_cast<int32_t>(rng.below(static_cast<uint64_t>(vocab)));
+    targets[i] = static_cast<int32_t>(rng.below(static_cast<uint64_t>(vocab)));
+  }
+}
+
 std::vector<uint16_t> encode_bytes(std::string_view text) {
   std::vector<uint16_t> out(text.size());
   for (size_t i = 0; i < text.size(); ++i) out[i] = static_cast<unsigned char>(text[i]);

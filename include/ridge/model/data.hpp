@@ -77,6 +77,17 @@ void sample_batch(const uint16_t* tokens, int64_t n, int64_t batch, int64_t cont
 void sample_batch(const TokenFile& file, int64_t batch, int64_t context, Rng& rng, int32_t* inputs,
                   int32_t* targets);
 
+// Where a training run's batches come from: a token file, tokens held in memory (a text's bytes), or,
+// with neither, uniform random ids below `vocab` (a benchmark's input: inputs and targets drawn in
+// turn). Every draw uses the caller's generator, so a resumed run continues the same stream.
+struct BatchSource {
+  const TokenFile* file = nullptr;
+  std::span<const uint16_t> tokens;
+  int64_t vocab = 0;
+  // inputs and targets: batch * context values each; ridge::Error as sample_batch's.
+  void draw(int64_t batch, int64_t context, Rng& rng, int32_t* inputs, int32_t* targets) const;
+};
+
 // Byte-level tokens: one token per byte of the text, ids 0..255 (vocabulary 256).
 std::vector<uint16_t> encode_bytes(std::string_view text);
 

@@ -25,6 +25,11 @@ roofline::ModelShape model_shape(const ModelConfig& c, int64_t batch, int64_t se
 // model` prints as its analytic memory.
 roofline::ModelMemory step_memory(const ModelConfig& c, int64_t batch, int64_t seq, Precision p);
 
+// The peak a model FLOPs utilisation divides by: that of the units ridge's model runs its GEMMs on,
+// bf16's for bf16 (fp32's on a chip without a bf16 peak), fp32's for fp32 and for fp16 (ridge
+// multiplies fp16-rounded operands on the fp32 units). ridge::Error when the chip has no fp32 peak.
+double mfu_peak(const roofline::Chip& chip, Precision p);
+
 // How ridge's model stores operands of dtype `operand` on `chip`: the dtype itself, except fp16 on a
 // chip without an fp16 peak (a CPU: no fp16 arithmetic), where the model emulates fp16 by rounding
 // each operand through fp16 and keeping it in fp32 storage (4 bytes moved per element, not 2). A GPU
