@@ -227,8 +227,8 @@ void run_case(const Flags& flags, const Case& c, bench::Context& ctx, const roof
   row.threads = c.threads;
   row.set_time(meas);
   const auto shape = model::model_shape(c.cfg, c.batch, c.seq, tc.precision, tc.attention);
-  const double fwd = roofline::model_matmul_flops(shape, "forward");
-  row.flops = c.pass == "forward" ? fwd : fwd + roofline::model_matmul_flops(shape, "backward");
+  row.flops = c.pass == "forward" ? model::forward_flops(c.cfg, c.batch, c.seq)
+                                  : model::training_flops(c.cfg, c.batch, c.seq);
   const double tokens = static_cast<double>(c.batch * c.seq);
   row.extra["mean_ms"] = meas.stats.mean * 1e3;
   row.extra["std_ms"] = meas.stats.stddev * 1e3;
