@@ -234,8 +234,7 @@ void run_case(const Flags& flags, const Case& c, bench::Context& ctx, const roof
     const auto pred = predict::predict_step(sr, passes, tc.precision, eff);
     row.bytes = pred.bytes;
     row.extra["roofline_ms"] = pred.bound_s * 1e3;
-    const std::string pk = roofline::peak_key(shape.operand);
-    const double peak = chip->has_peak(pk) ? chip->peak(pk) : chip->peak("fp32");
+    const double peak = model::mfu_peak(*chip, tc.precision);
     row.extra["mfu_pct"] = 100.0 * row.flops / meas.stats.median / peak;
     if (eff) {
       row.extra["predicted_ms"] = pred.predicted_s * 1e3;

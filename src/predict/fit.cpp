@@ -68,13 +68,14 @@ void fit_gemms(const roofline::Chip& chip, Efficiencies& e) {
       Buffer<float> d(static_cast<size_t>(m * n), "calib.d");
       for (size_t i = 0; i < a.size(); ++i) a[i] = O(static_cast<float>(i % 7) * 0.1f);
       for (size_t i = 0; i < b.size(); ++i) b[i] = O(static_cast<float>(i % 5) * 0.1f);
+      using model::linear::mat;
       const double ms = time_ms([&] {
-        if (l == "nt")
-          model::linear::nt(a.data(), b.data(), d.data(), m, n, k, k, k, n, false);
-        else if (l == "nn")
-          model::linear::nn(a.data(), b.data(), d.data(), m, n, k, k, n, n, false);
-        else
-          model::linear::tn(a.data(), b.data(), d.data(), m, n, k, m, n, n, true);
+        if (l == "nt")  // Y[m,n] = X[m,k] W[n,k]^T
+          model::linear::forward(mat(a.data(), m, k), mat(b.data(), n, k), mat(d.data(), m, n));
+        else if (l == "nn")  // dX[m,n] = dY[m,k] W[k,n]
+          model::linear::input_grad(mat(a.data(), m, k), mat(b.data(), k, n), mat(d.data(), m, n));
+        else  // dW[m,n] += dY[k,m]^T X[k,n]
+          model::linear::weight_grad(mat(a.data(), k, m), mat(b.data(), k, n), mat(d.data(), m, n));
       });
       roofline::MatmulDtypes dt;
       dt.x = dt.w = t;
