@@ -265,10 +265,10 @@ Efficiency efficiencies(const roofline::Chip& chip, int threads) {
       {"note",
        "efficiency = roofline bound on the probed roofs / measured time, per op class; "
        "shapes disjoint from every model preset"}};
-  std::ofstream out(e.path + ".tmp");
-  out << doc.dump(2) << "\n";
-  out.close();
-  if (out) fs::rename(e.path + ".tmp", e.path);
+  try {
+    files::write_text(e.path, doc.dump(2) + "\n", "efficiency cache");
+  } catch (const Error&) {  // a cache that cannot be written is refitted on the next run
+  }
   return e;
 }
 
