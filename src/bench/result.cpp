@@ -143,6 +143,11 @@ Columns object_columns(const Rows& rows, const json Row::*member, const std::str
   return cols;
 }
 
+// The extras' columns, one per key, the same in CSV and in the table.
+Columns extra_columns(const Rows& rows) {
+  return object_columns(rows, &Row::extra, "", Align::right);
+}
+
 std::vector<std::string> peer_names(const Rows& rows) {
   std::vector<std::string> names;
   for (const auto& r : rows)
@@ -349,11 +354,7 @@ constexpr Field kFields[] = {
                    }}},
     // Benchmark-specific fields: merged at the JSON object's top level (under keys no field has), and
     // every key left over when reading.
-    {.key = nullptr,
-     .csv_group = [](const Rows& rows) { return object_columns(rows, &Row::extra, "", Align::right); },
-     .table = {.at = 170,
-               .group =
-                   [](const Rows& rows) { return object_columns(rows, &Row::extra, "", Align::right); }}},
+    {.key = nullptr, .csv_group = extra_columns, .table = {.at = 170, .group = extra_columns}},
     {.key = "note",
      .value = value_of<&Row::note>,
      .when = not_empty<&Row::note>,
