@@ -3,18 +3,17 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <exception>
 #include <cmath>
-#include <set>
+#include <exception>
+#include <iterator>
+#include <type_traits>
+#include <utility>
 
-#include "ridge/core/cpu.hpp"
-#include "ridge/core/error.hpp"
-#include "ridge/core/input.hpp"
-#include "ridge/core/threads.hpp"
-#include "ridge/roofline.hpp"
 #include "core/check.hpp"
 #include "core/json.hpp"
-#include "roofline/json.hpp"
+#include "ridge/core/cpu.hpp"
+#include "ridge/core/error.hpp"
+#include "ridge/core/threads.hpp"
 
 namespace ridge::bench {
 
@@ -32,38 +31,349 @@ void Row::add_peer(const std::string& name, double peer_median_ms) {
   peers.push_back(Peer{name, peer_median_ms, median_ms > 0 ? peer_median_ms / median_ms : 0});
 }
 
+// ---- The fields of a row ----
+//
+// kFields lists every field of a Row once: its JSON key (also its CSV column), how it is written to
+// and read from JSON, and its column in the text table. to_json, from_json, to_csv and to_table all
+// walk this table, so a new field is one entry here.
+
+namespace {
+
+using Rows = std::vector<Row>;
+
+enum class Align { left, right };
+
+// One printed column (CSV or text table): its header, alignment, and each row's cell.
+struct Column {
+  std::string header;
+  Align align = Align::right;
+  std::function<std::string(const Row&)> cell;
+};
+using Columns = std::vector<Column>;
+
+// A field's place in the text table.
+struct TableColumn {
+  int at = 0;  // position, left to right (columns are sorted by it); 0: not in the table
+  const char* header = nullptr;
+  Align align = Align::right;
+  std::string (*cell)(const Row&) = nullptr;
+  bool (*show)(const Rows&) = nullptr;  // shown when this holds; nullptr: when some row's cell is not empty
+  Columns (*group)(const Rows&) = nullptr;  // a group's columns (case keys, peers, extras) instead of one
+};
+
+struct Field {
+  const char* key;                              // JSON key and CSV column; nullptr: the extras
+  json (*value)(const Row&) = nullptr;          // the JSON value, whose text is the CSV cell
+  bool (*when)(const Row&) = nullptr;           // written (JSON key, CSV cell) only when; nullptr: always
+  void (*read)(Row&, const json&) = nullptr;    // from JSON; nullptr: computed from other fields
+  std::string (*csv)(const Row&) = nullptr;     // the CSV cell where it is not the value's text
+  Columns (*csv_group)(const Rows&) = nullptr;  // a group's CSV columns instead of one named `key`
+  TableColumn table = {};
+};
+
+template <auto member>
+json value_of(const Row& r) {
+  return r.*member;
+}
+
+template <auto member>
+void read_into(Row& r, const json& v) {
+  r.*member = v.template get<std::remove_cvref_t<decltype(r.*member)>>();
+}
+
+template <auto member>
+bool positive(const Row& r) {
+  return r.*member > 0;
+}
+
+template <auto member>
+bool not_empty(const Row& r) {
+  return !(r.*member).empty();
+}
+
+bool has_bound(const Row& r) {
+  return r.bound_gflops > 0 || r.bound_gbps > 0;
+}
+
+template <typename Pred>
+bool any_row(const Rows& rows, Pred pred) {
+  return std::any_of(rows.begin(), rows.end(), pred);
+}
+
+bool always(const Rows&) {
+  return true;
+}
+
+std::string num(double v) {
+  return fmt::format("{:.4g}", v);
+}
+std::string csv_num(double v) {
+  return fmt::format("{:.6g}", v);
+}
+
+// A field's JSON value as its CSV cell: strings as they are, fractions to 6 significant digits,
+// integers and true/false as JSON writes them.
+std::string value_text(const json& v) {
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_number_float()) return csv_num(v.get<double>());
+  return v.dump();
+}
+
+// A case or extra value as a cell: strings as they are, anything else as JSON.
+std::string case_value(const json& v) {
+  return v.is_string() ? v.get<std::string>() : v.dump();
+}
+
+// The keys of a JSON object member over all rows, in order of first appearance.
+std::vector<std::string> keys_of(const Rows& rows, const json Row::*member) {
+  std::vector<std::string> keys;
+  for (const auto& r : rows)
+    if ((r.*member).is_object())
+      for (const auto& [k, v] : (r.*member).items())
+        if (std::find(keys.begin(), keys.end(), k) == keys.end()) keys.push_back(k);
+  return keys;
+}
+
+Columns object_columns(const Rows& rows, const json Row::*member, const std::string& prefix, Align align) {
+  Columns cols;
+  for (const auto& k : keys_of(rows, member))
+    cols.push_back({prefix + k, align, [member, k](const Row& r) {
+                      return (r.*member).contains(k) ? case_value((r.*member)[k]) : "";
+                    }});
+  return cols;
+}
+
+// The extras' columns, one per key, the same in CSV and in the table.
+Columns extra_columns(const Rows& rows) {
+  return object_columns(rows, &Row::extra, "", Align::right);
+}
+
+std::vector<std::string> peer_names(const Rows& rows) {
+  std::vector<std::string> names;
+  for (const auto& r : rows)
+    for (const auto& p : r.peers)
+      if (std::find(names.begin(), names.end(), p.name) == names.end()) names.push_back(p.name);
+  return names;
+}
+
+// Each peer's two columns: its median and the ratio to ridge's.
+Columns peer_columns(const Rows& rows, const std::string& median_header, const std::string& speedup_header,
+                     std::string (*median)(double), std::string (*speedup)(double)) {
+  Columns cols;
+  for (const auto& name : peer_names(rows)) {
+    auto cell = [name](double Peer::*member, std::string (*format)(double)) {
+      return [name, member, format](const Row& r) {
+        for (const auto& p : r.peers)
+          if (p.name == name) return format(p.*member);
+        return std::string();
+      };
+    };
+    cols.push_back(
+        {fmt::format(fmt::runtime(median_header), name), Align::right, cell(&Peer::median_ms, median)});
+    cols.push_back(
+        {fmt::format(fmt::runtime(speedup_header), name), Align::right, cell(&Peer::speedup, speedup)});
+  }
+  return cols;
+}
+
+constexpr Field kFields[] = {
+    {.key = "benchmark",
+     .value = value_of<&Row::benchmark>,
+     .read = read_into<&Row::benchmark>,
+     .table = {.at = 10,
+               .header = "benchmark",
+               .align = Align::left,
+               .cell = [](const Row& r) { return r.benchmark; },
+               .show =
+                   [](const Rows& rows) {
+                     return any_row(rows,
+                                    [&](const Row& r) { return r.benchmark != rows.front().benchmark; });
+                   }}},
+    {.key = "case",
+     .value = [](const Row& r) { return r.case_.is_null() ? json::object() : r.case_; },
+     .read = read_into<&Row::case_>,
+     .csv_group = [](const Rows& rows) { return object_columns(rows, &Row::case_, "case.", Align::left); },
+     .table = {.at = 20,
+               .group = [](const Rows& rows) { return object_columns(rows, &Row::case_, "", Align::left); }}},
+    {.key = "dtype",
+     .value = value_of<&Row::dtype>,
+     .read = read_into<&Row::dtype>,
+     .table = {.at = 30,
+               .header = "dtype",
+               .align = Align::left,
+               .cell = [](const Row& r) { return r.dtype; },
+               .show = always}},
+    {.key = "threads",
+     .value = value_of<&Row::threads>,
+     .read = read_into<&Row::threads>,
+     .table = {.at = 40,
+               .header = "thr",
+               .cell = [](const Row& r) { return std::to_string(r.threads); },
+               .show = always}},
+    {.key = "isa",
+     .value = value_of<&Row::isa>,
+     .read = read_into<&Row::isa>,
+     .table = {.at = 50,
+               .header = "isa",
+               .align = Align::left,
+               .cell = [](const Row& r) { return r.isa; },
+               .show = always}},
+    {.key = "machine", .value = value_of<&Row::machine>, .read = read_into<&Row::machine>},
+    {.key = "median_ms",
+     .value = value_of<&Row::median_ms>,
+     .read = read_into<&Row::median_ms>,
+     .table = {.at = 60,
+               .header = "median",
+               .cell = [](const Row& r) { return num(r.median_ms) + " ms"; },
+               .show = always}},
+    {.key = "min_ms",
+     .value = value_of<&Row::min_ms>,
+     .read = read_into<&Row::min_ms>,
+     .table = {.at = 70,
+               .header = "min",
+               .cell = [](const Row& r) { return num(r.min_ms) + " ms"; },
+               .show = always}},
+    {.key = "flops",
+     .value = value_of<&Row::flops>,
+     .when = positive<&Row::flops>,
+     .read = read_into<&Row::flops>},
+    {.key = "gflops",
+     .value = [](const Row& r) { return json(r.gflops()); },
+     .when = positive<&Row::flops>,
+     .table = {.at = 100,
+               .header = "GFLOP/s",
+               .cell = [](const Row& r) { return r.flops > 0 ? fmt::format("{:.1f}", r.gflops()) : ""; }}},
+    {.key = "bytes",
+     .value = value_of<&Row::bytes>,
+     .when = positive<&Row::bytes>,
+     .read = read_into<&Row::bytes>},
+    {.key = "gbps",
+     .value = [](const Row& r) { return json(r.gbps()); },
+     .when = positive<&Row::bytes>,
+     .table = {.at = 110,
+               .header = "GB/s",
+               .cell = [](const Row& r) { return r.bytes > 0 ? fmt::format("{:.1f}", r.gbps()) : ""; }}},
+    {.key = "bound_gflops",
+     .value = value_of<&Row::bound_gflops>,
+     .when = positive<&Row::bound_gflops>,
+     .read = read_into<&Row::bound_gflops>,
+     .table = {.at = 120,
+               .header = "bound GFLOP/s",
+               .cell =
+                   [](const Row& r) {
+                     return r.bound_gflops > 0 ? fmt::format("{:.1f}", r.bound_gflops) : "";
+                   }}},
+    // A bandwidth bound is shown only for rows without a FLOP bound, with the level it was read from.
+    {.key = "bound_gbps",
+     .value = value_of<&Row::bound_gbps>,
+     .when = positive<&Row::bound_gbps>,
+     .read = read_into<&Row::bound_gbps>,
+     .table = {.at = 130,
+               .header = "bound GB/s",
+               .cell =
+                   [](const Row& r) {
+                     return r.bound_gflops <= 0 && r.bound_gbps > 0
+                                ? fmt::format("{:.1f} ({})", r.bound_gbps, r.bound_level)
+                                : "";
+                   },
+               .show =
+                   [](const Rows& rows) {
+                     return any_row(rows, [](const Row& r) {
+                       return r.bound_gflops <= 0 && r.bound_gbps > 0 && r.bytes > 0;
+                     });
+                   }}},
+    // In JSON only beside a bound; in CSV always (set before the row hook, which may find no chip).
+    {.key = "bound_level",
+     .value = value_of<&Row::bound_level>,
+     .when = has_bound,
+     .read = read_into<&Row::bound_level>,
+     .csv = [](const Row& r) { return r.bound_level; }},
+    {.key = "pct_of_bound",
+     .value = value_of<&Row::pct_of_bound>,
+     .when = has_bound,
+     .read = read_into<&Row::pct_of_bound>,
+     .table = {.at = 140,
+               .header = "% bound",
+               .cell =
+                   [](const Row& r) {
+                     return r.pct_of_bound > 0 ? fmt::format("{:.0f}%", r.pct_of_bound) : "";
+                   }}},
+    // The table's flags column also carries `unstable`.
+    {.key = "above_roof",
+     .value = [](const Row& r) { return json(r.above_roof()); },
+     .when = has_bound,
+     .table = {.at = 150,
+               .header = "flags",
+               .align = Align::left,
+               .cell =
+                   [](const Row& r) {
+                     std::string f = r.above_roof() ? "ABOVE-ROOF" : "";
+                     if (r.unstable) f += std::string(f.empty() ? "" : ",") + "UNSTABLE";
+                     return f;
+                   }}},
+    {.key = "cache",
+     .value = value_of<&Row::cache>,
+     .when = not_empty<&Row::cache>,
+     .read = read_into<&Row::cache>,
+     .table =
+         {.at = 90, .header = "cache", .align = Align::left, .cell = [](const Row& r) { return r.cache; }}},
+    {.key = "spread_pct",
+     .value = value_of<&Row::spread_pct>,
+     .read = read_into<&Row::spread_pct>,
+     .table = {
+         .at = 80,
+         .header = "spread",
+         .cell = [](const Row& r) { return fmt::format("{:.0f}%", r.spread_pct); },
+         .show =
+             [](const Rows& rows) { return any_row(rows, [](const Row& r) { return r.spread_pct > 0; }); }}},
+    {.key = "unstable", .value = value_of<&Row::unstable>, .read = read_into<&Row::unstable>},
+    {.key = "peers",
+     .value =
+         [](const Row& r) {
+           json peers = json::array();
+           for (const auto& p : r.peers)
+             peers.push_back({{"name", p.name}, {"median_ms", p.median_ms}, {"speedup", p.speedup}});
+           return peers;
+         },
+     .read =
+         [](Row& r, const json& peers) {
+           for (const auto& p : peers)
+             r.peers.push_back(Peer{p.at("name").get<std::string>(), p.at("median_ms").get<double>(),
+                                    p.at("speedup").get<double>()});
+         },
+     .csv_group =
+         [](const Rows& rows) {
+           return peer_columns(rows, "peer.{}.median_ms", "peer.{}.speedup", csv_num, csv_num);
+         },
+     .table = {.at = 160,
+               .group =
+                   [](const Rows& rows) {
+                     return peer_columns(
+                         rows, "{}", "vs {}", [](double ms) { return num(ms) + " ms"; },
+                         [](double x) { return fmt::format("{:.2f}x", x); });
+                   }}},
+    // Benchmark-specific fields: merged at the JSON object's top level (under keys no field has), and
+    // every key left over when reading.
+    {.key = nullptr, .csv_group = extra_columns, .table = {.at = 170, .group = extra_columns}},
+    {.key = "note",
+     .value = value_of<&Row::note>,
+     .when = not_empty<&Row::note>,
+     .read = read_into<&Row::note>,
+     .table =
+         {.at = 180, .header = "note", .align = Align::left, .cell = [](const Row& r) { return r.note; }}},
+};
+
+bool is_field_key(const std::string& key) {
+  return std::any_of(std::begin(kFields), std::end(kFields),
+                     [&](const Field& f) { return f.key != nullptr && key == f.key; });
+}
+
+}  // namespace
+
 json Row::to_json() const {
-  json j;
-  j["benchmark"] = benchmark;
-  j["case"] = case_.is_null() ? json::object() : case_;
-  j["dtype"] = dtype;
-  j["threads"] = threads;
-  j["isa"] = isa;
-  j["machine"] = machine;
-  j["median_ms"] = median_ms;
-  j["min_ms"] = min_ms;
-  j["spread_pct"] = spread_pct;
-  j["unstable"] = unstable;
-  if (!cache.empty()) j["cache"] = cache;
-  if (flops > 0) {
-    j["flops"] = flops;
-    j["gflops"] = gflops();
-  }
-  if (bytes > 0) {
-    j["bytes"] = bytes;
-    j["gbps"] = gbps();
-  }
-  if (bound_gflops > 0) j["bound_gflops"] = bound_gflops;
-  if (bound_gbps > 0) j["bound_gbps"] = bound_gbps;
-  if (bound_gflops > 0 || bound_gbps > 0) {
-    j["bound_level"] = bound_level;
-    j["pct_of_bound"] = pct_of_bound;
-    j["above_roof"] = above_roof();
-  }
-  json peers_j = json::array();
-  for (const auto& p : peers) peers_j.push_back({{"name", p.name}, {"median_ms", p.median_ms}, {"speedup", p.speedup}});
-  j["peers"] = peers_j;
-  if (!note.empty()) j["note"] = note;
+  json j = json::object();
+  for (const Field& f : kFields)
+    if (f.key != nullptr && (f.when == nullptr || f.when(*this))) j[f.key] = f.value(*this);
   if (extra.is_object())
     for (const auto& [k, v] : extra.items())
       if (!j.contains(k)) j[k] = v;
@@ -72,40 +382,18 @@ json Row::to_json() const {
 
 Row Row::from_json(const json& j) {
   check(j.is_object(), "result row: expected a JSON object, got {}", j.type_name());
-  static const std::set<std::string> known = {
-      "benchmark",    "case",       "dtype",       "threads",      "isa",   "machine",
-      "median_ms",    "min_ms",     "flops",       "gflops",       "bytes", "gbps",
-      "bound_gflops", "bound_gbps", "bound_level", "pct_of_bound", "peers", "note",
-      "cache",        "spread_pct", "unstable",    "above_roof"};
   Row r;
   try {
-    r.benchmark = j.value("benchmark", "");
-    r.case_ = j.value("case", json::object());
-    r.dtype = j.value("dtype", "");
-    r.threads = j.value("threads", 0);
-    r.isa = j.value("isa", "");
-    r.machine = j.value("machine", "");
-    r.median_ms = j.value("median_ms", 0.0);
-    r.min_ms = j.value("min_ms", 0.0);
-    r.flops = j.value("flops", 0.0);
-    r.bytes = j.value("bytes", 0.0);
-    r.bound_gflops = j.value("bound_gflops", 0.0);
-    r.bound_gbps = j.value("bound_gbps", 0.0);
-    r.bound_level = j.value("bound_level", "");
-    r.pct_of_bound = j.value("pct_of_bound", 0.0);
-    r.note = j.value("note", "");
-    r.cache = j.value("cache", "");
-    r.spread_pct = j.value("spread_pct", 0.0);
-    r.unstable = j.value("unstable", false);
-    if (j.contains("peers"))
-      for (const auto& p : j["peers"])
-        r.peers.push_back(Peer{p.at("name").get<std::string>(), p.at("median_ms").get<double>(),
-                               p.at("speedup").get<double>()});
+    for (const Field& f : kFields) {
+      if (f.read == nullptr) continue;
+      const auto it = j.find(f.key);
+      if (it != j.end()) f.read(r, *it);
+    }
   } catch (const json::exception& e) {
     fail("result row: {}", input::plain_json_error(e));
   }
   for (const auto& [k, v] : j.items())
-    if (!known.count(k)) r.extra[k] = v;
+    if (!is_field_key(k)) r.extra[k] = v;
   return r;
 }
 
@@ -151,154 +439,6 @@ json machine_context() {
 
 namespace {
 
-std::string case_value(const json& v) {
-  if (v.is_string()) return v.get<std::string>();
-  return v.dump();
-}
-
-std::vector<std::string> case_keys(const std::vector<Row>& rows) {
-  std::vector<std::string> keys;
-  for (const auto& r : rows)
-    if (r.case_.is_object())
-      for (const auto& [k, v] : r.case_.items())
-        if (std::find(keys.begin(), keys.end(), k) == keys.end()) keys.push_back(k);
-  return keys;
-}
-
-std::vector<std::string> peer_names(const std::vector<Row>& rows) {
-  std::vector<std::string> names;
-  for (const auto& r : rows)
-    for (const auto& p : r.peers)
-      if (std::find(names.begin(), names.end(), p.name) == names.end()) names.push_back(p.name);
-  return names;
-}
-
-std::vector<std::string> extra_keys(const std::vector<Row>& rows) {
-  std::vector<std::string> keys;
-  for (const auto& r : rows)
-    if (r.extra.is_object())
-      for (const auto& [k, v] : r.extra.items())
-        if (std::find(keys.begin(), keys.end(), k) == keys.end()) keys.push_back(k);
-  return keys;
-}
-
-const Peer* find_peer(const Row& r, const std::string& name) {
-  for (const auto& p : r.peers)
-    if (p.name == name) return &p;
-  return nullptr;
-}
-
-std::string num(double v) { return fmt::format("{:.4g}", v); }
-
-struct Column {
-  std::string header;
-  bool right = true;
-  std::vector<std::string> cells;
-};
-
-}  // namespace
-
-std::string to_table(const std::vector<Row>& rows) {
-  if (rows.empty()) return "(no results)\n";
-  std::vector<Column> cols;
-  auto add = [&](std::string header, bool right, auto cell) {
-    Column c{std::move(header), right, {}};
-    for (const auto& r : rows) c.cells.push_back(cell(r));
-    cols.push_back(std::move(c));
-  };
-  const bool any = [&] {
-    for (const auto& r : rows)
-      if (r.benchmark != rows.front().benchmark) return true;
-    return false;
-  }();
-  if (any) add("benchmark", false, [](const Row& r) { return r.benchmark; });
-  for (const auto& k : case_keys(rows))
-    add(k, false, [&](const Row& r) { return r.case_.contains(k) ? case_value(r.case_[k]) : ""; });
-  add("dtype", false, [](const Row& r) { return r.dtype; });
-  add("thr", true, [](const Row& r) { return std::to_string(r.threads); });
-  add("isa", false, [](const Row& r) { return r.isa; });
-  add("median", true, [](const Row& r) { return num(r.median_ms) + " ms"; });
-  add("min", true, [](const Row& r) { return num(r.min_ms) + " ms"; });
-  const auto has = [&](auto pred) { return std::any_of(rows.begin(), rows.end(), pred); };
-  if (has([](const Row& r) { return r.spread_pct > 0; }))
-    add("spread", true, [](const Row& r) { return fmt::format("{:.0f}%", r.spread_pct); });
-  if (has([](const Row& r) { return !r.cache.empty(); }))
-    add("cache", false, [](const Row& r) { return r.cache; });
-  if (has([](const Row& r) { return r.flops > 0; }))
-    add("GFLOP/s", true, [](const Row& r) { return r.flops > 0 ? fmt::format("{:.1f}", r.gflops()) : ""; });
-  if (has([](const Row& r) { return r.bytes > 0; }))
-    add("GB/s", true, [](const Row& r) { return r.bytes > 0 ? fmt::format("{:.1f}", r.gbps()) : ""; });
-  if (has([](const Row& r) { return r.bound_gflops > 0; }))
-    add("bound GFLOP/s", true,
-        [](const Row& r) { return r.bound_gflops > 0 ? fmt::format("{:.1f}", r.bound_gflops) : ""; });
-  if (has([](const Row& r) { return r.bound_gflops <= 0 && r.bound_gbps > 0 && r.bytes > 0; }))
-    add("bound GB/s", true, [](const Row& r) {
-      return r.bound_gflops <= 0 && r.bound_gbps > 0 ? fmt::format("{:.1f} ({})", r.bound_gbps, r.bound_level) : "";
-    });
-  if (has([](const Row& r) { return r.pct_of_bound > 0; }))
-    add("% bound", true, [](const Row& r) { return r.pct_of_bound > 0 ? fmt::format("{:.0f}%", r.pct_of_bound) : ""; });
-  const bool any_flag = has([](const Row& r) { return r.unstable || r.above_roof(); });
-  if (any_flag)
-    add("flags", false, [](const Row& r) {
-      std::string f = r.above_roof() ? "ABOVE-ROOF" : "";
-      if (r.unstable) f += std::string(f.empty() ? "" : ",") + "UNSTABLE";
-      return f;
-    });
-  for (const auto& p : peer_names(rows)) {
-    add(p, true, [&](const Row& r) {
-      const Peer* q = find_peer(r, p);
-      return q ? num(q->median_ms) + " ms" : "";
-    });
-    add("vs " + p, true, [&](const Row& r) {
-      const Peer* q = find_peer(r, p);
-      return q ? fmt::format("{:.2f}x", q->speedup) : "";
-    });
-  }
-  for (const auto& k : extra_keys(rows))
-    add(k, true, [&](const Row& r) { return r.extra.contains(k) ? case_value(r.extra[k]) : ""; });
-  if (has([](const Row& r) { return !r.note.empty(); }))
-    add("note", false, [](const Row& r) { return r.note; });
-
-  std::string out;
-  std::vector<size_t> width;
-  for (const auto& c : cols) {
-    size_t w = c.header.size();
-    for (const auto& s : c.cells) w = std::max(w, s.size());
-    width.push_back(w);
-  }
-  auto line = [&](auto get) {
-    std::string l;
-    for (size_t i = 0; i < cols.size(); ++i) {
-      const std::string s = get(i);
-      const size_t pad = width[i] - s.size();
-      if (i) l += "  ";
-      if (cols[i].right) l += std::string(pad, ' ') + s;
-      else l += s + (i + 1 < cols.size() ? std::string(pad, ' ') : "");
-    }
-    while (!l.empty() && l.back() == ' ') l.pop_back();
-    return l + "\n";
-  };
-  out += line([&](size_t i) { return cols[i].header; });
-  for (size_t r = 0; r < rows.size(); ++r) out += line([&](size_t i) { return cols[i].cells[r]; });
-  if (has([](const Row& r) { return r.above_roof(); }))
-    out +=
-        "ABOVE-ROOF: the point is above its roof: the roof is wrong or the working set came from a faster "
-        "level "
-        "than the one it is held against\n";
-  if (has([](const Row& r) { return r.unstable; }))
-    out += fmt::format(
-        "UNSTABLE: the rounds' medians differ by more than {:.1f}x (the machine's speed changed during "
-        "the run): rerun\n",
-        kUnstableRatio);
-  if (has([](const Row& r) { return r.cache == "cold"; }))
-    out +=
-        "cache cold: each call reads its operands from DRAM (rotating through copies >= 4x the last-level "
-        "cache); "
-        "warm: the same operands every call (--warm)\n";
-  return out;
-}
-
-namespace {
 std::string csv_cell(const std::string& s) {
   if (s.find_first_of(",\"\n") == std::string::npos) return s;
   std::string q = "\"";
@@ -308,65 +448,96 @@ std::string csv_cell(const std::string& s) {
   }
   return q + "\"";
 }
-std::string csv_num(double v, bool defined) { return defined ? fmt::format("{:.6g}", v) : ""; }
+
+// A field's one CSV column: the JSON value's text, empty where JSON leaves the key out.
+Column csv_column(const Field& f) {
+  if (f.csv != nullptr) return {f.key, Align::right, f.csv};
+  return {f.key, Align::right, [&f](const Row& r) {
+            return f.when == nullptr || f.when(r) ? value_text(f.value(r)) : std::string();
+          }};
+}
+
 }  // namespace
 
-std::string to_csv(const std::vector<Row>& rows) {
-  const auto ckeys = case_keys(rows);
-  const auto peers = peer_names(rows);
-  const auto ekeys = extra_keys(rows);
-  std::vector<std::string> header = {"benchmark"};
-  for (const auto& k : ckeys) header.push_back("case." + k);
-  for (const char* h : {"dtype", "threads", "isa", "machine", "median_ms", "min_ms", "flops", "gflops",
-                        "bytes", "gbps", "bound_gflops", "bound_gbps", "bound_level", "pct_of_bound",
-                        "above_roof", "cache", "spread_pct", "unstable"})
-    header.push_back(h);
-  for (const auto& p : peers) {
-    header.push_back("peer." + p + ".median_ms");
-    header.push_back("peer." + p + ".speedup");
-  }
-  for (const auto& k : ekeys) header.push_back(k);
-  header.push_back("note");
-  std::string out;
-  for (size_t i = 0; i < header.size(); ++i) {
-    if (i) out += ',';
-    out += csv_cell(header[i]);
-  }
-  out += "\n";
-  for (const auto& r : rows) {
-    std::vector<std::string> c = {r.benchmark};
-    for (const auto& k : ckeys) c.push_back(r.case_.contains(k) ? case_value(r.case_[k]) : "");
-    c.push_back(r.dtype);
-    c.push_back(std::to_string(r.threads));
-    c.push_back(r.isa);
-    c.push_back(r.machine);
-    c.push_back(csv_num(r.median_ms, true));
-    c.push_back(csv_num(r.min_ms, true));
-    c.push_back(csv_num(r.flops, r.flops > 0));
-    c.push_back(csv_num(r.gflops(), r.flops > 0));
-    c.push_back(csv_num(r.bytes, r.bytes > 0));
-    c.push_back(csv_num(r.gbps(), r.bytes > 0));
-    c.push_back(csv_num(r.bound_gflops, r.bound_gflops > 0));
-    c.push_back(csv_num(r.bound_gbps, r.bound_gbps > 0));
-    c.push_back(r.bound_level);
-    c.push_back(csv_num(r.pct_of_bound, r.bound_gflops > 0 || r.bound_gbps > 0));
-    c.push_back(r.bound_gflops > 0 || r.bound_gbps > 0 ? (r.above_roof() ? "true" : "false") : "");
-    c.push_back(r.cache);
-    c.push_back(csv_num(r.spread_pct, true));
-    c.push_back(r.unstable ? "true" : "false");
-    for (const auto& p : peers) {
-      const Peer* q = find_peer(r, p);
-      c.push_back(q ? csv_num(q->median_ms, true) : "");
-      c.push_back(q ? csv_num(q->speedup, true) : "");
+std::string to_table(const std::vector<Row>& rows) {
+  if (rows.empty()) return "(no results)\n";
+  std::vector<std::pair<int, Columns>> placed;
+  for (const Field& f : kFields) {
+    const TableColumn& t = f.table;
+    if (t.group != nullptr) {
+      placed.emplace_back(t.at, t.group(rows));
+    } else if (t.header != nullptr) {
+      const bool shown =
+          t.show != nullptr ? t.show(rows) : any_row(rows, [&](const Row& r) { return !t.cell(r).empty(); });
+      if (shown) placed.emplace_back(t.at, Columns{{t.header, t.align, t.cell}});
     }
-    for (const auto& k : ekeys) c.push_back(r.extra.contains(k) ? case_value(r.extra[k]) : "");
-    c.push_back(r.note);
-    for (size_t i = 0; i < c.size(); ++i) {
+  }
+  std::stable_sort(placed.begin(), placed.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<Column> cols;
+  for (auto& [at, group] : placed) std::move(group.begin(), group.end(), std::back_inserter(cols));
+
+  std::vector<std::vector<std::string>> cells(cols.size());
+  std::vector<size_t> width;
+  for (size_t i = 0; i < cols.size(); ++i) {
+    size_t w = cols[i].header.size();
+    for (const auto& r : rows) w = std::max(w, cells[i].emplace_back(cols[i].cell(r)).size());
+    width.push_back(w);
+  }
+  auto line = [&](auto get) {
+    std::string l;
+    for (size_t i = 0; i < cols.size(); ++i) {
+      const std::string s = get(i);
+      const size_t pad = width[i] - s.size();
+      if (i) l += "  ";
+      if (cols[i].align == Align::right)
+        l += std::string(pad, ' ') + s;
+      else
+        l += s + (i + 1 < cols.size() ? std::string(pad, ' ') : "");
+    }
+    while (!l.empty() && l.back() == ' ') l.pop_back();
+    return l + "\n";
+  };
+  std::string out = line([&](size_t i) { return cols[i].header; });
+  for (size_t r = 0; r < rows.size(); ++r) out += line([&](size_t i) { return cells[i][r]; });
+  if (any_row(rows, [](const Row& r) { return r.above_roof(); }))
+    out +=
+        "ABOVE-ROOF: the point is above its roof: the roof is wrong or the working set came from a faster "
+        "level "
+        "than the one it is held against\n";
+  if (any_row(rows, [](const Row& r) { return r.unstable; }))
+    out += fmt::format(
+        "UNSTABLE: the rounds' medians differ by more than {:.1f}x (the machine's speed changed during "
+        "the run): rerun\n",
+        kUnstableRatio);
+  if (any_row(rows, [](const Row& r) { return r.cache == "cold"; }))
+    out +=
+        "cache cold: each call reads its operands from DRAM (rotating through copies >= 4x the last-level "
+        "cache); "
+        "warm: the same operands every call (--warm)\n";
+  return out;
+}
+
+std::string to_csv(const std::vector<Row>& rows) {
+  std::vector<Column> cols;
+  for (const Field& f : kFields) {
+    if (f.csv_group == nullptr) {
+      cols.push_back(csv_column(f));
+      continue;
+    }
+    Columns group = f.csv_group(rows);
+    std::move(group.begin(), group.end(), std::back_inserter(cols));
+  }
+  std::string out;
+  auto line = [&](auto get) {
+    for (size_t i = 0; i < cols.size(); ++i) {
       if (i) out += ',';
-      out += csv_cell(c[i]);
+      out += csv_cell(get(cols[i]));
     }
     out += "\n";
-  }
+  };
+  line([](const Column& c) { return c.header; });
+  for (const auto& r : rows) line([&](const Column& c) { return c.cell(r); });
   return out;
 }
 
@@ -376,7 +547,8 @@ std::string to_json_lines(const std::vector<Row>& rows) {
   return out;
 }
 
-Sink::Sink(Format format, std::FILE* out, RowHook hook) : format_(format), out_(out), hook_(std::move(hook)) {}
+Sink::Sink(Format format, std::FILE* out, RowHook hook)
+    : format_(format), out_(out), hook_(std::move(hook)) {}
 
 Sink::~Sink() {
   // Unwinding from a bad argument before any row: the error line alone, no "(no results)" table.

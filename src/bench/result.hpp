@@ -61,9 +61,8 @@ struct Row {
   void add_peer(const std::string& name, double peer_median_ms);
   void add_peer(const std::string& name, const Measurement& m) { add_peer(name, m.median_ms()); }
 
-  // Keys: benchmark, case, dtype, threads, isa, machine, median_ms, min_ms, spread_pct, unstable,
-  // [cache], [flops, gflops], [bytes, gbps], [bound_gflops, bound_gbps, bound_level, pct_of_bound,
-  // above_roof], peers, note, extras.
+  // One key per field (kFields in result.cpp lists them, with when each is written: undefined
+  // figures and empty optional texts are left out), then the extras under keys no field has.
   nlohmann::json to_json() const;
   static Row from_json(const nlohmann::json& j);
 };

@@ -2,7 +2,7 @@
 // micro-kernels' panels (f32 [k][R] or bf16 pairs [k/2][R][2]), and fp8 operands widened to fp32
 // panels through the e4m3 table (exact) for the FP8 kernels without AVX512_BF16. The AVX-512 word
 // transposes they can call are in the ISA files (pack_words_avx512, pack_kmajor_pairs); the FP8
-// AVX512_BF16 packers, which widen fp8 to bf16 pairs in registers, are in ukernel_fp8_avx512bf16.inc.
+// AVX512_BF16 packers, which widen fp8 to bf16 pairs in registers, are in fp8_pack_avx512bf16.inc.
 #include <algorithm>
 #include <cstring>
 

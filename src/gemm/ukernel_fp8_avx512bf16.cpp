@@ -1,6 +1,6 @@
 // FP8 kernel on AVX512_BF16, fp8 widened to bf16 by bit arithmetic plus an 8-entry table for the
-// subnormals (10 instructions per 32 values). The kernel is in ukernel_fp8_avx512bf16.inc, shared
-// with the VBMI variant.
+// subnormals (10 instructions per 32 values). The kernel is kernel_fp8_avx512bf16.inc and the parts
+// it includes, shared with the VBMI variant.
 #include <immintrin.h>
 
 #include <cstring>
@@ -16,4 +16,4 @@
 
 #define RIDGE_FP8_VBMI 0
 #define RIDGE_FP8_KERNEL_FN kernel_fp8_avx512bf16
-#include "gemm/ukernel_fp8_avx512bf16.inc"
+#include "gemm/kernel_fp8_avx512bf16.inc"

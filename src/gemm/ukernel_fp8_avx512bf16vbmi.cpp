@@ -1,5 +1,5 @@
 // FP8 kernel on AVX512_BF16 + AVX512_VBMI: the same kernel as ukernel_fp8_avx512bf16.cpp (both
-// include ukernel_fp8_avx512bf16.inc), with fp8 widened by byte-table permutes (vpermb, vpermt2b):
+// include kernel_fp8_avx512bf16.inc), with fp8 widened by byte-table permutes (vpermb, vpermt2b):
 // half the instructions of the arithmetic widening, which bounds the decode shapes and B's packing.
 #include <immintrin.h>
 
@@ -16,4 +16,4 @@
 
 #define RIDGE_FP8_VBMI 1
 #define RIDGE_FP8_KERNEL_FN kernel_fp8_avx512bf16vbmi
-#include "gemm/ukernel_fp8_avx512bf16.inc"
+#include "gemm/kernel_fp8_avx512bf16.inc"

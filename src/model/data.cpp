@@ -11,9 +11,9 @@
 #include <numbers>
 #include <utility>
 
-#include "model/atomic_write.hpp"
-#include "ridge/core/hash.hpp"
 #include "ridge/core/error.hpp"
+#include "ridge/core/files.hpp"
+#include "ridge/core/hash.hpp"
 #include "core/check.hpp"
 
 namespace ridge::model {
@@ -226,7 +226,7 @@ void write_tokens(const std::string& path, std::span<const uint16_t> tokens) {
   // uint16 in memory is already little-endian on x86-64, the file's byte order.
   const std::span<const std::byte> piece(reinterpret_cast<const std::byte*>(tokens.data()),
                                          tokens.size_bytes());
-  detail::write_atomically(path, what, std::span<const std::span<const std::byte>>(&piece, 1));
+  files::write_bytes(path, std::span<const std::span<const std::byte>>(&piece, 1), what);
 }
 
 namespace {

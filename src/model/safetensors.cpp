@@ -13,8 +13,9 @@
 #include <span>
 #include <utility>
 
-#include "model/atomic_write.hpp"
+#include "model/map_file.hpp"
 #include "ridge/core/error.hpp"
+#include "ridge/core/files.hpp"
 #include "ridge/core/format.hpp"
 #include "core/check.hpp"
 #include "core/json.hpp"
@@ -331,7 +332,7 @@ void SafetensorsWriter::write(const std::string& path) const {
   pieces.emplace_back(reinterpret_cast<const std::byte*>(&len), 8);
   pieces.emplace_back(reinterpret_cast<const std::byte*>(text.data()), text.size());
   for (const Item& it : items_) pieces.emplace_back(static_cast<const std::byte*>(it.data), it.bytes);
-  detail::write_atomically(path, fmt::format("safetensors write '{}'", path), pieces);
+  files::write_bytes(path, pieces, fmt::format("safetensors write '{}'", path));
 }
 
 }  // namespace ridge::model

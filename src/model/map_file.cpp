@@ -1,27 +1,16 @@
-#include "model/atomic_write.hpp"
+#include "model/map_file.hpp"
 
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <cerrno>
 #include <cstring>
-#include <filesystem>
 
 #include "ridge/core/error.hpp"
-#include "core/check.hpp"
-#include "ridge/core/files.hpp"
 
 namespace ridge::model::detail {
-
-// One writer for every file ridge writes (core/files): the temporary beside the target, its removal on
-// failure and on SIGINT/SIGTERM, and the clean-up of stale temporaries live there.
-void write_atomically(const std::string& path, const std::string& what,
-                      std::span<const std::span<const std::byte>> pieces) {
-  files::write_bytes(path, pieces, what);
-}
 
 ReadMapping map_regular_file(const std::string& path, const std::string& what,
                              const std::function<std::string(size_t)>& size_problem) {
