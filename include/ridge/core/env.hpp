@@ -42,7 +42,7 @@ Knobs parse_knobs(const char* (*lookup)(const char* name));
 
 // What the MPI launcher told this process, read before MPI_Init from the variables mpirun sets:
 // Open MPI's OMPI_COMM_WORLD_SIZE / OMPI_COMM_WORLD_RANK, MPICH and Hydra's PMI_SIZE / PMI_RANK,
-// PMIx's PMIX_RANK, and MPI_LOCALNRANKS. Not RIDGE_ knobs, but read here and only here, so dist, the
+// PMIx's PMIX_RANK, and MPI_LOCALNRANKS. Not RIDGE_ knobs, but read here and only here, so distributed, the
 // CLI and the benchmarks agree; a value that is not a whole number throws (never read as 0).
 struct Launcher {
   // A launcher started this process: OMPI_COMM_WORLD_SIZE, PMI_SIZE, PMIX_RANK or MPI_LOCALNRANKS is set.

@@ -31,7 +31,7 @@
 #include "ridge/model/model.hpp"
 #include "ridge/model/train.hpp"
 
-namespace ridge::dist {
+namespace ridge::distributed {
 
 // MPI for this process: initialised by the first Session, finalised when it is destroyed.
 class Session {
@@ -111,7 +111,7 @@ double max(double x);
 // Collective (every rank calls it with the same path, while trace recording is on): a barrier and a
 // sync marker on every rank, then rank 0 gathers every rank's trace events and writes one Chrome trace
 // with one process row per rank (pid = rank, process_name "rank R"), each rank's clock shifted so the
-// sync markers coincide, async range ids prefixed with the rank (src/dist/trace_merge.*). Returns the
+// sync markers coincide, async range ids prefixed with the rank (src/distributed/trace_merge.*). Returns the
 // events written on rank 0, 0 elsewhere. Any failure is ridge::Error on rank 0 and PeerFailed on the
 // others (agree()), never a hang.
 size_t write_merged_trace(const std::string& path);
@@ -205,4 +205,4 @@ class DataParallel : public model::StepHooks {
   Impl* impl_ = nullptr;
 };
 
-}  // namespace ridge::dist
+}  // namespace ridge::distributed

@@ -1,4 +1,4 @@
-// Merging the ranks' Chrome traces into one (src/dist/trace_merge.hpp).
+// Merging the ranks' Chrome traces into one (src/distributed/trace_merge.hpp).
 #include <fmt/format.h>
 #include <mpi.h>
 
@@ -10,10 +10,10 @@
 #include "core/check.hpp"
 #include "ridge/core/error.hpp"
 #include "ridge/core/files.hpp"
-#include "ridge/dist.hpp"
-#include "dist/trace_merge.hpp"
+#include "ridge/distributed.hpp"
+#include "distributed/trace_merge.hpp"
 
-namespace ridge::dist {
+namespace ridge::distributed {
 
 void sync_trace() {
   MPI_Barrier(MPI_COMM_WORLD);
@@ -124,4 +124,4 @@ size_t write_merged_trace(const std::string& path) {
   return events;
 }
 
-}  // namespace ridge::dist
+}  // namespace ridge::distributed

@@ -1,4 +1,4 @@
-#include "ridge/dist.hpp"
+#include "ridge/distributed.hpp"
 #include "ridge/core/hash.hpp"
 
 #include <mpi.h>
@@ -20,7 +20,7 @@
 #include "ridge/core/files.hpp"
 #include "ridge/model/optim.hpp"
 
-namespace ridge::dist {
+namespace ridge::distributed {
 
 namespace {
 
@@ -688,4 +688,4 @@ void DataParallel::save(const std::string& path) {
   if (rank_ == 0) trainer_.save(path, m.span(), v.span());
 }
 
-}  // namespace ridge::dist
+}  // namespace ridge::distributed

@@ -1,4 +1,4 @@
-// The merged trace of an MPI run (src/dist/trace_merge.hpp): one process row per rank, timestamps shifted
+// The merged trace of an MPI run (src/distributed/trace_merge.hpp): one process row per rank, timestamps shifted
 // onto rank 0's clock at the sync marker, async ids kept apart; and the gather over the real ranks.
 #include <gtest/gtest.h>
 #include <mpi.h>
@@ -9,9 +9,9 @@
 #include "bench/json.hpp"
 #include "ridge/bench/trace.hpp"
 #include "ridge/core/error.hpp"
-#include "dist/trace_merge.hpp"
+#include "distributed/trace_merge.hpp"
 
-namespace rd = ridge::dist;
+namespace rd = ridge::distributed;
 using nlohmann::json;
 
 namespace {

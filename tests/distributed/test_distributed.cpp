@@ -20,12 +20,12 @@
 
 #include "ridge/core/error.hpp"
 #include "ridge/core/memory.hpp"
-#include "ridge/dist.hpp"
+#include "ridge/distributed.hpp"
 #include "ridge/model/optim.hpp"
 #include "ridge/model/train.hpp"
 
 namespace rm = ridge::model;
-namespace rd = ridge::dist;
+namespace rd = ridge::distributed;
 
 namespace {
 
