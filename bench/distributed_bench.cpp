@@ -5,8 +5,8 @@
 //              analyzer's ring prediction with this machine's probed memory bandwidth as the link.
 //   ddp        the training step of every data-parallel design (naive, flat, overlap, bucketed 1, 10, 100,
 //              1000 MB, cs336 and zero1 sharding) against the single-process step on the same global batch,
-//              with communication, hidden and exposed time (distributed::CommStats), per-rank peak memory and the
-//              analyzer's prediction; --trace writes one merged trace, one process row per rank.
+//              with communication, hidden and exposed time (distributed::CommStats), per-rank peak memory and
+//              the analyzer's prediction; --trace writes one merged trace, one process row per rank.
 //
 // Every rank runs the same cases in the same order; rank 0 prints the rows (the others discard theirs).
 #include <CLI/CLI.hpp>
@@ -33,8 +33,8 @@
 #ifdef RIDGE_HAVE_DISTRIBUTED
 #include <mpi.h>
 
-#include "ridge/distributed.hpp"
 #include "distributed/trace_merge.hpp"
+#include "ridge/distributed.hpp"
 #include "ridge/model/config.hpp"
 #include "ridge/model/model.hpp"
 #include "ridge/model/train.hpp"
@@ -472,7 +472,8 @@ void run_ddp(bench::Context& ctx) {
                   const bool enough = static_cast<int>(steps.size()) >= o.iters && spent >= o.min_time_s;
                   if (enough || (o.max_time_s > 0 && spent >= o.max_time_s)) break;
                 }
-                peak = static_cast<int64_t>(distributed::max(static_cast<double>(memory::peak_bytes() - base)));
+                peak =
+                    static_cast<int64_t>(distributed::max(static_cast<double>(memory::peak_bytes() - base)));
               }
               const auto m = from_samples(steps, ctx.options.warmup);
               if (mode.name == "single") single_ms = m.median_ms();

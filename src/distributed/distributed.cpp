@@ -249,7 +249,6 @@ void check_same(uint64_t value, const std::string& what) {
   }
 }
 
-
 double mean(double x) {
   double s = 0;
   MPI_Allreduce(&x, &s, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
@@ -533,10 +532,11 @@ void DataParallel::group_final(int group) {
     // first round may run inside it), and that time belongs to the communication.
     trace::Handle range;
     if (trace::recording())
-      range = trace::start_range(
-          fmt::format("{} bucket {} ({} KB)", cfg_.sharding == Sharding::zero1 ? "reduce-scatter" : "allreduce",
-                      s.next_bucket, b.numel * 4 / 1000),
-          trace::color::orange);
+      range =
+          trace::start_range(fmt::format("{} bucket {} ({} KB)",
+                                         cfg_.sharding == Sharding::zero1 ? "reduce-scatter" : "allreduce",
+                                         s.next_bucket, b.numel * 4 / 1000),
+                             trace::color::orange);
     launch(s.next_bucket, false);
     // A bucket larger than MPI's int counts is several requests; the range ends with the first one's.
     if (s.pending.size() > first) s.pending[first].range = range;

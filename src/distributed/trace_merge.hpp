@@ -29,6 +29,7 @@ nlohmann::json merge_rank_traces(const std::vector<nlohmann::json>& docs);
 // parse or merge) is agreed on: ridge::Error on rank 0, PeerFailed on the others.
 nlohmann::json gather_trace();
 
-// write_merged_trace(path) (ridge/distributed.hpp) is sync_trace() + gather_trace() + an atomic write on rank 0.
+// write_merged_trace(path) (ridge/distributed.hpp) is sync_trace() + gather_trace() + an atomic write
+// on rank 0.
 
 }  // namespace ridge::distributed

@@ -1,5 +1,5 @@
-// The merged trace of an MPI run (src/distributed/trace_merge.hpp): one process row per rank, timestamps shifted
-// onto rank 0's clock at the sync marker, async ids kept apart; and the gather over the real ranks.
+// The merged trace of an MPI run (src/distributed/trace_merge.hpp): one process row per rank, timestamps
+// shifted onto rank 0's clock at the sync marker, async ids kept apart; and the gather over the real ranks.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
