@@ -24,6 +24,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -191,18 +192,16 @@ class DataParallel : public model::StepHooks {
   void after_update(std::span<float> params) override;
 
  private:
-  struct Impl;
+  struct Impl;  // MPI requests and buffers, and the test-only fault injection (distributed.cpp)
   // One bucket's all-reduce, or zero1's reduce-scatter of it; non-blocking ones join impl_->pending.
   void launch(size_t bucket, bool blocking);
-  void maybe_die() const;
-  int64_t die_at_step_ = 0;  // RIDGE_TEST_DIE_AT_STEP on the rank it names (test only)
   model::Trainer& trainer_;
   DdpConfig cfg_;
   int rank_ = 0, world_ = 1;
   std::vector<Bucket> buckets_;
   std::vector<std::pair<int64_t, int64_t>> shards_;
   CommStats stats_;
-  Impl* impl_ = nullptr;
+  std::unique_ptr<Impl> impl_;
 };
 
 }  // namespace ridge::distributed
