@@ -52,13 +52,12 @@ double r3(double x) {
 // The MPI side: the input checks run before MPI starts (a lone process is refused there: a singleton
 // init can hang or fail where no launcher runs), and an error they find goes to main(), which takes part
 // in the ranks' agreement with it, so a bad argument is one line for the job. Then one Session, whose
-// first collective is distributed::agree_to_start on the context's fingerprint: every rank runs the same sweep
-// with the same options, or every rank stops with one line naming the first option that differs.
-// After that, an error on one rank ends every rank (distributed::abort_all): the others are in collectives.
+// first collective is distributed::agree_to_start on the context's fingerprint: every rank runs the same
+// sweep with the same options, or every rank stops with one line naming the first option that differs. After
+// that, an error on one rank ends every rank (distributed::abort_all): the others are in collectives.
 void require_ranks(const std::string& name) {
-  const auto l = env::launcher();
   check(
-      l.launched && l.size != 1,
+      env::launcher().several_ranks(),
       "bench {}: needs at least 2 MPI ranks; run it as 'mpirun -np 2 ridge bench {}' (this process is alone)",
       name, name);
 }

@@ -49,12 +49,6 @@ struct Args {
   double bucket_mb = 25;
 };
 
-// Started by mpirun with more than one rank: then `ridge train` is one rank of a data-parallel run.
-bool dist_launched() {
-  const auto l = env::launcher();
-  return l.launched && l.size > 1;
-}
-
 // Under data parallelism each rank writes its own memory snapshot: NAME.rankR.json beside NAME.json.
 std::string per_rank_path(const std::string& path, int rank, int world) {
   if (world <= 1) return path;
@@ -520,7 +514,8 @@ void run_rank(const Args& a) {
 #endif
 
 void run(const Args& a) {
-  if (!a.ddp.empty() || !a.shard.empty() || dist_launched()) {
+  // Under mpirun with several ranks `ridge train` is one rank of a data-parallel run.
+  if (!a.ddp.empty() || !a.shard.empty() || env::launcher().several_ranks()) {
 #ifdef RIDGE_HAVE_DISTRIBUTED
     run_rank(a);
     return;

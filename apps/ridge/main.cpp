@@ -61,8 +61,7 @@ int finish(Outcome o, const std::string& path) {
 #ifdef RIDGE_HAVE_DISTRIBUTED
   bool several = false;
   try {
-    const auto l = ridge::env::launcher();
-    several = l.launched && l.size != 1;
+    several = ridge::env::launcher().several_ranks();
   } catch (const ridge::Error&) {
   }
   if (several) {

@@ -49,9 +49,6 @@ class Session {
   bool owns_ = false;
 };
 
-// True when this process was started by mpirun/mpiexec (OpenMPI's or PMI's environment is set).
-bool launched_by_mpirun();
-
 // Prints "ridge: rank R: message" on stderr and ends every rank (MPI_Abort with `code`).
 [[noreturn]] void abort_all(const std::string& message, int code = 2);
 

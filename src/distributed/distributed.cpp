@@ -85,10 +85,6 @@ Session::~Session() {
   if (owns_ && !finalized) MPI_Finalize();
 }
 
-bool launched_by_mpirun() {
-  return env::launcher().launched;
-}
-
 void abort_all(const std::string& message, int code) {
   std::fprintf(stderr, "ridge: rank %d: %s\n", world_rank(), message.c_str());
   std::fflush(stderr);
