@@ -62,6 +62,24 @@ void require_ranks(const std::string& name) {
       name, name);
 }
 
+// The end of a sweep under --trace (collective): every rank's trace merged into one file by rank 0, which
+// says so on stderr (`rows`: how the ranks appear in it). The library's errors about its argument "trace"
+// name the flag the path was given as.
+void write_trace(bench::Context& ctx, int rank, int world, const char* rows) {
+  if (ctx.trace_file.empty()) return;
+  distributed::sync_trace();
+  size_t n = 0;
+  try {
+    n = distributed::write_merged_trace(ctx.trace_file);
+  } catch (const Error& e) {
+    if (e.argument() == "trace") throw e.renamed("--trace");
+    throw;
+  }
+  ctx.trace_written = true;
+  if (rank == 0)
+    std::fprintf(stderr, "trace: %zu events from %d ranks%s -> %s\n", n, world, rows, ctx.trace_file.c_str());
+}
+
 double max_over_ranks(double x) {
   return distributed::max(x);
 }
@@ -207,13 +225,7 @@ void run_allreduce(bench::Context& ctx) {
   } catch (const std::exception& e) {
     distributed::abort_all(e.what());
   }
-  if (!ctx.trace_file.empty()) {
-    distributed::sync_trace();
-    const size_t n = distributed::write_merged_trace(ctx.trace_file);
-    ctx.trace_written = true;
-    if (rank == 0)
-      std::fprintf(stderr, "trace: %zu events from %d ranks -> %s\n", n, world, ctx.trace_file.c_str());
-  }
+  write_trace(ctx, rank, world, "");
 }
 
 // ------------------------------------------------------------------------------ ddp
@@ -517,14 +529,7 @@ void run_ddp(bench::Context& ctx) {
   } catch (const std::exception& e) {
     distributed::abort_all(e.what());
   }
-  if (!ctx.trace_file.empty()) {
-    distributed::sync_trace();
-    const size_t n = distributed::write_merged_trace(ctx.trace_file);
-    ctx.trace_written = true;
-    if (rank == 0)
-      std::fprintf(stderr, "trace: %zu events from %d ranks (one process row each) -> %s\n", n, world,
-                   ctx.trace_file.c_str());
-  }
+  write_trace(ctx, rank, world, " (one process row each)");
 }
 
 #else  // without MPI

@@ -109,9 +109,10 @@ double max(double x);
 // Collective (every rank calls it with the same path, while trace recording is on): a barrier and a
 // sync marker on every rank, then rank 0 gathers every rank's trace events and writes one Chrome trace
 // with one process row per rank (pid = rank, process_name "rank R"), each rank's clock shifted so the
-// sync markers coincide, async range ids prefixed with the rank (src/distributed/trace_merge.*). Returns the
-// events written on rank 0, 0 elsewhere. Any failure is ridge::Error on rank 0 and PeerFailed on the
-// others (agree()), never a hang.
+// sync markers coincide, async range ids prefixed with the rank (src/distributed/trace_merge.*).
+// Returns the events written on rank 0, 0 elsewhere. Any failure is ridge::Error on rank 0 (a failed
+// write's is about the argument "trace", as trace::write's) and PeerFailed on the others (agree()),
+// never a hang.
 size_t write_merged_trace(const std::string& path);
 
 enum class DdpMode { naive, flat, overlap, bucketed };

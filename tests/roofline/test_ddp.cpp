@@ -164,6 +164,7 @@ TEST(DdpModel, BadInputNamesTheField) {
     FAIL();
   } catch (const ridge::Error& e) {
     EXPECT_NE(std::string(e.what()).find("accepted: nvlink, ib"), std::string::npos);
+    EXPECT_EQ(e.argument(), "name");  // the library's argument; `ridge roofline ddp` checks --link itself
   }
 }
 
