@@ -653,7 +653,7 @@ def judge(cases, leaves):
         err_lines = [l for l in r["stderr"].splitlines()]
         if r.get("mpirun"):
             # Under mpirun the launcher adds its own notice when a rank exits non-zero; that is mpirun's
-            # setting, not ridge's (docs/dist.md), so only ridge's lines are judged.
+            # setting, not ridge's (docs/distributed.md), so only ridge's lines are judged.
             err_lines = [l for l in err_lines if l.startswith("ridge:")]
         if r["hung"]:
             # A valid value that asks for a long run (train --steps 4294967296) is still printing its

@@ -143,7 +143,7 @@ decltype(auto) with_flags(const FlagNames& names, F&& body) {
   }
 }
 
-// What every rank of an MPI job must be given alike (dist::agree_to_start's fingerprint): the command
+// What every rank of an MPI job must be given alike (distributed::agree_to_start's fingerprint): the command
 // being run ("command" -> "'ridge bench allreduce'") and each of its options the user gave, named by its
 // first long flag, with the values as typed ("--steps" -> "'3'", a flag -> "given"), except the flags in
 // `skip` (per-rank settings such as --threads). Defined in main.cpp, which holds the parsed app.

@@ -113,7 +113,8 @@ void setup(CLI::App& root) {
     const std::string path = out.empty() ? ridge::probe::default_output_path() : out;
     // A bad output path is found before the measurement, not after it.
     ridge::files::check_name_fits(path, "-o");  // before -o's folder is made
-    ridge::probe::check_writable(path);
+    const ridge::cli::FlagNames out_flag = {{"path", "-o"}};
+    ridge::cli::with_flags(out_flag, [&] { ridge::probe::check_writable(path); });
     ridge::probe::ProbeOptions o;
     o.quick = quick;
     o.threads = threads;
@@ -130,7 +131,7 @@ void setup(CLI::App& root) {
     o.progress = [](const std::string& s) { ridge::cli::say("probe: ", s); };
     const auto r = ridge::cli::with_flags({{"threads", "--threads"}}, [&] { return ridge::probe::run(o); });
     const auto chip = ridge::probe::to_chip_json(r);
-    ridge::probe::write_chip_file(chip, path);
+    ridge::cli::with_flags(out_flag, [&] { ridge::probe::write_chip_file(chip, path); });
     warn_if_noisy(r);
     if (json) {
       ridge::cli::print_json(chip);

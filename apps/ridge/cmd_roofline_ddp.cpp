@@ -1,7 +1,7 @@
 // `ridge roofline ddp`: the analyzer's prediction of data-parallel training for a model size on N chips
 // over a link: each DDP design's communication, the part hidden behind backward, the step time, the best
 // bucket size, and what optimizer sharding saves in memory per rank. Parsing and printing only; the model
-// is ridge::roofline's (ridge/roofline/ddp.hpp, docs/dist.md).
+// is ridge::roofline's (ridge/roofline/ddp.hpp, docs/distributed.md).
 #include <fmt/format.h>
 
 #include <cmath>

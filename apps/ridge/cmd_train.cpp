@@ -22,8 +22,8 @@
 #include "ridge/model/roofline.hpp"
 #include "ridge/model/train.hpp"
 #include "ridge/roofline.hpp"
-#ifdef RIDGE_HAVE_DIST
-#include "ridge/dist.hpp"
+#ifdef RIDGE_HAVE_DISTRIBUTED
+#include "ridge/distributed.hpp"
 #include "core/check.hpp"
 #include "core/json.hpp"
 #include "model/json.hpp"
@@ -49,12 +49,6 @@ struct Args {
   std::string ddp, shard;  // data parallelism under mpirun (empty: one process)
   double bucket_mb = 25;
 };
-
-// Started by mpirun with more than one rank: then `ridge train` is one rank of a data-parallel run.
-bool dist_launched() {
-  const auto l = env::launcher();
-  return l.launched && l.size > 1;
-}
 
 // Under data parallelism each rank writes its own memory snapshot: NAME.rankR.json beside NAME.json.
 std::string per_rank_path(const std::string& path, int rank, int world) {
@@ -209,8 +203,8 @@ void load_resume(model::Trainer& trainer, const Args& a) {
         a.steps, a.resume, trainer.steps());
 }
 
-#ifdef RIDGE_HAVE_DIST
-using DataParallelPtr = dist::DataParallel*;
+#ifdef RIDGE_HAVE_DISTRIBUTED
+using DataParallelPtr = distributed::DataParallel*;
 #else
 using DataParallelPtr = void*;
 #endif
@@ -249,14 +243,14 @@ void train_loop(const Args& a, const Prepared& p, model::Trainer& trainer, DataP
                a.steps, global_batch, t.seq, model::precision_name(t.precision), model::attention_path_name(t.attention),
                get_num_threads(), t.lr_max, t.lr_min, t.warmup_steps, t.adamw.weight_decay, t.max_grad_norm);
     fmt::print("data      {}\n", p.source);
-#ifdef RIDGE_HAVE_DIST
+#ifdef RIDGE_HAVE_DISTRIBUTED
     if (dp)
       fmt::print("parallel  {} ranks, {} slice each, --ddp {}{} ({} reductions of gradients per step), optimizer sharding "
                  "{}\n",
-                 world, t.batch, dist::ddp_mode_name(dp->config().mode),
-                 dp->config().mode == dist::DdpMode::bucketed ? fmt::format(" --bucket-mb {}", a.bucket_mb) : "",
+                 world, t.batch, distributed::ddp_mode_name(dp->config().mode),
+                 dp->config().mode == distributed::DdpMode::bucketed ? fmt::format(" --bucket-mb {}", a.bucket_mb) : "",
                  dp->buckets().size(),
-                 dist::sharding_name(dp->config().sharding));
+                 distributed::sharding_name(dp->config().sharding));
 #endif
     fmt::print("mfu       against {}\n", peak > 0 ? fmt::format("the probed {} peak, {:.1f} GFLOP/s",
                                                                t.precision == model::Precision::bf16 ? "bf16" : "fp32",
@@ -288,8 +282,8 @@ void train_loop(const Args& a, const Prepared& p, model::Trainer& trainer, DataP
       throw;
     }
     model::StepResult r = trainer.step(x.data() + slice, y.data() + slice);
-#ifdef RIDGE_HAVE_DIST
-    if (dp) r.loss = dist::mean(r.loss);  // each rank's mean over an equal share of the tokens
+#ifdef RIDGE_HAVE_DISTRIBUTED
+    if (dp) r.loss = distributed::mean(r.loss);  // each rank's mean over an equal share of the tokens
 #endif
     ++window_steps;
     if (std::isfinite(r.loss)) {
@@ -326,7 +320,7 @@ void train_loop(const Args& a, const Prepared& p, model::Trainer& trainer, DataP
     }
     if (!a.checkpoint.empty() && ((a.save_every > 0 && (s + 1) % a.save_every == 0) || last)) {
       try {
-#ifdef RIDGE_HAVE_DIST
+#ifdef RIDGE_HAVE_DISTRIBUTED
         if (dp)
           dp->save(a.checkpoint);
         else
@@ -341,9 +335,9 @@ void train_loop(const Args& a, const Prepared& p, model::Trainer& trainer, DataP
     // Under data parallelism rank 0 writes one trace with a process row per rank.
     std::string what = a.trace;
     cli::with_flags({{"trace", "--trace"}}, [&] {
-#ifdef RIDGE_HAVE_DIST
+#ifdef RIDGE_HAVE_DISTRIBUTED
       if (dp && world > 1) {
-        dist::write_merged_trace(a.trace);
+        distributed::write_merged_trace(a.trace);
         what = fmt::format("{} ({} ranks, one process row each)", a.trace, world);
       } else
 #endif
@@ -369,7 +363,7 @@ void train_loop(const Args& a, const Prepared& p, model::Trainer& trainer, DataP
   }
 }
 
-#ifdef RIDGE_HAVE_DIST
+#ifdef RIDGE_HAVE_DISTRIBUTED
 // "N bytes, fnv1a H" of a file: its whole contents up to 1 GiB, else its size and its first and last
 // 512 MiB (a checkpoint's header and its last tensors); "" when it cannot be read (--resume reports that).
 std::string file_contents_id(const std::string& path) {
@@ -400,7 +394,7 @@ std::string file_contents_id(const std::string& path) {
 
 // What every rank must be given alike besides its command line: the contents of what it reads (the
 // command line compares the paths; this, what a path holds on each rank's machine).
-void add_contents(dist::Fingerprint& fp, const Args& a, const Prepared& p) {
+void add_contents(distributed::Fingerprint& fp, const Args& a, const Prepared& p) {
   if (p.file)
     fp.emplace_back("--data (contents)", fmt::format("{} tokens, fnv1a {:016x}", p.file->size(), p.file->content_hash()));
   if (!p.text_tokens.empty())
@@ -412,32 +406,32 @@ void add_contents(dist::Fingerprint& fp, const Args& a, const Prepared& p) {
 }
 
 // One rank of `mpirun -np N ridge train --ddp MODE`. An error before MPI starts goes to main(), which
-// takes part in the ranks' agreement with it. The first collective is dist::agree_to_start: a setup
+// takes part in the ranks' agreement with it. The first collective is distributed::agree_to_start: a setup
 // error on any rank, or a command line or data that differs from rank 0's, is one line for the job and
 // exit status 2 on every rank, before any rank runs a collective that depends on them (the trace merge,
 // the checkpoint gathers, the per-step reductions). Later setup errors are agreed on the same way; an
 // error during training prints its line and ends every rank (MPI_Abort).
 void run_rank(const Args& a) {
-  dist::DdpConfig cfg;
+  distributed::DdpConfig cfg;
   try {
-    cfg.mode = a.ddp.empty() ? dist::DdpMode::flat : dist::parse_ddp_mode(a.ddp);
+    cfg.mode = a.ddp.empty() ? distributed::DdpMode::flat : distributed::parse_ddp_mode(a.ddp);
   } catch (const Error& e) {
     fail("--ddp: {}", e.what());
   }
   try {
-    cfg.sharding = a.shard.empty() ? dist::Sharding::none : dist::parse_sharding(a.shard);
+    cfg.sharding = a.shard.empty() ? distributed::Sharding::none : distributed::parse_sharding(a.shard);
   } catch (const Error& e) {
     fail("--shard-optimizer: {}", e.what());
   }
   cfg.bucket_mb = a.bucket_mb;  // finite and > 0 (its option's transform)
   bool peer_failed = false;
   {
-    dist::Session session;
+    distributed::Session session;
     try {
       std::optional<Prepared> p;
       std::optional<model::Trainer> trainer;
       // Every option as typed (a rank may use its own --threads), and the contents read.
-      dist::Fingerprint fingerprint = cli::command_line_fingerprint({"--threads"});
+      distributed::Fingerprint fingerprint = cli::command_line_fingerprint({"--threads"});
       std::string err;
       try {
         p = prepare(a, session.size());
@@ -445,7 +439,7 @@ void run_rank(const Args& a) {
       } catch (const Error& e) {
         err = e.what();
       }
-      dist::agree_to_start(err, fingerprint);
+      distributed::agree_to_start(err, fingerprint);
       try {
         // Recording starts before the trainer allocates, so the snapshot holds parameters,
         // gradients and optimizer state.
@@ -453,33 +447,33 @@ void run_rank(const Args& a) {
         // A sharded run never allocates the whole AdamW state: zero1's trainer holds its shard from
         // the start, cs336's none until DataParallel allocates its shard.
         std::tie(p->t.optimizer_begin, p->t.optimizer_end) =
-            dist::initial_optimizer_range(cfg.sharding, p->c.param_count(), session.size(), session.rank());
+            distributed::initial_optimizer_range(cfg.sharding, p->c.param_count(), session.size(), session.rank());
         trainer.emplace(p->c, p->t);
       } catch (const Error& e) {
         err = trainer_error(e, p->c);
       }
-      dist::agree(err);
+      distributed::agree(err);
       // The constructor's checks (RIDGE_TEST_DIE_RANK against the world size) precede its collectives.
-      std::optional<dist::DataParallel> dpo;
+      std::optional<distributed::DataParallel> dpo;
       try {
         dpo.emplace(*trainer, cfg);
       } catch (const Error& e) {
         err = e.what();
       }
-      dist::agree(err);
-      dist::DataParallel& dp = *dpo;
+      distributed::agree(err);
+      distributed::DataParallel& dp = *dpo;
       try {
         load_resume(*trainer, a);
       } catch (const Error& e) {
         err = e.what();
       }
-      dist::agree(err);
+      distributed::agree(err);
       try {
         train_loop(a, *p, *trainer, &dp, session.rank(), session.size());
       } catch (const std::exception& e) {
-        dist::abort_all(e.what());
+        distributed::abort_all(e.what());
       }
-    } catch (const dist::PeerFailed&) {
+    } catch (const distributed::PeerFailed&) {
       peer_failed = true;
     } catch (const Error& e) {
       // The rank that reports (agree() throws on rank 0) prints its line before the Session ends:
@@ -498,8 +492,9 @@ void run_rank(const Args& a) {
 #endif
 
 void run(const Args& a) {
-  if (!a.ddp.empty() || !a.shard.empty() || dist_launched()) {
-#ifdef RIDGE_HAVE_DIST
+  // Under mpirun with several ranks `ridge train` is one rank of a data-parallel run.
+  if (!a.ddp.empty() || !a.shard.empty() || env::launcher().several_ranks()) {
+#ifdef RIDGE_HAVE_DISTRIBUTED
     run_rank(a);
     return;
 #else

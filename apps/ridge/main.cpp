@@ -6,8 +6,8 @@
 
 #include "cli.hpp"
 #include "ridge/core.hpp"
-#ifdef RIDGE_HAVE_DIST
-#include "ridge/dist.hpp"
+#ifdef RIDGE_HAVE_DISTRIBUTED
+#include "ridge/distributed.hpp"
 #endif
 
 namespace ridge::cli {
@@ -53,27 +53,26 @@ struct Outcome {
 
 // Under mpirun with several ranks (the launcher says so; a launcher variable that is not a number is
 // the command's to report, alone), every process takes part in one agreement before it ends: the MPI
-// commands at their start (dist::agree_to_start), everything else here. An error found before it is
+// commands at their start (distributed::agree_to_start), everything else here. An error found before it is
 // then one line for the job, printed by rank 0 (prefixed with the rank that found it), and a rank
 // whose command differs, or that asked for help while another did not, stops every rank instead of
 // leaving it waiting in MPI forever.
 int finish(Outcome o, const std::string& path) {
-#ifdef RIDGE_HAVE_DIST
+#ifdef RIDGE_HAVE_DISTRIBUTED
   bool several = false;
   try {
-    const auto l = ridge::env::launcher();
-    several = l.launched && l.size != 1;
+    several = ridge::env::launcher().several_ranks();
   } catch (const ridge::Error&) {
   }
   if (several) {
     // Help is printed by rank 0 alone when every rank asked for it alike (the options parsed so far,
     // --help among them, are compared); a command that ran (not an MPI one) is held to its name only.
-    ridge::dist::Fingerprint fp{{"command", "'" + path + "'"}};
+    ridge::distributed::Fingerprint fp{{"command", "'" + path + "'"}};
     if (!o.asked.empty()) {
       fp = ridge::cli::command_line_fingerprint({"--threads"});
       fp.emplace_back(o.asked, "given");
     }
-    const auto j = ridge::dist::join_to_finish(o.code != 0 ? o.error : std::string(), fp);
+    const auto j = ridge::distributed::join_to_finish(o.code != 0 ? o.error : std::string(), fp);
     if (j.joined && !j.agreed) return o.code != 0 ? o.code : 2;  // the job's one line is printed
     if (j.joined && j.rank != 0) o.text.clear();                 // help once per job, by rank 0
   }
@@ -166,8 +165,8 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     // Help requested on a subcommand surfaces as CallForHelp above; everything else is bad input.
     o = {2, one_line(e.what()) + " (see 'ridge --help')", "", ""};
-#ifdef RIDGE_HAVE_DIST
-  } catch (const ridge::dist::PeerFailed&) {
+#ifdef RIDGE_HAVE_DISTRIBUTED
+  } catch (const ridge::distributed::PeerFailed&) {
     return 2;  // the ranks' agreement printed the job's line
 #endif
   } catch (const ridge::Error& e) {

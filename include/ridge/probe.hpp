@@ -137,7 +137,7 @@ std::string chip_json_text(const ProbeResult& r, int indent = 2);
 // Where `ridge probe` writes by default: $RIDGE_HOME/this.json, else ~/.cache/ridge/this.json.
 std::string default_output_path();
 // Creates the parent folders of `path` and checks a file can be written there; ridge::Error
-// naming the path otherwise.
+// about the argument `path` otherwise.
 void check_writable(const std::string& path);
 
 }  // namespace ridge::probe

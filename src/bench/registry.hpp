@@ -116,8 +116,8 @@ struct Context {
   std::string trace_file;
   bool trace_written = false;
   // What every rank of an MPI benchmark must be given alike (the CLI's command line as typed, the sweep
-  // axis by axis as "--set KEY"): the benchmark passes it to dist::agree_to_start before its first
-  // collective. {name, value} pairs, as dist::Fingerprint.
+  // axis by axis as "--set KEY"): the benchmark passes it to distributed::agree_to_start before its first
+  // collective. {name, value} pairs, as distributed::Fingerprint.
   std::vector<std::pair<std::string, std::string>> fingerprint;
 
   Context(std::string name, Sink& s, Progress& p) : benchmark(std::move(name)), sink(s), progress(p) {}

@@ -14,7 +14,7 @@ namespace ridge::probe {
 // dram, l3, l2, l1 (read bandwidth, all threads), and the details under "measured".
 nlohmann::json to_chip_json(const ProbeResult& r);
 
-// Writes `chip` to `path`, creating parent folders; ridge::Error naming the path on failure.
+// Writes `chip` to `path`, creating parent folders; ridge::Error about the argument `path` on failure.
 void write_chip_file(const nlohmann::json& chip, const std::string& path);
 
 }  // namespace ridge::probe

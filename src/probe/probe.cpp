@@ -232,7 +232,7 @@ std::string default_output_path() { return roofline::probe_result_path(); }
 
 void check_writable(const std::string& path) {
   namespace fs = std::filesystem;
-  check_arg(!path.empty(), "-o", "empty file name (expected a chip file to write)");
+  check_arg(!path.empty(), "path", "empty file name (expected a chip file to write)");
   // The chip file's folder is made if missing (~/.cache/ridge on a first run, or -o out/chip.json);
   // a path with no folder part is written in the current one.
   const fs::path dir = fs::path(path).parent_path();
@@ -240,16 +240,16 @@ void check_writable(const std::string& path) {
   if (!dir.empty() && !fs::is_directory(dir, ec)) {
     ec.clear();
     fs::create_directories(dir, ec);
-    check_arg(!ec, "-o", "cannot create folder '{}' for '{}': {}", dir.string(), path, ec.message());
+    check_arg(!ec, "path", "cannot create folder '{}' for '{}': {}", dir.string(), path, ec.message());
   }
-  files::check_writable(path, "-o");
+  files::check_writable(path, "path");
 }
 
 void write_chip_file(const nlohmann::json& chip, const std::string& path) {
   check_writable(path);
   // A regular file through a temporary and a rename (a reader never sees half a file); a symlink
   // written through, a device such as /dev/null written in place, never replaced.
-  files::write_text(path, chip.dump(2) + "\n", "-o");
+  files::write_text(path, chip.dump(2) + "\n", "path");
 }
 
 }  // namespace ridge::probe

@@ -81,8 +81,8 @@ DdpLink ddp_link_preset(const std::string& name, int64_t ranks) {
         "); latency: 8.4 us per collective (NCCL's tuning model, ring/Simple) + 10 us per network step "
         "(an assumption, not a vendor figure: override with --link-latency-us)";
   } else {
-    fail("--link: '{}' is not a link preset (accepted: nvlink, ib; or --link-gbps and --link-latency-us)",
-         name);
+    fail_arg("name", "'{}' is not a link preset (accepted: nvlink, ib; or a DdpLink with its own figures)",
+             name);
   }
   l.validate();
   return l;

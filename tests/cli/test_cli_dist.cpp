@@ -12,7 +12,7 @@
 #include "run.hpp"
 #include "core/json.hpp"
 
-#ifdef RIDGE_HAVE_DIST
+#ifdef RIDGE_HAVE_DISTRIBUTED
 
 namespace {
 

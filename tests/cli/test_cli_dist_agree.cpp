@@ -1,4 +1,4 @@
-// The ranks of an MPI job agree before their first collective (dist::agree_to_start): under
+// The ranks of an MPI job agree before their first collective (distributed::agree_to_start): under
 // `mpirun -np 1 ridge ... : -np 1 ridge ...` with options that differ between the ranks, and under
 // `mpirun -np 2` with an error found before the agreement, the job prints exactly one `ridge:` line
 // (rank 0's, or "rank R: ..." for the first rank that failed or differs) naming the option, and every
@@ -19,7 +19,7 @@
 
 #include "run.hpp"
 
-#ifdef RIDGE_HAVE_DIST
+#ifdef RIDGE_HAVE_DISTRIBUTED
 
 namespace {
 

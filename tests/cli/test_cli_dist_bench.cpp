@@ -10,7 +10,7 @@
 
 #include "run.hpp"
 
-#ifdef RIDGE_HAVE_DIST
+#ifdef RIDGE_HAVE_DISTRIBUTED
 
 namespace {
 

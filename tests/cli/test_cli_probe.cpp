@@ -45,6 +45,18 @@ TEST(CliProbe, BadFlagsAreOneLineErrors) {
   }
 }
 
+// The library's errors about the chip file name its argument `path`; the CLI names the flag it was given as.
+TEST(CliProbe, OutputErrorsNameTheFlag) {
+  const RunResult folder = run_ridge("probe -o /tmp");
+  EXPECT_EQ(folder.code, 2);
+  EXPECT_EQ(folder.err, "ridge: -o: '/tmp' is a folder (expected a file name)\n");
+  const RunResult missing = run_ridge("probe -o /proc/ridge-no-such-dir/x.json");
+  EXPECT_EQ(missing.code, 2);
+  EXPECT_EQ(missing.err,
+            "ridge: -o: cannot create folder '/proc/ridge-no-such-dir' for '/proc/ridge-no-such-dir/x.json': "
+            "No such file or directory\n");
+}
+
 TEST(CliProbe, TinyRunWritesTheChipFileAndPrintsJson) {
   const auto path = (ridge_home() / "out" / "chip.json").string();
   std::filesystem::remove(path);

@@ -105,7 +105,7 @@ TEST(CliRooflineDdp, DistBenchmarksRefuseALoneProcess) {
     const auto r = run(std::string("bench ") + b + " --quick");
     EXPECT_EQ(r.code, 2) << r.out;
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
-#ifdef RIDGE_HAVE_DIST
+#ifdef RIDGE_HAVE_DISTRIBUTED
     EXPECT_NE(r.err.find("mpirun -np 2"), std::string::npos) << r.err;
 #endif
   }

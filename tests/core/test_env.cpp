@@ -141,6 +141,20 @@ TEST(Env, LauncherVariablesAreReadInOnePlace) {
   EXPECT_TRUE(launcher({{"MPI_LOCALNRANKS", "2"}}).launched);
 }
 
+// One rank of a job that may have others (ridge train, main() and the MPI benchmarks all ask this):
+// launched, with a world size that is not 1; a launcher that does not say the size counts as several.
+TEST(Env, SeveralRanksIsLaunchedWithAWorldThatIsNotOne) {
+  EXPECT_FALSE(launcher({}).several_ranks());
+  EXPECT_FALSE(launcher({{"OMPI_COMM_WORLD_SIZE", "1"}}).several_ranks());
+  EXPECT_FALSE(launcher({{"PMI_SIZE", "1"}, {"PMI_RANK", "0"}}).several_ranks());
+  EXPECT_TRUE(launcher({{"OMPI_COMM_WORLD_SIZE", "2"}}).several_ranks());
+  EXPECT_TRUE(launcher({{"PMI_SIZE", "8"}, {"PMI_RANK", "7"}}).several_ranks());
+  // Open MPI's size wins where both are set.
+  EXPECT_FALSE(launcher({{"OMPI_COMM_WORLD_SIZE", "1"}, {"PMI_SIZE", "8"}}).several_ranks());
+  EXPECT_TRUE(launcher({{"PMIX_RANK", "0"}}).several_ranks());  // size 0: MPI_Comm_size decides
+  EXPECT_TRUE(launcher({{"MPI_LOCALNRANKS", "1"}}).several_ranks());
+}
+
 TEST(Env, LauncherJunkIsAnErrorNamingTheVariable) {
   // Every one of them is checked, even where another one would win (never atoi'd to 0).
   auto rejected = [](const std::string& name, const std::string& value) {

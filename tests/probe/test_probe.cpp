@@ -272,6 +272,7 @@ TEST(ProbeChip, WriteErrorsNameThePath) {
     FAIL() << "expected ridge::Error";
   } catch (const ridge::Error& e) {
     EXPECT_NE(std::string(e.what()).find("/proc/ridge-no-such-dir/this.json"), std::string::npos);
+    EXPECT_EQ(e.argument(), "path");  // the function's argument; `ridge probe` names it -o
   }
 }
 

@@ -1,4 +1,4 @@
-// The data-parallel communication model against timelines worked by hand (docs/dist.md walks the same
+// The data-parallel communication model against timelines worked by hand (docs/distributed.md walks the same
 // example): ring collective times, what each DDP design hides behind backward, the best bucket size,
 // the model's gradient list and the memory optimizer sharding saves.
 #include <gtest/gtest.h>
@@ -164,6 +164,7 @@ TEST(DdpModel, BadInputNamesTheField) {
     FAIL();
   } catch (const ridge::Error& e) {
     EXPECT_NE(std::string(e.what()).find("accepted: nvlink, ib"), std::string::npos);
+    EXPECT_EQ(e.argument(), "name");  // the library's argument; `ridge roofline ddp` checks --link itself
   }
 }
 

@@ -42,7 +42,7 @@ Knobs parse_knobs(const char* (*lookup)(const char* name));
 
 // What the MPI launcher told this process, read before MPI_Init from the variables mpirun sets:
 // Open MPI's OMPI_COMM_WORLD_SIZE / OMPI_COMM_WORLD_RANK, MPICH and Hydra's PMI_SIZE / PMI_RANK,
-// PMIx's PMIX_RANK, and MPI_LOCALNRANKS. Not RIDGE_ knobs, but read here and only here, so dist, the
+// PMIx's PMIX_RANK, and MPI_LOCALNRANKS. Not RIDGE_ knobs, but read here and only here, so distributed, the
 // CLI and the benchmarks agree; a value that is not a whole number throws (never read as 0).
 struct Launcher {
   // A launcher started this process: OMPI_COMM_WORLD_SIZE, PMI_SIZE, PMIX_RANK or MPI_LOCALNRANKS is set.
@@ -51,6 +51,12 @@ struct Launcher {
   // that does not say (PMIx alone), so that MPI_Comm_size is the one to ask.
   int size = 1;
   int rank = 0;  // OMPI_COMM_WORLD_RANK, else PMI_RANK, else PMIX_RANK; 0 when none is set
+  // This process is one rank of a job that may have others, so it must take part in MPI (ridge train
+  // runs data-parallel, main() joins the ranks' agreement, the MPI benchmarks run): a launcher started
+  // it and did not say the world is 1. A size of 0 (the launcher did not say) counts as several:
+  // MPI_Comm_size answers once MPI starts, and a rank that went on alone would leave its peers waiting
+  // in their first collective and write the same files they do. The one definition of the check.
+  bool several_ranks() const { return launched && size != 1; }
 };
 // Parsed at each call (cheap, and a test that sets the variables sees them).
 Launcher launcher();

@@ -42,7 +42,7 @@ struct StepResult {
   bool skipped = false;     // non-finite gradients: no update (the loss scale backs off in fp16)
 };
 
-// What a data-parallel layer (the dist module) plugs into Trainer::step. The defaults are what a
+// What a data-parallel layer (the distributed module) plugs into Trainer::step. The defaults are what a
 // single process does.
 class StepHooks {
  public:

@@ -1,6 +1,6 @@
 // The analyzer's model of data-parallel training: how long gradient communication takes in each DDP
 // design (naive, flat, overlap, bucketed, and the sharded optimizers cs336 and zero1), how much of it
-// hides behind the backward pass, and which bucket size is best. Arithmetic only (docs/dist.md has the
+// hides behind the backward pass, and which bucket size is best. Arithmetic only (docs/distributed.md has the
 // model with worked numbers):
 //
 //   a ring collective over N ranks of S bytes on a link of bandwidth B (bytes/s one way) costs
@@ -36,7 +36,7 @@ struct DdpLink {
 };
 
 // Presets: "nvlink" (H100's NVLink 4) and "ib" (InfiniBand NDR, one 400 Gb/s port per GPU); the
-// bandwidth from the h100 chip file, the latencies from NCCL's tuning model (see docs/dist.md).
+// bandwidth from the h100 chip file, the latencies from NCCL's tuning model (see docs/distributed.md).
 DdpLink ddp_link_preset(const std::string& name, int64_t ranks);
 std::vector<std::string> ddp_link_presets();
 
@@ -69,7 +69,7 @@ struct DdpInput {
 // A DDP design: mode naive | flat | overlap | bucketed (bucket_mb, 1 MB = 1e6 bytes), sharding none |
 // cs336 (the gradients reduced by `mode`, each rank steps its tensors and broadcasts them) | zero1
 // (each of `mode`'s collectives a reduce-scatter instead of an all-reduce, AdamW on 1/N, then the
-// parameters all-gathered), as dist::DataParallel runs them.
+// parameters all-gathered), as distributed::DataParallel runs them.
 struct DdpSetting {
   std::string mode = "flat";
   double bucket_mb = 25;

@@ -24,6 +24,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -31,7 +32,7 @@
 #include "ridge/model/model.hpp"
 #include "ridge/model/train.hpp"
 
-namespace ridge::dist {
+namespace ridge::distributed {
 
 // MPI for this process: initialised by the first Session, finalised when it is destroyed.
 class Session {
@@ -47,9 +48,6 @@ class Session {
   int rank_ = 0, size_ = 1;
   bool owns_ = false;
 };
-
-// True when this process was started by mpirun/mpiexec (OpenMPI's or PMI's environment is set).
-bool launched_by_mpirun();
 
 // Prints "ridge: rank R: message" on stderr and ends every rank (MPI_Abort with `code`).
 [[noreturn]] void abort_all(const std::string& message, int code = 2);
@@ -111,9 +109,10 @@ double max(double x);
 // Collective (every rank calls it with the same path, while trace recording is on): a barrier and a
 // sync marker on every rank, then rank 0 gathers every rank's trace events and writes one Chrome trace
 // with one process row per rank (pid = rank, process_name "rank R"), each rank's clock shifted so the
-// sync markers coincide, async range ids prefixed with the rank (src/dist/trace_merge.*). Returns the
-// events written on rank 0, 0 elsewhere. Any failure is ridge::Error on rank 0 and PeerFailed on the
-// others (agree()), never a hang.
+// sync markers coincide, async range ids prefixed with the rank (src/distributed/trace_merge.*).
+// Returns the events written on rank 0, 0 elsewhere. Any failure is ridge::Error on rank 0 (a failed
+// write's is about the argument "trace", as trace::write's) and PeerFailed on the others (agree()),
+// never a hang.
 size_t write_merged_trace(const std::string& path);
 
 enum class DdpMode { naive, flat, overlap, bucketed };
@@ -191,18 +190,16 @@ class DataParallel : public model::StepHooks {
   void after_update(std::span<float> params) override;
 
  private:
-  struct Impl;
+  struct Impl;  // MPI requests and buffers, and the test-only fault injection (distributed.cpp)
   // One bucket's all-reduce, or zero1's reduce-scatter of it; non-blocking ones join impl_->pending.
   void launch(size_t bucket, bool blocking);
-  void maybe_die() const;
-  int64_t die_at_step_ = 0;  // RIDGE_TEST_DIE_AT_STEP on the rank it names (test only)
   model::Trainer& trainer_;
   DdpConfig cfg_;
   int rank_ = 0, world_ = 1;
   std::vector<Bucket> buckets_;
   std::vector<std::pair<int64_t, int64_t>> shards_;
   CommStats stats_;
-  Impl* impl_ = nullptr;
+  std::unique_ptr<Impl> impl_;
 };
 
-}  // namespace ridge::dist
+}  // namespace ridge::distributed

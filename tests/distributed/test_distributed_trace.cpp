@@ -1,5 +1,5 @@
-// The merged trace of an MPI run (src/dist/trace_merge.hpp): one process row per rank, timestamps shifted
-// onto rank 0's clock at the sync marker, async ids kept apart; and the gather over the real ranks.
+// The merged trace of an MPI run (src/distributed/trace_merge.hpp): one process row per rank, timestamps
+// shifted onto rank 0's clock at the sync marker, async ids kept apart; and the gather over the real ranks.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -7,11 +7,12 @@
 #include <set>
 
 #include "bench/json.hpp"
+#include "distributed/trace_merge.hpp"
 #include "ridge/bench/trace.hpp"
 #include "ridge/core/error.hpp"
-#include "dist/trace_merge.hpp"
+#include "ridge/distributed.hpp"
 
-namespace rd = ridge::dist;
+namespace rd = ridge::distributed;
 using nlohmann::json;
 
 namespace {
@@ -62,6 +63,27 @@ TEST(DistTrace, MergeGivesEachRankItsRowOnOneClock) {
   EXPECT_EQ(names[1], "rank 1");
   EXPECT_EQ(ids.size(), 2u);  // "0x1" on each rank stays two ranges
   EXPECT_THROW(rd::merge_rank_traces({rank_doc(0, 0), json::object()}), ridge::Error);
+}
+
+// A write that fails is rank 0's ridge::Error about the argument "trace" (the CLI names it --trace), and
+// PeerFailed on the other ranks: every rank stops, none waits.
+TEST(DistTrace, AFailedWriteIsRankZerosErrorAboutTrace) {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  ridge::trace::start_recording();
+  try {
+    rd::write_merged_trace("/proc/ridge-no-such-dir/t.json");
+    ADD_FAILURE() << "the write did not fail";
+  } catch (const ridge::Error& e) {
+    EXPECT_EQ(rank, 0);
+    EXPECT_EQ(e.argument(), "trace");
+    EXPECT_EQ(
+        std::string(e.what()),
+        "trace: folder '/proc/ridge-no-such-dir' does not exist (for '/proc/ridge-no-such-dir/t.json')");
+  } catch (const rd::PeerFailed&) {
+    EXPECT_NE(rank, 0);
+  }
+  ridge::trace::stop_recording();
 }
 
 TEST(DistTrace, GatherCollectsEveryRank) {

@@ -1,8 +1,9 @@
-// Merging the ranks' Chrome traces into one (src/dist/trace_merge.hpp).
+// Merging the ranks' Chrome traces into one (src/distributed/trace_merge.hpp).
 #include <fmt/format.h>
 #include <mpi.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "bench/json.hpp"
@@ -10,10 +11,10 @@
 #include "core/check.hpp"
 #include "ridge/core/error.hpp"
 #include "ridge/core/files.hpp"
-#include "ridge/dist.hpp"
-#include "dist/trace_merge.hpp"
+#include "ridge/distributed.hpp"
+#include "distributed/trace_merge.hpp"
 
-namespace ridge::dist {
+namespace ridge::distributed {
 
 void sync_trace() {
   MPI_Barrier(MPI_COMM_WORLD);
@@ -109,19 +110,29 @@ size_t write_merged_trace(const std::string& path) {
   sync_trace();
   const nlohmann::json doc = gather_trace();
   // Only rank 0 writes; agree() ends every rank if that failed (rank 0 throws ridge::Error with the
-  // message, the others PeerFailed), so no rank exits 0 beside a failed one.
+  // message, the others PeerFailed), so no rank exits 0 beside a failed one. Rank 0 throws the write's
+  // own error, about the argument "trace" (as trace::write's), for a caller to name as it took the path.
   std::string err;
+  std::optional<Error> write_error;
   size_t events = 0;
   if (!doc.is_null()) {
     try {
-      files::write_text(path, doc.dump() + "\n", "--trace");
+      files::write_text(path, doc.dump() + "\n", "trace");
       events = doc["traceEvents"].size();
+    } catch (const Error& e) {
+      err = e.what();
+      write_error = e;
     } catch (const std::exception& e) {
       err = e.what();
     }
   }
-  agree(err);
+  try {
+    agree(err);
+  } catch (const Error&) {
+    if (write_error) throw *write_error;
+    throw;
+  }
   return events;
 }
 
-}  // namespace ridge::dist
+}  // namespace ridge::distributed

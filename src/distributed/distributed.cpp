@@ -1,4 +1,4 @@
-#include "ridge/dist.hpp"
+#include "ridge/distributed.hpp"
 #include "ridge/core/hash.hpp"
 
 #include <mpi.h>
@@ -20,7 +20,7 @@
 #include "ridge/core/files.hpp"
 #include "ridge/model/optim.hpp"
 
-namespace ridge::dist {
+namespace ridge::distributed {
 
 namespace {
 
@@ -42,6 +42,27 @@ int world_size() {
 // MPI counts are int: longer ranges go in pieces of at most 2^30 elements.
 constexpr int64_t kMaxCount = int64_t{1} << 30;
 
+// The elements [begin, begin + n) in pieces of at most kMaxCount: piece(offset, count) for each, in order.
+template <typename F>
+void for_each_piece(int64_t begin, int64_t n, F&& piece) {
+  for (int64_t o = 0; o < n; o += kMaxCount) piece(begin + o, static_cast<int>(std::min(kMaxCount, n - o)));
+}
+
+// The counts and displacements of a v-collective (Allgatherv, Gatherv) over contiguous shards in rank
+// order, in units of `unit` elements (a shard that ends on a partial unit counts it whole; every shard
+// begins on a multiple of `unit`).
+struct CountsDispls {
+  std::vector<int> counts, displs;
+};
+CountsDispls counts_displs(const std::vector<std::pair<int64_t, int64_t>>& shards, int64_t unit = 1) {
+  CountsDispls c;
+  for (const auto& [b, e] : shards) {
+    c.displs.push_back(static_cast<int>(b / unit));
+    c.counts.push_back(static_cast<int>((e - b + unit - 1) / unit));
+  }
+  return c;
+}
+
 }  // namespace
 
 Session::Session() {
@@ -62,10 +83,6 @@ Session::~Session() {
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (owns_ && !finalized) MPI_Finalize();
-}
-
-bool launched_by_mpirun() {
-  return env::launcher().launched;
 }
 
 void abort_all(const std::string& message, int code) {
@@ -249,7 +266,6 @@ void check_same(uint64_t value, const std::string& what) {
   }
 }
 
-
 double mean(double x) {
   double s = 0;
   MPI_Allreduce(&x, &s, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
@@ -405,6 +421,22 @@ struct DataParallel::Impl {
   double in_calls = 0;
   // zero1: this rank's shard of the summed gradient, filled by the reduce-scatters.
   Buffer<float> shard_buf;
+  // RIDGE_TEST_DIE_AT_STEP on the rank RIDGE_TEST_DIE_RANK names, 0 elsewhere (test only).
+  int64_t die_at_step = 0;
+
+  // The test-only fault injection: this rank ends abruptly, as a crash would, with no MPI_Finalize,
+  // while the others are inside the same step's collectives. `step` is the step being run (1-based).
+  void maybe_die(int rank, int64_t step) const {
+    if (die_at_step == 0 || step != die_at_step) return;
+    std::fprintf(
+        stderr,
+        "ridge: rank %d: RIDGE_TEST_DIE_AT_STEP=%lld: exiting with status 3 in the backward pass of step "
+        "%lld%s (test-only fault injection)\n",
+        rank, static_cast<long long>(die_at_step), static_cast<long long>(die_at_step),
+        pending.empty() ? "" : ", a non-blocking gradient reduction outstanding");
+    std::fflush(stderr);
+    std::_Exit(3);
+  }
 };
 
 // One bucket's reduction, blocking or not: an all-reduce, or under zero1 a reduce-scatter whose
@@ -415,38 +447,40 @@ void DataParallel::launch(size_t bucket, bool blocking) {
   Impl& s = *impl_;
   const Bucket& bk = buckets_[bucket];
   float* g = s.grads;
-  for (int64_t o = 0; o < bk.numel; o += kMaxCount) {
-    const int64_t pb = bk.offset + o, pe = pb + std::min(kMaxCount, bk.numel - o);
+  for_each_piece(bk.offset, bk.numel, [&](int64_t pb, int count) {
+    const int64_t pe = pb + count;
     Impl::Pending q;
     q.bucket = bucket;
     if (cfg_.sharding == Sharding::zero1) {
       const auto [mb, me] = shards_[static_cast<size_t>(rank_)];
-      for (const auto& [sb, se] : shards_) q.counts.push_back(static_cast<int>(std::max<int64_t>(0, std::min(se, pe) - std::max(sb, pb))));
+      for (const auto& [sb, se] : shards_)
+        q.counts.push_back(static_cast<int>(std::max<int64_t>(0, std::min(se, pe) - std::max(sb, pb))));
       float* recv = s.shard_buf.data() + std::clamp<int64_t>(pb - mb, 0, me - mb);
       if (blocking)
         MPI_Reduce_scatter(g + pb, recv, q.counts.data(), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
       else
         MPI_Ireduce_scatter(g + pb, recv, q.counts.data(), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &q.req);
     } else if (blocking) {
-      MPI_Allreduce(MPI_IN_PLACE, g + pb, static_cast<int>(pe - pb), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+      MPI_Allreduce(MPI_IN_PLACE, g + pb, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
     } else {
-      MPI_Iallreduce(MPI_IN_PLACE, g + pb, static_cast<int>(pe - pb), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &q.req);
+      MPI_Iallreduce(MPI_IN_PLACE, g + pb, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &q.req);
     }
     if (!blocking) s.pending.push_back(std::move(q));
-  }
+  });
   stats_.bytes += bk.numel * 4;
   ++stats_.collectives;
 }
 
 DataParallel::DataParallel(model::Trainer& trainer, const DdpConfig& config)
-    : trainer_(trainer), cfg_(config), impl_(new Impl) {
+    : trainer_(trainer), cfg_(config), impl_(std::make_unique<Impl>()) {
   config.validate();
   rank_ = world_rank();
   world_ = world_size();
   if (const auto& k = env::knobs(); k.test_die_at_step > 0) {
-    check(k.test_die_rank < world_, "RIDGE_TEST_DIE_RANK: {} is not a rank of this {}-rank run (expected 0 .. {})",
-          k.test_die_rank, world_, world_ - 1);
-    if (k.test_die_rank == rank_) die_at_step_ = k.test_die_at_step;
+    check(k.test_die_rank < world_,
+          "RIDGE_TEST_DIE_RANK: {} is not a rank of this {}-rank run (expected 0 .. {})", k.test_die_rank,
+          world_, world_ - 1);
+    if (k.test_die_rank == rank_) impl_->die_at_step = k.test_die_at_step;
   }
   auto& m = trainer_.model();
   const auto& tensors = m.tensors();
@@ -485,7 +519,6 @@ DataParallel::~DataParallel() {
   trainer_.set_hooks(nullptr);
   for (auto& q : impl_->pending)
     if (q.req != MPI_REQUEST_NULL) MPI_Wait(&q.req, MPI_STATUS_IGNORE);
-  delete impl_;
 }
 
 std::pair<int64_t, int64_t> DataParallel::shard() const {
@@ -494,27 +527,13 @@ std::pair<int64_t, int64_t> DataParallel::shard() const {
 
 void DataParallel::broadcast_parameters() {
   auto p = trainer_.model().params();
-  for (size_t o = 0; o < p.size(); o += static_cast<size_t>(kMaxCount))
-    MPI_Bcast(p.data() + o, static_cast<int>(std::min<size_t>(static_cast<size_t>(kMaxCount), p.size() - o)),
-              MPI_FLOAT, 0, MPI_COMM_WORLD);
-}
-
-// The test-only fault injection (RIDGE_TEST_DIE_AT_STEP): this rank ends abruptly, as a crash would,
-// with no MPI_Finalize, while the others are inside the same step's collectives.
-void DataParallel::maybe_die() const {
-  if (die_at_step_ == 0 || trainer_.steps() + 1 != die_at_step_) return;
-  std::fprintf(stderr,
-               "ridge: rank %d: RIDGE_TEST_DIE_AT_STEP=%lld: exiting with status 3 in the backward pass of step "
-               "%lld%s (test-only fault injection)\n",
-               rank_, static_cast<long long>(die_at_step_), static_cast<long long>(die_at_step_),
-               impl_->pending.empty() ? "" : ", a non-blocking gradient reduction outstanding");
-  std::fflush(stderr);
-  std::_Exit(3);
+  for_each_piece(0, static_cast<int64_t>(p.size()),
+                 [&](int64_t o, int count) { MPI_Bcast(p.data() + o, count, MPI_FLOAT, 0, MPI_COMM_WORLD); });
 }
 
 void DataParallel::group_final(int group) {
   if (cfg_.mode != DdpMode::overlap && cfg_.mode != DdpMode::bucketed) {
-    maybe_die();
+    impl_->maybe_die(rank_, trainer_.steps() + 1);
     return;
   }
   Impl& s = *impl_;
@@ -533,16 +552,17 @@ void DataParallel::group_final(int group) {
     // first round may run inside it), and that time belongs to the communication.
     trace::Handle range;
     if (trace::recording())
-      range = trace::start_range(
-          fmt::format("{} bucket {} ({} KB)", cfg_.sharding == Sharding::zero1 ? "reduce-scatter" : "allreduce",
-                      s.next_bucket, b.numel * 4 / 1000),
-          trace::color::orange);
+      range =
+          trace::start_range(fmt::format("{} bucket {} ({} KB)",
+                                         cfg_.sharding == Sharding::zero1 ? "reduce-scatter" : "allreduce",
+                                         s.next_bucket, b.numel * 4 / 1000),
+                             trace::color::orange);
     launch(s.next_bucket, false);
     // A bucket larger than MPI's int counts is several requests; the range ends with the first one's.
     if (s.pending.size() > first) s.pending[first].range = range;
     ++s.next_bucket;
   }
-  if (!s.pending.empty()) maybe_die();
+  if (!s.pending.empty()) s.maybe_die(rank_, trainer_.steps() + 1);
   // Progress: OpenMPI's non-blocking collectives advance only inside MPI calls, so test every
   // outstanding request here, between layers of the backward pass.
   RIDGE_RANGE("mpi progress");
@@ -622,30 +642,22 @@ double DataParallel::grad_norm(std::span<const float> grads) {
   // gathered and added in order, the same bits as grad_norm over the whole averaged gradient.
   const auto [b, e] = shards_[static_cast<size_t>(rank_)];
   const int64_t chunks_all = (static_cast<int64_t>(grads.size()) + model::kNormChunk - 1) / model::kNormChunk;
-  std::vector<int> counts, displs;
-  for (const auto& [sb, se] : shards_) {
-    displs.push_back(static_cast<int>(sb / model::kNormChunk));
-    counts.push_back(static_cast<int>((se - sb + model::kNormChunk - 1) / model::kNormChunk));
-  }
+  const CountsDispls c = counts_displs(shards_, model::kNormChunk);
   std::vector<double> all(static_cast<size_t>(chunks_all));
-  std::vector<double> mine(static_cast<size_t>(counts[static_cast<size_t>(rank_)]));
+  std::vector<double> mine(static_cast<size_t>(c.counts[static_cast<size_t>(rank_)]));
   model::grad_sq_chunks<float>(grads.subspan(static_cast<size_t>(b), static_cast<size_t>(e - b)), mine);
-  MPI_Allgatherv(mine.data(), static_cast<int>(mine.size()), MPI_DOUBLE, all.data(), counts.data(),
-                 displs.data(), MPI_DOUBLE, MPI_COMM_WORLD);
+  MPI_Allgatherv(mine.data(), static_cast<int>(mine.size()), MPI_DOUBLE, all.data(), c.counts.data(),
+                 c.displs.data(), MPI_DOUBLE, MPI_COMM_WORLD);
   return model::norm_from_chunks(all);
 }
 
 void DataParallel::after_update(std::span<float> params) {
   const double t0 = now();
   if (cfg_.sharding == Sharding::zero1) {
-    std::vector<int> counts, displs;
-    for (const auto& [sb, se] : shards_) {
-      displs.push_back(static_cast<int>(sb));
-      counts.push_back(static_cast<int>(se - sb));
-    }
+    const CountsDispls c = counts_displs(shards_);
     check(params.size() < static_cast<size_t>(INT_MAX),
           "params: {} values are beyond MPI's int displacements", params.size());
-    MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_FLOAT, params.data(), counts.data(), displs.data(), MPI_FLOAT,
+    MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_FLOAT, params.data(), c.counts.data(), c.displs.data(), MPI_FLOAT,
                    MPI_COMM_WORLD);
   } else if (cfg_.sharding == Sharding::cs336) {
     // Each rank broadcasts the unfrozen tensors it stepped.
@@ -655,9 +667,9 @@ void DataParallel::after_update(std::span<float> params) {
       for (size_t i = 0; i < tensors.size(); ++i) {
         const auto& t = tensors[i];
         if (trainer_.frozen(i) || t.offset + t.numel <= b || t.offset >= e) continue;
-        for (int64_t o = 0; o < t.numel; o += kMaxCount)
-          MPI_Bcast(params.data() + t.offset + o, static_cast<int>(std::min(kMaxCount, t.numel - o)),
-                    MPI_FLOAT, r, MPI_COMM_WORLD);
+        for_each_piece(t.offset, t.numel, [&](int64_t o, int count) {
+          MPI_Bcast(params.data() + o, count, MPI_FLOAT, r, MPI_COMM_WORLD);
+        });
       }
     }
   }
@@ -671,21 +683,17 @@ void DataParallel::save(const std::string& path) {
     return;
   }
   const auto n = trainer_.model().params().size();
-  std::vector<int> counts, displs;
-  for (const auto& [sb, se] : shards_) {
-    displs.push_back(static_cast<int>(sb));
-    counts.push_back(static_cast<int>(se - sb));
-  }
+  const CountsDispls c = counts_displs(shards_);
   // Rank 0's whole-model copies of m and v, for the checkpoint only (freed when it is written).
   Buffer<float> m(rank_ == 0 ? n : 0, "communication/checkpoint gather"),
       v(rank_ == 0 ? n : 0, "communication/checkpoint gather");
   auto mine_m = trainer_.optimizer().m();
   auto mine_v = trainer_.optimizer().v();
-  MPI_Gatherv(mine_m.data(), static_cast<int>(mine_m.size()), MPI_FLOAT, m.data(), counts.data(),
-              displs.data(), MPI_FLOAT, 0, MPI_COMM_WORLD);
-  MPI_Gatherv(mine_v.data(), static_cast<int>(mine_v.size()), MPI_FLOAT, v.data(), counts.data(),
-              displs.data(), MPI_FLOAT, 0, MPI_COMM_WORLD);
+  MPI_Gatherv(mine_m.data(), static_cast<int>(mine_m.size()), MPI_FLOAT, m.data(), c.counts.data(),
+              c.displs.data(), MPI_FLOAT, 0, MPI_COMM_WORLD);
+  MPI_Gatherv(mine_v.data(), static_cast<int>(mine_v.size()), MPI_FLOAT, v.data(), c.counts.data(),
+              c.displs.data(), MPI_FLOAT, 0, MPI_COMM_WORLD);
   if (rank_ == 0) trainer_.save(path, m.span(), v.span());
 }
 
-}  // namespace ridge::dist
+}  // namespace ridge::distributed

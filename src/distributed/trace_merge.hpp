@@ -3,14 +3,14 @@
 // "rank R"), on a common clock: each rank marks the end of a barrier ("ridge sync") and its events are
 // shifted so those marks coincide.
 // Private to ridge (nlohmann-json stays out of the installed headers); the public entry point is
-// dist::write_merged_trace in ridge/dist.hpp.
+// distributed::write_merged_trace in ridge/distributed.hpp.
 #pragma once
 
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
-namespace ridge::dist {
+namespace ridge::distributed {
 
 // The marker name sync_trace() records; merge_rank_traces() aligns the ranks on its last occurrence.
 inline constexpr const char* kTraceSyncMarker = "ridge sync";
@@ -29,6 +29,7 @@ nlohmann::json merge_rank_traces(const std::vector<nlohmann::json>& docs);
 // parse or merge) is agreed on: ridge::Error on rank 0, PeerFailed on the others.
 nlohmann::json gather_trace();
 
-// write_merged_trace(path) (ridge/dist.hpp) is sync_trace() + gather_trace() + an atomic write on rank 0.
+// write_merged_trace(path) (ridge/distributed.hpp) is sync_trace() + gather_trace() + an atomic write
+// on rank 0.
 
-}  // namespace ridge::dist
+}  // namespace ridge::distributed

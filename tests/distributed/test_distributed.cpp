@@ -20,12 +20,12 @@
 
 #include "ridge/core/error.hpp"
 #include "ridge/core/memory.hpp"
-#include "ridge/dist.hpp"
+#include "ridge/distributed.hpp"
 #include "ridge/model/optim.hpp"
 #include "ridge/model/train.hpp"
 
 namespace rm = ridge::model;
-namespace rd = ridge::dist;
+namespace rd = ridge::distributed;
 
 namespace {
 
@@ -280,7 +280,8 @@ TEST(DistShard, EveryShardingWithEveryModeEqualsAccumulatedSingleProcess) {
     const auto sh = rd::shard_flat(static_cast<int64_t>(m.params().size()), 2, rm::kNormChunk);
     ASSERT_GT(sh[0].second, 0) << "both zero1 shards hold elements";
     bool straddles = false;
-    for (const auto& b : bk) straddles = straddles || (b.offset < sh[0].second && b.offset + b.numel > sh[0].second);
+    for (const auto& b : bk)
+      straddles = straddles || (b.offset < sh[0].second && b.offset + b.numel > sh[0].second);
     ASSERT_TRUE(straddles) << "a bucket crosses the shard boundary at " << sh[0].second;
   }
   for (auto s : {rd::Sharding::cs336, rd::Sharding::zero1}) {
@@ -305,7 +306,8 @@ TEST(DistShard, Zero1BucketedCountsItsReduceScatters) {
   t.step(b.x[0].data() + rank() * 2 * kSeq, b.y[0].data() + rank() * 2 * kSeq);
   int64_t unfrozen = 0;
   for (const auto& bk : dp.buckets()) unfrozen += bk.numel;
-  EXPECT_EQ(unfrozen, static_cast<int64_t>(t.model().params().size()) - t.model().tensor("layers.0.ffn.w1.weight").numel);
+  EXPECT_EQ(unfrozen, static_cast<int64_t>(t.model().params().size()) -
+                          t.model().tensor("layers.0.ffn.w1.weight").numel);
   EXPECT_EQ(dp.last_stats().collectives, static_cast<int>(dp.buckets().size()));
   EXPECT_EQ(dp.last_stats().bytes, unfrozen * 4);
 }
@@ -316,14 +318,16 @@ TEST(DistShard, Zero1BucketedCountsItsReduceScatters) {
 TEST(DistShard, TrainerBuiltWithItsShardNeverHoldsTheWholeState) {
   const Batches b = make_batches(tiny().vocab_size, kSteps);
   rm::TransformerLM<float> probe(tiny());
-  const auto sh = rd::shard_flat(static_cast<int64_t>(probe.params().size()), 2, rm::kNormChunk)[static_cast<size_t>(rank())];
+  const auto sh = rd::shard_flat(static_cast<int64_t>(probe.params().size()), 2,
+                                 rm::kNormChunk)[static_cast<size_t>(rank())];
   rm::TrainConfig tc = train_config(kGlobalBatch / 2);
   tc.optimizer_begin = sh.first;
   tc.optimizer_end = sh.second;
   const int64_t before = ridge::memory::usage().live_by_tag["optimizer state/m (exp_avg)"];
   rm::Trainer t(tiny(), tc);
   EXPECT_EQ(t.optimizer().size(), sh.second - sh.first);
-  EXPECT_EQ(ridge::memory::usage().live_by_tag["optimizer state/m (exp_avg)"] - before, 4 * (sh.second - sh.first));
+  EXPECT_EQ(ridge::memory::usage().live_by_tag["optimizer state/m (exp_avg)"] - before,
+            4 * (sh.second - sh.first));
   const float* m0 = t.optimizer().m().data();
   rd::DataParallel dp(t, ddp(rd::DdpMode::bucketed, mb_for_buckets(3), rd::Sharding::zero1));
   EXPECT_EQ(t.optimizer().m().data(), m0) << "sharding to the same range reallocated";

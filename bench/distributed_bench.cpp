@@ -5,8 +5,8 @@
 //              analyzer's ring prediction with this machine's probed memory bandwidth as the link.
 //   ddp        the training step of every data-parallel design (naive, flat, overlap, bucketed 1, 10, 100,
 //              1000 MB, cs336 and zero1 sharding) against the single-process step on the same global batch,
-//              with communication, hidden and exposed time (dist::CommStats), per-rank peak memory and the
-//              analyzer's prediction; --trace writes one merged trace, one process row per rank.
+//              with communication, hidden and exposed time (distributed::CommStats), per-rank peak memory and
+//              the analyzer's prediction; --trace writes one merged trace, one process row per rank.
 //
 // Every rank runs the same cases in the same order; rank 0 prints the rows (the others discard theirs).
 #include <CLI/CLI.hpp>
@@ -30,11 +30,11 @@
 #include "ridge/roofline.hpp"
 #include "ridge/roofline/ddp.hpp"
 
-#ifdef RIDGE_HAVE_DIST
+#ifdef RIDGE_HAVE_DISTRIBUTED
 #include <mpi.h>
 
-#include "ridge/dist.hpp"
-#include "dist/trace_merge.hpp"
+#include "distributed/trace_merge.hpp"
+#include "ridge/distributed.hpp"
 #include "ridge/model/config.hpp"
 #include "ridge/model/model.hpp"
 #include "ridge/model/train.hpp"
@@ -43,7 +43,7 @@
 namespace ridge {
 namespace {
 
-#ifdef RIDGE_HAVE_DIST
+#ifdef RIDGE_HAVE_DISTRIBUTED
 
 double r3(double x) {
   return std::round(x * 1000) / 1000;
@@ -52,19 +52,36 @@ double r3(double x) {
 // The MPI side: the input checks run before MPI starts (a lone process is refused there: a singleton
 // init can hang or fail where no launcher runs), and an error they find goes to main(), which takes part
 // in the ranks' agreement with it, so a bad argument is one line for the job. Then one Session, whose
-// first collective is dist::agree_to_start on the context's fingerprint: every rank runs the same sweep
-// with the same options, or every rank stops with one line naming the first option that differs.
-// After that, an error on one rank ends every rank (dist::abort_all): the others are in collectives.
+// first collective is distributed::agree_to_start on the context's fingerprint: every rank runs the same
+// sweep with the same options, or every rank stops with one line naming the first option that differs. After
+// that, an error on one rank ends every rank (distributed::abort_all): the others are in collectives.
 void require_ranks(const std::string& name) {
-  const auto l = env::launcher();
   check(
-      l.launched && l.size != 1,
+      env::launcher().several_ranks(),
       "bench {}: needs at least 2 MPI ranks; run it as 'mpirun -np 2 ridge bench {}' (this process is alone)",
       name, name);
 }
 
+// The end of a sweep under --trace (collective): every rank's trace merged into one file by rank 0, which
+// says so on stderr (`rows`: how the ranks appear in it). The library's errors about its argument "trace"
+// name the flag the path was given as.
+void write_trace(bench::Context& ctx, int rank, int world, const char* rows) {
+  if (ctx.trace_file.empty()) return;
+  distributed::sync_trace();
+  size_t n = 0;
+  try {
+    n = distributed::write_merged_trace(ctx.trace_file);
+  } catch (const Error& e) {
+    if (e.argument() == "trace") throw e.renamed("--trace");
+    throw;
+  }
+  ctx.trace_written = true;
+  if (rank == 0)
+    std::fprintf(stderr, "trace: %zu events from %d ranks%s -> %s\n", n, world, rows, ctx.trace_file.c_str());
+}
+
 double max_over_ranks(double x) {
-  return dist::max(x);
+  return distributed::max(x);
 }
 
 bench::Measurement from_samples(std::vector<double> s, int warmup) {
@@ -136,8 +153,8 @@ void run_allreduce(bench::Context& ctx) {
           fmt::format("--set size: {} on {} ranks", units::format_bytes(static_cast<double>(s)), N));
     }
   }
-  dist::Session session;
-  dist::agree_to_start("", ctx.fingerprint);
+  distributed::Session session;
+  distributed::agree_to_start("", ctx.fingerprint);
   const int rank = session.rank(), world = session.size();
   const int64_t N = world;
   const auto link = memory_link(ctx, world);
@@ -206,15 +223,9 @@ void run_allreduce(bench::Context& ctx) {
         ctx.progress.tick(fmt::format("allreduce {} {}", op, size_label(s)));
       }
   } catch (const std::exception& e) {
-    dist::abort_all(e.what());
+    distributed::abort_all(e.what());
   }
-  if (!ctx.trace_file.empty()) {
-    dist::sync_trace();
-    const size_t n = dist::write_merged_trace(ctx.trace_file);
-    ctx.trace_written = true;
-    if (rank == 0)
-      std::fprintf(stderr, "trace: %zu events from %d ranks -> %s\n", n, world, ctx.trace_file.c_str());
-  }
+  write_trace(ctx, rank, world, "");
 }
 
 // ------------------------------------------------------------------------------ ddp
@@ -308,14 +319,14 @@ void run_ddp(bench::Context& ctx) {
     require_ranks("ddp");
   }
   if (!ctx.quick && !ctx.warmup_given) ctx.options.warmup = 2;  // --warmup always wins
-  dist::Session session;
-  dist::agree_to_start("", ctx.fingerprint);
+  distributed::Session session;
+  distributed::agree_to_start("", ctx.fingerprint);
   const int rank = session.rank(), world = session.size();
   if (rank != 0) ctx.sink.discard();
   try {
     if (!ctx.trace_file.empty()) {
       trace::set_thread_name(fmt::format("rank {} main", rank));
-      dist::sync_trace();
+      distributed::sync_trace();
     }
     // The link the analyzer predicts with, measured here so that the prediction tests the overlap model and
     // not a link figure: the per-collective latency is a 4-byte all-reduce's time, the bandwidth the bus
@@ -427,20 +438,20 @@ void run_ddp(bench::Context& ctx) {
               {
                 model::TrainConfig t2 = tc;
                 if (mode.name == "single") t2.batch = GB;  // every rank steps the whole global batch alone
-                dist::DdpConfig dc;
-                dc.mode = mode.name == "naive"      ? dist::DdpMode::naive
-                          : mode.name == "overlap"  ? dist::DdpMode::overlap
-                          : mode.name == "bucketed" ? dist::DdpMode::bucketed
-                                                    : dist::DdpMode::flat;
+                distributed::DdpConfig dc;
+                dc.mode = mode.name == "naive"      ? distributed::DdpMode::naive
+                          : mode.name == "overlap"  ? distributed::DdpMode::overlap
+                          : mode.name == "bucketed" ? distributed::DdpMode::bucketed
+                                                    : distributed::DdpMode::flat;
                 dc.bucket_mb = mode.bucket_mb;
-                dc.sharding = mode.name == "cs336"   ? dist::Sharding::cs336
-                              : mode.name == "zero1" ? dist::Sharding::zero1
-                                                     : dist::Sharding::none;
+                dc.sharding = mode.name == "cs336"   ? distributed::Sharding::cs336
+                              : mode.name == "zero1" ? distributed::Sharding::zero1
+                                                     : distributed::Sharding::none;
                 // A sharded mode's trainer never holds the whole AdamW state, as in `ridge train`.
                 std::tie(t2.optimizer_begin, t2.optimizer_end) =
-                    dist::initial_optimizer_range(dc.sharding, cfg.param_count(), world, rank);
+                    distributed::initial_optimizer_range(dc.sharding, cfg.param_count(), world, rank);
                 model::Trainer tr(cfg, t2);
-                std::optional<dist::DataParallel> dp;
+                std::optional<distributed::DataParallel> dp;
                 if (mode.name != "single") dp.emplace(tr, dc);
                 // The peak of the steps: live state (the sharded optimizer's share only) plus each step's
                 // own.
@@ -465,14 +476,15 @@ void run_ddp(bench::Context& ctx) {
                   spent += t;
                   if (dp) {
                     const auto& cs = dp->last_stats();
-                    comm.push_back(dist::mean(cs.comm_s));
-                    hidden.push_back(dist::mean(cs.hidden_s));
-                    exposed.push_back(dist::mean(cs.exposed_s));
+                    comm.push_back(distributed::mean(cs.comm_s));
+                    hidden.push_back(distributed::mean(cs.hidden_s));
+                    exposed.push_back(distributed::mean(cs.exposed_s));
                   }
                   const bool enough = static_cast<int>(steps.size()) >= o.iters && spent >= o.min_time_s;
                   if (enough || (o.max_time_s > 0 && spent >= o.max_time_s)) break;
                 }
-                peak = static_cast<int64_t>(dist::max(static_cast<double>(memory::peak_bytes() - base)));
+                peak =
+                    static_cast<int64_t>(distributed::max(static_cast<double>(memory::peak_bytes() - base)));
               }
               const auto m = from_samples(steps, ctx.options.warmup);
               if (mode.name == "single") single_ms = m.median_ms();
@@ -515,16 +527,9 @@ void run_ddp(bench::Context& ctx) {
             }
           }
   } catch (const std::exception& e) {
-    dist::abort_all(e.what());
+    distributed::abort_all(e.what());
   }
-  if (!ctx.trace_file.empty()) {
-    dist::sync_trace();
-    const size_t n = dist::write_merged_trace(ctx.trace_file);
-    ctx.trace_written = true;
-    if (rank == 0)
-      std::fprintf(stderr, "trace: %zu events from %d ranks (one process row each) -> %s\n", n, world,
-                   ctx.trace_file.c_str());
-  }
+  write_trace(ctx, rank, world, " (one process row each)");
 }
 
 #else  // without MPI
