@@ -11,10 +11,8 @@
 #include "ridge/core/error.hpp"
 #include "ridge/core/input.hpp"
 #include "ridge/core/threads.hpp"
-#include "ridge/roofline.hpp"
 #include "core/check.hpp"
 #include "core/json.hpp"
-#include "roofline/json.hpp"
 
 namespace ridge::bench {
 
