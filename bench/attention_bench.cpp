@@ -23,12 +23,12 @@
 #include "ridge/core.hpp"
 #include "report/report.hpp"
 #include "ridge/roofline.hpp"
-
-#ifdef RIDGE_HAVE_OPENBLAS
-#include <cblas.h>
 #include "core/check.hpp"
 #include "bench/registry.hpp"
 #include "core/json.hpp"
+
+#ifdef RIDGE_HAVE_OPENBLAS
+#include <cblas.h>
 extern "C" void openblas_set_num_threads(int);
 #endif
 

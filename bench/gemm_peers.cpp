@@ -3,6 +3,7 @@
 
 #include <omp.h>
 
+#include "core/check.hpp"
 #include "ridge/core/error.hpp"
 #include "ridge/core/threads.hpp"
 
@@ -11,7 +12,6 @@
 #endif
 #if RIDGE_HAVE_DNNL
 #include <dnnl.hpp>
-#include "core/check.hpp"
 #endif
 
 #if RIDGE_HAVE_OPENBLAS

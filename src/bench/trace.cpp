@@ -97,9 +97,9 @@ void append(Event e) {
   b.events.push_back(std::move(e));
 }
 
+#if defined(RIDGE_HAVE_NVTX)
 bool nvtx_on(unsigned bits) { return (bits & hooks::kNvtx) != 0; }
 
-#if defined(RIDGE_HAVE_NVTX)
 nvtxEventAttributes_t nvtx_attributes(const char* message, uint32_t colour) {
   nvtxEventAttributes_t a{};
   a.version = NVTX_VERSION;
