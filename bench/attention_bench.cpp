@@ -45,12 +45,14 @@ struct AttnCase {
   bool headline = false;
 };
 
-std::string g_sweep;        // pytorch_attention | flash_sweep | leaderboard | all
-bool g_no_torch = false;    // skip the PyTorch peer
-bool g_no_math = false;     // skip the math-path peer
+std::string g_sweep;      // pytorch_attention | flash_sweep | leaderboard | all
+bool g_no_torch = false;  // skip the PyTorch peer
+bool g_no_math = false;   // skip the math-path peer
 std::string g_python = "python3";
 
-std::string dtype_key(DType t) { return t == DType::bf16 ? "bf16" : "fp32"; }
+std::string dtype_key(DType t) {
+  return t == DType::bf16 ? "bf16" : "fp32";
+}
 
 // The sweeps of bench/shapes/attention-shapes.json (a copy of the CS336 assignment's shapes).
 json load_shapes() {
@@ -76,26 +78,32 @@ std::vector<AttnCase> sweep_cases(const std::string& which) {
     const json& p = s.at("pytorch_attention");
     for (int64_t d : p.at("head_dim").get<std::vector<int64_t>>())
       for (int64_t n : p.at("seq").get<std::vector<int64_t>>())
-        v.push_back({p.at("batch").get<int64_t>(), p.at("heads").get<int64_t>(), p.at("heads").get<int64_t>(), n, d,
-                     p.at("causal").get<bool>(), DType::f32});
+        v.push_back({p.at("batch").get<int64_t>(), p.at("heads").get<int64_t>(), p.at("heads").get<int64_t>(),
+                     n, d, p.at("causal").get<bool>(), DType::f32});
   }
   if (want("flash_sweep")) {
     const json& p = s.at("flash_sweep");
     for (const auto& dt : p.at("dtype").get<std::vector<std::string>>())
       for (int64_t d : p.at("head_dim").get<std::vector<int64_t>>())
         for (int64_t n : p.at("seq").get<std::vector<int64_t>>())
-          v.push_back({p.at("batch").get<int64_t>(), p.at("heads").get<int64_t>(), p.at("heads").get<int64_t>(), n, d,
-                       p.at("causal").get<bool>(), parse_dtype(dt)});
+          v.push_back({p.at("batch").get<int64_t>(), p.at("heads").get<int64_t>(),
+                       p.at("heads").get<int64_t>(), n, d, p.at("causal").get<bool>(), parse_dtype(dt)});
   }
   if (want("leaderboard")) {
     const json& p = s.at("leaderboard");
-    AttnCase c{p.at("batch").get<int64_t>(), p.at("heads").get<int64_t>(), p.at("heads").get<int64_t>(),
-               p.at("seq").get<int64_t>(), p.at("head_dim").get<int64_t>(), p.at("causal").get<bool>(),
-               parse_dtype(p.at("dtype").get<std::string>()), {p.at("pass").get<std::string>()}, true};
+    AttnCase c{p.at("batch").get<int64_t>(),
+               p.at("heads").get<int64_t>(),
+               p.at("heads").get<int64_t>(),
+               p.at("seq").get<int64_t>(),
+               p.at("head_dim").get<int64_t>(),
+               p.at("causal").get<bool>(),
+               parse_dtype(p.at("dtype").get<std::string>()),
+               {p.at("pass").get<std::string>()},
+               true};
     v.push_back(c);
   }
-  check(!v.empty(), "bench attention: --sweep {} (expected pytorch_attention, flash_sweep, leaderboard or all)",
-        which);
+  check(!v.empty(),
+        "bench attention: --sweep {} (expected pytorch_attention, flash_sweep, leaderboard or all)", which);
   return v;
 }
 
@@ -124,9 +132,11 @@ std::vector<AttnCase> grid_cases(const bench::Grid& g) {
             for (const auto& cs : g.values("causal", {"false"})) {
               check(cs == "true" || cs == "false" || cs == "1" || cs == "0",
                     "bench attention: causal {} (expected true or false)", cs);
-              check(d >= 16 && d <= 256, "--set head_dim: {} is not accepted (FlashAttention takes 16 .. 256)", d);
+              check(d >= 16 && d <= 256,
+                    "--set head_dim: {} is not accepted (FlashAttention takes 16 .. 256)", d);
               const DType t = dtype_axis(dt);
-              check(t == DType::f32 || t == DType::bf16, "bench attention: dtype {} (expected fp32 or bf16)", dt);
+              check(t == DType::f32 || t == DType::bf16, "bench attention: dtype {} (expected fp32 or bf16)",
+                    dt);
               for (int64_t kvh : g.counts("kv_heads", {h})) {
                 AttnCase c{b, h, kvh, n, d, cs == "true" || cs == "1", t, passes};
                 v.push_back(c);
@@ -140,8 +150,10 @@ void fill_random(Buffer<T>& buf, uint32_t seed) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> dist(0.0f, 1.0f);
   for (auto& x : buf) {
-    if constexpr (std::is_same_v<T, bf16>) x = to_bf16(dist(rng));
-    else x = dist(rng);
+    if constexpr (std::is_same_v<T, bf16>)
+      x = to_bf16(dist(rng));
+    else
+      x = dist(rng);
   }
 }
 
@@ -154,30 +166,37 @@ struct MathPath {
   float scale;
   Buffer<float> P, dP, D;
   MathPath(const AttnCase& c, bool backward)
-      : b(c.batch), h(c.heads), kvh(c.kv_heads), nq(c.seq), nk(c.seq), d(c.d), causal(c.causal),
+      : b(c.batch),
+        h(c.heads),
+        kvh(c.kv_heads),
+        nq(c.seq),
+        nk(c.seq),
+        d(c.d),
+        causal(c.causal),
         scale(static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.d)))),
         P(static_cast<size_t>(b * h * nq * nk), "math_path.P"),
         dP(backward ? static_cast<size_t>(b * h * nq * nk) : 0, "math_path.dP"),
         D(static_cast<size_t>(b * h * nq), "math_path.D") {}
 
   static double bytes_needed(const AttnCase& c, bool backward) {
-    return (backward ? 2.0 : 1.0) * 4.0 * static_cast<double>(c.batch * c.heads) * static_cast<double>(c.seq) *
-           static_cast<double>(c.seq);
+    return (backward ? 2.0 : 1.0) * 4.0 * static_cast<double>(c.batch * c.heads) *
+           static_cast<double>(c.seq) * static_cast<double>(c.seq);
   }
 
   // C (m x n, ldc) = alpha * op(A) op(B) + beta * C, row-major.
-  static void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* A, int64_t lda,
-                   const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  static void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* A,
+                   int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
 #ifdef RIDGE_HAVE_OPENBLAS
-    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, static_cast<int>(m),
-                static_cast<int>(n), static_cast<int>(k), alpha, A, static_cast<int>(lda), B, static_cast<int>(ldb),
-                beta, C, static_cast<int>(ldc));
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+                static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), alpha, A,
+                static_cast<int>(lda), B, static_cast<int>(ldb), beta, C, static_cast<int>(ldc));
 #else
 #pragma omp parallel for num_threads(get_num_threads())
     for (int64_t i = 0; i < m; ++i)
       for (int64_t j = 0; j < n; ++j) {
         float s = 0;
-        for (int64_t x = 0; x < k; ++x) s += (ta ? A[x * lda + i] : A[i * lda + x]) * (tb ? B[j * ldb + x] : B[x * ldb + j]);
+        for (int64_t x = 0; x < k; ++x)
+          s += (ta ? A[x * lda + i] : A[i * lda + x]) * (tb ? B[j * ldb + x] : B[x * ldb + j]);
         C[i * ldc + j] = alpha * s + beta * C[i * ldc + j];
       }
 #endif
@@ -208,29 +227,35 @@ struct MathPath {
     const int64_t g = h / kvh;
     for (int64_t x = 0; x < b * h; ++x) {
       const int64_t kx = (x / h) * kvh + (x % h) / g;
-      gemm(false, true, nq, nk, d, 1.0f, q + x * nq * d, d, k + kx * nk * d, d, 0.0f, P.data() + x * nq * nk, nk);
+      gemm(false, true, nq, nk, d, 1.0f, q + x * nq * d, d, k + kx * nk * d, d, 0.0f, P.data() + x * nq * nk,
+           nk);
     }
     softmax_rows();
     for (int64_t x = 0; x < b * h; ++x) {
       const int64_t kx = (x / h) * kvh + (x % h) / g;
-      gemm(false, false, nq, d, nk, 1.0f, P.data() + x * nq * nk, nk, v + kx * nk * d, d, 0.0f, o + x * nq * d, d);
+      gemm(false, false, nq, d, nk, 1.0f, P.data() + x * nq * nk, nk, v + kx * nk * d, d, 0.0f,
+           o + x * nq * d, d);
     }
   }
 
-  void backward(const float* q, const float* k, const float* v, const float* d_o, float* dq, float* dk, float* dv) {
+  void backward(const float* q, const float* k, const float* v, const float* d_o, float* dq, float* dk,
+                float* dv) {
     const int64_t g = h / kvh;
     // Recompute P (what the framework would have kept from forward costs the same matmul).
     for (int64_t x = 0; x < b * h; ++x) {
       const int64_t kx = (x / h) * kvh + (x % h) / g;
-      gemm(false, true, nq, nk, d, 1.0f, q + x * nq * d, d, k + kx * nk * d, d, 0.0f, P.data() + x * nq * nk, nk);
+      gemm(false, true, nq, nk, d, 1.0f, q + x * nq * d, d, k + kx * nk * d, d, 0.0f, P.data() + x * nq * nk,
+           nk);
     }
     softmax_rows();
     for (int64_t x = 0; x < b * kvh * nk * d; ++x) dk[x] = dv[x] = 0.0f;
     for (int64_t x = 0; x < b * h; ++x) {
       const int64_t kx = (x / h) * kvh + (x % h) / g;
       // dV += P^T dO; dP = dO V^T
-      gemm(true, false, nk, d, nq, 1.0f, P.data() + x * nq * nk, nk, d_o + x * nq * d, d, 1.0f, dv + kx * nk * d, d);
-      gemm(false, true, nq, nk, d, 1.0f, d_o + x * nq * d, d, v + kx * nk * d, d, 0.0f, dP.data() + x * nq * nk, nk);
+      gemm(true, false, nk, d, nq, 1.0f, P.data() + x * nq * nk, nk, d_o + x * nq * d, d, 1.0f,
+           dv + kx * nk * d, d);
+      gemm(false, true, nq, nk, d, 1.0f, d_o + x * nq * d, d, v + kx * nk * d, d, 0.0f,
+           dP.data() + x * nq * nk, nk);
     }
 #pragma omp parallel for num_threads(get_num_threads()) schedule(static)
     for (int64_t r = 0; r < b * h * nq; ++r) {
@@ -242,8 +267,10 @@ struct MathPath {
     }
     for (int64_t x = 0; x < b * h; ++x) {
       const int64_t kx = (x / h) * kvh + (x % h) / g;
-      gemm(false, false, nq, d, nk, scale, dP.data() + x * nq * nk, nk, k + kx * nk * d, d, 0.0f, dq + x * nq * d, d);
-      gemm(true, false, nk, d, nq, scale, dP.data() + x * nq * nk, nk, q + x * nq * d, d, 1.0f, dk + kx * nk * d, d);
+      gemm(false, false, nq, d, nk, scale, dP.data() + x * nq * nk, nk, k + kx * nk * d, d, 0.0f,
+           dq + x * nq * d, d);
+      gemm(true, false, nk, d, nq, scale, dP.data() + x * nq * nk, nk, q + x * nq * d, d, 1.0f,
+           dk + kx * nk * d, d);
     }
   }
 };
@@ -252,21 +279,25 @@ struct MathPath {
 // {pass: median_ms} from tools/torch_attention_peer.py, or an explanation in `why`.
 // backend "flash" is F.scaled_dot_product_attention (PyTorch's CPU flash kernel), "math" its
 // materialised math backend.
-std::map<std::string, double> torch_peer(const AttnCase& c, int threads, const bench::Options& opt, std::string& why,
-                                         const char* backend) {
+std::map<std::string, double> torch_peer(const AttnCase& c, int threads, const bench::Options& opt,
+                                         std::string& why, const char* backend) {
   std::map<std::string, double> out;
   std::string passes;
   for (const auto& p : c.passes) passes += (passes.empty() ? "" : ",") + p;
   // Started without a shell: --python names a program, never a command line.
-  std::vector<std::string> argv = {g_python, std::string(RIDGE_SOURCE_DIR) + "/tools/torch_attention_peer.py",
-                                   "--batch", std::to_string(c.batch), "--heads", std::to_string(c.heads),
-                                   "--kv-heads", std::to_string(c.kv_heads), "--seq", std::to_string(c.seq),
-                                   "--head-dim", std::to_string(c.d), "--dtype", dtype_key(c.dtype)};
+  std::vector<std::string> argv = {
+      g_python,     std::string(RIDGE_SOURCE_DIR) + "/tools/torch_attention_peer.py",
+      "--batch",    std::to_string(c.batch),
+      "--heads",    std::to_string(c.heads),
+      "--kv-heads", std::to_string(c.kv_heads),
+      "--seq",      std::to_string(c.seq),
+      "--head-dim", std::to_string(c.d),
+      "--dtype",    dtype_key(c.dtype)};
   if (c.causal) argv.push_back("--causal");
-  for (const std::string& s : std::vector<std::string>{"--passes", passes, "--threads", std::to_string(threads), "--warmup",
-                              std::to_string(c.headline ? 0 : std::max(1, opt.warmup)), "--iters",
-                              std::to_string(c.headline ? 1 : std::max(3, opt.iters)), "--backend",
-                              std::string(backend)})
+  for (const std::string& s : std::vector<std::string>{
+           "--passes", passes, "--threads", std::to_string(threads), "--warmup",
+           std::to_string(c.headline ? 0 : std::max(1, opt.warmup)), "--iters",
+           std::to_string(c.headline ? 1 : std::max(3, opt.iters)), "--backend", std::string(backend)})
     argv.push_back(s);
   const auto run = process::run(argv);
   if (!run.started) {
@@ -340,10 +371,11 @@ void run_case(const AttnCase& c, bench::Context& ctx, double peak_of_dtype) {
     std::string why_math;
     if (!g_no_math && !torch_ms.empty() && MathPath::bytes_needed(c, true) <= 8.0 * (1ull << 30))
       torch_math_ms = torch_peer(c, ctx.threads, opt, why_math, "math");
-  }
-  else torch_why = "PyTorch peer skipped (--no-torch)";
+  } else
+    torch_why = "PyTorch peer skipped (--no-torch)";
 
-  const double math_bytes_fwd = MathPath::bytes_needed(c, false), math_bytes_bwd = MathPath::bytes_needed(c, true);
+  const double math_bytes_fwd = MathPath::bytes_needed(c, false),
+               math_bytes_bwd = MathPath::bytes_needed(c, true);
   const double limit = 8.0 * 1024 * 1024 * 1024;
   // fp32 copies of the inputs for the math path (conversion not timed).
   Buffer<float> fq, fk, fv, fdo, fo, fdq, fdk, fdv;
@@ -359,8 +391,10 @@ void run_case(const AttnCase& c, bench::Context& ctx, double peak_of_dtype) {
     fdv = Buffer<float>(nk, "math_path.dv");
     auto cvt = [](const Buffer<T>& s, Buffer<float>& dst) {
       for (size_t i = 0; i < s.size(); ++i) {
-        if constexpr (std::is_same_v<T, bf16>) dst[i] = to_float(s[i]);
-        else dst[i] = s[i];
+        if constexpr (std::is_same_v<T, bf16>)
+          dst[i] = to_float(s[i]);
+        else
+          dst[i] = s[i];
       }
     };
     cvt(q, fq);
@@ -378,12 +412,15 @@ void run_case(const AttnCase& c, bench::Context& ctx, double peak_of_dtype) {
   for (const std::string& pass : c.passes) {
     const bool has_f = pass != "backward", has_b = pass != "forward";
     std::function<void()> ours;
-    if (pass == "forward") ours = fwd;
-    else if (pass == "backward") ours = bwd;
-    else ours = [&] {
-      fwd();
-      bwd();
-    };
+    if (pass == "forward")
+      ours = fwd;
+    else if (pass == "backward")
+      ours = bwd;
+    else
+      ours = [&] {
+        fwd();
+        bwd();
+      };
     // Extra memory: the high-water mark above what is live before the call.
     memory::reset_peak();
     const int64_t base = memory::current_bytes();
@@ -427,8 +464,8 @@ void run_case(const AttnCase& c, bench::Context& ctx, double peak_of_dtype) {
 
     bench::Row row;
     row.benchmark = "attention";
-    row.case_ = {{"batch", B},       {"heads", H},           {"kv_heads", KH}, {"seq", N},
-                 {"head_dim", Dh},   {"causal", c.causal},   {"pass", pass}};
+    row.case_ = {{"batch", B},     {"heads", H},         {"kv_heads", KH}, {"seq", N},
+                 {"head_dim", Dh}, {"causal", c.causal}, {"pass", pass}};
     row.dtype = dtype_key(c.dtype);
     row.threads = ctx.threads;
     // The same q, k, v every call: a layer's attention reads them right after the projections
@@ -447,7 +484,8 @@ void run_case(const AttnCase& c, bench::Context& ctx, double peak_of_dtype) {
     if (peer) row.add_peer(math_name, ms[1]);
     if (auto it = torch_ms.find(pass); it != torch_ms.end()) {
       row.add_peer("pytorch sdpa", it->second);
-      if (auto im = torch_math_ms.find(pass); im != torch_math_ms.end()) row.add_peer("pytorch math", im->second);
+      if (auto im = torch_math_ms.find(pass); im != torch_math_ms.end())
+        row.add_peer("pytorch math", im->second);
       note += "; " + torch_why + " (PyTorch timed in its own process before ridge, not interleaved)";
     } else if (g_no_torch) {
       note += "; " + torch_why;
@@ -457,16 +495,21 @@ void run_case(const AttnCase& c, bench::Context& ctx, double peak_of_dtype) {
     if (c.headline) note += "; headline shape (1 sample)";
     row.note = note;
     ctx.emit(row);
-    ctx.progress.tick(fmt::format("attention {} n={} d={}{} {}", row.dtype, N, Dh, c.causal ? " causal" : "", pass));
+    ctx.progress.tick(
+        fmt::format("attention {} n={} d={}{} {}", row.dtype, N, Dh, c.causal ? " causal" : "", pass));
   }
 }
 
 void run_attention(bench::Context& ctx) {
   std::vector<AttnCase> cases;
-  if (!g_sweep.empty()) cases = sweep_cases(g_sweep);
-  else if (!ctx.grid.empty()) cases = grid_cases(ctx.grid);
-  else if (ctx.quick) cases = quick_cases();
-  else cases = sweep_cases("all");
+  if (!g_sweep.empty())
+    cases = sweep_cases(g_sweep);
+  else if (!ctx.grid.empty())
+    cases = grid_cases(ctx.grid);
+  else if (ctx.quick)
+    cases = quick_cases();
+  else
+    cases = sweep_cases("all");
   size_t total = 0;
   for (const auto& c : cases) total += c.passes.size();
   ctx.progress.start(total);
@@ -479,14 +522,17 @@ void run_attention(bench::Context& ctx) {
     }
   }
   for (const auto& c : cases) {
-    if (c.dtype == DType::bf16) run_case<bf16>(c, ctx, peak16);
-    else run_case<float>(c, ctx, peak32);
+    if (c.dtype == DType::bf16)
+      run_case<bf16>(c, ctx, peak16);
+    else
+      run_case<float>(c, ctx, peak32);
   }
 }
 
 void attention_options(CLI::App& app) {
-  app.add_option("--sweep", g_sweep, "a sweep of bench/shapes/attention-shapes.json: pytorch_attention, flash_sweep, "
-                                     "leaderboard or all (default without --quick/--set: all)");
+  app.add_option("--sweep", g_sweep,
+                 "a sweep of bench/shapes/attention-shapes.json: pytorch_attention, flash_sweep, "
+                 "leaderboard or all (default without --quick/--set: all)");
   app.add_flag("--no-torch", g_no_torch, "skip the PyTorch scaled_dot_product_attention peer");
   app.add_flag("--no-math", g_no_math, "skip the math-path peer");
   app.add_option("--python", g_python, "python interpreter for the PyTorch peer (default python3)");
@@ -495,6 +541,7 @@ void attention_options(CLI::App& app) {
 }  // namespace
 }  // namespace ridge
 
-RIDGE_BENCHMARK(attention, "attention",
-                "FlashAttention-2 forward/backward vs the math path and PyTorch's CPU scaled_dot_product_attention",
-                ridge::run_attention, ridge::attention_options);
+RIDGE_BENCHMARK(
+    attention, "attention",
+    "FlashAttention-2 forward/backward vs the math path and PyTorch's CPU scaled_dot_product_attention",
+    ridge::run_attention, ridge::attention_options);

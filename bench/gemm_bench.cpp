@@ -41,7 +41,8 @@ std::vector<std::string> split(const std::string& s) {
 
 nlohmann::json load_shapes() {
   std::vector<std::string> candidates;
-  if (!g_shapes_file.empty()) candidates.push_back(g_shapes_file);
+  if (!g_shapes_file.empty())
+    candidates.push_back(g_shapes_file);
   else {
     // bench/shapes as the report layer finds it ($RIDGE_SHAPES_DIR, the source tree, ./bench/shapes),
     // else the project's shared list.
@@ -83,8 +84,8 @@ int64_t get(const nlohmann::json& j, const char* key, const std::string& set) {
 std::vector<Item> items(const nlohmann::json& shapes, const std::vector<std::string>& sets, bool quick) {
   std::vector<Item> out;
   for (const auto& set : sets) {
-    check(shapes.contains(set), "--set set={}: unknown (expected dense, grouped_contiguous, grouped_masked, decode)",
-          set);
+    check(shapes.contains(set),
+          "--set set={}: unknown (expected dense, grouped_contiguous, grouped_masked, decode)", set);
     for (const auto& e : shapes[set]) {
       Item it{set, 0, get(e, "n", set), get(e, "k", set)};
       if (set == "grouped_contiguous" || set == "grouped_masked") {
@@ -153,7 +154,9 @@ void run_gemm(bench::Context& ctx) {
           c.n = it.n;
           c.k = it.k;
           c.groups = it.groups;
-          c.layout = it.set == "grouped_contiguous" ? "contiguous" : it.set == "grouped_masked" ? "masked" : "";
+          c.layout = it.set == "grouped_contiguous" ? "contiguous"
+                     : it.set == "grouped_masked"   ? "masked"
+                                                    : "";
           c.peer = peer;
           c.warm = g_warm;
           row = run_fp8_case(c, ctx.options, ctx.chip());

@@ -21,13 +21,19 @@ void fill_random(Buffer<T>& buf, uint32_t seed) {
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   for (auto& x : buf) {
-    if constexpr (std::is_same_v<T, bf16>) x = to_bf16(u(rng));
-    else x = u(rng);
+    if constexpr (std::is_same_v<T, bf16>)
+      x = to_bf16(u(rng));
+    else
+      x = u(rng);
   }
 }
 
-float value(float x) { return x; }
-float value(bf16 x) { return to_float(x); }
+float value(float x) {
+  return x;
+}
+float value(bf16 x) {
+  return to_float(x);
+}
 
 // Over the first `count` elements (copy 0 of the outputs).
 template <typename T, typename U>
@@ -114,8 +120,8 @@ bench::Row run_dense_case(const GemmCase& c, const bench::Options& options) {
   check(c.out == DType::f32 || c.out == DType::bf16, "bench gemm: output dtype {} (expected fp32 or bf16)",
         dtype_name(c.out));
   check(c.m > 0 && c.n > 0 && c.k > 0, "bench gemm: shape m={} n={} k={} (expected all > 0)", c.m, c.n, c.k);
-  check(!c.packed_b || c.layout == gemm::Layout::nt, "bench gemm: packed B with layout {} (PackedB is nt only)",
-        gemm::layout_name(c.layout));
+  check(!c.packed_b || c.layout == gemm::Layout::nt,
+        "bench gemm: packed B with layout {} (PackedB is nt only)", gemm::layout_name(c.layout));
   const int64_t m = c.m, n = c.n, k = c.k;
   const gemm::Layout layout = c.layout;
   const bool a_km = layout == gemm::Layout::tn || layout == gemm::Layout::tt;
@@ -258,7 +264,8 @@ void run_gemm_dense(bench::Context& ctx) {
   const auto packed = ctx.grid.values("packed", {"0"});
   const bool peer = ctx.grid.switches("peer", {true}).front();
   std::vector<gemm::Layout> layouts;
-  for (const auto& l : ctx.grid.values("layout", {"nt"})) layouts.push_back(gemm::parse_layout(l, "--set layout"));
+  for (const auto& l : ctx.grid.values("layout", {"nt"}))
+    layouts.push_back(gemm::parse_layout(l, "--set layout"));
   ctx.progress.start(ms.size() * ns.size() * ks.size() * dtypes.size() * outs.size() * packed.size() *
                      layouts.size());
   for (const gemm::Layout layout : layouts)
@@ -286,7 +293,8 @@ void run_gemm_dense(bench::Context& ctx) {
                   }
                 };
                 c.dtype = axis(dt, "--set dtype");
-                c.out = out == "default" ? (c.dtype == DType::f32 ? DType::f32 : DType::bf16) : axis(out, "--set out");
+                c.out = out == "default" ? (c.dtype == DType::f32 ? DType::f32 : DType::bf16)
+                                         : axis(out, "--set out");
                 c.packed_b = pk == "1";
                 c.peer = peer;
                 c.layout = layout;

@@ -84,11 +84,13 @@ Quantized clone(const Quantized& x) {
 }  // namespace
 
 double fp8_bytes(int64_t m, int64_t n, int64_t k, int64_t groups_of_b) {
-  return static_cast<double>(m) * k + static_cast<double>(groups_of_b) * n * k + 2.0 * static_cast<double>(m) * n;
+  return static_cast<double>(m) * k + static_cast<double>(groups_of_b) * n * k +
+         2.0 * static_cast<double>(m) * n;
 }
 
 bench::Row run_fp8_case(const Fp8Case& c, const bench::Options& options, const roofline::Chip* chip) {
-  check(c.m > 0 && c.n > 0 && c.k > 0, "bench gemm: fp8 shape m={} n={} k={} (expected all > 0)", c.m, c.n, c.k);
+  check(c.m > 0 && c.n > 0 && c.k > 0, "bench gemm: fp8 shape m={} n={} k={} (expected all > 0)", c.m, c.n,
+        c.k);
   const bool grouped = c.groups > 0;
   check(!grouped || c.layout == "contiguous" || c.layout == "masked",
         "bench gemm: layout '{}' (expected contiguous or masked)", c.layout);

@@ -50,8 +50,8 @@ void openblas_sgemm_nt(int64_t m, int64_t n, int64_t k, const float* a, int64_t 
   openblas_sgemm(false, false, m, n, k, a, lda, b, ldb, d, ldd, accumulate);
 }
 
-void openblas_sgemm(bool a_kmajor, bool b_kmajor, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
-                    const float* b, int64_t ldb, float* d, int64_t ldd, bool accumulate) {
+void openblas_sgemm(bool a_kmajor, bool b_kmajor, int64_t m, int64_t n, int64_t k, const float* a,
+                    int64_t lda, const float* b, int64_t ldb, float* d, int64_t ldd, bool accumulate) {
 #if RIDGE_HAVE_OPENBLAS
   cblas_sgemm(CblasRowMajor, a_kmajor ? CblasTrans : CblasNoTrans, b_kmajor ? CblasNoTrans : CblasTrans,
               static_cast<blasint>(m), static_cast<blasint>(n), static_cast<blasint>(k), 1.0f, a,
@@ -105,11 +105,13 @@ OnednnBf16Matmul::OnednnBf16Matmul(int64_t m, int64_t n, int64_t k, DType out, i
   using dims = dnnl::memory::dims;
   impl_->a_md = dnnl::memory::desc({m, k}, dt::bf16, a_kmajor ? dims{1, lda} : dims{lda, 1});
   impl_->b_md = dnnl::memory::desc({k, n}, dt::bf16, b_kmajor ? dims{ldb, 1} : dims{1, ldb});
-  impl_->d_md = dnnl::memory::desc({m, n}, out == DType::f32 ? dt::f32 : dt::bf16, dnnl::memory::dims{ldd, 1});
-  #if DNNL_VERSION_MAJOR >= 3
+  impl_->d_md =
+      dnnl::memory::desc({m, n}, out == DType::f32 ? dt::f32 : dt::bf16, dnnl::memory::dims{ldd, 1});
+#if DNNL_VERSION_MAJOR >= 3
   auto pd = dnnl::matmul::primitive_desc(impl_->engine, impl_->a_md, impl_->b_md, impl_->d_md);
 #else
-  auto pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(impl_->a_md, impl_->b_md, impl_->d_md), impl_->engine);
+  auto pd =
+      dnnl::matmul::primitive_desc(dnnl::matmul::desc(impl_->a_md, impl_->b_md, impl_->d_md), impl_->engine);
 #endif
   impl_->impl = pd.impl_info_str();
   impl_->prim = dnnl::matmul(pd);
@@ -126,7 +128,9 @@ void OnednnBf16Matmul::run(const bf16* a, const bf16* b, void* d) {
   impl_->stream.wait();
 }
 
-std::string OnednnBf16Matmul::impl_name() const { return impl_->impl; }
+std::string OnednnBf16Matmul::impl_name() const {
+  return impl_->impl;
+}
 #else
 struct OnednnBf16Matmul::Impl {};
 OnednnBf16Matmul::OnednnBf16Matmul(int64_t, int64_t, int64_t, DType, int64_t, int64_t, int64_t, bool, bool) {
@@ -134,7 +138,9 @@ OnednnBf16Matmul::OnednnBf16Matmul(int64_t, int64_t, int64_t, DType, int64_t, in
 }
 OnednnBf16Matmul::~OnednnBf16Matmul() = default;
 void OnednnBf16Matmul::run(const bf16*, const bf16*, void*) {}
-std::string OnednnBf16Matmul::impl_name() const { return ""; }
+std::string OnednnBf16Matmul::impl_name() const {
+  return "";
+}
 #endif
 
 }  // namespace ridge::gemm_peers

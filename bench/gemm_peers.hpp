@@ -22,17 +22,17 @@ void openblas_sgemm_nt(int64_t m, int64_t n, int64_t k, const float* a, int64_t 
                        int64_t ldb, float* d, int64_t ldd, bool accumulate = false);
 // The same with ridge's layouts: a_kmajor reads A stored [k,m] (tn, tt), b_kmajor B stored [k,n]
 // (nn, tn), through OpenBLAS's own transposition flags.
-void openblas_sgemm(bool a_kmajor, bool b_kmajor, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
-                    const float* b, int64_t ldb, float* d, int64_t ldd, bool accumulate = false);
+void openblas_sgemm(bool a_kmajor, bool b_kmajor, int64_t m, int64_t n, int64_t k, const float* a,
+                    int64_t lda, const float* b, int64_t ldb, float* d, int64_t ldd, bool accumulate = false);
 
 // ---- oneDNN ----
 bool onednn_available();
 // oneDNN's version string ("3.0.0"), "" when absent.
 std::string onednn_version();
 
-// A bf16 x bf16 -> (fp32 | bf16) matmul D[m,n] = A[m,k] * B[n,k]^T (or another layout, below). The primitive is created once
-// in the constructor (what a framework does per shape) so run() is only the execution. Threads:
-// oneDNN's OpenMP runtime uses omp_get_max_threads() at run time; run() sets it from
+// A bf16 x bf16 -> (fp32 | bf16) matmul D[m,n] = A[m,k] * B[n,k]^T (or another layout, below). The primitive
+// is created once in the constructor (what a framework does per shape) so run() is only the execution.
+// Threads: oneDNN's OpenMP runtime uses omp_get_max_threads() at run time; run() sets it from
 // ridge::get_num_threads().
 class OnednnBf16Matmul {
  public:

@@ -245,12 +245,9 @@ void run_case(const Flags& flags, const Case& c, bench::Context& ctx, const roof
       json by_kind = json::object();
       for (const auto& [k, v] : pc.kinds) {
         pred_by[k] = v.predicted_ms;
-        by_kind[k] = {{"predicted_ms", v.predicted_ms},
-                      {"measured_ms", v.measured_ms},
-                      {"bound_ms", v.bound_ms},
-                      {"prediction_error_pct", v.error_pct()},
-                      {"ran_efficiency", v.ran_eff()},
-                      {"fitted_efficiency", v.fitted_eff()}};
+        by_kind[k] = {{"predicted_ms", v.predicted_ms}, {"measured_ms", v.measured_ms},
+                      {"bound_ms", v.bound_ms},         {"prediction_error_pct", v.error_pct()},
+                      {"ran_efficiency", v.ran_eff()},  {"fitted_efficiency", v.fitted_eff()}};
       }
       const predict::Case pcase{fmt::format("{} ctx={} {} {}", c.size, c.seq, c.precision, c.pass), c.cfg,
                                 c.batch, c.seq, c.attention};
@@ -311,9 +308,9 @@ void run_case(const Flags& flags, const Case& c, bench::Context& ctx, const roof
 
 void run_model(bench::Context& ctx) {
   const auto& g = ctx.grid;
-  g.check_keys(
-      {"size", "context", "batch", "precision", "pass", "attention", "d_model", "d_ff", "layers", "heads", "threads"},
-      "model");
+  g.check_keys({"size", "context", "batch", "precision", "pass", "attention", "d_model", "d_ff", "layers",
+                "heads", "threads"},
+               "model");
   std::vector<std::string> sizes = g.values("size", {"tiny", "small"});
   std::vector<int64_t> ctxs = g.counts("context", {256});
   std::vector<std::string> precs = g.values("precision", {"fp32", "bf16"});
@@ -330,42 +327,43 @@ void run_model(bench::Context& ctx) {
           env::kMaxThreads);
   std::vector<Case> cases;
   for (const int64_t th : thread_counts)
-  for (const auto& s : sizes)
-    for (int64_t T : ctxs)
-      for (int64_t B : g.counts("batch", {4}))
-        for (const auto& pr : precs)
-          for (const auto& at : g.values("attention", {"flash"}))
-            for (const auto& ps : passes) {
-              Case c;
-              c.size = s;
-              c.cfg = model::preset(s, g_flags.vocab, T);
-              if (g.has("d_model")) c.cfg.d_model = g.counts("d_model")[0], c.size += "*";
-              if (g.has("d_ff")) c.cfg.d_ff = g.counts("d_ff")[0], c.size += "*";
-              if (g.has("layers")) c.cfg.num_layers = g.counts("layers")[0], c.size += "*";
-              if (g.has("heads")) c.cfg.num_heads = g.counts("heads")[0], c.size += "*";
-              c.cfg.validate();
-              check(B >= 1, "bench model: batch {} must be >= 1", B);
-              // Refused before anything is allocated: a case past the machine's memory would
-              // otherwise die in the allocator (or swap for minutes) halfway through the sweep.
-              double need = 0;
-              const json mem = analytic_memory(c.cfg, B, T, model::parse_precision(pr));
-              for (auto it = mem.begin(); it != mem.end(); ++it)
-                if (it.key() != "activations (per layer)") need += it.value().get<double>();
-              const double avail = static_cast<double>(memory::available_bytes());
-              check(avail <= 0 || need < 0.9 * avail,
-                    "--set size/context/batch/d_model/d_ff/layers/heads, --vocab: the case {} context {} batch {} needs "
-                    "about {} but {} is available",
-                    c.size, T, B, units::format_bytes(need), units::format_bytes(avail));
-              model::parse_precision(pr);
-              model::parse_attention_path(at);
-              c.batch = B;
-              c.seq = T;
-              c.precision = pr;
-              c.attention = at;
-              c.pass = ps;
-              c.threads = static_cast<int>(th);
-              cases.push_back(c);
-            }
+    for (const auto& s : sizes)
+      for (int64_t T : ctxs)
+        for (int64_t B : g.counts("batch", {4}))
+          for (const auto& pr : precs)
+            for (const auto& at : g.values("attention", {"flash"}))
+              for (const auto& ps : passes) {
+                Case c;
+                c.size = s;
+                c.cfg = model::preset(s, g_flags.vocab, T);
+                if (g.has("d_model")) c.cfg.d_model = g.counts("d_model")[0], c.size += "*";
+                if (g.has("d_ff")) c.cfg.d_ff = g.counts("d_ff")[0], c.size += "*";
+                if (g.has("layers")) c.cfg.num_layers = g.counts("layers")[0], c.size += "*";
+                if (g.has("heads")) c.cfg.num_heads = g.counts("heads")[0], c.size += "*";
+                c.cfg.validate();
+                check(B >= 1, "bench model: batch {} must be >= 1", B);
+                // Refused before anything is allocated: a case past the machine's memory would
+                // otherwise die in the allocator (or swap for minutes) halfway through the sweep.
+                double need = 0;
+                const json mem = analytic_memory(c.cfg, B, T, model::parse_precision(pr));
+                for (auto it = mem.begin(); it != mem.end(); ++it)
+                  if (it.key() != "activations (per layer)") need += it.value().get<double>();
+                const double avail = static_cast<double>(memory::available_bytes());
+                check(avail <= 0 || need < 0.9 * avail,
+                      "--set size/context/batch/d_model/d_ff/layers/heads, --vocab: the case {} context {} "
+                      "batch {} needs "
+                      "about {} but {} is available",
+                      c.size, T, B, units::format_bytes(need), units::format_bytes(avail));
+                model::parse_precision(pr);
+                model::parse_attention_path(at);
+                c.batch = B;
+                c.seq = T;
+                c.precision = pr;
+                c.attention = at;
+                c.pass = ps;
+                c.threads = static_cast<int>(th);
+                cases.push_back(c);
+              }
   const roofline::Chip* chip = ctx.chip();
   // Efficiencies are fitted per thread count (each count its own file beside the chip file).
   // Loaded from beside the probe's chip file when fitted for it, else measured now and saved there.
@@ -395,8 +393,10 @@ void run_model(bench::Context& ctx) {
     run_case(g_flags, c, ctx, chip, e != effs.end() ? &e->second : nullptr, idx++, misses);
   }
   if (g_flags.predict) {
-    std::fprintf(stderr, "prediction misses > 10%% (per step and per op kind, with the kind's efficiency as run "
-                 "vs as fitted): %s\n", misses.empty() ? "none" : "");
+    std::fprintf(stderr,
+                 "prediction misses > 10%% (per step and per op kind, with the kind's efficiency as run "
+                 "vs as fitted): %s\n",
+                 misses.empty() ? "none" : "");
     for (const auto& m : misses) std::fprintf(stderr, "  %s\n", m.c_str());
   }
 }
@@ -413,9 +413,11 @@ void model_options(CLI::App& app) {
   app.add_option("--vocab", g_flags.vocab, "vocabulary size (default 10000, as CS336)")
       ->check(CLI::Validator(
           [](std::string& v) -> std::string {
-            const bool ok = !v.empty() && v.size() <= 10 && v.find_first_not_of("0123456789") == std::string::npos &&
-                            v[0] != '0' && std::stoll(v) < (int64_t{1} << 31);
-            return ok ? std::string() : "'" + v + "' is not a vocabulary size (a decimal count, 1 .. 2^31 - 1)";
+            const bool ok = !v.empty() && v.size() <= 10 &&
+                            v.find_first_not_of("0123456789") == std::string::npos && v[0] != '0' &&
+                            std::stoll(v) < (int64_t{1} << 31);
+            return ok ? std::string()
+                      : "'" + v + "' is not a vocabulary size (a decimal count, 1 .. 2^31 - 1)";
           },
           ""));
   app.add_option("--python", g_flags.python, "python interpreter for the PyTorch peer (default python3)");

@@ -55,7 +55,8 @@ std::string level_for(double bytes, int threads) {
 }
 
 // STREAM's own kind of check, on a few elements: the output holds what the kernel implies.
-void validate(const Buffer<double>& a, const Buffer<double>& b, const Buffer<double>& c, const std::string& k) {
+void validate(const Buffer<double>& a, const Buffer<double>& b, const Buffer<double>& c,
+              const std::string& k) {
   const int64_t n = static_cast<int64_t>(a.size());
   for (int64_t i : {int64_t{0}, n / 3, n / 2, n - 1}) {
     bool ok = true;
@@ -70,8 +71,9 @@ void validate(const Buffer<double>& a, const Buffer<double>& b, const Buffer<dou
 void run(bench::Context& ctx) {
   const std::vector<std::string> all_kernels = {"copy", "scale", "add", "triad"};
   ctx.grid.check_keys({"n", "kernel"}, "stream");
-  const std::vector<int64_t> sizes = ctx.grid.counts(
-      "n", ctx.quick ? std::vector<int64_t>{1 << 14, 1 << 20} : std::vector<int64_t>{1 << 14, 1 << 17, 1 << 20, 1 << 23});
+  const std::vector<int64_t> sizes =
+      ctx.grid.counts("n", ctx.quick ? std::vector<int64_t>{1 << 14, 1 << 20}
+                                     : std::vector<int64_t>{1 << 14, 1 << 17, 1 << 20, 1 << 23});
   const auto kernels = ctx.grid.values("kernel", all_kernels);
   for (const auto& k : kernels)
     check(std::find(all_kernels.begin(), all_kernels.end(), k) != all_kernels.end(),
@@ -103,14 +105,28 @@ void run(bench::Context& ctx) {
     for (const auto& k : kernels) {
       std::function<void()> fn;
       double words = 2;
-      if (k == "copy") fn = [&] { RIDGE_RANGE("stream.copy"); copy(a.data(), c.data(), n, t); };
-      if (k == "scale") fn = [&] { RIDGE_RANGE("stream.scale"); scale(b.data(), c.data(), n, t); };
+      if (k == "copy")
+        fn = [&] {
+          RIDGE_RANGE("stream.copy");
+          copy(a.data(), c.data(), n, t);
+        };
+      if (k == "scale")
+        fn = [&] {
+          RIDGE_RANGE("stream.scale");
+          scale(b.data(), c.data(), n, t);
+        };
       if (k == "add") {
-        fn = [&] { RIDGE_RANGE("stream.add"); add(a.data(), b.data(), c.data(), n, t); };
+        fn = [&] {
+          RIDGE_RANGE("stream.add");
+          add(a.data(), b.data(), c.data(), n, t);
+        };
         words = 3;
       }
       if (k == "triad") {
-        fn = [&] { RIDGE_RANGE("stream.triad"); triad(a.data(), b.data(), c.data(), n, t); };
+        fn = [&] {
+          RIDGE_RANGE("stream.triad");
+          triad(a.data(), b.data(), c.data(), n, t);
+        };
         words = 3;
       }
       // add and triad read what copy and scale wrote; rerun those so each kernel sees its inputs.

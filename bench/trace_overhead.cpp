@@ -99,6 +99,6 @@ void run(bench::Context& ctx) {
 
 }  // namespace
 
-RIDGE_BENCHMARK(trace_overhead, "trace-overhead",
-                "cost per RIDGE_RANGE / start_end / mark with tracing off, on (and NVTX) (axes: kind, mode, calls)",
-                run);
+RIDGE_BENCHMARK(
+    trace_overhead, "trace-overhead",
+    "cost per RIDGE_RANGE / start_end / mark with tracing off, on (and NVTX) (axes: kind, mode, calls)", run);

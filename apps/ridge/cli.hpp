@@ -75,7 +75,8 @@ inline CLI::Validator integer_in(int64_t lo, int64_t hi = std::numeric_limits<in
         if (s.empty() || ec == std::errc::invalid_argument || end != s.data() + s.size() ||
             (b != s.data() && *b == '-'))
           return "'" + s + "' is not a decimal integer " + accepted;
-        if (ec == std::errc::result_out_of_range || v < lo || v > hi) return "'" + s + "' is out of range " + accepted;
+        if (ec == std::errc::result_out_of_range || v < lo || v > hi)
+          return "'" + s + "' is out of range " + accepted;
         s = std::to_string(v);
         return {};
       },
@@ -87,10 +88,10 @@ inline CLI::Validator integer_in(int64_t lo, int64_t hi = std::numeric_limits<in
 inline CLI::Validator number_in(double lo, double hi, bool open_low = false, bool open_high = false) {
   return CLI::Validator(
       [lo, hi, open_low, open_high](std::string& s) -> std::string {
-        const std::string range = std::isinf(lo) ? std::string("of any size")
+        const std::string range = std::isinf(lo)   ? std::string("of any size")
                                   : std::isinf(hi) ? fmt::format("{} {}", open_low ? ">" : ">=", lo)
-                                                 : fmt::format("in {}{}, {}{}", open_low ? "(" : "[", lo, hi,
-                                                               open_high ? ")" : "]");
+                                                   : fmt::format("in {}{}, {}{}", open_low ? "(" : "[", lo,
+                                                                 hi, open_high ? ")" : "]");
         const std::string accepted = "(accepted: a finite decimal number " + range + ")";
         const char* b = s.data() + (!s.empty() && s[0] == '+' ? 1 : 0);
         double v = 0;
@@ -99,7 +100,8 @@ inline CLI::Validator number_in(double lo, double hi, bool open_low = false, boo
             (b != s.data() && *b == '-') || (ec == std::errc() && !std::isfinite(v)))
           return "'" + s + "' is not a finite decimal number " + accepted;
         if (ec == std::errc::result_out_of_range) return "'" + s + "' is out of range " + accepted;
-        if (v < lo || v > hi || (open_low && v == lo) || (open_high && v == hi)) return "'" + s + "' is out of range " + accepted;
+        if (v < lo || v > hi || (open_low && v == lo) || (open_high && v == hi))
+          return "'" + s + "' is out of range " + accepted;
         s = fmt::format("{}", v);  // the shortest text that reads back as exactly v
         return {};
       },
@@ -151,7 +153,9 @@ std::vector<std::pair<std::string, std::string>> command_line_fingerprint(
     const std::vector<std::string>& skip = {});
 
 // The arguments a chip is loaded under (roofline::load_chip and the chip file's parser), as `flag`.
-inline FlagNames chip_flags(const std::string& flag) { return {{"name_or_path", flag}, {"chip file", flag}}; }
+inline FlagNames chip_flags(const std::string& flag) {
+  return {{"name_or_path", flag}, {"chip file", flag}};
+}
 
 // Prints a JSON document the way every --json output does: indented, newline-terminated.
 // Writes `prefix` + `text` + newline to stderr in one write(2). Under mpirun the ranks' stderr and the
@@ -163,7 +167,9 @@ inline void say(const std::string& prefix, const std::string& text) {
   std::fflush(stderr);
 }
 
-inline void print_json(const nlohmann::json& j) { std::cout << j.dump(2) << "\n"; }
+inline void print_json(const nlohmann::json& j) {
+  std::cout << j.dump(2) << "\n";
+}
 
 }  // namespace ridge::cli
 

@@ -50,7 +50,8 @@ void add_common(CLI::App* cmd) {
   cmd->add_option("--warmup", g.warmup, "untimed calls before timing (benchmark default if unset)")
       ->check(cli::decimal_integer());
   cmd->add_option("--iters", g.iters, "minimum timed calls per case")->check(cli::decimal_integer());
-  cmd->add_option("--min-time", g.min_time, "minimum timed seconds per case (0 .. 3600)")->check(cli::finite_number());
+  cmd->add_option("--min-time", g.min_time, "minimum timed seconds per case (0 .. 3600)")
+      ->check(cli::finite_number());
   cmd->add_option("--max-time", g.max_time, "stop timing a case after this many seconds (0 .. 3600)")
       ->check(cli::finite_number());
   cmd->add_flag("--no-progress", g.no_progress, "no progress lines on stderr");
@@ -104,7 +105,8 @@ void run(const std::string& name, const std::vector<std::string>& inputs) {
 
   // Check the output files before the run, so a bad path fails in a second, not after the sweep;
   // without opening them: a run that fails must leave the user's old file as it was.
-  for (const auto& [file, flag] : {std::pair{g.trace_file, "--trace"}, std::pair{g.memory_file, "--memory"}}) {
+  for (const auto& [file, flag] :
+       {std::pair{g.trace_file, "--trace"}, std::pair{g.memory_file, "--memory"}}) {
     if (file.empty()) continue;
     files::check_writable(file, flag);
     files::check_not_an_input(file, inputs, flag);
@@ -149,7 +151,8 @@ void run(const std::string& name, const std::vector<std::string>& inputs) {
     memory::dump_snapshot(g.memory_file);
     const auto tl = memory::replay(memory::history());
     memory::stop_recording();
-    fmt::print(stderr, "memory: peak {} live through ridge's allocator ({} allocations), process peak RSS {} -> {}\n",
+    fmt::print(stderr,
+               "memory: peak {} live through ridge's allocator ({} allocations), process peak RSS {} -> {}\n",
                units::format_bytes(static_cast<double>(tl.peak_bytes)), tl.allocs,
                units::format_bytes(static_cast<double>(memory::peak_rss_bytes())), g.memory_file);
   }

@@ -18,7 +18,8 @@ std::string peak_or_dash(const rr::Chip& c, const char* k) {
 }
 
 void setup(CLI::App& root) {
-  auto* hw = root.add_subcommand("hw", "the chip database: published figures with sources, and this machine's probe");
+  auto* hw = root.add_subcommand(
+      "hw", "the chip database: published figures with sources, and this machine's probe");
   hw->require_subcommand(1);
 
   static bool list_json = false;
@@ -35,24 +36,27 @@ void setup(CLI::App& root) {
       ridge::cli::print_json({{"location", rr::hardware_location()}, {"chips", j}});
       return;
     }
-    fmt::print("{:<9} {:<30} {:>12} {:>12} {:>12} {:>12} {:>12} {:>10} {:>12} {:>8}\n", "id", "name", "fp32", "bf16",
-               "fp8", "int8", "memory bw", "capacity", "link/dir", "bf16 I*");
+    fmt::print("{:<9} {:<30} {:>12} {:>12} {:>12} {:>12} {:>12} {:>10} {:>12} {:>8}\n", "id", "name", "fp32",
+               "bf16", "fp8", "int8", "memory bw", "capacity", "link/dir", "bf16 I*");
     for (const auto& c : chips) {
       const auto& m = c.memory.front();
-      const double ridge_pt = c.has_peak("bf16") ? c.peak("bf16") / m.bandwidth.value
+      const double ridge_pt = c.has_peak("bf16")   ? c.peak("bf16") / m.bandwidth.value
                               : c.has_peak("fp16") ? c.peak("fp16") / m.bandwidth.value
-                                                    : c.peak_flops.begin()->second.value / m.bandwidth.value;
+                                                   : c.peak_flops.begin()->second.value / m.bandwidth.value;
       fmt::print("{:<9} {:<30} {:>12} {:>12} {:>12} {:>12} {:>12} {:>10} {:>12} {:>8.0f}\n", c.id,
                  c.name.size() > 30 ? c.name.substr(0, 29) + "~" : c.name, peak_or_dash(c, "fp32"),
                  peak_or_dash(c, "bf16"), peak_or_dash(c, "fp8"), peak_or_dash(c, "int8"),
                  ridge::units::format_rate(m.bandwidth.value),
                  m.capacity ? ridge::units::format_bytes(m.capacity->value) : "-",
-                 c.intra_node ? ridge::units::format_rate(c.intra_node->bandwidth_per_direction.value) : "-", ridge_pt);
+                 c.intra_node ? ridge::units::format_rate(c.intra_node->bandwidth_per_direction.value) : "-",
+                 ridge_pt);
     }
-    fmt::print("\ndense peaks (never 'with sparsity'); memory = outermost level (HBM/DRAM); link = intra-node, one "
-               "direction;\nbf16 I* = ridge point in FLOP/byte (fp16 for V100). Source of every figure: ridge hw show "
-               "ID. Files: {}\n",
-               rr::hardware_location());
+    fmt::print(
+        "\ndense peaks (never 'with sparsity'); memory = outermost level (HBM/DRAM); link = intra-node, one "
+        "direction;\nbf16 I* = ridge point in FLOP/byte (fp16 for V100). Source of every figure: ridge hw "
+        "show "
+        "ID. Files: {}\n",
+        rr::hardware_location());
   });
 
   static std::string show_id;
@@ -62,9 +66,12 @@ void setup(CLI::App& root) {
   show->add_flag("--json", show_json, "print the chip file");
   show->callback([] {
     // The positional argument is the chip: an error about it reads "hw show: ...".
-    const auto c = ridge::cli::with_flags(ridge::cli::chip_flags("chip"), [] { return rr::load_chip(show_id); });
-    if (show_json) ridge::cli::print_json(rr::to_json(c));
-    else fmt::print("{}", rr::describe(c));
+    const auto c =
+        ridge::cli::with_flags(ridge::cli::chip_flags("chip"), [] { return rr::load_chip(show_id); });
+    if (show_json)
+      ridge::cli::print_json(rr::to_json(c));
+    else
+      fmt::print("{}", rr::describe(c));
   });
 }
 

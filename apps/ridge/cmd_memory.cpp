@@ -20,7 +20,9 @@ namespace {
 using namespace ridge;
 using units::format_bytes;
 
-std::string bytes(int64_t b) { return format_bytes(static_cast<double>(b)); }
+std::string bytes(int64_t b) {
+  return format_bytes(static_cast<double>(b));
+}
 
 std::vector<std::pair<std::string, int64_t>> by_size(const std::map<std::string, int64_t>& m) {
   std::vector<std::pair<std::string, int64_t>> v(m.begin(), m.end());
@@ -67,7 +69,8 @@ void show(const std::string& path, bool json, int top) {
       continue;
     }
     ++shown;
-    const double pct = tl.peak_bytes > 0 ? 100.0 * static_cast<double>(v) / static_cast<double>(tl.peak_bytes) : 0;
+    const double pct =
+        tl.peak_bytes > 0 ? 100.0 * static_cast<double>(v) / static_cast<double>(tl.peak_bytes) : 0;
     fmt::print("  {:<{}}  {:>10}  {:5.1f}%\n", k, w, bytes(v), pct);
   }
   if (rest > 0) fmt::print("  {:<{}}  {:>10}\n", "(other tags)", w, bytes(rest));
@@ -89,23 +92,31 @@ void plot(const std::string& path, const std::string& out) {
   check(!fs::exists(o, ec) || fs::is_regular_file(o, ec), "-o: '{}' exists and is not a regular file", out);
   memory::load_snapshot(path);  // validate first, so a bad file gets ridge's one-line error
   std::string script;
-  if (const auto d = ridge::env::text("RIDGE_TOOLS_DIR"); !d.empty()) script = d + "/plot_memory.py";
-  else script = std::string(RIDGE_SOURCE_DIR) + "/tools/plot_memory.py";
-  check(fs::exists(script), "memory plot: cannot find {} (set RIDGE_TOOLS_DIR to ridge's tools/ folder)", script);
+  if (const auto d = ridge::env::text("RIDGE_TOOLS_DIR"); !d.empty())
+    script = d + "/plot_memory.py";
+  else
+    script = std::string(RIDGE_SOURCE_DIR) + "/tools/plot_memory.py";
+  check(fs::exists(script), "memory plot: cannot find {} (set RIDGE_TOOLS_DIR to ridge's tools/ folder)",
+        script);
   // scripts/setup installs matplotlib as a Debian package, i.e. for /usr/bin/python3, which a
   // pyenv or venv python3 earlier on PATH would not see. RIDGE_PYTHON overrides.
   std::string python = "python3";
-  if (const auto p = ridge::env::text("RIDGE_PYTHON"); !p.empty()) python = p;
-  else if (fs::exists("/usr/bin/python3")) python = "/usr/bin/python3";
+  if (const auto p = ridge::env::text("RIDGE_PYTHON"); !p.empty())
+    python = p;
+  else if (fs::exists("/usr/bin/python3"))
+    python = "/usr/bin/python3";
   const auto r = process::run({python, script, path, "-o", out});
-  check(r.started, "memory plot: cannot run '{}' (needs python3 with matplotlib: scripts/setup installs it; or set "
-        "RIDGE_PYTHON)", python);
+  check(r.started,
+        "memory plot: cannot run '{}' (needs python3 with matplotlib: scripts/setup installs it; or set "
+        "RIDGE_PYTHON)",
+        python);
   check(r.exit_code == 0, "memory plot: {} failed: {}", script, process::last_line(r.output));
   fmt::print("wrote {}\n", out);
 }
 
 void setup(CLI::App& root) {
-  auto* cmd = root.add_subcommand("memory", "inspect memory snapshots (write one with 'ridge bench ... --memory F')");
+  auto* cmd =
+      root.add_subcommand("memory", "inspect memory snapshots (write one with 'ridge bench ... --memory F')");
   cmd->require_subcommand(1);
   static std::string show_path, plot_path, plot_out;
   static bool json = false;

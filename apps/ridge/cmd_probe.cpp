@@ -24,8 +24,8 @@ void print_table(const ridge::probe::ProbeResult& r, const std::string& path) {
   fmt::print("\npeak       {:<24} {:>7} {:>16} {:>16} {:>9}\n", "instruction", "chains", "1 thread",
              fmt::format("{} threads", r.threads), "scaling");
   for (const auto& p : r.peaks)
-    fmt::print("{:<10} {:<24} {:>7} {:>16} {:>16} {:>8.2f}x\n", p.kernel.dtype, p.kernel.instruction, p.chains,
-               format_flops(p.one_thread.median()), format_flops(p.all_threads.median()),
+    fmt::print("{:<10} {:<24} {:>7} {:>16} {:>16} {:>8.2f}x\n", p.kernel.dtype, p.kernel.instruction,
+               p.chains, format_flops(p.one_thread.median()), format_flops(p.all_threads.median()),
                p.one_thread.median() > 0 ? p.all_threads.median() / p.one_thread.median() : 0.0);
   for (const auto& p : r.peaks)
     if (p.repeats > 0)
@@ -34,13 +34,14 @@ void print_table(const ridge::probe::ProbeResult& r, const std::string& path) {
           "kept the best\n",
           p.kernel.dtype, p.repeats, format_flops(p.first_all_threads));
 
-  auto find = [](const std::vector<ridge::probe::Plateau>& v, const std::string& l) -> const ridge::probe::Plateau* {
+  auto find = [](const std::vector<ridge::probe::Plateau>& v,
+                 const std::string& l) -> const ridge::probe::Plateau* {
     for (const auto& p : v)
       if (p.level == l) return &p;
     return nullptr;
   };
-  fmt::print("\nbandwidth  {:<22} {:>14} {:>14} {:>14} {:>7}\n", "plateau (total bytes)", "read", "read+write",
-             "read, 1 thr", "spread");
+  fmt::print("\nbandwidth  {:<22} {:>14} {:>14} {:>14} {:>7}\n", "plateau (total bytes)", "read",
+             "read+write", "read, 1 thr", "spread");
   for (const char* level : {"l1", "l2", "l3", "dram"}) {
     const auto* p = find(r.plateaus, level);
     if (!p) {
@@ -76,14 +77,16 @@ void warn_if_noisy(const ridge::probe::ProbeResult& r) {
     attempted += s.attempted;
   }
   if (attempted > 0 && clean < attempted / 2)
-    ridge::cli::say("probe: ", fmt::format("warning: only {} of {} trials ran with every thread on a CPU; the "
-                                           "machine is busy and these figures are likely low; rerun when it is idle",
-                                           clean, attempted));
+    ridge::cli::say("probe: ",
+                    fmt::format("warning: only {} of {} trials ran with every thread on a CPU; the "
+                                "machine is busy and these figures are likely low; rerun when it is idle",
+                                clean, attempted));
 }
 
 void setup(CLI::App& root) {
-  auto* cmd = root.add_subcommand("probe", "measure this machine's peak FLOP/s and bandwidth per memory level, "
-                                           "and write them as a chip file");
+  auto* cmd = root.add_subcommand("probe",
+                                  "measure this machine's peak FLOP/s and bandwidth per memory level, "
+                                  "and write them as a chip file");
   static bool quick = false, json = false;
   static int threads = 0, trials = 0;
   static double max_seconds = 0;
@@ -92,7 +95,8 @@ void setup(CLI::App& root) {
   cmd->add_option("--threads", threads, "threads for the all-threads figures (default: ridge's thread count)")
       ->check(ridge::cli::decimal_integer())
       ->check(CLI::Range(1, 4096));
-  cmd->add_option("--trials", trials, "trials per figure, of which the median is reported (default 5 quick, 11)")
+  cmd->add_option("--trials", trials,
+                  "trials per figure, of which the median is reported (default 5 quick, 11)")
       ->check(ridge::cli::decimal_integer())
       ->check(CLI::Range(1, 1000));
   cmd->add_option("--max-seconds", max_seconds, "time limit of the run (default ~12 s quick, ~50 s)")
@@ -101,12 +105,14 @@ void setup(CLI::App& root) {
   cmd->add_option("--max-bytes", max_bytes,
                   "largest total working set of the sweep, e.g. 256MiB (default 4x the last-level cache, 8x "
                   "without --quick)");
-  auto* out_opt = cmd->add_option("-o,--output", out, "chip file to write (default: $RIDGE_HOME/this.json or ~/.cache/ridge/this.json)");
+  auto* out_opt = cmd->add_option(
+      "-o,--output", out, "chip file to write (default: $RIDGE_HOME/this.json or ~/.cache/ridge/this.json)");
   cmd->add_flag("--json", json, "print the chip file as one JSON document instead of the table");
   cmd->callback([out_opt] {
-    ridge::check(std::isfinite(max_seconds), "--max-seconds: {} is not a number of seconds (expected 0.1 .. 3600)",
-                 max_seconds);
-    ridge::check(out_opt->count() == 0 || !out.empty(), "-o/--output: empty path (expected a chip file to write)");
+    ridge::check(std::isfinite(max_seconds),
+                 "--max-seconds: {} is not a number of seconds (expected 0.1 .. 3600)", max_seconds);
+    ridge::check(out_opt->count() == 0 || !out.empty(),
+                 "-o/--output: empty path (expected a chip file to write)");
     const int cpus = ridge::cpu::info().logical_cpus;
     ridge::check(threads <= std::max(cpus, 1),
                  "--threads: {} exceeds the {} logical CPUs here (expected 1..{})", threads, cpus, cpus);

@@ -34,7 +34,8 @@ struct Opts {
 rr::Chip this_machine(const Opts& o, std::string& how) {
   if (!o.this_file.empty()) {
     how = "from " + o.this_file;
-    return ridge::cli::with_flags(ridge::cli::chip_flags("--this"), [&] { return rr::load_chip(o.this_file); });
+    return ridge::cli::with_flags(ridge::cli::chip_flags("--this"),
+                                  [&] { return rr::load_chip(o.this_file); });
   }
   if (o.reuse_probe && rr::has_probe_result()) {
     how = "from the probe result at " + rr::probe_result_path();
@@ -87,12 +88,14 @@ void run(const Opts& o) {
 
 void setup(CLI::App& root) {
   auto o = std::make_shared<Opts>();
-  auto* c = root.add_subcommand("report", "probe this machine, put its roofline beside a GPU's, bound the standard "
-                                          "shapes on both and draw the chart");
+  auto* c = root.add_subcommand("report",
+                                "probe this machine, put its roofline beside a GPU's, bound the standard "
+                                "shapes on both and draw the chart");
   c->add_option("--hw", o->hw, "the chip to compare with (id or chip JSON file)")->capture_default_str();
   c->add_option("--this", o->this_file, "use this chip file for the machine instead of probing");
   c->add_flag("--reuse-probe", o->reuse_probe, "use the existing probe result if there is one");
-  c->add_option("--out", o->out, "plot path without extension (.png and .svg are written)")->capture_default_str();
+  c->add_option("--out", o->out, "plot path without extension (.png and .svg are written)")
+      ->capture_default_str();
   c->add_option("--results", o->results, "JSON-lines benchmark rows to add as measured points");
   c->add_flag("--no-measure", o->no_measure, "skip the short live GEMM and attention runs");
   c->add_flag("--json", o->json, "print one JSON document");

@@ -16,7 +16,7 @@
 namespace ridge::cli {
 void setup_roofline_model(CLI::App* parent);  // cmd_roofline_model.cpp
 void setup_roofline_ddp(CLI::App* parent);    // cmd_roofline_ddp.cpp
-}
+}  // namespace ridge::cli
 
 namespace {
 
@@ -42,20 +42,26 @@ std::vector<std::string> split(const std::string& s, char sep = ',') {
 std::vector<rr::Chip> chips_of(const std::string& hw) {
   std::vector<rr::Chip> chips;
   for (const auto& name : split(hw))
-    chips.push_back(ridge::cli::with_flags(ridge::cli::chip_flags("--hw"), [&] { return rr::load_chip(name); }));
-  ridge::check(!chips.empty(), "--hw: no chip named (accepted: a chip id, 'this', a JSON file, or a comma list)");
+    chips.push_back(
+        ridge::cli::with_flags(ridge::cli::chip_flags("--hw"), [&] { return rr::load_chip(name); }));
+  ridge::check(!chips.empty(),
+               "--hw: no chip named (accepted: a chip id, 'this', a JSON file, or a comma list)");
   return chips;
 }
 
 void add_common(CLI::App* c, Common& o) {
   c->add_option("--hw", o.hw, "chip id(s), comma-separated: h100, tpu-v5e, ..., 'this', or a chip JSON file")
       ->capture_default_str();
-  c->add_option("--level", o.level, "memory level to bound against (hbm, dram, l3, l2, l1); default outermost");
-  c->add_option("--link", o.link, "link for chip-to-chip bytes: intra_node or inter_node")->capture_default_str();
+  c->add_option("--level", o.level,
+                "memory level to bound against (hbm, dram, l3, l2, l1); default outermost");
+  c->add_option("--link", o.link, "link for chip-to-chip bytes: intra_node or inter_node")
+      ->capture_default_str();
   c->add_flag("--json", o.json, "print one JSON document");
 }
 
-int64_t count(const std::string& text, const char* what) { return ridge::units::parse_count(text, what); }
+int64_t count(const std::string& text, const char* what) {
+  return ridge::units::parse_count(text, what);
+}
 
 // A dtype given as `flag`: its error names the flag (ridge::parse_dtype names its argument, dtype).
 DType dtype_flag(const std::string& text, const char* flag) {
@@ -71,8 +77,8 @@ void report(const rr::Cost& cost, const Common& o) {
   const auto chips = chips_of(o.hw);
   std::vector<rr::Bound> bounds;
   for (const auto& c : chips)
-    bounds.push_back(
-        ridge::cli::with_flags({{"level", "--level"}, {"link", "--link"}}, [&] { return rr::bound(cost, c, opt); }));
+    bounds.push_back(ridge::cli::with_flags({{"level", "--level"}, {"link", "--link"}},
+                                            [&] { return rr::bound(cost, c, opt); }));
   if (o.json) {
     nlohmann::json j = to_json(cost);
     j["bounds"] = nlohmann::json::array();
@@ -80,7 +86,8 @@ void report(const rr::Cost& cost, const Common& o) {
     ridge::cli::print_json(j);
     return;
   }
-  for (size_t i = 0; i < chips.size(); ++i) fmt::print("{}{}", i ? "\n" : "", rr::describe(cost, bounds[i], chips[i]));
+  for (size_t i = 0; i < chips.size(); ++i)
+    fmt::print("{}{}", i ? "\n" : "", rr::describe(cost, bounds[i], chips[i]));
 }
 
 struct MatmulFlags {
@@ -96,8 +103,10 @@ struct MatmulFlags {
       static const char* keys[] = {"fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "int8", "fp4"};
       bool ok = false;
       for (const char* k : keys) ok = ok || compute == k;
-      ridge::check(ok, "--compute: '{}' is not a compute dtype (accepted: fp64, fp32, tf32, bf16, fp16, fp8, int8, fp4)",
-                   compute);
+      ridge::check(
+          ok,
+          "--compute: '{}' is not a compute dtype (accepted: fp64, fp32, tf32, bf16, fp16, fp8, int8, fp4)",
+          compute);
     }
     return d;
   }
@@ -107,27 +116,38 @@ struct MatmulFlags {
     c->add_option("--x-dtype", x, "activations' dtype (default --dtype)");
     c->add_option("--w-dtype", w, "weights' dtype (default --dtype), e.g. int8 or fp8_e4m3 weights");
     c->add_option("--out-dtype", out, "output dtype (default the activations')");
-    c->add_option("--compute", compute, "peak to run at (default the wider input; tf32 for TF32 tensor cores)");
+    c->add_option("--compute", compute,
+                  "peak to run at (default the wider input; tf32 for TF32 tensor cores)");
   }
 };
 
 // The cost models' arguments as the ops' flags give them (ridge::roofline names its arguments in
 // errors). `first` comes before these, for an op whose flags feed differently named arguments.
 ridge::cli::FlagNames cost_flags(ridge::cli::FlagNames first = {}) {
-  const ridge::cli::FlagNames common = {
-      {"b", "--b"},           {"d", "--d"},
-      {"f", "--f"},           {"m", "--m"},
-      {"n", "--n"},           {"k", "--k"},
-      {"rows", "--rows"},     {"cols", "--cols"},
-      {"s.batch", "--batch"}, {"s.heads", "--heads"},
-      {"s.seq_q", "--seq"},   {"s.seq_kv", "--seq-kv"},
-      {"s.head_dim", "--head-dim"}, {"inputs", "--inputs"},
-      {"flops_per_element", "--flops-per-element"}, {"chips", "--chips"},
-      {"bytes", "--bytes"},   {"m_per_group", "--m-per-group"},
-      {"max_m", "--m-per-group"}, {"valid_m", "--valid"},
-      {"D", "--d"},           {"level", "--level"},
-      {"in", "--in-dtype"},
-      {"link", "--link"}};
+  const ridge::cli::FlagNames common = {{"b", "--b"},
+                                        {"d", "--d"},
+                                        {"f", "--f"},
+                                        {"m", "--m"},
+                                        {"n", "--n"},
+                                        {"k", "--k"},
+                                        {"rows", "--rows"},
+                                        {"cols", "--cols"},
+                                        {"s.batch", "--batch"},
+                                        {"s.heads", "--heads"},
+                                        {"s.seq_q", "--seq"},
+                                        {"s.seq_kv", "--seq-kv"},
+                                        {"s.head_dim", "--head-dim"},
+                                        {"inputs", "--inputs"},
+                                        {"flops_per_element", "--flops-per-element"},
+                                        {"chips", "--chips"},
+                                        {"bytes", "--bytes"},
+                                        {"m_per_group", "--m-per-group"},
+                                        {"max_m", "--m-per-group"},
+                                        {"valid_m", "--valid"},
+                                        {"D", "--d"},
+                                        {"level", "--level"},
+                                        {"in", "--in-dtype"},
+                                        {"link", "--link"}};
   first.insert(first.end(), common.begin(), common.end());
   return first;
 }
@@ -164,13 +184,14 @@ struct VecOpts {
 };
 struct AttnOpts {
   Common common;
-  std::string batch = "1", heads = "16", seq = "4096", seq_kv, head_dim = "64", dtype = "bf16", impl = "flash";
+  std::string batch = "1", heads = "16", seq = "4096", seq_kv, head_dim = "64", dtype = "bf16",
+              impl = "flash";
   bool causal = false, backward = false;
 };
 struct GemmOpts {
   Common common;
-  std::string m = "4096", n = "7168", k = "7168", in = "fp8_e4m3", out = "bf16", layout = "contiguous", groups = "4",
-              m_per_group = "1024", valid;
+  std::string m = "4096", n = "7168", k = "7168", in = "fp8_e4m3", out = "bf16", layout = "contiguous",
+              groups = "4", m_per_group = "1024", valid;
 };
 struct CollOpts {
   Common common;
@@ -184,11 +205,14 @@ void setup_ops(CLI::App* r) {
     c->add_option("--f", o.f, "F (columns of W[D,F])")->capture_default_str();
     o.dt.add(c);
   };
-  sub<MatmulOpts>(r, "matmul", "X[B,D] @ W[D,F] -> Y[B,F], a dtype per operand", std::make_shared<MatmulOpts>(),
-                  mm_add, [](const MatmulOpts& o) { return rr::matmul(count(o.b, "--b"), count(o.d, "--d"), count(o.f, "--f"), o.dt.get()); });
+  sub<MatmulOpts>(r, "matmul", "X[B,D] @ W[D,F] -> Y[B,F], a dtype per operand",
+                  std::make_shared<MatmulOpts>(), mm_add, [](const MatmulOpts& o) {
+                    return rr::matmul(count(o.b, "--b"), count(o.d, "--d"), count(o.f, "--f"), o.dt.get());
+                  });
   sub<MatmulOpts>(r, "per-example", "X[B,D] @ W[B,D,F]: a weight matrix per example (batched matmul)",
                   std::make_shared<MatmulOpts>(), mm_add, [](const MatmulOpts& o) {
-                    return rr::matmul_per_example(count(o.b, "--b"), count(o.d, "--d"), count(o.f, "--f"), o.dt.get());
+                    return rr::matmul_per_example(count(o.b, "--b"), count(o.d, "--d"), count(o.f, "--f"),
+                                                  o.dt.get());
                   });
   sub<MatmulOpts>(
       r, "batched-matmul", "--batch independent [B,D] @ [D,F] matmuls", std::make_shared<MatmulOpts>(),
@@ -197,8 +221,8 @@ void setup_ops(CLI::App* r) {
         c->add_option("--batch", o.batch, "number of matmuls")->capture_default_str();
       },
       [](const MatmulOpts& o) {
-        return rr::batched_matmul(count(o.batch, "--batch"), count(o.b, "--b"), count(o.d, "--d"), count(o.f, "--f"),
-                                  o.dt.get());
+        return rr::batched_matmul(count(o.batch, "--batch"), count(o.b, "--b"), count(o.d, "--d"),
+                                  count(o.f, "--f"), o.dt.get());
       },
       cost_flags({{"count", "--batch"}, {"m", "--b"}, {"k", "--d"}, {"n", "--f"}}));
   sub<MatmulOpts>(
@@ -209,8 +233,8 @@ void setup_ops(CLI::App* r) {
         c->add_option("--chips", o.chips, "chips sharing D")->capture_default_str();
       },
       [](const MatmulOpts& o) {
-        return rr::matmul_split_d(count(o.b, "--b"), count(o.d, "--d"), count(o.f, "--f"), count(o.chips, "--chips"),
-                                  o.dt.get());
+        return rr::matmul_split_d(count(o.b, "--b"), count(o.d, "--d"), count(o.f, "--f"),
+                                  count(o.chips, "--chips"), o.dt.get());
       });
   sub<VecOpts>(
       r, "dot", "x . y of two vectors", std::make_shared<VecOpts>(),
@@ -220,7 +244,8 @@ void setup_ops(CLI::App* r) {
       },
       [](const VecOpts& o) { return rr::dot(count(o.n, "--n"), dtype_flag(o.dtype, "--dtype")); });
   sub<VecOpts>(
-      r, "elementwise", "an elementwise op over --n elements of --inputs tensors", std::make_shared<VecOpts>(),
+      r, "elementwise", "an elementwise op over --n elements of --inputs tensors",
+      std::make_shared<VecOpts>(),
       [](CLI::App* c, VecOpts& o) {
         c->add_option("--n", o.n, "elements")->capture_default_str();
         c->add_option("--dtype", o.dtype, "dtype")->capture_default_str();
@@ -283,8 +308,8 @@ void setup_ops(CLI::App* r) {
         c->add_option("--out-dtype", o.out, "output dtype")->capture_default_str();
       },
       [](const GemmOpts& o) {
-        return rr::fp8_gemm(count(o.m, "--m"), count(o.n, "--n"), count(o.k, "--k"), dtype_flag(o.in, "--in-dtype"),
-                            dtype_flag(o.out, "--out-dtype"));
+        return rr::fp8_gemm(count(o.m, "--m"), count(o.n, "--n"), count(o.k, "--k"),
+                            dtype_flag(o.in, "--in-dtype"), dtype_flag(o.out, "--out-dtype"));
       });
   sub<GemmOpts>(
       r, "grouped-gemm", "M-grouped GEMM for MoE: --layout contiguous or masked (only valid rows count)",
@@ -297,7 +322,8 @@ void setup_ops(CLI::App* r) {
         c->add_option("--valid", o.valid, "masked: valid rows per group, comma-separated (default all)");
         c->add_option("--n", o.n, "N")->capture_default_str();
         c->add_option("--k", o.k, "K")->capture_default_str();
-        c->add_option("--in-dtype", o.in, "input dtype (fp8 inputs carry block scales)")->capture_default_str();
+        c->add_option("--in-dtype", o.in, "input dtype (fp8 inputs carry block scales)")
+            ->capture_default_str();
         c->add_option("--out-dtype", o.out, "output dtype")->capture_default_str();
       },
       [](const GemmOpts& o) {
@@ -306,8 +332,10 @@ void setup_ops(CLI::App* r) {
         const auto m = count(o.m_per_group, "--m-per-group");
         std::vector<int64_t> rows(static_cast<size_t>(G), m);
         const auto in = dtype_flag(o.in, "--in-dtype"), out = dtype_flag(o.out, "--out-dtype");
-        if (o.layout == "contiguous") return rr::grouped_gemm_contiguous(rows, count(o.n, "--n"), count(o.k, "--k"), in, out);
-        if (o.layout != "masked") ridge::fail("--layout: '{}' is not a layout (accepted: contiguous, masked)", o.layout);
+        if (o.layout == "contiguous")
+          return rr::grouped_gemm_contiguous(rows, count(o.n, "--n"), count(o.k, "--k"), in, out);
+        if (o.layout != "masked")
+          ridge::fail("--layout: '{}' is not a layout (accepted: contiguous, masked)", o.layout);
         if (!o.valid.empty()) {
           rows.clear();
           for (const auto& v : split(o.valid)) {
@@ -316,7 +344,8 @@ void setup_ops(CLI::App* r) {
                          "--valid: '{}' is not a row count", v);
             rows.push_back(static_cast<int64_t>(x));
           }
-          ridge::check(static_cast<int64_t>(rows.size()) == G, "--valid: {} counts for {} groups", rows.size(), G);
+          ridge::check(static_cast<int64_t>(rows.size()) == G, "--valid: {} counts for {} groups",
+                       rows.size(), G);
         }
         return rr::grouped_gemm_masked(m, rows, count(o.n, "--n"), count(o.k, "--k"), in, out);
       });
@@ -337,14 +366,14 @@ void setup_ops(CLI::App* r) {
       return rr::reduce_scatter(S, n, t);
     };
   };
-  sub<CollOpts>(r, "allreduce", "ring all-reduce: 2(n-1)/n S / link bandwidth", std::make_shared<CollOpts>(), coll_add,
-                coll("allreduce"));
-  sub<CollOpts>(r, "allgather", "ring all-gather: (n-1)/n S / link bandwidth", std::make_shared<CollOpts>(), coll_add,
-                coll("allgather"));
-  sub<CollOpts>(r, "reducescatter", "ring reduce-scatter: (n-1)/n S / link bandwidth", std::make_shared<CollOpts>(),
-                coll_add, coll("reducescatter"));
-  sub<CollOpts>(r, "send", "send S bytes (a partial sum) to one neighbour", std::make_shared<CollOpts>(), coll_add,
-                coll("send"));
+  sub<CollOpts>(r, "allreduce", "ring all-reduce: 2(n-1)/n S / link bandwidth", std::make_shared<CollOpts>(),
+                coll_add, coll("allreduce"));
+  sub<CollOpts>(r, "allgather", "ring all-gather: (n-1)/n S / link bandwidth", std::make_shared<CollOpts>(),
+                coll_add, coll("allgather"));
+  sub<CollOpts>(r, "reducescatter", "ring reduce-scatter: (n-1)/n S / link bandwidth",
+                std::make_shared<CollOpts>(), coll_add, coll("reducescatter"));
+  sub<CollOpts>(r, "send", "send S bytes (a partial sum) to one neighbour", std::make_shared<CollOpts>(),
+                coll_add, coll("send"));
 }
 
 struct CriticalOpts {
@@ -356,9 +385,10 @@ void critical(const CriticalOpts& o);
 
 void setup_critical(CLI::App* r) {
   auto o = std::make_shared<CriticalOpts>();
-  auto* c = r->add_subcommand("critical-batch",
-                              "smallest token batch at which X[B,D] @ W[D,F] is compute-bound (vs memory), and the "
-                              "smallest D at which a D-split matmul is compute-bound (vs a link)");
+  auto* c =
+      r->add_subcommand("critical-batch",
+                        "smallest token batch at which X[B,D] @ W[D,F] is compute-bound (vs memory), and the "
+                        "smallest D at which a D-split matmul is compute-bound (vs a link)");
   c->add_option("--d", o->d, "D")->capture_default_str();
   c->add_option("--f", o->f, "F")->capture_default_str();
   c->add_option("--chips", o->chips, "chips sharing D in the split example")->capture_default_str();
@@ -376,28 +406,36 @@ void critical(const CriticalOpts& o) {
   for (const auto& chip : chips_of(o.common.hw)) {
     const auto cb = rr::critical_batch(chip, d, f, dt, o.common.level);
     nlohmann::json j{{"batch", rr::to_json(cb)}};
-    text += fmt::format("{} ({}), {} compute at {}, {} {}\n", chip.id, chip.name, cb.compute,
-                        ridge::units::format_flops(cb.peak), cb.level, ridge::units::format_rate(cb.bandwidth));
-    text += fmt::format("  vs memory: B > {:.1f} when B << D, F (peak/bw x {} weight bytes / 2)\n", cb.asymptotic,
-                        ridge::dtype_size(dt.w));
-    text += cb.exact ? fmt::format("             exact for D={} F={}: compute-bound from B = {}\n", d, f, *cb.exact)
-                     : fmt::format("             exact for D={} F={}: never compute-bound (D F <= ratio (D + F))\n", d, f);
-    const bool has_link = o.common.link == "inter_node" ? chip.inter_node.has_value() : chip.intra_node.has_value();
+    text +=
+        fmt::format("{} ({}), {} compute at {}, {} {}\n", chip.id, chip.name, cb.compute,
+                    ridge::units::format_flops(cb.peak), cb.level, ridge::units::format_rate(cb.bandwidth));
+    text += fmt::format("  vs memory: B > {:.1f} when B << D, F (peak/bw x {} weight bytes / 2)\n",
+                        cb.asymptotic, ridge::dtype_size(dt.w));
+    text +=
+        cb.exact
+            ? fmt::format("             exact for D={} F={}: compute-bound from B = {}\n", d, f, *cb.exact)
+            : fmt::format("             exact for D={} F={}: never compute-bound (D F <= ratio (D + F))\n", d,
+                          f);
+    const bool has_link =
+        o.common.link == "inter_node" ? chip.inter_node.has_value() : chip.intra_node.has_value();
     if (has_link) {
       const auto cs = rr::critical_split_d(chip, n, dt, o.common.link);
       j["split"] = rr::to_json(cs);
-      text += fmt::format("  vs link:   D split over {} chips ({} {} per direction): compute-bound iff D >= {:.1f},\n"
-                          "             i.e. D/{} > {:.1f}; smallest D = {} (B cancels out)\n",
-                          n, cs.link, ridge::units::format_rate(cs.link_bandwidth), cs.threshold, n,
-                          cs.threshold / static_cast<double>(n), cs.exact);
+      text += fmt::format(
+          "  vs link:   D split over {} chips ({} {} per direction): compute-bound iff D >= {:.1f},\n"
+          "             i.e. D/{} > {:.1f}; smallest D = {} (B cancels out)\n",
+          n, cs.link, ridge::units::format_rate(cs.link_bandwidth), cs.threshold, n,
+          cs.threshold / static_cast<double>(n), cs.exact);
     } else {
       j["split"] = nullptr;
       text += fmt::format("  vs link:   {} has no {} link in its file\n", chip.id, o.common.link);
     }
     all.push_back(j);
   }
-  if (o.common.json) ridge::cli::print_json(all.size() == 1 ? all[0] : all);
-  else fmt::print("{}", text);
+  if (o.common.json)
+    ridge::cli::print_json(all.size() == 1 ? all[0] : all);
+  else
+    fmt::print("{}", text);
 }
 
 struct PlotOpts {
@@ -429,20 +467,25 @@ void plot(const PlotOpts& o) {
   }
   const auto files = rp::render_plot(rp::plot_spec(chips, ops, measured, title), o.out);
   if (o.json) {
-    ridge::cli::print_json({{"png", files[0]}, {"svg", files[1]}, {"spec", files[2]}, {"skipped", skipped},
+    ridge::cli::print_json({{"png", files[0]},
+                            {"svg", files[1]},
+                            {"spec", files[2]},
+                            {"skipped", skipped},
                             {"points", ops.size() * chips.size() + measured.size()}});
     return;
   }
   for (const auto& s : skipped) fmt::print("skipped {}\n", s);
-  fmt::print("wrote {} and {} ({} chips, {} predicted and {} measured points; input {})\n", files[0], files[1],
-             chips.size(), ops.size() * chips.size(), measured.size(), files[2]);
+  fmt::print("wrote {} and {} ({} chips, {} predicted and {} measured points; input {})\n", files[0],
+             files[1], chips.size(), ops.size() * chips.size(), measured.size(), files[2]);
 }
 
 void setup_plot(CLI::App* r) {
   using Opts = PlotOpts;
   auto o = std::make_shared<Opts>();
-  auto* c = r->add_subcommand("plot", "log-log roofline chart (PNG + SVG): roofs of the chips, the standard shapes as "
-                                      "predicted points, measured points from --results");
+  auto* c =
+      r->add_subcommand("plot",
+                        "log-log roofline chart (PNG + SVG): roofs of the chips, the standard shapes as "
+                        "predicted points, measured points from --results");
   c->add_option("--hw", o->hw, "chips, comma-separated ('this' is skipped with a note when no probe has run)")
       ->capture_default_str();
   c->add_option("--out", o->out, "output path without extension (writes .png, .svg and the .json input)")
@@ -460,8 +503,9 @@ void setup_plot(CLI::App* r) {
 }
 
 void setup(CLI::App& root) {
-  auto* r = root.add_subcommand("roofline", "roofline bounds of an operation on a chip: FLOPs, bytes, intensity, "
-                                            "T_math, T_comm, which roof binds");
+  auto* r = root.add_subcommand("roofline",
+                                "roofline bounds of an operation on a chip: FLOPs, bytes, intensity, "
+                                "T_math, T_comm, which roof binds");
   r->require_subcommand(1);
   setup_ops(r);
   setup_critical(r);

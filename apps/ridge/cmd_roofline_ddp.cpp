@@ -63,8 +63,9 @@ rr::DdpLink make_link(const Opts& o, const rr::Chip& chip, int64_t ranks) {
   } else if (which == "custom") {
     l = rr::ddp_link_preset("nvlink", ranks);
     l.name = "custom";
-    l.source = "latency: the nvlink preset's (NCCL's tuning model, ring/Simple: 8.4 us per collective + 3.4 us "
-               "per step)";
+    l.source =
+        "latency: the nvlink preset's (NCCL's tuning model, ring/Simple: 8.4 us per collective + 3.4 us "
+        "per step)";
   } else {
     fail("--link: '{}' is not a link (accepted: nvlink, ib, intra_node, inter_node; or --link-gbps)", which);
   }

@@ -82,9 +82,11 @@ void setup_roofline_model(CLI::App* parent) {
     bool custom = false;
     const auto cfg = o->config(custom);
     const auto shape = o->shape(cfg);
-    const auto chip = ridge::cli::with_flags(ridge::cli::chip_flags("--hw"), [&] { return rr::load_chip(o->hw); });
-    const auto report = ridge::cli::with_flags(
-        {{"level", "--level"}}, [&] { return ridge::model::step_roofline(o->label(custom), shape, chip, o->level); });
+    const auto chip =
+        ridge::cli::with_flags(ridge::cli::chip_flags("--hw"), [&] { return rr::load_chip(o->hw); });
+    const auto report = ridge::cli::with_flags({{"level", "--level"}}, [&] {
+      return ridge::model::step_roofline(o->label(custom), shape, chip, o->level);
+    });
     if (o->json)
       print_json(to_json(report));
     else

@@ -45,7 +45,7 @@ struct Args {
   uint64_t seed = 0;
   int threads = -1;
   bool json = false;
-  std::string memory;  // memory snapshot file (per rank under mpirun: NAME.rankR.json)
+  std::string memory;      // memory snapshot file (per rank under mpirun: NAME.rankR.json)
   std::string ddp, shard;  // data parallelism under mpirun (empty: one process)
   double bucket_mb = 25;
 };
@@ -72,8 +72,8 @@ std::string read_text(const std::string& path) {
 // check; the user chose the head dimension through --d-model and --heads.
 std::string trainer_error(const Error& e, const model::ModelConfig& c) {
   if (e.argument() != "attention") return e.what();
-  return fmt::format("{} (from --d-model {} / --heads {}; or pass --attention math)", e.renamed("--attention").what(),
-                     c.d_model, c.num_heads);
+  return fmt::format("{} (from --d-model {} / --heads {}; or pass --attention math)",
+                     e.renamed("--attention").what(), c.d_model, c.num_heads);
 }
 
 model::Trainer make_trainer(const model::ModelConfig& c, const model::TrainConfig& t) {
@@ -105,8 +105,8 @@ Prepared prepare(const Args& a, int world) {
   if (a.threads != -1) set_num_threads(a.threads);  // in 1 .. kMaxThreads (its option's transform)
   check(a.data.empty() || a.text.empty(), "--data and --text: give one of them, not both");
   check(a.save_every == 0 || !a.checkpoint.empty(), "--save-every: needs --checkpoint PATH to write to");
-  check(a.lr_min < 0 || a.lr_min <= a.lr, "--lr-min: {} is above --lr {} (the schedule decays from --lr to --lr-min)",
-        a.lr_min, a.lr);
+  check(a.lr_min < 0 || a.lr_min <= a.lr,
+        "--lr-min: {} is above --lr {} (the schedule decays from --lr to --lr-min)", a.lr_min, a.lr);
 
   // Outputs before any work: each writable, none of them an input of the run or another output (a
   // checkpoint may be the --resume file: resuming and saving in place is the usual way to continue).
@@ -139,7 +139,8 @@ Prepared prepare(const Args& a, int world) {
   }
 
   const int64_t vocab = a.vocab > 0 ? a.vocab : (data_vocab > 0 ? (a.text.empty() ? 10000 : 256) : 10000);
-  check(vocab >= data_vocab, "--vocab: {} is smaller than the data's largest token id + 1 ({})", vocab, data_vocab);
+  check(vocab >= data_vocab, "--vocab: {} is smaller than the data's largest token id + 1 ({})", vocab,
+        data_vocab);
   model::ModelConfig& c = p.c;
   c = cli::in_flag_words([&] { return model::preset(a.size, vocab, a.context); });
   if (a.d_model > 0) c.d_model = a.d_model;
@@ -149,8 +150,9 @@ Prepared prepare(const Args& a, int world) {
   cli::in_flag_words([&] { c.validate(); });
 
   model::TrainConfig& t = p.t;
-  check(a.batch % world == 0, "--batch: the global batch {} does not divide among {} ranks (give a multiple of {})",
-        a.batch, world, world);
+  check(a.batch % world == 0,
+        "--batch: the global batch {} does not divide among {} ranks (give a multiple of {})", a.batch, world,
+        world);
   t.batch = a.batch / world;
   t.seq = a.context;
   t.precision = cli::in_flag_words([&] { return model::parse_precision(a.precision); });
@@ -172,14 +174,20 @@ Prepared prepare(const Args& a, int world) {
     check(n_data >= a.context + 1, "--context: {} needs at least {} tokens of data; {} has {}", a.context,
           a.context + 1, file ? "--data" : "--text", n_data);
 
-  const double need = model::step_memory(c, t.batch, t.seq, t.precision).total(), avail = static_cast<double>(memory::available_bytes());
+  const double need = model::step_memory(c, t.batch, t.seq, t.precision).total(),
+               avail = static_cast<double>(memory::available_bytes());
   if (!(avail <= 0 || need < 0.9 * avail)) {
     std::string flags = "--size";  // the flags that sized this run, as the user gave them
-    for (const auto& [given, flag] : {std::pair{a.d_model > 0, "--d-model"}, {a.d_ff > 0, "--d-ff"},
-                                      {a.layers > 0, "--layers"}, {a.heads > 0, "--heads"}, {a.vocab > 0, "--vocab"}})
+    for (const auto& [given, flag] : {std::pair{a.d_model > 0, "--d-model"},
+                                      {a.d_ff > 0, "--d-ff"},
+                                      {a.layers > 0, "--layers"},
+                                      {a.heads > 0, "--heads"},
+                                      {a.vocab > 0, "--vocab"}})
       if (given) flags += std::string("/") + flag;
-    fail("{}/--batch/--context: this run needs about {} but {} is available; try a smaller model, batch or context",
-         flags, units::format_bytes(need), units::format_bytes(avail));
+    fail(
+        "{}/--batch/--context: this run needs about {} but {} is available; try a smaller model, batch or "
+        "context",
+        flags, units::format_bytes(need), units::format_bytes(avail));
   }
 
   return p;
@@ -211,7 +219,8 @@ using DataParallelPtr = void*;
 
 // The training loop. Under data parallelism every rank draws the same global batch from the same
 // generator (so the data equal a single process's) and trains on its slice; rank 0 prints and saves.
-void train_loop(const Args& a, const Prepared& p, model::Trainer& trainer, DataParallelPtr dp, int rank, int world) {
+void train_loop(const Args& a, const Prepared& p, model::Trainer& trainer, DataParallelPtr dp, int rank,
+                int world) {
   const auto& c = p.c;
   const auto& t = p.t;
   const auto& file = p.file;
@@ -236,29 +245,35 @@ void train_loop(const Args& a, const Prepared& p, model::Trainer& trainer, DataP
   const double flops_step = model::training_flops(c, global_batch, t.seq);
   const double tokens_step = static_cast<double>(global_batch * t.seq);
   if (!a.json && print) {
-    fmt::print("model     {}: d_model {}, {} layers, {} heads, d_ff {}, vocab {}, {:.2f}M parameters\n", a.size,
-               c.d_model, c.num_layers, c.num_heads, c.d_ff, c.vocab_size, static_cast<double>(c.param_count()) / 1e6);
-    fmt::print("training  {} steps of {} x {} tokens, {} precision, {} attention, {} threads, lr {:.3g} -> {:.3g} (warm-up "
-               "{}), AdamW wd {:.3g}, clip {:.3g}\n",
-               a.steps, global_batch, t.seq, model::precision_name(t.precision), model::attention_path_name(t.attention),
-               get_num_threads(), t.lr_max, t.lr_min, t.warmup_steps, t.adamw.weight_decay, t.max_grad_norm);
+    fmt::print("model     {}: d_model {}, {} layers, {} heads, d_ff {}, vocab {}, {:.2f}M parameters\n",
+               a.size, c.d_model, c.num_layers, c.num_heads, c.d_ff, c.vocab_size,
+               static_cast<double>(c.param_count()) / 1e6);
+    fmt::print(
+        "training  {} steps of {} x {} tokens, {} precision, {} attention, {} threads, lr {:.3g} -> {:.3g} "
+        "(warm-up "
+        "{}), AdamW wd {:.3g}, clip {:.3g}\n",
+        a.steps, global_batch, t.seq, model::precision_name(t.precision),
+        model::attention_path_name(t.attention), get_num_threads(), t.lr_max, t.lr_min, t.warmup_steps,
+        t.adamw.weight_decay, t.max_grad_norm);
     fmt::print("data      {}\n", p.source);
 #ifdef RIDGE_HAVE_DISTRIBUTED
     if (dp)
-      fmt::print("parallel  {} ranks, {} slice each, --ddp {}{} ({} reductions of gradients per step), optimizer sharding "
-                 "{}\n",
-                 world, t.batch, distributed::ddp_mode_name(dp->config().mode),
-                 dp->config().mode == distributed::DdpMode::bucketed ? fmt::format(" --bucket-mb {}", a.bucket_mb) : "",
-                 dp->buckets().size(),
-                 distributed::sharding_name(dp->config().sharding));
+      fmt::print(
+          "parallel  {} ranks, {} slice each, --ddp {}{} ({} reductions of gradients per step), optimizer "
+          "sharding "
+          "{}\n",
+          world, t.batch, distributed::ddp_mode_name(dp->config().mode),
+          dp->config().mode == distributed::DdpMode::bucketed ? fmt::format(" --bucket-mb {}", a.bucket_mb)
+                                                              : "",
+          dp->buckets().size(), distributed::sharding_name(dp->config().sharding));
 #endif
-    fmt::print("mfu       against {}\n", peak > 0 ? fmt::format("the probed {} peak, {:.1f} GFLOP/s",
-                                                               t.precision == model::Precision::bf16 ? "bf16" : "fp32",
-                                                               peak / 1e9)
-                                                    : std::string("nothing: run `ridge probe` once to measure the peak"));
+    fmt::print("mfu       against {}\n",
+               peak > 0 ? fmt::format("the probed {} peak, {:.1f} GFLOP/s",
+                                      t.precision == model::Precision::bf16 ? "bf16" : "fp32", peak / 1e9)
+                        : std::string("nothing: run `ridge probe` once to measure the peak"));
     if (!a.resume.empty()) fmt::print("resumed   {} at step {}\n", a.resume, trainer.steps());
-    fmt::print("{:>7}  {:>8}  {:>9}  {:>9}  {:>9}  {:>6}  {:>8}\n", "step", "loss", "lr", "grad norm", "tokens/s",
-               "mfu", "left");
+    fmt::print("{:>7}  {:>8}  {:>9}  {:>9}  {:>9}  {:>6}  {:>8}\n", "step", "loss", "lr", "grad norm",
+               "tokens/s", "mfu", "left");
   }
 
   model::Rng& rng = trainer.rng();
@@ -300,16 +315,23 @@ void train_loop(const Args& a, const Prepared& p, model::Trainer& trainer, DataP
       const double left = per_step * static_cast<double>(a.steps - s - 1);
       const double mean_loss = window_loss_n ? window_loss / static_cast<double>(window_loss_n) : NAN;
       if (a.json) {
-        nlohmann::json j = {{"step", s + 1},          {"loss", r.loss},   {"mean_loss", mean_loss},
-                            {"lr", r.lr},             {"grad_norm", r.grad_norm},
-                            {"tokens_per_s", tok_s},  {"step_ms", per_step * 1e3},
+        nlohmann::json j = {{"step", s + 1},
+                            {"loss", r.loss},
+                            {"mean_loss", mean_loss},
+                            {"lr", r.lr},
+                            {"grad_norm", r.grad_norm},
+                            {"tokens_per_s", tok_s},
+                            {"step_ms", per_step * 1e3},
                             {"mfu", peak > 0 ? nlohmann::json(mfu) : nlohmann::json(nullptr)},
-                            {"skipped", r.skipped},   {"loss_scale", r.loss_scale}};
+                            {"skipped", r.skipped},
+                            {"loss_scale", r.loss_scale}};
         std::cout << j.dump() << "\n" << std::flush;
       } else {
-        fmt::print("{:>7}  {:>8.4f}  {:>9.2e}  {:>9.3f}  {:>9.0f}  {:>6}  {:>8}{}\n", s + 1, r.loss, r.lr, r.grad_norm,
-                   tok_s, peak > 0 ? fmt::format("{:.1f}%", 100 * mfu) : std::string("n/a"), duration(left),
-                   r.skipped ? fmt::format("  (skipped: non-finite gradient; loss scale now {})", trainer.scaler().scale())
+        fmt::print("{:>7}  {:>8.4f}  {:>9.2e}  {:>9.3f}  {:>9.0f}  {:>6}  {:>8}{}\n", s + 1, r.loss, r.lr,
+                   r.grad_norm, tok_s, peak > 0 ? fmt::format("{:.1f}%", 100 * mfu) : std::string("n/a"),
+                   duration(left),
+                   r.skipped ? fmt::format("  (skipped: non-finite gradient; loss scale now {})",
+                                           trainer.scaler().scale())
                              : std::string());
         std::fflush(stdout);
       }
@@ -396,11 +418,11 @@ std::string file_contents_id(const std::string& path) {
 // command line compares the paths; this, what a path holds on each rank's machine).
 void add_contents(distributed::Fingerprint& fp, const Args& a, const Prepared& p) {
   if (p.file)
-    fp.emplace_back("--data (contents)", fmt::format("{} tokens, fnv1a {:016x}", p.file->size(), p.file->content_hash()));
+    fp.emplace_back("--data (contents)",
+                    fmt::format("{} tokens, fnv1a {:016x}", p.file->size(), p.file->content_hash()));
   if (!p.text_tokens.empty())
-    fp.emplace_back("--text (contents)",
-                    fmt::format("{} bytes, fnv1a {:016x}", p.text_tokens.size(),
-                                fnv1a(p.text_tokens.data(), p.text_tokens.size() * 2)));
+    fp.emplace_back("--text (contents)", fmt::format("{} bytes, fnv1a {:016x}", p.text_tokens.size(),
+                                                     fnv1a(p.text_tokens.data(), p.text_tokens.size() * 2)));
   if (!a.resume.empty())
     if (std::string id = file_contents_id(a.resume); !id.empty()) fp.emplace_back("--resume (contents)", id);
 }
@@ -446,8 +468,8 @@ void run_rank(const Args& a) {
         if (!a.memory.empty()) memory::record_history();
         // A sharded run never allocates the whole AdamW state: zero1's trainer holds its shard from
         // the start, cs336's none until DataParallel allocates its shard.
-        std::tie(p->t.optimizer_begin, p->t.optimizer_end) =
-            distributed::initial_optimizer_range(cfg.sharding, p->c.param_count(), session.size(), session.rank());
+        std::tie(p->t.optimizer_begin, p->t.optimizer_end) = distributed::initial_optimizer_range(
+            cfg.sharding, p->c.param_count(), session.size(), session.rank());
         trainer.emplace(p->c, p->t);
       } catch (const Error& e) {
         err = trainer_error(e, p->c);
@@ -510,24 +532,35 @@ void run(const Args& a) {
 
 void setup(CLI::App& root) {
   static Args a;
-  auto* cmd = root.add_subcommand("train", "train the CS336 Transformer LM (AdamW, mixed precision, checkpoints)");
+  auto* cmd =
+      root.add_subcommand("train", "train the CS336 Transformer LM (AdamW, mixed precision, checkpoints)");
   // Every number is a plain decimal in range (cli::integer_in, cli::number_in), or refused naming the flag.
-  cmd->add_option("--size", a.size, "size preset: tiny, small, medium, large, xl, 2.7B")->capture_default_str();
+  cmd->add_option("--size", a.size, "size preset: tiny, small, medium, large, xl, 2.7B")
+      ->capture_default_str();
   cmd->add_option("--d-model", a.d_model, "override the preset's d_model")->transform(cli::integer_in(1));
   cmd->add_option("--d-ff", a.d_ff, "override the preset's d_ff")->transform(cli::integer_in(1));
-  cmd->add_option("--layers", a.layers, "override the preset's number of layers")->transform(cli::integer_in(1));
+  cmd->add_option("--layers", a.layers, "override the preset's number of layers")
+      ->transform(cli::integer_in(1));
   cmd->add_option("--heads", a.heads, "override the preset's number of heads")->transform(cli::integer_in(1));
   cmd->add_option("--vocab", a.vocab, "vocabulary size (default: 256 with --text, else 10000)")
       ->transform(cli::integer_in(1));
-  cmd->add_option("--context", a.context, "tokens per sequence")->capture_default_str()->transform(cli::integer_in(1));
-  cmd->add_option("--batch", a.batch, "sequences per step")->capture_default_str()->transform(cli::integer_in(1, 1 << 20));
-  cmd->add_option("--steps", a.steps, "optimizer steps")->capture_default_str()->transform(cli::integer_in(1));
+  cmd->add_option("--context", a.context, "tokens per sequence")
+      ->capture_default_str()
+      ->transform(cli::integer_in(1));
+  cmd->add_option("--batch", a.batch, "sequences per step")
+      ->capture_default_str()
+      ->transform(cli::integer_in(1, 1 << 20));
+  cmd->add_option("--steps", a.steps, "optimizer steps")
+      ->capture_default_str()
+      ->transform(cli::integer_in(1));
   cmd->add_option("--data", a.data, "token file (uint16, numpy.memmap's layout; see `ridge data encode`)");
   cmd->add_option("--text", a.text, "a text file, encoded byte by byte on the fly");
   cmd->add_option("--precision", a.precision, "fp32, bf16 or fp16 (fp16 with dynamic loss scaling)")
       ->capture_default_str();
   cmd->add_option("--attention", a.attention, "flash or math")->capture_default_str();
-  cmd->add_option("--lr", a.lr, "peak learning rate")->capture_default_str()->transform(cli::number_in(0, kInf));
+  cmd->add_option("--lr", a.lr, "peak learning rate")
+      ->capture_default_str()
+      ->transform(cli::number_in(0, kInf));
   cmd->add_option("--lr-min", a.lr_min, "final learning rate of the cosine schedule (default lr / 10)")
       ->transform(cli::number_in(0, kInf));
   cmd->add_option("--warmup", a.warmup, "linear warm-up steps (default steps / 10, at most 1000)")
@@ -535,9 +568,15 @@ void setup(CLI::App& root) {
   cmd->add_option("--weight-decay", a.weight_decay, "AdamW's decoupled weight decay")
       ->capture_default_str()
       ->transform(cli::number_in(0, kInf));
-  cmd->add_option("--beta1", a.beta1, "AdamW beta1, in [0, 1)")->capture_default_str()->transform(cli::number_in(0, 1, false, true));
-  cmd->add_option("--beta2", a.beta2, "AdamW beta2, in [0, 1)")->capture_default_str()->transform(cli::number_in(0, 1, false, true));
-  cmd->add_option("--eps", a.eps, "AdamW eps")->capture_default_str()->transform(cli::number_in(0, kInf, true));
+  cmd->add_option("--beta1", a.beta1, "AdamW beta1, in [0, 1)")
+      ->capture_default_str()
+      ->transform(cli::number_in(0, 1, false, true));
+  cmd->add_option("--beta2", a.beta2, "AdamW beta2, in [0, 1)")
+      ->capture_default_str()
+      ->transform(cli::number_in(0, 1, false, true));
+  cmd->add_option("--eps", a.eps, "AdamW eps")
+      ->capture_default_str()
+      ->transform(cli::number_in(0, kInf, true));
   cmd->add_option("--clip", a.clip, "global gradient-norm clipping (0: off)")
       ->capture_default_str()
       ->transform(cli::number_in(0, kInf));
@@ -547,14 +586,19 @@ void setup(CLI::App& root) {
   cmd->add_option("--checkpoint", a.checkpoint, "write a checkpoint (safetensors) here at the end");
   cmd->add_option("--save-every", a.save_every, "also write it every N steps")->transform(cli::integer_in(1));
   cmd->add_option("--resume", a.resume, "resume from a checkpoint (or start from safetensors weights)");
-  cmd->add_option("--log-every", a.log_every, "print every N steps")->capture_default_str()->transform(cli::integer_in(1));
+  cmd->add_option("--log-every", a.log_every, "print every N steps")
+      ->capture_default_str()
+      ->transform(cli::integer_in(1));
   cmd->add_option("--threads", a.threads, "threads (default: OMP_NUM_THREADS or all CPUs)")
       ->transform(cli::integer_in(1, env::kMaxThreads));
-  cmd->add_option("--trace", a.trace, "write a Chrome trace of the run (ranges per step, layer and operation)");
-  cmd->add_option("--memory", a.memory,
-                  "write a memory snapshot (see `ridge memory show`); under mpirun one per rank, NAME.rankR.json");
+  cmd->add_option("--trace", a.trace,
+                  "write a Chrome trace of the run (ranges per step, layer and operation)");
+  cmd->add_option(
+      "--memory", a.memory,
+      "write a memory snapshot (see `ridge memory show`); under mpirun one per rank, NAME.rankR.json");
   cmd->add_flag("--json", a.json, "one JSON object per logged step");
-  cmd->add_option("--ddp", a.ddp, "data parallelism under mpirun: naive, flat, overlap or bucketed (--batch is global)");
+  cmd->add_option("--ddp", a.ddp,
+                  "data parallelism under mpirun: naive, flat, overlap or bucketed (--batch is global)");
   cmd->add_option("--bucket-mb", a.bucket_mb, "bucketed: bucket size in MB")
       ->capture_default_str()
       ->transform(cli::number_in(0, 1e6, true));

@@ -17,7 +17,7 @@ namespace ridge::cli {
 
 // The ModelConfig fields the model flags set, as the library names them and as the user types them
 // (rope_theta has no flag). num_heads comes before d_model: in_flag_words replaces in this order.
-inline const FlagNames kModelFields = {{"vocab_size", "--vocab"}, {"context_length", "--context"},
+inline const FlagNames kModelFields = {{"vocab_size", "--vocab"},  {"context_length", "--context"},
                                        {"num_layers", "--layers"}, {"num_heads", "--heads"},
                                        {"d_model", "--d-model"},   {"d_ff", "--d-ff"}};
 
@@ -29,9 +29,10 @@ decltype(auto) in_flag_words(F&& body) {
     return body();
   } catch (const ridge::Error& e) {
     std::string m = e.what();
-    static const std::pair<const char*, const char*> prefixes[] = {
-        {"preset: ", "--size: "}, {"precision: ", "--precision: "}, {"attention: ", "--attention: "},
-        {"ModelConfig: ", ""}};
+    static const std::pair<const char*, const char*> prefixes[] = {{"preset: ", "--size: "},
+                                                                   {"precision: ", "--precision: "},
+                                                                   {"attention: ", "--attention: "},
+                                                                   {"ModelConfig: ", ""}};
     bool known = false;
     for (const auto& [from, to] : prefixes)
       if (m.rfind(from, 0) == 0) {
@@ -86,8 +87,8 @@ struct ModelFlags {
     if (!d_ff.empty()) cfg.d_ff = count(d_ff, "--d-ff"), custom = true;
     if (!layers.empty()) cfg.num_layers = count(layers, "--layers"), custom = true;
     if (!heads.empty()) cfg.num_heads = count(heads, "--heads"), custom = true;
-    check(cfg.d_model % cfg.num_heads == 0, "--heads/--d-model: {} heads do not divide d_model {}", cfg.num_heads,
-          cfg.d_model);
+    check(cfg.d_model % cfg.num_heads == 0, "--heads/--d-model: {} heads do not divide d_model {}",
+          cfg.num_heads, cfg.d_model);
     check(cfg.d_head() % 2 == 0, "--heads/--d-model: d_model / heads = {} must be even (RoPE rotates pairs)",
           cfg.d_head());
     cfg.validate();

@@ -24,7 +24,8 @@ struct Options {
 // T is float or bf16. Outputs go into the caller's views; lse is the only state saved for backward.
 template <typename T>
 void flash_attention_forward(const TensorView<T>& q, const TensorView<T>& k, const TensorView<T>& v,
-                             const TensorView<T>& o, const TensorView<float>& lse, const Options& options = {});
+                             const TensorView<T>& o, const TensorView<float>& lse,
+                             const Options& options = {});
 
 // dq, dk, dv are overwritten; dk, dv are summed over the query heads that share a kv head.
 template <typename T>
@@ -47,12 +48,13 @@ struct BackwardResult {
   TensorView<T> dq, dk, dv;
 };
 template <typename T>
-ForwardResult<T> flash_attention_forward(const TensorView<T>& q, const TensorView<T>& k, const TensorView<T>& v,
-                                         const Options& options = {});
+ForwardResult<T> flash_attention_forward(const TensorView<T>& q, const TensorView<T>& k,
+                                         const TensorView<T>& v, const Options& options = {});
 template <typename T>
-BackwardResult<T> flash_attention_backward(const TensorView<T>& q, const TensorView<T>& k, const TensorView<T>& v,
-                                           const TensorView<T>& o, const TensorView<T>& d_o,
-                                           const TensorView<float>& lse, const Options& options = {});
+BackwardResult<T> flash_attention_backward(const TensorView<T>& q, const TensorView<T>& k,
+                                           const TensorView<T>& v, const TensorView<T>& o,
+                                           const TensorView<T>& d_o, const TensorView<float>& lse,
+                                           const Options& options = {});
 
 // ---- The math path ----
 // Materialises S = q k^T * scale and P = softmax(S) per (batch, head) in Acc precision (float or
@@ -61,11 +63,13 @@ BackwardResult<T> flash_attention_backward(const TensorView<T>& q, const TensorV
 // Outputs are in Acc; lse like flash_attention_forward's.
 template <typename T, typename Acc>
 void attention_reference_forward(const TensorView<T>& q, const TensorView<T>& k, const TensorView<T>& v,
-                                 const TensorView<Acc>& o, const TensorView<Acc>& lse, const Options& options = {});
+                                 const TensorView<Acc>& o, const TensorView<Acc>& lse,
+                                 const Options& options = {});
 template <typename T, typename Acc>
 void attention_reference_backward(const TensorView<T>& q, const TensorView<T>& k, const TensorView<T>& v,
-                                  const TensorView<T>& d_o, const TensorView<Acc>& dq, const TensorView<Acc>& dk,
-                                  const TensorView<Acc>& dv, const Options& options = {});
+                                  const TensorView<T>& d_o, const TensorView<Acc>& dq,
+                                  const TensorView<Acc>& dk, const TensorView<Acc>& dv,
+                                  const Options& options = {});
 
 // FLOPs counted the way FlashAttention papers count them: 4 * n_q * n_k * d * batch * heads for
 // the forward pass (two matmuls), 2.5x that for backward (five), halved when causal and n_q == n_k

@@ -155,11 +155,12 @@ std::pair<int64_t, int64_t> initial_optimizer_range(Sharding sharding, int64_t p
 // Communication time of the last step (seconds): all of it, and the part that ran while backward was
 // still computing (overlap and bucketed: from a request's start to the end of backward).
 struct CommStats {
-  double comm_s = 0;     // wall time inside MPI calls and waits after backward, plus overlapped spans
-  double exposed_s = 0;  // time after backward spent finishing gradient communication, plus the time the
-                         // backward thread spent inside MPI calls posting/testing requests (it delayed backward)
-  double hidden_s = 0;   // communication in flight while backward computed, less that time inside MPI calls
-  int64_t bytes = 0;     // gradient bytes this rank sent into collectives
+  double comm_s = 0;  // wall time inside MPI calls and waits after backward, plus overlapped spans
+  double exposed_s =
+      0;  // time after backward spent finishing gradient communication, plus the time the
+          // backward thread spent inside MPI calls posting/testing requests (it delayed backward)
+  double hidden_s = 0;  // communication in flight while backward computed, less that time inside MPI calls
+  int64_t bytes = 0;    // gradient bytes this rank sent into collectives
   int collectives = 0;
 };
 

@@ -33,7 +33,9 @@ namespace ridge::gemm {
 
 // Width of a scaling block along K (and along N for B): 128, as in DeepGEMM.
 inline constexpr int64_t kFp8Block = 128;
-inline constexpr int64_t fp8_scale_blocks(int64_t len) { return (len + kFp8Block - 1) / kFp8Block; }
+inline constexpr int64_t fp8_scale_blocks(int64_t len) {
+  return (len + kFp8Block - 1) / kFp8Block;
+}
 
 // Rows per aligned block of the contiguous grouped layout.
 int64_t m_alignment_for_contiguous_layout();
@@ -103,7 +105,7 @@ Fp8Matrix per_block_cast_to_fp8(MatrixView<const float> x);
 // Scalar reference twin: plain loops with the same two-level accumulation, fp32 output before
 // any rounding (what every optimized path is tested against).
 void fp8_gemm_nt_reference(MatrixView<const fp8_e4m3> a, MatrixView<const float> a_scales,
-                           MatrixView<const fp8_e4m3> b, MatrixView<const float> b_scales, MatrixView<float> d,
-                           MatrixView<const float> c = {});
+                           MatrixView<const fp8_e4m3> b, MatrixView<const float> b_scales,
+                           MatrixView<float> d, MatrixView<const float> c = {});
 
 }  // namespace ridge::gemm

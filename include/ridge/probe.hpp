@@ -31,9 +31,9 @@ int64_t min_max_bytes(int threads);
 
 // One peak kernel: a dtype, the instruction that computes it and the ISA it needs.
 struct PeakKernel {
-  std::string dtype;        // chip-file key: "fp64", "fp32", "bf16", "int8"
-  std::string isa;          // "avx512", "avx512bf16", "avx512vnni", "avx2", "scalar"
-  std::string instruction;  // "vfmadd231ps zmm", ...
+  std::string dtype;               // chip-file key: "fp64", "fp32", "bf16", "int8"
+  std::string isa;                 // "avx512", "avx512bf16", "avx512vnni", "avx2", "scalar"
+  std::string instruction;         // "vfmadd231ps zmm", ...
   double ops_per_instruction = 0;  // FLOP (OP for int8) per instruction per chain
 };
 
@@ -54,10 +54,10 @@ struct Trials {
 
 struct PeakResult {
   PeakKernel kernel;
-  int chains = 0;      // accumulator chains of the best configuration
-  Trials one_thread;   // 1 thread
-  Trials all_threads;  // `threads` threads: the repeat with the best median (see needs_repeat)
-  int repeats = 0;     // times the all-threads phase was repeated
+  int chains = 0;                // accumulator chains of the best configuration
+  Trials one_thread;             // 1 thread
+  Trials all_threads;            // `threads` threads: the repeat with the best median (see needs_repeat)
+  int repeats = 0;               // times the all-threads phase was repeated
   double first_all_threads = 0;  // median of the first all-threads attempt, before any repeat
 };
 
@@ -78,9 +78,9 @@ Trials measure_peak(const PeakKernel& k, int chains, int threads, int trials, do
 
 struct SweepPoint {
   int64_t bytes_per_thread = 0;
-  int64_t total_bytes = 0;  // working set of all threads together
-  double read = 0;          // bytes/s read, all threads, median
-  double read_write = 0;    // bytes/s read + written (in-place update), all threads, median
+  int64_t total_bytes = 0;       // working set of all threads together
+  double read = 0;               // bytes/s read, all threads, median
+  double read_write = 0;         // bytes/s read + written (in-place update), all threads, median
   int attempted = 0, clean = 0;  // trials of both kernels
 };
 
@@ -91,13 +91,13 @@ Trials measure_bandwidth(int64_t bytes_per_thread, int threads, bool update, int
 
 // Where a level's plateau lies and its bandwidth.
 struct Plateau {
-  std::string level;         // "l1", "l2", "l3", "dram"
-  int64_t capacity = 0;      // bytes of that level available to the threads (0 for dram)
-  int64_t lo = 0, hi = 0;    // total working-set range whose points were used
+  std::string level;       // "l1", "l2", "l3", "dram"
+  int64_t capacity = 0;    // bytes of that level available to the threads (0 for dram)
+  int64_t lo = 0, hi = 0;  // total working-set range whose points were used
   int points = 0;
-  double read = 0;           // bytes/s, median over the range
+  double read = 0;  // bytes/s, median over the range
   double read_write = 0;
-  double spread = 0;         // (max - min) / median of read over the range: how flat it is
+  double spread = 0;  // (max - min) / median of read over the range: how flat it is
 };
 
 // Cache capacities as seen by a sweep with `threads` threads, in total working-set bytes.
@@ -114,11 +114,11 @@ Hierarchy hierarchy_for(int threads);
 std::vector<Plateau> find_plateaus(const std::vector<SweepPoint>& sweep, const Hierarchy& h);
 
 struct ProbeResult {
-  std::string date;        // UTC, ISO 8601
+  std::string date;  // UTC, ISO 8601
   int threads = 0;
   int trials = 0;
   bool quick = false;
-  double seconds = 0;      // wall time of the whole probe
+  double seconds = 0;                 // wall time of the whole probe
   std::vector<PeakResult> peaks;      // best kernel per dtype
   std::vector<SweepPoint> sweep;      // all threads
   std::vector<SweepPoint> sweep_one;  // one thread (empty in quick runs)

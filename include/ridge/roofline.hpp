@@ -21,9 +21,9 @@ struct Sourced {
 };
 
 struct MemoryLevel {
-  std::string level;  // "hbm", "dram", "l3", "l2", "l1"
-  std::string name;   // "HBM3", "DDR5", ...
-  Sourced bandwidth;  // bytes/s, read
+  std::string level;                // "hbm", "dram", "l3", "l2", "l1"
+  std::string name;                 // "HBM3", "DDR5", ...
+  Sourced bandwidth;                // bytes/s, read
   std::optional<Sourced> capacity;  // bytes
 };
 
@@ -33,13 +33,13 @@ struct Link {
 };
 
 struct Chip {
-  std::string id, name, kind;  // kind: "gpu", "tpu" or "cpu"
+  std::string id, name, kind;                 // kind: "gpu", "tpu" or "cpu"
   std::map<std::string, Sourced> peak_flops;  // keys: fp64, fp32, tf32, bf16, fp16, fp8, int8
   std::vector<MemoryLevel> memory;            // outermost (HBM or DRAM) first
   std::optional<Link> intra_node, inter_node;
   std::string notes;
-  std::string measured;     // probe details as JSON text; empty for published chips
-  std::string origin;       // the file (or "embedded:<id>") it was loaded from
+  std::string measured;  // probe details as JSON text; empty for published chips
+  std::string origin;    // the file (or "embedded:<id>") it was loaded from
 
   // Dense FLOP/s (OP/s for int8) for a dtype; ridge::Error naming the chip and the dtypes it has
   // when it lacks this one. fp8_e4m3 and fp8_e5m2 both map to "fp8", int8 to "int8".
@@ -51,7 +51,6 @@ struct Chip {
   const MemoryLevel& memory_level(const std::string& level = "") const;
   // Bytes/s one way of "intra_node" or "inter_node"; ridge::Error if the chip has no such link.
   double link_bandwidth(const std::string& which = "intra_node") const;
-
 };
 
 // The chip-file key for a dtype: "fp64", "fp32", "bf16", "fp16", "fp8", "int8" (int32 -> error).
@@ -106,8 +105,8 @@ struct Cost {
 };
 
 struct BoundOptions {
-  std::string level;                 // memory level; empty = outermost (HBM/DRAM)
-  std::string link = "intra_node";   // which link carries Cost::link bytes
+  std::string level;                // memory level; empty = outermost (HBM/DRAM)
+  std::string link = "intra_node";  // which link carries Cost::link bytes
 };
 
 // The roofline bound of a cost on a chip. T_comm = max(T_memory, T_link) since the two move over
@@ -121,9 +120,9 @@ struct Bound {
   double intensity = 0;        // FLOPs / memory byte (NaN if none)
   double ridge_intensity = 0;  // peak / bandwidth: the intensity at which the roofs meet
   double t_math = 0, t_memory = 0, t_link = 0, t_comm = 0, t_lower = 0, t_upper = 0;
-  std::string binding;              // "compute", "memory", "link"
-  double attainable_flops = 0;      // flops / t_lower
-  double fraction_of_peak = 0;      // t_math / t_lower: the share of peak FLOP/s attainable
+  std::string binding;          // "compute", "memory", "link"
+  double attainable_flops = 0;  // flops / t_lower
+  double fraction_of_peak = 0;  // t_math / t_lower: the share of peak FLOP/s attainable
 };
 
 Bound bound(const Cost& cost, const Chip& chip, const BoundOptions& opt = {});

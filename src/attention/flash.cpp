@@ -73,8 +73,10 @@ double max_row_norm(const TensorView<T>& t) {
         double acc = 0.0;
         for (int64_t c = 0; c < t.shape[3]; ++c) {
           double x;
-          if constexpr (std::is_same_v<T, bf16>) x = to_float(row[c * t.stride[3]]);
-          else x = static_cast<double>(row[c * t.stride[3]]);
+          if constexpr (std::is_same_v<T, bf16>)
+            x = to_float(row[c * t.stride[3]]);
+          else
+            x = static_cast<double>(row[c * t.stride[3]]);
           acc += x * x;
         }
         best = std::max(best, acc);
@@ -101,7 +103,8 @@ void log2_scale(detail::Problem& p, const TensorView<T>& q, const TensorView<T>&
   const double bound = max_row_norm(q) * max_row_norm(k);
   const double cap = bound > 0.0 ? std::ldexp(1.0, 124) / bound : std::ldexp(1.0, 124);
   if (c <= cap && c <= static_cast<double>(std::numeric_limits<float>::max())) return;
-  const float capped = static_cast<float>(std::min(cap, static_cast<double>(std::numeric_limits<float>::max())));
+  const float capped =
+      static_cast<float>(std::min(cap, static_cast<double>(std::numeric_limits<float>::max())));
   p.c = capped;
   p.lse_factor = static_cast<float>(static_cast<double>(p.scale) / capped);
   p.l2_factor = static_cast<float>(capped / static_cast<double>(p.scale));
@@ -133,7 +136,8 @@ detail::Problem make_problem(const TensorView<T>& q, const TensorView<T>& k, con
         "attention: scale must be finite and > 0 (0 means 1/sqrt(d)), got {}", options.scale);
   p.bf16 = std::is_same_v<T, bf16>;
   p.causal = options.causal;
-  p.scale = options.scale == 0.0f ? static_cast<float>(1.0 / std::sqrt(static_cast<double>(p.d))) : options.scale;
+  p.scale =
+      options.scale == 0.0f ? static_cast<float>(1.0 / std::sqrt(static_cast<double>(p.d))) : options.scale;
   log2_scale(p, q, k);
   p.q = operand(q);
   p.k = operand(k);
@@ -164,7 +168,8 @@ void check_no_alias(std::initializer_list<Named> outputs, std::initializer_list<
   for (auto o = outputs.begin(); o != outputs.end(); ++o) {
     for (const auto& i : inputs)
       check(!overlap::overlaps(o->bytes, i.bytes),
-            "attention: output {} overlaps input {} in memory; an output must not alias an input", o->name, i.name);
+            "attention: output {} overlaps input {} in memory; an output must not alias an input", o->name,
+            i.name);
     for (auto p = std::next(o); p != outputs.end(); ++p)
       check(!overlap::overlaps(o->bytes, p->bytes), "attention: outputs {} and {} overlap in memory", o->name,
             p->name);
@@ -206,8 +211,9 @@ void flash_attention_backward(const TensorView<T>& q, const TensorView<T>& k, co
   check_view(dq, "dq", p.batch, p.heads, p.n_q, p.d);
   check_view(dk, "dk", p.batch, p.kv_heads, p.n_k, p.d);
   check_view(dv, "dv", p.batch, p.kv_heads, p.n_k, p.d);
-  check_no_alias({named("dq", dq), named("dk", dk), named("dv", dv)},
-                 {named("q", q), named("k", k), named("v", v), named("o", o), named("do", d_o), named("lse", lse)});
+  check_no_alias(
+      {named("dq", dq), named("dk", dk), named("dv", dv)},
+      {named("q", q), named("k", k), named("v", v), named("o", o), named("do", d_o), named("lse", lse)});
   p.o = operand(o);
   p.d_o = operand(d_o);
   p.dq = operand(dq);
@@ -217,8 +223,8 @@ void flash_attention_backward(const TensorView<T>& q, const TensorView<T>& k, co
 }
 
 template <typename T>
-ForwardResult<T> flash_attention_forward(const TensorView<T>& q, const TensorView<T>& k, const TensorView<T>& v,
-                                         const Options& options) {
+ForwardResult<T> flash_attention_forward(const TensorView<T>& q, const TensorView<T>& k,
+                                         const TensorView<T>& v, const Options& options) {
   check(q.rank == 4, "attention: q must be rank 4 [batch, heads, n_q, d], got rank {}", q.rank);
   const int64_t b = q.shape[0], h = q.shape[1], n = q.shape[2], d = q.shape[3];
   ForwardResult<T> r;
@@ -231,15 +237,19 @@ ForwardResult<T> flash_attention_forward(const TensorView<T>& q, const TensorVie
 }
 
 template <typename T>
-BackwardResult<T> flash_attention_backward(const TensorView<T>& q, const TensorView<T>& k, const TensorView<T>& v,
-                                           const TensorView<T>& o, const TensorView<T>& d_o,
-                                           const TensorView<float>& lse, const Options& options) {
+BackwardResult<T> flash_attention_backward(const TensorView<T>& q, const TensorView<T>& k,
+                                           const TensorView<T>& v, const TensorView<T>& o,
+                                           const TensorView<T>& d_o, const TensorView<float>& lse,
+                                           const Options& options) {
   check(q.rank == 4 && k.rank == 4, "attention: q and k must be rank 4 [batch, heads, seq, d]");
   BackwardResult<T> r;
   const auto qs = q.shape, ks = k.shape;
-  r.dq_storage = Buffer<T>(static_cast<size_t>(std::max<int64_t>(0, qs[0] * qs[1] * qs[2] * qs[3])), "attention.dq");
-  r.dk_storage = Buffer<T>(static_cast<size_t>(std::max<int64_t>(0, ks[0] * ks[1] * ks[2] * ks[3])), "attention.dk");
-  r.dv_storage = Buffer<T>(static_cast<size_t>(std::max<int64_t>(0, ks[0] * ks[1] * ks[2] * ks[3])), "attention.dv");
+  r.dq_storage =
+      Buffer<T>(static_cast<size_t>(std::max<int64_t>(0, qs[0] * qs[1] * qs[2] * qs[3])), "attention.dq");
+  r.dk_storage =
+      Buffer<T>(static_cast<size_t>(std::max<int64_t>(0, ks[0] * ks[1] * ks[2] * ks[3])), "attention.dk");
+  r.dv_storage =
+      Buffer<T>(static_cast<size_t>(std::max<int64_t>(0, ks[0] * ks[1] * ks[2] * ks[3])), "attention.dv");
   r.dq = dense(r.dq_storage, qs[0], qs[1], qs[2], qs[3]);
   r.dk = dense(r.dk_storage, ks[0], ks[1], ks[2], ks[3]);
   r.dv = dense(r.dv_storage, ks[0], ks[1], ks[2], ks[3]);
@@ -256,19 +266,18 @@ double attention_flops(int64_t batch, int64_t heads, int64_t n_q, int64_t n_k, i
   return f;
 }
 
-#define RIDGE_INSTANTIATE(T)                                                                                       \
-  template void flash_attention_forward<T>(const TensorView<T>&, const TensorView<T>&, const TensorView<T>&,       \
-                                           const TensorView<T>&, const TensorView<float>&, const Options&);        \
-  template void flash_attention_backward<T>(const TensorView<T>&, const TensorView<T>&, const TensorView<T>&,      \
-                                            const TensorView<T>&, const TensorView<T>&, const TensorView<float>&,  \
-                                            const TensorView<T>&, const TensorView<T>&, const TensorView<T>&,      \
-                                            const Options&);                                                       \
-  template ForwardResult<T> flash_attention_forward<T>(const TensorView<T>&, const TensorView<T>&,                 \
-                                                       const TensorView<T>&, const Options&);                      \
-  template BackwardResult<T> flash_attention_backward<T>(const TensorView<T>&, const TensorView<T>&,               \
-                                                         const TensorView<T>&, const TensorView<T>&,               \
-                                                         const TensorView<T>&, const TensorView<float>&,           \
-                                                         const Options&);
+#define RIDGE_INSTANTIATE(T)                                                                                 \
+  template void flash_attention_forward<T>(const TensorView<T>&, const TensorView<T>&, const TensorView<T>&, \
+                                           const TensorView<T>&, const TensorView<float>&, const Options&);  \
+  template void flash_attention_backward<T>(                                                                 \
+      const TensorView<T>&, const TensorView<T>&, const TensorView<T>&, const TensorView<T>&,                \
+      const TensorView<T>&, const TensorView<float>&, const TensorView<T>&, const TensorView<T>&,            \
+      const TensorView<T>&, const Options&);                                                                 \
+  template ForwardResult<T> flash_attention_forward<T>(const TensorView<T>&, const TensorView<T>&,           \
+                                                       const TensorView<T>&, const Options&);                \
+  template BackwardResult<T> flash_attention_backward<T>(                                                    \
+      const TensorView<T>&, const TensorView<T>&, const TensorView<T>&, const TensorView<T>&,                \
+      const TensorView<T>&, const TensorView<float>&, const Options&);
 RIDGE_INSTANTIATE(float)
 RIDGE_INSTANTIATE(bf16)
 #undef RIDGE_INSTANTIATE

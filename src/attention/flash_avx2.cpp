@@ -35,8 +35,9 @@ struct V {
   static R exp2(R x) { return exp2_ps(x); }
   static bool any_huge(R x) {
     const R a = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), x);
-    const R big = _mm256_and_ps(_mm256_cmp_ps(a, _mm256_set1_ps(0x1p20f), _CMP_GE_OQ),
-                                _mm256_cmp_ps(a, _mm256_set1_ps(std::numeric_limits<float>::infinity()), _CMP_LT_OQ));
+    const R big =
+        _mm256_and_ps(_mm256_cmp_ps(a, _mm256_set1_ps(0x1p20f), _CMP_GE_OQ),
+                      _mm256_cmp_ps(a, _mm256_set1_ps(std::numeric_limits<float>::infinity()), _CMP_LT_OQ));
     return _mm256_movemask_ps(big) != 0;
   }
 };
@@ -46,9 +47,15 @@ struct V {
 
 }  // namespace
 
-void forward_avx2(const Problem& p) { forward<BlocksFp32>(p); }
-void backward_avx2(const Problem& p) { backward<BlocksFp32>(p); }
+void forward_avx2(const Problem& p) {
+  forward<BlocksFp32>(p);
+}
+void backward_avx2(const Problem& p) {
+  backward<BlocksFp32>(p);
+}
 
-Kernels kernels_avx2() { return {forward_avx2, backward_avx2}; }
+Kernels kernels_avx2() {
+  return {forward_avx2, backward_avx2};
+}
 
 }  // namespace ridge::attention::detail

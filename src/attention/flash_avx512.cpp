@@ -26,9 +26,15 @@ namespace {
 
 }  // namespace
 
-void forward_avx512(const Problem& p) { forward<BlocksFp32>(p); }
-void backward_avx512(const Problem& p) { backward<BlocksFp32>(p); }
+void forward_avx512(const Problem& p) {
+  forward<BlocksFp32>(p);
+}
+void backward_avx512(const Problem& p) {
+  backward<BlocksFp32>(p);
+}
 
-Kernels kernels_avx512() { return {forward_avx512, backward_avx512}; }
+Kernels kernels_avx512() {
+  return {forward_avx512, backward_avx512};
+}
 
 }  // namespace ridge::attention::detail

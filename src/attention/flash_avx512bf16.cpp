@@ -30,14 +30,20 @@ namespace {
 }  // namespace
 
 void forward_avx512bf16(const Problem& p) {
-  if (p.bf16) forward<BlocksBf16>(p);
-  else forward<BlocksFp32>(p);
+  if (p.bf16)
+    forward<BlocksBf16>(p);
+  else
+    forward<BlocksFp32>(p);
 }
 void backward_avx512bf16(const Problem& p) {
-  if (p.bf16) backward<BlocksBf16>(p);
-  else backward<BlocksFp32>(p);
+  if (p.bf16)
+    backward<BlocksBf16>(p);
+  else
+    backward<BlocksFp32>(p);
 }
 
-Kernels kernels_avx512bf16() { return {forward_avx512bf16, backward_avx512bf16}; }
+Kernels kernels_avx512bf16() {
+  return {forward_avx512bf16, backward_avx512bf16};
+}
 
 }  // namespace ridge::attention::detail

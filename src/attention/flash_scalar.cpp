@@ -41,9 +41,15 @@ struct V {
 
 }  // namespace
 
-void forward_scalar(const Problem& p) { forward<BlocksFp32>(p); }
-void backward_scalar(const Problem& p) { backward<BlocksFp32>(p); }
+void forward_scalar(const Problem& p) {
+  forward<BlocksFp32>(p);
+}
+void backward_scalar(const Problem& p) {
+  backward<BlocksFp32>(p);
+}
 
-Kernels kernels_scalar() { return {forward_scalar, backward_scalar}; }
+Kernels kernels_scalar() {
+  return {forward_scalar, backward_scalar};
+}
 
 }  // namespace ridge::attention::detail

@@ -16,8 +16,10 @@ namespace {
 
 template <typename T>
 double as_double(T x) {
-  if constexpr (std::is_same_v<T, bf16>) return to_float(x);
-  else return static_cast<double>(x);
+  if constexpr (std::is_same_v<T, bf16>)
+    return to_float(x);
+  else
+    return static_cast<double>(x);
 }
 
 struct Dims {
@@ -26,12 +28,14 @@ struct Dims {
 
 template <typename T>
 Dims check_shapes(const TensorView<T>& q, const TensorView<T>& k, const TensorView<T>& v) {
-  check(q.rank == 4 && k.rank == 4 && v.rank == 4, "attention reference: q, k, v must be rank 4 [batch, heads, seq, d]");
+  check(q.rank == 4 && k.rank == 4 && v.rank == 4,
+        "attention reference: q, k, v must be rank 4 [batch, heads, seq, d]");
   Dims s{q.shape[0], q.shape[1], k.shape[1], q.shape[2], k.shape[2], q.shape[3]};
   check(k.shape[0] == s.batch && v.shape[0] == s.batch && k.shape[3] == s.d && v.shape[3] == s.d &&
             v.shape[1] == s.kv_heads && v.shape[2] == s.n_k,
         "attention reference: k and v must be [batch, kv_heads, n_k, d] matching q");
-  check(s.kv_heads >= 1 && s.heads % s.kv_heads == 0, "attention reference: heads must be a multiple of kv_heads");
+  check(s.kv_heads >= 1 && s.heads % s.kv_heads == 0,
+        "attention reference: heads must be a multiple of kv_heads");
   check(s.n_q >= 1 && s.n_k >= 1 && s.d >= 1, "attention reference: empty shapes are not accepted");
   return s;
 }
@@ -40,7 +44,8 @@ template <typename T, typename Acc>
 void load_head(const TensorView<T>& t, int64_t b, int64_t h, int64_t n, int64_t d, Acc* out) {
   for (int64_t i = 0; i < n; ++i)
     for (int64_t c = 0; c < d; ++c)
-      out[i * d + c] = static_cast<Acc>(as_double(t.data[b * t.stride[0] + h * t.stride[1] + i * t.stride[2] + c * t.stride[3]]));
+      out[i * d + c] = static_cast<Acc>(
+          as_double(t.data[b * t.stride[0] + h * t.stride[1] + i * t.stride[2] + c * t.stride[3]]));
 }
 
 template <typename Acc>
@@ -81,7 +86,8 @@ void probabilities(const Acc* q, const Acc* k, int64_t n_q, int64_t n_k, int64_t
 }
 
 double resolve_scale(float scale, int64_t d) {
-  check(std::isfinite(scale) && scale >= 0.0f, "attention: scale must be finite and > 0 (0 means 1/sqrt(d)), got {}", scale);
+  check(std::isfinite(scale) && scale >= 0.0f,
+        "attention: scale must be finite and > 0 (0 means 1/sqrt(d)), got {}", scale);
   return scale == 0.0f ? 1.0 / std::sqrt(static_cast<double>(d)) : static_cast<double>(scale);
 }
 
@@ -89,7 +95,8 @@ double resolve_scale(float scale, int64_t d) {
 
 template <typename T, typename Acc>
 void attention_reference_forward(const TensorView<T>& q, const TensorView<T>& k, const TensorView<T>& v,
-                                 const TensorView<Acc>& o, const TensorView<Acc>& lse, const Options& options) {
+                                 const TensorView<Acc>& o, const TensorView<Acc>& lse,
+                                 const Options& options) {
   const Dims s = check_shapes(q, k, v);
   check(o.rank == 4 && o.shape == q.shape, "attention reference: o must have q's shape");
   check(lse.rank == 3 && lse.shape[0] == s.batch && lse.shape[1] == s.heads && lse.shape[2] == s.n_q,
@@ -99,7 +106,8 @@ void attention_reference_forward(const TensorView<T>& q, const TensorView<T>& k,
 #pragma omp parallel num_threads(get_num_threads())
   {
     Buffer<Acc> qh(s.n_q * s.d, "attention.math.q"), kh(s.n_k * s.d, "attention.math.k"),
-        vh(s.n_k * s.d, "attention.math.v"), P(s.n_q * s.n_k, "attention.math.P"), l(s.n_q, "attention.math.lse");
+        vh(s.n_k * s.d, "attention.math.v"), P(s.n_q * s.n_k, "attention.math.P"),
+        l(s.n_q, "attention.math.lse");
     std::vector<Acc> acc(s.d);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t bh = 0; bh < s.batch * s.heads; ++bh) {
@@ -124,8 +132,9 @@ void attention_reference_forward(const TensorView<T>& q, const TensorView<T>& k,
 
 template <typename T, typename Acc>
 void attention_reference_backward(const TensorView<T>& q, const TensorView<T>& k, const TensorView<T>& v,
-                                  const TensorView<T>& d_o, const TensorView<Acc>& dq, const TensorView<Acc>& dk,
-                                  const TensorView<Acc>& dv, const Options& options) {
+                                  const TensorView<T>& d_o, const TensorView<Acc>& dq,
+                                  const TensorView<Acc>& dk, const TensorView<Acc>& dv,
+                                  const Options& options) {
   const Dims s = check_shapes(q, k, v);
   check(d_o.rank == 4 && d_o.shape == q.shape, "attention reference: do must have q's shape");
   check(dq.rank == 4 && dq.shape == q.shape, "attention reference: dq must have q's shape");
@@ -137,10 +146,10 @@ void attention_reference_backward(const TensorView<T>& q, const TensorView<T>& k
   // One task per (batch, kv head), so the group's dk, dv sums have a single writer.
 #pragma omp parallel num_threads(get_num_threads())
   {
-    Buffer<Acc> qh(n_q * d, "attention.math.q"), kh(n_k * d, "attention.math.k"), vh(n_k * d, "attention.math.v"),
-        doh(n_q * d, "attention.math.do"), P(n_q * n_k, "attention.math.P"), dP(n_q * n_k, "attention.math.dP"),
-        l(n_q, "attention.math.lse"), dqh(n_q * d, "attention.math.dq"), dkh(n_k * d, "attention.math.dk"),
-        dvh(n_k * d, "attention.math.dv");
+    Buffer<Acc> qh(n_q * d, "attention.math.q"), kh(n_k * d, "attention.math.k"),
+        vh(n_k * d, "attention.math.v"), doh(n_q * d, "attention.math.do"), P(n_q * n_k, "attention.math.P"),
+        dP(n_q * n_k, "attention.math.dP"), l(n_q, "attention.math.lse"), dqh(n_q * d, "attention.math.dq"),
+        dkh(n_k * d, "attention.math.dk"), dvh(n_k * d, "attention.math.dv");
 #pragma omp for schedule(dynamic, 1)
     for (int64_t unit = 0; unit < s.batch * s.kv_heads; ++unit) {
       const int64_t b = unit / s.kv_heads, kvh = unit % s.kv_heads;
@@ -185,14 +194,13 @@ void attention_reference_backward(const TensorView<T>& q, const TensorView<T>& k
   }
 }
 
-#define RIDGE_INSTANTIATE(T, Acc)                                                                             \
-  template void attention_reference_forward<T, Acc>(const TensorView<T>&, const TensorView<T>&,               \
-                                                    const TensorView<T>&, const TensorView<Acc>&,             \
-                                                    const TensorView<Acc>&, const Options&);                  \
-  template void attention_reference_backward<T, Acc>(const TensorView<T>&, const TensorView<T>&,              \
-                                                     const TensorView<T>&, const TensorView<T>&,              \
-                                                     const TensorView<Acc>&, const TensorView<Acc>&,          \
-                                                     const TensorView<Acc>&, const Options&);
+#define RIDGE_INSTANTIATE(T, Acc)                                                                 \
+  template void attention_reference_forward<T, Acc>(const TensorView<T>&, const TensorView<T>&,   \
+                                                    const TensorView<T>&, const TensorView<Acc>&, \
+                                                    const TensorView<Acc>&, const Options&);      \
+  template void attention_reference_backward<T, Acc>(                                             \
+      const TensorView<T>&, const TensorView<T>&, const TensorView<T>&, const TensorView<T>&,     \
+      const TensorView<Acc>&, const TensorView<Acc>&, const TensorView<Acc>&, const Options&);
 RIDGE_INSTANTIATE(float, float)
 RIDGE_INSTANTIATE(float, double)
 RIDGE_INSTANTIATE(bf16, float)

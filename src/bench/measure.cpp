@@ -51,7 +51,8 @@ Measurement measure(const std::function<void()>& fn, const Options& o) {
   check(static_cast<bool>(fn), "measure: the function to time is empty");
   check(o.warmup >= 0, "measure: warmup = {} must be >= 0", o.warmup);
   check(o.iters >= 1, "measure: iters = {} must be >= 1", o.iters);
-  check(o.min_time_s >= 0 && std::isfinite(o.min_time_s), "measure: min_time_s = {} must be >= 0", o.min_time_s);
+  check(o.min_time_s >= 0 && std::isfinite(o.min_time_s), "measure: min_time_s = {} must be >= 0",
+        o.min_time_s);
   check(o.max_time_s >= 0 && std::isfinite(o.max_time_s), "measure: max_time_s = {} must be >= 0 (0: no cap)",
         o.max_time_s);
   using clock = std::chrono::steady_clock;

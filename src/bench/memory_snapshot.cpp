@@ -21,8 +21,9 @@ using nlohmann::json;
 namespace {
 
 json event_json(const Event& e, const History& h) {
-  const auto tag = e.tag >= 0 && static_cast<size_t>(e.tag) < h.tags.size() ? h.tags[static_cast<size_t>(e.tag)]
-                                                                              : std::string("?");
+  const auto tag = e.tag >= 0 && static_cast<size_t>(e.tag) < h.tags.size()
+                       ? h.tags[static_cast<size_t>(e.tag)]
+                       : std::string("?");
   return {{"t_us", static_cast<double>(e.t_ns - h.t0_ns) / 1e3},
           {"action", e.alloc ? "alloc" : "free"},
           {"address", fmt::format("0x{:x}", e.address)},
@@ -38,8 +39,8 @@ constexpr double kMaxMicroseconds = 1e15;
 
 double microseconds(const json& v, const std::string& path, const std::string& where) {
   const double t = input::number(v, path, where);
-  check(std::fabs(t) <= kMaxMicroseconds, "{}: field '{}' is {:g} us, beyond the plausible {:g} us", where, path, t,
-        kMaxMicroseconds);
+  check(std::fabs(t) <= kMaxMicroseconds, "{}: field '{}' is {:g} us, beyond the plausible {:g} us", where,
+        path, t, kMaxMicroseconds);
   return t;
 }
 
@@ -47,7 +48,8 @@ Event event_from_json(const json& j, const std::string& where, History& h,
                       std::unordered_map<std::string, int32_t>& tag_ids) {
   check(j.is_object(), "{}: expected an event object", where);
   Event e;
-  e.t_ns = h.t0_ns + static_cast<int64_t>(std::llround(microseconds(input::field(j, "t_us", "", where), "t_us", where) * 1e3));
+  e.t_ns = h.t0_ns + static_cast<int64_t>(
+                         std::llround(microseconds(input::field(j, "t_us", "", where), "t_us", where) * 1e3));
   const auto action = input::string(input::field(j, "action", "", where), "action", where);
   check(action == "alloc" || action == "free", "{}: action '{}' must be 'alloc' or 'free'", where, action);
   e.alloc = action == "alloc";
@@ -55,8 +57,8 @@ Event event_from_json(const json& j, const std::string& where, History& h,
   try {
     size_t used = 0;
     e.address = std::stoull(addr, &used, 16);
-    check(used == addr.size() && addr.find('-') == std::string::npos, "{}: address '{}' is not hexadecimal", where,
-          addr);
+    check(used == addr.size() && addr.find('-') == std::string::npos, "{}: address '{}' is not hexadecimal",
+          where, addr);
   } catch (const std::invalid_argument&) {
     fail("{}: address '{}' is not hexadecimal", where, addr);
   } catch (const std::out_of_range&) {
@@ -66,7 +68,8 @@ Event event_from_json(const json& j, const std::string& where, History& h,
   check(!(b.is_number_unsigned() && b.get<uint64_t>() > static_cast<uint64_t>(kMaxEventBytes)),
         "{}: field 'bytes' is {}, above the plausible 2^60", where, b.dump());
   e.bytes = input::integer(b, "bytes", where);
-  check(e.bytes >= 0 && e.bytes <= kMaxEventBytes, "{}: field 'bytes' is {}, outside 0 .. 2^60", where, e.bytes);
+  check(e.bytes >= 0 && e.bytes <= kMaxEventBytes, "{}: field 'bytes' is {}, outside 0 .. 2^60", where,
+        e.bytes);
   const auto tag = input::string(input::field(j, "tag", "", where), "tag", where);
   auto it = tag_ids.find(tag);
   if (it == tag_ids.end()) {
@@ -169,12 +172,14 @@ History history_from_json(const json& doc, const std::string& origin) {
   for (size_t k = 0; k < h.events.size(); ++k) {
     const auto& e = h.events[k];
     if (e.alloc) {
-      check(live.emplace(e.address, k).second,
-            "{}: events[{}] allocates address 0x{:x} again while it is still live (not a consistent snapshot)",
-            origin, k, e.address);
+      check(
+          live.emplace(e.address, k).second,
+          "{}: events[{}] allocates address 0x{:x} again while it is still live (not a consistent snapshot)",
+          origin, k, e.address);
     } else if (live.erase(e.address) == 0) {
-      check(h.dropped > 0, "{}: events[{}] frees address 0x{:x}, which is not live (not a consistent snapshot)",
-            origin, k, e.address);
+      check(h.dropped > 0,
+            "{}: events[{}] frees address 0x{:x}, which is not live (not a consistent snapshot)", origin, k,
+            e.address);
     }
   }
   return h;
@@ -189,15 +194,17 @@ void dump_snapshot(const std::string& path) {
 }
 
 History load_snapshot(const std::string& path) {
-  return history_from_json(input::read_json_file(path, "memory snapshot"), fmt::format("memory snapshot '{}'", path));
+  return history_from_json(input::read_json_file(path, "memory snapshot"),
+                           fmt::format("memory snapshot '{}'", path));
 }
 
 namespace {
 
 int64_t add_bytes(int64_t total, int64_t delta) {
   int64_t r = 0;
-  check(!__builtin_add_overflow(total, delta, &r), "memory: live bytes overflow 2^63 (the history's sizes are not "
-                                                   "from a real run)");
+  check(!__builtin_add_overflow(total, delta, &r),
+        "memory: live bytes overflow 2^63 (the history's sizes are not "
+        "from a real run)");
   return r;
 }
 
@@ -268,7 +275,9 @@ Timeline replay(const History& h) {
   return tl;
 }
 
-std::string snapshot_json_text(const History& h) { return snapshot_json(h).dump(); }
+std::string snapshot_json_text(const History& h) {
+  return snapshot_json(h).dump();
+}
 
 History history_from_json_text(const std::string& text, const std::string& origin) {
   return history_from_json(input::parse_json(text, origin), origin);

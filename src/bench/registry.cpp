@@ -46,8 +46,8 @@ Grid Grid::parse(const std::vector<std::string>& items) {
   Grid g;
   for (const auto& item : items) {
     const auto eq = item.find('=');
-    check_arg(eq != std::string::npos && eq > 0, "items", "'{}' is not key=value[,value...] (e.g. n=1M,4M,16M)",
-              item);
+    check_arg(eq != std::string::npos && eq > 0, "items",
+              "'{}' is not key=value[,value...] (e.g. n=1M,4M,16M)", item);
     const std::string key = trim(item.substr(0, eq));
     check_arg(!key.empty(), "items", "'{}' has an empty key", item);
     std::vector<std::string> values;
@@ -55,7 +55,8 @@ Grid Grid::parse(const std::vector<std::string>& items) {
     size_t pos = 0;
     while (true) {
       const auto comma = rest.find(',', pos);
-      const std::string v = trim(rest.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos));
+      const std::string v =
+          trim(rest.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos));
       check_arg(!v.empty(), "items", "'{}' has an empty value for '{}'", item, key);
       values.push_back(v);
       if (comma == std::string::npos) break;
@@ -149,9 +150,12 @@ std::vector<bool> Grid::switches(const std::string& key, std::vector<bool> fallb
   for (const auto& v : values(key)) {
     std::string s = v;
     for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    if (s == "1" || s == "true" || s == "on" || s == "yes") out.push_back(true);
-    else if (s == "0" || s == "false" || s == "off" || s == "no") out.push_back(false);
-    else fail_arg("grid " + key, "'{}' is not a switch (accepted: 1, true, on, yes, 0, false, off, no)", v);
+    if (s == "1" || s == "true" || s == "on" || s == "yes")
+      out.push_back(true);
+    else if (s == "0" || s == "false" || s == "off" || s == "no")
+      out.push_back(false);
+    else
+      fail_arg("grid " + key, "'{}' is not a switch (accepted: 1, true, on, yes, 0, false, off, no)", v);
   }
   return out;
 }
@@ -192,7 +196,9 @@ json Grid::to_json() const {
 Progress::Progress(bool enabled, double quiet_s)
     : enabled_(enabled), tty_(::isatty(2) == 1), quiet_s_(quiet_s), t0_(std::chrono::steady_clock::now()) {}
 
-Progress::~Progress() { finish(); }
+Progress::~Progress() {
+  finish();
+}
 
 void Progress::start(size_t total) {
   total_ = total;
@@ -200,7 +206,9 @@ void Progress::start(size_t total) {
   t0_ = std::chrono::steady_clock::now();
 }
 
-void Progress::add_total(size_t more) { total_ += more; }
+void Progress::add_total(size_t more) {
+  total_ += more;
+}
 
 void Progress::tick(const std::string& what) {
   ++done_;
@@ -213,9 +221,12 @@ void Progress::tick(const std::string& what) {
     eta = fmt::format(", ~{:.0f} s left", left);
   }
   const std::string of = total_ > 0 ? fmt::format("{}/{}", done_, total_) : std::to_string(done_);
-  const std::string line = fmt::format("[{}] {:.1f} s elapsed{}{}{}", of, elapsed, eta, what.empty() ? "" : ": ", what);
-  if (tty_) std::fprintf(stderr, "\r\033[K%s", line.c_str());
-  else std::fprintf(stderr, "%s\n", line.c_str());
+  const std::string line =
+      fmt::format("[{}] {:.1f} s elapsed{}{}{}", of, elapsed, eta, what.empty() ? "" : ": ", what);
+  if (tty_)
+    std::fprintf(stderr, "\r\033[K%s", line.c_str());
+  else
+    std::fprintf(stderr, "%s\n", line.c_str());
   std::fflush(stderr);
   printed_ = true;
 }
@@ -240,7 +251,9 @@ std::vector<Benchmark>& registry() {
 }
 }  // namespace
 
-void register_benchmark(Benchmark b) { registry().push_back(std::move(b)); }
+void register_benchmark(Benchmark b) {
+  registry().push_back(std::move(b));
+}
 
 std::vector<Benchmark> benchmarks() {
   auto r = registry();

@@ -21,11 +21,11 @@ struct Peer {
 };
 
 struct Row {
-  std::string benchmark;                           // "stream", "gemm", ...
+  std::string benchmark;                            // "stream", "gemm", ...
   nlohmann::json case_ = nlohmann::json::object();  // shape and parameters; written as "case"
-  std::string dtype;                               // "fp32", "bf16", "fp8_e4m3", ...
-  int threads = 0;                                 // 0: filled with ridge::get_num_threads()
-  std::string isa;                                 // empty: filled with the active ISA path
+  std::string dtype;                                // "fp32", "bf16", "fp8_e4m3", ...
+  int threads = 0;                                  // 0: filled with ridge::get_num_threads()
+  std::string isa;                                  // empty: filled with the active ISA path
   double median_ms = 0, min_ms = 0;
   double flops = 0;  // per call; 0 means undefined (no "gflops" written)
   double bytes = 0;  // per call, moved to or from memory; 0 means undefined (no "gbps")

@@ -98,7 +98,9 @@ void append(Event e) {
 }
 
 #if defined(RIDGE_HAVE_NVTX)
-bool nvtx_on(unsigned bits) { return (bits & hooks::kNvtx) != 0; }
+bool nvtx_on(unsigned bits) {
+  return (bits & hooks::kNvtx) != 0;
+}
 
 nvtxEventAttributes_t nvtx_attributes(const char* message, uint32_t colour) {
   nvtxEventAttributes_t a{};
@@ -140,7 +142,9 @@ void stop_recording() {
   hooks::set_bits(hooks::kTrace, false);
 }
 
-bool recording() { return global().recording.load(); }
+bool recording() {
+  return global().recording.load();
+}
 
 void clear() {
   auto& g = global();
@@ -164,7 +168,9 @@ size_t event_count() {
   return n;
 }
 
-uint64_t dropped() { return global().dropped.load(); }
+uint64_t dropped() {
+  return global().dropped.load();
+}
 
 void set_nvtx(bool on) {
 #if defined(RIDGE_HAVE_NVTX)
@@ -215,7 +221,9 @@ void push_active(const char* name) {
 }
 }  // namespace detail
 
-void push(const char* name) { detail::push_active(name); }
+void push(const char* name) {
+  detail::push_active(name);
+}
 
 void push(const std::string& name) {
   // The stack keeps a pointer, so a dynamic name is interned for the life of the process; use
@@ -273,8 +281,7 @@ Handle start_range(std::string name, uint32_t colour) {
 
 void end_range(const Handle& h) {
   if (h.id == 0) return;
-  if (h.did & hooks::kTrace)
-    append(Event{'e', memory::clock_ns(), 0, h.id, 0, false, 0.0, h.name, "ridge"});
+  if (h.did & hooks::kTrace) append(Event{'e', memory::clock_ns(), 0, h.id, 0, false, 0.0, h.name, "ridge"});
 #if defined(RIDGE_HAVE_NVTX)
   if (h.did & hooks::kNvtx) nvtxRangeEnd(h.nvtx_id);
 #endif
@@ -283,8 +290,8 @@ void end_range(const Handle& h) {
 void mark(const std::string& name, const Marker& m) {
   const unsigned bits = hooks::active.load(std::memory_order_relaxed);
   if (bits & hooks::kTrace)
-    append(Event{'i', memory::clock_ns(), 0, 0, m.colour, m.payload.has_value(), m.payload.value_or(0.0), name,
-                 m.category.empty() ? "ridge" : m.category});
+    append(Event{'i', memory::clock_ns(), 0, 0, m.colour, m.payload.has_value(), m.payload.value_or(0.0),
+                 name, m.category.empty() ? "ridge" : m.category});
 #if defined(RIDGE_HAVE_NVTX)
   if (nvtx_on(bits)) {
     auto a = nvtx_attributes(name.c_str(), m.colour);
@@ -312,14 +319,18 @@ nlohmann::json to_json() {
     buffers = g.buffers;
   }
   json events = json::array();
-  events.push_back({{"ph", "M"}, {"name", "process_name"}, {"pid", pid}, {"tid", 0}, {"args", {{"name", "ridge"}}}});
+  events.push_back(
+      {{"ph", "M"}, {"name", "process_name"}, {"pid", pid}, {"tid", 0}, {"args", {{"name", "ridge"}}}});
   // Copy each buffer under its lock, then sort: parents (earlier start, longer) before children.
   std::vector<std::pair<Event, int32_t>> all;
   for (auto& b : buffers) {
     std::lock_guard bl(b->mu);
     if (!b->name.empty())
-      events.push_back(
-          {{"ph", "M"}, {"name", "thread_name"}, {"pid", pid}, {"tid", b->tid}, {"args", {{"name", b->name}}}});
+      events.push_back({{"ph", "M"},
+                        {"name", "thread_name"},
+                        {"pid", pid},
+                        {"tid", b->tid},
+                        {"args", {{"name", b->name}}}});
     for (const auto& e : b->events) all.emplace_back(e, b->tid);
   }
   std::stable_sort(all.begin(), all.end(), [](const auto& a, const auto& b) {
@@ -328,8 +339,8 @@ nlohmann::json to_json() {
   });
   const auto us = [&](int64_t ns) { return static_cast<double>(ns - t0) / 1e3; };
   for (const auto& [e, tid] : all) {
-    json j = {{"name", e.name}, {"cat", e.cat}, {"ph", std::string(1, e.ph)}, {"pid", pid}, {"tid", tid},
-              {"ts", us(e.ts_ns)}};
+    json j = {{"name", e.name}, {"cat", e.cat}, {"ph", std::string(1, e.ph)},
+              {"pid", pid},     {"tid", tid},   {"ts", us(e.ts_ns)}};
     if (e.ph == 'X') j["dur"] = static_cast<double>(e.dur_ns) / 1e3;
     if (e.ph == 'b' || e.ph == 'e') j["id"] = fmt::format("0x{:x}", e.id);
     if (e.ph == 'i') j["s"] = "t";
@@ -339,7 +350,8 @@ nlohmann::json to_json() {
     if (!args.empty()) j["args"] = args;
     events.push_back(std::move(j));
   }
-  json other = {{"machine", bench::machine_context()}, {"dropped_events", g.dropped.load()},
+  json other = {{"machine", bench::machine_context()},
+                {"dropped_events", g.dropped.load()},
                 {"recorder", "ridge trace"}};
   return {{"traceEvents", events}, {"displayTimeUnit", "ms"}, {"otherData", other}};
 }
@@ -349,6 +361,8 @@ void write(const std::string& path) {
   files::write_text(path, doc.dump() + "\n", "trace");  // temp + rename: a failure keeps the old file
 }
 
-std::string to_json_text() { return to_json().dump(); }
+std::string to_json_text() {
+  return to_json().dump();
+}
 
 }  // namespace ridge::trace

@@ -31,7 +31,8 @@ inline void check_arg(bool cond, const std::string& argument, fmt::format_string
 }
 
 template <typename... Args>
-[[noreturn]] inline void fail_arg(const std::string& argument, fmt::format_string<Args...> f, Args&&... args) {
+[[noreturn]] inline void fail_arg(const std::string& argument, fmt::format_string<Args...> f,
+                                  Args&&... args) {
   throw Error(argument, fmt::format(f, std::forward<Args>(args)...));
 }
 

@@ -36,7 +36,9 @@ uint64_t xgetbv0() {
   return (static_cast<uint64_t>(hi) << 32) | lo;
 }
 
-bool bit(unsigned v, int i) { return (v >> i) & 1u; }
+bool bit(unsigned v, int i) {
+  return (v >> i) & 1u;
+}
 
 // Deterministic cache parameters: leaf 4 on Intel, 0x8000001D on AMD (same layout).
 void read_caches_cpuid(unsigned leaf, Caches& c) {
@@ -69,8 +71,10 @@ int64_t read_sysfs_size(const std::string& path) {
   const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
   if (ec != std::errc() || v < 0 || v > (int64_t{1} << 40)) return 0;  // unreadable: unknown
   const char u = end < s.data() + s.size() ? *end : 'B';
-  if (u == 'K') v <<= 10;
-  else if (u == 'M') v <<= 20;
+  if (u == 'K')
+    v <<= 10;
+  else if (u == 'M')
+    v <<= 20;
   return v;
 }
 
@@ -156,8 +160,8 @@ Info read_info() {
   // Features the OS does not save registers for are unusable: report them as absent.
   if (!f.os_avx) f.avx = f.avx2 = f.fma = f.f16c = f.avx_vnni = false;
   if (!f.os_avx512)
-    f.avx512f = f.avx512bw = f.avx512vl = f.avx512dq = f.avx512cd = f.avx512_vbmi = f.avx512_bf16 = f.avx512_vnni =
-        f.avx512_fp16 = false;
+    f.avx512f = f.avx512bw = f.avx512vl = f.avx512dq = f.avx512cd = f.avx512_vbmi = f.avx512_bf16 =
+        f.avx512_vnni = f.avx512_fp16 = false;
   if (!f.os_amx) f.amx_tile = f.amx_bf16 = f.amx_int8 = false;
 
   const unsigned max_ext = cpuid(0x80000000).a;
@@ -176,7 +180,8 @@ Info read_info() {
   // Leaf 0x8000001D is only defined when the topology extensions bit is set (older AMD parts and
   // some hypervisors leave it clear); sysfs fills in whatever cpuid could not.
   const bool topoext = max_ext >= 0x80000001 && bit(cpuid(0x80000001).c, 22);
-  if (in.vendor == "GenuineIntel" && max_leaf >= 4) read_caches_cpuid(4, in.caches);
+  if (in.vendor == "GenuineIntel" && max_leaf >= 4)
+    read_caches_cpuid(4, in.caches);
   else if ((in.vendor == "AuthenticAMD" || in.vendor == "HygonGenuine") && topoext && max_ext >= 0x8000001D)
     read_caches_cpuid(0x8000001D, in.caches);
   read_caches_sysfs(in.caches);
@@ -205,10 +210,14 @@ const Info& info() {
 
 const char* isa_name(Isa isa) {
   switch (isa) {
-    case Isa::scalar: return "scalar";
-    case Isa::avx2: return "avx2";
-    case Isa::avx512: return "avx512";
-    case Isa::avx512bf16: return "avx512bf16";
+    case Isa::scalar:
+      return "scalar";
+    case Isa::avx2:
+      return "avx2";
+    case Isa::avx512:
+      return "avx512";
+    case Isa::avx512bf16:
+      return "avx512bf16";
   }
   return "?";
 }
@@ -224,10 +233,14 @@ bool supported(Isa isa) {
   const bool avx2 = f.avx2 && f.fma && f.f16c && f.bmi2;
   const bool avx512 = avx2 && f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq;
   switch (isa) {
-    case Isa::scalar: return true;
-    case Isa::avx2: return avx2;
-    case Isa::avx512: return avx512;
-    case Isa::avx512bf16: return avx512 && f.avx512_bf16;
+    case Isa::scalar:
+      return true;
+    case Isa::avx2:
+      return avx2;
+    case Isa::avx512:
+      return avx512;
+    case Isa::avx512bf16:
+      return avx512 && f.avx512_bf16;
   }
   return false;
 }
@@ -277,9 +290,15 @@ void set_isa(Isa isa) {
   g_override.store(static_cast<int>(isa), std::memory_order_relaxed);
 }
 
-void reset_isa() { g_override.store(kNoOverride, std::memory_order_relaxed); }
+void reset_isa() {
+  g_override.store(kNoOverride, std::memory_order_relaxed);
+}
 
-ScopedIsa::ScopedIsa(Isa isa) : previous_(g_override.load()) { set_isa(isa); }
-ScopedIsa::~ScopedIsa() { g_override.store(previous_); }
+ScopedIsa::ScopedIsa(Isa isa) : previous_(g_override.load()) {
+  set_isa(isa);
+}
+ScopedIsa::~ScopedIsa() {
+  g_override.store(previous_);
+}
 
 }  // namespace ridge::cpu

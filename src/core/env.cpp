@@ -65,7 +65,10 @@ Knobs parse_knobs(const char* (*lookup)(const char* name)) {
   }
   if (const auto v = get("RIDGE_TEST_DIE_RANK"); !v.empty()) {
     if (k.test_die_at_step == 0)
-      fail("RIDGE_TEST_DIE_RANK: '{}' is not accepted alone (expected RIDGE_TEST_DIE_AT_STEP with it; test only)", v);
+      fail(
+          "RIDGE_TEST_DIE_RANK: '{}' is not accepted alone (expected RIDGE_TEST_DIE_AT_STEP with it; test "
+          "only)",
+          v);
     k.test_die_rank = static_cast<int>(parse_int("RIDGE_TEST_DIE_RANK", v, 0, 1 << 20, " (test only)"));
   }
   return k;

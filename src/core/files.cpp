@@ -114,7 +114,9 @@ fs::path resolve(const std::string& path) {
   return p;
 }
 
-fs::path folder_of(const fs::path& p) { return p.has_parent_path() ? p.parent_path() : fs::path("."); }
+fs::path folder_of(const fs::path& p) {
+  return p.has_parent_path() ? p.parent_path() : fs::path(".");
+}
 
 // Writes all of `bytes` to an open descriptor; false on any short write (errno says why).
 bool write_all(int fd, std::span<const std::byte> bytes) {
@@ -177,9 +179,9 @@ void check_writable(const std::string& path, const std::string& what) {
   // A file without write permission is one its owner protected: refused even for root, whom access(2)
   // would let through.
   if (fs::exists(st))
-    check_arg(::access(p.c_str(), W_OK) == 0 && (fs::status(p, ec).permissions() &
-                                                  (fs::perms::owner_write | fs::perms::group_write |
-                                                   fs::perms::others_write)) != fs::perms::none,
+    check_arg(::access(p.c_str(), W_OK) == 0 &&
+                  (fs::status(p, ec).permissions() & (fs::perms::owner_write | fs::perms::group_write |
+                                                      fs::perms::others_write)) != fs::perms::none,
               what, "'{}' is read-only; ridge does not replace a file its owner made read-only", path);
 }
 
@@ -188,20 +190,21 @@ void check_name_fits(const std::string& path, const std::string& what) {
   // makes stat fail with ENAMETOOLONG, which would read as "does not exist".
   constexpr size_t kNameMax = 255, kPathMax = 4095;
   const std::string shown = path.size() > 40 ? path.substr(0, 40) + "..." : path;
-  check_arg(path.size() <= kPathMax, what, "'{}' is too long a path ({} bytes; at most {})", shown, path.size(),
-            kPathMax);
+  check_arg(path.size() <= kPathMax, what, "'{}' is too long a path ({} bytes; at most {})", shown,
+            path.size(), kPathMax);
   const size_t last = path.rfind('/') == std::string::npos ? 0 : path.rfind('/') + 1;
   for (size_t start = 0; start < last;) {
     const size_t end = path.find('/', start);
-    check_arg(end - start <= kNameMax, what, "'{}' has a folder name of {} bytes; a name is at most {}", shown,
-              end - start, kNameMax);
+    check_arg(end - start <= kNameMax, what, "'{}' has a folder name of {} bytes; a name is at most {}",
+              shown, end - start, kNameMax);
     start = end + 1;
   }
   const size_t name = path.size() - last;
-  check_arg(name + kTempSuffix <= kNameMax, what,
-            "the file name is {} bytes; this file system holds names of at most {} bytes and ridge first writes "
-            "a temporary NAME.tmp.PID.N beside the file, so use a name of at most {} bytes",
-            name, kNameMax, kNameMax - kTempSuffix);
+  check_arg(
+      name + kTempSuffix <= kNameMax, what,
+      "the file name is {} bytes; this file system holds names of at most {} bytes and ridge first writes "
+      "a temporary NAME.tmp.PID.N beside the file, so use a name of at most {} bytes",
+      name, kNameMax, kNameMax - kTempSuffix);
 }
 
 int remove_stale_temporaries(const std::string& path) {
@@ -250,12 +253,14 @@ void write_bytes(const std::string& path, std::span<const std::span<const std::b
   static std::atomic<unsigned long> counter{0};
   std::optional<Temporary> tmp;
   for (int attempt = 0; attempt < 100; ++attempt) {
-    tmp.emplace(p.string() + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter.fetch_add(1)));
+    tmp.emplace(p.string() + ".tmp." + std::to_string(::getpid()) + "." +
+                std::to_string(counter.fetch_add(1)));
     tmp->fd_ = ::open(tmp->path().c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);  // less the umask
     if (tmp->fd_ >= 0) break;
     const int err = errno;
     tmp->released_ = true;  // nothing of ours to remove
-    check_arg(err == EEXIST, what, "cannot create a temporary file beside '{}': {}", path, std::strerror(err));
+    check_arg(err == EEXIST, what, "cannot create a temporary file beside '{}': {}", path,
+              std::strerror(err));
   }
   check_arg(tmp && tmp->fd_ >= 0, what, "cannot find a free temporary file name beside '{}'", path);
   bool ok = true;
@@ -297,8 +302,8 @@ bool same_file(const std::string& a, const std::string& b) {
 void check_not_an_input(const std::string& output, const std::vector<std::string>& inputs,
                         const std::string& what) {
   for (const auto& in : inputs)
-    check_arg(!same_file(output, in), what, "'{}' is also an input ('{}'); writing it would destroy that file",
-              output, in);
+    check_arg(!same_file(output, in), what,
+              "'{}' is also an input ('{}'); writing it would destroy that file", output, in);
 }
 
 void check_distinct(const NamedPaths& outputs, const NamedPaths& inputs) {
@@ -306,9 +311,10 @@ void check_distinct(const NamedPaths& outputs, const NamedPaths& inputs) {
     const auto& [arg, out] = outputs[i];
     if (out.empty()) continue;
     for (const auto& [in_arg, in] : inputs)
-      check_arg(in.empty() || !same_file(out, in), arg,
-                "'{}' is the file given to {} ('{}'); writing it would destroy that input, so choose another path",
-                out, in_arg, in);
+      check_arg(
+          in.empty() || !same_file(out, in), arg,
+          "'{}' is the file given to {} ('{}'); writing it would destroy that input, so choose another path",
+          out, in_arg, in);
     for (size_t j = 0; j < i; ++j)
       check_arg(outputs[j].second.empty() || !same_file(out, outputs[j].second), arg,
                 "'{}' is also the output of {} ('{}'); give each output its own file", out, outputs[j].first,

@@ -15,7 +15,9 @@ namespace {
 
 using u32 = uint32_t;
 
-__m256i set1(u32 v) { return _mm256_set1_epi32(static_cast<int>(v)); }
+__m256i set1(u32 v) {
+  return _mm256_set1_epi32(static_cast<int>(v));
+}
 __m256i select(__m256i mask, __m256i if_false, __m256i if_true) {
   return _mm256_blendv_epi8(if_false, if_true, mask);
 }
@@ -39,9 +41,11 @@ template <int E, int M, bool HasInf>
 
   const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(a, 23 - M), set1(1));
   const __m256i r = _mm256_add_epi32(_mm256_add_epi32(a, set1((1u << (22 - M)) - 1)), lsb);
-  const __m256i normal = _mm256_sub_epi32(_mm256_srli_epi32(r, 23 - M), set1(static_cast<u32>(127 - bias) << M));
+  const __m256i normal =
+      _mm256_sub_epi32(_mm256_srli_epi32(r, 23 - M), set1(static_cast<u32>(127 - bias) << M));
 
-  const __m256i s = _mm256_min_epi32(_mm256_sub_epi32(set1(static_cast<u32>(127 + emin + 23 - M)), exp), set1(25));
+  const __m256i s =
+      _mm256_min_epi32(_mm256_sub_epi32(set1(static_cast<u32>(127 + emin + 23 - M)), exp), set1(25));
   const __m256i mant = _mm256_or_si256(_mm256_and_si256(a, set1(0x7FFFFF)), set1(0x800000));
   const __m256i half_m1 = _mm256_sub_epi32(_mm256_srli_epi32(_mm256_sllv_epi32(set1(1), s), 1), set1(1));
   const __m256i slsb = _mm256_and_si256(_mm256_srlv_epi32(mant, s), set1(1));
@@ -70,7 +74,9 @@ template <int E, int M, bool HasInf>
   return out;
 }
 
-__m256i load8(const float* p) { return _mm256_castps_si256(_mm256_loadu_ps(p)); }
+__m256i load8(const float* p) {
+  return _mm256_castps_si256(_mm256_loadu_ps(p));
+}
 
 // 16 floats -> 16 codes of 16 bits. packus keeps values (all <= 0xFFFF) and interleaves the
 // 128-bit halves; the permute restores element order.
@@ -131,8 +137,12 @@ void decode(const Code* src, float* dst, size_t n, Decode dec) {
   }
 }
 
-__m128i load8_u16(const uint16_t* p) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)); }
-__m128i load8_u8(const uint8_t* p) { return _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)); }
+__m128i load8_u16(const uint16_t* p) {
+  return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+}
+__m128i load8_u8(const uint8_t* p) {
+  return _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+}
 
 [[gnu::always_inline]] inline __m256i decode_e4m3(__m256i c) {
   const __m256i mag = _mm256_and_si256(c, set1(0x7F));
@@ -162,7 +172,8 @@ void f32_to_e5m2(const float* src, uint8_t* dst, size_t n, bool satfinite) {
 }
 
 void bf16_to_f32(const uint16_t* src, float* dst, size_t n) {
-  decode(src, dst, n, [](const uint16_t* p) { return _mm256_slli_epi32(_mm256_cvtepu16_epi32(load8_u16(p)), 16); });
+  decode(src, dst, n,
+         [](const uint16_t* p) { return _mm256_slli_epi32(_mm256_cvtepu16_epi32(load8_u16(p)), 16); });
 }
 void fp16_to_f32(const uint16_t* src, float* dst, size_t n) {
   decode(src, dst, n, [](const uint16_t* p) { return _mm256_castps_si256(_mm256_cvtph_ps(load8_u16(p))); });
@@ -179,5 +190,6 @@ void e5m2_to_f32(const uint8_t* src, float* dst, size_t n) {
 }  // namespace
 
 ridge::format_isa::Kernels ridge::format_isa::kernels_avx2() {
-  return {f32_to_bf16, f32_to_fp16, f32_to_e4m3, f32_to_e5m2, bf16_to_f32, fp16_to_f32, e4m3_to_f32, e5m2_to_f32};
+  return {f32_to_bf16, f32_to_fp16, f32_to_e4m3, f32_to_e5m2,
+          bf16_to_f32, fp16_to_f32, e4m3_to_f32, e5m2_to_f32};
 }

@@ -18,7 +18,9 @@ namespace {
 
 using u32 = uint32_t;
 
-__m512i set1(u32 v) { return _mm512_set1_epi32(static_cast<int>(v)); }
+__m512i set1(u32 v) {
+  return _mm512_set1_epi32(static_cast<int>(v));
+}
 
 // float bits -> narrow code (E exponent, M mantissa bits) in the low bits of each 32-bit lane.
 // Forced inline: as a call, every vector passes through memory and the loop runs several times slower.
@@ -40,11 +42,13 @@ template <int E, int M, bool HasInf>
   // out of the mantissa moves into the exponent, which is the correctly rounded code.
   const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(a, 23 - M), set1(1));
   const __m512i r = _mm512_add_epi32(_mm512_add_epi32(a, set1((1u << (22 - M)) - 1)), lsb);
-  const __m512i normal = _mm512_sub_epi32(_mm512_srli_epi32(r, 23 - M), set1(static_cast<u32>(127 - bias) << M));
+  const __m512i normal =
+      _mm512_sub_epi32(_mm512_srli_epi32(r, 23 - M), set1(static_cast<u32>(127 - bias) << M));
 
   // Subnormal results: shift the 24-bit significand right by s = (23 - M) + (emin - e), rounding
   // the same way. s is capped at 25, where every significand rounds to zero.
-  const __m512i s = _mm512_min_epi32(_mm512_sub_epi32(set1(static_cast<u32>(127 + emin + 23 - M)), exp), set1(25));
+  const __m512i s =
+      _mm512_min_epi32(_mm512_sub_epi32(set1(static_cast<u32>(127 + emin + 23 - M)), exp), set1(25));
   const __m512i mant = _mm512_or_si512(_mm512_and_si512(a, set1(0x7FFFFF)), set1(0x800000));
   const __m512i half_m1 = _mm512_sub_epi32(_mm512_srli_epi32(_mm512_sllv_epi32(set1(1), s), 1), set1(1));
   const __m512i slsb = _mm512_and_si512(_mm512_srlv_epi32(mant, s), set1(1));
@@ -74,7 +78,9 @@ template <int E, int M, bool HasInf>
   return out;
 }
 
-__mmask16 tail_mask(size_t left) { return static_cast<__mmask16>((1u << left) - 1); }
+__mmask16 tail_mask(size_t left) {
+  return static_cast<__mmask16>((1u << left) - 1);
+}
 
 template <typename Encode>
 void encode_to_u16(const float* src, uint16_t* dst, size_t n, Encode enc) {
@@ -172,7 +178,8 @@ void e4m3_to_f32(const uint8_t* src, float* dst, size_t n) {
 void e5m2_to_f32(const uint8_t* src, float* dst, size_t n) {
   size_t i = 0;
   for (; i + 16 <= n; i += 16) {
-    const __m256i h = _mm256_slli_epi16(_mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i))), 8);
+    const __m256i h = _mm256_slli_epi16(
+        _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i))), 8);
     _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(h));
   }
   if (i < n) {
@@ -185,5 +192,6 @@ void e5m2_to_f32(const uint8_t* src, float* dst, size_t n) {
 }  // namespace
 
 ridge::format_isa::Kernels ridge::format_isa::kernels_avx512() {
-  return {f32_to_bf16, f32_to_fp16, f32_to_e4m3, f32_to_e5m2, bf16_to_f32, fp16_to_f32, e4m3_to_f32, e5m2_to_f32};
+  return {f32_to_bf16, f32_to_fp16, f32_to_e4m3, f32_to_e5m2,
+          bf16_to_f32, fp16_to_f32, e4m3_to_f32, e5m2_to_f32};
 }

@@ -36,11 +36,11 @@ const format_isa::Kernels& kernels(cpu::Isa isa) {
     return f != nullptr;                                                      \
   }
 
-#define RIDGE_DECODE(fn, T, U)                                  \
-  bool fn(cpu::Isa isa, const T* src, float* dst, size_t n) {   \
-    const auto f = kernels(isa).fn;                             \
-    if (f) f(units<U>(src), dst, n);                            \
-    return f != nullptr;                                        \
+#define RIDGE_DECODE(fn, T, U)                                \
+  bool fn(cpu::Isa isa, const T* src, float* dst, size_t n) { \
+    const auto f = kernels(isa).fn;                           \
+    if (f) f(units<U>(src), dst, n);                          \
+    return f != nullptr;                                      \
   }
 
 RIDGE_ENCODE(f32_to_bf16, bf16, uint16_t)

@@ -22,6 +22,7 @@ struct Kernels {
 };
 
 Kernels kernels_avx2();
-Kernels kernels_avx512();  // also the avx512bf16 path's: vcvtneps2bf16 flushes subnormals, see format_dispatch.cpp
+Kernels
+kernels_avx512();  // also the avx512bf16 path's: vcvtneps2bf16 flushes subnormals, see format_dispatch.cpp
 
 }  // namespace ridge::format_isa

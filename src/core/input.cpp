@@ -73,7 +73,7 @@ void check_depth(const std::string& text, const std::string& what) {
       if (++depth > kMaxJsonDepth) {
         const auto [line, col] = line_column(text, i);
         fail_arg(what, "nested deeper than {} levels at line {}, column {} (not a ridge input)",
-             kMaxJsonDepth, line, col);
+                 kMaxJsonDepth, line, col);
       }
     } else if (c == ']' || c == '}') {
       --depth;
@@ -95,10 +95,10 @@ std::string read_input_file(const std::string& path, const std::string& what, in
   std::string text;
   try {
     check_arg(::fstat(fd, &st) == 0 && S_ISREG(st.st_mode), what, "'{}' is {}; expected a regular file", path,
-          kind_of(st.st_mode));
+              kind_of(st.st_mode));
     check_arg(st.st_size <= max_bytes, what, "'{}' is {}, above the {} limit for this input", path,
-          units::format_bytes(static_cast<double>(st.st_size)),
-          units::format_bytes(static_cast<double>(max_bytes)));
+              units::format_bytes(static_cast<double>(st.st_size)),
+              units::format_bytes(static_cast<double>(max_bytes)));
     text.reserve(static_cast<size_t>(st.st_size));
     char buf[1 << 16];
     for (;;) {
@@ -107,8 +107,9 @@ std::string read_input_file(const std::string& path, const std::string& what, in
       if (n < 0) fail_arg(what, "error reading '{}' ({})", path, std::strerror(errno));
       if (n == 0) break;
       text.append(buf, static_cast<size_t>(n));
-      check_arg(static_cast<int64_t>(text.size()) <= max_bytes, what, "'{}' is above the {} limit for this input",
-                path, units::format_bytes(static_cast<double>(max_bytes)));
+      check_arg(static_cast<int64_t>(text.size()) <= max_bytes, what,
+                "'{}' is above the {} limit for this input", path,
+                units::format_bytes(static_cast<double>(max_bytes)));
     }
   } catch (...) {
     ::close(fd);
@@ -169,11 +170,11 @@ double number(const nlohmann::json& v, const std::string& path, const std::strin
 int64_t integer(const nlohmann::json& v, const std::string& path, const std::string& what) {
   if (v.is_number_unsigned()) {
     check_arg(v.get<uint64_t>() <= static_cast<uint64_t>(INT64_MAX), what, "field '{}' is {}, above 2^63-1",
-          path, v.get<uint64_t>());
+              path, v.get<uint64_t>());
     return static_cast<int64_t>(v.get<uint64_t>());
   }
   check_arg(v.is_number_integer(), what, "field '{}' must be an integer (got {})", path,
-        v.is_number() ? fmt::format("{}", v.get<double>()) : std::string(v.type_name()));
+            v.is_number() ? fmt::format("{}", v.get<double>()) : std::string(v.type_name()));
   return v.get<int64_t>();
 }
 

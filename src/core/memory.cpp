@@ -23,8 +23,10 @@ namespace hooks {
 std::atomic<unsigned> active{0};
 
 void set_bits(unsigned bits, bool on) noexcept {
-  if (on) active.fetch_or(bits, std::memory_order_relaxed);
-  else active.fetch_and(~bits, std::memory_order_relaxed);
+  if (on)
+    active.fetch_or(bits, std::memory_order_relaxed);
+  else
+    active.fetch_and(~bits, std::memory_order_relaxed);
 }
 
 namespace {
@@ -101,8 +103,10 @@ struct State {
     while (events.size() > max_entries) {
       // Fold the evicted event into the baseline so replay from the baseline stays exact.
       const Event& old = events.front();
-      if (old.alloc) baseline[old.address] = old;
-      else baseline.erase(old.address);
+      if (old.alloc)
+        baseline[old.address] = old;
+      else
+        baseline.erase(old.address);
       events.pop_front();
       ++dropped;
     }

@@ -112,7 +112,8 @@ inline bool overlaps(const Bytes& a, const Bytes& b) {
     order[rank++] = i;
   }
   for (int r = 1; r < rank; ++r)  // largest stride first (by hand: GCC 12 warns falsely on std::sort here)
-    for (int q = r; q > 0 && a.stride[order[q]] > a.stride[order[q - 1]]; --q) std::swap(order[q], order[q - 1]);
+    for (int q = r; q > 0 && a.stride[order[q]] > a.stride[order[q - 1]]; --q)
+      std::swap(order[q], order[q - 1]);
   std::array<int64_t, 4> s{}, na{}, nb{};
   for (int r = 0; r < rank; ++r) {
     s[r] = a.stride[order[r]];

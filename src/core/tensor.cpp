@@ -11,24 +11,40 @@ namespace ridge {
 
 size_t dtype_size(DType t) {
   switch (t) {
-    case DType::f64: return 8;
-    case DType::f32: case DType::i32: return 4;
-    case DType::bf16: case DType::fp16: return 2;
-    case DType::fp8_e4m3: case DType::fp8_e5m2: case DType::i8: return 1;
+    case DType::f64:
+      return 8;
+    case DType::f32:
+    case DType::i32:
+      return 4;
+    case DType::bf16:
+    case DType::fp16:
+      return 2;
+    case DType::fp8_e4m3:
+    case DType::fp8_e5m2:
+    case DType::i8:
+      return 1;
   }
   return 0;
 }
 
 const char* dtype_name(DType t) {
   switch (t) {
-    case DType::f64: return "fp64";
-    case DType::f32: return "fp32";
-    case DType::bf16: return "bf16";
-    case DType::fp16: return "fp16";
-    case DType::fp8_e4m3: return "fp8_e4m3";
-    case DType::fp8_e5m2: return "fp8_e5m2";
-    case DType::i8: return "int8";
-    case DType::i32: return "int32";
+    case DType::f64:
+      return "fp64";
+    case DType::f32:
+      return "fp32";
+    case DType::bf16:
+      return "bf16";
+    case DType::fp16:
+      return "fp16";
+    case DType::fp8_e4m3:
+      return "fp8_e4m3";
+    case DType::fp8_e5m2:
+      return "fp8_e5m2";
+    case DType::i8:
+      return "int8";
+    case DType::i32:
+      return "int32";
   }
   return "?";
 }
@@ -42,7 +58,8 @@ DType parse_dtype(const std::string& s) {
   if (s == "e5m2" || s == "fp8_e5m2") return DType::fp8_e5m2;
   if (s == "i8" || s == "int8") return DType::i8;
   if (s == "i32" || s == "int32") return DType::i32;
-  fail_arg("dtype", "'{}' is not a dtype (accepted: fp64, fp32, bf16, fp16, fp8_e4m3, fp8_e5m2, int8, int32)", s);
+  fail_arg("dtype", "'{}' is not a dtype (accepted: fp64, fp32, bf16, fp16, fp8_e4m3, fp8_e5m2, int8, int32)",
+           s);
 }
 
 namespace {
@@ -60,8 +77,8 @@ std::string dims(const int64_t* d, int rank) {
 
 }  // namespace
 
-void check_matrix_view(const char* fn, const char* name, const void* data, int64_t rows, int64_t cols, int64_t ld,
-                       int64_t want_rows, int64_t want_cols) {
+void check_matrix_view(const char* fn, const char* name, const void* data, int64_t rows, int64_t cols,
+                       int64_t ld, int64_t want_rows, int64_t want_cols) {
   const std::string w = who(fn, name);
   check(rows >= 0 && cols >= 0, "{} has negative shape [{}, {}]", w, rows, cols);
   if (want_rows >= 0 || want_cols >= 0) {
@@ -78,7 +95,8 @@ void check_tensor_view(const char* fn, const char* name, const void* data, int r
                        std::initializer_list<int64_t> want, Strides layout) {
   const std::string w = who(fn, name);
   const int want_rank = static_cast<int>(want.size());
-  check(rank == want_rank, "{} has rank {}, expected rank {} {}", w, rank, want_rank, dims(want.begin(), want_rank));
+  check(rank == want_rank, "{} has rank {}, expected rank {} {}", w, rank, want_rank,
+        dims(want.begin(), want_rank));
   bool empty = false;
   for (int i = 0; i < rank; ++i) {
     check(shape[i] >= 0, "{} has negative shape {}", w, dims(shape.data(), rank));
@@ -104,8 +122,8 @@ void check_tensor_view(const char* fn, const char* name, const void* data, int r
           stride[rank - 1]);
     for (int k = rank - 2; k >= 0; --k) {
       const int64_t need = shape[k + 1] * (k + 1 == rank - 1 ? 1 : stride[k + 1]);
-      check(stride[k] >= need || shape[k] <= 1, "{}.stride[{}] = {} makes its entries overlap (expected >= {})", w,
-            k, stride[k], need);
+      check(stride[k] >= need || shape[k] <= 1,
+            "{}.stride[{}] = {} makes its entries overlap (expected >= {})", w, k, stride[k], need);
     }
   }
 }

@@ -26,7 +26,8 @@ double parse_number_with_suffix(const std::string& text, const std::string& what
     fail_arg(what, "'{}' is not a decimal number (expected e.g. {})", text, examples);
   suffix = std::string(end);
   suffix.erase(0, suffix.find_first_not_of(' '));  // "64 KiB" reads like "64KiB"
-  std::transform(suffix.begin(), suffix.end(), suffix.begin(), [](unsigned char c) { return std::tolower(c); });
+  std::transform(suffix.begin(), suffix.end(), suffix.begin(),
+                 [](unsigned char c) { return std::tolower(c); });
   return v;
 }
 
@@ -36,20 +37,35 @@ int64_t parse_bytes(const std::string& text, const std::string& what, bool allow
   std::string suffix;
   double v = parse_number_with_suffix(text, what, "4096, 1e9, 64KiB, 1GiB", suffix);
   double mul = 1;
-  if (suffix.empty() || suffix == "b") mul = 1;
-  else if (suffix == "kib" || suffix == "k") mul = 0x1p10;
-  else if (suffix == "mib" || suffix == "m") mul = 0x1p20;
-  else if (suffix == "gib" || suffix == "g") mul = 0x1p30;
-  else if (suffix == "tib" || suffix == "t") mul = 0x1p40;
-  else if (suffix == "pib" || suffix == "p") mul = 0x1p50;
-  else if (suffix == "eib") mul = 0x1p60;
-  else if (suffix == "kb") mul = 1e3;
-  else if (suffix == "mb") mul = 1e6;
-  else if (suffix == "gb") mul = 1e9;
-  else if (suffix == "tb") mul = 1e12;
-  else if (suffix == "pb") mul = 1e15;
-  else if (suffix == "eb") mul = 1e18;
-  else fail_arg(what, "unknown unit in '{}' (accepted: B, KiB, MiB, GiB, TiB, PiB, EiB, KB, MB, GB, TB, PB, EB)", text);
+  if (suffix.empty() || suffix == "b")
+    mul = 1;
+  else if (suffix == "kib" || suffix == "k")
+    mul = 0x1p10;
+  else if (suffix == "mib" || suffix == "m")
+    mul = 0x1p20;
+  else if (suffix == "gib" || suffix == "g")
+    mul = 0x1p30;
+  else if (suffix == "tib" || suffix == "t")
+    mul = 0x1p40;
+  else if (suffix == "pib" || suffix == "p")
+    mul = 0x1p50;
+  else if (suffix == "eib")
+    mul = 0x1p60;
+  else if (suffix == "kb")
+    mul = 1e3;
+  else if (suffix == "mb")
+    mul = 1e6;
+  else if (suffix == "gb")
+    mul = 1e9;
+  else if (suffix == "tb")
+    mul = 1e12;
+  else if (suffix == "pb")
+    mul = 1e15;
+  else if (suffix == "eb")
+    mul = 1e18;
+  else
+    fail_arg(what, "unknown unit in '{}' (accepted: B, KiB, MiB, GiB, TiB, PiB, EiB, KB, MB, GB, TB, PB, EB)",
+             text);
   v *= mul;
   if (v < 0) fail_arg(what, "'{}' is negative; a byte count must be positive", text);
   if (v == 0 && !allow_zero) fail_arg(what, "'{}' is zero; a byte count must be positive", text);
@@ -113,7 +129,9 @@ constexpr const char* kDecimal[] = {"", "K", "M", "G", "T", "P", "E"};
 
 }  // namespace
 
-std::string format_bytes(double b) { return scaled(b, 1024, kBinary, 7, "B"); }
+std::string format_bytes(double b) {
+  return scaled(b, 1024, kBinary, 7, "B");
+}
 
 std::string format_seconds(double s) {
   if (!std::isfinite(s)) return fmt::format("{} s", s);
@@ -132,8 +150,14 @@ std::string format_seconds(double s) {
   return num + " " + units[i].name;
 }
 
-std::string format_flops(double f) { return scaled(f, 1000, kDecimal, 7, "FLOP/s"); }
-std::string format_rate(double r) { return scaled(r, 1000, kDecimal, 7, "B/s"); }
-std::string format_count(double n) { return scaled(n, 1000, kDecimal, 7, ""); }
+std::string format_flops(double f) {
+  return scaled(f, 1000, kDecimal, 7, "FLOP/s");
+}
+std::string format_rate(double r) {
+  return scaled(r, 1000, kDecimal, 7, "B/s");
+}
+std::string format_count(double n) {
+  return scaled(n, 1000, kDecimal, 7, "");
+}
 
 }  // namespace ridge::units

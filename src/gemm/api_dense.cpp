@@ -27,7 +27,9 @@ struct PackedB::Impl {
 
 namespace {
 
-int64_t ceil_div(int64_t x, int64_t m) { return (x + m - 1) / m; }
+int64_t ceil_div(int64_t x, int64_t m) {
+  return (x + m - 1) / m;
+}
 
 bool a_kmajor(Layout l) {
   return l == Layout::tn || l == Layout::tt;
@@ -66,8 +68,9 @@ Problem make_problem(const char* fn, MatrixView<const TA> a, const PackedB& b, M
   const auto& impl = b.impl();
   check(impl.dtype == dtype_of<TA>(), "{}: b was packed from {} but a is {}", fn, dtype_name(impl.dtype),
         dtype_name(dtype_of<TA>()));
-  check(impl.isa == cpu::active_isa(), "{}: b was packed for the {} path but the active path is {} (pack again)",
-        fn, cpu::isa_name(impl.isa), cpu::isa_name(cpu::active_isa()));
+  check(impl.isa == cpu::active_isa(),
+        "{}: b was packed for the {} path but the active path is {} (pack again)", fn,
+        cpu::isa_name(impl.isa), cpu::isa_name(cpu::active_isa()));
   check_ad_c(fn, a, d, c, impl.n, impl.k);
   Problem p;
   p.m = a.rows;
@@ -102,7 +105,8 @@ PackedB::Impl* pack_impl(MatrixView<const TB> b) {
 #pragma omp parallel for num_threads(get_num_threads()) schedule(static)
   for (int64_t q = 0; q < npanels; ++q) {
     const int64_t cnt = std::min<int64_t>(ki.nr, b.rows - q * ki.nr);
-    const detail::Operand src{b.data, b.ld, std::is_same_v<TB, bf16> ? Elem::bf16 : Elem::f32, b.rows, b.cols};
+    const detail::Operand src{b.data, b.ld, std::is_same_v<TB, bf16> ? Elem::bf16 : Elem::f32, b.rows,
+                              b.cols};
     ki.pack_b(ki, src, q * ki.nr, cnt, 0, b.cols, ki.nr, impl->data.data() + q * panel_bytes, true);
   }
   return impl;
@@ -115,8 +119,10 @@ void reference(const char* fn, Layout layout, MatrixView<const TA> a, MatrixView
   check_view(fn, "b", b);
   check_ad_c(fn, a, d, c, bkm ? b.cols : b.rows, bkm ? b.rows : b.cols, akm, bkm);
   auto f = [](auto x) {
-    if constexpr (std::is_same_v<decltype(x), bf16>) return to_float(x);
-    else return static_cast<float>(x);
+    if constexpr (std::is_same_v<decltype(x), bf16>)
+      return to_float(x);
+    else
+      return static_cast<float>(x);
   };
   const int64_t k = akm ? a.rows : a.cols;
   for (int64_t i = 0; i < d.rows; ++i) {
@@ -145,11 +151,21 @@ PackedB PackedB::pack(MatrixView<const bf16> b) {
   p.impl_.reset(pack_impl(b));
   return p;
 }
-int64_t PackedB::n() const { return impl_ ? impl_->n : 0; }
-int64_t PackedB::k() const { return impl_ ? impl_->k : 0; }
-DType PackedB::dtype() const { return impl_ ? impl_->dtype : DType::f32; }
-cpu::Isa PackedB::isa() const { return impl_ ? impl_->isa : cpu::Isa::scalar; }
-bool PackedB::empty() const { return !impl_; }
+int64_t PackedB::n() const {
+  return impl_ ? impl_->n : 0;
+}
+int64_t PackedB::k() const {
+  return impl_ ? impl_->k : 0;
+}
+DType PackedB::dtype() const {
+  return impl_ ? impl_->dtype : DType::f32;
+}
+cpu::Isa PackedB::isa() const {
+  return impl_ ? impl_->isa : cpu::Isa::scalar;
+}
+bool PackedB::empty() const {
+  return !impl_;
+}
 const PackedB::Impl& PackedB::impl() const {
   check(impl_ != nullptr, "PackedB: empty (use PackedB::pack)");
   return *impl_;
@@ -219,7 +235,7 @@ void bf16_gemm(Layout layout, MatrixView<const bf16> a, MatrixView<const bf16> b
 // The named entry points, one per input dtype, output dtype and layout.
 #define RIDGE_GEMM_NAMED(FN, LAYOUT, TA, TD)                                                          \
   void FN(MatrixView<const TA> a, MatrixView<const TA> b, MatrixView<TD> d, MatrixView<const TD> c) { \
-    detail::run(make_problem(#FN, Layout::LAYOUT, a, b, d, c));                                               \
+    detail::run(make_problem(#FN, Layout::LAYOUT, a, b, d, c));                                       \
   }
 RIDGE_GEMM_NAMED(f32_gemm_nt, nt, float, float)
 RIDGE_GEMM_NAMED(f32_gemm_nt, nt, float, bf16)
@@ -239,13 +255,15 @@ RIDGE_GEMM_NAMED(bf16_gemm_tt, tt, bf16, float)
 RIDGE_GEMM_NAMED(bf16_gemm_tt, tt, bf16, bf16)
 #undef RIDGE_GEMM_NAMED
 
-void f32_gemm_nt(MatrixView<const float> a, const PackedB& b, MatrixView<float> d, MatrixView<const float> c) {
+void f32_gemm_nt(MatrixView<const float> a, const PackedB& b, MatrixView<float> d,
+                 MatrixView<const float> c) {
   detail::run(make_problem("f32_gemm_nt", a, b, d, c));
 }
 void f32_gemm_nt(MatrixView<const float> a, const PackedB& b, MatrixView<bf16> d, MatrixView<const bf16> c) {
   detail::run(make_problem("f32_gemm_nt", a, b, d, c));
 }
-void bf16_gemm_nt(MatrixView<const bf16> a, const PackedB& b, MatrixView<float> d, MatrixView<const float> c) {
+void bf16_gemm_nt(MatrixView<const bf16> a, const PackedB& b, MatrixView<float> d,
+                  MatrixView<const float> c) {
   detail::run(make_problem("bf16_gemm_nt", a, b, d, c));
 }
 void bf16_gemm_nt(MatrixView<const bf16> a, const PackedB& b, MatrixView<bf16> d, MatrixView<const bf16> c) {
@@ -283,7 +301,11 @@ Blocking blocking(DType input, cpu::Isa isa, int64_t k) {
   return detail::derive_blocking(detail::select_kernel(in, isa), std::max<int64_t>(k, 1));
 }
 
-int get_num_threads() { return ridge::get_num_threads(); }
-void set_num_threads(int n) { ridge::set_num_threads(n); }
+int get_num_threads() {
+  return ridge::get_num_threads();
+}
+void set_num_threads(int n) {
+  ridge::set_num_threads(n);
+}
 
 }  // namespace ridge::gemm

@@ -12,7 +12,9 @@
 
 namespace ridge::gemm {
 
-int64_t m_alignment_for_contiguous_layout() { return 64; }
+int64_t m_alignment_for_contiguous_layout() {
+  return 64;
+}
 
 namespace fp8 {
 
@@ -20,8 +22,12 @@ namespace {
 std::atomic<bool> g_allow_vbmi{true};
 }
 
-void allow_vbmi(bool allowed) { g_allow_vbmi.store(allowed); }
-bool uses_vbmi() { return g_allow_vbmi.load(std::memory_order_relaxed) && cpu::info().features.avx512_vbmi; }
+void allow_vbmi(bool allowed) {
+  g_allow_vbmi.store(allowed);
+}
+bool uses_vbmi() {
+  return g_allow_vbmi.load(std::memory_order_relaxed) && cpu::info().features.avx512_vbmi;
+}
 
 }  // namespace fp8
 
@@ -124,10 +130,18 @@ PackedFp8B PackedFp8B::pack(MatrixView<const fp8_e4m3> b, MatrixView<const float
   return out;
 }
 
-int64_t PackedFp8B::n() const { return impl_ ? impl_->n : 0; }
-int64_t PackedFp8B::k() const { return impl_ ? impl_->k : 0; }
-bool PackedFp8B::empty() const { return !impl_; }
-size_t PackedFp8B::bytes() const { return impl_ ? impl_->data.size() : 0; }
+int64_t PackedFp8B::n() const {
+  return impl_ ? impl_->n : 0;
+}
+int64_t PackedFp8B::k() const {
+  return impl_ ? impl_->k : 0;
+}
+bool PackedFp8B::empty() const {
+  return !impl_;
+}
+size_t PackedFp8B::bytes() const {
+  return impl_ ? impl_->data.size() : 0;
+}
 const PackedFp8B::Impl& PackedFp8B::impl() const {
   check(impl_ != nullptr, "b: the PackedFp8B is empty (use PackedFp8B::pack)");
   return *impl_;
@@ -136,25 +150,26 @@ const PackedFp8B::Impl& PackedFp8B::impl() const {
 namespace {
 
 template <typename Out>
-void dense_packed(MatrixView<const fp8_e4m3> a, MatrixView<const float> sa, const PackedFp8B& b, MatrixView<Out> d,
-                  MatrixView<const float> c) {
+void dense_packed(MatrixView<const fp8_e4m3> a, MatrixView<const float> sa, const PackedFp8B& b,
+                  MatrixView<Out> d, MatrixView<const float> c) {
   const auto& im = b.impl();
   check(im.k == a.cols, "b: packed with k={} but a has {} columns", im.k, a.cols);
   check_fp8_a_d_c(a, sa, im.n, a.cols, d, c);
   detail::Problem p = fp8_problem(a, sa, im.n, d, c);
-  set_b(p, reinterpret_cast<const fp8_e4m3*>(im.data.data()), im.pairs, im.scales.data(), fp8_scale_blocks(im.k));
+  set_b(p, reinterpret_cast<const fp8_e4m3*>(im.data.data()), im.pairs, im.scales.data(),
+        fp8_scale_blocks(im.k));
   p.b.fp8_panels = true;
   detail::run(p);
 }
 
 }  // namespace
 
-void fp8_gemm_nt(MatrixView<const fp8_e4m3> a, MatrixView<const float> sa, const PackedFp8B& b, MatrixView<bf16> d,
-                 MatrixView<const float> c) {
+void fp8_gemm_nt(MatrixView<const fp8_e4m3> a, MatrixView<const float> sa, const PackedFp8B& b,
+                 MatrixView<bf16> d, MatrixView<const float> c) {
   dense_packed(a, sa, b, d, c);
 }
-void fp8_gemm_nt(MatrixView<const fp8_e4m3> a, MatrixView<const float> sa, const PackedFp8B& b, MatrixView<float> d,
-                 MatrixView<const float> c) {
+void fp8_gemm_nt(MatrixView<const fp8_e4m3> a, MatrixView<const float> sa, const PackedFp8B& b,
+                 MatrixView<float> d, MatrixView<const float> c) {
   dense_packed(a, sa, b, d, c);
 }
 

@@ -33,8 +33,8 @@ detail::Problem group_problem(int64_t n, int64_t k, const TensorView<const fp8_e
 }  // namespace
 
 void m_grouped_fp8_gemm_nt_contiguous(MatrixView<const fp8_e4m3> a, MatrixView<const float> sa,
-                                      TensorView<const fp8_e4m3> b, TensorView<const float> sb, MatrixView<bf16> d,
-                                      std::span<const int32_t> m_indices) {
+                                      TensorView<const fp8_e4m3> b, TensorView<const float> sb,
+                                      MatrixView<bf16> d, std::span<const int32_t> m_indices) {
   check(b.rank == 3, "b: expected a rank-3 tensor [groups, n, k], got rank {}", b.rank);
   const int64_t groups = b.shape[0], n = b.shape[1], k = a.cols, m_sum = a.rows;
   check(groups >= 1, "b: expected at least one group, got {}", groups);
@@ -45,14 +45,16 @@ void m_grouped_fp8_gemm_nt_contiguous(MatrixView<const fp8_e4m3> a, MatrixView<c
   check_tensor3(sb, "b_scales", groups, fp8_scale_blocks(n), fp8_scale_blocks(k));
   check_matrix(d, "d", m_sum, n);
   check_d_alone(a, sa, b, sb, d);
-  check(static_cast<int64_t>(m_indices.size()) == m_sum, "m_indices: expected {} entries (rows of a), got {}", m_sum,
-        m_indices.size());
+  check(static_cast<int64_t>(m_indices.size()) == m_sum, "m_indices: expected {} entries (rows of a), got {}",
+        m_sum, m_indices.size());
   check(m_indices.empty() || m_indices.data() != nullptr, "m_indices: null data");
   const int64_t align = m_alignment_for_contiguous_layout();
-  check(m_sum % align == 0, "a: m_sum={} is not a multiple of the contiguous-layout alignment {}", m_sum, align);
+  check(m_sum % align == 0, "a: m_sum={} is not a multiple of the contiguous-layout alignment {}", m_sum,
+        align);
   for (int64_t r = 0; r < m_sum; ++r) {
     const int32_t g = m_indices[r];
-    check(g >= -1 && g < groups, "m_indices[{}] = {}: expected a group in [0, {}) or -1 for padding", r, g, groups);
+    check(g >= -1 && g < groups, "m_indices[{}] = {}: expected a group in [0, {}) or -1 for padding", r, g,
+          groups);
   }
   for (int64_t r0 = 0; r0 < m_sum; r0 += align) {
     int32_t seen = -1;
@@ -60,7 +62,8 @@ void m_grouped_fp8_gemm_nt_contiguous(MatrixView<const fp8_e4m3> a, MatrixView<c
       const int32_t g = m_indices[r];
       if (g < 0) continue;
       check(seen < 0 || g == seen,
-            "m_indices: rows {}..{} (one aligned block of {}) mix groups {} and {}; each group's segment must be "
+            "m_indices: rows {}..{} (one aligned block of {}) mix groups {} and {}; each group's segment "
+            "must be "
             "padded with -1 to a multiple of m_alignment_for_contiguous_layout()",
             r0, r0 + align - 1, align, seen, g);
       seen = g;
@@ -87,24 +90,24 @@ void m_grouped_fp8_gemm_nt_contiguous(MatrixView<const fp8_e4m3> a, MatrixView<c
 }
 
 void m_grouped_fp8_gemm_nt_masked(TensorView<const fp8_e4m3> a, TensorView<const float> sa,
-                                  TensorView<const fp8_e4m3> b, TensorView<const float> sb, TensorView<bf16> d,
-                                  std::span<const int32_t> masked_m, int64_t expected_m) {
+                                  TensorView<const fp8_e4m3> b, TensorView<const float> sb,
+                                  TensorView<bf16> d, std::span<const int32_t> masked_m, int64_t expected_m) {
   check(a.rank == 3 && b.rank == 3, "a, b: expected rank-3 tensors [groups, m_max, k] and [groups, n, k]");
   const int64_t groups = a.shape[0], m_max = a.shape[1], k = a.shape[2], n = b.shape[1];
-  check(groups >= 1 && m_max >= 0 && k >= 1 && n >= 0, "a, b: bad dimensions groups={}, m_max={}, n={}, k={}", groups,
-        m_max, n, k);
+  check(groups >= 1 && m_max >= 0 && k >= 1 && n >= 0, "a, b: bad dimensions groups={}, m_max={}, n={}, k={}",
+        groups, m_max, n, k);
   check_tensor3(a, "a", groups, m_max, k);
   check_tensor3(sa, "a_scales", groups, m_max, fp8_scale_blocks(k));
   check_tensor3(b, "b", groups, n, k);
   check_tensor3(sb, "b_scales", groups, fp8_scale_blocks(n), fp8_scale_blocks(k));
   check_tensor3(d, "d", groups, m_max, n);
   check_d_alone(a, sa, b, sb, d);
-  check(static_cast<int64_t>(masked_m.size()) == groups, "masked_m: expected {} entries (one per group), got {}",
-        groups, masked_m.size());
+  check(static_cast<int64_t>(masked_m.size()) == groups,
+        "masked_m: expected {} entries (one per group), got {}", groups, masked_m.size());
   check(masked_m.empty() || masked_m.data() != nullptr, "masked_m: null data");
   for (int64_t g = 0; g < groups; ++g)
-    check(masked_m[g] >= 0 && masked_m[g] <= m_max, "masked_m[{}] = {}: expected 0 <= masked_m <= m_max = {}", g,
-          masked_m[g], m_max);
+    check(masked_m[g] >= 0 && masked_m[g] <= m_max, "masked_m[{}] = {}: expected 0 <= masked_m <= m_max = {}",
+          g, masked_m[g], m_max);
   check(expected_m >= 0, "expected_m: must be >= 0, got {}", expected_m);
   for (int64_t g = 0; g < groups; ++g) {
     if (masked_m[g] == 0) continue;

@@ -44,23 +44,24 @@ void check_ad_c(const char* fn, const MatrixView<const TA>& a, const MatrixView<
         n);
   check(c.rows >= 0 && c.cols >= 0, "{}: c has negative shape [{}, {}]", fn, c.rows, c.cols);
   if (c.data == nullptr) {
-    check(c.rows == 0 && c.cols == 0, "{}: c is null but has shape [{}, {}] (pass an empty view for no C)", fn,
-          c.rows, c.cols);
+    check(c.rows == 0 && c.cols == 0, "{}: c is null but has shape [{}, {}] (pass an empty view for no C)",
+          fn, c.rows, c.cols);
   } else {
     check(c.rows == d.rows && c.cols == d.cols, "{}: c is [{}, {}], expected d's shape [{}, {}]", fn, c.rows,
           c.cols, d.rows, d.cols);
-    check(c.ld >= c.cols, "{}: c.ld = {} is smaller than its {} columns (expected ld >= cols)", fn, c.ld, c.cols);
+    check(c.ld >= c.cols, "{}: c.ld = {} is smaller than its {} columns (expected ld >= cols)", fn, c.ld,
+          c.cols);
     const bool same = static_cast<const void*>(c.data) == static_cast<const void*>(d.data) && c.ld == d.ld;
-    check(same || !overlap::overlaps(c, d), "{}: c overlaps d without being the same matrix (same pointer and ld)",
-          fn);
+    check(same || !overlap::overlaps(c, d),
+          "{}: c overlaps d without being the same matrix (same pointer and ld)", fn);
   }
   check(!overlap::overlaps(a, d), "{}: d overlaps a", fn);
 }
 
 // FP8: A [m, k] with its scales, D [m, n] and an fp32 C (which may be an fp32 D itself).
 template <typename Out>
-void check_fp8_a_d_c(const MatrixView<const fp8_e4m3>& a, const MatrixView<const float>& sa, int64_t n, int64_t k,
-                     const MatrixView<Out>& d, const MatrixView<const float>& c) {
+void check_fp8_a_d_c(const MatrixView<const fp8_e4m3>& a, const MatrixView<const float>& sa, int64_t n,
+                     int64_t k, const MatrixView<Out>& d, const MatrixView<const float>& c) {
   check(a.rows >= 0 && n >= 0, "fp8 gemm: m and n must be >= 0, got m={}, n={}", a.rows, n);
   check(k >= 1, "fp8 gemm: k (columns of a and b) must be >= 1, got {}", k);
   const int64_t m = a.rows;
@@ -71,7 +72,8 @@ void check_fp8_a_d_c(const MatrixView<const fp8_e4m3>& a, const MatrixView<const
     check_matrix(c, "c", m, n);
     const bool same = static_cast<const void*>(c.data) == static_cast<const void*>(d.data) &&
                       (std::is_same_v<Out, float> && c.ld == d.ld);
-    check(same || !overlap::overlaps(c, d), "c: overlaps d without being the same fp32 matrix (same pointer and ld)");
+    check(same || !overlap::overlaps(c, d),
+          "c: overlaps d without being the same fp32 matrix (same pointer and ld)");
   }
   check(!overlap::overlaps(d, a) && !overlap::overlaps(d, sa), "d: overlaps an input (a or a_scales)");
 }
@@ -79,8 +81,8 @@ void check_fp8_a_d_c(const MatrixView<const fp8_e4m3>& a, const MatrixView<const
 // Grouped FP8: d is written while the inputs are still read (other groups' rows, the same group's
 // later K blocks).
 template <typename A, typename SA, typename D>
-void check_d_alone(const A& a, const SA& sa, const TensorView<const fp8_e4m3>& b, const TensorView<const float>& sb,
-                   const D& d) {
+void check_d_alone(const A& a, const SA& sa, const TensorView<const fp8_e4m3>& b,
+                   const TensorView<const float>& sb, const D& d) {
   check(!overlap::overlaps(d, a), "d: overlaps an input (a)");
   check(!overlap::overlaps(d, sa), "d: overlaps an input (a_scales)");
   check(!overlap::overlaps(d, b), "d: overlaps an input (b)");

@@ -29,14 +29,14 @@ KernelInfo select_kernel(Elem in, cpu::Isa path) {
   // What each path provides per input type (the per-ISA convention, core/isa_paths.hpp): bf16 inputs
   // below avx512bf16 take the fp32 kernels (packing widens them); FP8 on avx512bf16 takes the VBMI
   // widening when the CPU has it (and tests have not turned it off).
-  static constexpr ridge::isa::Paths<KernelInfo> f32_paths{kernel_f32_scalar, kernel_f32_avx2, kernel_f32_avx512,
-                                                            nullptr};
-  static constexpr ridge::isa::Paths<KernelInfo> bf16_paths{kernel_f32_scalar, kernel_f32_avx2, kernel_f32_avx512,
-                                                             kernel_bf16_avx512bf16};
-  static constexpr ridge::isa::Paths<KernelInfo> fp8_paths{kernel_fp8_scalar, kernel_fp8_avx2, kernel_fp8_avx512,
-                                                            kernel_fp8_avx512bf16};
-  static constexpr ridge::isa::Paths<KernelInfo> vbmi_paths{kernel_fp8_scalar, kernel_fp8_avx2, kernel_fp8_avx512,
-                                                             kernel_fp8_avx512bf16vbmi};
+  static constexpr ridge::isa::Paths<KernelInfo> f32_paths{kernel_f32_scalar, kernel_f32_avx2,
+                                                           kernel_f32_avx512, nullptr};
+  static constexpr ridge::isa::Paths<KernelInfo> bf16_paths{kernel_f32_scalar, kernel_f32_avx2,
+                                                            kernel_f32_avx512, kernel_bf16_avx512bf16};
+  static constexpr ridge::isa::Paths<KernelInfo> fp8_paths{kernel_fp8_scalar, kernel_fp8_avx2,
+                                                           kernel_fp8_avx512, kernel_fp8_avx512bf16};
+  static constexpr ridge::isa::Paths<KernelInfo> vbmi_paths{kernel_fp8_scalar, kernel_fp8_avx2,
+                                                            kernel_fp8_avx512, kernel_fp8_avx512bf16vbmi};
   switch (in) {
     case Elem::fp8:
       return ridge::isa::pick_path(fp8::uses_vbmi() ? vbmi_paths : fp8_paths, path);
@@ -49,8 +49,12 @@ KernelInfo select_kernel(Elem in, cpu::Isa path) {
 
 namespace {
 
-int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
-int64_t ceil_div(int64_t x, int64_t m) { return (x + m - 1) / m; }
+int64_t round_up(int64_t x, int64_t m) {
+  return (x + m - 1) / m * m;
+}
+int64_t ceil_div(int64_t x, int64_t m) {
+  return (x + m - 1) / m;
+}
 
 }  // namespace
 
@@ -64,8 +68,10 @@ Blocking derive_blocking(const KernelInfo& ki, int64_t k) {
   b.kernel = ki.name;
   // Deep K blocks: each micro-kernel call pays a D-tile epilogue, so KC should be large. The B
   // micro-panel (KC x NR) is sized to an eighth of L2 rather than half of L1: on Zen 5 the L2
-  // streams it fast enough (experiment 2 in docs/gemm.md, dense GEMM experiments: KC 256 -> 2048 gained 1.3x).
-  int64_t kc = std::clamp<int64_t>(l2 / 8 / (ki.nr * elt), std::max<int64_t>(64, l1 / 2 / (ki.nr * elt)), 4096);
+  // streams it fast enough (experiment 2 in docs/gemm.md, dense GEMM experiments: KC 256 -> 2048
+  // gained 1.3x).
+  int64_t kc =
+      std::clamp<int64_t>(l2 / 8 / (ki.nr * elt), std::max<int64_t>(64, l1 / 2 / (ki.nr * elt)), 4096);
   // FP8 (kc_l1): the B micro-panel in half of L1, where it is widened just before use (as tuned
   // for the FP8 kernels; docs/gemm.md, FP8 experiments).
   if (ki.kc_l1) kc = std::max<int64_t>(ki.k_granule, l1 / 2 / (ki.nr * elt) / ki.k_granule * ki.k_granule);
@@ -102,10 +108,13 @@ void fill_k0(const Problem& p) {
   for (int64_t i = 0; i < p.m; ++i) {
     for (int64_t j = 0; j < p.n; ++j) {
       float v = 0.0f;
-      if (p.c) v = p.c_bf16 ? to_float(static_cast<const bf16*>(p.c)[i * p.ldc + j])
-                            : static_cast<const float*>(p.c)[i * p.ldc + j];
-      if (p.d_bf16) static_cast<bf16*>(p.d)[i * p.ldd + j] = to_bf16(v);
-      else static_cast<float*>(p.d)[i * p.ldd + j] = v;
+      if (p.c)
+        v = p.c_bf16 ? to_float(static_cast<const bf16*>(p.c)[i * p.ldc + j])
+                     : static_cast<const float*>(p.c)[i * p.ldc + j];
+      if (p.d_bf16)
+        static_cast<bf16*>(p.d)[i * p.ldd + j] = to_bf16(v);
+      else
+        static_cast<float*>(p.d)[i * p.ldd + j] = v;
     }
   }
 }
@@ -131,8 +140,8 @@ void thread_grid(int64_t mtiles, int64_t ntiles, int threads, int& tm, int& tn) 
 
 // The tile of D at (gi, gj) for one micro-kernel call: read C on the first K block (or the
 // previous partial sum), write D on the last (bf16 output keeps fp32 partial sums in `stile`).
-Tile make_tile(const Problem& p, int64_t gi, int64_t gj, bool first, bool last, bool need_scratch, float* stile,
-               int64_t lds) {
+Tile make_tile(const Problem& p, int64_t gi, int64_t gj, bool first, bool last, bool need_scratch,
+               float* stile, int64_t lds) {
   void* dtile = static_cast<std::byte*>(p.d) + (gi * p.ldd + gj) * (p.d_bf16 ? 2 : 4);
   Tile t;
   if (first) {
@@ -198,8 +207,8 @@ Workspace thread_workspace(size_t a_bytes, size_t b_bytes, size_t s_bytes) {
 // K, small) is packed once, and B is packed one KC x NR micro-panel at a time into a buffer that
 // stays in L2 (FP8: one half-L1 chunk, so the widening of the next chunk overlaps this one's
 // products) and is used at once by every row tile: B crosses memory once.
-void run_rect_narrow(const Problem& p, const KernelInfo& ki, const Blocking& bk, int64_t m0, int64_t m1, int64_t n0,
-                     int64_t n1, bool fast) {
+void run_rect_narrow(const Problem& p, const KernelInfo& ki, const Blocking& bk, int64_t m0, int64_t m1,
+                     int64_t n0, int64_t n1, bool fast) {
   const size_t elt = panel_elt(ki.panel);
   const int64_t rows = m1 - m0;
   const int64_t kstep = bk.kc;
@@ -280,7 +289,7 @@ void run_rect(const Problem& p, const KernelInfo& ki, const Blocking& bk, int64_
     ncb = std::max<int64_t>(ncb, cpu::cache_sizes().l2 / 2 / (mc_max * 4) / ki.nr * ki.nr);
   const int64_t nc_max = std::min<int64_t>(ncb, round_up(n1 - n0, ki.nr));
   const size_t a_bytes = static_cast<size_t>(mc_max * panel_k(ki.panel, kc_max)) * elt;
-  const size_t b_bytes = direct_b ? 0
+  const size_t b_bytes = direct_b   ? 0
                          : b_panels ? static_cast<size_t>(ki.nr * panel_k(ki.panel, kc_max)) * elt
                                     : static_cast<size_t>(nc_max * kp_full) * elt;
   const size_t s_bytes = need_scratch ? static_cast<size_t>(mc_max * nc_max) * 4 : 0;
@@ -293,8 +302,10 @@ void run_rect(const Problem& p, const KernelInfo& ki, const Blocking& bk, int64_
   for (int64_t jc = n0; jc < n1; jc += ncb) {
     const int64_t nc = std::min<int64_t>(ncb, n1 - jc);
     const std::byte* bblock = bbuf;
-    if (direct_b) bblock = p.b_panels + static_cast<size_t>((jc / ki.nr) * ki.nr * kp_full) * elt;
-    else if (!b_panels) ki.pack_b(ki, p.b, jc, nc, 0, p.k, ki.nr, bbuf, fast);
+    if (direct_b)
+      bblock = p.b_panels + static_cast<size_t>((jc / ki.nr) * ki.nr * kp_full) * elt;
+    else if (!b_panels)
+      ki.pack_b(ki, p.b, jc, nc, 0, p.k, ki.nr, bbuf, fast);
     for (int64_t ic = m0; ic < m1; ic += mc_t) {
       const int64_t mc = std::min<int64_t>(mc_t, m1 - ic);
       for (int64_t pc = 0; pc < p.k; pc += bk.kc) {
@@ -304,7 +315,8 @@ void run_rect(const Problem& p, const KernelInfo& ki, const Blocking& bk, int64_
         const bool first = pc == 0, last = pc + kc >= p.k;
         for (int64_t jr = 0; jr < nc; jr += ki.nr) {
           const int nr = static_cast<int>(std::min<int64_t>(ki.nr, nc - jr));
-          const std::byte* bpanel = bblock + static_cast<size_t>((jr / ki.nr) * ki.nr * kp_full + pc * ki.nr) * elt;
+          const std::byte* bpanel =
+              bblock + static_cast<size_t>((jr / ki.nr) * ki.nr * kp_full + pc * ki.nr) * elt;
           if (b_panels) {
             ki.pack_b(ki, p.b, jc + jr, nr, pc, kc, ki.nr, bbuf, fast);
             bpanel = bbuf;
@@ -312,7 +324,8 @@ void run_rect(const Problem& p, const KernelInfo& ki, const Blocking& bk, int64_
           for (int64_t ir = 0; ir < mc; ir += ki.mr) {
             const int mr = static_cast<int>(std::min<int64_t>(ki.mr, mc - ir));
             const std::byte* apanel = abuf + static_cast<size_t>((ir / ki.mr) * ki.mr * kp) * elt;
-            const Tile t = make_tile(p, ic + ir, jc + jr, first, last, need_scratch, scratch + ir * lds + jr, lds);
+            const Tile t =
+                make_tile(p, ic + ir, jc + jr, first, last, need_scratch, scratch + ir * lds + jr, lds);
             ki.ukernel(kc, apanel, bpanel, mr, nr, scales_at(p, ic + ir, jc + jr, pc), t);
           }
         }
@@ -364,17 +377,21 @@ void run_small_m(const Problem& p, const KernelInfo& ki) {
   s.sb = p.sb;
   s.ldsb = p.ldsb;
   const int64_t g = ki.small_m_cols;
-  const int used = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(get_num_threads(), ceil_div(p.n, 64))));
+  const int used =
+      static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(get_num_threads(), ceil_div(p.n, 64))));
   const int64_t blocks = ceil_div(p.n, g);
   parallel(used, [&](int id) {
-    const int64_t n0 = std::min(p.n, blocks * id / used * g), n1 = std::min(p.n, blocks * (id + 1) / used * g);
+    const int64_t n0 = std::min(p.n, blocks * id / used * g),
+                  n1 = std::min(p.n, blocks * (id + 1) / used * g);
     if (n0 < n1) ki.small_m(s, n0, n1, t);
   });
 }
 
 }  // namespace
 
-std::byte* thread_scratch(size_t bytes) { return grow_workspace(bytes + 64); }
+std::byte* thread_scratch(size_t bytes) {
+  return grow_workspace(bytes + 64);
+}
 
 void run(const Problem& p) {
   if (p.m == 0 || p.n == 0) return;

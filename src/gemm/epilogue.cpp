@@ -13,8 +13,10 @@ void store_tile_generic(const float* acc, int64_t acc_ld, int mr, int nr, const 
         v += t.src_bf16 ? to_float(static_cast<const bf16*>(t.src)[i * t.lds + j])
                         : static_cast<const float*>(t.src)[i * t.lds + j];
       }
-      if (t.dst_bf16) static_cast<bf16*>(t.dst)[i * t.ldd + j] = to_bf16(v);
-      else static_cast<float*>(t.dst)[i * t.ldd + j] = v;
+      if (t.dst_bf16)
+        static_cast<bf16*>(t.dst)[i * t.ldd + j] = to_bf16(v);
+      else
+        static_cast<float*>(t.dst)[i * t.ldd + j] = v;
     }
   }
 }

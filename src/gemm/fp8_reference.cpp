@@ -21,8 +21,9 @@ const float* fp8::e4m3_table() {
   return table.data();
 }
 
-void fp8_gemm_nt_reference(MatrixView<const fp8_e4m3> a, MatrixView<const float> sa, MatrixView<const fp8_e4m3> b,
-                           MatrixView<const float> sb, MatrixView<float> d, MatrixView<const float> c) {
+void fp8_gemm_nt_reference(MatrixView<const fp8_e4m3> a, MatrixView<const float> sa,
+                           MatrixView<const fp8_e4m3> b, MatrixView<const float> sb, MatrixView<float> d,
+                           MatrixView<const float> c) {
   check(b.cols == a.cols, "b: expected {} columns (k, the columns of a), got {}", a.cols, b.cols);
   check_fp8_a_d_c(a, sa, b.rows, a.cols, d, c);
   check_matrix(b, "b", b.rows, a.cols);

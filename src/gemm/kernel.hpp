@@ -75,8 +75,8 @@ struct KernelInfo;
 // Packs rows [r0, r0 + count) and k [p0, p0 + kc) of an operand into panels of R rows in the
 // kernel's panel format (panel q at q * R * panel_k(kc) elements; rows past count and pad are 0).
 // `fast` off selects the plain loops (RIDGE_GEMM_SCALAR_PACK).
-using PackFn = void (*)(const KernelInfo& ki, const Operand& src, int64_t r0, int64_t count, int64_t p0, int64_t kc,
-                        int R, void* dst, bool fast);
+using PackFn = void (*)(const KernelInfo& ki, const Operand& src, int64_t r0, int64_t count, int64_t p0,
+                        int64_t kc, int R, void* dst, bool fast);
 
 // Small-m ("decode") path, for row-major A and B read straight from memory, B streamed once with no
 // packing (the op is memory-bound): D[0:m, n0:n1] into t (at D's origin). n0 is a multiple of the
@@ -102,7 +102,8 @@ void pack_words_avx512(const void* src, int64_t ld_bytes, int rows, int64_t word
 // Packs a K-major bf16 operand ([k, rows], ld elements; src at k = 0, row = 0) into bf16-pair
 // panels of R rows: the word for (k-pair p, row r) of panel q is at dst[q * R * ceil(kc/2) + p * R + r],
 // low half k = 2p, high half k = 2p + 1 (0 past kc); rows past `count` are 0.
-using PackKmajorPairs = void (*)(const uint16_t* src, int64_t ld, int64_t count, int64_t kc, int R, uint32_t* dst);
+using PackKmajorPairs = void (*)(const uint16_t* src, int64_t ld, int64_t count, int64_t kc, int R,
+                                 uint32_t* dst);
 
 struct KernelInfo {
   const char* name = "";
@@ -113,7 +114,7 @@ struct KernelInfo {
   PackFn pack_a = nullptr, pack_b = nullptr;
   SmallMKernel small_m = nullptr;  // for row-major inputs of element type small_m_elem, when the ISA has one
   Elem small_m_elem = Elem::f32;
-  int64_t small_m_cols = 4;        // column granule of the small-m split (FP8: 16, within a scale block)
+  int64_t small_m_cols = 4;  // column granule of the small-m split (FP8: 16, within a scale block)
   // The narrow path for at most this many rows per thread, in row tiles of balanced height (0: any
   // thread whose rows fit one A block, in MR-row tiles).
   int64_t narrow_max_rows = 0;
@@ -122,7 +123,7 @@ struct KernelInfo {
   // packed just before use (FP8): K then runs in many blocks, so the A block takes a quarter of L2
   // and the fp32 D block (MC x NC, swept once per K block) half of it.
   bool kc_l1 = false;
-  PackWords pack_words = nullptr;  // vector transpose for the dense packer, when the ISA has one
+  PackWords pack_words = nullptr;               // vector transpose for the dense packer, when the ISA has one
   PackKmajorPairs pack_kmajor_pairs = nullptr;  // for nn/tn/tt bf16 operands, when the ISA has one
 };
 
@@ -143,10 +144,10 @@ KernelInfo select_kernel(Elem in, cpu::Isa isa);
 
 // The packers (pack.cpp): fp32/bf16 operands (row-major or K-major) into either panel format, and
 // fp8 operands (raw or PackedFp8B panels) widened to fp32 panels through the e4m3 table.
-void pack_dense(const KernelInfo& ki, const Operand& src, int64_t r0, int64_t count, int64_t p0, int64_t kc, int R,
-                void* dst, bool fast);
-void pack_fp8_lut(const KernelInfo& ki, const Operand& src, int64_t r0, int64_t count, int64_t p0, int64_t kc, int R,
-                  void* dst, bool fast);
+void pack_dense(const KernelInfo& ki, const Operand& src, int64_t r0, int64_t count, int64_t p0, int64_t kc,
+                int R, void* dst, bool fast);
+void pack_fp8_lut(const KernelInfo& ki, const Operand& src, int64_t r0, int64_t count, int64_t p0, int64_t kc,
+                  int R, void* dst, bool fast);
 
 // Epilogue for tiles with a bf16 side, shared by the scalar path (exact ridge::to_bf16 rounding).
 void store_tile_generic(const float* acc, int64_t acc_ld, int mr, int nr, const Tile& t);

@@ -10,12 +10,18 @@
 
 namespace ridge::gemm::detail {
 
-size_t panel_elt(Panel p) { return p == Panel::f32 ? 4 : 2; }
-int64_t panel_k(Panel p, int64_t k) { return p == Panel::f32 ? k : (k + 1) / 2 * 2; }
+size_t panel_elt(Panel p) {
+  return p == Panel::f32 ? 4 : 2;
+}
+int64_t panel_k(Panel p, int64_t k) {
+  return p == Panel::f32 ? k : (k + 1) / 2 * 2;
+}
 
 namespace {
 
-int64_t ceil_div(int64_t x, int64_t m) { return (x + m - 1) / m; }
+int64_t ceil_div(int64_t x, int64_t m) {
+  return (x + m - 1) / m;
+}
 
 // Copies `count` rows of src (row-major, ld elements), columns [p0, p0 + kc), into panels of R
 // rows: panel q holds rows [q*R, q*R + R) as [k][R] (f32) or [k/2][R][2] (bf16 pairs); rows past
@@ -58,7 +64,8 @@ void pack_panels(const void* src, bool src_bf16, int64_t ld, int64_t count, int6
       // bf16 pairs: each (k, k+1) pair is one 32-bit word, so this is a 32-bit transpose.
       uint32_t* out = reinterpret_cast<uint32_t*>(static_cast<uint16_t*>(dst) + q * R * kp);
       const int64_t full = kc / 2;
-      if (pack_words) pack_words(static_cast<const uint16_t*>(src) + r0 * ld + p0, ld * 2, rows, full, R, out);
+      if (pack_words)
+        pack_words(static_cast<const uint16_t*>(src) + r0 * ld + p0, ld * 2, rows, full, R, out);
       for (int64_t c0 = 0; !pack_words && c0 < full; c0 += kChunk) {
         const int64_t c1 = std::min(full, c0 + kChunk);
         for (int r = 0; r < rows; ++r) {
@@ -130,8 +137,8 @@ void pack_panels_kmajor(const void* src, bool src_bf16, int64_t ld, int64_t coun
 
 }  // namespace
 
-void pack_dense(const KernelInfo& ki, const Operand& src, int64_t r0, int64_t count, int64_t p0, int64_t kc, int R,
-                void* dst, bool fast) {
+void pack_dense(const KernelInfo& ki, const Operand& src, int64_t r0, int64_t count, int64_t p0, int64_t kc,
+                int R, void* dst, bool fast) {
   const bool src_bf16 = src.elem == Elem::bf16;
   const size_t in_elt = src_bf16 ? 2 : 4;
   const std::byte* b = static_cast<const std::byte*>(src.data);
@@ -148,8 +155,8 @@ void pack_dense(const KernelInfo& ki, const Operand& src, int64_t r0, int64_t co
   }
 }
 
-void pack_fp8_lut(const KernelInfo&, const Operand& src, int64_t r0, int64_t count, int64_t p0, int64_t kc, int R,
-                  void* dst, bool) {
+void pack_fp8_lut(const KernelInfo&, const Operand& src, int64_t r0, int64_t count, int64_t p0, int64_t kc,
+                  int R, void* dst, bool) {
   const float* lut = fp8::e4m3_table();
   const auto* bytes = static_cast<const uint8_t*>(src.data);
   const int64_t npanels = ceil_div(count, R);
@@ -160,7 +167,8 @@ void pack_fp8_lut(const KernelInfo&, const Operand& src, int64_t r0, int64_t cou
       if (row >= count) {
         for (int64_t kk = 0; kk < kc; ++kk) panel[kk * R + r] = 0.0f;
       } else if (src.fp8_panels) {
-        const uint8_t* s = bytes + (j / kFp8PanelRows) * src.ld * kFp8PanelPairBytes + (j % kFp8PanelRows) * 2;
+        const uint8_t* s =
+            bytes + (j / kFp8PanelRows) * src.ld * kFp8PanelPairBytes + (j % kFp8PanelRows) * 2;
         for (int64_t kk = 0; kk < kc; ++kk)
           panel[kk * R + r] = lut[s[((p0 + kk) / 2) * kFp8PanelPairBytes + ((p0 + kk) & 1)]];
       } else {

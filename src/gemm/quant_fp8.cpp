@@ -39,7 +39,8 @@ void quantize_rows(const MatrixView<const float>& x, const MatrixView<fp8_e4m3>&
 }
 
 // The outputs are written while x is still read (and a scale while its block's values are written).
-void check_outputs(const MatrixView<const float>& x, const MatrixView<fp8_e4m3>& q, const MatrixView<float>& scales) {
+void check_outputs(const MatrixView<const float>& x, const MatrixView<fp8_e4m3>& q,
+                   const MatrixView<float>& scales) {
   check(!overlap::overlaps(q, x), "q: overlaps an input (x)");
   check(!overlap::overlaps(scales, x), "scales: overlaps an input (x)");
   check(!overlap::overlaps(scales, q), "scales: overlaps the other output (q)");

@@ -24,7 +24,8 @@ constexpr int kNR = 32;
 #include "gemm/epilogue_avx512.inc"
 
 template <int M>
-void ukernel(int64_t kc, const void* a_panel, const void* b_panel, int /*mr*/, int nr, const Scales&, const Tile& t) {
+void ukernel(int64_t kc, const void* a_panel, const void* b_panel, int /*mr*/, int nr, const Scales&,
+             const Tile& t) {
   const uint32_t* a = static_cast<const uint32_t*>(a_panel);
   const __m512bh* b = static_cast<const __m512bh*>(b_panel);
   __m512 c0[M], c1[M];
@@ -50,7 +51,6 @@ void ukernel(int64_t kc, const void* a_panel, const void* b_panel, int /*mr*/, i
 }
 
 #include "gemm/ukernel_rows.inc"
-
 
 // Decode shapes of 1..4 rows (small_m_blocks): vdpbf16ps works on k-contiguous rows as they are, 32
 // bf16 per step, so nothing is packed.
@@ -139,8 +139,10 @@ void lanes_block(int64_t k, int64_t chunk, const uint32_t* at, const uint16_t* c
                  uint16_t* buf, __m512 out[16]) {
   using R = typename LaneReg<L>::R;
   R a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15;
-  if constexpr (L == 16) a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = a8 = a9 = a10 = a11 = a12 = a13 = a14 = a15 = _mm512_setzero_ps();
-  else a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = a8 = a9 = a10 = a11 = a12 = a13 = a14 = a15 = _mm256_setzero_ps();
+  if constexpr (L == 16)
+    a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = a8 = a9 = a10 = a11 = a12 = a13 = a14 = a15 = _mm512_setzero_ps();
+  else
+    a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = a8 = a9 = a10 = a11 = a12 = a13 = a14 = a15 = _mm256_setzero_ps();
   const uint32_t* b32 = reinterpret_cast<const uint32_t*>(buf);
   const int64_t S = chunk / 2;
   for (int64_t k0 = 0; k0 < k; k0 += chunk) {
@@ -177,8 +179,10 @@ void lanes_block(int64_t k, int64_t chunk, const uint32_t* at, const uint16_t* c
   }
   const R acc[16] = {a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15};
   for (int j = 0; j < 16; ++j) {
-    if constexpr (L == 16) out[j] = acc[j];
-    else out[j] = _mm512_castps256_ps512(acc[j]);
+    if constexpr (L == 16)
+      out[j] = acc[j];
+    else
+      out[j] = _mm512_castps256_ps512(acc[j]);
   }
 }
 
@@ -200,8 +204,10 @@ void small_m_lanes(const SmallM& s, int64_t n0, int64_t n1, const Tile& t) {
     for (int i = 0; i < 16; ++i) {
       uint32_t w = 0;
       if (i < m) {
-        if (kp < full) std::memcpy(&w, a + i * lda + 2 * kp, 4);
-        else w = a[i * lda + 2 * kp];
+        if (kp < full)
+          std::memcpy(&w, a + i * lda + 2 * kp, 4);
+        else
+          w = a[i * lda + 2 * kp];
       }
       at[kp * 16 + i] = w;
     }
@@ -210,8 +216,10 @@ void small_m_lanes(const SmallM& s, int64_t n0, int64_t n1, const Tile& t) {
     const uint16_t* br[16];
     for (int j = 0; j < 16; ++j) br[j] = b + (j0 + imin(j, nj - 1)) * ldb;
     __m512 v[16];
-    if (m > 8) lanes_block<16>(k, chunk, at, br, ldb, buf, v);
-    else lanes_block<8>(k, chunk, at, br, ldb, buf, v);
+    if (m > 8)
+      lanes_block<16>(k, chunk, at, br, ldb, buf, v);
+    else
+      lanes_block<8>(k, chunk, at, br, ldb, buf, v);
     transpose16_ps(v);  // v[i] = row i, columns j0..j0+15
     alignas(64) float out[16][16];
     for (int i = 0; i < m; ++i) _mm512_store_ps(out[i], v[i]);
@@ -238,7 +246,8 @@ void pack_kmajor_pairs(const uint16_t* src, int64_t ld, int64_t count, int64_t k
       uint32_t* out = dst + q * R * words + p / 2 * R;
       for (int r = 0; r < R; r += 16) {
         const int n = static_cast<int>(imin(imax(rows - r, 0), 16)), w = static_cast<int>(imin(R - r, 16));
-        const __mmask16 load = static_cast<__mmask16>((1u << n) - 1), store = static_cast<__mmask16>((1u << w) - 1);
+        const __mmask16 load = static_cast<__mmask16>((1u << n) - 1),
+                        store = static_cast<__mmask16>((1u << w) - 1);
         __m512i v = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(load, lo + r0 + r));
         if (hi) {
           const __m512i h = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(load, hi + r0 + r));

@@ -13,7 +13,8 @@ constexpr int kMR = 6;
 constexpr int kNR = 16;
 
 template <int M>
-void ukernel(int64_t kc, const void* a_panel, const void* b_panel, int mr, int nr, const Scales&, const Tile& t) {
+void ukernel(int64_t kc, const void* a_panel, const void* b_panel, int mr, int nr, const Scales&,
+             const Tile& t) {
   const float* a = static_cast<const float*>(a_panel);
   const float* b = static_cast<const float*>(b_panel);
   __m256 c0[M], c1[M];

@@ -25,7 +25,8 @@ constexpr int kNR = 32;
 #include "gemm/epilogue_avx512.inc"
 
 template <int M>
-void ukernel(int64_t kc, const void* a_panel, const void* b_panel, int /*mr*/, int nr, const Scales&, const Tile& t) {
+void ukernel(int64_t kc, const void* a_panel, const void* b_panel, int /*mr*/, int nr, const Scales&,
+             const Tile& t) {
   const float* a = static_cast<const float*>(a_panel);
   const float* b = static_cast<const float*>(b_panel);
   __m512 c0[M], c1[M];
@@ -51,12 +52,12 @@ void ukernel(int64_t kc, const void* a_panel, const void* b_panel, int /*mr*/, i
 
 #include "gemm/ukernel_rows.inc"
 
-
 // Decode shapes (small_m_blocks): fp32 FMA over 16 k per step; A stays in L2 (m <= 16).
 struct DotF32 {
   using E = float;
   static constexpr int kStep = 16;
-  static void step(__m512 acc[4][4], const float* const ar[4], const float* const br[4], int64_t p, int64_t k) {
+  static void step(__m512 acc[4][4], const float* const ar[4], const float* const br[4], int64_t p,
+                   int64_t k) {
     const __mmask16 km = k - p >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (k - p)) - 1);
     __m512 bv[4];
     for (int j = 0; j < 4; ++j) bv[j] = _mm512_maskz_loadu_ps(km, br[j] + p);
@@ -86,7 +87,8 @@ void pack_words_avx512(const void* src, int64_t ld_bytes, int rows, int64_t word
       const __mmask16 km = nw >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << nw) - 1);
       __m512i r[16];
       for (int i = 0; i < 16; ++i)
-        r[i] = i < gr ? _mm512_maskz_loadu_epi32(km, base + (g + i) * ld_bytes + p0 * 4) : _mm512_setzero_si512();
+        r[i] = i < gr ? _mm512_maskz_loadu_epi32(km, base + (g + i) * ld_bytes + p0 * 4)
+                      : _mm512_setzero_si512();
       transpose16(r);
       for (int w = 0; w < nw; ++w) _mm512_mask_storeu_epi32(dst + (p0 + w) * R + g, sm, r[w]);
     }

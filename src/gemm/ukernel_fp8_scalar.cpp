@@ -9,7 +9,8 @@ namespace {
 constexpr int kMR = 4;
 constexpr int kNR = 8;
 
-void ukernel(int64_t kc, const void* a_panel, const void* b_panel, int mr, int nr, const Scales& s, const Tile& t) {
+void ukernel(int64_t kc, const void* a_panel, const void* b_panel, int mr, int nr, const Scales& s,
+             const Tile& t) {
   const float* a = static_cast<const float*>(a_panel);
   const float* b = static_cast<const float*>(b_panel);
   float acc[kMR][kNR] = {};

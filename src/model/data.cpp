@@ -74,8 +74,8 @@ TokenFile TokenFile::open(const std::string& path) {
 }
 
 void TokenFile::read(int64_t first, int64_t count, uint16_t* out) const {
-  check(first >= 0 && count >= 0 && first + count <= size_, "token file '{}': tokens [{}, {}) are outside its {}",
-        path_, first, first + count, size_);
+  check(first >= 0 && count >= 0 && first + count <= size_,
+        "token file '{}': tokens [{}, {}) are outside its {}", path_, first, first + count, size_);
   auto* p = reinterpret_cast<char*>(out);
   size_t left = static_cast<size_t>(count) * 2;
   auto at = static_cast<off_t>(first * 2);
@@ -84,10 +84,11 @@ void TokenFile::read(int64_t first, int64_t count, uint16_t* out) const {
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) fail("token file '{}': reading it failed: {}", path_, std::strerror(errno));
     // A short read: the file shrank after it was opened (another program truncated or rewrote it).
-    check(n > 0,
-          "token file '{}': it now ends before token {} although it held {} tokens when opened; it was changed "
-          "while ridge read it (leave a token file unchanged while a run uses it)",
-          path_, first + count, size_);
+    check(
+        n > 0,
+        "token file '{}': it now ends before token {} although it held {} tokens when opened; it was changed "
+        "while ridge read it (leave a token file unchanged while a run uses it)",
+        path_, first + count, size_);
     p += n;
     at += n;
     left -= static_cast<size_t>(n);
@@ -206,8 +207,10 @@ void sample_batch(const TokenFile& file, int64_t batch, int64_t context, Rng& rn
 void BatchSource::draw(int64_t batch, int64_t context, Rng& rng, int32_t* inputs, int32_t* targets) const {
   if (file) return sample_batch(*file, batch, context, rng, inputs, targets);
   if (!tokens.empty())
-    return sample_batch(tokens.data(), static_cast<int64_t>(tokens.size()), batch, context, rng, inputs, targets);
-  check(vocab > 0 && batch >= 1 && context >= 1, "batch source: random tokens need vocab, batch and context >= 1");
+    return sample_batch(tokens.data(), static_cast<int64_t>(tokens.size()), batch, context, rng, inputs,
+                        targets);
+  check(vocab > 0 && batch >= 1 && context >= 1,
+        "batch source: random tokens need vocab, batch and context >= 1");
   for (int64_t i = 0; i < batch * context; ++i) {
     inputs[i] = static_cast<int32_t>(rng.below(static_cast<uint64_t>(vocab)));
     targets[i] = static_cast<int32_t>(rng.below(static_cast<uint64_t>(vocab)));

@@ -41,7 +41,8 @@ struct Kernels {
   void (*swiglu_backward_bf16)(const float*, const bf16*, int64_t, int64_t, bf16*) = nullptr;
   void (*swiglu_backward_f32)(const float*, const float*, int64_t, int64_t, float*) = nullptr;
   void (*swiglu_backward_fp16)(const float*, const float*, int64_t, int64_t, float*) = nullptr;
-  void (*cross_entropy_forward_f32)(const float*, const int32_t*, int64_t, int64_t, float*, double*) = nullptr;
+  void (*cross_entropy_forward_f32)(const float*, const int32_t*, int64_t, int64_t, float*,
+                                    double*) = nullptr;
   void (*cross_entropy_backward_f32)(const float*, const int32_t*, const float*, int64_t, int64_t, float,
                                      float*) = nullptr;
   void (*cross_entropy_backward_bf16)(const float*, const int32_t*, const float*, int64_t, int64_t, float,

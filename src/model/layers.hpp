@@ -55,7 +55,8 @@ inline S from_op(O x) {
 // bulk conversions: their vector paths round exactly as to_bf16 / to_fp16 do, where a scalar to_op
 // per element keeps the loop from vectorising.
 template <typename S, typename O>
-inline constexpr bool row_types = std::is_same_v<S, float> && (std::is_same_v<O, bf16> || std::is_same_v<O, float>);
+inline constexpr bool row_types = std::is_same_v<S, float> &&
+                                  (std::is_same_v<O, bf16> || std::is_same_v<O, float>);
 template <typename S, typename O>
 inline bool rounds_rows(Round r) {
   if constexpr (std::is_same_v<S, float> && std::is_same_v<O, bf16>) return true;
@@ -93,7 +94,8 @@ void cast(const S* src, O* dst, int64_t n, Round r) {
       constexpr int64_t chunk = 1 << 14;
       const int64_t chunks = (n + chunk - 1) / chunk;
 #pragma omp parallel for num_threads(nt) schedule(static) if (n >= kParallelMin)
-      for (int64_t c = 0; c < chunks; ++c) round_row(src + c * chunk, dst + c * chunk, std::min(chunk, n - c * chunk), r);
+      for (int64_t c = 0; c < chunks; ++c)
+        round_row(src + c * chunk, dst + c * chunk, std::min(chunk, n - c * chunk), r);
       return;
     }
   }
@@ -101,14 +103,13 @@ void cast(const S* src, O* dst, int64_t n, Round r) {
   for (int64_t i = 0; i < n; ++i) dst[i] = to_op<O>(src[i], r);
 }
 
-
 // ---- Embedding ----
 // x[i, :] = table[tokens[i], :]
 template <typename S>
 void embedding_forward(const int32_t* tokens, int64_t n, const S* table, int64_t vocab, int64_t d, S* x) {
   for (int64_t i = 0; i < n; ++i)
-    check(tokens[i] >= 0 && tokens[i] < vocab, "inputs: token {} at position {} is outside the vocabulary [0, {})",
-          tokens[i], i, vocab);
+    check(tokens[i] >= 0 && tokens[i] < vocab,
+          "inputs: token {} at position {} is outside the vocabulary [0, {})", tokens[i], i, vocab);
   const int nt = get_num_threads();
 #pragma omp parallel for num_threads(nt) schedule(static) if (n * d >= kParallelMin)
   for (int64_t i = 0; i < n; ++i) std::copy_n(table + tokens[i] * d, d, x + i * d);
@@ -362,8 +363,8 @@ void swiglu_backward(const S* dg, const O* ab, int64_t n, int64_t f, O* dab, Rou
 template <typename S>
 double cross_entropy_forward(const S* logits, const int32_t* targets, int64_t n, int64_t vocab, S* lse) {
   for (int64_t i = 0; i < n; ++i)
-    check(targets[i] >= 0 && targets[i] < vocab, "targets: token {} at position {} is outside the vocabulary [0, {})",
-          targets[i], i, vocab);
+    check(targets[i] >= 0 && targets[i] < vocab,
+          "targets: token {} at position {} is outside the vocabulary [0, {})", targets[i], i, vocab);
   // Per-row losses summed in row order afterwards: the same bits whatever the thread count.
   std::vector<double> row_loss(static_cast<size_t>(n));
   bool vector = false;
@@ -388,7 +389,8 @@ double cross_entropy_forward(const S* logits, const int32_t* targets, int64_t n,
 }
 // In place: logits becomes d(scale * mean loss)/d(logits) = scale * (softmax - onehot) / n.
 template <typename S>
-void cross_entropy_backward(S* logits, const int32_t* targets, const S* lse, int64_t n, int64_t vocab, S scale) {
+void cross_entropy_backward(S* logits, const int32_t* targets, const S* lse, int64_t n, int64_t vocab,
+                            S scale) {
   const S k = scale / static_cast<S>(n);
   if constexpr (std::is_same_v<S, float>) {
     if (fused::cross_entropy_backward(logits, targets, lse, n, vocab, k, logits)) return;

@@ -10,7 +10,9 @@ template <typename T>
 MatrixView<const T> in(const T* p, int64_t rows, int64_t cols, int64_t ld) {
   return {p, rows, cols, ld};
 }
-MatrixView<float> out(float* p, int64_t rows, int64_t cols, int64_t ld) { return {p, rows, cols, ld}; }
+MatrixView<float> out(float* p, int64_t rows, int64_t cols, int64_t ld) {
+  return {p, rows, cols, ld};
+}
 MatrixView<const float> acc(float* p, int64_t rows, int64_t cols, int64_t ld, bool on) {
   return on ? MatrixView<const float>{p, rows, cols, ld} : MatrixView<const float>{};
 }
@@ -42,17 +44,17 @@ void nt(const bf16* a, const bf16* b, float* d, int64_t m, int64_t n, int64_t k,
         int64_t ldd, bool accumulate) {
   gemm::bf16_gemm_nt(in(a, m, k, lda), in(b, n, k, ldb), out(d, m, n, ldd), acc(d, m, n, ldd, accumulate));
 }
-void nt(const double* a, const double* b, double* d, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb,
-        int64_t ldd, bool accumulate) {
+void nt(const double* a, const double* b, double* d, int64_t m, int64_t n, int64_t k, int64_t lda,
+        int64_t ldb, int64_t ldd, bool accumulate) {
   loops(false, true, a, b, d, m, n, k, lda, ldb, ldd, accumulate);
 }
 
-void nt_add(const float* a, const float* b, float* d, const float* c, int64_t m, int64_t n, int64_t k, int64_t lda,
-            int64_t ldb, int64_t ldd) {
+void nt_add(const float* a, const float* b, float* d, const float* c, int64_t m, int64_t n, int64_t k,
+            int64_t lda, int64_t ldb, int64_t ldd) {
   gemm::f32_gemm_nt(in(a, m, k, lda), in(b, n, k, ldb), out(d, m, n, ldd), in(c, m, n, ldd));
 }
-void nt_add(const bf16* a, const bf16* b, float* d, const float* c, int64_t m, int64_t n, int64_t k, int64_t lda,
-            int64_t ldb, int64_t ldd) {
+void nt_add(const bf16* a, const bf16* b, float* d, const float* c, int64_t m, int64_t n, int64_t k,
+            int64_t lda, int64_t ldb, int64_t ldd) {
   gemm::bf16_gemm_nt(in(a, m, k, lda), in(b, n, k, ldb), out(d, m, n, ldd), in(c, m, n, ldd));
 }
 void nt_add(const double* a, const double* b, double* d, const double* c, int64_t m, int64_t n, int64_t k,
@@ -70,8 +72,8 @@ void nn(const bf16* a, const bf16* b, float* d, int64_t m, int64_t n, int64_t k,
         int64_t ldd, bool accumulate) {
   gemm::bf16_gemm_nn(in(a, m, k, lda), in(b, k, n, ldb), out(d, m, n, ldd), acc(d, m, n, ldd, accumulate));
 }
-void nn(const double* a, const double* b, double* d, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb,
-        int64_t ldd, bool accumulate) {
+void nn(const double* a, const double* b, double* d, int64_t m, int64_t n, int64_t k, int64_t lda,
+        int64_t ldb, int64_t ldd, bool accumulate) {
   loops(false, false, a, b, d, m, n, k, lda, ldb, ldd, accumulate);
 }
 
@@ -88,8 +90,8 @@ void tn(const bf16* a, const bf16* b, float* d, int64_t m, int64_t n, int64_t k,
         int64_t ldd, bool accumulate) {
   gemm::bf16_gemm_tn(in(a, k, m, lda), in(b, k, n, ldb), out(d, m, n, ldd), acc(d, m, n, ldd, accumulate));
 }
-void tn(const double* a, const double* b, double* d, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb,
-        int64_t ldd, bool accumulate) {
+void tn(const double* a, const double* b, double* d, int64_t m, int64_t n, int64_t k, int64_t lda,
+        int64_t ldb, int64_t ldd, bool accumulate) {
   loops(true, false, a, b, d, m, n, k, lda, ldb, ldd, accumulate);
 }
 

@@ -9,8 +9,9 @@
 namespace ridge::model::detail {
 
 // Maps a regular file read-only. The path is stat'ed before it is opened (opening a FIFO would
-// block until a writer appears) and opened with O_NONBLOCK in case it was swapped for one in between. `size_problem(bytes)` returns why the size is unacceptable ("" when it is fine) and runs
-// before mapping. Every failure throws ridge::Error "<what>: <why>".
+// block until a writer appears) and opened with O_NONBLOCK in case it was swapped for one in between.
+// `size_problem(bytes)` returns why the size is unacceptable ("" when it is fine) and runs before mapping.
+// Every failure throws ridge::Error "<what>: <why>".
 struct ReadMapping {
   void* data = nullptr;
   size_t bytes = 0;

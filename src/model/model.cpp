@@ -32,9 +32,12 @@ Precision parse_precision(const std::string& name) {
 }
 const char* precision_name(Precision p) {
   switch (p) {
-    case Precision::fp32: return "fp32";
-    case Precision::bf16: return "bf16";
-    case Precision::fp16: return "fp16";
+    case Precision::fp32:
+      return "fp32";
+    case Precision::bf16:
+      return "bf16";
+    case Precision::fp16:
+      return "fp16";
   }
   return "?";
 }
@@ -43,12 +46,15 @@ AttentionPath parse_attention_path(const std::string& name) {
   if (name == "math") return AttentionPath::math;
   fail("attention: '{}' is not one of flash, math", name);
 }
-const char* attention_path_name(AttentionPath a) { return a == AttentionPath::flash ? "flash" : "math"; }
+const char* attention_path_name(AttentionPath a) {
+  return a == AttentionPath::flash ? "flash" : "math";
+}
 void check_attention_path(const ModelConfig& cfg, AttentionPath a) {
   if (a != AttentionPath::flash) return;
   const int64_t dh = cfg.d_head();
   check_arg(dh >= 16 && dh <= 256, "attention",
-            "FlashAttention needs a head dimension in 16..256 (d_model / num_heads = {}); use the math path", dh);
+            "FlashAttention needs a head dimension in 16..256 (d_model / num_heads = {}); use the math path",
+            dh);
 }
 
 namespace rr = roofline;
@@ -101,9 +107,16 @@ struct LayerActs {
   S *x, *x_mid, *rstd1, *rstd2, *lse;
   O *h1, *qkv, *o, *h2, *ab, *g;
   explicit LayerActs(const Region& r)
-      : x(get<S, O, Buf::x>(r)), x_mid(get<S, O, Buf::x_mid>(r)), rstd1(get<S, O, Buf::rstd1>(r)),
-        rstd2(get<S, O, Buf::rstd2>(r)), lse(get<S, O, Buf::lse>(r)), h1(get<S, O, Buf::h1>(r)),
-        qkv(get<S, O, Buf::qkv>(r)), o(get<S, O, Buf::o>(r)), h2(get<S, O, Buf::h2>(r)), ab(get<S, O, Buf::ab>(r)),
+      : x(get<S, O, Buf::x>(r)),
+        x_mid(get<S, O, Buf::x_mid>(r)),
+        rstd1(get<S, O, Buf::rstd1>(r)),
+        rstd2(get<S, O, Buf::rstd2>(r)),
+        lse(get<S, O, Buf::lse>(r)),
+        h1(get<S, O, Buf::h1>(r)),
+        qkv(get<S, O, Buf::qkv>(r)),
+        o(get<S, O, Buf::o>(r)),
+        h2(get<S, O, Buf::h2>(r)),
+        ab(get<S, O, Buf::ab>(r)),
         g(get<S, O, Buf::g>(r)) {}
 };
 template <typename S, typename O>
@@ -111,16 +124,23 @@ struct FinalActs {
   S *x, *rstd, *logits, *lse;
   O* h;
   explicit FinalActs(const Region& r)
-      : x(get<S, O, Buf::final_x>(r)), rstd(get<S, O, Buf::final_rstd>(r)), logits(get<S, O, Buf::logits>(r)),
-        lse(get<S, O, Buf::final_lse>(r)), h(get<S, O, Buf::final_h>(r)) {}
+      : x(get<S, O, Buf::final_x>(r)),
+        rstd(get<S, O, Buf::final_rstd>(r)),
+        logits(get<S, O, Buf::logits>(r)),
+        lse(get<S, O, Buf::final_lse>(r)),
+        h(get<S, O, Buf::final_h>(r)) {}
 };
 template <typename S, typename O>
 struct Work {
   S *gemm, *dx, *dtmp, *dattn;
   O *dop, *dqkv, *dout;
   explicit Work(const Region& r)
-      : gemm(get<S, O, Buf::gemm>(r)), dx(get<S, O, Buf::dx>(r)), dtmp(get<S, O, Buf::dtmp>(r)),
-        dattn(get<S, O, Buf::dattn>(r)), dop(get<S, O, Buf::dop>(r)), dqkv(get<S, O, Buf::dqkv>(r)),
+      : gemm(get<S, O, Buf::gemm>(r)),
+        dx(get<S, O, Buf::dx>(r)),
+        dtmp(get<S, O, Buf::dtmp>(r)),
+        dattn(get<S, O, Buf::dattn>(r)),
+        dop(get<S, O, Buf::dop>(r)),
+        dqkv(get<S, O, Buf::dqkv>(r)),
         dout(get<S, O, Buf::dout>(r)) {}
 };
 
@@ -167,7 +187,8 @@ struct TransformerLM<S>::Impl {
       for (int64_t d : t.shape) t.numel *= d;
       t.offset = tensors.empty() ? 0 : tensors.back().offset + tensors.back().numel;
       t.group = p.group;
-      if (group_begin.size() <= static_cast<size_t>(t.group)) group_begin.push_back(static_cast<int>(tensors.size()));
+      if (group_begin.size() <= static_cast<size_t>(t.group))
+        group_begin.push_back(static_cast<int>(tensors.size()));
       index[t.name] = static_cast<int>(tensors.size());
       tensors.push_back(std::move(t));
     }
@@ -176,11 +197,10 @@ struct TransformerLM<S>::Impl {
     layer_offsets.resize(static_cast<size_t>(cfg.num_layers));
     for (int64_t l = 0; l < cfg.num_layers; ++l) {
       const std::string p = "layers." + std::to_string(l) + ".";
-      layer_offsets[static_cast<size_t>(l)] = {off(p + "ffn.w2.weight"),           off(p + "ffn.w1.weight"),
-                                               off(p + "ffn.w3.weight"),           off(p + "ln2.weight"),
-                                               off(p + "attn.output_proj.weight"), off(p + "attn.q_proj.weight"),
-                                               off(p + "attn.k_proj.weight"),      off(p + "attn.v_proj.weight"),
-                                               off(p + "ln1.weight")};
+      layer_offsets[static_cast<size_t>(l)] = {
+          off(p + "ffn.w2.weight"),      off(p + "ffn.w1.weight"),           off(p + "ffn.w3.weight"),
+          off(p + "ln2.weight"),         off(p + "attn.output_proj.weight"), off(p + "attn.q_proj.weight"),
+          off(p + "attn.k_proj.weight"), off(p + "attn.v_proj.weight"),      off(p + "ln1.weight")};
     }
     off_lm_head = off("lm_head.weight");
     off_ln_final = off("ln_final.weight");
@@ -203,7 +223,9 @@ struct TransformerLM<S>::Impl {
   template <typename O>
   void attention_backward(const LayerActs<S, O>& s, const Work<S, O>& w, const O* dout, O* dqkv);
 
-  layers::Round round() const { return precision == Precision::fp16 ? layers::Round::fp16 : layers::Round::none; }
+  layers::Round round() const {
+    return precision == Precision::fp16 ? layers::Round::fp16 : layers::Round::none;
+  }
   // [batch, heads, seq, d_head] views of rows of `ld` elements, head h at columns [h dh, (h + 1) dh):
   // q, k and v inside the fused q|k|v rows, or the attention output, without copies.
   template <typename E>
@@ -299,7 +321,8 @@ void TransformerLM<S>::Impl::attention_backward(const LayerActs<S, O>& s, const 
       const TensorView<float> lse = TensorView<float>::contiguous(s.lse, {batch, cfg.num_heads, seq});
       attention::flash_attention_backward<O>(q, k, v, heads(s.o, D), dO, lse, heads(w.dqkv, 3 * D),
                                              heads(w.dqkv + D, 3 * D), heads(w.dqkv + 2 * D, 3 * D), opt);
-      layers::rope_backward<S>(w.dqkv, dqkv, N, seq, D, cfg.d_head(), rope_cos.data(), rope_sin.data(), round());
+      layers::rope_backward<S>(w.dqkv, dqkv, N, seq, D, cfg.d_head(), rope_cos.data(), rope_sin.data(),
+                               round());
       return;
     }
   }
@@ -331,25 +354,32 @@ void TransformerLM<S>::Impl::forward_pass(const int32_t* tokens, int64_t B, int6
     if (l == 0) in(ranges::embedding, [&] { embedding_forward(tokens, N, P + off_embedding, V, D, s.x); });
     in(ranges::attention_block, [&] {
       in(ranges::norm, [&] { rmsnorm_forward(s.x, P + t.ln1, N, D, S(1e-5), s.rstd1, s.h1, r); });
-      in(ranges::gemm_qkv, [&] { linear::forward(mat(s.h1, N, D), mat(W + t.wq, 3 * D, D), mat(w.gemm, N, 3 * D)); });
-      in(ranges::rope, [&] { rope_forward(w.gemm, s.qkv, N, T, D, dh, rope_cos.data(), rope_sin.data(), r); });
+      in(ranges::gemm_qkv,
+         [&] { linear::forward(mat(s.h1, N, D), mat(W + t.wq, 3 * D, D), mat(w.gemm, N, 3 * D)); });
+      in(ranges::rope,
+         [&] { rope_forward(w.gemm, s.qkv, N, T, D, dh, rope_cos.data(), rope_sin.data(), r); });
       in(ranges::attention, [&] { attention_forward<O>(s, w); });
       // x_mid = x + o Wo^T: the residual add in the GEMM's epilogue.
-      in(ranges::gemm_out, [&] { linear::forward(mat(s.o, N, D), mat(W + t.wo, D, D), mat(s.x_mid, N, D), s.x); });
+      in(ranges::gemm_out,
+         [&] { linear::forward(mat(s.o, N, D), mat(W + t.wo, D, D), mat(s.x_mid, N, D), s.x); });
     });
     in(ranges::ffn_block, [&] {
       in(ranges::norm, [&] { rmsnorm_forward(s.x_mid, P + t.ln2, N, D, S(1e-5), s.rstd2, s.h2, r); });
-      in(ranges::gemm_w1_w3, [&] { linear::forward(mat(s.h2, N, D), mat(W + t.w1, 2 * F, D), mat(w.gemm, N, 2 * F)); });
+      in(ranges::gemm_w1_w3,
+         [&] { linear::forward(mat(s.h2, N, D), mat(W + t.w1, 2 * F, D), mat(w.gemm, N, 2 * F)); });
       in(ranges::swiglu, [&] { swiglu_forward(w.gemm, N, F, s.ab, s.g, r); });
       // The next layer's input (or the final norm's) = x_mid + g W2^T, the residual add fused as above.
       S* next = l + 1 < cfg.num_layers ? LayerActs<S, O>(layer_acts[static_cast<size_t>(l + 1)]).x : f.x;
-      in(ranges::gemm_w2, [&] { linear::forward(mat(s.g, N, F), mat(W + t.w2, D, F), mat(next, N, D), s.x_mid); });
+      in(ranges::gemm_w2,
+         [&] { linear::forward(mat(s.g, N, F), mat(W + t.w2, D, F), mat(next, N, D), s.x_mid); });
     });
   }
   if (cfg.num_layers == 0) embedding_forward(tokens, N, P + off_embedding, V, D, f.x);
   in(ranges::final_norm, [&] { rmsnorm_forward(f.x, P + off_ln_final, N, D, S(1e-5), f.rstd, f.h, r); });
-  in(ranges::gemm_lm_head, [&] { linear::forward(mat(f.h, N, D), mat(W + off_lm_head, V, D), mat(f.logits, N, V)); });
-  if (with_loss) in(ranges::loss, [&] { loss = cross_entropy_forward(f.logits, targets.data(), N, V, f.lse); });
+  in(ranges::gemm_lm_head,
+     [&] { linear::forward(mat(f.h, N, D), mat(W + off_lm_head, V, D), mat(f.logits, N, V)); });
+  if (with_loss)
+    in(ranges::loss, [&] { loss = cross_entropy_forward(f.logits, targets.data(), N, V, f.lse); });
 }
 
 template <typename S>
@@ -424,8 +454,8 @@ void TransformerLM<S>::Impl::backward_pass(S loss_scale, const Observer& observe
         linear::input_grad(mat(dab, N, 2 * F), mat(W + t.w1, 2 * F, D), mat(w.dtmp, N, D));
       });
       in(ranges::norm_backward, [&] {
-        rmsnorm_backward(w.dtmp, s.x_mid, P + t.ln2, s.rstd2, N, D, w.dx, G + t.ln2, true, rounds ? w.dop : nullptr,
-                         r);
+        rmsnorm_backward(w.dtmp, s.x_mid, P + t.ln2, s.rstd2, N, D, w.dx, G + t.ln2, true,
+                         rounds ? w.dop : nullptr, r);
       });
     });
     in(ranges::attention_block_backward, [&] {
@@ -599,9 +629,9 @@ void TransformerLM<S>::init(uint64_t seed) {
   order.push_back(&tensor("token_embeddings.weight"));
   for (int64_t l = 0; l < impl_->cfg.num_layers; ++l) {
     const std::string p = "layers." + std::to_string(l) + ".";
-    for (const char* n : {"attn.q_proj.weight", "attn.k_proj.weight", "attn.v_proj.weight",
-                          "attn.output_proj.weight", "ln1.weight", "ffn.w1.weight", "ffn.w2.weight",
-                          "ffn.w3.weight", "ln2.weight"})
+    for (const char* n :
+         {"attn.q_proj.weight", "attn.k_proj.weight", "attn.v_proj.weight", "attn.output_proj.weight",
+          "ln1.weight", "ffn.w1.weight", "ffn.w2.weight", "ffn.w3.weight", "ln2.weight"})
       order.push_back(&tensor(p + n));
   }
   order.push_back(&tensor("ln_final.weight"));
@@ -625,8 +655,8 @@ S TransformerLM<S>::forward(const int32_t* inputs, const int32_t* targets, int64
   const ModelConfig& c = impl_->cfg;
   check(inputs != nullptr, "inputs: no data");
   check(batch >= 1, "batch: must be >= 1, got {}", batch);
-  check(seq >= 1 && seq <= c.context_length, "seq: must be in 1..{} (the context length), got {}", c.context_length,
-        seq);
+  check(seq >= 1 && seq <= c.context_length, "seq: must be in 1..{} (the context length), got {}",
+        c.context_length, seq);
   const int64_t n = batch * seq;
   impl_->inputs.assign(inputs, inputs + n);
   if (targets)
@@ -658,9 +688,10 @@ std::span<const S> TransformerLM<S>::logits() const {
 template <typename S>
 void TransformerLM<S>::backward(S loss_scale, const Observer& observer) {
   check(impl_->forward_done, "backward: needs a forward pass first (each forward allows one backward)");
-  check(!impl_->logits_only, "backward: the forward pass ran without targets, so there is no loss to differentiate");
-  check(std::isfinite(static_cast<double>(loss_scale)) && loss_scale > 0, "loss_scale: must be finite and > 0, got {}",
-        static_cast<double>(loss_scale));
+  check(!impl_->logits_only,
+        "backward: the forward pass ran without targets, so there is no loss to differentiate");
+  check(std::isfinite(static_cast<double>(loss_scale)) && loss_scale > 0,
+        "loss_scale: must be finite and > 0, got {}", static_cast<double>(loss_scale));
   impl_->forward_done = false;
   if constexpr (std::is_same_v<S, double>) {
     impl_->template backward_pass<double>(loss_scale, observer);
@@ -693,7 +724,8 @@ template class TransformerLM<double>;
 
 // The one FLOP count every MFU uses: the roofline's ops of the step, GEMMs and attention summed.
 double forward_flops(const ModelConfig& c, int64_t batch, int64_t seq) {
-  return roofline::model_matmul_flops(model_shape(c, batch, seq, Precision::fp32, AttentionPath::flash), "forward");
+  return roofline::model_matmul_flops(model_shape(c, batch, seq, Precision::fp32, AttentionPath::flash),
+                                      "forward");
 }
 double training_flops(const ModelConfig& c, int64_t batch, int64_t seq) {
   const auto m = model_shape(c, batch, seq, Precision::fp32, AttentionPath::flash);

@@ -81,8 +81,8 @@ void grad_sq_chunks(std::span<const S> grads, std::span<double> out) {
   // Fixed-size chunks: the same bits whatever the thread count.
   const auto n = static_cast<int64_t>(grads.size());
   const int64_t chunks = (n + kNormChunk - 1) / kNormChunk;
-  check(static_cast<int64_t>(out.size()) == chunks, "out: {} values for the {} chunks of {} gradients", out.size(),
-        chunks, n);
+  check(static_cast<int64_t>(out.size()) == chunks, "out: {} values for the {} chunks of {} gradients",
+        out.size(), chunks, n);
   const S* g = grads.data();
   const int nt = get_num_threads();
 #pragma omp parallel for num_threads(nt) schedule(static) if (chunks > 1)
@@ -102,7 +102,8 @@ double norm_from_chunks(std::span<const double> chunks) {
 
 template <typename S>
 double grad_norm(std::span<const S> grads) {
-  std::vector<double> part(static_cast<size_t>((static_cast<int64_t>(grads.size()) + kNormChunk - 1) / kNormChunk));
+  std::vector<double> part(
+      static_cast<size_t>((static_cast<int64_t>(grads.size()) + kNormChunk - 1) / kNormChunk));
   grad_sq_chunks(grads, std::span<double>(part));
   return norm_from_chunks(part);
 }
@@ -123,7 +124,8 @@ double cosine_lr(int64_t t, double lr_max, double lr_min, int64_t warmup, int64_
 
 LossScaler::LossScaler(double initial, double growth, double backoff, int64_t growth_interval)
     : scale_(initial), growth_(growth), backoff_(backoff), interval_(growth_interval) {
-  check(std::isfinite(initial) && initial > 0, "initial: the loss scale must be finite and > 0, got {}", initial);
+  check(std::isfinite(initial) && initial > 0, "initial: the loss scale must be finite and > 0, got {}",
+        initial);
   check(growth >= 1, "growth: must be >= 1, got {}", growth);
   check(backoff > 0 && backoff < 1, "backoff: must be in (0, 1), got {}", backoff);
   check(growth_interval >= 1, "growth_interval: must be >= 1, got {}", growth_interval);

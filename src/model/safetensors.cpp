@@ -149,9 +149,11 @@ SafetensorsFile SafetensorsFile::load(const std::string& path) {
   auto bad = [&](const std::string& what) -> Error {
     return Error(fmt::format("safetensors file '{}': {}", path, what));
   };
-  const auto map = detail::map_regular_file(path, fmt::format("safetensors file '{}'", path), [](size_t bytes) {
-    return bytes < 8 ? fmt::format("{} bytes is shorter than the 8-byte header length", bytes) : std::string();
-  });
+  const auto map =
+      detail::map_regular_file(path, fmt::format("safetensors file '{}'", path), [](size_t bytes) {
+        return bytes < 8 ? fmt::format("{} bytes is shorter than the 8-byte header length", bytes)
+                         : std::string();
+      });
   void* m = map.data;
   const size_t size = map.bytes;
 

@@ -21,17 +21,18 @@ void TrainConfig::validate() const {
   check(seq >= 1, "seq: must be >= 1, got {}", seq);
   adamw.validate();
   check(std::isfinite(lr_max) && lr_max >= 0, "lr_max: must be finite and >= 0, got {}", lr_max);
-  check(std::isfinite(lr_min) && lr_min >= 0 && lr_min <= lr_max, "lr_min: must be in [0, lr_max = {}], got {}",
-        lr_max, lr_min);
+  check(std::isfinite(lr_min) && lr_min >= 0 && lr_min <= lr_max,
+        "lr_min: must be in [0, lr_max = {}], got {}", lr_max, lr_min);
   check(warmup_steps >= 0, "warmup_steps: must be >= 0, got {}", warmup_steps);
   check(cosine_steps >= 0, "cosine_steps: must be >= 0, got {}", cosine_steps);
   check(std::isfinite(max_grad_norm) && max_grad_norm >= 0, "max_grad_norm: must be finite and >= 0, got {}",
         max_grad_norm);
-  check(std::isfinite(loss_scale) && loss_scale > 0, "loss_scale: must be finite and > 0, got {}", loss_scale);
+  check(std::isfinite(loss_scale) && loss_scale > 0, "loss_scale: must be finite and > 0, got {}",
+        loss_scale);
   check(loss_scale_interval >= 1, "loss_scale_interval: must be >= 1, got {}", loss_scale_interval);
   check(optimizer_begin >= 0 && (optimizer_end == -1 || optimizer_end >= optimizer_begin),
-        "optimizer_begin, optimizer_end: [{}, {}) is not a range (end -1: to the last parameter)", optimizer_begin,
-        optimizer_end);
+        "optimizer_begin, optimizer_end: [{}, {}) is not a range (end -1: to the last parameter)",
+        optimizer_begin, optimizer_end);
 }
 
 namespace {
@@ -45,12 +46,13 @@ const TrainConfig& validated(const TrainConfig& t) {
 Trainer::Trainer(const ModelConfig& model, const TrainConfig& train)
     : cfg_(validated(train)),
       model_(model, train.precision, train.attention),
-      adamw_(std::min<int64_t>(train.optimizer_end < 0 ? static_cast<int64_t>(model_.params().size())
-                                                       : train.optimizer_end,
-                               static_cast<int64_t>(model_.params().size())) -
+      adamw_(std::min<int64_t>(
+                 train.optimizer_end < 0 ? static_cast<int64_t>(model_.params().size()) : train.optimizer_end,
+                 static_cast<int64_t>(model_.params().size())) -
                  std::min<int64_t>(train.optimizer_begin, static_cast<int64_t>(model_.params().size())),
              train.adamw),
-      scaler_(train.precision == Precision::fp16 ? train.loss_scale : 1.0, 2.0, 0.5, train.loss_scale_interval),
+      scaler_(train.precision == Precision::fp16 ? train.loss_scale : 1.0, 2.0, 0.5,
+              train.loss_scale_interval),
       rng_(train.seed) {
   train.validate();
   check(train.seq <= model.context_length, "seq: {} is longer than the model's context_length {}", train.seq,
@@ -73,8 +75,8 @@ void Trainer::set_frozen(const std::string& name, bool frozen) {
 
 void Trainer::shard_optimizer(int64_t begin, int64_t end) {
   const auto n = static_cast<int64_t>(model_.params().size());
-  check(begin >= 0 && begin <= end && end <= n, "begin, end: [{}, {}) is not a range of the {} parameters", begin, end,
-        n);
+  check(begin >= 0 && begin <= end && end <= n, "begin, end: [{}, {}) is not a range of the {} parameters",
+        begin, end, n);
   const int64_t t = adamw_.steps();
   const AdamWConfig c = adamw_.config();
   if (begin == opt_begin_ && end == optimizer_end()) {
@@ -90,9 +92,10 @@ void Trainer::shard_optimizer(int64_t begin, int64_t end) {
 }
 
 double Trainer::lr_at(int64_t t) const {
-  if (cfg_.cosine_steps == 0) return t < cfg_.warmup_steps ? cfg_.lr_max * static_cast<double>(t) /
-                                                                 static_cast<double>(cfg_.warmup_steps)
-                                                           : cfg_.lr_max;
+  if (cfg_.cosine_steps == 0)
+    return t < cfg_.warmup_steps
+               ? cfg_.lr_max * static_cast<double>(t) / static_cast<double>(cfg_.warmup_steps)
+               : cfg_.lr_max;
   return cosine_lr(t, cfg_.lr_max, cfg_.lr_min, cfg_.warmup_steps, cfg_.cosine_steps);
 }
 
@@ -140,11 +143,13 @@ StepResult Trainer::step(const int32_t* inputs, const int32_t* targets) {
     }
     size_t j = i;
     while (j < tensors.size() && !frozen_[j]) ++j;
-    const int64_t b = std::max(ob, tensors[i].offset), e = std::min(oe, tensors[j - 1].offset + tensors[j - 1].numel);
+    const int64_t b = std::max(ob, tensors[i].offset),
+                  e = std::min(oe, tensors[j - 1].offset + tensors[j - 1].numel);
     if (b < e)
-      adamw_.update(model_.params().subspan(static_cast<size_t>(b), static_cast<size_t>(e - b)),
-                    std::span<const float>(model_.grads()).subspan(static_cast<size_t>(b), static_cast<size_t>(e - b)),
-                    b - ob, r.lr, clip / r.loss_scale);
+      adamw_.update(
+          model_.params().subspan(static_cast<size_t>(b), static_cast<size_t>(e - b)),
+          std::span<const float>(model_.grads()).subspan(static_cast<size_t>(b), static_cast<size_t>(e - b)),
+          b - ob, r.lr, clip / r.loss_scale);
     i = j;
   }
   if (hooks_) {
@@ -157,8 +162,8 @@ StepResult Trainer::step(const int32_t* inputs, const int32_t* targets) {
 
 StepResult Trainer::step(const TokenFile& data) {
   check(data.max_token() < model_.config().vocab_size,
-        "data: token file '{}' holds token id {}, beyond the model's vocab_size {}", data.path(), data.max_token(),
-        model_.config().vocab_size);
+        "data: token file '{}' holds token id {}, beyond the model's vocab_size {}", data.path(),
+        data.max_token(), model_.config().vocab_size);
   sample_batch(data, cfg_.batch, cfg_.seq, rng_, inputs_.data(), targets_.data());
   return step(inputs_.data(), targets_.data());
 }
@@ -256,7 +261,8 @@ void Trainer::save(const std::string& path) const {
 void Trainer::save(const std::string& path, std::span<const float> m, std::span<const float> v) const {
   auto& self = const_cast<Trainer&>(*this);  // the writer only reads the buffers it is handed
   check(m.size() == model_.params().size() && v.size() == m.size(),
-        "exp_avg, exp_avg_sq: need {} values each, got {} and {}", model_.params().size(), m.size(), v.size());
+        "exp_avg, exp_avg_sq: need {} values each, got {} and {}", model_.params().size(), m.size(),
+        v.size());
   SafetensorsWriter w;
   auto params = self.model_.params();
   for (const TensorInfo& t : model_.tensors()) {

@@ -11,7 +11,9 @@ namespace {
 
 using nlohmann::json;
 
-json sourced(double value, const std::string& source) { return {{"value", value}, {"source", source}}; }
+json sourced(double value, const std::string& source) {
+  return {{"value", value}, {"source", source}};
+}
 
 json point_json(const SweepPoint& p) {
   return {{"bytes_per_thread", p.bytes_per_thread},
@@ -23,25 +25,41 @@ json point_json(const SweepPoint& p) {
 }
 
 json trials_json(const Trials& t) {
-  return {{"median", t.median()}, {"best", t.best()}, {"attempted", t.attempted}, {"clean", t.clean},
+  return {{"median", t.median()},
+          {"best", t.best()},
+          {"attempted", t.attempted},
+          {"clean", t.clean},
           {"trials", t.rates}};
 }
 
 json plateau_json(const Plateau& p) {
-  return {{"level", p.level},         {"capacity_bytes", p.capacity}, {"range_lo_bytes", p.lo},
-          {"range_hi_bytes", p.hi},   {"points", p.points},           {"read_bytes_per_s", p.read},
-          {"read_write_bytes_per_s", p.read_write}, {"spread", p.spread}};
+  return {{"level", p.level},
+          {"capacity_bytes", p.capacity},
+          {"range_lo_bytes", p.lo},
+          {"range_hi_bytes", p.hi},
+          {"points", p.points},
+          {"read_bytes_per_s", p.read},
+          {"read_write_bytes_per_s", p.read_write},
+          {"spread", p.spread}};
 }
 
 json machine_json() {
   const auto& in = cpu::info();
   const auto& f = in.features;
   json feats = json::array();
-  const std::pair<const char*, bool> list[] = {
-      {"avx2", f.avx2},         {"fma", f.fma},           {"avx512f", f.avx512f},
-      {"avx512bw", f.avx512bw}, {"avx512vl", f.avx512vl}, {"avx512dq", f.avx512dq},
-      {"avx512_vbmi", f.avx512_vbmi}, {"avx512_bf16", f.avx512_bf16}, {"avx512_vnni", f.avx512_vnni}, {"avx512_fp16", f.avx512_fp16},
-      {"avx_vnni", f.avx_vnni}, {"amx_bf16", f.amx_bf16}, {"amx_int8", f.amx_int8}};
+  const std::pair<const char*, bool> list[] = {{"avx2", f.avx2},
+                                               {"fma", f.fma},
+                                               {"avx512f", f.avx512f},
+                                               {"avx512bw", f.avx512bw},
+                                               {"avx512vl", f.avx512vl},
+                                               {"avx512dq", f.avx512dq},
+                                               {"avx512_vbmi", f.avx512_vbmi},
+                                               {"avx512_bf16", f.avx512_bf16},
+                                               {"avx512_vnni", f.avx512_vnni},
+                                               {"avx512_fp16", f.avx512_fp16},
+                                               {"avx_vnni", f.avx_vnni},
+                                               {"amx_bf16", f.amx_bf16},
+                                               {"amx_int8", f.amx_int8}};
   for (const auto& [name, has] : list)
     if (has) feats.push_back(name);
   return {{"vendor", in.vendor},
@@ -79,7 +97,7 @@ json to_chip_json(const ProbeResult& r) {
   json peaks = json::object();
   for (const auto& p : r.peaks)
     peaks[p.kernel.dtype] = sourced(p.all_threads.median(), measured_by + " (" + p.kernel.instruction + ", " +
-                                                       std::to_string(r.threads) + " threads)");
+                                                                std::to_string(r.threads) + " threads)");
   chip["peak_flops"] = peaks;
 
   // Outermost first, as the schema asks; per-core caches' capacities are summed over the threads.
@@ -101,9 +119,10 @@ json to_chip_json(const ProbeResult& r) {
     const int64_t cap = std::string(level) == "dram" ? physical_memory() : pl->capacity;
     if (cap > 0) {
       const std::string lv = level;
-      const std::string how = lv == "dram" ? " from sysconf (physical memory)"
-                              : lv == "l3" ? " from cpuid (the L3 instances the threads share)"
-                                           : " from cpuid, summed over " + std::to_string(r.threads) + " threads' cores";
+      const std::string how =
+          lv == "dram" ? " from sysconf (physical memory)"
+          : lv == "l3" ? " from cpuid (the L3 instances the threads share)"
+                       : " from cpuid, summed over " + std::to_string(r.threads) + " threads' cores";
       m["capacity"] = sourced(double(cap), "read by ridge probe on " + day + how);
     }
     mem.push_back(m);
@@ -137,7 +156,8 @@ json to_chip_json(const ProbeResult& r) {
   m["bandwidth_kernels"] = {
       {"isa", internal::bandwidth_isa()},
       {"read", "each thread streams its own buffer with vector loads into 8 independent accumulators"},
-      {"read_write", "each thread adds to its own buffer in place with regular stores (bytes read + written)"}};
+      {"read_write",
+       "each thread adds to its own buffer in place with regular stores (bytes read + written)"}};
   json sw = json::array(), sw1 = json::array(), pl = json::array(), pl1 = json::array();
   for (const auto& p : r.sweep) sw.push_back(point_json(p));
   for (const auto& p : r.sweep_one) sw1.push_back(point_json(p));
@@ -151,6 +171,8 @@ json to_chip_json(const ProbeResult& r) {
   return chip;
 }
 
-std::string chip_json_text(const ProbeResult& r, int indent) { return to_chip_json(r).dump(indent); }
+std::string chip_json_text(const ProbeResult& r, int indent) {
+  return to_chip_json(r).dump(indent);
+}
 
 }  // namespace ridge::probe

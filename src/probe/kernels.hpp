@@ -13,13 +13,13 @@ namespace ridge::probe::detail {
 // accumulator so the compiler cannot drop the work. Accepted chain counts: 8, 12, 16, 24.
 using PeakFn = double (*)(int chains, int64_t iters);
 
-double peak_fp32_avx512(int chains, int64_t iters);   // vfmadd231ps zmm: 32 FLOP
-double peak_fp64_avx512(int chains, int64_t iters);   // vfmadd231pd zmm: 16 FLOP
+double peak_fp32_avx512(int chains, int64_t iters);      // vfmadd231ps zmm: 32 FLOP
+double peak_fp64_avx512(int chains, int64_t iters);      // vfmadd231pd zmm: 16 FLOP
 double peak_bf16_avx512bf16(int chains, int64_t iters);  // vdpbf16ps zmm: 64 FLOP
 double peak_int8_avx512vnni(int chains, int64_t iters);  // vpdpbusd zmm: 128 OP
-double peak_fp32_avx2(int chains, int64_t iters);     // vfmadd231ps ymm: 16 FLOP
-double peak_fp64_avx2(int chains, int64_t iters);     // vfmadd231pd ymm: 8 FLOP
-double peak_fp32_scalar(int chains, int64_t iters);   // separate mul and add, 2 FLOP per chain
+double peak_fp32_avx2(int chains, int64_t iters);        // vfmadd231ps ymm: 16 FLOP
+double peak_fp64_avx2(int chains, int64_t iters);        // vfmadd231pd ymm: 8 FLOP
+double peak_fp32_scalar(int chains, int64_t iters);      // separate mul and add, 2 FLOP per chain
 double peak_fp64_scalar(int chains, int64_t iters);
 
 // Bandwidth kernels walk `bytes` (a multiple of 256, 64-byte aligned) `passes` times.

@@ -37,13 +37,19 @@ bool has_avx512() {
   const auto& f = cpu::info().features;
   return f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq;
 }
-bool has_avx512bf16() { return has_avx512() && cpu::info().features.avx512_bf16; }
-bool has_avx512vnni() { return has_avx512() && cpu::info().features.avx512_vnni; }
+bool has_avx512bf16() {
+  return has_avx512() && cpu::info().features.avx512_bf16;
+}
+bool has_avx512vnni() {
+  return has_avx512() && cpu::info().features.avx512_vnni;
+}
 bool has_avx2() {
   const auto& f = cpu::info().features;
   return f.avx2 && f.fma;
 }
-bool always() { return true; }
+bool always() {
+  return true;
+}
 
 // Best ISA first within each dtype: the first available entry of a dtype is the probe's roof.
 const std::vector<KernelEntry>& kernel_table() {
@@ -108,7 +114,8 @@ Trials run_trials(int threads, int want, double seconds, double budget_s, double
       {
         const double t = cpu[0];
         if (t >= seconds / 4 || reps > (int64_t{1} << 40) || now() > hard_deadline) {
-          reps = std::max<int64_t>(1, static_cast<int64_t>(static_cast<double>(reps) * seconds / std::max(t, 1e-9)));
+          reps = std::max<int64_t>(
+              1, static_cast<int64_t>(static_cast<double>(reps) * seconds / std::max(t, 1e-9)));
           calibrated = true;
         } else {
           reps *= t < seconds / 64 ? 8 : 2;
@@ -134,7 +141,8 @@ Trials run_trials(int threads, int want, double seconds, double budget_s, double
         (ok ? clean : dirty).push_back(rate);
         ++attempted;
         const double t = now();
-        done = static_cast<int>(clean.size()) >= want || (attempted >= want && t > deadline) || t > hard_deadline;
+        done = static_cast<int>(clean.size()) >= want || (attempted >= want && t > deadline) ||
+               t > hard_deadline;
       }
 #pragma omp barrier
       if (done) break;
@@ -147,7 +155,8 @@ Trials run_trials(int threads, int want, double seconds, double budget_s, double
   out.clean = static_cast<int>(clean.size());
   out.rates = clean;
   std::sort(dirty.begin(), dirty.end(), std::greater<>());
-  for (size_t i = 0; static_cast<int>(out.rates.size()) < want && i < dirty.size(); ++i) out.rates.push_back(dirty[i]);
+  for (size_t i = 0; static_cast<int>(out.rates.size()) < want && i < dirty.size(); ++i)
+    out.rates.push_back(dirty[i]);
   return out;
 }
 
@@ -166,7 +175,9 @@ BwKernels bw_kernels() {
   return {detail::read_scalar, detail::update_scalar, "scalar"};
 }
 
-int64_t round_buffer(int64_t bytes) { return std::max<int64_t>(4096, (bytes + 4095) / 4096 * 4096); }
+int64_t round_buffer(int64_t bytes) {
+  return std::max<int64_t>(4096, (bytes + 4095) / 4096 * 4096);
+}
 
 }  // namespace
 
@@ -177,33 +188,38 @@ std::vector<PeakKernel> supported_peak_kernels() {
   return out;
 }
 
-Trials measure_peak(const PeakKernel& k, int chains, int threads, int trials, double seconds, double budget_s) {
+Trials measure_peak(const PeakKernel& k, int chains, int threads, int trials, double seconds,
+                    double budget_s) {
   return internal::peak_trials(k, chains, threads, trials, seconds, budget_s, 1e300);
 }
 
 namespace internal {
 
-double clock_now() { return now(); }
+double clock_now() {
+  return now();
+}
 
 Trials peak_trials(const PeakKernel& k, int chains, int threads, int trials, double seconds, double budget_s,
                    double hard_deadline) {
   check(threads >= 1, "probe: threads must be >= 1 (got {})", threads);
   check(trials >= 1, "probe: trials must be >= 1 (got {})", trials);
   check(seconds > 0 && budget_s >= 0, "probe: trial time must be positive");
-  check(chains == 8 || chains == 12 || chains == 16 || chains == 24, "probe: chains must be 8, 12, 16 or 24 (got {})",
-        chains);
+  check(chains == 8 || chains == 12 || chains == 16 || chains == 24,
+        "probe: chains must be 8, 12, 16 or 24 (got {})", chains);
   const KernelEntry& e = find_entry(k);
   const double per_rep = chains * k.ops_per_instruction;
   return run_trials(threads, trials, seconds, budget_s, hard_deadline, per_rep,
                     [&](size_t, int64_t reps) { return e.fn(chains, reps); });
 }
 
-const char* bandwidth_isa() { return bw_kernels().isa; }
+const char* bandwidth_isa() {
+  return bw_kernels().isa;
+}
 
 ThreadBuffers::ThreadBuffers(int threads, int64_t bytes_per_thread) : bytes(round_buffer(bytes_per_thread)) {
   bufs.reserve(static_cast<size_t>(threads));
   for (int t = 0; t < threads; ++t) bufs.emplace_back(static_cast<size_t>(bytes), "probe sweep buffer");
-  // Each thread touches its own buffer first, so its pages come from that thread's memory node.
+    // Each thread touches its own buffer first, so its pages come from that thread's memory node.
 #pragma omp parallel num_threads(threads)
   {
     const int t = omp_get_thread_num();
@@ -217,14 +233,15 @@ Trials bandwidth_trials(ThreadBuffers& b, int64_t bytes_per_thread, bool update,
   const int64_t bytes = std::min(round_buffer(bytes_per_thread), b.bytes);
   const BwKernels k = bw_kernels();
   const double per_rep = static_cast<double>(bytes) * (update ? 2 : 1);
-  return run_trials(threads, trials, seconds, budget_s, hard_deadline, per_rep, [&](size_t tid, int64_t reps) {
-    void* p = b.bufs[std::min(tid, b.bufs.size() - 1)].data();
-    if (update) {
-      k.update(p, static_cast<size_t>(bytes), reps);
-      return 0.0;
-    }
-    return k.read(p, static_cast<size_t>(bytes), reps);
-  });
+  return run_trials(threads, trials, seconds, budget_s, hard_deadline, per_rep,
+                    [&](size_t tid, int64_t reps) {
+                      void* p = b.bufs[std::min(tid, b.bufs.size() - 1)].data();
+                      if (update) {
+                        k.update(p, static_cast<size_t>(bytes), reps);
+                        return 0.0;
+                      }
+                      return k.read(p, static_cast<size_t>(bytes), reps);
+                    });
 }
 
 double median(std::vector<double> v) {
@@ -247,7 +264,11 @@ Trials measure_bandwidth(int64_t bytes_per_thread, int threads, bool update, int
   return internal::bandwidth_trials(b, bytes_per_thread, update, trials, seconds, budget_s, 1e300);
 }
 
-double Trials::median() const { return internal::median(rates); }
-double Trials::best() const { return rates.empty() ? 0 : *std::max_element(rates.begin(), rates.end()); }
+double Trials::median() const {
+  return internal::median(rates);
+}
+double Trials::best() const {
+  return rates.empty() ? 0 : *std::max_element(rates.begin(), rates.end());
+}
 
 }  // namespace ridge::probe

@@ -100,15 +100,17 @@ PeakResult measure_dtype(const PeakKernel& k, int threads, const Plan& plan, Sch
   // so many that the accumulators spill out of the register file.
   double best = -1;
   for (int c : plan.chains) {
-    const double m = internal::peak_trials(k, c, 1, 3, plan.scan_trial_s, plan.scan_budget_s, sched.next()).best();
+    const double m =
+        internal::peak_trials(k, c, 1, 3, plan.scan_trial_s, plan.scan_budget_s, sched.next()).best();
     if (m > best) {
       best = m;
       r.chains = c;
     }
   }
-  r.one_thread = internal::peak_trials(k, r.chains, 1, plan.trials, plan.peak_trial_s, plan.peak_budget_s, sched.next());
-  r.all_threads =
-      internal::peak_trials(k, r.chains, threads, plan.trials, plan.peak_trial_s, plan.peak_budget_s, sched.next());
+  r.one_thread =
+      internal::peak_trials(k, r.chains, 1, plan.trials, plan.peak_trial_s, plan.peak_budget_s, sched.next());
+  r.all_threads = internal::peak_trials(k, r.chains, threads, plan.trials, plan.peak_trial_s,
+                                        plan.peak_budget_s, sched.next());
   r.first_all_threads = r.all_threads.median();
   const int cores = cpu::info().cores;
   while (needs_repeat(r.one_thread.median(), r.all_threads.median(), threads, cores, r.repeats)) {
@@ -154,10 +156,10 @@ std::vector<SweepPoint> sweep(int threads, const Plan& plan, double seconds) {
     SweepPoint p;
     p.bytes_per_thread = s;
     p.total_bytes = s * threads;
-    const Trials rd =
-        internal::bandwidth_trials(bufs, s, false, plan.trials, plan.bw_trial_s, plan.bw_budget_s, sched.next());
-    const Trials rw =
-        internal::bandwidth_trials(bufs, s, true, plan.trials, plan.bw_trial_s, plan.bw_budget_s, sched.next());
+    const Trials rd = internal::bandwidth_trials(bufs, s, false, plan.trials, plan.bw_trial_s,
+                                                 plan.bw_budget_s, sched.next());
+    const Trials rw = internal::bandwidth_trials(bufs, s, true, plan.trials, plan.bw_trial_s,
+                                                 plan.bw_budget_s, sched.next());
     p.read = rd.median();
     p.read_write = rw.median();
     p.attempted = rd.attempted + rw.attempted;
@@ -205,7 +207,8 @@ ProbeResult run(const ProbeOptions& o) {
     seen.push_back(k.dtype);
     best.push_back(k);
   }
-  Schedule sched{internal::clock_now() + plan.peaks_s, static_cast<int>(best.size() * (plan.chains.size() + 2))};
+  Schedule sched{internal::clock_now() + plan.peaks_s,
+                 static_cast<int>(best.size() * (plan.chains.size() + 2))};
   for (const auto& k : best) {
     say(o, "peak " + k.dtype + " (" + k.instruction + ")");
     r.peaks.push_back(measure_dtype(k, r.threads, plan, sched, o));
@@ -228,7 +231,9 @@ ProbeResult run(const ProbeOptions& o) {
 }
 
 // The roofline module owns the rule, so "--hw this" always reads what the probe wrote.
-std::string default_output_path() { return roofline::probe_result_path(); }
+std::string default_output_path() {
+  return roofline::probe_result_path();
+}
 
 void check_writable(const std::string& path) {
   namespace fs = std::filesystem;

@@ -53,9 +53,17 @@ struct Bw {
 
 }  // namespace
 
-double peak_fp32_avx512(int chains, int64_t iters) { return peak<Fp32>(chains, iters); }
-double peak_fp64_avx512(int chains, int64_t iters) { return peak<Fp64>(chains, iters); }
-double read_avx512(const void* p, size_t bytes, int64_t passes) { return read<Bw>(p, bytes, passes); }
-void update_avx512(void* p, size_t bytes, int64_t passes) { update<Bw>(p, bytes, passes); }
+double peak_fp32_avx512(int chains, int64_t iters) {
+  return peak<Fp32>(chains, iters);
+}
+double peak_fp64_avx512(int chains, int64_t iters) {
+  return peak<Fp64>(chains, iters);
+}
+double read_avx512(const void* p, size_t bytes, int64_t passes) {
+  return read<Bw>(p, bytes, passes);
+}
+void update_avx512(void* p, size_t bytes, int64_t passes) {
+  update<Bw>(p, bytes, passes);
+}
 
 }  // namespace ridge::probe::detail

@@ -35,6 +35,8 @@ struct Bf16Dot {
 
 }  // namespace
 
-double peak_bf16_avx512bf16(int chains, int64_t iters) { return peak<Bf16Dot>(chains, iters); }
+double peak_bf16_avx512bf16(int chains, int64_t iters) {
+  return peak<Bf16Dot>(chains, iters);
+}
 
 }  // namespace ridge::probe::detail

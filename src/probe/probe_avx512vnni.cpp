@@ -28,6 +28,8 @@ struct Int8Dot {
 
 }  // namespace
 
-double peak_int8_avx512vnni(int chains, int64_t iters) { return peak<Int8Dot>(chains, iters); }
+double peak_int8_avx512vnni(int chains, int64_t iters) {
+  return peak<Int8Dot>(chains, iters);
+}
 
 }  // namespace ridge::probe::detail

@@ -43,9 +43,17 @@ struct Bw {
 
 }  // namespace
 
-double peak_fp32_scalar(int chains, int64_t iters) { return peak<Mad<float>>(chains, iters); }
-double peak_fp64_scalar(int chains, int64_t iters) { return peak<Mad<double>>(chains, iters); }
-double read_scalar(const void* p, size_t bytes, int64_t passes) { return read<Bw>(p, bytes, passes); }
-void update_scalar(void* p, size_t bytes, int64_t passes) { update<Bw>(p, bytes, passes); }
+double peak_fp32_scalar(int chains, int64_t iters) {
+  return peak<Mad<float>>(chains, iters);
+}
+double peak_fp64_scalar(int chains, int64_t iters) {
+  return peak<Mad<double>>(chains, iters);
+}
+double read_scalar(const void* p, size_t bytes, int64_t passes) {
+  return read<Bw>(p, bytes, passes);
+}
+void update_scalar(void* p, size_t bytes, int64_t passes) {
+  update<Bw>(p, bytes, passes);
+}
 
 }  // namespace ridge::probe::detail

@@ -119,7 +119,8 @@ void check_plot_outputs(const std::string& out, const std::vector<std::string>& 
 void check_plot_names(const std::string& out) {
   for (const auto& f : plot_outputs(out))
     for (const auto& part : fs::path(f))
-      check_arg(part.native().size() <= 255, "out", "'{}' has a name longer than 255 bytes, which no file can have",
+      check_arg(part.native().size() <= 255, "out",
+                "'{}' has a name longer than 255 bytes, which no file can have",
                 out.size() > 40 ? out.substr(0, 40) + "..." : out);
 }
 

@@ -49,7 +49,8 @@ struct Reader {
   [[noreturn]] void bad(const std::string& field, const std::string& why) const {
     fail_arg("chip file " + origin, "field '{}' {}", field, why);
   }
-  const nlohmann::json& member(const nlohmann::json& obj, const std::string& parent, const std::string& key) const {
+  const nlohmann::json& member(const nlohmann::json& obj, const std::string& parent,
+                               const std::string& key) const {
     const std::string field = parent.empty() ? key : parent + "." + key;
     if (!obj.is_object()) bad(parent, "must be a JSON object");
     auto it = obj.find(key);
@@ -77,11 +78,11 @@ struct Reader {
     const double x = val.get<double>();
     if (!std::isfinite(x) || x <= 0) bad(field + ".value", fmt::format("must be positive (got {})", x));
     if (x < kMinFigure)
-      bad(field + ".value", fmt::format("is {:g} {}, below the plausible minimum {:g} (wrong units?)", x, unit,
-                                        kMinFigure));
+      bad(field + ".value",
+          fmt::format("is {:g} {}, below the plausible minimum {:g} (wrong units?)", x, unit, kMinFigure));
     if (x > max_value)
-      bad(field + ".value", fmt::format("is {:g} {}, above the plausible limit {:g} (wrong units?)", x, unit,
-                                        max_value));
+      bad(field + ".value",
+          fmt::format("is {:g} {}, above the plausible limit {:g} (wrong units?)", x, unit, max_value));
     Sourced s;
     s.value = x;
     s.source = str(v, field, "source");
@@ -97,7 +98,9 @@ struct Reader {
 };
 
 // A chip file is a few KiB; 16 MiB leaves room for a long "measured" section.
-std::string read_text(const std::string& path) { return input::read_input_file(path, "chip file", 16 << 20); }
+std::string read_text(const std::string& path) {
+  return input::read_input_file(path, "chip file", 16 << 20);
+}
 
 Chip parse_text(const std::string& text, const std::string& origin) {
   return parse_chip(input::parse_json(text, "chip file " + origin), origin);
@@ -111,7 +114,9 @@ int level_rank(const std::string& level) {
   return 3;  // l1
 }
 
-std::string env_or_empty(const char* name) { return env::text(name); }
+std::string env_or_empty(const char* name) {
+  return env::text(name);
+}
 
 // Directories searched for <id>.json, in order: $RIDGE_HW_DIR, then the source tree's hardware/.
 std::vector<fs::path> hardware_dirs() {
@@ -139,30 +144,45 @@ bool looks_like_path(const std::string& s) {
 
 std::string peak_key(DType t) {
   switch (t) {
-    case DType::f64: return "fp64";
-    case DType::f32: return "fp32";
-    case DType::bf16: return "bf16";
-    case DType::fp16: return "fp16";
-    case DType::fp8_e4m3: case DType::fp8_e5m2: return "fp8";
-    case DType::i8: return "int8";
-    case DType::i32: break;
+    case DType::f64:
+      return "fp64";
+    case DType::f32:
+      return "fp32";
+    case DType::bf16:
+      return "bf16";
+    case DType::fp16:
+      return "fp16";
+    case DType::fp8_e4m3:
+    case DType::fp8_e5m2:
+      return "fp8";
+    case DType::i8:
+      return "int8";
+    case DType::i32:
+      break;
   }
-  fail("dtype: {} has no peak FLOP/s of its own (a compute dtype is one of fp64, fp32, bf16, fp16, fp8, int8)",
-       dtype_name(t));
+  fail(
+      "dtype: {} has no peak FLOP/s of its own (a compute dtype is one of fp64, fp32, bf16, fp16, fp8, int8)",
+      dtype_name(t));
 }
 
-double Chip::peak(DType t) const { return peak(peak_key(t)); }
+double Chip::peak(DType t) const {
+  return peak(peak_key(t));
+}
 
 double Chip::peak(const std::string& dtype) const {
   std::string key = dtype;
-  if (key == "f32") key = "fp32";
-  else if (key == "f64") key = "fp64";
-  else if (key == "f16") key = "fp16";
-  else if (key == "i8") key = "int8";
-  else if (key == "fp8_e4m3" || key == "fp8_e5m2" || key == "e4m3" || key == "e5m2") key = "fp8";
+  if (key == "f32")
+    key = "fp32";
+  else if (key == "f64")
+    key = "fp64";
+  else if (key == "f16")
+    key = "fp16";
+  else if (key == "i8")
+    key = "int8";
+  else if (key == "fp8_e4m3" || key == "fp8_e5m2" || key == "e4m3" || key == "e5m2")
+    key = "fp8";
   auto it = peak_flops.find(key);
-  if (it == peak_flops.end())
-    fail("chip {} has no {} peak (it has: {})", id, dtype, join_keys(peak_flops));
+  if (it == peak_flops.end()) fail("chip {} has no {} peak (it has: {})", id, dtype, join_keys(peak_flops));
   return it->second.value;
 }
 
@@ -185,7 +205,9 @@ const MemoryLevel& Chip::memory_level(const std::string& level) const {
   fail_arg("level", "chip {} has no memory level '{}' (it has: {})", id, level, have);
 }
 
-double Chip::bandwidth(const std::string& level) const { return memory_level(level).bandwidth.value; }
+double Chip::bandwidth(const std::string& level) const {
+  return memory_level(level).bandwidth.value;
+}
 
 double Chip::link_bandwidth(const std::string& which) const {
   if (which == "intra_node" || which == "intra") {
@@ -239,7 +261,8 @@ Chip parse_chip(const nlohmann::json& doc, const std::string& origin) {
     r.bad("kind", fmt::format("is '{}' (accepted: gpu, tpu, cpu)", c.kind));
 
   const auto& peaks = r.member(doc, "", "peak_flops");
-  if (!peaks.is_object() || peaks.empty()) r.bad("peak_flops", "must be a non-empty object of dtype -> figure");
+  if (!peaks.is_object() || peaks.empty())
+    r.bad("peak_flops", "must be a non-empty object of dtype -> figure");
   for (const auto& [k, v] : peaks.items()) {
     (void)v;
     if (!known_peak_keys().count(k))
@@ -256,14 +279,16 @@ Chip parse_chip(const nlohmann::json& doc, const std::string& origin) {
     MemoryLevel ml;
     ml.level = r.str(m, p, "level");
     static const std::set<std::string> levels{"hbm", "dram", "l3", "l2", "l1"};
-    if (!levels.count(ml.level)) r.bad(p + ".level", fmt::format("is '{}' (accepted: hbm, dram, l3, l2, l1)", ml.level));
+    if (!levels.count(ml.level))
+      r.bad(p + ".level", fmt::format("is '{}' (accepted: hbm, dram, l3, l2, l1)", ml.level));
     ml.name = r.str(m, p, "name", false);
     ml.bandwidth = r.sourced(m, p, "bandwidth", kMaxBandwidth, "B/s");
     if (m.contains("capacity")) ml.capacity = r.sourced(m, p, "capacity", kMaxCapacity, "B");
     if (!c.memory.empty() && level_rank(ml.level) <= level_rank(c.memory.back().level))
-      r.bad(p + ".level", fmt::format("is '{}' after '{}': levels must be distinct and listed outermost first "
-                                      "(hbm or dram, then l3, l2, l1)",
-                                      ml.level, c.memory.back().level));
+      r.bad(p + ".level",
+            fmt::format("is '{}' after '{}': levels must be distinct and listed outermost first "
+                        "(hbm or dram, then l3, l2, l1)",
+                        ml.level, c.memory.back().level));
     c.memory.push_back(std::move(ml));
   }
 
@@ -271,9 +296,12 @@ Chip parse_chip(const nlohmann::json& doc, const std::string& origin) {
     const auto& links = doc.at("links");
     if (!links.is_object()) r.bad("links", "must be an object");
     for (const auto& [k, v] : links.items()) {
-      if (k == "intra_node") c.intra_node = r.link(v, "links.intra_node");
-      else if (k == "inter_node") c.inter_node = r.link(v, "links.inter_node");
-      else r.bad("links." + k, "is not a link (accepted: intra_node, inter_node)");
+      if (k == "intra_node")
+        c.intra_node = r.link(v, "links.intra_node");
+      else if (k == "inter_node")
+        c.inter_node = r.link(v, "links.inter_node");
+      else
+        r.bad("links." + k, "is not a link (accepted: intra_node, inter_node)");
     }
   }
   c.notes = r.str(doc, "", "notes", false);
@@ -281,11 +309,17 @@ Chip parse_chip(const nlohmann::json& doc, const std::string& origin) {
   return c;
 }
 
-Chip parse_chip_text(const std::string& text, const std::string& origin) { return parse_text(text, origin); }
+Chip parse_chip_text(const std::string& text, const std::string& origin) {
+  return parse_text(text, origin);
+}
 
-std::string chip_json_text(const Chip& chip, int indent) { return to_json(chip).dump(indent); }
+std::string chip_json_text(const Chip& chip, int indent) {
+  return to_json(chip).dump(indent);
+}
 
-Chip load_chip_file(const std::string& path) { return parse_text(read_text(path), path); }
+Chip load_chip_file(const std::string& path) {
+  return parse_text(read_text(path), path);
+}
 
 std::string probe_result_path() {
   if (auto h = env_or_empty("RIDGE_HOME"); !h.empty()) return (fs::path(h) / "this.json").string();
@@ -300,11 +334,13 @@ bool has_probe_result() {
 }
 
 Chip load_chip(const std::string& name) {
-  check_arg(!name.empty(), "name_or_path", "empty chip name (accepted: {}, this, or a path to a chip JSON file)",
+  check_arg(!name.empty(), "name_or_path",
+            "empty chip name (accepted: {}, this, or a path to a chip JSON file)",
             fmt::join(chip_ids(), ", "));
   if (name == "this") {
     const auto p = probe_result_path();
-    check_arg(has_probe_result(), "name_or_path", "'this': no probe result at {}; run 'ridge probe' first", p);
+    check_arg(has_probe_result(), "name_or_path", "'this': no probe result at {}; run 'ridge probe' first",
+              p);
     return load_chip_file(p);
   }
   if (looks_like_path(name)) return load_chip_file(name);

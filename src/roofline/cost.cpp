@@ -22,7 +22,9 @@ long double dim(int64_t v, const char* what) {
   return static_cast<long double>(v);
 }
 
-long double esize(DType t) { return static_cast<long double>(dtype_size(t)); }
+long double esize(DType t) {
+  return static_cast<long double>(dtype_size(t));
+}
 
 Traffic tensor(const std::string& name, DType t, long double elements, bool write = false) {
   check_arg(elements <= kMaxElements, "shape", "tensor {} would hold {:.3g} elements (at most 2^60)", name,
@@ -30,18 +32,26 @@ Traffic tensor(const std::string& name, DType t, long double elements, bool writ
   return {name, dtype_name(t), elements, elements * esize(t), write};
 }
 
-Traffic fp32_scales(const std::string& name, long double elements) { return tensor(name, DType::f32, elements); }
+Traffic fp32_scales(const std::string& name, long double elements) {
+  return tensor(name, DType::f32, elements);
+}
 
-long double ceil_div(long double a, long double b) { return std::ceil(a / b); }
+long double ceil_div(long double a, long double b) {
+  return std::ceil(a / b);
+}
 
 std::string dt_label(const MatmulDtypes& dt) {
   if (dt.x == dt.w && dt.w == dt.out) return dtype_name(dt.x);
   return fmt::format("{}x{}->{}", dtype_name(dt.x), dtype_name(dt.w), dtype_name(dt.out));
 }
 
-double nan() { return std::numeric_limits<double>::quiet_NaN(); }
+double nan() {
+  return std::numeric_limits<double>::quiet_NaN();
+}
 
-nlohmann::json num_or_null(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); }
+nlohmann::json num_or_null(double v) {
+  return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr);
+}
 
 nlohmann::json traffic_json(const std::vector<Traffic>& v) {
   auto a = nlohmann::json::array();
@@ -55,7 +65,8 @@ nlohmann::json traffic_json(const std::vector<Traffic>& v) {
 }
 
 void check_chips(int64_t chips) {
-  check_arg(chips >= 2 && chips <= (int64_t{1} << 20), "chips", "{} is not a chip count (accepted: 2 to 2^20)", chips);
+  check_arg(chips >= 2 && chips <= (int64_t{1} << 20), "chips",
+            "{} is not a chip count (accepted: 2 to 2^20)", chips);
 }
 
 }  // namespace
@@ -134,8 +145,10 @@ Bound bound(const Cost& cost, const Chip& chip, const BoundOptions& opt) {
   b.t_comm = std::max(b.t_memory, b.t_link);
   b.t_lower = std::max(b.t_math, b.t_comm);
   b.t_upper = b.t_math + b.t_comm;
-  if (b.t_math >= b.t_comm) b.binding = "compute";
-  else b.binding = b.t_link > b.t_memory ? "link" : "memory";
+  if (b.t_math >= b.t_comm)
+    b.binding = "compute";
+  else
+    b.binding = b.t_link > b.t_memory ? "link" : "memory";
   b.attainable_flops = b.t_lower > 0 ? b.flops / b.t_lower : 0;
   b.fraction_of_peak = b.t_lower > 0 ? b.t_math / b.t_lower : 0;
   return b;
@@ -181,7 +194,8 @@ Cost matmul(int64_t b, int64_t d, int64_t f, const MatmulDtypes& dt) {
   c.shape = fmt::format("B={} D={} F={} {}", b, d, f, dt_label(dt));
   c.compute = dt.compute_key();
   c.flops = 2 * B * D * F;
-  c.memory = {tensor("X[B,D]", dt.x, B * D), tensor("W[D,F]", dt.w, D * F), tensor("Y[B,F]", dt.out, B * F, true)};
+  c.memory = {tensor("X[B,D]", dt.x, B * D), tensor("W[D,F]", dt.w, D * F),
+              tensor("Y[B,F]", dt.out, B * F, true)};
   return c;
 }
 
@@ -225,8 +239,8 @@ namespace {
 Cost attention_common(const AttentionShape& s, const char* op) {
   const long double Bt = dim(s.batch, "s.batch"), H = dim(s.heads, "s.heads"), Sq = dim(s.seq_q, "s.seq_q"),
                     Skv = dim(s.seq_kv, "s.seq_kv"), Dh = dim(s.head_dim, "s.head_dim");
-  check_arg(!s.causal || s.seq_q <= s.seq_kv, "s.seq_q", "causal attention: seq_q {} must not exceed seq_kv {}",
-            s.seq_q, s.seq_kv);
+  check_arg(!s.causal || s.seq_q <= s.seq_kv, "s.seq_q",
+            "causal attention: seq_q {} must not exceed seq_kv {}", s.seq_q, s.seq_kv);
   Cost c;
   c.op = op;
   c.shape = fmt::format("batch={} heads={} seq={}{} d={} {}{}{}", s.batch, s.heads, s.seq_q,
@@ -289,7 +303,8 @@ Cost attention_flash(const AttentionShape& s) {
 Cost fp8_gemm(int64_t m, int64_t n, int64_t k, DType in, DType out) {
   const long double M = dim(m, "m"), N = dim(n, "n"), K = dim(k, "k");
   check_arg(dtype_size(in) == 1, "in",
-            "fp8-gemm: input dtype {} is not an 8-bit type (accepted: fp8_e4m3, fp8_e5m2, int8)", dtype_name(in));
+            "fp8-gemm: input dtype {} is not an 8-bit type (accepted: fp8_e4m3, fp8_e5m2, int8)",
+            dtype_name(in));
   Cost c;
   c.op = "fp8-gemm";
   c.shape = fmt::format("M={} N={} K={} {}->{}", m, n, k, dtype_name(in), dtype_name(out));
@@ -305,8 +320,8 @@ Cost fp8_gemm(int64_t m, int64_t n, int64_t k, DType in, DType out) {
 namespace {
 
 // `rows_arg` names the caller's argument that holds one row count per group.
-Cost grouped(const char* op, const std::vector<int64_t>& rows, const char* rows_arg, int64_t n, int64_t k, DType in,
-             DType out) {
+Cost grouped(const char* op, const std::vector<int64_t>& rows, const char* rows_arg, int64_t n, int64_t k,
+             DType in, DType out) {
   check_arg(!rows.empty() && rows.size() <= 4096, rows_arg, "{} groups (accepted: 1 to 4096)", rows.size());
   const long double N = dim(n, "n"), K = dim(k, "k");
   const bool scaled = dtype_size(in) == 1;
@@ -330,13 +345,14 @@ Cost grouped(const char* op, const std::vector<int64_t>& rows, const char* rows_
 
 }  // namespace
 
-Cost grouped_gemm_contiguous(const std::vector<int64_t>& m_per_group, int64_t n, int64_t k, DType in, DType out) {
+Cost grouped_gemm_contiguous(const std::vector<int64_t>& m_per_group, int64_t n, int64_t k, DType in,
+                             DType out) {
   for (auto m : m_per_group) dim(m, "m_per_group");
   Cost c = grouped("grouped-gemm-contiguous", m_per_group, "m_per_group", n, k, in, out);
   long double total = 0;
   for (auto m : m_per_group) total += m;
-  c.shape = fmt::format("groups={} M={} N={} K={} {}->{}", m_per_group.size(), static_cast<double>(total), n, k,
-                        dtype_name(in), dtype_name(out));
+  c.shape = fmt::format("groups={} M={} N={} K={} {}->{}", m_per_group.size(), static_cast<double>(total), n,
+                        k, dtype_name(in), dtype_name(out));
   return c;
 }
 
@@ -412,13 +428,19 @@ Cost matmul_split_d(int64_t b, int64_t d, int64_t f, int64_t chips, const Matmul
 }
 
 nlohmann::json to_json(const CriticalBatch& self) {
-  return {{"chip", self.chip},     {"compute_dtype", self.compute}, {"level", self.level},
-          {"peak_flops", self.peak}, {"bandwidth", self.bandwidth}, {"d", self.d},
-          {"f", self.f},           {"asymptotic_batch", self.asymptotic},
+  return {{"chip", self.chip},
+          {"compute_dtype", self.compute},
+          {"level", self.level},
+          {"peak_flops", self.peak},
+          {"bandwidth", self.bandwidth},
+          {"d", self.d},
+          {"f", self.f},
+          {"asymptotic_batch", self.asymptotic},
           {"exact_batch", self.exact ? nlohmann::json(*self.exact) : nlohmann::json(nullptr)}};
 }
 
-CriticalBatch critical_batch(const Chip& chip, int64_t d, int64_t f, const MatmulDtypes& dt, const std::string& level) {
+CriticalBatch critical_batch(const Chip& chip, int64_t d, int64_t f, const MatmulDtypes& dt,
+                             const std::string& level) {
   const long double D = dim(d, "d"), F = dim(f, "f");
   CriticalBatch r;
   r.chip = chip.id;
@@ -437,7 +459,9 @@ CriticalBatch critical_batch(const Chip& chip, int64_t d, int64_t f, const Matmu
   if (denom > 0) {
     const long double x = ratio * sw * D * F / denom;
     if (x <= kMaxDim) {
-      auto bound_ok = [&](long double B) { return 2 * B * D * F >= ratio * (sx * B * D + sw * D * F + so * B * F); };
+      auto bound_ok = [&](long double B) {
+        return 2 * B * D * F >= ratio * (sx * B * D + sw * D * F + so * B * F);
+      };
       long double B = std::max(1.0L, std::ceil(x));
       // The closed form is rounded; settle the integer by the inequality itself.
       while (B > 1 && bound_ok(B - 1)) B -= 1;
@@ -449,11 +473,18 @@ CriticalBatch critical_batch(const Chip& chip, int64_t d, int64_t f, const Matmu
 }
 
 nlohmann::json to_json(const CriticalSplit& self) {
-  return {{"chip", self.chip},   {"compute_dtype", self.compute}, {"link", self.link},          {"peak_flops", self.peak},
-          {"link_bandwidth", self.link_bandwidth}, {"chips", self.chips}, {"threshold_d", self.threshold}, {"exact_d", self.exact}};
+  return {{"chip", self.chip},
+          {"compute_dtype", self.compute},
+          {"link", self.link},
+          {"peak_flops", self.peak},
+          {"link_bandwidth", self.link_bandwidth},
+          {"chips", self.chips},
+          {"threshold_d", self.threshold},
+          {"exact_d", self.exact}};
 }
 
-CriticalSplit critical_split_d(const Chip& chip, int64_t chips, const MatmulDtypes& dt, const std::string& link) {
+CriticalSplit critical_split_d(const Chip& chip, int64_t chips, const MatmulDtypes& dt,
+                               const std::string& link) {
   check_chips(chips);
   CriticalSplit r;
   r.chip = chip.id;

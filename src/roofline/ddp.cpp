@@ -157,19 +157,19 @@ nlohmann::json to_json(const DdpPrediction& pred) {
   auto spans_j = nlohmann::json::array();
   for (const auto& s : pred.spans)
     spans_j.push_back({{"what", s.what}, {"bytes", s.bytes}, {"start_s", s.start_s}, {"end_s", s.end_s}});
-  return {
-      {"setting", pred.setting.label()},
-      {"mode", pred.setting.mode},
-      {"bucket_mb", pred.setting.mode == "bucketed" ? nlohmann::json(pred.setting.bucket_mb) : nlohmann::json(nullptr)},
-      {"sharding", pred.setting.sharding},
-      {"collectives", pred.collectives},
-      {"bytes", pred.bytes},
-      {"comm_s", pred.comm_s},
-      {"hidden_s", pred.hidden_s},
-      {"exposed_s", pred.exposed_s},
-      {"compute_s", pred.compute_s},
-      {"step_s", pred.step_s},
-      {"spans", spans_j}};
+  return {{"setting", pred.setting.label()},
+          {"mode", pred.setting.mode},
+          {"bucket_mb", pred.setting.mode == "bucketed" ? nlohmann::json(pred.setting.bucket_mb)
+                                                        : nlohmann::json(nullptr)},
+          {"sharding", pred.setting.sharding},
+          {"collectives", pred.collectives},
+          {"bytes", pred.bytes},
+          {"comm_s", pred.comm_s},
+          {"hidden_s", pred.hidden_s},
+          {"exposed_s", pred.exposed_s},
+          {"compute_s", pred.compute_s},
+          {"step_s", pred.step_s},
+          {"spans", spans_j}};
 }
 
 DdpPrediction predict_ddp(const DdpInput& in, const DdpLink& link, const DdpSetting& setting) {
@@ -233,7 +233,8 @@ DdpPrediction predict_ddp(const DdpInput& in, const DdpLink& link, const DdpSett
     // AdamW on this rank's shard, then the updated parameters all-gathered: nothing left to hide it.
     tl.link_free = reduce_end + opt_s;
     const double before = tl.link_free;
-    tl.issue("all-gather parameters", in.total_bytes(), tl.link_free, ring_all_gather_s(in.total_bytes(), link));
+    tl.issue("all-gather parameters", in.total_bytes(), tl.link_free,
+             ring_all_gather_s(in.total_bytes(), link));
     p.bytes += in.total_bytes();
     ++p.collectives;
     const double gather = tl.link_free - before;
@@ -305,8 +306,8 @@ DdpInput ddp_input(const ModelShape& m, const Chip& chip, const std::string& lev
       std::string alt;
       for (const char* k : {"fp32", "bf16", "fp16"})
         if (alt.empty() && chip.has_peak(k)) alt = k;
-      check(!alt.empty(), "chip {}: has no {}, fp32, bf16 or fp16 peak to bound the model's ops with", chip.id,
-            c.compute);
+      check(!alt.empty(), "chip {}: has no {}, fp32, bf16 or fp16 peak to bound the model's ops with",
+            chip.id, c.compute);
       c.compute = alt;
     }
     const double t1 = bound(c, chip, bo).t_lower;

@@ -65,16 +65,20 @@ long double model_param_count(const ModelShape& m) {
 
 int64_t model_parameter_elements(const ModelShape& m) {
   const auto n = try_model_parameter_elements(m);
-  check(n.has_value(), "model shape: the parameter count overflows int64 (d_model {}, d_ff {}, vocab {}, layers {})",
+  check(n.has_value(),
+        "model shape: the parameter count overflows int64 (d_model {}, d_ff {}, vocab {}, layers {})",
         m.d_model, m.d_ff, m.vocab, m.layers);
   return *n;
 }
 
 const char* region_tag(Region r) {
   switch (r) {
-    case Region::layer: return "activations/layers";
-    case Region::final: return "activations/final";
-    case Region::workspace: return "workspace";
+    case Region::layer:
+      return "activations/layers";
+    case Region::final:
+      return "activations/final";
+    case Region::workspace:
+      return "workspace";
   }
   return "?";
 }
@@ -90,22 +94,33 @@ std::vector<int64_t> buffer_shape(Buf b, const ModelShape& m) {
     case Buf::final_x:
     case Buf::final_h:
     case Buf::dx:
-    case Buf::dout: return {N, D};
+    case Buf::dout:
+      return {N, D};
     case Buf::rstd1:
     case Buf::rstd2:
     case Buf::final_rstd:
-    case Buf::final_lse: return {N};
-    case Buf::lse: return {m.batch, m.heads, m.seq};
+    case Buf::final_lse:
+      return {N};
+    case Buf::lse:
+      return {m.batch, m.heads, m.seq};
     case Buf::qkv:
     case Buf::dattn:
-    case Buf::dqkv: return {N, 3 * D};
-    case Buf::ab: return {N, 2 * F};
-    case Buf::g: return {N, F};
-    case Buf::logits: return {N, V};
-    case Buf::gemm: return {N, std::max({3 * D, 2 * F, D})};
-    case Buf::dtmp: return {N, std::max(F, D)};
-    case Buf::dop: return {N, std::max({V, 3 * D, 2 * F, D})};
-    case Buf::count: break;
+    case Buf::dqkv:
+      return {N, 3 * D};
+    case Buf::ab:
+      return {N, 2 * F};
+    case Buf::g:
+      return {N, F};
+    case Buf::logits:
+      return {N, V};
+    case Buf::gemm:
+      return {N, std::max({3 * D, 2 * F, D})};
+    case Buf::dtmp:
+      return {N, std::max(F, D)};
+    case Buf::dop:
+      return {N, std::max({V, 3 * D, 2 * F, D})};
+    case Buf::count:
+      break;
   }
   fail("buffer_shape: no buffer {}", static_cast<int>(b));
 }
@@ -122,7 +137,8 @@ RegionLayout region_layout(Region r, const ModelShape& m, size_t state_bytes, si
     if (s.region != r) continue;
     const size_t at = (l.bytes + kBufferAlignment - 1) / kBufferAlignment * kBufferAlignment;
     l.offset[static_cast<int>(s.id)] = at;
-    l.bytes = at + static_cast<size_t>(buffer_elements(s.id, m)) * (s.elem == Elem::state ? state_bytes : operand_bytes);
+    l.bytes = at + static_cast<size_t>(buffer_elements(s.id, m)) *
+                       (s.elem == Elem::state ? state_bytes : operand_bytes);
   }
   return l;
 }

@@ -180,13 +180,15 @@ std::vector<ModelOp> model_step_ops(const ModelShape& m) {
   add("forward", "gemm", "gemm w1 w3", L, gemm(N, D, 2 * F, O, S, false, "h2[N,D]", "W13[D,2F]", "ab[N,2F]"));
   add("forward", "elementwise", "swiglu", L,
       ew(fmt::format("N={} F={}", N, F), 6 * n * f,
-         {tr("ab", S, 2 * n * f), tr("ab (saved)", O, elems(Buf::ab), true), tr("g", O, elems(Buf::g), true)}));
+         {tr("ab", S, 2 * n * f), tr("ab (saved)", O, elems(Buf::ab), true),
+          tr("g", O, elems(Buf::g), true)}));
   add("forward", "gemm", "gemm w2", L, gemm(N, F, D, O, S, false, "g[N,F]", "W2[F,D]", "y[N,D]"));
   residual("residual (ffn)");
   norm("forward", "final norm", 1);
   add("forward", "gemm", "gemm lm_head", 1, gemm(N, D, V, O, S, false, "h[N,D]", "Wlm[D,V]", "logits[N,V]"));
   add("forward", "elementwise", "loss", 1,
-      ew(fmt::format("N={} V={}", N, V), 4 * n * v, {tr("logits", S, elems(Buf::logits)), tr("logsumexp", S, elems(Buf::final_lse), true)}));
+      ew(fmt::format("N={} V={}", N, V), 4 * n * v,
+         {tr("logits", S, elems(Buf::logits)), tr("logsumexp", S, elems(Buf::final_lse), true)}));
 
   // ---- backward (layers in reverse; a block's ops listed once)
   add("backward", "elementwise", "loss backward", 1,

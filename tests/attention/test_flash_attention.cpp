@@ -49,23 +49,29 @@ struct Tensor {
     return view.data[b * view.stride[0] + h * view.stride[1] + i * view.stride[2] + c * view.stride[3]];
   }
   double get(int64_t b, int64_t h, int64_t i, int64_t c) {
-    if constexpr (std::is_same_v<T, bf16>) return to_float(at(b, h, i, c));
-    else return static_cast<double>(at(b, h, i, c));
+    if constexpr (std::is_same_v<T, bf16>)
+      return to_float(at(b, h, i, c));
+    else
+      return static_cast<double>(at(b, h, i, c));
   }
 };
 
 template <typename T>
 float as_float(T x) {
-  if constexpr (std::is_same_v<T, bf16>) return to_float(x);
-  else return static_cast<float>(x);
+  if constexpr (std::is_same_v<T, bf16>)
+    return to_float(x);
+  else
+    return static_cast<float>(x);
 }
 
 template <typename T>
 void fill_random(Tensor<T>& t, std::mt19937& rng, double sigma) {
   std::normal_distribution<float> dist(0.0f, static_cast<float>(sigma));
   for (auto& x : t.data) {
-    if constexpr (std::is_same_v<T, bf16>) x = to_bf16(dist(rng));
-    else x = static_cast<T>(dist(rng));
+    if constexpr (std::is_same_v<T, bf16>)
+      x = to_bf16(dist(rng));
+    else
+      x = static_cast<T>(dist(rng));
   }
 }
 
@@ -178,10 +184,10 @@ void check_fp32(const Shape& s, bool with_backward = true) {
 
 TEST(FlashAttention, Fp32MatchesFp64Reference) {
   const std::vector<Shape> shapes = {
-      {1, 2, 2, 17, 17, 64, false},   {1, 2, 2, 17, 17, 64, true},    {2, 4, 2, 127, 127, 32, true},
-      {1, 2, 1, 1, 1000, 80, true},   {1, 1, 1, 1000, 17, 16, false}, {1, 1, 1, 300, 127, 128, true},
-      {1, 2, 2, 129, 300, 256, false}, {1, 1, 1, 64, 64, 256, true},  {1, 3, 1, 70, 33, 48, true},
-      {1, 1, 1, 1, 1, 16, false},     {1, 1, 1, 1, 1, 16, true},
+      {1, 2, 2, 17, 17, 64, false},    {1, 2, 2, 17, 17, 64, true},    {2, 4, 2, 127, 127, 32, true},
+      {1, 2, 1, 1, 1000, 80, true},    {1, 1, 1, 1000, 17, 16, false}, {1, 1, 1, 300, 127, 128, true},
+      {1, 2, 2, 129, 300, 256, false}, {1, 1, 1, 64, 64, 256, true},   {1, 3, 1, 70, 33, 48, true},
+      {1, 1, 1, 1, 1, 16, false},      {1, 1, 1, 1, 1, 16, true},
   };
   for (const auto& s : shapes) check_fp32(s);
 }
@@ -207,8 +213,8 @@ TEST(FlashAttention, CustomScale) {
   Case<float> r(s);
   const Options opt{true, 0.37f};
   flash_attention_forward(r.q.view, r.k.view, r.v.view, r.o.view, r.lse_view, opt);
-  flash_attention_backward(r.q.view, r.k.view, r.v.view, r.o.view, r.d_o.view, r.lse_view, r.dq.view, r.dk.view,
-                           r.dv.view, opt);
+  flash_attention_backward(r.q.view, r.k.view, r.v.view, r.o.view, r.d_o.view, r.lse_view, r.dq.view,
+                           r.dk.view, r.dv.view, opt);
   Tensor<double> o(1, 2, 40, 32), dq(1, 2, 40, 32), dk(1, 2, 50, 32), dv(1, 2, 50, 32);
   std::vector<double> lse(80);
   attention_reference_forward(r.q.view, r.k.view, r.v.view, o.view,
@@ -235,8 +241,8 @@ void check_bf16(const Shape& s) {
 
 TEST(FlashAttention, Bf16MatchesFp64Reference) {
   const std::vector<Shape> shapes = {
-      {1, 2, 2, 17, 17, 64, true},  {2, 4, 1, 127, 127, 128, false}, {1, 2, 2, 100, 257, 80, true},
-      {1, 1, 1, 1, 300, 16, true},  {1, 2, 2, 64, 64, 256, true},    {1, 2, 1, 33, 1, 32, false},
+      {1, 2, 2, 17, 17, 64, true}, {2, 4, 1, 127, 127, 128, false}, {1, 2, 2, 100, 257, 80, true},
+      {1, 1, 1, 1, 300, 16, true}, {1, 2, 2, 64, 64, 256, true},    {1, 2, 1, 33, 1, 32, false},
   };
   for (const auto& s : shapes) check_bf16(s);
   check_bf16({1, 2, 1, small_tests() ? 256 : 1000, small_tests() ? 256 : 1000, 64, true});
@@ -271,15 +277,17 @@ void check_isas(const Shape& s, double tol) {
       EXPECT_EQ(count_outside(r.dv, base.dv, tol, tol), 0);
     }
     for (size_t i = 0; i < r.lse.size(); ++i) {
-      if (std::isinf(base.lse[i])) EXPECT_EQ(r.lse[i], base.lse[i]);
-      else EXPECT_NEAR(r.lse[i], base.lse[i], 1e-4 * std::max(1.0f, std::abs(base.lse[i])));
+      if (std::isinf(base.lse[i]))
+        EXPECT_EQ(r.lse[i], base.lse[i]);
+      else
+        EXPECT_NEAR(r.lse[i], base.lse[i], 1e-4 * std::max(1.0f, std::abs(base.lse[i])));
     }
   }
 }
 
 TEST(FlashAttention, EveryIsaMatchesScalar) {
   const std::vector<Shape> shapes = {
-      {1, 2, 1, 17, 17, 64, true}, {2, 2, 2, 129, 77, 80, false}, {1, 4, 2, 200, 200, 16, true},
+      {1, 2, 1, 17, 17, 64, true},  {2, 2, 2, 129, 77, 80, false}, {1, 4, 2, 200, 200, 16, true},
       {1, 1, 1, 40, 90, 256, true}, {1, 1, 1, 1, 7, 32, false},
   };
   for (const auto& s : shapes) {
@@ -380,12 +388,14 @@ void check_scale(float scale, const Shape& s, double input_scale) {
   if (input_scale != 1.0)
     for (auto* t : {&r.q, &r.k})
       for (auto& x : t->data) {
-        if constexpr (std::is_same_v<T, bf16>) x = to_bf16(static_cast<float>(to_float(x) * input_scale));
-        else x = static_cast<T>(x * input_scale);
+        if constexpr (std::is_same_v<T, bf16>)
+          x = to_bf16(static_cast<float>(to_float(x) * input_scale));
+        else
+          x = static_cast<T>(x * input_scale);
       }
   flash_attention_forward(r.q.view, r.k.view, r.v.view, r.o.view, r.lse_view, opt);
-  flash_attention_backward(r.q.view, r.k.view, r.v.view, r.o.view, r.d_o.view, r.lse_view, r.dq.view, r.dk.view,
-                           r.dv.view, opt);
+  flash_attention_backward(r.q.view, r.k.view, r.v.view, r.o.view, r.d_o.view, r.lse_view, r.dq.view,
+                           r.dk.view, r.dv.view, opt);
   Tensor<double> o(s.batch, s.heads, s.n_q, s.d), dq(s.batch, s.heads, s.n_q, s.d),
       dk(s.batch, s.kv_heads, s.n_k, s.d), dv(s.batch, s.kv_heads, s.n_k, s.d);
   std::vector<double> lse(static_cast<size_t>(s.batch * s.heads * s.n_q));
@@ -396,8 +406,10 @@ void check_scale(float scale, const Shape& s, double input_scale) {
   auto all_finite = [](auto& t) {
     for (const auto& x : t.data) {
       double v;
-      if constexpr (std::is_same_v<std::decay_t<decltype(x)>, bf16>) v = to_float(x);
-      else v = static_cast<double>(x);
+      if constexpr (std::is_same_v<std::decay_t<decltype(x)>, bf16>)
+        v = to_float(x);
+      else
+        v = static_cast<double>(x);
       if (!std::isfinite(v)) return false;
     }
     return true;
@@ -428,8 +440,9 @@ void check_scale(float scale, const Shape& s, double input_scale) {
   for (const auto& x : r.v.data) max_v = std::max(max_v, std::abs(static_cast<double>(as_float(x))));
   for (auto* t : {&r.q, &r.k})
     for (const auto& x : t->data) max_qk = std::max(max_qk, std::abs(static_cast<double>(as_float(x))));
-  const double bound = 1e-6 * static_cast<double>(scale) * static_cast<double>(s.d) * static_cast<double>(s.d) *
-                       max_do * max_v * max_qk * static_cast<double>(std::max(s.n_q, s.n_k));
+  const double bound = 1e-6 * static_cast<double>(scale) * static_cast<double>(s.d) *
+                       static_cast<double>(s.d) * max_do * max_v * max_qk *
+                       static_cast<double>(std::max(s.n_q, s.n_k));
   EXPECT_EQ(count_outside(r.dq, dq, 0.0, bound), 0) << "bound " << bound;
   EXPECT_EQ(count_outside(r.dk, dk, 0.0, bound), 0) << "bound " << bound;
 }
@@ -438,7 +451,7 @@ TEST(FlashAttention, HugeAndTinyScalesAgreeOnEveryPath) {
   const std::vector<Shape> shapes = {{1, 2, 1, 37, 45, 32, false}, {1, 2, 2, 40, 300, 64, true}};
   // 3e38 and FLT_MAX: q and k shrunk so that lse = scale * max score stays below FLT_MAX.
   const std::vector<std::pair<float, double>> scales = {
-      {1e9f, 1.0}, {1e30f, 1.0}, {3e38f, 1.0 / 64}, {std::numeric_limits<float>::max(), 1.0 / 64},
+      {1e9f, 1.0},   {1e30f, 1.0}, {3e38f, 1.0 / 64}, {std::numeric_limits<float>::max(), 1.0 / 64},
       {1e-30f, 1.0}, {1e-8f, 1.0}};
   for (cpu::Isa isa : cpu::supported_isas()) {
     SCOPED_TRACE(cpu::isa_name(isa));
@@ -505,8 +518,11 @@ TEST(FlashAttention, BadInputIsAnError) {
       EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
     }
   };
-  expect_error([&] { flash_attention_forward(r.q.view, r.k.view, r.v.view, r.o.view, r.lse_view, {false, -1.0f}); },
-               "scale");
+  expect_error(
+      [&] {
+        flash_attention_forward(r.q.view, r.k.view, r.v.view, r.o.view, r.lse_view, {false, -1.0f});
+      },
+      "scale");
   expect_error(
       [&] {
         flash_attention_forward(r.q.view, r.k.view, r.v.view, r.o.view, r.lse_view,
@@ -524,7 +540,8 @@ TEST(FlashAttention, BadInputIsAnError) {
   expect_error([&] { flash_attention_forward(bad_d, bad_kd, bad_vd, bad_od, r.lse_view); }, "head dimension");
   auto bad_heads = r.k.view;
   bad_heads.shape[1] = 3;
-  expect_error([&] { flash_attention_forward(r.q.view, bad_heads, r.v.view, r.o.view, r.lse_view); }, "kv_heads");
+  expect_error([&] { flash_attention_forward(r.q.view, bad_heads, r.v.view, r.o.view, r.lse_view); },
+               "kv_heads");
   auto bad_v = r.v.view;
   bad_v.shape[2] = 7;
   expect_error([&] { flash_attention_forward(r.q.view, r.k.view, bad_v, r.o.view, r.lse_view); },
@@ -540,13 +557,14 @@ TEST(FlashAttention, BadInputIsAnError) {
   expect_error([&] { flash_attention_forward(r.q.view, empty, r.v.view, r.o.view, r.lse_view); }, "n_k");
   auto null_o = r.o.view;
   null_o.data = nullptr;
-  expect_error([&] { flash_attention_forward(r.q.view, r.k.view, r.v.view, null_o, r.lse_view); }, "o is null");
+  expect_error([&] { flash_attention_forward(r.q.view, r.k.view, r.v.view, null_o, r.lse_view); },
+               "o is null");
   auto bad_dk = r.dk.view;
   bad_dk.shape[1] = 4;
   expect_error(
       [&] {
-        flash_attention_backward(r.q.view, r.k.view, r.v.view, r.o.view, r.d_o.view, r.lse_view, r.dq.view, bad_dk,
-                                 r.dv.view);
+        flash_attention_backward(r.q.view, r.k.view, r.v.view, r.o.view, r.d_o.view, r.lse_view, r.dq.view,
+                                 bad_dk, r.dv.view);
       },
       "dk is [1, 4, 8, 32], expected [1, 2, 8, 32]");
 }
@@ -565,8 +583,10 @@ TEST(FlashAttention, ExtraMemoryDoesNotGrowWithTheScoreMatrix) {
     r.forward();
     memory::reset_peak();
     const int64_t base = memory::current_bytes();
-    if (backward) r.backward();
-    else r.forward();
+    if (backward)
+      r.backward();
+    else
+      r.forward();
     return memory::peak_bytes() - base;
   };
   const int64_t f_small = extra(256, false), f_large = extra(2048, false);
@@ -621,11 +641,12 @@ TEST(FlashAttention, OutputAliasingAnInputIsAnError) {
   auto lse_in_dq = TensorView<float>::contiguous(r.dq.data.data() + 4, {1, 2, 8});
   expect_error(
       [&] {
-        flash_attention_backward(r.q.view, r.k.view, r.v.view, r.o.view, r.d_o.view, lse_in_dq, r.dq.view, r.dk.view,
-                                 r.dv.view);
+        flash_attention_backward(r.q.view, r.k.view, r.v.view, r.o.view, r.d_o.view, lse_in_dq, r.dq.view,
+                                 r.dk.view, r.dv.view);
       },
       "output dq overlaps input lse");
-  expect_error([&] { bwd(r.dq.view, r.dk.view, r.dk.view); }, "attention: outputs dk and dv overlap in memory");
+  expect_error([&] { bwd(r.dq.view, r.dk.view, r.dk.view); },
+               "attention: outputs dk and dv overlap in memory");
 }
 
 // Interleaved views that never touch are not aliases: q, k, v as slices of one packed
@@ -659,9 +680,11 @@ TEST(FlashAttention, PackedInterleavedViewsAreNotAliases) {
   auto ov = TensorView<float>::contiguous(o.data(), {B, H, N, D});
   std::vector<float> lse(r.lse.size());
   auto lv = TensorView<float>::contiguous(lse.data(), {B, H, N});
-  flash_attention_forward(packed(qkv.data(), 0), packed(qkv.data(), 1), packed(qkv.data(), 2), ov, lv, r.options());
-  flash_attention_backward(packed(qkv.data(), 0), packed(qkv.data(), 1), packed(qkv.data(), 2), ov, r.d_o.view, lv,
-                           packed(dqkv.data(), 0), packed(dqkv.data(), 1), packed(dqkv.data(), 2), r.options());
+  flash_attention_forward(packed(qkv.data(), 0), packed(qkv.data(), 1), packed(qkv.data(), 2), ov, lv,
+                          r.options());
+  flash_attention_backward(packed(qkv.data(), 0), packed(qkv.data(), 1), packed(qkv.data(), 2), ov,
+                           r.d_o.view, lv, packed(dqkv.data(), 0), packed(dqkv.data(), 1),
+                           packed(dqkv.data(), 2), r.options());
   EXPECT_EQ(lse, r.lse);
   Tensor<float>* want[4] = {&r.o, &r.dq, &r.dk, &r.dv};
   TensorView<float> got[4] = {ov, packed(dqkv.data(), 0), packed(dqkv.data(), 1), packed(dqkv.data(), 2)};

@@ -135,7 +135,8 @@ TEST(Memory, SnapshotRoundTripsThroughAFile) {
   const std::string text = memory::snapshot_json_text(original);
   EXPECT_EQ(nlohmann::json::parse(text), a);
   const auto from_text = memory::history_from_json_text(text, "text");
-  const auto via_doc = memory::snapshot_json(memory::history_from_json(a, "doc")), via_text = memory::snapshot_json(from_text);
+  const auto via_doc = memory::snapshot_json(memory::history_from_json(a, "doc")),
+             via_text = memory::snapshot_json(from_text);
   EXPECT_EQ(via_text["events"], via_doc["events"]);
   EXPECT_EQ(via_text["summary"], via_doc["summary"]);
   EXPECT_THROW(memory::history_from_json_text("[]", "text"), ridge::Error);

@@ -19,8 +19,8 @@ Row sample_row() {
   r.machine = "test cpu";
   r.median_ms = 2.0;
   r.min_ms = 1.5;
-  r.flops = 4e9;   // 2 TFLOP per s at 2 ms -> 2000 GFLOP/s
-  r.bytes = 1e8;   // 50 GB/s at 2 ms
+  r.flops = 4e9;  // 2 TFLOP per s at 2 ms -> 2000 GFLOP/s
+  r.bytes = 1e8;  // 50 GB/s at 2 ms
   r.add_peer("openblas", 3.0);
   r.extra["cv"] = 0.01;
   r.note = "a, \"quoted\" note";
@@ -29,8 +29,8 @@ Row sample_row() {
 
 TEST(Row, JsonHasTheSharedSchema) {
   const auto j = sample_row().to_json();
-  for (const char* k : {"benchmark", "case", "dtype", "threads", "isa", "median_ms", "min_ms", "gflops", "gbps",
-                        "peers", "machine"})
+  for (const char* k : {"benchmark", "case", "dtype", "threads", "isa", "median_ms", "min_ms", "gflops",
+                        "gbps", "peers", "machine"})
     EXPECT_TRUE(j.contains(k)) << k;
   EXPECT_DOUBLE_EQ(j["gflops"].get<double>(), 2000.0);
   EXPECT_DOUBLE_EQ(j["gbps"].get<double>(), 50.0);

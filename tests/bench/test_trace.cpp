@@ -42,9 +42,7 @@ TEST(TraceOff, RecordsNothingByDefault) {
 TEST_F(TraceTest, PushPopRangesNestAsCompleteEvents) {
   {
     RIDGE_RANGE("outer");
-    {
-      RIDGE_RANGE(std::string("inner ") + "dynamic");
-    }
+    { RIDGE_RANGE(std::string("inner ") + "dynamic"); }
     trace::push("manual");
     trace::pop();
   }

@@ -13,13 +13,14 @@
 
 namespace {
 
-using ridge::test::RunResult;
 using ridge::test::run;
+using ridge::test::RunResult;
 
 TEST(CliAttention, RowsCarryCaseFlopsPeersAndMemory) {
-  const RunResult r = run(
-      "bench attention --json --no-progress --iters 1 --warmup 0 --set seq=64,33 --set head_dim=16 "
-      "--set causal=true --set pass=forward,backward,forward+backward --set heads=2 --set kv_heads=1 --no-torch");
+  const RunResult r =
+      run("bench attention --json --no-progress --iters 1 --warmup 0 --set seq=64,33 --set head_dim=16 "
+          "--set causal=true --set pass=forward,backward,forward+backward --set heads=2 --set kv_heads=1 "
+          "--no-torch");
   ASSERT_EQ(r.code, 0) << r.err;
   std::istringstream lines(r.out);
   std::string line;
@@ -59,10 +60,11 @@ TEST(CliAttention, RowsCarryCaseFlopsPeersAndMemory) {
 }
 
 TEST(CliAttention, BadInputIsOneLineExit2) {
-  for (const char* args : {"bench attention --set dtype=fp8 --no-torch", "bench attention --set causal=maybe --no-torch",
-                           "bench attention --set pass=sideways --no-torch", "bench attention --sweep nope --no-torch",
-                           "bench attention --set heads=3 --set kv_heads=2 --set seq=16 --set head_dim=16 --no-torch",
-                           "bench attention --set head_dim=8 --set seq=16 --no-torch --no-math"}) {
+  for (const char* args :
+       {"bench attention --set dtype=fp8 --no-torch", "bench attention --set causal=maybe --no-torch",
+        "bench attention --set pass=sideways --no-torch", "bench attention --sweep nope --no-torch",
+        "bench attention --set heads=3 --set kv_heads=2 --set seq=16 --set head_dim=16 --no-torch",
+        "bench attention --set head_dim=8 --set seq=16 --no-torch --no-math"}) {
     SCOPED_TRACE(args);
     const RunResult r = run(args);
     EXPECT_EQ(r.code, 2);

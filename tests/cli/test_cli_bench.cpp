@@ -45,7 +45,8 @@ TEST(CliBench, StreamJsonLinesFollowTheSchema) {
   const auto rows = json_lines(r.out);
   ASSERT_EQ(rows.size(), 8u);  // 2 sizes x 4 kernels
   for (const auto& row : rows) {
-    for (const char* k : {"benchmark", "case", "dtype", "threads", "isa", "median_ms", "min_ms", "gbps", "peers"})
+    for (const char* k :
+         {"benchmark", "case", "dtype", "threads", "isa", "median_ms", "min_ms", "gbps", "peers"})
       EXPECT_TRUE(row.contains(k)) << k << " in " << row.dump();
     EXPECT_EQ(row["benchmark"], "stream");
     EXPECT_GT(row["gbps"].get<double>(), 0);
@@ -76,7 +77,8 @@ TEST(CliBench, CsvAndTable) {
 TEST(CliBench, GridFromFile) {
   const std::string path = ::testing::TempDir() + "ridge_grid.json";
   std::ofstream(path) << R"({"n": ["8k"], "kernel": ["add", "scale"]})";
-  const auto rows = json_lines(run("bench stream --grid-file " + path + " --iters 2 --max-time 0.05 --json").out);
+  const auto rows =
+      json_lines(run("bench stream --grid-file " + path + " --iters 2 --max-time 0.05 --json").out);
   ASSERT_EQ(rows.size(), 2u);
   EXPECT_EQ(rows[0]["case"]["n"], 8192);
   EXPECT_EQ(rows[1]["case"]["kernel"], "scale");
@@ -119,10 +121,11 @@ TEST(CliBench, TraceOverheadRuns) {
 }
 
 TEST(CliBench, BadInputIsOneLineAndExit2) {
-  for (const char* args : {"bench stream --set nn=4k", "bench stream --set n=abc", "bench stream --set kernel=fma",
-                           "bench stream --set n", "bench nope", "bench stream --json --csv",
-                           "bench stream --grid-file /nonexistent.json", "bench stream --trace /nonexistent/t.json",
-                           "memory show /nonexistent.json", "bench stream --threads 0"}) {
+  for (const char* args :
+       {"bench stream --set nn=4k", "bench stream --set n=abc", "bench stream --set kernel=fma",
+        "bench stream --set n", "bench nope", "bench stream --json --csv",
+        "bench stream --grid-file /nonexistent.json", "bench stream --trace /nonexistent/t.json",
+        "memory show /nonexistent.json", "bench stream --threads 0"}) {
     const auto r = run(args);
     EXPECT_EQ(r.code, 2) << args;
     EXPECT_EQ(r.err.rfind("ridge: ", 0), 0u) << args << ": " << r.err;
@@ -137,7 +140,8 @@ TEST(CliBench, GridErrorsNameTheFlags) {
       {"bench stream --set n=abc", "ridge: --set n: 'abc' is not a number"},
       {"bench stream --set nn=4k", "ridge: --set nn: benchmark 'stream' has no sweep axis 'nn'"},
       {"bench stream --set n", "ridge: --set: 'n' is not key=value"},
-      {"bench stream --grid-file /nonexistent.json", "ridge: --grid-file: '/nonexistent.json' cannot be read"},
+      {"bench stream --grid-file /nonexistent.json",
+       "ridge: --grid-file: '/nonexistent.json' cannot be read"},
   };
   for (const auto& [args, start] : cases) {
     const auto r = run(args);
@@ -149,10 +153,11 @@ TEST(CliBench, GridErrorsNameTheFlags) {
 }  // namespace
 
 TEST(CliBench, ModelBadAxesAreOneLineAndExit2) {
-  for (const char* args : {"bench model --no-torch --set pass=bogus", "bench model --no-torch --set size=huge",
-                           "bench model --no-torch --set precision=fp8", "bench model --no-torch --set attention=sparse",
-                           "bench model --no-torch --set colour=red", "bench model --no-torch --set threads=0",
-                           "bench model --no-torch --set threads=5000"}) {
+  for (const char* args :
+       {"bench model --no-torch --set pass=bogus", "bench model --no-torch --set size=huge",
+        "bench model --no-torch --set precision=fp8", "bench model --no-torch --set attention=sparse",
+        "bench model --no-torch --set colour=red", "bench model --no-torch --set threads=0",
+        "bench model --no-torch --set threads=5000"}) {
     const auto r = run(args);
     EXPECT_EQ(r.code, 2) << args;
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << args << ": " << r.err;
@@ -171,10 +176,10 @@ fs::path predict_home() {
   chip["id"] = "this";
   std::ofstream(home / "this.json") << chip.dump();
   const auto mtime = static_cast<int64_t>(fs::last_write_time(home / "this.json").time_since_epoch().count());
-  std::ofstream(home / "this.efficiency.t1.json")
-      << nlohmann::json{{"chip_file_mtime", mtime}, {"efficiency", nlohmann::json::object()},
-                        {"shapes", nlohmann::json::object()}}
-             .dump();
+  std::ofstream(home / "this.efficiency.t1.json") << nlohmann::json{
+      {"chip_file_mtime", mtime},
+      {"efficiency", nlohmann::json::object()},
+      {"shapes", nlohmann::json::object()}}.dump();
   return home;
 }
 
@@ -184,9 +189,10 @@ fs::path predict_home() {
 // measured parts add up to the step, and the report lists the misses with the kind that carries them.
 TEST(CliBench, ModelPredictRowsCarryTheErrorAndItsReason) {
   const fs::path home = predict_home();
-  const auto r = run("bench model --no-torch --no-progress --set size=tiny --set context=32 --set pass=forward+backward "
-                     "--vocab 256 --warmup 0 --iters 1 --threads 1 --predict --json",
-                     "RIDGE_HOME=" + home.string());
+  const auto r =
+      run("bench model --no-torch --no-progress --set size=tiny --set context=32 --set pass=forward+backward "
+          "--vocab 256 --warmup 0 --iters 1 --threads 1 --predict --json",
+          "RIDGE_HOME=" + home.string());
   ASSERT_EQ(r.code, 0) << r.err;
   const auto rows = json_lines(r.out);
   ASSERT_EQ(rows.size(), 2u);  // fp32 and bf16

@@ -57,14 +57,17 @@ void expect_refused(const RunResult& r, const std::string& flag) {
 }
 
 // A quoted shell word.
-std::string q(const std::string& s) { return "'" + s + "'"; }
+std::string q(const std::string& s) {
+  return "'" + s + "'";
+}
 
 const char* kBench = "bench stream --quick --no-progress --set n=4K --set kernel=copy --iters 1 --warmup 0 ";
 
 // ---------------------------------------------------------------- numbers
 
 TEST(CliContractNumbers, FloatOptionsRefuseNanInfHexJunkAndEmpty) {
-  const std::vector<std::string> bad = {"nan", "inf", "-inf", "1e400", "0x10", "4x", "abc", "''", "NaN", "Infinity"};
+  const std::vector<std::string> bad = {"nan", "inf", "-inf", "1e400", "0x10",
+                                        "4x",  "abc", "''",   "NaN",   "Infinity"};
   for (const auto& v : bad) {
     SCOPED_TRACE(v);
     expect_refused(run(std::string(kBench) + "--min-time " + v), "--min-time");
@@ -145,10 +148,11 @@ TEST(CliContractNumbers, RooflineDdpRefusesAHugeLayerCountBeforeAllocating) {
 TEST(CliContractNumbers, BenchModelRefusesACaseLargerThanMemoryFirst) {
   for (const char* axes : {"--set batch=4294967296", "--set layers=4294967296", "--set d_ff=4294967296"}) {
     SCOPED_TRACE(axes);
-    expect_refused(run(std::string("bench model --quick --no-torch --no-progress --set size=tiny --set context=16 "
-                                   "--set pass=forward --set precision=fp32 ") +
-                       axes),
-                   "--set");
+    expect_refused(
+        run(std::string("bench model --quick --no-torch --no-progress --set size=tiny --set context=16 "
+                        "--set pass=forward --set precision=fp32 ") +
+            axes),
+        "--set");
   }
 }
 
@@ -199,7 +203,8 @@ TEST(CliContractNumbers, AnalyzerMessagesNameTheFlagNotTheLibraryArgument) {
 TEST(CliContractNumbers, BenchOutputNamingAnInputIsRefusedAndTheInputKept) {
   TempDir t("inputs");
   const std::string grid = t.file("grid.json", R"({"n": ["4K"], "kernel": ["copy"]})");
-  const std::string shapes = t.file("shapes.json", R"({"dense": [{"name": "t", "m": 16, "n": 16, "k": 128}]})");
+  const std::string shapes =
+      t.file("shapes.json", R"({"dense": [{"name": "t", "m": 16, "n": 16, "k": 128}]})");
   fs::create_directories(t.path / "sub");
   fs::create_symlink(grid, t / "link.json");
   const std::string before = slurp(grid), shapes_before = slurp(shapes);
@@ -211,7 +216,8 @@ TEST(CliContractNumbers, BenchOutputNamingAnInputIsRefusedAndTheInputKept) {
       EXPECT_EQ(slurp(grid), before);
     }
   expect_refused(run("bench gemm --quick --no-progress --iters 1 --warmup 0 --set set=dense --set dtype=fp32 "
-                     "--set peer=0 --shapes " + q(shapes) + " --trace " + q(shapes)),
+                     "--set peer=0 --shapes " +
+                     q(shapes) + " --trace " + q(shapes)),
                  "--trace");
   EXPECT_EQ(slurp(shapes), shapes_before);
 }
@@ -223,30 +229,34 @@ TEST(CliContractNumbers, UnwritableOutputNamesAreRefusedBeforeTheRun) {
   const std::string long_name = t / std::string(300, 'x');
   expect_refused(run(std::string(kBench) + "--trace " + q(long_name)), "--trace");
   expect_refused(run(std::string(kBench) + "--memory " + q(long_name)), "--memory");
-  expect_refused(run("probe --quick --threads 1 --max-seconds 0.1 --max-bytes 1MiB -o " + q(long_name)), "-o");
+  expect_refused(run("probe --quick --threads 1 --max-seconds 0.1 --max-bytes 1MiB -o " + q(long_name)),
+                 "-o");
   const std::string chip = t / "chip.json";
   ASSERT_EQ(run("hw show h100 --json > " + q(chip)).code, 0);
   expect_refused(run("roofline plot --hw " + q(chip) + " --out " + q(long_name)), "--out");
   const std::string fifo = t / "fifo";
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
-  expect_refused(ridge::test::run_shell("timeout 60 " + std::string(RIDGE_BINARY) + " " + kBench + "--trace " +
-                                        q(fifo)),
-                 "--trace");
-  expect_refused(ridge::test::run_shell("timeout 60 " + std::string(RIDGE_BINARY) +
-                                        " probe --quick --threads 1 --max-seconds 0.1 --max-bytes 1MiB -o " + q(fifo)),
-                 "-o");
+  expect_refused(
+      ridge::test::run_shell("timeout 60 " + std::string(RIDGE_BINARY) + " " + kBench + "--trace " + q(fifo)),
+      "--trace");
+  expect_refused(
+      ridge::test::run_shell("timeout 60 " + std::string(RIDGE_BINARY) +
+                             " probe --quick --threads 1 --max-seconds 0.1 --max-bytes 1MiB -o " + q(fifo)),
+      "-o");
 }
 
 // `ridge probe -o NAME` with no folder in NAME failed ("cannot create folder : No such file or
 // directory"); a folder that does not exist is made, one that is a file is refused.
 TEST(CliContractNumbers, ProbeWritesABareFileName) {
   TempDir t("probe");
-  const auto r = ridge::test::run_shell("cd " + q(t.path.string()) + " && " + RIDGE_BINARY +
-                                        " probe --quick --threads 1 --max-seconds 0.1 --max-bytes 1MiB -o p.json");
+  const auto r =
+      ridge::test::run_shell("cd " + q(t.path.string()) + " && " + RIDGE_BINARY +
+                             " probe --quick --threads 1 --max-seconds 0.1 --max-bytes 1MiB -o p.json");
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_TRUE(fs::is_regular_file(t.path / "p.json"));
   const std::string file = t.file("a.txt", "keep");
-  expect_refused(run("probe --quick --threads 1 --max-seconds 0.1 --max-bytes 1MiB -o " + q(file + "/p.json")), "-o");
+  expect_refused(
+      run("probe --quick --threads 1 --max-seconds 0.1 --max-bytes 1MiB -o " + q(file + "/p.json")), "-o");
   EXPECT_EQ(slurp(file), "keep");
 }
 

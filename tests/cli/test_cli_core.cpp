@@ -14,8 +14,8 @@
 namespace {
 
 using namespace ridge;
-using test::RunResult;
 using test::run;
+using test::RunResult;
 
 std::vector<std::string> lines(const std::string& s) {
   std::vector<std::string> out;
@@ -39,8 +39,8 @@ TEST(CliCore, InfoPrintsEveryLine) {
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_TRUE(r.err.empty()) << r.err;
   const auto l = lines(r.out);
-  const std::vector<std::string> starts = {"cpu ", "cpus ", "caches ", "has ", "lacks ", "os saves ", "isa paths ",
-                                           "active "};
+  const std::vector<std::string> starts = {"cpu ",   "cpus ",     "caches ",    "has ",
+                                           "lacks ", "os saves ", "isa paths ", "active "};
   for (const auto& s : starts) {
     bool found = false;
     for (const auto& line : l) found = found || line.rfind(s, 0) == 0;
@@ -98,7 +98,9 @@ TEST(CliCore, BadRidgeIsaIsOneLineNamingTheVariable) {
       expect_one_line_error(run("info", std::string("RIDGE_ISA=") + cpu::isa_name(i)), "RIDGE_ISA");
 }
 
-TEST(CliCore, BadFlagIsOneLine) { expect_one_line_error(run("info --bogus"), "--bogus"); }
+TEST(CliCore, BadFlagIsOneLine) {
+  expect_one_line_error(run("info --bogus"), "--bogus");
+}
 
 // An unknown subcommand is named, with the accepted ones; no subcommand at all says one is wanted.
 TEST(CliCore, UnknownSubcommandIsOneLine) {

@@ -30,7 +30,9 @@ const std::string kModel =
     "--seed 5 --lr 3e-3 --warmup 0 --log-every 1 ";
 
 // A shell command line (mpirun's own lines go to stderr, with the ranks' stderr).
-RunResult sh(const std::string& cmd) { return ridge::test::run_shell(cmd); }
+RunResult sh(const std::string& cmd) {
+  return ridge::test::run_shell(cmd);
+}
 
 std::vector<double> losses(const std::string& out) {
   std::vector<double> l;
@@ -54,9 +56,9 @@ TEST(CliDist, EveryModeMatchesOneProcess) {
   ASSERT_EQ(want.size(), 3u);
   for (const std::string mode :
        {"--ddp naive", "--ddp flat", "--ddp overlap", "--ddp bucketed --bucket-mb 0.02",
-        "--shard-optimizer cs336 --ddp overlap", "--shard-optimizer cs336 --ddp naive", "--shard-optimizer zero1",
-        "--shard-optimizer zero1 --ddp naive", "--shard-optimizer zero1 --ddp overlap",
-        "--shard-optimizer zero1 --ddp bucketed --bucket-mb 0.02"}) {
+        "--shard-optimizer cs336 --ddp overlap", "--shard-optimizer cs336 --ddp naive",
+        "--shard-optimizer zero1", "--shard-optimizer zero1 --ddp naive",
+        "--shard-optimizer zero1 --ddp overlap", "--shard-optimizer zero1 --ddp bucketed --bucket-mb 0.02"}) {
     SCOPED_TRACE(mode);
     const RunResult r =
         sh(kMpirun + " -np 2 " + RIDGE_BINARY + kModel + "--batch 4 --steps 3 --json " + mode);
@@ -145,10 +147,12 @@ TEST(CliDist, ARankDyingMidBackwardEndsEveryRankWithOneLine) {
     EXPECT_LT(wall, 60.0) << "a hang, ended by the timeout";
     const auto lines = ridge_lines(r.err);
     ASSERT_EQ(lines.size(), 1u) << r.err;
-    const std::string want = "ridge: rank " + std::to_string(c.rank) +
-                             ": RIDGE_TEST_DIE_AT_STEP=3: exiting with status 3 in the backward pass of step 3";
+    const std::string want =
+        "ridge: rank " + std::to_string(c.rank) +
+        ": RIDGE_TEST_DIE_AT_STEP=3: exiting with status 3 in the backward pass of step 3";
     EXPECT_EQ(lines[0].rfind(want, 0), 0u) << lines[0];
-    EXPECT_EQ(lines[0].find("non-blocking gradient reduction outstanding") != std::string::npos, c.outstanding)
+    EXPECT_EQ(lines[0].find("non-blocking gradient reduction outstanding") != std::string::npos,
+              c.outstanding)
         << lines[0];
     // Step 3 never completes. Rank 0 logs steps 1 and 2 (the second can be cut off when rank 1 dies
     // and mpirun ends rank 0 before its forwarded output is flushed).
@@ -159,8 +163,8 @@ TEST(CliDist, ARankDyingMidBackwardEndsEveryRankWithOneLine) {
 }
 
 TEST(CliDist, TestDieRankBeyondTheWorldIsOneLine) {
-  const RunResult r = sh("RIDGE_TEST_DIE_AT_STEP=2 RIDGE_TEST_DIE_RANK=5 " + kMpirun + " -np 2 " + RIDGE_BINARY +
-                         kModel + "--batch 4 --steps 3 --ddp flat");
+  const RunResult r = sh("RIDGE_TEST_DIE_AT_STEP=2 RIDGE_TEST_DIE_RANK=5 " + kMpirun + " -np 2 " +
+                         RIDGE_BINARY + kModel + "--batch 4 --steps 3 --ddp flat");
   EXPECT_EQ(r.code, 2);
   const auto lines = ridge_lines(r.err);
   ASSERT_EQ(lines.size(), 1u) << r.err;
@@ -174,10 +178,12 @@ TEST(CliDist, ShardedCheckpointResumesAtAnotherWorldSizeAndScheme) {
   const auto dir = std::filesystem::temp_directory_path() / "ridge_cli_dist_resume";
   std::filesystem::create_directories(dir);
   const std::string ck = (dir / "zero1.safetensors").string();
-  const RunResult w = sh(kMpirun + " -np 2 " + RIDGE_BINARY + kModel +
-                         "--batch 4 --steps 2 --shard-optimizer zero1 --ddp bucketed --bucket-mb 0.02 --checkpoint " + ck);
+  const RunResult w =
+      sh(kMpirun + " -np 2 " + RIDGE_BINARY + kModel +
+         "--batch 4 --steps 2 --shard-optimizer zero1 --ddp bucketed --bucket-mb 0.02 --checkpoint " + ck);
   ASSERT_EQ(w.code, 0) << w.err;
-  const RunResult one = ridge::test::run(kModel + "--batch 4 --steps 3 --json --resume " + ck, "OMP_NUM_THREADS=1");
+  const RunResult one =
+      ridge::test::run(kModel + "--batch 4 --steps 3 --json --resume " + ck, "OMP_NUM_THREADS=1");
   ASSERT_EQ(one.code, 0) << one.err;
   const RunResult two = sh(kMpirun + " -np 2 " + RIDGE_BINARY + kModel +
                            "--batch 4 --steps 3 --json --shard-optimizer cs336 --ddp overlap --resume " + ck);
@@ -287,14 +293,16 @@ TEST(CliDist, MergedTraceHasAProcessRowPerRankWithCommRanges) {
   const auto dir = std::filesystem::temp_directory_path() / "ridge_cli_dist_trace";
   std::filesystem::create_directories(dir);
   const std::string path = (dir / "t.json").string();
-  const RunResult r = sh(kMpirun + " -np 2 " + RIDGE_BINARY + kModel +
-                         "--batch 4 --steps 2 --ddp bucketed --bucket-mb 0.02 --shard-optimizer zero1 --trace " + path);
+  const RunResult r =
+      sh(kMpirun + " -np 2 " + RIDGE_BINARY + kModel +
+         "--batch 4 --steps 2 --ddp bucketed --bucket-mb 0.02 --shard-optimizer zero1 --trace " + path);
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_FALSE(std::filesystem::exists(dir / "t.rank1.json"));
   const auto doc = read_json(path);
   std::map<int, std::string> names;
   for (const auto& e : doc.at("traceEvents"))
-    if (e.at("ph") == "M" && e.at("name") == "process_name") names[e.at("pid").get<int>()] = e.at("args").at("name");
+    if (e.at("ph") == "M" && e.at("name") == "process_name")
+      names[e.at("pid").get<int>()] = e.at("args").at("name");
   ASSERT_EQ(names.size(), 2u);
   EXPECT_EQ(names[0], "rank 0");
   EXPECT_EQ(names[1], "rank 1");
@@ -307,7 +315,8 @@ TEST(CliDist, MergedTraceHasAProcessRowPerRankWithCommRanges) {
     for (const auto& e : doc.at("traceEvents")) {
       if (e.at("pid").get<int>() != rank || e.at("ph") == "M") continue;
       const std::string name = e.at("name"), ph = e.at("ph");
-      if (ph == "X" && name == "backward") backward.emplace_back(e.at("ts"), e.at("ts").get<double>() + e.at("dur").get<double>());
+      if (ph == "X" && name == "backward")
+        backward.emplace_back(e.at("ts"), e.at("ts").get<double>() + e.at("dur").get<double>());
       if (ph == "X" && name == "wait gradients") ++blocking_waits;
       if ((ph == "b" || ph == "e") && name.rfind("reduce-scatter bucket", 0) == 0) {
         comm_open[e.at("id")] += ph == "b" ? 1 : -1;

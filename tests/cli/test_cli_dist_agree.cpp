@@ -173,7 +173,8 @@ TEST(CliDistAgree, CommandThatDiffersIsNamed) {
 // the checks before MPI starts) is one line for the job: rank 0's, or the first failing rank's with
 // its rank; help on every rank is printed once, on one rank only is a difference.
 TEST(CliDistAgree, ErrorBeforeTheAgreementIsOneLinePerJob) {
-  expect_one_line(np2(kTrain + "--steps 0"), "ridge: --steps: '0' is out of range (accepted: a decimal integer >= 1)");
+  expect_one_line(np2(kTrain + "--steps 0"),
+                  "ridge: --steps: '0' is out of range (accepted: a decimal integer >= 1)");
   expect_one_line(mpmd(kTrain + "--steps 2", kTrain + "--steps 0"),
                   "ridge: rank 1: --steps: '0' is out of range (accepted: a decimal integer >= 1)");
   expect_one_line(mpmd(kTrain + "--steps 2", kTrain + "--steps 2 --bogus"),

@@ -22,7 +22,9 @@ const std::string kMpirun = std::string(
                                 "ASAN_OPTIONS=detect_leaks=0 timeout 300 ") +
                             RIDGE_MPIEXEC + " --oversubscribe --bind-to none -np 2 " + RIDGE_BINARY;
 
-RunResult sh(const std::string& cmd) { return ridge::test::run_shell(cmd); }
+RunResult sh(const std::string& cmd) {
+  return ridge::test::run_shell(cmd);
+}
 
 std::vector<json> rows(const std::string& out) {
   std::vector<json> v;

@@ -260,14 +260,16 @@ class Fuzzer {
              file("results.jsonl")};
         break;
       case 12: {  // train: a tiny model, hostile numbers, outputs that may name an input
-        a = {"train", "--d-model", "32", "--layers", "1", "--heads", "2", "--d-ff", "48", "--context", "16",
-             "--batch", "2", "--steps", value({"2", "3"}), "--threads", "1"};
+        a = {"train",           "--d-model", "32",        "--layers", "1",       "--heads", "2",
+             "--d-ff",          "48",        "--context", "16",       "--batch", "2",       "--steps",
+             value({"2", "3"}), "--threads", "1"};
         const bool data = chance(0.5);
-        const std::string input = data ? file("tok") : (chance(0.8) ? (dir_ / "base.txt").string() : file("txt"));
+        const std::string input =
+            data ? file("tok") : (chance(0.8) ? (dir_ / "base.txt").string() : file("txt"));
         a.insert(a.end(), {data ? "--data" : "--text", input});
-        static const V numbers = {"--d-model", "--d-ff",  "--layers", "--heads",        "--vocab",
-                                  "--context", "--batch", "--lr",     "--lr-min",       "--warmup",
-                                  "--beta1",   "--beta2", "--eps",    "--weight-decay", "--clip",
+        static const V numbers = {"--d-model", "--d-ff",      "--layers", "--heads",        "--vocab",
+                                  "--context", "--batch",     "--lr",     "--lr-min",       "--warmup",
+                                  "--beta1",   "--beta2",     "--eps",    "--weight-decay", "--clip",
                                   "--seed",    "--log-every", "--threads"};
         for (int n = 0, k = static_cast<int>(pick(3)); n < k; ++n)
           a.insert(a.end(), {one(numbers), value({"1", "2", "16", "0.5", "1e-3"})});
@@ -290,8 +292,8 @@ class Fuzzer {
         }
         break;
       default: {
-        static const V words = {"bogus", "bench", "roofline", "memory", "hw", "probe", "--help", "", "-x",
-                                "train", "data"};
+        static const V words = {"bogus",  "bench", "roofline", "memory", "hw",  "probe",
+                                "--help", "",      "-x",       "train",  "data"};
         a = {one(words), one(words)};
         if (chance(0.5)) a.push_back(value({}));
       }

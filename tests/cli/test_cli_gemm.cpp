@@ -59,14 +59,16 @@ TEST(CliGemm, RowsForEveryDtypeAndLayout) {
   }
   // 2 dense shapes x 3 dtypes + 2 grouped, for each of 2 thread counts.
   EXPECT_EQ(rows, 2 * (2 * 3 + 2));
-  for (const char* want : {"fp32/dense", "bf16/dense", "fp8_e4m3/dense", "fp8_e4m3/contiguous", "fp8_e4m3/masked"})
+  for (const char* want :
+       {"fp32/dense", "bf16/dense", "fp8_e4m3/dense", "fp8_e4m3/contiguous", "fp8_e4m3/masked"})
     EXPECT_TRUE(seen.count(want)) << want;
 }
 
 TEST(CliGemm, BadInputIsOneLineAndExitTwo) {
-  for (const std::string args : {"bench gemm --dtype fp16 --no-progress", "bench gemm --set set=bogus --no-progress",
-                                 "bench gemm --shapes /nonexistent/shapes.json --no-progress",
-                                 "bench gemm --set typo=1 --no-progress"}) {
+  for (const std::string args :
+       {"bench gemm --dtype fp16 --no-progress", "bench gemm --set set=bogus --no-progress",
+        "bench gemm --shapes /nonexistent/shapes.json --no-progress",
+        "bench gemm --set typo=1 --no-progress"}) {
     const auto r = run(args);
     EXPECT_EQ(r.code, 2) << args;
     EXPECT_EQ(r.err.rfind("ridge: ", 0), 0u) << args << ": " << r.err;

@@ -33,9 +33,9 @@ int lines(const std::string& s) {
 }
 
 TEST(CliProbe, BadFlagsAreOneLineErrors) {
-  for (const char* args : {"--bogus", "--threads 0", "--threads two", "--threads 100000", "--trials 0",
-                           "--max-bytes -5", "--max-bytes lots", "--max-seconds 0", "-o /proc/ridge-no-such-dir/x.json",
-                           "-o /tmp"}) {
+  for (const char* args :
+       {"--bogus", "--threads 0", "--threads two", "--threads 100000", "--trials 0", "--max-bytes -5",
+        "--max-bytes lots", "--max-seconds 0", "-o /proc/ridge-no-such-dir/x.json", "-o /tmp"}) {
     SCOPED_TRACE(args);
     const RunResult r = run_ridge(std::string("probe ") + args);
     EXPECT_EQ(r.code, 2);

@@ -14,8 +14,8 @@
 
 namespace {
 
-using ridge::test::RunResult;
 using ridge::test::run;
+using ridge::test::RunResult;
 
 nlohmann::json json_of(const RunResult& r) {
   EXPECT_EQ(r.code, 0) << r.err;
@@ -89,12 +89,13 @@ TEST(CliRoofline, AllReduce) {
 }
 
 TEST(CliRoofline, EveryOpPrintsJson) {
-  for (const char* args : {"dot --n 1000", "elementwise --n 1e6", "softmax --rows 8 --cols 4096",
-                           "attention --impl naive --seq 4096", "attention --impl flash --seq 4096 --causal --backward",
-                           "fp8-gemm --m 128 --n 7168 --k 2048", "grouped-gemm --layout contiguous --groups 4",
-                           "grouped-gemm --layout masked --groups 2 --m-per-group 512 --valid 100,0",
-                           "reducescatter --bytes 64MiB --chips 4", "send --bytes 1MiB", "per-example --b 8",
-                           "batched-matmul --batch 4 --b 128", "split-matmul --b 16 --d 16384 --f 4096"}) {
+  for (const char* args :
+       {"dot --n 1000", "elementwise --n 1e6", "softmax --rows 8 --cols 4096",
+        "attention --impl naive --seq 4096", "attention --impl flash --seq 4096 --causal --backward",
+        "fp8-gemm --m 128 --n 7168 --k 2048", "grouped-gemm --layout contiguous --groups 4",
+        "grouped-gemm --layout masked --groups 2 --m-per-group 512 --valid 100,0",
+        "reducescatter --bytes 64MiB --chips 4", "send --bytes 1MiB", "per-example --b 8",
+        "batched-matmul --batch 4 --b 128", "split-matmul --b 16 --d 16384 --f 4096"}) {
     const auto r = run(std::string("roofline ") + args + " --json");
     ASSERT_EQ(r.code, 0) << args << ": " << r.err;
     const auto j = nlohmann::json::parse(r.out);
@@ -123,7 +124,8 @@ TEST(CliRoofline, BadInputIsOneLineExit2) {
 }
 
 TEST(CliRoofline, MalformedChipFileNamesFileAndField) {
-  const auto p = std::filesystem::temp_directory_path() / ("ridge_cli_bad_chip." + std::to_string(::getpid()) + ".json");
+  const auto p =
+      std::filesystem::temp_directory_path() / ("ridge_cli_bad_chip." + std::to_string(::getpid()) + ".json");
   std::ofstream(p) << R"({"id": "bad", "name": "Bad", "kind": "gpu",
     "peak_flops": {"bf16": {"value": -1, "source": "x"}},
     "memory": [{"level": "hbm", "bandwidth": {"value": 1e12, "source": "x"}}]})";
@@ -134,12 +136,15 @@ TEST(CliRoofline, MalformedChipFileNamesFileAndField) {
 // The report with a given chip file instead of a probe (tests must not time the machine), a
 // measured row through --results, and the chart when matplotlib is there.
 TEST(CliRoofline, ReportPlacesShapesAndMeasuredRowsOnBothChips) {
-  const auto dir = std::filesystem::temp_directory_path() / ("ridge_cli_report." + std::to_string(::getpid()));
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("ridge_cli_report." + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   const auto rows = dir / "rows.jsonl";
-  std::ofstream(rows) << R"({"benchmark": "gemm", "case": {"m": 128, "n": 7168, "k": 2048}, "dtype": "bf16", "gflops": 50000, "flops": 3758096384, "bytes": 31719424})"
-                      << "\n"
-                      << R"({"benchmark": "stream", "case": {"bytes": 1024}, "dtype": "fp32", "gbps": 30})" << "\n";
+  std::ofstream(rows)
+      << R"({"benchmark": "gemm", "case": {"m": 128, "n": 7168, "k": 2048}, "dtype": "bf16", "gflops": 50000, "flops": 3758096384, "bytes": 31719424})"
+      << "\n"
+      << R"({"benchmark": "stream", "case": {"bytes": 1024}, "dtype": "fp32", "gbps": 30})"
+      << "\n";
   const auto out = (dir / "chart").string();
   const auto r =
       run("report --this " + std::string(RIDGE_SOURCE_DIR) + "/hardware/tpu-v5e.json --hw h100 --out " + out +
@@ -164,13 +169,15 @@ TEST(CliRoofline, ReportPlacesShapesAndMeasuredRowsOnBothChips) {
 
 TEST(CliRoofline, PlotNeedsAChipAndReadsResults) {
   expect_user_error("roofline plot --hw nosuch", "nosuch");
-  const auto bad = std::filesystem::temp_directory_path() / ("ridge_cli_bad_rows." + std::to_string(::getpid()) + ".jsonl");
+  const auto bad = std::filesystem::temp_directory_path() /
+                   ("ridge_cli_bad_rows." + std::to_string(::getpid()) + ".jsonl");
   std::ofstream(bad) << "{\"gflops\": 1}\nnot json\n";
   expect_user_error("roofline plot --hw h100 --results " + bad.string(), "line 1");
 }
 
 TEST(CliRoofline, ModelStepOnAnyChip) {
-  const auto j = json_of(run("roofline model --size tiny --context 128 --batch 2 --precision bf16 --hw h100 --json"));
+  const auto j =
+      json_of(run("roofline model --size tiny --context 128 --batch 2 --precision bf16 --hw h100 --json"));
   EXPECT_EQ(j["chip"], "h100");
   EXPECT_EQ(j["shape"]["operand"], "bf16");
   // The per-pass sums add up to the step, and the step's bound is the sum of the ops' bounds.

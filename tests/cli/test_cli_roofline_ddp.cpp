@@ -52,7 +52,8 @@ TEST(CliRooflineDdp, SmallOnEightH100sOverNvlink) {
                 (*m)["compute_s"].get<double>() + (*m)["exposed_s"].get<double>(), 1e-12);
   }
   // zero1 on the best bucket size: its reduce-scatters hide behind backward like the buckets' all-reduces.
-  const std::string zb = "zero1 (bucketed " + fmt::format("{:g}", doc["best_bucket_mb"].get<double>()) + " MB)";
+  const std::string zb =
+      "zero1 (bucketed " + fmt::format("{:g}", doc["best_bucket_mb"].get<double>()) + " MB)";
   const json* z = find_mode(doc, zb);
   ASSERT_NE(z, nullptr) << zb;
   EXPECT_GT((*z)["hidden_s"].get<double>(), 0) << zb;

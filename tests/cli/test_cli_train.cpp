@@ -64,7 +64,8 @@ TEST(CliTrain, TrainsOnTextPrintsJsonAndWritesACheckpoint) {
   int n = 0;
   while (std::getline(in, line)) {
     const auto j = nlohmann::json::parse(line);
-    for (const char* k : {"step", "loss", "lr", "tokens_per_s", "mfu", "grad_norm"}) EXPECT_TRUE(j.contains(k)) << k;
+    for (const char* k : {"step", "loss", "lr", "tokens_per_s", "mfu", "grad_norm"})
+      EXPECT_TRUE(j.contains(k)) << k;
     (n == 0 ? first : last) = j.at("loss").get<double>();
     ++n;
   }
@@ -82,11 +83,12 @@ TEST(CliTrain, ResumesFromACheckpoint) {
   std::string text(3000, 'a');
   for (size_t i = 0; i < text.size(); i += 7) text[i] = 'b';
   const std::string txt = d.file("t.txt", text), ck = d.path("ck.safetensors");
-  ASSERT_EQ(run(std::string("train ") + kTiny + " --text " + txt + " --context 16 --batch 2 --steps 4 --checkpoint " + ck)
+  ASSERT_EQ(run(std::string("train ") + kTiny + " --text " + txt +
+                " --context 16 --batch 2 --steps 4 --checkpoint " + ck)
                 .code,
             0);
-  const auto r = run(std::string("train ") + kTiny + " --text " + txt + " --context 16 --batch 2 --steps 6 --json --resume " +
-                     ck);
+  const auto r = run(std::string("train ") + kTiny + " --text " + txt +
+                     " --context 16 --batch 2 --steps 6 --json --resume " + ck);
   ASSERT_EQ(r.code, 0) << r.err;
   const auto j = nlohmann::json::parse(r.out.substr(0, r.out.find('\n')));
   EXPECT_EQ(j.at("step").get<int>(), 5);
@@ -94,7 +96,7 @@ TEST(CliTrain, ResumesFromACheckpoint) {
 
 TEST(CliTrain, BadInputIsOneLineAndExitTwo) {
   Dir d;
-  const std::string odd = d.file("odd.bin", std::string(7, '\x01'));  // 3.5 tokens: truncated
+  const std::string odd = d.file("odd.bin", std::string(7, '\x01'));            // 3.5 tokens: truncated
   const std::string short_data = d.file("short.bin", std::string(20, '\x01'));  // 10 tokens
   const std::string empty = d.file("empty.txt", "");
   const std::string text = d.file("ok.txt", std::string(200, 'x'));
@@ -125,7 +127,8 @@ TEST(CliTrain, BadInputIsOneLineAndExitTwo) {
   for (const Case& c : cases) {
     // The case's own value of a flag replaces the default (each flag is given once).
     std::string args = "train " + c.args;
-    for (const std::string flag : {"--steps 1", "--heads 2", "--threads 1", "--d-model 32", "--layers 1", "--d-ff 48"})
+    for (const std::string flag :
+         {"--steps 1", "--heads 2", "--threads 1", "--d-model 32", "--layers 1", "--d-ff 48"})
       if (c.args.find("--size") == std::string::npos || flag == "--steps 1" || flag == "--threads 1")
         if (c.args.find(flag.substr(0, flag.find(' '))) == std::string::npos) args += " " + flag;
     const auto r = run(args);

@@ -60,7 +60,8 @@ void expect_refused(const RunResult& r, const std::vector<std::string>& parts, c
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << what << "\n" << r.err;
   EXPECT_EQ(r.err.rfind("ridge: ", 0), 0u) << what << "\n" << r.err;
   EXPECT_EQ(r.err.find("internal error"), std::string::npos) << what << "\n" << r.err;
-  for (const auto& p : parts) EXPECT_NE(r.err.find(p), std::string::npos) << what << ": '" << p << "' in\n" << r.err;
+  for (const auto& p : parts)
+    EXPECT_NE(r.err.find(p), std::string::npos) << what << ": '" << p << "' in\n" << r.err;
 }
 
 }  // namespace
@@ -75,7 +76,8 @@ TEST(CliTrainContract, AnOutputThatNamesAnInputIsRefusedInEverySpelling) {
   fs::create_symlink(txt, d.path("link.txt"));
   fs::create_hard_link(txt, d.path("hard.txt"));
   // Spellings of a.txt, the command run from the folder (cd) so that relative ones are relative to it.
-  const std::vector<std::string> spellings = {"a.txt", "./a.txt", "sub/../a.txt", txt, "link.txt", "hard.txt"};
+  const std::vector<std::string> spellings = {"a.txt", "./a.txt",  "sub/../a.txt",
+                                              txt,     "link.txt", "hard.txt"};
   for (const char* out : {"--checkpoint", "--trace", "--memory"}) {
     for (const auto& s : spellings) {
       const auto r = ridge::test::run_shell("cd " + d.p.string() + " && " + RIDGE_BINARY + " train " + kTiny +
@@ -95,25 +97,28 @@ TEST(CliTrainContract, OutputsAgainstDataResumeAndEachOther) {
   const std::string tok = d.path("t.bin"), ck_bytes = read(ck), tok_bytes = read(tok);
   // A token file as the checkpoint, the trace or the memory snapshot.
   for (const char* out : {"--checkpoint", "--trace", "--memory"}) {
-    expect_refused(run("train " + kTiny + " --steps 2 --data " + tok + " " + out + " " + tok), {out, "--data"}, out);
+    expect_refused(run("train " + kTiny + " --steps 2 --data " + tok + " " + out + " " + tok),
+                   {out, "--data"}, out);
     EXPECT_EQ(read(tok), tok_bytes);
   }
   // The resumed checkpoint as the trace or the memory snapshot (as the checkpoint it is fine: below).
   for (const char* out : {"--trace", "--memory"}) {
-    expect_refused(run("train " + kTiny + " --steps 3 --text " + txt + " --resume " + ck + " " + out + " " + ck),
-                   {out, "--resume"}, out);
+    expect_refused(
+        run("train " + kTiny + " --steps 3 --text " + txt + " --resume " + ck + " " + out + " " + ck),
+        {out, "--resume"}, out);
     EXPECT_EQ(read(ck), ck_bytes);
   }
   // Two outputs on one file.
-  expect_refused(run("train " + kTiny + " --steps 2 --text " + txt + " --trace " + d.path("x.json") + " --memory " +
-                     d.path("x.json")),
+  expect_refused(run("train " + kTiny + " --steps 2 --text " + txt + " --trace " + d.path("x.json") +
+                     " --memory " + d.path("x.json")),
                  {"--memory", "--trace"}, "trace = memory");
   expect_refused(run("train " + kTiny + " --steps 2 --text " + txt + " --checkpoint " + d.path("x.json") +
                      " --trace " + d.path("./x.json")),
                  {"--trace", "--checkpoint"}, "checkpoint = trace");
   EXPECT_FALSE(fs::exists(d.path("x.json")));
   // Resuming from and saving to one checkpoint is the usual way to continue a run.
-  const auto r = run("train " + kTiny + " --steps 3 --text " + txt + " --resume " + ck + " --checkpoint " + ck);
+  const auto r =
+      run("train " + kTiny + " --steps 3 --text " + txt + " --resume " + ck + " --checkpoint " + ck);
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(read(ck), ck_bytes);
 }
@@ -196,8 +201,8 @@ TEST(CliTrainContract, DataTruncatedWhileTrainingIsAnErrorNotASignal) {
   // A background shell truncates the file once training has printed its first step.
   const std::string err = d.path("err.txt");
   const std::string cmd = std::string(RIDGE_BINARY) + " train " + kTiny + " --data " + tok +
-                          " --steps 1000000 --log-every 1 2>" + err +
-                          " | (read first; truncate -s 64 " + tok + "; cat >/dev/null); exit ${PIPESTATUS[0]}";
+                          " --steps 1000000 --log-every 1 2>" + err + " | (read first; truncate -s 64 " +
+                          tok + "; cat >/dev/null); exit ${PIPESTATUS[0]}";
   const auto r = ridge::test::run_shell("bash -c '" + cmd + "'");
   EXPECT_EQ(r.code, 2) << read(err);
   const std::string e = read(err);
@@ -219,8 +224,10 @@ TEST(CliTrainContract, InterruptedCheckpointWritesLeaveNoTemporary) {
     return n;
   };
   // A bigger model, so a checkpoint write takes long enough to be interrupted often.
-  const std::string args = "train --d-model 256 --layers 4 --heads 4 --d-ff 768 --threads 1 --context 8 --batch 1 "
-                           "--steps 100000 --save-every 1 --log-every 1000 --text " + txt + " --checkpoint " + ck;
+  const std::string args =
+      "train --d-model 256 --layers 4 --heads 4 --d-ff 768 --threads 1 --context 8 --batch 1 "
+      "--steps 100000 --save-every 1 --log-every 1000 --text " +
+      txt + " --checkpoint " + ck;
   // The checkpoint (42 MB with its AdamW state) is rewritten after every step, and a temporary exists
   // about half of the time, so most of these signals land inside a write: the binary before the fix
   // left one NAME.tmp.PID.N almost every time.
@@ -230,12 +237,13 @@ TEST(CliTrainContract, InterruptedCheckpointWritesLeaveNoTemporary) {
     const pid_t pid = ::fork();
     ASSERT_GE(pid, 0);
     if (pid == 0) {
-      ::execl("/bin/sh", "sh", "-c", ("exec " + std::string(RIDGE_BINARY) + " " + args + " >/dev/null 2>&1").c_str(),
-              nullptr);
+      ::execl("/bin/sh", "sh", "-c",
+              ("exec " + std::string(RIDGE_BINARY) + " " + args + " >/dev/null 2>&1").c_str(), nullptr);
       ::_exit(127);
     }
     // Wait until checkpoints are being written, then interrupt at a moment unrelated to the writes.
-    for (int i = 0; i < 1000 && !fs::exists(ck); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    for (int i = 0; i < 1000 && !fs::exists(ck); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
     std::this_thread::sleep_for(std::chrono::milliseconds(300 + 97 * round));
     ::kill(pid, sig);
     int status = 0;
@@ -279,8 +287,8 @@ TEST(CliTrainContract, DataEncodeNeverOverwritesItsInput) {
   fs::create_symlink(txt, d.path("link.txt"));
   fs::create_hard_link(txt, d.path("hard.txt"));
   for (const std::string& out : std::vector<std::string>{"a.txt", "./a.txt", "link.txt", "hard.txt", txt}) {
-    const auto r = ridge::test::run_shell("cd " + d.p.string() + " && " + RIDGE_BINARY + " data encode a.txt -o " +
-                                          out + " --force");
+    const auto r = ridge::test::run_shell("cd " + d.p.string() + " && " + RIDGE_BINARY +
+                                          " data encode a.txt -o " + out + " --force");
     expect_refused(r, {"-o"}, out);
     ASSERT_EQ(read(txt), text) << out;
   }

@@ -8,7 +8,7 @@
 
 #include "run.hpp"
 
-#ifndef RIDGE_HAVE_DIST
+#ifndef RIDGE_HAVE_DISTRIBUTED
 
 namespace {
 

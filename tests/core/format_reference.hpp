@@ -27,11 +27,11 @@ struct FormatSpec {
     const bool top = exp_field(c) == (1u << exp_bits) - 1;
     return has_inf ? top && man_field(c) != 0 : top && man_field(c) == (1u << man_bits) - 1;
   }
-  bool is_inf(uint32_t c) const { return has_inf && exp_field(c) == (1u << exp_bits) - 1 && man_field(c) == 0; }
-  // Largest finite positive code: just below inf, or just below the NaN code.
-  uint32_t max_finite() const {
-    return has_inf ? (((1u << exp_bits) - 1) << man_bits) - 1 : sign_bit() - 2;
+  bool is_inf(uint32_t c) const {
+    return has_inf && exp_field(c) == (1u << exp_bits) - 1 && man_field(c) == 0;
   }
+  // Largest finite positive code: just below inf, or just below the NaN code.
+  uint32_t max_finite() const { return has_inf ? (((1u << exp_bits) - 1) << man_bits) - 1 : sign_bit() - 2; }
 };
 
 inline const FormatSpec kBf16{"bf16", 8, 7, true};

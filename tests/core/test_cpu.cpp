@@ -42,7 +42,8 @@ TEST(Cpu, SupportedIsasAreSortedAndEndAtTheBest) {
   ASSERT_FALSE(isas.empty());
   EXPECT_EQ(isas.front(), Isa::scalar);
   EXPECT_EQ(isas.back(), cpu::best_isa());
-  for (size_t i = 1; i < isas.size(); ++i) EXPECT_LT(static_cast<int>(isas[i - 1]), static_cast<int>(isas[i]));
+  for (size_t i = 1; i < isas.size(); ++i)
+    EXPECT_LT(static_cast<int>(isas[i - 1]), static_cast<int>(isas[i]));
   for (Isa i : {Isa::scalar, Isa::avx2, Isa::avx512, Isa::avx512bf16})
     EXPECT_EQ(cpu::supported(i), std::find(isas.begin(), isas.end(), i) != isas.end()) << cpu::isa_name(i);
 }
@@ -66,7 +67,8 @@ TEST(Cpu, InfoIsPlausible) {
 }
 
 TEST(Cpu, ParseIsaAcceptsEveryNameAndRejectsOthers) {
-  for (Isa i : {Isa::scalar, Isa::avx2, Isa::avx512, Isa::avx512bf16}) EXPECT_EQ(cpu::parse_isa(cpu::isa_name(i)), i);
+  for (Isa i : {Isa::scalar, Isa::avx2, Isa::avx512, Isa::avx512bf16})
+    EXPECT_EQ(cpu::parse_isa(cpu::isa_name(i)), i);
   for (const char* bad : {"", "AVX2", "avx", "sse", "avx512 ", "native"}) {
     try {
       cpu::parse_isa(bad);

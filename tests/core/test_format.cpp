@@ -24,8 +24,12 @@ using ridge::test::FormatSpec;
 using ridge::test::PositiveGrid;
 using ridge::test::Sat;
 
-uint32_t bits_of(float x) { return std::bit_cast<uint32_t>(x); }
-float float_of(uint32_t b) { return std::bit_cast<float>(b); }
+uint32_t bits_of(float x) {
+  return std::bit_cast<uint32_t>(x);
+}
+float float_of(uint32_t b) {
+  return std::bit_cast<float>(b);
+}
 bool small_tests() {
   const char* s = std::getenv("RIDGE_TEST_SMALL");
   return s && *s && std::string(s) != "0";
@@ -40,17 +44,22 @@ struct Mismatches {
   }
 };
 
-template <typename T> struct Fmt;
-template <> struct Fmt<bf16> {
+template <typename T>
+struct Fmt;
+template <>
+struct Fmt<bf16> {
   static const FormatSpec& spec() { return test::kBf16; }
 };
-template <> struct Fmt<fp16> {
+template <>
+struct Fmt<fp16> {
   static const FormatSpec& spec() { return test::kFp16; }
 };
-template <> struct Fmt<fp8_e4m3> {
+template <>
+struct Fmt<fp8_e4m3> {
   static const FormatSpec& spec() { return test::kE4m3; }
 };
-template <> struct Fmt<fp8_e5m2> {
+template <>
+struct Fmt<fp8_e5m2> {
   static const FormatSpec& spec() { return test::kE5m2; }
 };
 
@@ -69,7 +78,9 @@ float decode(uint32_t code) {
   using Bits = decltype(T{}.bits);
   return to_float(T{static_cast<Bits>(code)});
 }
-Sat ref_sat(Saturation s) { return s == Saturation::finite ? Sat::finite : Sat::none; }
+Sat ref_sat(Saturation s) {
+  return s == Saturation::finite ? Sat::finite : Sat::none;
+}
 
 // What the header documents for format -> float of a NaN code.
 template <typename T>
@@ -82,7 +93,9 @@ uint32_t documented_nan_decode(uint32_t code) {
 
 constexpr Saturation kBothModes[] = {Saturation::none, Saturation::finite};
 
-std::string hex(uint32_t v) { return fmt::format("0x{:X}", v); }
+std::string hex(uint32_t v) {
+  return fmt::format("0x{:X}", v);
+}
 
 template <typename T>
 class FormatTest : public ::testing::Test {};
@@ -116,7 +129,8 @@ TYPED_TEST(FormatTest, EveryCodeRoundTripsThroughFloat) {
       if (f.is_nan(c)) want = c | quiet;  // NaNs come back quiet, sign and payload kept
       if (f.is_inf(c) && sat == Saturation::finite) want = (c & f.sign_bit()) | f.max_finite();
       const uint32_t got = encode<TypeParam>(decode<TypeParam>(c), sat);
-      if (got != want) bad.add(fmt::format("{} {} -> float -> {} (want {})", f.name, hex(c), hex(got), hex(want)));
+      if (got != want)
+        bad.add(fmt::format("{} {} -> float -> {} (want {})", f.name, hex(c), hex(got), hex(want)));
     }
   }
   EXPECT_EQ(bad.count, 0u) << bad.first;
@@ -147,8 +161,10 @@ TYPED_TEST(FormatTest, EncodeRandomFloatsMatchesNearestValueSearch) {
   std::uniform_int_distribution<int> exp_dist(std::max(lo_exp, 0), std::min(hi_exp, 255));
   for (size_t i = 0; i < n; ++i) {
     const uint32_t r = static_cast<uint32_t>(rng());
-    if (i % 2 == 0) xs.push_back(float_of(r));
-    else xs.push_back(float_of((r & 0x807FFFFFu) | (static_cast<uint32_t>(exp_dist(rng)) << 23)));
+    if (i % 2 == 0)
+      xs.push_back(float_of(r));
+    else
+      xs.push_back(float_of((r & 0x807FFFFFu) | (static_cast<uint32_t>(exp_dist(rng)) << 23)));
   }
   Mismatches bad;
   expect_encodes_like_reference<TypeParam>(xs, bad);
@@ -191,7 +207,8 @@ template <typename T>
 void expect_cases(const std::vector<Case>& cases) {
   const FormatSpec& f = Fmt<T>::spec();
   for (const Case& c : cases) {
-    EXPECT_EQ(encode<T>(c.x, Saturation::none), c.none) << f.name << " " << c.x << " (" << hex(bits_of(c.x)) << ")";
+    EXPECT_EQ(encode<T>(c.x, Saturation::none), c.none)
+        << f.name << " " << c.x << " (" << hex(bits_of(c.x)) << ")";
     EXPECT_EQ(encode<T>(c.x, Saturation::finite), c.finite) << f.name << " " << c.x << " satfinite";
     // The model agrees on the same spelled-out values, so the sweeps above test what is meant.
     EXPECT_EQ(test::ref_encode(f, grid<T>(), c.x, Sat::none), c.none) << f.name << " model " << c.x;
@@ -264,8 +281,8 @@ TEST(FormatBoundaries, Fp16) {
       {-65520.0f, 0xFC00, 0xFBFF},
       {kInf, 0x7C00, 0x7BFF},
       {1.0f, 0x3C00, 0x3C00},
-      {1.0f + 0x1p-11f, 0x3C00, 0x3C00},       // tie, to even
-      {1.0f + 3 * 0x1p-11f, 0x3C02, 0x3C02},   // tie, to even (up)
+      {1.0f + 0x1p-11f, 0x3C00, 0x3C00},      // tie, to even
+      {1.0f + 3 * 0x1p-11f, 0x3C02, 0x3C02},  // tie, to even (up)
       {0x1p-24f, 0x0001, 0x0001},
       {0x1p-25f, 0x0000, 0x0000},
       {0x1.8p-24f, 0x0002, 0x0002},
@@ -319,9 +336,9 @@ std::vector<float> bulk_inputs() {
   std::vector<float> xs;
   const uint64_t stride = small_tests() ? 4099 * 5 : 4099;
   for (uint64_t b = 0; b < (1ull << 32); b += stride) xs.push_back(float_of(static_cast<uint32_t>(b)));
-  for (uint32_t b : {0x00000000u, 0x80000000u, 0x7F800000u, 0xFF800000u, 0x7FC00000u, 0xFFC00000u, 0x7F800001u,
-                     0xFF800001u, 0x7FA00000u, 0x7FFFFFFFu, 0xFFFFFFFFu, 0x7F7FFFFFu, 0xFF7FFFFFu, 0x00800000u,
-                     0x00000001u, 0x007FFFFFu, 0x807FFFFFu, 0x3F800000u})
+  for (uint32_t b : {0x00000000u, 0x80000000u, 0x7F800000u, 0xFF800000u, 0x7FC00000u, 0xFFC00000u,
+                     0x7F800001u, 0xFF800001u, 0x7FA00000u, 0x7FFFFFFFu, 0xFFFFFFFFu, 0x7F7FFFFFu,
+                     0xFF7FFFFFu, 0x00800000u, 0x00000001u, 0x007FFFFFu, 0x807FFFFFu, 0x3F800000u})
     xs.push_back(float_of(b));
   for (T c : all_codes<T>()) xs.push_back(to_float(c));
   for (float x : ties_and_neighbours<T>()) xs.push_back(x);
@@ -368,7 +385,8 @@ TYPED_TEST(BulkTest, DecodeTailsOnEveryIsaTouchOnlyTheirElements) {
         std::vector<float> dst(n + 1, float_of(0x12345678));
         convert(src.data(), dst.data(), n);
         for (size_t i = 0; i < n; ++i)
-          ASSERT_EQ(bits_of(dst[i]), bits_of(to_float(src[i]))) << "n=" << n << " start=" << start << " i=" << i;
+          ASSERT_EQ(bits_of(dst[i]), bits_of(to_float(src[i])))
+              << "n=" << n << " start=" << start << " i=" << i;
         ASSERT_EQ(bits_of(dst[n]), 0x12345678u) << "wrote past the end, n=" << n;
       }
     }
@@ -380,7 +398,8 @@ TYPED_TEST(BulkTest, EncodeOnEveryIsaMatchesScalar) {
   for (Saturation sat : kBothModes) {
     const auto want = scalar_encode<TypeParam>(xs, sat);
     for (cpu::Isa isa : cpu::supported_isas()) {
-      SCOPED_TRACE(fmt::format("{} sat={}", cpu::isa_name(isa), sat == Saturation::finite ? "finite" : "none"));
+      SCOPED_TRACE(
+          fmt::format("{} sat={}", cpu::isa_name(isa), sat == Saturation::finite ? "finite" : "none"));
       cpu::ScopedIsa scope(isa);
       std::vector<TypeParam> got(xs.size());
       convert(xs.data(), got.data(), xs.size(), sat);

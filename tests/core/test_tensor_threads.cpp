@@ -9,8 +9,8 @@ namespace {
 
 using namespace ridge;
 
-const DType kAll[] = {DType::f64, DType::f32, DType::bf16, DType::fp16, DType::fp8_e4m3, DType::fp8_e5m2,
-                      DType::i8, DType::i32};
+const DType kAll[] = {DType::f64,      DType::f32,      DType::bf16, DType::fp16,
+                      DType::fp8_e4m3, DType::fp8_e5m2, DType::i8,   DType::i32};
 
 TEST(Tensor, DtypeNamesRoundTripAndSizesMatchTheTypes) {
   for (DType t : kAll) EXPECT_EQ(parse_dtype(dtype_name(t)), t) << dtype_name(t);

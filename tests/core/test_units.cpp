@@ -41,8 +41,8 @@ void expect_error_naming(const std::function<void()>& f, const std::string& what
 }
 
 TEST(Units, ParseBytesRejectsNonsenseWithTheArgumentsName) {
-  for (const char* bad : {"", "abc", "-1", "-1KiB", "0", "0KiB", "1.5", "1.5B", "12 parsecs", "1QB", "nan", "inf",
-                          "1e300", "2EiB", " 5", "0x10", "5KiBx"})
+  for (const char* bad : {"", "abc", "-1", "-1KiB", "0", "0KiB", "1.5", "1.5B", "12 parsecs", "1QB", "nan",
+                          "inf", "1e300", "2EiB", " 5", "0x10", "5KiBx"})
     expect_error_naming([&] { parse_bytes(bad, "--size"); }, "--size", bad);
 }
 
@@ -88,7 +88,8 @@ TEST(Units, FormatKeepsThreeDigitsAndNeverAnExponent) {
   EXPECT_EQ(format_count(12), "12.0");
   EXPECT_EQ(format_count(1.07e9), "1.07 G");
   for (double v = 1e-12; v < 1e20; v *= 1.37) {
-    for (const std::string& s : {format_bytes(v), format_seconds(v), format_flops(v), format_rate(v), format_count(v)})
+    for (const std::string& s :
+         {format_bytes(v), format_seconds(v), format_flops(v), format_rate(v), format_count(v)})
       EXPECT_EQ(s.find('e'), std::string::npos) << s;
   }
 }

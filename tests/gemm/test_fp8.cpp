@@ -103,7 +103,9 @@ std::vector<Path> isas() {
   }
   return out;
 }
-std::string path_name(const Path& p) { return std::string(cpu::isa_name(p.isa)) + (p.vbmi ? "+vbmi" : ""); }
+std::string path_name(const Path& p) {
+  return std::string(cpu::isa_name(p.isa)) + (p.vbmi ? "+vbmi" : "");
+}
 
 // Selects a path for a scope.
 class PathGuard {
@@ -122,7 +124,7 @@ struct Shape {
 };
 
 std::vector<Shape> shapes() {
-  std::vector<Shape> s = {{1, 1, 1},    {1, 7, 17},   {7, 1, 3},      {7, 33, 130},   {17, 7, 129},
+  std::vector<Shape> s = {{1, 1, 1},    {1, 7, 17},    {7, 1, 3},     {7, 33, 130},  {17, 7, 129},
                           {6, 32, 128}, {13, 37, 257}, {29, 61, 576}, {3, 300, 100}, {1, 129, 1000}};
   if (!small()) {
     s.push_back({129, 127, 576});
@@ -145,7 +147,8 @@ TEST(Fp8Gemm, EveryIsaMatchesReferenceAndExactProduct) {
                                 MatrixView<float>{ref.data(), sh.m, sh.n, sh.n});
     const double tf = op.tol_factor();
     for (size_t i = 0; i < ref.size(); ++i)
-      ASSERT_NEAR(ref[i], ex[i], tf * abssum[i] + 1e-30) << "reference m=" << sh.m << " n=" << sh.n << " k=" << sh.k;
+      ASSERT_NEAR(ref[i], ex[i], tf * abssum[i] + 1e-30)
+          << "reference m=" << sh.m << " n=" << sh.n << " k=" << sh.k;
     for (const auto& path : isas()) {
       PathGuard guard(path);
       std::vector<float> d(static_cast<size_t>(sh.m * sh.n), NAN);
@@ -177,10 +180,12 @@ TEST(Fp8Gemm, WideningIsExactForEveryCode) {
   for (const auto& path : isas()) {
     PathGuard guard(path);
     std::vector<float> d(n, NAN);
-    gemm::fp8_gemm_nt(MatrixView<const fp8_e4m3>{a.data(), 1, k, k}, MatrixView<const float>{sa.data(), 1, 2, 2},
-                      MatrixView<const fp8_e4m3>{b.data(), n, k, k}, MatrixView<const float>{sb.data(), 2, 2, 2},
-                      MatrixView<float>{d.data(), 1, n, n});
-    for (int64_t j = 0; j < n; ++j) ASSERT_EQ(d[j], ridge::to_float(a[j])) << path_name(path) << " code " << j;
+    gemm::fp8_gemm_nt(MatrixView<const fp8_e4m3>{a.data(), 1, k, k},
+                      MatrixView<const float>{sa.data(), 1, 2, 2},
+                      MatrixView<const fp8_e4m3>{b.data(), n, k, k},
+                      MatrixView<const float>{sb.data(), 2, 2, 2}, MatrixView<float>{d.data(), 1, n, n});
+    for (int64_t j = 0; j < n; ++j)
+      ASSERT_EQ(d[j], ridge::to_float(a[j])) << path_name(path) << " code " << j;
   }
 }
 
@@ -247,14 +252,16 @@ TEST(Fp8Gemm, AccumulateStridesAndPackedWeights) {
       gemm::fp8_gemm_nt(op.a.view(), op.a.scale_view(), packed, MatrixView<float>{acc.data(), m, n, ldd},
                         MatrixView<const float>{acc.data(), m, n, ldd});
       gemm::fp8_gemm_nt(op.a.view(), op.a.scale_view(), op.b.view(), op.b.scale_view(),
-                        MatrixView<float>{acc_raw.data(), m, n, ldd}, MatrixView<const float>{acc_raw.data(), m, n, ldd});
+                        MatrixView<float>{acc_raw.data(), m, n, ldd},
+                        MatrixView<const float>{acc_raw.data(), m, n, ldd});
       for (int64_t i = 0; i < m; ++i) {
         for (int64_t j = 0; j < n; ++j) {
           const float r = ref[i * n + j];
           const double tol = 1e-5 * (std::fabs(r) + 1.0);
           const double want = double(r) + c[i * ldd + j];
           ASSERT_NEAR(d[i * ldd + j], want, tol);
-          ASSERT_NEAR(ridge::to_float(db[i * ldd + j]), want, std::fabs(want) * std::ldexp(1.0, -8) + tol) << "bf16 out";
+          ASSERT_NEAR(ridge::to_float(db[i * ldd + j]), want, std::fabs(want) * std::ldexp(1.0, -8) + tol)
+              << "bf16 out";
           ASSERT_NEAR(dp[i * n + j], r, tol) << "packed";
           ASSERT_NEAR(acc[i * ldd + j], want, tol) << "in place, packed";
           ASSERT_NEAR(acc_raw[i * ldd + j], want, tol) << "in place";
@@ -336,11 +343,12 @@ TEST(Fp8Grouped, MaskedLayoutLeavesRowsPastTheMaskUntouched) {
   for (const auto& path : isas()) {
     PathGuard guard(path);
     std::vector<bf16> d(static_cast<size_t>(G * m_max * n), sentinel);
-    gemm::m_grouped_fp8_gemm_nt_masked(TensorView<const fp8_e4m3>::contiguous(a.a.values.data(), {G, m_max, k}),
-                                       TensorView<const float>::contiguous(a.a.scales.data(), {G, m_max, kb}),
-                                       TensorView<const fp8_e4m3>::contiguous(b.data(), {G, n, k}),
-                                       TensorView<const float>::contiguous(sb.data(), {G, nb, kb}),
-                                       TensorView<bf16>::contiguous(d.data(), {G, m_max, n}), masked, 8);
+    gemm::m_grouped_fp8_gemm_nt_masked(
+        TensorView<const fp8_e4m3>::contiguous(a.a.values.data(), {G, m_max, k}),
+        TensorView<const float>::contiguous(a.a.scales.data(), {G, m_max, kb}),
+        TensorView<const fp8_e4m3>::contiguous(b.data(), {G, n, k}),
+        TensorView<const float>::contiguous(sb.data(), {G, nb, kb}),
+        TensorView<bf16>::contiguous(d.data(), {G, m_max, n}), masked, 8);
     for (int64_t g = 0; g < G; ++g)
       for (int64_t r = 0; r < m_max; ++r) {
         const int64_t row = g * m_max + r;
@@ -363,7 +371,8 @@ TEST(Fp8Grouped, MaskedLayoutLeavesRowsPastTheMaskUntouched) {
 // on 1 and 3 threads (the small-m split must keep 16-column blocks inside a scale block).
 TEST(Fp8Gemm, Bf16OutputAcrossKBlocksWithCEveryPath) {
   const int64_t n = 300, k = 1300;
-  const std::vector<int64_t> ms = small() ? std::vector<int64_t>{1, 7, 17, 45} : std::vector<int64_t>{1, 4, 7, 16, 17, 32, 45, 600};
+  const std::vector<int64_t> ms =
+      small() ? std::vector<int64_t>{1, 7, 17, 45} : std::vector<int64_t>{1, 4, 7, 16, 17, 32, 45, 600};
   const int saved = gemm::get_num_threads();
   for (const int64_t m : ms) {
     Operands op(m, n, k, static_cast<uint32_t>(300 + m));
@@ -389,9 +398,11 @@ TEST(Fp8Gemm, Bf16OutputAcrossKBlocksWithCEveryPath) {
           const double want = double(ref[i]) + c[i];
           const double tol = 1e-5 * (std::fabs(ref[i]) + std::fabs(c[i]) + 1.0);
           ASSERT_NEAR(df[i], want, tol) << "fp32 out at " << i;
-          ASSERT_NEAR(ridge::to_float(db[i]), want, std::fabs(want) * std::ldexp(1.0, -8) + tol) << "bf16 out at " << i;
+          ASSERT_NEAR(ridge::to_float(db[i]), want, std::fabs(want) * std::ldexp(1.0, -8) + tol)
+              << "bf16 out at " << i;
           // The bf16 result is the fp32 one rounded once (partial sums stay fp32 across K blocks).
-          ASSERT_EQ(db[i].bits, ridge::to_bf16(df[i]).bits) << "bf16 out is not the fp32 out rounded, at " << i;
+          ASSERT_EQ(db[i].bits, ridge::to_bf16(df[i]).bits)
+              << "bf16 out is not the fp32 out rounded, at " << i;
           ASSERT_EQ(dp[i].bits, db[i].bits) << "packed B differs from raw B at " << i;
         }
       }
@@ -435,9 +446,12 @@ TEST(Fp8Gemm, BlockingHasKBlocksOfWholeScaleBlocks) {
 
 // Grouped layouts with nothing to do: every group masked to 0 rows, every row padding. D is untouched.
 TEST(Fp8Grouped, AllGroupsEmptyLeaveDUntouched) {
-  const int64_t G = 2, m_max = 5, n = 40, k = 130, kb = 2, nb = 1, align = gemm::m_alignment_for_contiguous_layout();
-  std::vector<fp8_e4m3> a(static_cast<size_t>(G * m_max * k), fp8_e4m3{0x38}), b(static_cast<size_t>(G * n * k), fp8_e4m3{0x38});
-  std::vector<float> sa(static_cast<size_t>(G * m_max * kb), 1.0f), sb(static_cast<size_t>(G * nb * kb), 1.0f);
+  const int64_t G = 2, m_max = 5, n = 40, k = 130, kb = 2, nb = 1,
+                align = gemm::m_alignment_for_contiguous_layout();
+  std::vector<fp8_e4m3> a(static_cast<size_t>(G * m_max * k), fp8_e4m3{0x38}),
+      b(static_cast<size_t>(G * n * k), fp8_e4m3{0x38});
+  std::vector<float> sa(static_cast<size_t>(G * m_max * kb), 1.0f),
+      sb(static_cast<size_t>(G * nb * kb), 1.0f);
   const bf16 sentinel = ridge::to_bf16(3.5f);
   std::vector<bf16> d(static_cast<size_t>(G * m_max * n), sentinel);
   const std::vector<int32_t> masked = {0, 0};
@@ -469,7 +483,8 @@ TEST(Fp8Quant, PerTokenScalesRoundingAndTails) {
   for (int64_t i = 0; i < m; ++i)
     for (int64_t b = 0; b < 3; ++b) {
       float amax = 0;
-      for (int64_t kk = b * 128; kk < std::min<int64_t>(k, b * 128 + 128); ++kk) amax = std::max(amax, std::fabs(x[i * k + kk]));
+      for (int64_t kk = b * 128; kk < std::min<int64_t>(k, b * 128 + 128); ++kk)
+        amax = std::max(amax, std::fabs(x[i * k + kk]));
       amax = std::max(amax, gemm::kFp8AmaxFloor);
       ASSERT_FLOAT_EQ(q.scales[i * 3 + b], amax / 448.0f);
       for (int64_t kk = b * 128; kk < std::min<int64_t>(k, b * 128 + 128); ++kk) {
@@ -493,17 +508,20 @@ TEST(Fp8Quant, PerBlockScalesAndTails) {
     for (int64_t bc = 0; bc < 2; ++bc) {
       float amax = 0;
       for (int64_t r = br * 128; r < std::min<int64_t>(n, br * 128 + 128); ++r)
-        for (int64_t c = bc * 128; c < std::min<int64_t>(k, bc * 128 + 128); ++c) amax = std::max(amax, std::fabs(x[r * k + c]));
+        for (int64_t c = bc * 128; c < std::min<int64_t>(k, bc * 128 + 128); ++c)
+          amax = std::max(amax, std::fabs(x[r * k + c]));
       ASSERT_FLOAT_EQ(q.scales[br * 2 + bc], amax / 448.0f);
       for (int64_t r = br * 128; r < std::min<int64_t>(n, br * 128 + 128); ++r)
         for (int64_t c = bc * 128; c < std::min<int64_t>(k, bc * 128 + 128); ++c)
-          ASSERT_EQ(q.values[r * k + c].bits, ridge::to_fp8_e4m3(x[r * k + c] * (448.0f / amax), ridge::Saturation::finite).bits);
+          ASSERT_EQ(q.values[r * k + c].bits,
+                    ridge::to_fp8_e4m3(x[r * k + c] * (448.0f / amax), ridge::Saturation::finite).bits);
     }
   // Dequantized values are within half an e4m3 ulp (2^-4 relative) of the originals.
   for (int64_t r = 0; r < n; ++r)
     for (int64_t c = 0; c < k; ++c) {
       const double v = ridge::to_float(q.values[r * k + c]) * double(q.scales[(r / 128) * 2 + c / 128]);
-      ASSERT_NEAR(v, x[r * k + c], std::fabs(x[r * k + c]) * 0.0625 + q.scales[(r / 128) * 2 + c / 128] * 0.002);
+      ASSERT_NEAR(v, x[r * k + c],
+                  std::fabs(x[r * k + c]) * 0.0625 + q.scales[(r / 128) * 2 + c / 128] * 0.002);
     }
 }
 
@@ -518,12 +536,16 @@ TEST(Fp8Errors, BadShapesStridesScalesAndGroups) {
   EXPECT_NO_THROW(gemm::fp8_gemm_nt(av, sav, bv, sbv, dv));
   EXPECT_THROW(gemm::fp8_gemm_nt(av, MatrixView<const float>{sa.data(), m, 1, 1}, bv, sbv, dv), ridge::Error);
   EXPECT_THROW(gemm::fp8_gemm_nt(av, sav, bv, MatrixView<const float>{sb.data(), 1, 1, 1}, dv), ridge::Error);
-  EXPECT_THROW(gemm::fp8_gemm_nt(av, sav, MatrixView<const fp8_e4m3>{b.data(), n, k - 1, k}, sbv, dv), ridge::Error);
-  EXPECT_THROW(gemm::fp8_gemm_nt(MatrixView<const fp8_e4m3>{a.data(), m, k, k - 1}, sav, bv, sbv, dv), ridge::Error);
+  EXPECT_THROW(gemm::fp8_gemm_nt(av, sav, MatrixView<const fp8_e4m3>{b.data(), n, k - 1, k}, sbv, dv),
+               ridge::Error);
+  EXPECT_THROW(gemm::fp8_gemm_nt(MatrixView<const fp8_e4m3>{a.data(), m, k, k - 1}, sav, bv, sbv, dv),
+               ridge::Error);
   EXPECT_THROW(gemm::fp8_gemm_nt(av, sav, bv, sbv, MatrixView<bf16>{d.data(), m, n - 1, n}), ridge::Error);
   EXPECT_THROW(gemm::fp8_gemm_nt(av, sav, bv, sbv, MatrixView<bf16>{nullptr, m, n, n}), ridge::Error);
-  EXPECT_THROW(gemm::fp8_gemm_nt(MatrixView<const fp8_e4m3>{a.data(), m, 0, 1}, MatrixView<const float>{sa.data(), m, 0, 1},
-                                 MatrixView<const fp8_e4m3>{b.data(), n, 0, 1}, MatrixView<const float>{sb.data(), 1, 0, 1}, dv),
+  EXPECT_THROW(gemm::fp8_gemm_nt(MatrixView<const fp8_e4m3>{a.data(), m, 0, 1},
+                                 MatrixView<const float>{sa.data(), m, 0, 1},
+                                 MatrixView<const fp8_e4m3>{b.data(), n, 0, 1},
+                                 MatrixView<const float>{sb.data(), 1, 0, 1}, dv),
                ridge::Error);
   // d overlapping an input
   std::vector<float> big(m * k);
@@ -550,11 +572,13 @@ TEST(Fp8Errors, BadShapesStridesScalesAndGroups) {
   idx[3] = 1;
   EXPECT_THROW(gemm::m_grouped_fp8_gemm_nt_contiguous(agv, sagv, bt, sbt, dgv, idx), ridge::Error);
   idx[3] = 0;
-  EXPECT_THROW(gemm::m_grouped_fp8_gemm_nt_contiguous(agv, sagv, bt, sbt, dgv, std::span<const int32_t>(idx).first(5)),
-               ridge::Error);
-  EXPECT_THROW(gemm::m_grouped_fp8_gemm_nt_contiguous(
-                   MatrixView<const fp8_e4m3>{ag.data(), 5, k, k}, MatrixView<const float>{sag.data(), 5, 2, 2}, bt, sbt,
-                   MatrixView<bf16>{dg.data(), 5, n, n}, std::span<const int32_t>(idx).first(5)),
+  EXPECT_THROW(
+      gemm::m_grouped_fp8_gemm_nt_contiguous(agv, sagv, bt, sbt, dgv, std::span<const int32_t>(idx).first(5)),
+      ridge::Error);
+  EXPECT_THROW(gemm::m_grouped_fp8_gemm_nt_contiguous(MatrixView<const fp8_e4m3>{ag.data(), 5, k, k},
+                                                      MatrixView<const float>{sag.data(), 5, 2, 2}, bt, sbt,
+                                                      MatrixView<bf16>{dg.data(), 5, n, n},
+                                                      std::span<const int32_t>(idx).first(5)),
                ridge::Error);
   // masked: masked_m out of range, wrong count
   auto at = TensorView<const fp8_e4m3>::contiguous(ag.data(), {2, 4, k});
@@ -573,7 +597,8 @@ TEST(Fp8Errors, BadShapesStridesScalesAndGroups) {
   // quantization: scale shape mismatch
   std::vector<float> x(m * k);
   std::vector<fp8_e4m3> q(m * k);
-  EXPECT_THROW(gemm::per_token_cast_to_fp8(MatrixView<const float>{x.data(), m, k, k}, MatrixView<fp8_e4m3>{q.data(), m, k, k},
+  EXPECT_THROW(gemm::per_token_cast_to_fp8(MatrixView<const float>{x.data(), m, k, k},
+                                           MatrixView<fp8_e4m3>{q.data(), m, k, k},
                                            MatrixView<float>{sa.data(), m, 1, 1}),
                ridge::Error);
   EXPECT_THROW(gemm::PackedFp8B().impl(), ridge::Error);
@@ -615,7 +640,9 @@ TEST(Fp8Errors, OutputAliasingAnInputIsAnError) {
                "d: overlaps an input (b_scales)");
   auto a3 = TensorView<const fp8_e4m3>::contiguous(agv.data, {2, 4, k});
   auto sa3 = TensorView<const float>::contiguous(sagv.data, {2, 4, 2});
-  auto d3 = [&](size_t off) { return TensorView<bf16>::contiguous(reinterpret_cast<bf16*>(at(off)), {2, 4, n}); };
+  auto d3 = [&](size_t off) {
+    return TensorView<bf16>::contiguous(reinterpret_cast<bf16*>(at(off)), {2, 4, n});
+  };
   std::vector<int32_t> mm = {4, 2};
   EXPECT_NO_THROW(gemm::m_grouped_fp8_gemm_nt_masked(a3, sa3, bt, sbt, d3(d_off), mm, 4));
   expect_error([&] { gemm::m_grouped_fp8_gemm_nt_masked(a3, sa3, bt, sbt, d3(a_off), mm, 4); },
@@ -628,18 +655,26 @@ TEST(Fp8Errors, OutputAliasingAnInputIsAnError) {
   std::vector<fp8_e4m3> q(m * k);
   std::vector<float> sc(m * 2);
   MatrixView<const float> xv{x.data(), m, k, k};
-  EXPECT_NO_THROW(gemm::per_token_cast_to_fp8(xv, MatrixView<fp8_e4m3>{q.data(), m, k, k}, MatrixView<float>{sc.data(), m, 2, 2}));
-  expect_error([&] {
-    gemm::per_token_cast_to_fp8(xv, MatrixView<fp8_e4m3>{reinterpret_cast<fp8_e4m3*>(x.data()), m, k, k},
-                                MatrixView<float>{sc.data(), m, 2, 2});
-  }, "q: overlaps an input (x)");
-  expect_error([&] {
-    gemm::per_token_cast_to_fp8(xv, MatrixView<fp8_e4m3>{q.data(), m, k, k}, MatrixView<float>{x.data() + 5, m, 2, 2});
-  }, "scales: overlaps an input (x)");
-  expect_error([&] {
-    gemm::per_block_cast_to_fp8(xv, MatrixView<fp8_e4m3>{q.data(), m, k, k},
-                                MatrixView<float>{reinterpret_cast<float*>(q.data()), 1, 2, 2});
-  }, "scales: overlaps the other output (q)");
+  EXPECT_NO_THROW(gemm::per_token_cast_to_fp8(xv, MatrixView<fp8_e4m3>{q.data(), m, k, k},
+                                              MatrixView<float>{sc.data(), m, 2, 2}));
+  expect_error(
+      [&] {
+        gemm::per_token_cast_to_fp8(xv, MatrixView<fp8_e4m3>{reinterpret_cast<fp8_e4m3*>(x.data()), m, k, k},
+                                    MatrixView<float>{sc.data(), m, 2, 2});
+      },
+      "q: overlaps an input (x)");
+  expect_error(
+      [&] {
+        gemm::per_token_cast_to_fp8(xv, MatrixView<fp8_e4m3>{q.data(), m, k, k},
+                                    MatrixView<float>{x.data() + 5, m, 2, 2});
+      },
+      "scales: overlaps an input (x)");
+  expect_error(
+      [&] {
+        gemm::per_block_cast_to_fp8(xv, MatrixView<fp8_e4m3>{q.data(), m, k, k},
+                                    MatrixView<float>{reinterpret_cast<float*>(q.data()), 1, 2, 2});
+      },
+      "scales: overlaps the other output (q)");
 }
 
 }  // namespace

@@ -29,9 +29,9 @@ struct Shape {
 };
 
 std::vector<Shape> shapes() {
-  std::vector<Shape> s = {{1, 1, 1},    {1, 7, 17},    {7, 1, 3},     {7, 17, 5},   {17, 7, 129},
-                          {14, 32, 64}, {15, 33, 65},  {127, 129, 33}, {29, 61, 576}, {3, 2112, 16},
-                          {64, 64, 1}, {13, 37, 1001}};
+  std::vector<Shape> s = {{1, 1, 1},     {1, 7, 17},    {7, 1, 3},    {7, 17, 5},
+                          {17, 7, 129},  {14, 32, 64},  {15, 33, 65}, {127, 129, 33},
+                          {29, 61, 576}, {3, 2112, 16}, {64, 64, 1},  {13, 37, 1001}};
   if (!small()) {
     s.push_back({129, 127, 576});
     s.push_back({131, 257, 300});
@@ -46,15 +46,20 @@ template <typename T>
 struct Mat {
   int64_t rows, cols, ld;
   std::vector<T> v;
-  Mat(int64_t r, int64_t c, int64_t pad = 0) : rows(r), cols(c), ld(c + pad), v(std::max<int64_t>(1, r * (c + pad))) {}
+  Mat(int64_t r, int64_t c, int64_t pad = 0)
+      : rows(r), cols(c), ld(c + pad), v(std::max<int64_t>(1, r * (c + pad))) {}
   MatrixView<T> view() { return {v.data(), rows, cols, ld}; }
   MatrixView<const T> cview() const { return {v.data(), rows, cols, ld}; }
   T& at(int64_t i, int64_t j) { return v[i * ld + j]; }
   const T& at(int64_t i, int64_t j) const { return v[i * ld + j]; }
 };
 
-float as_float(float x) { return x; }
-float as_float(bf16 x) { return ridge::to_float(x); }
+float as_float(float x) {
+  return x;
+}
+float as_float(bf16 x) {
+  return ridge::to_float(x);
+}
 
 template <typename T>
 void fill(Mat<T>& m, std::mt19937& rng, float sentinel = 1e30f) {
@@ -62,8 +67,10 @@ void fill(Mat<T>& m, std::mt19937& rng, float sentinel = 1e30f) {
   for (int64_t i = 0; i < m.rows; ++i)
     for (int64_t j = 0; j < m.ld; ++j) {
       const float x = j < m.cols ? u(rng) : sentinel;
-      if constexpr (std::is_same_v<T, bf16>) m.at(i, j) = ridge::to_bf16(x);
-      else m.at(i, j) = x;
+      if constexpr (std::is_same_v<T, bf16>)
+        m.at(i, j) = ridge::to_bf16(x);
+      else
+        m.at(i, j) = x;
     }
 }
 
@@ -167,10 +174,18 @@ void sweep(uint32_t seed) {
   }
 }
 
-TEST(GemmDense, F32AllPathsMatchFp64) { sweep<float, float>(1); }
-TEST(GemmDense, F32Bf16OutAllPathsMatchFp64) { sweep<float, bf16>(2); }
-TEST(GemmDense, Bf16AllPathsMatchFp64) { sweep<bf16, float>(3); }
-TEST(GemmDense, Bf16Bf16OutAllPathsMatchFp64) { sweep<bf16, bf16>(4); }
+TEST(GemmDense, F32AllPathsMatchFp64) {
+  sweep<float, float>(1);
+}
+TEST(GemmDense, F32Bf16OutAllPathsMatchFp64) {
+  sweep<float, bf16>(2);
+}
+TEST(GemmDense, Bf16AllPathsMatchFp64) {
+  sweep<bf16, float>(3);
+}
+TEST(GemmDense, Bf16Bf16OutAllPathsMatchFp64) {
+  sweep<bf16, bf16>(4);
+}
 
 // The scalar reference twin itself agrees with fp64, and the fast paths agree with it.
 TEST(GemmDense, ReferenceTwinsAgree) {
@@ -314,7 +329,8 @@ TEST(GemmDense, DegenerateShapes) {
   for (float x : d.v) EXPECT_EQ(x, 0.0f);
   Mat<float> a0(0, 3), b0(4, 3), d0(0, 4);
   gemm::f32_gemm_nt(a0.cview(), b0.cview(), d0.view());  // m = 0: nothing to do, no error
-  gemm::f32_gemm_nt(MatrixView<const float>{nullptr, 0, 3, 3}, b0.cview(), MatrixView<float>{nullptr, 0, 4, 4});
+  gemm::f32_gemm_nt(MatrixView<const float>{nullptr, 0, 3, 3}, b0.cview(),
+                    MatrixView<float>{nullptr, 0, 4, 4});
 }
 
 template <typename F>
@@ -342,18 +358,30 @@ TEST(GemmDense, BadInputIsAnError) {
   expect_error([&] { gemm::f32_gemm_nt(CV{p, -1, 8, 8}, CV{p, 3, 8, 8}, V{q, -1, 3, 3}); }, "negative");
   expect_error([&] { gemm::f32_gemm_nt(CV{p, 4, 8, 8}, CV{p, 3, 7, 7}, V{q, 4, 3, 3}); }, "K");
   expect_error([&] { gemm::f32_gemm_nt(CV{p, 4, 8, 8}, CV{p, 3, 8, 8}, V{q, 4, 4, 4}); }, "expected [m, n]");
-  expect_error([&] { gemm::f32_gemm_nt(CV{p, 4, 8, 8}, CV{p, 3, 8, 8}, V{q, 4, 3, 3}, CV{p, 4, 4, 4}); },
-               "c is [4, 4]");
-  expect_error([&] { gemm::f32_gemm_nt(CV{p, 4, 8, 8}, CV{p, 3, 8, 8}, V{q, 4, 3, 3}, CV{nullptr, 4, 3, 3}); },
-               "c is null");
-  expect_error([&] { gemm::f32_gemm_nt(CV{p, 4, 8, 8}, CV{p, 3, 8, 8}, V{q, 4, 3, 3}, CV{q + 1, 4, 3, 3}); },
-               "overlaps");
+  expect_error(
+      [&] {
+        gemm::f32_gemm_nt(CV{p, 4, 8, 8}, CV{p, 3, 8, 8}, V{q, 4, 3, 3}, CV{p, 4, 4, 4});
+      },
+      "c is [4, 4]");
+  expect_error(
+      [&] {
+        gemm::f32_gemm_nt(CV{p, 4, 8, 8}, CV{p, 3, 8, 8}, V{q, 4, 3, 3}, CV{nullptr, 4, 3, 3});
+      },
+      "c is null");
+  expect_error(
+      [&] {
+        gemm::f32_gemm_nt(CV{p, 4, 8, 8}, CV{p, 3, 8, 8}, V{q, 4, 3, 3}, CV{q + 1, 4, 3, 3});
+      },
+      "overlaps");
   expect_error([&] { gemm::f32_gemm_nt(CV{q + 2, 4, 8, 8}, CV{p, 3, 8, 8}, V{q, 4, 3, 3}); }, "d overlaps a");
   expect_error([&] { gemm::f32_gemm_nt(CV{p, 4, 8, 8}, gemm::PackedB{}, V{q, 4, 3, 3}); }, "empty PackedB");
   const gemm::PackedB pb = gemm::PackedB::pack(CV{p, 3, 8, 8});
   std::vector<bf16> hb(100);
-  expect_error([&] { gemm::bf16_gemm_nt(MatrixView<const bf16>{hb.data(), 4, 8, 8}, pb, V{q, 4, 3, 3}); },
-               "packed from fp32");
+  expect_error(
+      [&] {
+        gemm::bf16_gemm_nt(MatrixView<const bf16>{hb.data(), 4, 8, 8}, pb, V{q, 4, 3, 3});
+      },
+      "packed from fp32");
   expect_error([&] { gemm::f32_gemm_nt(CV{p, 4, 5, 5}, pb, V{q, 4, 3, 3}); }, "K");
   // B packed on one path and used on another: pack under the best path and use it under the
   // lowest, both chosen here, so the test holds whatever RIDGE_ISA the suite runs under.

@@ -95,8 +95,9 @@ TEST(TokenFile, ShrinkingUnderTheReaderIsAnErrorNamingTheFile) {
   std::vector<uint16_t> out(100);
   f.read(10, 40, out.data());  // still there
   EXPECT_EQ(out[0], 10);
-  expect_error([&] { f.read(40, 100, out.data()); },
-               "token file '" + path + "': it now ends before token 140 although it held 3000 tokens when opened");
+  expect_error(
+      [&] { f.read(40, 100, out.data()); },
+      "token file '" + path + "': it now ends before token 140 although it held 3000 tokens when opened");
   Rng rng(1);
   std::vector<int32_t> x(4 * 64), y(x.size());
   expect_error([&] { sample_batch(f, 4, 64, rng, x.data(), y.data()); }, "token file '" + path + "'");

@@ -29,8 +29,12 @@ std::vector<float> sample(size_t n, float scale, uint32_t seed) {
   return v;
 }
 
-double val(float x) { return x; }
-double val(bf16 x) { return to_float(x); }
+double val(float x) {
+  return x;
+}
+double val(bf16 x) {
+  return to_float(x);
+}
 
 // Largest |a - b| / (|b| + floor) over the arrays.
 template <typename T>
@@ -41,7 +45,9 @@ double max_rel(const std::vector<T>& a, const std::vector<T>& b, double floor) {
   return m;
 }
 
-bool has_vector_path() { return cpu::supported(cpu::Isa::avx512); }
+bool has_vector_path() {
+  return cpu::supported(cpu::Isa::avx512);
+}
 
 template <typename O>
 void check_swiglu(int64_t n, int64_t f, double tol, Round r = Round::none) {
@@ -138,7 +144,9 @@ void check_rounded_rows(Round r) {
   layers::rmsnorm_forward(xn.data(), w.data(), n, d, 1e-5f, rstd.data(), y.data(), r);
   for (int64_t i = 0; i < n; ++i)
     for (int64_t j = 0; j < d; ++j)
-      ASSERT_TRUE(same(y[static_cast<size_t>(i * d + j)], op(xn[static_cast<size_t>(i * d + j)] * rstd[static_cast<size_t>(i)] * w[static_cast<size_t>(j)])))
+      ASSERT_TRUE(same(
+          y[static_cast<size_t>(i * d + j)],
+          op(xn[static_cast<size_t>(i * d + j)] * rstd[static_cast<size_t>(i)] * w[static_cast<size_t>(j)])))
           << "rmsnorm " << i << "," << j;
 
   // RoPE forward from the fp32 q|k|v rows, and backward from fp32 gradients.

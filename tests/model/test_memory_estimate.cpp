@@ -23,7 +23,8 @@ struct Case {
 }  // namespace
 
 TEST(MemoryEstimate, RegionsAreWhatTheModelAllocatesAndTheStepPeakMeetsTheTotal) {
-  const Case cases[] = {{97, 64, 2, 4, 160, 2, 24}, {1000, 128, 3, 2, 352, 3, 64}, {300, 96, 1, 3, 200, 1, 33}};
+  const Case cases[] = {
+      {97, 64, 2, 4, 160, 2, 24}, {1000, 128, 3, 2, 352, 3, 64}, {300, 96, 1, 3, 200, 1, 33}};
   for (const Case& k : cases)
     for (rm::Precision p : {rm::Precision::fp32, rm::Precision::bf16, rm::Precision::fp16}) {
       rm::ModelConfig c;
@@ -61,6 +62,7 @@ TEST(MemoryEstimate, RegionsAreWhatTheModelAllocatesAndTheStepPeakMeetsTheTotal)
       // the kernels' scratch (GEMM packing, attention tiles) and the trainer's small arrays.
       const double peak = static_cast<double>(mem::peak_bytes() - base);
       EXPECT_GE(peak, est.total()) << at;
-      EXPECT_LE(peak, est.total() * 1.15 + (1 << 20)) << at << ": peak " << peak << " estimate " << est.total();
+      EXPECT_LE(peak, est.total() * 1.15 + (1 << 20))
+          << at << ": peak " << peak << " estimate " << est.total();
     }
 }

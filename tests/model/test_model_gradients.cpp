@@ -171,7 +171,8 @@ TEST(ModelGradients, Fp32MatchesFp64OnEveryIsaPath) {
         for (int64_t i = 0; i < t.numel; ++i) {
           const double g64 = ref.grads()[static_cast<size_t>(t.offset + i)];
           gmax = std::max(gmax, std::abs(g64));
-          err = std::max(err, std::abs(static_cast<double>(m.grads()[static_cast<size_t>(t.offset + i)]) - g64));
+          err = std::max(err,
+                         std::abs(static_cast<double>(m.grads()[static_cast<size_t>(t.offset + i)]) - g64));
         }
         EXPECT_LE(err, bound * gmax) << t.name;
         EXPECT_GT(gmax, 0.0) << t.name << " has an all-zero gradient";

@@ -27,7 +27,9 @@ const rm::SafetensorsFile& ref() {
       rm::SafetensorsFile::load(std::string(RIDGE_SOURCE_DIR) + "/tests/data/model_tiny_ref.safetensors");
   return f;
 }
-rm::ModelConfig ref_config() { return nlohmann::json::parse(ref().metadata().at("config")).get<rm::ModelConfig>(); }
+rm::ModelConfig ref_config() {
+  return nlohmann::json::parse(ref().metadata().at("config")).get<rm::ModelConfig>();
+}
 
 std::vector<int32_t> ints(const std::string& name) {
   const auto& e = ref().at(name);
@@ -103,7 +105,8 @@ TEST(ModelReference, Bf16MatchesPyTorchAutocast) {
     const float l = m.forward(x.data(), y.data(), B, T);
     EXPECT_NEAR(l, ref().to_f64("bf16.loss")[0], 8 * u * std::abs(l));
     EXPECT_LE(rel_err(m.logits(), ref().to_f32("bf16.logits")), 8 * u);
-    EXPECT_GT(rel_err(m.logits(), ref().to_f32("fp32.logits")), 1e-4) << "bf16 precision did not round anything";
+    EXPECT_GT(rel_err(m.logits(), ref().to_f32("fp32.logits")), 1e-4)
+        << "bf16 precision did not round anything";
     m.backward();
     for (const auto& t : m.tensors())
       EXPECT_LE(rel_err(m.grad(t.name), ref().to_f32("bf16.grad." + t.name)), 32 * u) << t.name;
@@ -139,9 +142,12 @@ TEST(ModelReference, TenAdamWStepsMatchPyTorch) {
   for (int64_t s = 0; s < shape[0]; ++s) {
     const rm::StepResult r = trainer.step(xs.data() + s * per, ys.data() + s * per);
     EXPECT_FALSE(r.skipped);
-    EXPECT_NEAR(r.loss, losses[static_cast<size_t>(s)], 1e-5 * losses[static_cast<size_t>(s)]) << "step " << s;
-    EXPECT_NEAR(r.lr, lrs[static_cast<size_t>(s)], 1e-7 * lrs[static_cast<size_t>(s)] + 1e-12) << "step " << s;  // stored as fp32
-    EXPECT_NEAR(r.grad_norm, norms[static_cast<size_t>(s)], 1e-4 * norms[static_cast<size_t>(s)]) << "step " << s;
+    EXPECT_NEAR(r.loss, losses[static_cast<size_t>(s)], 1e-5 * losses[static_cast<size_t>(s)])
+        << "step " << s;
+    EXPECT_NEAR(r.lr, lrs[static_cast<size_t>(s)], 1e-7 * lrs[static_cast<size_t>(s)] + 1e-12)
+        << "step " << s;  // stored as fp32
+    EXPECT_NEAR(r.grad_norm, norms[static_cast<size_t>(s)], 1e-4 * norms[static_cast<size_t>(s)])
+        << "step " << s;
   }
   for (const auto& t : trainer.model().tensors())
     EXPECT_LE(rel_err(trainer.model().param(t.name), ref().to_f32("train.final." + t.name)), 1e-4) << t.name;

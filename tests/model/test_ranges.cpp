@@ -55,7 +55,8 @@ TEST(ModelRanges, EveryRangeAStepRecordsIsInTheTable) {
       // The step's phases and at least one range of each kind of work were recorded.
       for (const char* must : {"forward", "backward", "optimizer", "gemm qkv", "attention backward", "norm"})
         EXPECT_TRUE(names.count(must)) << must << " missing at " << rm::precision_name(p);
-      for (const auto& n : names) EXPECT_NE(rm::ranges::find(n), nullptr) << "range '" << n << "' is not in ranges.hpp";
+      for (const auto& n : names)
+        EXPECT_NE(rm::ranges::find(n), nullptr) << "range '" << n << "' is not in ranges.hpp";
     }
 }
 

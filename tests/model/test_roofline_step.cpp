@@ -19,8 +19,9 @@ double closed_form(const ModelConfig& c, int64_t B, int64_t T, bool with_backwar
                F = static_cast<double>(c.d_ff), V = static_cast<double>(c.vocab_size),
                L = static_cast<double>(c.num_layers);
   const double gemm = n * (2 * (4 * D * D + 3 * D * F) * L + 2 * D * V);
-  const double attn_fwd = 2.0 * static_cast<double>(B) * static_cast<double>(c.num_heads) * static_cast<double>(T) *
-                          static_cast<double>(T) * static_cast<double>(c.d_head()) * L;
+  const double attn_fwd = 2.0 * static_cast<double>(B) * static_cast<double>(c.num_heads) *
+                          static_cast<double>(T) * static_cast<double>(T) * static_cast<double>(c.d_head()) *
+                          L;
   return with_backward ? 3 * gemm + 3.5 * attn_fwd : gemm + attn_fwd;
 }
 }  // namespace

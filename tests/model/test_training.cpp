@@ -248,13 +248,15 @@ TEST(Checkpoint, WeightsOnlyFileStartsAFreshOptimizer) {
   const fs::path dir = temp_dir();
   const std::string path = (dir / "weights.safetensors").string();
   rm::SafetensorsWriter w;
-  for (const auto& x : src.model().tensors()) w.add(x.name, ridge::DType::f32, x.shape, src.model().param(x.name).data());
+  for (const auto& x : src.model().tensors())
+    w.add(x.name, ridge::DType::f32, x.shape, src.model().param(x.name).data());
   w.write(path);
   t.seed = 77;
   rm::Trainer dst(c, t);
   dst.load(path);
   EXPECT_EQ(dst.steps(), 0);
-  EXPECT_TRUE(std::equal(src.model().params().begin(), src.model().params().end(), dst.model().params().begin()));
+  EXPECT_TRUE(
+      std::equal(src.model().params().begin(), src.model().params().end(), dst.model().params().begin()));
   fs::remove_all(dir);
 }
 
@@ -283,7 +285,9 @@ TEST(OptimizerRange, TrainerBuiltWithARangeHoldsOnlyIt) {
       ASSERT_EQ(tr.model().params()[static_cast<size_t>(i)], before[static_cast<size_t>(i)]) << i;
     }
   }
-  const auto nonzero = [](std::span<float> s) { return std::any_of(s.begin(), s.end(), [](float v) { return v != 0.0f; }); };
+  const auto nonzero = [](std::span<float> s) {
+    return std::any_of(s.begin(), s.end(), [](float v) { return v != 0.0f; });
+  };
   EXPECT_TRUE(nonzero(tr.optimizer().m()));
   const float* m0 = tr.optimizer().m().data();
   tr.shard_optimizer(n / 3, n / 2);

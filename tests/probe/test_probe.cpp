@@ -34,7 +34,8 @@ double fma_reference(int chains, int64_t iters, int lanes, bool fused) {
   T s = 0;
   for (int i = 0; i < chains; ++i) {
     T x = T(1) + T(0.01) * static_cast<T>(i);
-    for (int64_t n = 0; n < iters; ++n) x = fused ? std::fma(x, T(0.999999), T(1e-3)) : T(x * T(0.999999)) + T(1e-3);
+    for (int64_t n = 0; n < iters; ++n)
+      x = fused ? std::fma(x, T(0.999999), T(1e-3)) : T(x * T(0.999999)) + T(1e-3);
     s = i == 0 ? x : T(s + x);
   }
   return static_cast<double>(s) * lanes;
@@ -43,16 +44,22 @@ double fma_reference(int chains, int64_t iters, int lanes, bool fused) {
 TEST(ProbeKernels, FmaKernelsComputeTheirRecurrence) {
   for (int chains : {8, 12, 16, 24}) {
     const int64_t iters = 37;
-    EXPECT_NEAR(probe::detail::peak_fp32_scalar(chains, iters), fma_reference<float>(chains, iters, 1, false), 1e-3);
-    EXPECT_NEAR(probe::detail::peak_fp64_scalar(chains, iters), fma_reference<double>(chains, iters, 1, false), 1e-9);
+    EXPECT_NEAR(probe::detail::peak_fp32_scalar(chains, iters), fma_reference<float>(chains, iters, 1, false),
+                1e-3);
+    EXPECT_NEAR(probe::detail::peak_fp64_scalar(chains, iters),
+                fma_reference<double>(chains, iters, 1, false), 1e-9);
     if (has("avx2")) {
       const int c = chains > 12 ? 14 : chains;  // the ymm kernels cap at 14 chains
-      EXPECT_NEAR(probe::detail::peak_fp32_avx2(chains, iters), fma_reference<float>(c, iters, 8, true), 1e-2);
-      EXPECT_NEAR(probe::detail::peak_fp64_avx2(chains, iters), fma_reference<double>(c, iters, 4, true), 1e-9);
+      EXPECT_NEAR(probe::detail::peak_fp32_avx2(chains, iters), fma_reference<float>(c, iters, 8, true),
+                  1e-2);
+      EXPECT_NEAR(probe::detail::peak_fp64_avx2(chains, iters), fma_reference<double>(c, iters, 4, true),
+                  1e-9);
     }
     if (has("avx512")) {
-      EXPECT_NEAR(probe::detail::peak_fp32_avx512(chains, iters), fma_reference<float>(chains, iters, 16, true), 1e-2);
-      EXPECT_NEAR(probe::detail::peak_fp64_avx512(chains, iters), fma_reference<double>(chains, iters, 8, true), 1e-9);
+      EXPECT_NEAR(probe::detail::peak_fp32_avx512(chains, iters),
+                  fma_reference<float>(chains, iters, 16, true), 1e-2);
+      EXPECT_NEAR(probe::detail::peak_fp64_avx512(chains, iters),
+                  fma_reference<double>(chains, iters, 8, true), 1e-9);
     }
   }
 }
@@ -101,8 +108,8 @@ TEST(ProbeKernels, BandwidthKernelsReadAndUpdateEveryByte) {
 
 // A synthetic sweep: known plateaus per level, transitions smeared over a factor ~2 around each
 // capacity (a logistic in log2 size), multiplicative noise and a few wild outliers.
-std::vector<SweepPoint> synthetic(const Hierarchy& h, const std::vector<double>& bw, int per_octave, int64_t top,
-                                  unsigned seed) {
+std::vector<SweepPoint> synthetic(const Hierarchy& h, const std::vector<double>& bw, int per_octave,
+                                  int64_t top, unsigned seed) {
   std::mt19937 rng(seed);
   std::normal_distribution<double> noise(0, 0.03);
   std::uniform_real_distribution<double> u(0, 1);
@@ -259,7 +266,8 @@ TEST(ProbeChip, TinyRunWritesAChipFileThatLoadsBack) {
   const auto chip = roofline::load_chip_file(path);
   EXPECT_EQ(chip.id, "this");
   EXPECT_EQ(chip.kind, "cpu");
-  for (const auto& p : r.peaks) EXPECT_DOUBLE_EQ(chip.peak(p.kernel.dtype), p.all_threads.median()) << p.kernel.dtype;
+  for (const auto& p : r.peaks)
+    EXPECT_DOUBLE_EQ(chip.peak(p.kernel.dtype), p.all_threads.median()) << p.kernel.dtype;
   EXPECT_EQ(chip.memory.front().level, "dram");
   EXPECT_DOUBLE_EQ(chip.bandwidth(), 1e10);
   EXPECT_DOUBLE_EQ(chip.bandwidth("l1"), 1e10);
@@ -282,8 +290,10 @@ TEST(ProbeChip, DefaultPathFollowsRidgeHome) {
   setenv("RIDGE_HOME", "/tmp/ridge-home-test", 1);
   EXPECT_EQ(default_output_path(), "/tmp/ridge-home-test/this.json");
   EXPECT_EQ(default_output_path(), roofline::probe_result_path());
-  if (old) setenv("RIDGE_HOME", saved.c_str(), 1);
-  else unsetenv("RIDGE_HOME");
+  if (old)
+    setenv("RIDGE_HOME", saved.c_str(), 1);
+  else
+    unsetenv("RIDGE_HOME");
 }
 
 }  // namespace

@@ -58,9 +58,15 @@ TEST(Chips, EveryFigureHasASourceAndTheOutermostLevelIsHbm) {
     EXPECT_FALSE(c.intra_node->bandwidth_per_direction.source.empty());
     // Dense, never "with sparsity": bf16 (or fp16) above fp32 and below fp8/int8 by the usual 2x.
     // (1979 vs 2 x 989 is the vendors' rounding.)
-    if (c.has_peak("fp8") && c.has_peak("bf16")) { EXPECT_NEAR(c.peak("fp8") / c.peak("bf16"), 2, 0.002) << id; }
-    if (c.has_peak("int8") && c.has_peak("bf16")) { EXPECT_NEAR(c.peak("int8") / c.peak("bf16"), 2, 0.002) << id; }
-    if (c.has_peak("fp32") && c.has_peak("bf16")) { EXPECT_GT(c.peak("bf16"), c.peak("fp32")) << id; }
+    if (c.has_peak("fp8") && c.has_peak("bf16")) {
+      EXPECT_NEAR(c.peak("fp8") / c.peak("bf16"), 2, 0.002) << id;
+    }
+    if (c.has_peak("int8") && c.has_peak("bf16")) {
+      EXPECT_NEAR(c.peak("int8") / c.peak("bf16"), 2, 0.002) << id;
+    }
+    if (c.has_peak("fp32") && c.has_peak("bf16")) {
+      EXPECT_GT(c.peak("bf16"), c.peak("fp32")) << id;
+    }
   }
 }
 
@@ -93,7 +99,7 @@ TEST(Chips, CorrectedFiguresNotTheSeedErrors) {
   const auto b200 = rr::load_chip("b200");
   EXPECT_DOUBLE_EQ(b200.peak("bf16"), 2.25e15);
   EXPECT_DOUBLE_EQ(b200.peak("fp8"), 4.5e15);
-  EXPECT_NEAR(b200.bandwidth(), 8e12, 0.4e12);  // one GPU, not the NVL72 rack's 576 TB/s
+  EXPECT_NEAR(b200.bandwidth(), 8e12, 0.4e12);                 // one GPU, not the NVL72 rack's 576 TB/s
   EXPECT_NEAR(b200.peak("bf16") / b200.bandwidth(), 281, 12);  // not 3.9
   EXPECT_DOUBLE_EQ(b200.link_bandwidth(), 9.0e11);
 

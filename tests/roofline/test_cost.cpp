@@ -156,7 +156,8 @@ TEST(Attention, NaiveMovesTheScoresFlashDoesNot) {
 TEST(Fp8Gemm, CountsBlockScales) {
   const auto c = rr::fp8_gemm(128, 7168, 2048);
   const double scales = 4.0 * (128 * 16 + 56 * 16);  // fp32: A per 1x128, B per 128x128
-  EXPECT_DOUBLE_EQ(static_cast<double>(c.memory_bytes()), 128.0 * 2048 + 7168.0 * 2048 + scales + 2.0 * 128 * 7168);
+  EXPECT_DOUBLE_EQ(static_cast<double>(c.memory_bytes()),
+                   128.0 * 2048 + 7168.0 * 2048 + scales + 2.0 * 128 * 7168);
   EXPECT_EQ(c.compute, "fp8");
   // K not a multiple of 128 rounds the scale blocks up.
   const auto odd = rr::fp8_gemm(1, 129, 129);
@@ -171,8 +172,8 @@ TEST(GroupedGemm, MaskedCountsOnlyValidRows) {
   EXPECT_EQ(static_cast<double>(full.memory_bytes()), static_cast<double>(masked.memory_bytes()));
   // A group with no valid rows reads no weights.
   const auto one = rr::grouped_gemm_masked(1024, {400, 0}, 4096, 7168);
-  EXPECT_NEAR(static_cast<double>(masked.memory_bytes() - one.memory_bytes()),
-              4096.0 * 7168 + 4.0 * 32 * 56, 1e-3);
+  EXPECT_NEAR(static_cast<double>(masked.memory_bytes() - one.memory_bytes()), 4096.0 * 7168 + 4.0 * 32 * 56,
+              1e-3);
   EXPECT_THROW(rr::grouped_gemm_masked(100, {101}, 64, 64), ridge::Error);
   EXPECT_THROW(rr::grouped_gemm_masked(100, {0, 0}, 64, 64), ridge::Error);
 }
@@ -200,11 +201,21 @@ TEST(Bounds, UpperAtMostTwiceLowerOverRandomOps) {
     const DType t = types[rng() % 3];
     rr::Cost op;
     switch (rng() % 7) {
-      case 0: op = rr::matmul(dimr(0, 14) + 3, dimr(4, 14), dimr(4, 14) - 1, {t, t, t, ""}); break;
-      case 1: op = rr::dot(dimr(0, 30), t); break;
-      case 2: op = rr::softmax(dimr(0, 12), dimr(0, 16), t); break;
-      case 3: op = rr::all_reduce(dimr(10, 34), 2 + rng() % 100, t); break;
-      case 4: op = rr::matmul_split_d(dimr(0, 12), dimr(4, 16), dimr(4, 14), 2, {t, t, t, ""}); break;
+      case 0:
+        op = rr::matmul(dimr(0, 14) + 3, dimr(4, 14), dimr(4, 14) - 1, {t, t, t, ""});
+        break;
+      case 1:
+        op = rr::dot(dimr(0, 30), t);
+        break;
+      case 2:
+        op = rr::softmax(dimr(0, 12), dimr(0, 16), t);
+        break;
+      case 3:
+        op = rr::all_reduce(dimr(10, 34), 2 + rng() % 100, t);
+        break;
+      case 4:
+        op = rr::matmul_split_d(dimr(0, 12), dimr(4, 16), dimr(4, 14), 2, {t, t, t, ""});
+        break;
       case 5: {
         rr::AttentionShape s;
         s.seq_q = s.seq_kv = dimr(4, 14);
@@ -215,7 +226,8 @@ TEST(Bounds, UpperAtMostTwiceLowerOverRandomOps) {
         op = rng() % 2 ? rr::attention_naive(s) : rr::attention_flash(s);
         break;
       }
-      default: op = rr::matmul_per_example(dimr(0, 8), dimr(4, 10), dimr(4, 10), {t, t, t, ""});
+      default:
+        op = rr::matmul_per_example(dimr(0, 8), dimr(4, 10), dimr(4, 10), {t, t, t, ""});
     }
     if (!c.has_peak(op.compute)) continue;
     const auto b = rr::bound(op, c);

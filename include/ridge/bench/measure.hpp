@@ -82,6 +82,8 @@ inline void do_not_optimize(T& value) {
   asm volatile("" : "+m"(value) : : "memory");
 }
 // Makes every pending write to memory count as observed.
-inline void clobber_memory() { asm volatile("" : : : "memory"); }
+inline void clobber_memory() {
+  asm volatile("" : : : "memory");
+}
 
 }  // namespace ridge::bench

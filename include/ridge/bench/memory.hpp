@@ -7,7 +7,6 @@
 //   ridge::memory::stop_recording();            //       ridge memory plot mem.json -o mem.png
 #pragma once
 
-
 #include <cstdint>
 #include <map>
 #include <string>
@@ -32,9 +31,9 @@ History load_snapshot(const std::string& path);
 
 // Live bytes over time, replayed from a history.
 struct Timeline {
-  std::vector<double> t_s;             // event times since recording started
-  std::vector<int64_t> total;          // live bytes after each event
-  int64_t start_bytes = 0;             // live at the start (baseline)
+  std::vector<double> t_s;     // event times since recording started
+  std::vector<int64_t> total;  // live bytes after each event
+  int64_t start_bytes = 0;     // live at the start (baseline)
   int64_t peak_bytes = 0;
   double peak_t_s = 0;
   std::map<std::string, int64_t> live_at_peak;  // by tag

@@ -10,7 +10,6 @@
 // memory profiler while it records.
 #pragma once
 
-
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -63,9 +62,9 @@ void end_range(const Handle& h);
 
 // An instant event on the calling thread's timeline.
 struct Marker {
-  std::string category;            // e.g. "step", "checkpoint"; "" -> "ridge"
+  std::string category;  // e.g. "step", "checkpoint"; "" -> "ridge"
   uint32_t colour = color::none;
-  std::optional<double> payload;   // a number shown with the marker (loss, bytes, ...)
+  std::optional<double> payload;  // a number shown with the marker (loss, bytes, ...)
 };
 void mark(const std::string& name, const Marker& marker = {});
 

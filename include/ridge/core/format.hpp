@@ -28,10 +28,18 @@ namespace ridge {
 
 enum class Saturation { none, finite };
 
-struct bf16 { uint16_t bits; };
-struct fp16 { uint16_t bits; };
-struct fp8_e4m3 { uint8_t bits; };  // e4m3fn: bias 7, no inf, NaN = S.1111.111, max 448
-struct fp8_e5m2 { uint8_t bits; };  // bias 15, IEEE-like inf and NaN, max 57344
+struct bf16 {
+  uint16_t bits;
+};
+struct fp16 {
+  uint16_t bits;
+};
+struct fp8_e4m3 {
+  uint8_t bits;
+};  // e4m3fn: bias 7, no inf, NaN = S.1111.111, max 448
+struct fp8_e5m2 {
+  uint8_t bits;
+};  // bias 15, IEEE-like inf and NaN, max 57344
 
 namespace detail {
 
@@ -105,7 +113,9 @@ constexpr uint32_t decode_narrow(uint32_t code) {
 }  // namespace detail
 
 // ---- bf16: float's exponent range, 7 mantissa bits ----
-constexpr float to_float(bf16 v) { return std::bit_cast<float>(static_cast<uint32_t>(v.bits) << 16); }
+constexpr float to_float(bf16 v) {
+  return std::bit_cast<float>(static_cast<uint32_t>(v.bits) << 16);
+}
 constexpr bf16 to_bf16(float x, Saturation sat = Saturation::none) {
   const uint32_t f = std::bit_cast<uint32_t>(x);
   const uint32_t sign = (f >> 16) & 0x8000;
@@ -120,29 +130,48 @@ constexpr bf16 to_bf16(float x, Saturation sat = Saturation::none) {
 }
 
 // ---- fp16: IEEE binary16 ----
-constexpr float to_float(fp16 v) { return std::bit_cast<float>(detail::decode_narrow<5, 10, true>(v.bits)); }
+constexpr float to_float(fp16 v) {
+  return std::bit_cast<float>(detail::decode_narrow<5, 10, true>(v.bits));
+}
 constexpr fp16 to_fp16(float x, Saturation sat = Saturation::none) {
   return fp16{static_cast<uint16_t>(detail::encode_narrow<5, 10, true>(x, sat))};
 }
 
 // ---- fp8 e4m3fn ----
-constexpr float to_float(fp8_e4m3 v) { return std::bit_cast<float>(detail::decode_narrow<4, 3, false>(v.bits)); }
+constexpr float to_float(fp8_e4m3 v) {
+  return std::bit_cast<float>(detail::decode_narrow<4, 3, false>(v.bits));
+}
 constexpr fp8_e4m3 to_fp8_e4m3(float x, Saturation sat = Saturation::none) {
   return fp8_e4m3{static_cast<uint8_t>(detail::encode_narrow<4, 3, false>(x, sat))};
 }
 
 // ---- fp8 e5m2 ----
-constexpr float to_float(fp8_e5m2 v) { return std::bit_cast<float>(detail::decode_narrow<5, 2, true>(v.bits)); }
+constexpr float to_float(fp8_e5m2 v) {
+  return std::bit_cast<float>(detail::decode_narrow<5, 2, true>(v.bits));
+}
 constexpr fp8_e5m2 to_fp8_e5m2(float x, Saturation sat = Saturation::none) {
   return fp8_e5m2{static_cast<uint8_t>(detail::encode_narrow<5, 2, true>(x, sat))};
 }
 
 // Generic spelling for templates: from_float<fp8_e4m3>(x, sat).
-template <typename T> constexpr T from_float(float x, Saturation sat = Saturation::none);
-template <> constexpr bf16 from_float<bf16>(float x, Saturation sat) { return to_bf16(x, sat); }
-template <> constexpr fp16 from_float<fp16>(float x, Saturation sat) { return to_fp16(x, sat); }
-template <> constexpr fp8_e4m3 from_float<fp8_e4m3>(float x, Saturation sat) { return to_fp8_e4m3(x, sat); }
-template <> constexpr fp8_e5m2 from_float<fp8_e5m2>(float x, Saturation sat) { return to_fp8_e5m2(x, sat); }
+template <typename T>
+constexpr T from_float(float x, Saturation sat = Saturation::none);
+template <>
+constexpr bf16 from_float<bf16>(float x, Saturation sat) {
+  return to_bf16(x, sat);
+}
+template <>
+constexpr fp16 from_float<fp16>(float x, Saturation sat) {
+  return to_fp16(x, sat);
+}
+template <>
+constexpr fp8_e4m3 from_float<fp8_e4m3>(float x, Saturation sat) {
+  return to_fp8_e4m3(x, sat);
+}
+template <>
+constexpr fp8_e5m2 from_float<fp8_e5m2>(float x, Saturation sat) {
+  return to_fp8_e5m2(x, sat);
+}
 
 inline constexpr float kBf16Max = 0x1.FEp127f;
 inline constexpr float kFp16Max = 65504.0f;

@@ -41,8 +41,8 @@ struct Usage {
   int64_t peak_bytes = 0;     // high-water mark of current_bytes since start or reset_peak()
   int64_t live_allocations = 0;
   std::map<std::string, int64_t> live_by_tag;  // tags with live bytes only
-  int64_t peak_rss_bytes = 0;     // the process's peak resident set (getrusage), all allocators
-  int64_t current_rss_bytes = 0;  // resident set now (/proc/self/statm; 0 where unavailable)
+  int64_t peak_rss_bytes = 0;                  // the process's peak resident set (getrusage), all allocators
+  int64_t current_rss_bytes = 0;               // resident set now (/proc/self/statm; 0 where unavailable)
 };
 Usage usage();
 int64_t current_bytes();
@@ -55,20 +55,20 @@ int64_t current_rss_bytes();
 // ---- History (off by default) ----
 
 struct Event {
-  int64_t t_ns = 0;      // since the steady-clock epoch of this process's recorder (see history())
+  int64_t t_ns = 0;  // since the steady-clock epoch of this process's recorder (see history())
   uint64_t address = 0;
-  int64_t bytes = 0;     // requested size
-  int32_t tag = 0;       // index into History::tags
-  int32_t thread = 0;    // OS thread id
-  bool alloc = true;     // false: free
+  int64_t bytes = 0;   // requested size
+  int32_t tag = 0;     // index into History::tags
+  int32_t thread = 0;  // OS thread id
+  bool alloc = true;   // false: free
 };
 
 struct History {
   bool recording = false;
   size_t max_entries = 0;
-  uint64_t dropped = 0;   // oldest events evicted to keep max_entries (folded into `baseline`)
-  int64_t t0_ns = 0;      // when recording started (same clock as Event::t_ns)
-  int64_t now_ns = 0;     // when this copy was taken
+  uint64_t dropped = 0;  // oldest events evicted to keep max_entries (folded into `baseline`)
+  int64_t t0_ns = 0;     // when recording started (same clock as Event::t_ns)
+  int64_t now_ns = 0;    // when this copy was taken
   std::vector<std::string> tags;
   // Allocations live just before events[0] (at the start of recording, or when older events were
   // evicted), as alloc events, so replaying baseline then events gives exact live bytes.
@@ -94,7 +94,9 @@ namespace hooks {
 // and a branch. The trace recorder owns kTrace and kNvtx; record_history owns kMemory.
 inline constexpr unsigned kTrace = 1u, kNvtx = 2u, kMemory = 4u;
 extern std::atomic<unsigned> active;
-inline bool any_active() noexcept { return active.load(std::memory_order_relaxed) != 0; }
+inline bool any_active() noexcept {
+  return active.load(std::memory_order_relaxed) != 0;
+}
 void set_bits(unsigned bits, bool on) noexcept;
 
 // The innermost open trace range on this thread names untagged allocations. The pointer must stay

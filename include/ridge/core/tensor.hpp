@@ -21,15 +21,40 @@ const char* dtype_name(DType t);
 // "i8|int8", "i32|int32"; throws ridge::Error listing them otherwise.
 DType parse_dtype(const std::string& name);
 
-template <typename T> constexpr DType dtype_of();
-template <> constexpr DType dtype_of<double>() { return DType::f64; }
-template <> constexpr DType dtype_of<float>() { return DType::f32; }
-template <> constexpr DType dtype_of<bf16>() { return DType::bf16; }
-template <> constexpr DType dtype_of<fp16>() { return DType::fp16; }
-template <> constexpr DType dtype_of<fp8_e4m3>() { return DType::fp8_e4m3; }
-template <> constexpr DType dtype_of<fp8_e5m2>() { return DType::fp8_e5m2; }
-template <> constexpr DType dtype_of<int8_t>() { return DType::i8; }
-template <> constexpr DType dtype_of<int32_t>() { return DType::i32; }
+template <typename T>
+constexpr DType dtype_of();
+template <>
+constexpr DType dtype_of<double>() {
+  return DType::f64;
+}
+template <>
+constexpr DType dtype_of<float>() {
+  return DType::f32;
+}
+template <>
+constexpr DType dtype_of<bf16>() {
+  return DType::bf16;
+}
+template <>
+constexpr DType dtype_of<fp16>() {
+  return DType::fp16;
+}
+template <>
+constexpr DType dtype_of<fp8_e4m3>() {
+  return DType::fp8_e4m3;
+}
+template <>
+constexpr DType dtype_of<fp8_e5m2>() {
+  return DType::fp8_e5m2;
+}
+template <>
+constexpr DType dtype_of<int8_t>() {
+  return DType::i8;
+}
+template <>
+constexpr DType dtype_of<int32_t>() {
+  return DType::i32;
+}
 
 // A row-major matrix view with a leading-dimension stride (elements between rows).
 template <typename T>
@@ -55,7 +80,8 @@ struct TensorView {
   // Dense row-major view of the given shape (at most 4 dimensions, each >= 0).
   static TensorView contiguous(T* p, std::initializer_list<int64_t> dims) {
     if (dims.size() > 4)
-      throw Error("shape: " + std::to_string(dims.size()) + " dimensions given, a TensorView holds at most 4");
+      throw Error("shape: " + std::to_string(dims.size()) +
+                  " dimensions given, a TensorView holds at most 4");
     for (int64_t d : dims)
       if (d < 0) throw Error("shape: dimension " + std::to_string(d) + " is negative");
     TensorView v;
@@ -81,8 +107,8 @@ struct TensorView {
 
 // A matrix view [rows, cols] with row stride ld: rows, cols >= 0, ld >= cols, data non-null unless
 // the matrix is empty; and, when want_rows / want_cols are >= 0, exactly that shape.
-void check_matrix_view(const char* fn, const char* name, const void* data, int64_t rows, int64_t cols, int64_t ld,
-                       int64_t want_rows = -1, int64_t want_cols = -1);
+void check_matrix_view(const char* fn, const char* name, const void* data, int64_t rows, int64_t cols,
+                       int64_t ld, int64_t want_rows = -1, int64_t want_cols = -1);
 
 // How a tensor view may be laid out: any strides (a transposed or broadcast view); positive strides
 // along every dimension of size > 1 (a permuted or sliced view, but no broadcast or reversed one);

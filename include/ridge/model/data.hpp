@@ -22,9 +22,9 @@ class TokenFile {
  public:
   static TokenFile open(const std::string& path);
 
-  int64_t size() const { return size_; }  // tokens, when opened
+  int64_t size() const { return size_; }             // tokens, when opened
   uint16_t max_token() const { return max_token_; }  // the largest id in the file, found once at open()
-  uint64_t content_hash() const { return hash_; }  // fnv1a of its bytes, found once at open()
+  uint64_t content_hash() const { return hash_; }    // fnv1a of its bytes, found once at open()
   const std::string& path() const { return path_; }
 
   // Copies tokens [first, first + count) into `out`.

@@ -49,7 +49,7 @@ struct TensorInfo {
   std::vector<int64_t> shape;  // [out, in] for linear weights
   int64_t offset = 0;          // in elements, into params() / grads()
   int64_t numel = 0;
-  int group = 0;               // backward group: gradients of a group become final together
+  int group = 0;  // backward group: gradients of a group become final together
 };
 
 // Parameters in the flat buffers are ordered by when their gradients become final in the backward

@@ -34,7 +34,8 @@ class AdamW {
   // tensors skipped, or a shard of a data-parallel run): advance() counts one step; update() steps
   // params[i] with grads[i] using the state at state_offset + i and the current step count.
   void advance() { ++t_; }
-  void update(std::span<S> params, std::span<const S> grads, int64_t state_offset, double lr, double grad_scale = 1);
+  void update(std::span<S> params, std::span<const S> grads, int64_t state_offset, double lr,
+              double grad_scale = 1);
   int64_t size() const { return static_cast<int64_t>(m_.size()); }
   int64_t steps() const { return t_; }
   void set_steps(int64_t t) { t_ = t; }

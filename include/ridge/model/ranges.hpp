@@ -9,12 +9,12 @@
 namespace ridge::model::ranges {
 
 enum class Kind {
-  phase,        // forward, backward, optimizer: together the timed step
-  block,        // a grouping (a layer, an attention or FFN block) whose time its leaves already hold
-  gemm,         // a linear layer's GEMMs
-  attention,    // the attention kernel, forward or backward
-  elementwise,  // norms, RoPE, SwiGLU, the loss, the embedding, the weights' cast
-  optimizer,    // AdamW and what the optimizer step holds
+  phase,          // forward, backward, optimizer: together the timed step
+  block,          // a grouping (a layer, an attention or FFN block) whose time its leaves already hold
+  gemm,           // a linear layer's GEMMs
+  attention,      // the attention kernel, forward or backward
+  elementwise,    // norms, RoPE, SwiGLU, the loss, the embedding, the weights' cast
+  optimizer,      // AdamW and what the optimizer step holds
   communication,  // data-parallel gradient reduction and parameter gathering
 };
 
@@ -65,13 +65,41 @@ inline constexpr Name gemm_qkv_backward{"gemm qkv backward", Kind::gemm};
 inline constexpr Name embedding_backward{"embedding backward", Kind::elementwise};
 
 inline constexpr Name all[] = {
-    forward,       backward,           optimizer,       reduce_gradients,      gather_parameters,
-    cast_weights,  layer,              embedding,       attention_block,       norm,
-    gemm_qkv,      rope,               attention,       gemm_out,              ffn_block,
-    gemm_w1_w3,    swiglu,             gemm_w2,         final_norm,            gemm_lm_head,
-    loss,          loss_backward,      gemm_lm_head_backward, final_norm_backward, layer_backward,
-    ffn_block_backward, gemm_w2_backward, swiglu_backward, gemm_w1_w3_backward, norm_backward,
-    attention_block_backward, gemm_out_backward, attention_backward, gemm_qkv_backward, embedding_backward,
+    forward,
+    backward,
+    optimizer,
+    reduce_gradients,
+    gather_parameters,
+    cast_weights,
+    layer,
+    embedding,
+    attention_block,
+    norm,
+    gemm_qkv,
+    rope,
+    attention,
+    gemm_out,
+    ffn_block,
+    gemm_w1_w3,
+    swiglu,
+    gemm_w2,
+    final_norm,
+    gemm_lm_head,
+    loss,
+    loss_backward,
+    gemm_lm_head_backward,
+    final_norm_backward,
+    layer_backward,
+    ffn_block_backward,
+    gemm_w2_backward,
+    swiglu_backward,
+    gemm_w1_w3_backward,
+    norm_backward,
+    attention_block_backward,
+    gemm_out_backward,
+    attention_backward,
+    gemm_qkv_backward,
+    embedding_backward,
 };
 
 // The range named `text`, or nullptr when the model records no range of that name.

@@ -19,11 +19,11 @@ struct TrainConfig {
   int64_t seq = 256;  // tokens per sequence (<= the model's context_length)
   Precision precision = Precision::fp32;
   AttentionPath attention = AttentionPath::flash;
-  AdamWConfig adamw;          // adamw.lr is unused: the schedule below sets the rate of every step
+  AdamWConfig adamw;  // adamw.lr is unused: the schedule below sets the rate of every step
   double lr_max = 1e-3, lr_min = 1e-4;
   int64_t warmup_steps = 0, cosine_steps = 0;  // cosine_steps 0: constant lr_max after warm-up
-  double max_grad_norm = 1.0;  // 0 turns clipping off
-  double loss_scale = 65536.0;  // fp16 only: the initial dynamic loss scale
+  double max_grad_norm = 1.0;                  // 0 turns clipping off
+  double loss_scale = 65536.0;                 // fp16 only: the initial dynamic loss scale
   int64_t loss_scale_interval = 2000;
   uint64_t seed = 0;  // initialisation and batch sampling
   // The flat parameter range AdamW keeps state for from the start (optimizer_end -1: to the end).
@@ -34,12 +34,12 @@ struct TrainConfig {
 };
 
 struct StepResult {
-  int64_t step = 0;         // optimizer steps taken after this one (1 for the first)
-  double loss = 0;          // mean cross-entropy of the batch, before the update
-  double grad_norm = 0;     // global L2 norm of the unscaled gradient, before clipping
+  int64_t step = 0;      // optimizer steps taken after this one (1 for the first)
+  double loss = 0;       // mean cross-entropy of the batch, before the update
+  double grad_norm = 0;  // global L2 norm of the unscaled gradient, before clipping
   double lr = 0;
-  double loss_scale = 1;    // the scale this step's backward used
-  bool skipped = false;     // non-finite gradients: no update (the loss scale backs off in fp16)
+  double loss_scale = 1;  // the scale this step's backward used
+  bool skipped = false;   // non-finite gradients: no update (the loss scale backs off in fp16)
 };
 
 // What a data-parallel layer (the distributed module) plugs into Trainer::step. The defaults are what a

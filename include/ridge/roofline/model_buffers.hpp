@@ -46,11 +46,31 @@ enum class Elem { state, operand };
 
 enum class Buf : int {
   // Saved by each layer's forward for its backward.
-  x, x_mid, rstd1, rstd2, lse, h1, qkv, o, h2, ab, g,
+  x,
+  x_mid,
+  rstd1,
+  rstd2,
+  lse,
+  h1,
+  qkv,
+  o,
+  h2,
+  ab,
+  g,
   // After the last layer.
-  final_x, final_rstd, logits, final_lse, final_h,
+  final_x,
+  final_rstd,
+  logits,
+  final_lse,
+  final_h,
   // Workspace.
-  gemm, dx, dtmp, dattn, dop, dqkv, dout,
+  gemm,
+  dx,
+  dtmp,
+  dattn,
+  dop,
+  dqkv,
+  dout,
   count
 };
 
@@ -64,20 +84,23 @@ struct BufferSpec {
 
 // In Buf order; a region's buffers are carved in this order, each aligned to kBufferAlignment bytes.
 inline constexpr BufferSpec kModelBuffers[] = {
-    {Buf::x, "x", Region::layer, Elem::state, "[N,D] the layer's input (residual stream); read by ln1 backward"},
+    {Buf::x, "x", Region::layer, Elem::state,
+     "[N,D] the layer's input (residual stream); read by ln1 backward"},
     {Buf::x_mid, "x_mid", Region::layer, Elem::state, "[N,D] x + attention output; read by ln2 backward"},
     {Buf::rstd1, "rstd1", Region::layer, Elem::state, "[N] ln1's 1/rms, for its backward"},
     {Buf::rstd2, "rstd2", Region::layer, Elem::state, "[N] ln2's 1/rms, for its backward"},
     {Buf::lse, "lse", Region::layer, Elem::state, "[B,H,T] attention's log-sum-exp, for its backward"},
     {Buf::h1, "h1", Region::layer, Elem::operand, "[N,D] ln1(x): the qkv GEMM's input and dW operand"},
     {Buf::qkv, "qkv", Region::layer, Elem::operand, "[N,3D] q|k|v after RoPE: attention's inputs"},
-    {Buf::o, "o", Region::layer, Elem::operand, "[N,D] attention output: the out GEMM's input and dW operand"},
+    {Buf::o, "o", Region::layer, Elem::operand,
+     "[N,D] attention output: the out GEMM's input and dW operand"},
     {Buf::h2, "h2", Region::layer, Elem::operand, "[N,D] ln2(x_mid): the w1|w3 GEMM's input and dW operand"},
     {Buf::ab, "ab", Region::layer, Elem::operand, "[N,2F] w1 x | w3 x: SwiGLU's inputs, for its backward"},
     {Buf::g, "g", Region::layer, Elem::operand, "[N,F] silu(a) * b: the w2 GEMM's input and dW operand"},
     {Buf::final_x, "x", Region::final, Elem::state, "[N,D] the last layer's output"},
     {Buf::final_rstd, "rstd", Region::final, Elem::state, "[N] the final norm's 1/rms"},
-    {Buf::logits, "logits", Region::final, Elem::state, "[N,V] logits; the loss's backward turns them into dlogits"},
+    {Buf::logits, "logits", Region::final, Elem::state,
+     "[N,V] logits; the loss's backward turns them into dlogits"},
     {Buf::final_lse, "lse", Region::final, Elem::state, "[N] the loss's log-sum-exp"},
     {Buf::final_h, "h", Region::final, Elem::operand, "[N,D] ln_final(x): lm_head's input and dW operand"},
     {Buf::gemm, "gemm", Region::workspace, Elem::state,
@@ -92,7 +115,9 @@ inline constexpr BufferSpec kModelBuffers[] = {
     {Buf::dout, "dout", Region::workspace, Elem::operand, "[N,D] the attention output's gradient"},
 };
 static_assert(std::size(kModelBuffers) == static_cast<size_t>(Buf::count));
-constexpr const BufferSpec& spec(Buf b) { return kModelBuffers[static_cast<int>(b)]; }
+constexpr const BufferSpec& spec(Buf b) {
+  return kModelBuffers[static_cast<int>(b)];
+}
 
 inline constexpr size_t kBufferAlignment = 64;
 
