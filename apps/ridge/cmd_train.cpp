@@ -386,34 +386,6 @@ void train_loop(const Args& a, const Prepared& p, model::Trainer& trainer, DataP
 }
 
 #ifdef RIDGE_HAVE_DISTRIBUTED
-// "N bytes, fnv1a H" of a file: its whole contents up to 1 GiB, else its size and its first and last
-// 512 MiB (a checkpoint's header and its last tensors); "" when it cannot be read (--resume reports that).
-std::string file_contents_id(const std::string& path) {
-  std::error_code ec;
-  const uintmax_t size = fs::file_size(path, ec);
-  if (ec || !fs::is_regular_file(path, ec)) return {};
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f) return {};
-  constexpr uintmax_t kPart = uintmax_t{512} << 20;
-  uint64_t h = fnv1a(nullptr, 0);
-  std::vector<char> buf(size_t{1} << 20);
-  auto hash_range = [&](uintmax_t from, uintmax_t bytes) {
-    if (fseeko(f, static_cast<off_t>(from), SEEK_SET) != 0) return false;
-    while (bytes > 0) {
-      const size_t want = static_cast<size_t>(std::min<uintmax_t>(bytes, buf.size()));
-      const size_t got = std::fread(buf.data(), 1, want, f);
-      if (got == 0) return false;
-      h = fnv1a(buf.data(), got, h);
-      bytes -= got;
-    }
-    return true;
-  };
-  const bool ok =
-      size <= 2 * kPart ? hash_range(0, size) : hash_range(0, kPart) && hash_range(size - kPart, kPart);
-  std::fclose(f);
-  return ok ? fmt::format("{} bytes, fnv1a {:016x}", size, h) : std::string();
-}
-
 // What every rank must be given alike besides its command line: the contents of what it reads (the
 // command line compares the paths; this, what a path holds on each rank's machine).
 void add_contents(distributed::Fingerprint& fp, const Args& a, const Prepared& p) {
@@ -424,7 +396,8 @@ void add_contents(distributed::Fingerprint& fp, const Args& a, const Prepared& p
     fp.emplace_back("--text (contents)", fmt::format("{} bytes, fnv1a {:016x}", p.text_tokens.size(),
                                                      fnv1a(p.text_tokens.data(), p.text_tokens.size() * 2)));
   if (!a.resume.empty())
-    if (std::string id = file_contents_id(a.resume); !id.empty()) fp.emplace_back("--resume (contents)", id);
+    if (std::string id = files::contents_id(a.resume); !id.empty())
+      fp.emplace_back("--resume (contents)", id);
 }
 
 // One rank of `mpirun -np N ridge train --ddp MODE`. An error before MPI starts goes to main(), which

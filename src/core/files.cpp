@@ -8,13 +8,17 @@
 #include <atomic>
 #include <cerrno>
 #include <csignal>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <mutex>
 #include <optional>
 #include <utility>
+#include <vector>
+#include <algorithm>
 
 #include "ridge/core/error.hpp"
+#include "ridge/core/hash.hpp"
 #include "core/check.hpp"
 
 namespace ridge::files {
@@ -320,6 +324,32 @@ void check_distinct(const NamedPaths& outputs, const NamedPaths& inputs) {
                 "'{}' is also the output of {} ('{}'); give each output its own file", out, outputs[j].first,
                 outputs[j].second);
   }
+}
+
+std::string contents_id(const std::string& path) {
+  std::error_code ec;
+  const uintmax_t size = std::filesystem::file_size(path, ec);
+  if (ec || !std::filesystem::is_regular_file(path, ec)) return {};
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) return {};
+  constexpr uintmax_t kPart = uintmax_t{512} << 20;
+  uint64_t h = fnv1a(nullptr, 0);
+  std::vector<char> buf(size_t{1} << 20);
+  auto hash_range = [&](uintmax_t from, uintmax_t bytes) {
+    if (fseeko(f, static_cast<off_t>(from), SEEK_SET) != 0) return false;
+    while (bytes > 0) {
+      const size_t want = static_cast<size_t>(std::min<uintmax_t>(bytes, buf.size()));
+      const size_t got = std::fread(buf.data(), 1, want, f);
+      if (got == 0) return false;
+      h = fnv1a(buf.data(), got, h);
+      bytes -= got;
+    }
+    return true;
+  };
+  const bool ok =
+      size <= 2 * kPart ? hash_range(0, size) : hash_range(0, kPart) && hash_range(size - kPart, kPart);
+  std::fclose(f);
+  return ok ? fmt::format("{} bytes, fnv1a {:016x}", size, h) : std::string();
 }
 
 }  // namespace ridge::files

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <cstdio>
 #include <string>
 
 #include "ridge/core.hpp"
@@ -89,3 +90,21 @@ TEST(Files, SameFileSeesThroughSpellingsAndLinks) {
 }
 
 }  // namespace
+
+// contents_id names a file by its size and the FNV-1a hash of its bytes (computed here by the
+// algorithm's definition, byte by byte); a file that cannot be read has no id.
+TEST(Files, ContentsIdIsSizeAndFnv1aOfTheBytes) {
+  TempDir t;
+  const std::string path = (t.path / "id.bin").string();
+  std::string bytes;
+  for (int i = 0; i < 70000; ++i) bytes.push_back(static_cast<char>((i * 131) % 251));
+  std::ofstream(path, std::ios::binary) << bytes;
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : bytes) h = (h ^ c) * 0x100000001b3ull;
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+  EXPECT_EQ(ridge::files::contents_id(path), "70000 bytes, fnv1a " + std::string(hex));
+  std::filesystem::remove(path);
+  EXPECT_EQ(ridge::files::contents_id(path), "");
+  EXPECT_EQ(ridge::files::contents_id(t.path.string()), "");  // a folder
+}

@@ -45,6 +45,11 @@ void check_not_an_input(const std::string& output, const std::vector<std::string
 using NamedPaths = std::vector<std::pair<std::string, std::string>>;
 void check_distinct(const NamedPaths& outputs, const NamedPaths& inputs);
 
+// "N bytes, fnv1a H" of a regular file: the hash (ridge::fnv1a) of its whole contents up to 1 GiB, else
+// of its first and last 512 MiB (a checkpoint's header and its last tensors) with its size; "" when it
+// cannot be read. What MPI ranks compare to know they were given the same file.
+std::string contents_id(const std::string& path);
+
 // The temporaries of dead processes beside `path` (NAME.tmp.PID.N whose PID no longer runs):
 // removed by every write; exposed for tests. Returns how many were removed.
 int remove_stale_temporaries(const std::string& path);
