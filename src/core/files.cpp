@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <csignal>
@@ -15,7 +16,6 @@
 #include <optional>
 #include <utility>
 #include <vector>
-#include <algorithm>
 
 #include "ridge/core/error.hpp"
 #include "ridge/core/hash.hpp"

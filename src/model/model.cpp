@@ -369,7 +369,7 @@ void TransformerLM<S>::Impl::forward_pass(const int32_t* tokens, int64_t B, int6
          [&] { linear::forward(mat(s.h2, N, D), mat(W + t.w1, 2 * F, D), mat(w.gemm, N, 2 * F)); });
       in(ranges::swiglu, [&] { swiglu_forward(w.gemm, N, F, s.ab, s.g, r); });
       // The next layer's input (or the final norm's) = x_mid + g W2^T, the residual add fused as above.
-      S* next = l + 1 < cfg.num_layers ? LayerActs<S, O>(layer_acts[static_cast<size_t>(l + 1)]).x : f.x;
+      S* next = l + 1 < cfg.num_layers ? get<S, O, Buf::x>(layer_acts[static_cast<size_t>(l + 1)]) : f.x;
       in(ranges::gemm_w2,
          [&] { linear::forward(mat(s.g, N, F), mat(W + t.w2, D, F), mat(next, N, D), s.x_mid); });
     });

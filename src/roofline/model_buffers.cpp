@@ -3,6 +3,7 @@
 #include "ridge/roofline/model_buffers.hpp"
 
 #include <algorithm>
+#include <limits>
 
 #include "ridge/core/error.hpp"
 #include "core/check.hpp"
@@ -33,24 +34,6 @@ std::vector<ParamSpec> model_parameters(const ModelShape& m) {
   return out;
 }
 
-std::optional<int64_t> try_model_parameter_elements(const ModelShape& m) {
-  // One layer's tensors and the others, each counted with overflow detection, then the layers.
-  ModelShape one = m;
-  one.layers = 1;
-  int64_t once = 0, layer = 0;
-  for (const ParamSpec& p : model_parameters(one)) {
-    int64_t n = 1;
-    for (int64_t d : p.shape)
-      if (__builtin_mul_overflow(n, d, &n)) return std::nullopt;
-    int64_t& sum = p.name.rfind("layers.", 0) == 0 ? layer : once;
-    if (__builtin_add_overflow(sum, n, &sum)) return std::nullopt;
-  }
-  int64_t total = 0;
-  if (__builtin_mul_overflow(layer, m.layers, &total) || __builtin_add_overflow(total, once, &total))
-    return std::nullopt;
-  return total;
-}
-
 long double model_param_count(const ModelShape& m) {
   ModelShape one = m;
   one.layers = 1;
@@ -61,6 +44,16 @@ long double model_param_count(const ModelShape& m) {
     (p.name.rfind("layers.", 0) == 0 ? layer : once) += n;
   }
   return layer * static_cast<long double>(m.layers) + once;
+}
+
+std::optional<int64_t> try_model_parameter_elements(const ModelShape& m) {
+  // model_param_count's sum is exact below 2^64 (every partial sum and product is at most the total, and
+  // long double holds integers of 64 bits), so it answers for int64 too: a total of 2^63 or more
+  // overflowed, and rounding never brings a larger one below 2^63, a power of two it represents.
+  static_assert(std::numeric_limits<long double>::digits >= 64, "long double must hold 64-bit integers");
+  const long double n = model_param_count(m);
+  if (!(n >= 0 && n < 0x1p63L)) return std::nullopt;
+  return static_cast<int64_t>(n);
 }
 
 int64_t model_parameter_elements(const ModelShape& m) {

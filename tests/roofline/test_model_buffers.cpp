@@ -1,0 +1,50 @@
+// The parameter count of the buffer description against the closed form computed here in 128-bit
+// integers: exact wherever it fits int64, nullopt (and an error naming the sizes) where it does not,
+// including shapes whose count lies just beside 2^63.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <limits>
+
+#include "ridge/core/error.hpp"
+#include "ridge/roofline/model_buffers.hpp"
+
+namespace rr = ridge::roofline;
+
+namespace {
+__extension__ typedef __int128 i128;  // GCC/Clang's 128-bit integers (-Wpedantic needs the marker)
+
+i128 closed_form(const rr::ModelShape& m) {
+  const i128 V = m.vocab, D = m.d_model, F = m.d_ff, L = m.layers;
+  return 2 * V * D + L * (4 * D * D + 3 * D * F + 2 * D) + D;
+}
+}  // namespace
+
+TEST(ModelBuffers, ParameterCountIsExactUpToInt64AndRefusedBeyond) {
+  const i128 max = std::numeric_limits<int64_t>::max();
+  rr::ModelShape m;
+  m.vocab = 50257, m.d_model = 768, m.d_ff = 3072, m.layers = 12;
+  ASSERT_EQ(rr::try_model_parameter_elements(m), static_cast<int64_t>(closed_form(m)));
+  // Layer counts around the one that reaches 2^63 with d_model = d_ff = 2^20 (odd terms keep the count
+  // off round numbers): exact below, refused at and above.
+  m.vocab = 3, m.d_model = int64_t{1} << 20, m.d_ff = (int64_t{1} << 20) + 1;
+  const i128 per_layer = closed_form(m) - closed_form([&] {
+                               rr::ModelShape z = m;
+                               z.layers = 0;
+                               return z;
+                             }());
+  const int64_t edge = static_cast<int64_t>((max - (closed_form(m) - per_layer * m.layers)) / per_layer);
+  for (int64_t layers : {edge - 1, edge, edge + 1, edge + 2}) {
+    m.layers = layers;
+    const i128 exact = closed_form(m);
+    const auto got = rr::try_model_parameter_elements(m);
+    if (exact <= max) {
+      ASSERT_TRUE(got.has_value()) << layers;
+      EXPECT_EQ(*got, static_cast<int64_t>(exact)) << layers;
+      EXPECT_EQ(rr::model_parameter_elements(m), static_cast<int64_t>(exact));
+    } else {
+      EXPECT_FALSE(got.has_value()) << layers;
+      EXPECT_THROW(rr::model_parameter_elements(m), ridge::Error);
+    }
+  }
+}
