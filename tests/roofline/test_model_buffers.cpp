@@ -28,11 +28,9 @@ TEST(ModelBuffers, ParameterCountIsExactUpToInt64AndRefusedBeyond) {
   // Layer counts around the one that reaches 2^63 with d_model = d_ff = 2^20 (odd terms keep the count
   // off round numbers): exact below, refused at and above.
   m.vocab = 3, m.d_model = int64_t{1} << 20, m.d_ff = (int64_t{1} << 20) + 1;
-  const i128 per_layer = closed_form(m) - closed_form([&] {
-                               rr::ModelShape z = m;
-                               z.layers = 0;
-                               return z;
-                             }());
+  rr::ModelShape no_layers = m;
+  no_layers.layers = 0;
+  const i128 per_layer = closed_form(m) - closed_form(no_layers);
   const int64_t edge = static_cast<int64_t>((max - (closed_form(m) - per_layer * m.layers)) / per_layer);
   for (int64_t layers : {edge - 1, edge, edge + 1, edge + 2}) {
     m.layers = layers;
