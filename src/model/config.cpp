@@ -45,6 +45,9 @@ void ModelConfig::validate() const {
       {"vocab_size", vocab_size}, {"context_length", context_length}, {"d_model", d_model},
       {"num_layers", num_layers}, {"num_heads", num_heads},           {"d_ff", d_ff}};
   for (const auto& [name, v] : fields) check(v > 0, "ModelConfig: {} is {}; it must be > 0", name, v);
+  check(num_kv_heads >= 0 && num_heads % kv_heads() == 0,
+        "ModelConfig: num_kv_heads {} must be >= 0 (0: equal to num_heads) and divide num_heads {}",
+        num_kv_heads, num_heads);
   check(d_model % num_heads == 0, "ModelConfig: d_model {} is not a multiple of num_heads {}", d_model,
         num_heads);
   check(d_head() % 2 == 0,
@@ -63,6 +66,12 @@ void ModelConfig::validate() const {
             mul(context_length, vocab_size, &b) && mul(context_length, d_ff, &c2) &&
             mul(context_length, d_model, &c2),
         "ModelConfig: context_length {} makes the activation sizes overflow int64", context_length);
+}
+
+bool ModelConfig::operator==(const ModelConfig& o) const {
+  return vocab_size == o.vocab_size && context_length == o.context_length && d_model == o.d_model &&
+         num_layers == o.num_layers && num_heads == o.num_heads && d_ff == o.d_ff &&
+         rope_theta == o.rope_theta && kv_heads() == o.kv_heads();
 }
 
 int64_t ModelConfig::param_count() const {
@@ -99,6 +108,8 @@ void to_json(nlohmann::json& j, const ModelConfig& c) {
   j = {{"vocab_size", c.vocab_size}, {"context_length", c.context_length}, {"d_model", c.d_model},
        {"num_layers", c.num_layers}, {"num_heads", c.num_heads},           {"d_ff", c.d_ff},
        {"rope_theta", c.rope_theta}};
+  // Written only for grouped-query models, so a multi-head model's JSON is what it always was.
+  if (c.kv_heads() != c.num_heads) j["num_kv_heads"] = c.kv_heads();
 }
 
 void from_json(const nlohmann::json& j, ModelConfig& c) {
@@ -117,6 +128,7 @@ void from_json(const nlohmann::json& j, ModelConfig& c) {
   r.num_layers = integer("num_layers");
   r.num_heads = integer("num_heads");
   r.d_ff = integer("d_ff");
+  if (j.contains("num_kv_heads")) r.num_kv_heads = integer("num_kv_heads");
   if (j.contains("rope_theta")) {
     check(j.at("rope_theta").is_number(), "ModelConfig JSON: 'rope_theta' is not a number");
     r.rope_theta = j.at("rope_theta").get<double>();

@@ -16,9 +16,15 @@ struct ModelConfig {
   int64_t num_heads = 0;
   int64_t d_ff = 0;
   double rope_theta = 10000;
+  // Key/value heads (Llama's n_kv_heads; grouped-query attention when fewer than num_heads, each kv
+  // head shared by num_heads / kv_heads() query heads). 0, the default, means num_heads: every
+  // checkpoint and state_dict written before this field existed loads unchanged.
+  int64_t num_kv_heads = 0;
 
   int64_t d_head() const { return d_model / num_heads; }
-  // Throws ridge::Error naming the field: every size > 0, d_model a multiple of num_heads, d_head even
+  int64_t kv_heads() const { return num_kv_heads > 0 ? num_kv_heads : num_heads; }
+  // Throws ridge::Error naming the field: every size > 0 (num_kv_heads >= 0, and num_heads a multiple of
+  // kv_heads()), d_model a multiple of num_heads, d_head even
   // (RoPE rotates pairs), rope_theta finite and > 1, and every count below (params, activations of a
   // context) representable in int64.
   void validate() const;
@@ -26,7 +32,8 @@ struct ModelConfig {
   // lm_head V*D (untied). Assumes validate() passed.
   int64_t param_count() const;
 
-  bool operator==(const ModelConfig&) const = default;
+  // Equal shapes: num_kv_heads compared through kv_heads() (0 and num_heads are the same model).
+  bool operator==(const ModelConfig& o) const;
 };
 
 // The sizes of the CS336 systems assignment (bench/shapes/model-sizes.json; the table is built into the
@@ -36,7 +43,8 @@ ModelConfig preset(const std::string& name, int64_t vocab, int64_t context);
 std::vector<std::string> preset_names();
 
 // The configuration as a JSON object's text, and back: from_json_text requires every field but
-// rope_theta (default 10000); throws ridge::Error naming a missing or mistyped field, then validates.
+// rope_theta (default 10000) and num_kv_heads (default num_heads; written only when it differs); throws
+// ridge::Error naming a missing or mistyped field, then validates.
 // (The nlohmann-json forms are in the private header src/model/json.hpp.)
 std::string to_json_text(const ModelConfig& c, int indent = -1);
 ModelConfig from_json_text(const std::string& text, const std::string& what = "config");
