@@ -87,9 +87,16 @@ void m_grouped_fp8_gemm_nt_masked(TensorView<const fp8_e4m3> a, TensorView<const
 // scale = max(amax, 1e-4) / 448 over each block, q = RNE(x / scale) (saturating to +-448).
 // per_token: scales [m, ceil(k/128)] (1x128); per_block: scales [ceil(m/128), ceil(k/128)] (128x128).
 // The last block along either axis may be shorter than 128.
+// Fp8Scales::ue8m0 is DeepGEMM's power-of-two recipe (the scale factors Blackwell's FP8 MMA reads as an
+// 8-bit exponent, UE8M0): each scale is rounded up to the least power of two >= amax / 448, and the
+// values divided by it exactly. Still stored as fp32 here (a power of two is exact in fp32), so every
+// GEMM takes either kind.
 inline constexpr float kFp8AmaxFloor = 1e-4f;
-void per_token_cast_to_fp8(MatrixView<const float> x, MatrixView<fp8_e4m3> q, MatrixView<float> scales);
-void per_block_cast_to_fp8(MatrixView<const float> x, MatrixView<fp8_e4m3> q, MatrixView<float> scales);
+enum class Fp8Scales { fp32, ue8m0 };
+void per_token_cast_to_fp8(MatrixView<const float> x, MatrixView<fp8_e4m3> q, MatrixView<float> scales,
+                           Fp8Scales kind = Fp8Scales::fp32);
+void per_block_cast_to_fp8(MatrixView<const float> x, MatrixView<fp8_e4m3> q, MatrixView<float> scales,
+                           Fp8Scales kind = Fp8Scales::fp32);
 
 // An owning quantized matrix (values + scales), for callers that do not manage buffers.
 struct Fp8Matrix {
@@ -99,8 +106,8 @@ struct Fp8Matrix {
   MatrixView<const fp8_e4m3> view() const { return {values.data(), rows, cols, cols}; }
   MatrixView<const float> scale_view() const { return {scales.data(), scale_rows, scale_cols, scale_cols}; }
 };
-Fp8Matrix per_token_cast_to_fp8(MatrixView<const float> x);
-Fp8Matrix per_block_cast_to_fp8(MatrixView<const float> x);
+Fp8Matrix per_token_cast_to_fp8(MatrixView<const float> x, Fp8Scales kind = Fp8Scales::fp32);
+Fp8Matrix per_block_cast_to_fp8(MatrixView<const float> x, Fp8Scales kind = Fp8Scales::fp32);
 
 // Scalar reference twin: plain loops with the same two-level accumulation, fp32 output before
 // any rounding (what every optimized path is tested against).

@@ -525,6 +525,43 @@ TEST(Fp8Quant, PerBlockScalesAndTails) {
     }
 }
 
+// DeepGEMM's UE8M0 recipe: every scale is exactly a power of two, the least one >= amax / 448 (here computed
+// through log2 in double, independently of the library's frexp), and the values are x / scale rounded to
+// nearest even, so the block maximum lands in (224, 448].
+TEST(Fp8Quant, Ue8m0ScalesArePowersOfTwoAtLeastAmaxOver448) {
+  const int64_t n = 130, k = 300;
+  auto x = randn(static_cast<size_t>(n * k), 9, 3.0f);
+  x[5 * k + 3] = 448.0f * 0.25f;  // amax / 448 exactly a power of two in its block: kept, not doubled
+  for (auto kind : {0, 1}) {      // per block, per token
+    const auto q =
+        kind == 0
+            ? gemm::per_block_cast_to_fp8(MatrixView<const float>{x.data(), n, k, k}, gemm::Fp8Scales::ue8m0)
+            : gemm::per_token_cast_to_fp8(MatrixView<const float>{x.data(), n, k, k}, gemm::Fp8Scales::ue8m0);
+    const int64_t rows_per = kind == 0 ? 128 : 1;
+    for (int64_t br = 0; br < q.scale_rows; ++br)
+      for (int64_t bc = 0; bc < q.scale_cols; ++bc) {
+        double amax = 0;
+        for (int64_t r = br * rows_per; r < std::min<int64_t>(n, (br + 1) * rows_per); ++r)
+          for (int64_t c = bc * 128; c < std::min<int64_t>(k, bc * 128 + 128); ++c)
+            amax = std::max(amax, std::fabs(double(x[r * k + c])));
+        amax = std::max(amax, double(gemm::kFp8AmaxFloor));
+        const double want = std::exp2(std::ceil(std::log2(amax / 448.0)));
+        const float s = q.scales[br * q.scale_cols + bc];
+        ASSERT_EQ(double(s), want) << kind << " block " << br << "," << bc;
+        int e = 0;
+        ASSERT_EQ(std::frexp(s, &e), 0.5f);  // a power of two
+        for (int64_t r = br * rows_per; r < std::min<int64_t>(n, (br + 1) * rows_per); ++r)
+          for (int64_t c = bc * 128; c < std::min<int64_t>(k, bc * 128 + 128); ++c)
+            ASSERT_EQ(q.values[r * k + c].bits,
+                      ridge::to_fp8_e4m3(x[r * k + c] / s, ridge::Saturation::finite).bits);
+      }
+  }
+  const auto t =
+      gemm::per_token_cast_to_fp8(MatrixView<const float>{x.data(), n, k, k}, gemm::Fp8Scales::ue8m0);
+  EXPECT_EQ(t.scales[5 * t.scale_cols + 0], 0.25f);
+  EXPECT_EQ(ridge::to_float(t.values[5 * k + 3]), 448.0f);
+}
+
 TEST(Fp8Errors, BadShapesStridesScalesAndGroups) {
   const int64_t m = 4, n = 8, k = 130;
   std::vector<fp8_e4m3> a(m * k), b(n * k);
