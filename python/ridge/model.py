@@ -4,6 +4,8 @@
     loss = m.forward(inputs, targets)              # int32 [batch, seq]
     m.backward(); m.grad("lm_head.weight")         # NumPy views of ridge's buffers
     m.step(inputs, targets)                        # forward, backward, clipping, AdamW
+    m.generate([[1, 2, 3]], max_tokens=20)         # sampled continuations (KV cache)
+    s = m.inference("fp8").session(4)              # step by step: s.prefill, s.decode, s.logits
 """
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ from ._args import path as _path
 
 _m = _ridge.model
 
-__all__ = ["TransformerLM", "preset", "preset_names"]
+__all__ = ["TransformerLM", "InferenceModel", "Session", "preset", "preset_names"]
 
 preset_names = _m.preset_names
 
@@ -220,7 +222,134 @@ class TransformerLM:
     def save(self, path: str):
         self._t.save(_path(path, "path"))
 
+    def inference(self, weights="bf16", head=None, block_size=16) -> "InferenceModel":
+        """The weights as they are now, prepared for inference (see InferenceModel)."""
+        return InferenceModel(self, weights, head, block_size)
+
+    def generate(self, prompts, max_tokens=64, *, weights="bf16", head=None, temperature=1.0, top_p=1.0, top_k=0,
+                 seed=0, eos=None, on_token=None, return_stats=False):
+        """Sampled continuations of each prompt with a KV cache (see InferenceModel.generate)."""
+        return self.inference(weights, head).generate(prompts, max_tokens, temperature=temperature, top_p=top_p,
+                                                      top_k=top_k, seed=seed, eos=eos, on_token=on_token,
+                                                      return_stats=return_stats)
+
     def load(self, path: str):
         """Loads a checkpoint save() wrote (or a weights-only safetensors file); every field and tensor
         is checked first, so a bad file raises ValueError and leaves the model as it was."""
         self._t.load(_path(path, "path"))
+
+
+def _prompts(prompts, name="prompts"):
+    """A list of token sequences (lists, tuples or 1-D integer arrays; bytes count as byte tokens) as
+    lists of ints; the library checks the values (range, length, empty)."""
+    if isinstance(prompts, (str, bytes, np.ndarray)) or not isinstance(prompts, (list, tuple)):
+        raise TypeError(f"{name}: expected a list of token sequences, got {_type(prompts)}")
+    out = []
+    for i, p in enumerate(prompts):
+        if isinstance(p, bytes):
+            out.append(list(p))
+            continue
+        if isinstance(p, str):
+            raise TypeError(f"{name}[{i}]: a str is not tokens; pass p.encode() for byte-level ids")
+        a = np.asarray(p)
+        if a.ndim != 1 or (a.size and a.dtype.kind not in "iu"):
+            raise TypeError(f"{name}[{i}]: expected a 1-D sequence of integers, got {_type(p)}")
+        if a.size and (a.min() < -2**31 or a.max() >= 2**31):
+            raise ValueError(f"{name}[{i}]: token ids must fit int32")
+        out.append([int(t) for t in a])
+    return out
+
+
+class InferenceModel:
+    """The model's weights prepared for inference: weights fp32 | bf16 | fp8 | fp8-ue8m0 (e4m3 with
+    DeepGEMM's 128x128 block scales; UE8M0: power-of-two scales); head: the lm_head's format (default:
+    as weights, bf16 when weights are FP8). The KV cache is bf16 (fp32 for fp32 weights)."""
+
+    def __init__(self, model: "TransformerLM", weights="bf16", head=None, block_size=16):
+        if not isinstance(model, TransformerLM):
+            raise TypeError(f"model: expected a ridge.model.TransformerLM, got {_type(model)}")
+        self.config = model.config
+        self._im = _m.InferenceModel(model._t, string(weights, "weights"),
+                                     None if head is None else string(head, "head"),
+                                     integer(block_size, "block_size", 1, 1024))
+
+    @property
+    def weights(self) -> str:
+        return self._im.weights()
+
+    @property
+    def head(self) -> str:
+        return self._im.head()
+
+    @property
+    def kv_dtype(self) -> str:
+        return self._im.kv_dtype()
+
+    def weight_bytes(self) -> float:
+        """Bytes of weights one decode step reads (layers, final norm, head)."""
+        return self._im.weight_bytes()
+
+    def session(self, max_sequences=1, cache_tokens=0) -> "Session":
+        return Session(self, max_sequences, cache_tokens)
+
+    def generate(self, prompts, max_tokens=64, *, temperature=1.0, top_p=1.0, top_k=0, seed=0, eos=None,
+                 num_splits=0, on_token=None, return_stats=False):
+        """Sampled continuations of each prompt (a list of int lists). temperature 0: greedy; top_p in
+        (0, 1]; top_k 0: off; seed: prompt i samples from its own stream seeded seed + i, so the tokens
+        do not depend on the thread count; eos: a token id that ends its sequence (emitted). on_token(i,
+        token) is called for each token as it is sampled. With return_stats, also a dict of the prefill
+        and decode tokens, seconds and decode bytes."""
+        if on_token is not None and not callable(on_token):
+            raise TypeError(f"on_token: expected a callable, got {_type(on_token)}")
+        out, stats = _m.generate(self._im, _prompts(prompts), integer(max_tokens, "max_tokens", 1),
+                                 real(temperature, "temperature", finite=True), real(top_p, "top_p", finite=True),
+                                 integer(top_k, "top_k", 0), integer(seed, "seed", 0, 2**64 - 1),
+                                 -1 if eos is None else integer(eos, "eos", 0),
+                                 integer(num_splits, "num_splits", 0, 1024), on_token)
+        return (out, stats) if boolean(return_stats, "return_stats") else out
+
+
+class Session:
+    """Sequences and their paged KV cache, step by step:
+        s = im.session(max_sequences=4)
+        ids = s.prefill([[1, 2, 3], [4, 5]])      # logits(ids[i]) follow each prompt
+        s.decode(ids, [7, 8])                      # one token per sequence
+        s.logits(ids[0]); s.release(ids[0])        # a copy [vocab]; blocks back to the pool"""
+
+    def __init__(self, model: InferenceModel, max_sequences=1, cache_tokens=0):
+        if not isinstance(model, InferenceModel):
+            raise TypeError(f"model: expected a ridge.model.InferenceModel, got {_type(model)}")
+        self._model = model
+        self._s = _m.Session(model._im, integer(max_sequences, "max_sequences", 1),
+                             integer(cache_tokens, "cache_tokens", 0))
+
+    def prefill(self, prompts) -> list:
+        return self._s.prefill(_prompts(prompts))
+
+    def decode(self, ids, tokens):
+        ids = [integer(i, "ids") for i in ids]
+        toks = _prompts([tokens], "tokens")[0]
+        self._s.decode(ids, toks)
+
+    def logits(self, id):
+        return self._s.logits(integer(id, "id"))
+
+    def length(self, id) -> int:
+        return self._s.length(integer(id, "id"))
+
+    def live(self, id) -> bool:
+        return self._s.live(integer(id, "id"))
+
+    def release(self, id):
+        self._s.release(integer(id, "id"))
+
+    @property
+    def free_blocks(self) -> int:
+        return self._s.free_blocks()
+
+    @property
+    def total_blocks(self) -> int:
+        return self._s.total_blocks()
+
+    def set_num_splits(self, n):
+        self._s.set_num_splits(integer(n, "n", 0, 1024))

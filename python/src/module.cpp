@@ -32,4 +32,5 @@ NB_MODULE(_ridge, m) {
   ridge::py::bind_bench(bench);
   auto model = m.def_submodule("model");
   ridge::py::bind_model(model);
+  ridge::py::bind_generate(model);
 }

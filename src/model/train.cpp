@@ -284,12 +284,23 @@ void Trainer::save(const std::string& path, std::span<const float> m, std::span<
   w.write(path);
 }
 
-void Trainer::load(const std::string& path) {
-  // Everything is checked before anything changes, so a bad file leaves the trainer as it was: the
-  // structure (SafetensorsFile::load), the metadata, each tensor's dtype, shape and values.
-  const SafetensorsFile f = SafetensorsFile::load(path);
+namespace {
+
+// A checkpoint checked against a model before anything is read into it: the structure
+// (SafetensorsFile::load), the metadata, each tensor's dtype, shape and values. `precision`: the
+// training run's, which a full checkpoint must have been written by (nullptr: any, weights only);
+// with `state`, the optimizer tensors of a full checkpoint are checked too.
+struct CheckedFile {
+  SafetensorsFile f;
+  bool full = false;
+  SavedState state;
+};
+CheckedFile check_checkpoint(const std::string& path, const TransformerLM<float>& model,
+                             const Precision* precision, bool state) {
+  CheckedFile out{SafetensorsFile::load(path), false, {}};
+  const SafetensorsFile& f = out.f;
   const auto& md = f.metadata();
-  const ModelConfig& mine = model_.config();
+  const ModelConfig& mine = model.config();
 
   // A ridge checkpoint has 'format', 'config' and 'state'; a weights-only file (PyTorch's state_dict)
   // none of them, or only 'config'.
@@ -320,16 +331,17 @@ void Trainer::load(const std::string& path) {
     check_same(path, "num_heads", c.num_heads, mine.num_heads);
     check_same(path, "d_ff", c.d_ff, mine.d_ff);
     check_same(path, "rope_theta", c.rope_theta, mine.rope_theta);
+    check_same(path, "num_kv_heads", c.kv_heads(), mine.kv_heads());
   }
-  SavedState state;
-  if (full) {
-    state = parse_state(path, md.at("state"));
-    if (state.precision != cfg_.precision)
+  out.full = full;
+  if (full && precision) {
+    out.state = parse_state(path, md.at("state"));
+    if (out.state.precision != *precision)
       throw Error("precision",
                   fmt::format("this run trains in {} but checkpoint '{}' was written by a {} run; "
                               "resume it in {}",
-                              precision_name(cfg_.precision), path, precision_name(state.precision),
-                              precision_name(state.precision)));
+                              precision_name(*precision), path, precision_name(out.state.precision),
+                              precision_name(out.state.precision)));
   }
 
   // Each tensor: present, a float dtype (F32 in a ridge checkpoint, as save() writes), this model's
@@ -354,19 +366,51 @@ void Trainer::load(const std::string& path) {
             i);
     }
   };
-  for (const TensorInfo& t : model_.tensors()) {
+  for (const TensorInfo& t : model.tensors()) {
     validate(t.name, t, Kind::param);
-    if (full) {
+    if (full && state) {
       validate("optimizer.exp_avg." + t.name, t, Kind::exp_avg);
       validate("optimizer.exp_avg_sq." + t.name, t, Kind::exp_avg_sq);
     }
   }
+  return out;
+}
+
+void copy_params(const SafetensorsFile& f, TransformerLM<float>& model) {
+  for (const TensorInfo& t : model.tensors()) {
+    const std::vector<float> v = f.to_f32(t.name);
+    std::copy(v.begin(), v.end(), model.params().begin() + t.offset);
+  }
+}
+
+}  // namespace
+
+std::optional<ModelConfig> checkpoint_config(const std::string& path) {
+  const SafetensorsFile f = SafetensorsFile::load(path);
+  const auto it = f.metadata().find("config");
+  if (it == f.metadata().end()) return std::nullopt;
+  try {
+    return nlohmann::json::parse(it->second).get<ModelConfig>();
+  } catch (const nlohmann::json::exception&) {
+    fail("checkpoint '{}': metadata 'config' is not JSON", path);
+  } catch (const Error& e) {
+    fail("checkpoint '{}': metadata 'config' is not a valid model config ({})", path, e.what());
+  }
+}
+
+void load_weights(TransformerLM<float>& model, const std::string& path) {
+  const CheckedFile c = check_checkpoint(path, model, nullptr, false);
+  copy_params(c.f, model);
+}
+
+void Trainer::load(const std::string& path) {
+  // Everything is checked before anything changes, so a bad file leaves the trainer as it was.
+  const CheckedFile checked = check_checkpoint(path, model_, &cfg_.precision, true);
+  const SafetensorsFile& f = checked.f;
+  const bool full = checked.full;
+  const SavedState& state = checked.state;
 
   // Nothing below throws (but for memory): the trainer changes as a whole.
-  auto copy = [&](const std::string& name, const TensorInfo& t, std::span<float> dst) {
-    const std::vector<float> v = f.to_f32(name);
-    std::copy(v.begin(), v.end(), dst.begin() + t.offset);
-  };
   // The optimizer state of this worker's range only (all of it unless sharded).
   auto copy_state = [&](const std::string& name, const TensorInfo& t, std::span<float> dst) {
     const int64_t b = std::max(opt_begin_, t.offset), e = std::min(optimizer_end(), t.offset + t.numel);
@@ -374,7 +418,7 @@ void Trainer::load(const std::string& path) {
     const std::vector<float> v = f.to_f32(name);
     std::copy(v.begin() + (b - t.offset), v.begin() + (e - t.offset), dst.begin() + (b - opt_begin_));
   };
-  for (const TensorInfo& t : model_.tensors()) copy(t.name, t, model_.params());
+  copy_params(f, model_);
   if (full) {
     for (const TensorInfo& t : model_.tensors()) {
       copy_state("optimizer.exp_avg." + t.name, t, adamw_.m());

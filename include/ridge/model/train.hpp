@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -108,5 +109,14 @@ class Trainer {
   std::vector<bool> frozen_;
   int64_t opt_begin_ = 0;
 };
+
+// The model config a checkpoint's metadata records (ridge's checkpoints and weights files written by
+// ridge), or nullopt for a weights-only file without one (a PyTorch state_dict). ridge::Error for a file
+// that is not safetensors or whose config is malformed.
+std::optional<ModelConfig> checkpoint_config(const std::string& path);
+// The weights of a checkpoint or a weights-only file into `model`, checked as Trainer::load checks them
+// (the config, every tensor's dtype, shape and values) before any is copied; the optimizer state, if
+// any, is not read.
+void load_weights(TransformerLM<float>& model, const std::string& path);
 
 }  // namespace ridge::model

@@ -1,0 +1,267 @@
+// `ridge generate`: text from a trained model (a checkpoint) or from random weights of a preset size (for
+// timing): prompts in, sampled tokens streamed to stdout as they come, and a last line on stderr with the
+// prefill and decode speeds against the bandwidth roof of this machine's probed chip.
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <optional>
+
+#include "cli.hpp"
+#include "ridge/core.hpp"
+#include "ridge/model/generate.hpp"
+#include "ridge/model/train.hpp"
+#include "ridge/roofline.hpp"
+#include "core/check.hpp"
+
+namespace {
+
+using namespace ridge;
+
+struct Args {
+  std::string checkpoint, size, weights = "bf16", head;
+  int64_t vocab = 10000, context = 1024, kv_heads = 0;
+  std::vector<std::string> prompts, prompt_files;
+  int64_t max_tokens = 64, top_k = 0, eos = -1, block_size = 16;
+  double temperature = 1.0, top_p = 1.0;
+  uint64_t seed = 0;
+  int threads = -1, splits = 0;
+  bool json = false;
+};
+
+// Byte-level decoding: ids below 256 are bytes; a larger id (a vocabulary trained beyond bytes, with no
+// tokenizer named) is shown as <id>.
+std::string token_text(int32_t t) {
+  return t < 256 ? std::string(1, static_cast<char>(t)) : fmt::format("<{}>", t);
+}
+
+model::TransformerLM<float> load_model(const Args& a) {
+  if (!a.checkpoint.empty()) {
+    std::optional<model::ModelConfig> c;
+    try {
+      c = model::checkpoint_config(a.checkpoint);
+    } catch (const Error& e) {
+      fail("--checkpoint: {}", e.what());
+    }
+    model::ModelConfig cfg;
+    if (c) {
+      cfg = *c;
+      check(a.size.empty(), "--size: the checkpoint '{}' records its model's shape; drop --size", a.checkpoint);
+    } else {
+      check(!a.size.empty(),
+            "--checkpoint: '{}' records no model config (a PyTorch state_dict?); give its shape with --size, "
+            "--vocab, --context and --kv-heads",
+            a.checkpoint);
+      cfg = model::preset(a.size, a.vocab, a.context);
+      cfg.num_kv_heads = a.kv_heads;
+      cfg.validate();
+    }
+    model::TransformerLM<float> m(cfg);
+    try {
+      model::load_weights(m, a.checkpoint);
+    } catch (const Error& e) {
+      fail("--checkpoint: {}", e.what());
+    }
+    return m;
+  }
+  check(!a.size.empty(), "generate: give --checkpoint FILE, or --size NAME for random weights (timing only)");
+  model::ModelConfig cfg;
+  try {
+    cfg = model::preset(a.size, a.vocab, a.context);
+    cfg.num_kv_heads = a.kv_heads;
+    cfg.validate();
+  } catch (const Error& e) {
+    std::string m = e.what();
+    if (m.rfind("preset: ", 0) == 0) m = "--size: " + m.substr(8);
+    if (m.rfind("ModelConfig: num_kv_heads", 0) == 0) m = "--kv-heads:" + m.substr(25);
+    throw Error(m);
+  }
+  model::TransformerLM<float> m(cfg);
+  m.init(a.seed);
+  return m;
+}
+
+std::vector<std::vector<int32_t>> read_prompts(const Args& a, int64_t vocab) {
+  std::vector<std::string> texts = a.prompts;
+  for (const auto& f : a.prompt_files) texts.push_back(input::read_input_file(f, "--prompt-file"));
+  check(!texts.empty(), "generate: give at least one --prompt TEXT or --prompt-file FILE");
+  std::vector<std::vector<int32_t>> out;
+  for (size_t i = 0; i < texts.size(); ++i) {
+    check(!texts[i].empty(), "--prompt: prompt {} is empty; a prompt needs at least one byte", i + 1);
+    std::vector<int32_t> ids;
+    for (unsigned char b : texts[i]) {
+      check(b < vocab, "--prompt: prompt {} holds the byte {}, outside this model's vocabulary [0, {})", i + 1, b,
+            vocab);
+      ids.push_back(b);
+    }
+    out.push_back(std::move(ids));
+  }
+  return out;
+}
+
+void run(const Args& a) {
+  if (a.threads != -1) set_num_threads(a.threads);
+  model::InferenceOptions io;
+  io.weights = model::parse_weight_format(a.weights, "--weights");
+  if (!a.head.empty()) io.head = model::parse_weight_format(a.head, "--head");
+  io.block_size = a.block_size;
+  model::GenerateOptions go;
+  go.sampling.temperature = a.temperature;
+  go.sampling.top_p = a.top_p;
+  go.sampling.top_k = a.top_k;
+  go.max_tokens = a.max_tokens;
+  go.seed = a.seed;
+  go.eos = a.eos;
+  go.num_splits = a.splits;
+
+  // Everything the flags alone decide is checked before the weights are read.
+  std::optional<model::TransformerLM<float>> trained(load_model(a));
+  const model::ModelConfig cfg = trained->config();
+  const auto prompts = read_prompts(a, cfg.vocab_size);
+  check(a.eos < cfg.vocab_size, "--eos: {} is outside this model's vocabulary [0, {})", a.eos, cfg.vocab_size);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const auto len = static_cast<int64_t>(prompts[i].size());
+    check(len <= cfg.context_length, "--prompt: prompt {} has {} tokens; the model's context_length is {}", i + 1,
+          len, cfg.context_length);
+    check(len + a.max_tokens <= cfg.context_length,
+          "--max-tokens: prompt {}'s {} tokens + {} new tokens exceed the model's context_length {}; at most {} "
+          "here",
+          i + 1, len, a.max_tokens, cfg.context_length, cfg.context_length - len);
+  }
+  const model::InferenceModel im = cli::with_flags({{"block_size", "--block-size"}},
+                                                   [&] { return model::InferenceModel(*trained, io); });
+  trained.reset();  // the fp32 master copy is not needed any more
+  // One prompt streams as it comes; several are printed whole at the end, each after its prompt.
+  const bool stream = prompts.size() == 1 && !a.json;
+  if (stream) {
+    for (int32_t t : prompts[0]) std::fputs(token_text(t).c_str(), stdout);
+    std::fflush(stdout);
+    go.on_token = [](size_t, int32_t t) {
+      std::fputs(token_text(t).c_str(), stdout);
+      std::fflush(stdout);
+    };
+  }
+  model::GenerateStats st;
+  const auto out = cli::with_flags({{"max_tokens", "--max-tokens"},
+                                    {"temperature", "--temperature"},
+                                    {"top_p", "--top-p"},
+                                    {"top_k", "--top-k"},
+                                    {"num_splits", "--splits"}},
+                                   [&] { return model::generate(im, prompts, go, &st); });
+
+  double roof = 0;
+  std::string roof_name;
+  if (roofline::has_probe_result()) {
+    try {
+      const auto chip = roofline::load_chip("this");
+      roof = chip.bandwidth();
+      roof_name = chip.memory_level().name;
+    } catch (const Error&) {
+      roof = 0;
+    }
+  }
+  const double prefill_tps = st.prefill_seconds > 0 ? static_cast<double>(st.prefill_tokens) / st.prefill_seconds : 0;
+  const double decode_tps = st.decode_seconds > 0 ? static_cast<double>(st.decode_tokens) / st.decode_seconds : 0;
+  const double bw = st.decode_seconds > 0 ? st.decode_bytes / st.decode_seconds : 0;
+
+  if (a.json) {
+    nlohmann::json seqs = nlohmann::json::array();
+    for (size_t i = 0; i < out.size(); ++i) {
+      std::string text;
+      for (int32_t t : out[i]) text += token_text(t);
+      seqs.push_back({{"prompt_tokens", prompts[i].size()}, {"tokens", out[i]}, {"text", text}});
+    }
+    nlohmann::json j = {{"weights", model::weight_format_name(io.weights)},
+                        {"head", model::weight_format_name(im.head_format())},
+                        {"kv_dtype", dtype_name(im.kv_dtype())},
+                        {"threads", get_num_threads()},
+                        {"sequences", seqs},
+                        {"prefill_tokens", st.prefill_tokens},
+                        {"prefill_seconds", st.prefill_seconds},
+                        {"prefill_tokens_per_s", prefill_tps},
+                        {"decode_tokens", st.decode_tokens},
+                        {"decode_steps", st.decode_steps},
+                        {"decode_seconds", st.decode_seconds},
+                        {"decode_tokens_per_s", decode_tps},
+                        {"decode_bytes", st.decode_bytes},
+                        {"decode_bytes_per_s", bw}};
+    if (roof > 0) {
+      j["bandwidth_roof"] = roof;
+      j["bandwidth_level"] = roof_name;
+      j["roof_fraction"] = bw / roof;
+    }
+    std::fputs((j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n").c_str(), stdout);
+    return;
+  }
+  if (stream) {
+    std::fputs("\n", stdout);
+  } else {
+    for (size_t i = 0; i < out.size(); ++i) {
+      std::string text;
+      for (int32_t t : prompts[i]) text += token_text(t);
+      for (int32_t t : out[i]) text += token_text(t);
+      fmt::print("--- {} ---\n{}\n", i + 1, text);
+    }
+  }
+  std::fflush(stdout);
+  std::string line = fmt::format(
+      "prefill {} tokens in {:.3g} s ({:.0f} tokens/s); decode {} tokens in {} steps, {:.3g} s ({:.1f} tokens/s, "
+      "{:.1f} GB/s",
+      st.prefill_tokens, st.prefill_seconds, prefill_tps, st.decode_tokens, st.decode_steps, st.decode_seconds,
+      decode_tps, bw / 1e9);
+  if (roof > 0)
+    line += fmt::format(" = {:.0f}% of the {} roof, {:.1f} GB/s)", 100 * bw / roof, roof_name, roof / 1e9);
+  else
+    line += "; run 'ridge probe' for this machine's bandwidth roof)";
+  line += fmt::format(", {} weights, {} threads", model::weight_format_name(io.weights), get_num_threads());
+  cli::say("ridge generate: ", line);
+}
+
+void setup(CLI::App& root) {
+  static Args a;
+  auto* cmd = root.add_subcommand("generate", "sample text from a trained model (KV cache, paged, split-KV decode)");
+  cmd->add_option("--checkpoint", a.checkpoint, "a checkpoint of `ridge train` or a safetensors state_dict");
+  cmd->add_option("--size", a.size, "random weights of a preset size instead (timing): tiny, small, ...");
+  cmd->add_option("--vocab", a.vocab, "with --size: vocabulary size")
+      ->capture_default_str()
+      ->transform(cli::integer_in(1));
+  cmd->add_option("--context", a.context, "with --size: context length")
+      ->capture_default_str()
+      ->transform(cli::integer_in(2));
+  cmd->add_option("--kv-heads", a.kv_heads, "with --size: key/value heads (0: as many as heads)")
+      ->transform(cli::integer_in(0));
+  cmd->add_option("--prompt", a.prompts, "a prompt (repeatable: one sequence each)");
+  cmd->add_option("--prompt-file", a.prompt_files, "a file whose bytes are a prompt (repeatable)");
+  cmd->add_option("--max-tokens", a.max_tokens, "new tokens per prompt")
+      ->capture_default_str()
+      ->transform(cli::integer_in(1));
+  cmd->add_option("--temperature", a.temperature, "0: greedy")->capture_default_str()->transform(cli::number_in(0, 1e9));
+  cmd->add_option("--top-p", a.top_p, "nucleus sampling, in (0, 1]")
+      ->capture_default_str()
+      ->transform(cli::number_in(0, 1, true));
+  cmd->add_option("--top-k", a.top_k, "keep the k most likely tokens (0: off)")
+      ->capture_default_str()
+      ->transform(cli::integer_in(0));
+  cmd->add_option("--seed", a.seed, "sampling seed (and --size's weights)")
+      ->capture_default_str()
+      ->transform(cli::integer_in(0));
+  cmd->add_option("--eos", a.eos, "a token id that ends a sequence (-1: none)")
+      ->capture_default_str()
+      ->transform(cli::integer_in(-1));
+  cmd->add_option("--weights", a.weights, "fp32, bf16, fp8 or fp8-ue8m0")->capture_default_str();
+  cmd->add_option("--head", a.head, "the lm_head's format (default: as --weights; bf16 with fp8)");
+  cmd->add_option("--block-size", a.block_size, "tokens per KV-cache block")
+      ->capture_default_str()
+      ->transform(cli::integer_in(1, 1024));
+  cmd->add_option("--splits", a.splits, "decode attention's KV splits (0: heuristic)")
+      ->capture_default_str()
+      ->transform(cli::integer_in(0, 1024));
+  cmd->add_option("--threads", a.threads, "threads (default: OMP_NUM_THREADS or all CPUs)")
+      ->transform(cli::integer_in(1, env::kMaxThreads));
+  cmd->add_flag("--json", a.json, "one JSON document: tokens, text and speeds");
+  cmd->callback([] { run(a); });
+}
+
+}  // namespace
+
+RIDGE_COMMAND(generate, setup);

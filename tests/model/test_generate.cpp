@@ -1,0 +1,332 @@
+// Inference (ridge/model/generate.hpp) against the training model's full forward pass, an independent
+// computation of the same math (no cache, every position at once, the training kernels): prefill and every
+// decode step give the logits the full forward gives at that position; split-KV equals one split; FP8
+// weights stay within DeepGEMM's calc_diff; sampling is seeded per sequence; bad input is refused.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <vector>
+
+#include "ridge/core/cpu.hpp"
+#include "ridge/core/error.hpp"
+#include "ridge/core/threads.hpp"
+#include "ridge/model/generate.hpp"
+#include "ridge/model/model.hpp"
+
+namespace rm = ridge::model;
+using ridge::cpu::Isa;
+
+namespace {
+
+rm::ModelConfig small_config(int64_t kv_heads = 0) {
+  rm::ModelConfig c;
+  c.vocab_size = 97;
+  c.context_length = 80;
+  c.d_model = 64;
+  c.num_layers = 2;
+  c.num_heads = 4;
+  c.num_kv_heads = kv_heads;
+  c.d_ff = 96;
+  c.validate();
+  return c;
+}
+
+std::vector<int32_t> random_tokens(size_t n, uint64_t seed, int64_t vocab) {
+  rm::Rng r(seed);
+  std::vector<int32_t> t(n);
+  for (auto& x : t) x = static_cast<int32_t>(r.below(static_cast<uint64_t>(vocab)));
+  return t;
+}
+
+// The full forward's logits at the last position of `tokens` (one sequence).
+std::vector<float> full_logits(rm::TransformerLM<float>& m, const std::vector<int32_t>& tokens) {
+  const int64_t T = static_cast<int64_t>(tokens.size()), V = m.config().vocab_size;
+  m.forward(tokens.data(), nullptr, 1, T);
+  const auto l = m.logits();
+  return {l.begin() + (T - 1) * V, l.begin() + T * V};
+}
+
+// max |a - b| / max |b|.
+double rel_diff(std::span<const float> a, std::span<const float> b) {
+  double d = 0, r = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    d = std::max(d, std::fabs(double(a[i]) - double(b[i])));
+    r = std::max(r, std::fabs(double(b[i])));
+  }
+  return d / r;
+}
+// DeepGEMM's calc_diff: 1 - 2 sum(xy) / sum(x^2 + y^2) (0 for equal vectors, scale-free).
+double calc_diff(std::span<const float> x, std::span<const float> y) {
+  double xy = 0, xx = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    xy += double(x[i]) * y[i];
+    xx += double(x[i]) * x[i] + double(y[i]) * y[i];
+  }
+  return 1 - 2 * xy / xx;
+}
+
+// Prompts of several lengths (crossing 4-token blocks), prefilled together, then decoded together for
+// `steps` steps; after each step every sequence's logits are held against the full forward over its
+// whole text. `compare(got, want)` asserts.
+template <typename F>
+void decode_against_full(rm::TransformerLM<float>& ref, const rm::InferenceModel& im, int steps, F&& compare,
+                         int splits = 0) {
+  const int64_t V = ref.config().vocab_size;
+  std::vector<std::vector<int32_t>> text = {random_tokens(5, 1, V), random_tokens(17, 2, V), random_tokens(1, 3, V),
+                                            random_tokens(8, 4, V)};
+  rm::Session s(im, 4);
+  s.set_num_splits(splits);
+  const auto ids = s.prefill(text);
+  for (size_t i = 0; i < text.size(); ++i) {
+    SCOPED_TRACE("prefill of prompt " + std::to_string(i));
+    compare(s.logits(ids[i]), full_logits(ref, text[i]));
+  }
+  for (int step = 0; step < steps; ++step) {
+    std::vector<int32_t> next = random_tokens(text.size(), 100 + step, V);
+    s.decode(ids, next);
+    for (size_t i = 0; i < text.size(); ++i) {
+      text[i].push_back(next[i]);
+      SCOPED_TRACE("decode step " + std::to_string(step) + " of sequence " + std::to_string(i));
+      ASSERT_EQ(s.length(ids[i]), static_cast<int64_t>(text[i].size()));
+      compare(s.logits(ids[i]), full_logits(ref, text[i]));
+    }
+  }
+}
+
+}  // namespace
+
+TEST(Generate, Fp32DecodeEqualsTheFullForwardAtEveryPosition) {
+  for (Isa isa : ridge::cpu::supported_isas()) {
+    SCOPED_TRACE(ridge::cpu::isa_name(isa));
+    ridge::cpu::ScopedIsa scoped(isa);
+    rm::TransformerLM<float> m(small_config());
+    m.init(7);
+    rm::InferenceOptions o;
+    o.weights = rm::WeightFormat::fp32;
+    o.block_size = 4;
+    const rm::InferenceModel im(m, o);
+    EXPECT_EQ(im.kv_dtype(), ridge::DType::f32);
+    decode_against_full(m, im, 12, [](std::span<const float> got, const std::vector<float>& want) {
+      ASSERT_LE(rel_diff(got, want), 1e-5);
+    });
+  }
+}
+
+TEST(Generate, Bf16DecodeMatchesTheBf16ForwardWithinItsRounding) {
+  // The bf16 forward and the cache round the same values at the same points (the normed activations,
+  // q|k|v after RoPE, o, a and b of SwiGLU, g); they differ only in fp32 summation order, which can move
+  // a value across a bf16 rounding boundary: one operand changes by one bf16 ulp (2^-8 relative), and the
+  // logits by a few times 2^-8 of their scale at most. 2^-6 of the largest logit bounds that; a wrong
+  // position, head or block gives differences of the logits' own size.
+  rm::TransformerLM<float> m(small_config(), rm::Precision::bf16);
+  m.init(8);
+  rm::InferenceOptions o;
+  o.weights = rm::WeightFormat::bf16;
+  o.block_size = 4;
+  const rm::InferenceModel im(m, o);
+  EXPECT_EQ(im.kv_dtype(), ridge::DType::bf16);
+  double worst = 0;
+  decode_against_full(m, im, 10, [&](std::span<const float> got, const std::vector<float>& want) {
+    const double d = rel_diff(got, want);
+    worst = std::max(worst, d);
+    ASSERT_LE(d, 1.0 / 64);
+  });
+  EXPECT_GT(worst, 0.0);  // bf16 really rounded (an fp32 path would agree to 1e-6)
+}
+
+TEST(Generate, SplitKvEqualsOneSplit) {
+  rm::ModelConfig c = small_config();
+  c.context_length = 300;
+  rm::TransformerLM<float> m(c);
+  m.init(9);
+  rm::InferenceOptions o;
+  o.weights = rm::WeightFormat::fp32;
+  o.block_size = 16;
+  const rm::InferenceModel im(m, o);
+  const auto prompt = random_tokens(200, 5, c.vocab_size);
+  std::vector<std::vector<float>> logits;
+  for (int splits : {1, 2, 3, 7}) {
+    rm::Session s(im, 1);
+    s.set_num_splits(splits);
+    const auto ids = s.prefill({prompt});
+    const int32_t t = 11;
+    s.decode(ids, std::span<const int32_t>(&t, 1));
+    const auto l = s.logits(ids[0]);
+    logits.emplace_back(l.begin(), l.end());
+  }
+  for (size_t i = 1; i < logits.size(); ++i) EXPECT_LE(rel_diff(logits[i], logits[0]), 1e-6) << i;
+}
+
+TEST(Generate, ReleasedBlocksAreReusedAndTheNewSequenceIsRight) {
+  rm::TransformerLM<float> m(small_config());
+  m.init(10);
+  rm::InferenceOptions o;
+  o.weights = rm::WeightFormat::fp32;
+  o.block_size = 4;
+  const rm::InferenceModel im(m, o);
+  rm::Session s(im, 2, 40);  // 10 blocks
+  EXPECT_EQ(s.total_blocks(), 10);
+  const auto a = random_tokens(30, 11, 97), b = random_tokens(6, 12, 97);
+  const auto ids = s.prefill({a, b});
+  EXPECT_EQ(s.free_blocks(), 10 - 8 - 2);
+  // No room for another long prompt until a sequence ends.
+  EXPECT_THROW(s.prefill({random_tokens(20, 13, 97)}), ridge::Error);
+  s.release(ids[0]);
+  EXPECT_EQ(s.free_blocks(), 8);
+  EXPECT_FALSE(s.live(ids[0]));
+  // The new sequence lands in the freed blocks (the pool has no others): its logits must not see a's K/V.
+  const auto c = random_tokens(25, 14, 97);
+  const auto id2 = s.prefill({c});
+  EXPECT_EQ(s.free_blocks(), 1);
+  EXPECT_LE(rel_diff(s.logits(id2[0]), full_logits(m, c)), 1e-5);
+  auto text = c, text_b = b;
+  for (int step = 0; step < 3; ++step) {
+    const std::vector<int32_t> next = {int32_t(step + 1), int32_t(step + 2)};
+    const std::vector<int> both = {id2[0], ids[1]};
+    s.decode(both, next);
+    text.push_back(next[0]);
+    text_b.push_back(next[1]);
+    EXPECT_LE(rel_diff(s.logits(id2[0]), full_logits(m, text)), 1e-5);
+    EXPECT_LE(rel_diff(s.logits(ids[1]), full_logits(m, text_b)), 1e-5);
+  }
+  EXPECT_THROW(s.decode(std::vector<int>{ids[0]}, std::vector<int32_t>{1}), ridge::Error);  // released
+}
+
+TEST(Generate, Fp8WeightsStayWithinDeepGemmsCalcDiffOfFp32) {
+  for (auto f : {rm::WeightFormat::fp8, rm::WeightFormat::fp8_ue8m0}) {
+    SCOPED_TRACE(rm::weight_format_name(f));
+    rm::ModelConfig c = small_config();
+    c.d_model = 256;  // two 128-wide K blocks and a partial N block in every GEMM
+    c.num_heads = 4;
+    c.d_ff = 320;
+    rm::TransformerLM<float> m(c);
+    m.init(12);
+    rm::InferenceOptions o32, o8;
+    o32.weights = rm::WeightFormat::fp32;
+    o8.weights = f;
+    o8.head = rm::WeightFormat::fp8;  // the head in FP8 too: the strictest case
+    const rm::InferenceModel a(m, o32), b(m, o8);
+    EXPECT_EQ(b.head_format(), rm::WeightFormat::fp8);
+    EXPECT_EQ(rm::InferenceModel(m, [] {
+                rm::InferenceOptions d;
+                d.weights = rm::WeightFormat::fp8;
+                return d;
+              }())
+                  .head_format(),
+              rm::WeightFormat::bf16);  // the documented default
+    const auto prompt = random_tokens(20, 13, c.vocab_size);
+    rm::Session sa(a, 1), sb(b, 1);
+    const auto ia = sa.prefill({prompt}), ib = sb.prefill({prompt});
+    double worst = calc_diff(sa.logits(ia[0]), sb.logits(ib[0]));
+    for (int step = 0; step < 5; ++step) {
+      const int32_t t = step * 7 + 1;
+      sa.decode(ia, std::span<const int32_t>(&t, 1));
+      sb.decode(ib, std::span<const int32_t>(&t, 1));
+      worst = std::max(worst, calc_diff(sa.logits(ia[0]), sb.logits(ib[0])));
+    }
+    EXPECT_LT(worst, 1e-3);
+    EXPECT_GT(worst, 1e-7);  // really quantized
+    // FP8 weights read about a quarter of fp32's bytes.
+    EXPECT_LT(b.weight_bytes(), 0.3 * a.weight_bytes());
+  }
+}
+
+TEST(Generate, GreedyIsTheArgmaxChainOfTheFullForward) {
+  rm::TransformerLM<float> m(small_config());
+  m.init(14);
+  rm::InferenceOptions o;
+  o.weights = rm::WeightFormat::fp32;
+  const rm::InferenceModel im(m, o);
+  rm::GenerateOptions g;
+  g.sampling.temperature = 0;
+  g.max_tokens = 12;
+  const auto prompt = random_tokens(9, 15, 97);
+  const auto out = rm::generate(im, {prompt}, g);
+  ASSERT_EQ(out.size(), 1u);
+  ASSERT_EQ(out[0].size(), 12u);
+  auto text = prompt;
+  for (int32_t t : out[0]) {
+    const auto l = full_logits(m, text);
+    EXPECT_EQ(t, std::max_element(l.begin(), l.end()) - l.begin());
+    text.push_back(t);
+  }
+}
+
+TEST(Generate, SameSeedSameTokensAtAnyThreadCountAndEosEnds) {
+  rm::TransformerLM<float> m(small_config());
+  m.init(16);
+  const rm::InferenceModel im(m);  // bf16 default
+  rm::GenerateOptions g;
+  g.sampling.temperature = 1.0;
+  g.sampling.top_p = 0.9;
+  g.max_tokens = 20;
+  g.seed = 1234;
+  const std::vector<std::vector<int32_t>> prompts = {random_tokens(3, 17, 97), random_tokens(11, 18, 97)};
+  const int saved = ridge::get_num_threads();
+  ridge::set_num_threads(1);
+  const auto one = rm::generate(im, prompts, g);
+  ridge::set_num_threads(2);
+  const auto two = rm::generate(im, prompts, g);
+  ridge::set_num_threads(saved);
+  EXPECT_EQ(one, two);
+  g.seed = 1235;
+  EXPECT_NE(rm::generate(im, prompts, g), one);
+  // eos: the sequence stops at its first eos (emitted), the other runs on.
+  g.seed = 1234;
+  g.eos = one[0][4];
+  const auto cut = rm::generate(im, prompts, g);
+  const auto first = std::find(one[0].begin(), one[0].end(), g.eos) - one[0].begin();
+  EXPECT_EQ(cut[0], std::vector<int32_t>(one[0].begin(), one[0].begin() + first + 1));
+  // Streaming sees every token, in order per prompt.
+  std::vector<std::vector<int32_t>> seen(2);
+  g.eos = -1;
+  g.on_token = [&](size_t p, int32_t t) { seen[p].push_back(t); };
+  EXPECT_EQ(rm::generate(im, prompts, g), seen);
+}
+
+TEST(Generate, BadInputIsRefusedBeforeAnyWork) {
+  rm::TransformerLM<float> m(small_config());
+  m.init(19);
+  const rm::InferenceModel im(m);
+  rm::GenerateOptions g;
+  auto refuses = [&](const std::vector<std::vector<int32_t>>& p, const rm::GenerateOptions& o, const char* arg) {
+    try {
+      rm::generate(im, p, o);
+      ADD_FAILURE() << "accepted; expected an error about " << arg;
+    } catch (const ridge::Error& e) {
+      EXPECT_EQ(e.argument(), arg) << e.what();
+    }
+  };
+  refuses({{}}, g, "prompts");                                     // empty prompt
+  refuses({random_tokens(81, 1, 97)}, g, "max_tokens");            // longer than the context
+  refuses({{1, 2, 97}}, g, "prompts");                             // token out of range
+  refuses({{1, -1}}, g, "prompts");                                // negative token
+  refuses({}, g, "prompts");                                       // no prompt
+  auto o = g;
+  o.max_tokens = 70;
+  refuses({random_tokens(11, 1, 97)}, o, "max_tokens");  // 11 + 70 > 80
+  o = g;
+  o.sampling.temperature = -1;
+  refuses({{1}}, o, "temperature");
+  o = g;
+  o.sampling.top_p = 0;
+  refuses({{1}}, o, "top_p");
+  o = g;
+  o.sampling.top_k = -1;
+  refuses({{1}}, o, "top_k");
+  o = g;
+  o.eos = 97;
+  refuses({{1}}, o, "eos");
+  // A cache larger than this machine's memory is refused before it is allocated.
+  rm::ModelConfig big = small_config();
+  big.context_length = int64_t{1} << 16;
+  rm::TransformerLM<float> mb(big);
+  const rm::InferenceModel ib(mb);
+  EXPECT_GT(rm::Session::cache_bytes(ib, int64_t{1} << 30), 1e11);
+  EXPECT_THROW(rm::Session(ib, int64_t{1} << 14), ridge::Error);  // 2^30 tokens: 512 GB
+  rm::InferenceOptions bad;
+  bad.block_size = 0;
+  EXPECT_THROW(rm::InferenceModel(m, bad), ridge::Error);
+}
