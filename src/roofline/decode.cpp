@@ -76,13 +76,16 @@ bool is_fp8(DType t) {
 // norm and lm_head (each intermediate written once by the kernel that makes it and read once by the one that
 // uses it; per layer and token, with kd = kv_heads * d_head):
 //   residual stream (fp32): read x by ln1, residual, ln2, residual (4D); written by the two residuals (2D);
-//                           the embedding writes x (D per token) and the final norm reads it (D per final token)
+//                           the embedding writes x (D per token) and the final norm reads it (D per final
+//                           token)
 //   GEMM inputs (the weights' dtype; fp8 with fp32 1x128 scales): h1, o, h2 (D each) and g (F), written by
 //                           ln1, attention, ln2 and SwiGLU, read by the qkv, output, w1|w3 and w2 GEMMs
 //   the rest (fp32 for fp32 weights, else bf16): written: q|k|v (D + 2kd), rotated q (D), the output
-//                           projection (D), w1|w3 (2F), w2 (D); read: RoPE's q, k (D + kd), attention's q (D),
-//                           v on its way to the cache (kd), the two residuals' inputs (2D), SwiGLU's (2F)
-//   lm_head input (its dtype; fp8 with scales): D per final token, written and read; logits (fp32): V per final
+//                           projection (D), w1|w3 (2F), w2 (D); read: RoPE's q, k (D + kd), attention's q
+//                           (D), v on its way to the cache (kd), the two residuals' inputs (2D), SwiGLU's
+//                           (2F)
+//   lm_head input (its dtype; fp8 with scales): D per final token, written and read; logits (fp32): V per
+//   final
 //                           token, written by lm_head and read by the sampler
 std::vector<Traffic> activations(const Sizes& z, const InferenceDtypes& dt, long double tokens,
                                  long double final_tokens) {
@@ -118,14 +121,16 @@ std::vector<Traffic> activations(const Sizes& z, const InferenceDtypes& dt, long
 std::vector<Traffic> weights(const Sizes& z, const InferenceDtypes& dt, long double rows) {
   const long double D = z.D, F = z.F, L = z.L, kd = z.kd;
   std::vector<Traffic> v;
-  v.push_back(tensor("layer linears (q,k,v,o,w1,w2,w3)", dt.weights, L * (2 * D * D + 2 * kd * D + 3 * D * F)));
+  v.push_back(
+      tensor("layer linears (q,k,v,o,w1,w2,w3)", dt.weights, L * (2 * D * D + 2 * kd * D + 3 * D * F)));
   if (is_fp8(dt.weights))
     v.push_back(tensor("layer linear scales (128x128)", DType::f32,
                        L * (2 * block_scales(D, D) + 2 * block_scales(kd, D) + 2 * block_scales(F, D) +
                             block_scales(D, F))));
   v.push_back(tensor("norm weights", DType::f32, (2 * L + 1) * D));
   v.push_back(tensor("lm_head [V,D]", dt.head_dtype(), z.V * D));
-  if (is_fp8(dt.head_dtype())) v.push_back(tensor("lm_head scales (128x128)", DType::f32, block_scales(z.V, D)));
+  if (is_fp8(dt.head_dtype()))
+    v.push_back(tensor("lm_head scales (128x128)", DType::f32, block_scales(z.V, D)));
   v.push_back(tensor("embedding rows", dt.embedding_dtype(), rows * D));
   return v;
 }
@@ -184,9 +189,9 @@ std::string usable_key(const Chip& chip, const std::string& key, const std::stri
   for (const auto& k : chain)
     if (chip.has_peak(k)) {
       if (k != key)
-        notes.push_back(fmt::format("chip {} has no {} peak: the {} run at its {} peak{}", chip.id, key, part, k,
-                                    key == "fp8" && k == "bf16" ? " (ridge's CPU FP8 GEMM widens fp8 to bf16)"
-                                                                : ""));
+        notes.push_back(
+            fmt::format("chip {} has no {} peak: the {} run at its {} peak{}", chip.id, key, part, k,
+                        key == "fp8" && k == "bf16" ? " (ridge's CPU FP8 GEMM widens fp8 to bf16)" : ""));
       return k;
     }
   chip.peak(chain.back());  // throws, naming the chip and the peaks it has
@@ -338,9 +343,9 @@ InferenceBound inference_bound(const InferenceCost& cost, const Chip& chip, cons
     }
   const auto& outer = chip.memory_level();
   b.exceeds_memory = outer.capacity && b.resident_bytes > outer.capacity->value;
-  const MemoryLevel& ml =
-      level == "auto" ? chip.memory_level(b.fits_level.empty() ? std::string() : b.fits_level)
-                      : chip.memory_level(level);
+  const MemoryLevel& ml = level == "auto"
+                              ? chip.memory_level(b.fits_level.empty() ? std::string() : b.fits_level)
+                              : chip.memory_level(level);
   b.level = ml.level;
   b.bandwidth = ml.bandwidth.value;
 
@@ -364,14 +369,16 @@ InferenceBound inference_bound(const InferenceCost& cost, const Chip& chip, cons
   b.ridge_intensity = static_cast<double>(cost.total_flops() / t_math / b.bandwidth);
   b.t_lower = std::max(b.t_math, b.t_memory);
   b.binding = b.t_math >= b.t_memory ? "compute" : "memory";
-  const double tokens = static_cast<double>(cost.batch) * (cost.phase == "decode" ? 1.0 : double(cost.prompt));
+  const double tokens =
+      static_cast<double>(cost.batch) * (cost.phase == "decode" ? 1.0 : double(cost.prompt));
   b.tokens_per_s = tokens / b.t_lower;
 
   const std::string resident = units::format_bytes(b.resident_bytes);
-  const char* what = cost.phase == "decode" ? "the weights and the KV cache" : "the weights and the prompts' K/V";
+  const char* what =
+      cost.phase == "decode" ? "the weights and the KV cache" : "the weights and the prompts' K/V";
   if (b.exceeds_memory)
-    b.notes.push_back(fmt::format("{} ({}) exceed the {} capacity ({}): this step does not fit on one chip", what,
-                                  resident, outer.level, units::format_bytes(outer.capacity->value)));
+    b.notes.push_back(fmt::format("{} ({}) exceed the {} capacity ({}): this step does not fit on one chip",
+                                  what, resident, outer.level, units::format_bytes(outer.capacity->value)));
   else if (!b.fits_level.empty() && b.fits_level != outer.level)
     b.notes.push_back(fmt::format(
         "{} ({}) fit in {} ({}): steps that follow one another can find them there{}", what, resident,
@@ -380,8 +387,8 @@ InferenceBound inference_bound(const InferenceCost& cost, const Chip& chip, cons
                                 : fmt::format(" (level 'auto' bounds at its {})",
                                               units::format_rate(chip.bandwidth(b.fits_level)))));
   if (ml.capacity && b.resident_bytes > ml.capacity->value && &ml != &outer)
-    b.notes.push_back(fmt::format("{} ({}) do not fit in {} ({}): a bound at its bandwidth is optimistic", what,
-                                  resident, ml.level, units::format_bytes(ml.capacity->value)));
+    b.notes.push_back(fmt::format("{} ({}) do not fit in {} ({}): a bound at its bandwidth is optimistic",
+                                  what, resident, ml.level, units::format_bytes(ml.capacity->value)));
   return b;
 }
 
@@ -390,7 +397,8 @@ DecodeCriticalBatch decode_critical_batch(const InferenceShape& shape, const Inf
   check_arg(level != "auto", "level",
             "'auto' names no single level for every batch (the level the bytes come from moves as the KV "
             "cache grows); name one (hbm, dram, l3, ...) or leave it empty for the outermost");
-  const InferenceCost c1 = decode_cost(shape, dtypes, 1, context), c2 = decode_cost(shape, dtypes, 2, context);
+  const InferenceCost c1 = decode_cost(shape, dtypes, 1, context),
+                      c2 = decode_cost(shape, dtypes, 2, context);
   const InferenceBound b1 = inference_bound(c1, chip, level);
   DecodeCriticalBatch r;
   r.chip = chip.id;
@@ -449,8 +457,8 @@ DecodeReport decode_report(const InferenceShape& shape, const InferenceDtypes& d
   r.step = decode_cost(shape, dtypes, batch, context);
   r.bound = inference_bound(r.step, chip, level);
   const Sizes z = sizes(shape);
-  r.params = static_cast<double>(2 * z.V * z.D + z.L * (2 * z.D * z.D + 2 * z.kd * z.D + 3 * z.D * z.F + 2 * z.D) +
-                                 z.D);
+  r.params = static_cast<double>(2 * z.V * z.D +
+                                 z.L * (2 * z.D * z.D + 2 * z.kd * z.D + 3 * z.D * z.F + 2 * z.D) + z.D);
   if (prompt > 0) {
     r.prefill = prefill_cost(shape, dtypes, batch, prompt);
     r.prefill_bound = inference_bound(*r.prefill, chip, level);
@@ -461,7 +469,8 @@ DecodeReport decode_report(const InferenceShape& shape, const InferenceDtypes& d
     for (int64_t B = 1; B <= kMaxSweepBatch; B *= 2) {
       r.sweep.push_back(inference_bound(decode_cost(shape, dtypes, B, context), chip, fixed));
       r.sweep_batches.push_back(B);
-      if (r.critical.batch ? B >= *r.critical.batch : r.sweep.back().intensity >= 0.99 * r.critical.limit_intensity)
+      if (r.critical.batch ? B >= *r.critical.batch
+                           : r.sweep.back().intensity >= 0.99 * r.critical.limit_intensity)
         break;
     }
   }
@@ -473,18 +482,19 @@ nlohmann::json to_json(const DecodeReport& r) {
   nlohmann::json sweep = nlohmann::json::array();
   for (size_t i = 0; i < r.sweep.size(); ++i) {
     const auto& b = r.sweep[i];
-    sweep.push_back({{"batch", r.sweep_batches[i]},
-                     {"flops", b.flops},
-                     {"bytes", b.bytes},
-                     {"intensity", b.intensity},
-                     {"t_math_s", b.t_math},
-                     {"t_memory_s", b.t_memory},
-                     {"t_lower_s", b.t_lower},
-                     {"binding", b.binding},
-                     {"tokens_per_s", b.tokens_per_s},
-                     {"resident_bytes", b.resident_bytes},
-                     {"fits_level", b.fits_level.empty() ? nlohmann::json(nullptr) : nlohmann::json(b.fits_level)},
-                     {"exceeds_memory", b.exceeds_memory}});
+    sweep.push_back(
+        {{"batch", r.sweep_batches[i]},
+         {"flops", b.flops},
+         {"bytes", b.bytes},
+         {"intensity", b.intensity},
+         {"t_math_s", b.t_math},
+         {"t_memory_s", b.t_memory},
+         {"t_lower_s", b.t_lower},
+         {"binding", b.binding},
+         {"tokens_per_s", b.tokens_per_s},
+         {"resident_bytes", b.resident_bytes},
+         {"fits_level", b.fits_level.empty() ? nlohmann::json(nullptr) : nlohmann::json(b.fits_level)},
+         {"exceeds_memory", b.exceeds_memory}});
   }
   const auto& c = r.critical;
   return {{"shape",

@@ -87,12 +87,14 @@ TEST(DecodeCost, TinyModelByHand) {
   EXPECT_EQ(bytes_of(c.weights, "lm_head [V,D]", false), 256);
   EXPECT_EQ(bytes_of(c.weights, "embedding rows", false), 48);
   EXPECT_EQ(static_cast<double>(c.weight_bytes()), 2384);
-  // KV cache: B 3 x C 5 x L 2 x 2 (K and V) x kd 4 = 240 bf16 read; the new tokens' 3 x 2 x 2 x 4 = 48 written.
+  // KV cache: B 3 x C 5 x L 2 x 2 (K and V) x kd 4 = 240 bf16 read; the new tokens' 3 x 2 x 2 x 4 = 48
+  // written.
   EXPECT_EQ(static_cast<double>(c.kv_read_bytes()), 480);
   EXPECT_EQ(static_cast<double>(c.kv_write_bytes()), 96);
   // Activations, 3 tokens: the fp32 residual stream read 3 (2 x 4D) + 3 D (final norm) = 216 elements and
   // written 3 (2 x 2D + D) = 120; GEMM inputs (3D + F = 36 per layer) 216 bf16 each way; the rest
-  // (4D + 2 kd + 2F = 64 per layer) 384 bf16 each way; lm_head input 24 bf16 each way; logits 48 fp32 each way.
+  // (4D + 2 kd + 2F = 64 per layer) 384 bf16 each way; lm_head input 24 bf16 each way; logits 48 fp32 each
+  // way.
   EXPECT_EQ(bytes_of(c.activations, "residual stream", false), 864);
   EXPECT_EQ(bytes_of(c.activations, "residual stream", true), 480);
   EXPECT_EQ(bytes_of(c.activations, "layer GEMM inputs", false), 432);
@@ -130,7 +132,8 @@ TEST(DecodeCost, PrefillByHand) {
   EXPECT_EQ(bytes_of(c.weights, "embedding rows", false), 8.0 * 8 * 2);
   EXPECT_EQ(bytes_of(c.activations, "logits", true), 2.0 * 16 * 4);
   EXPECT_EQ(bytes_of(c.activations, "layer GEMM inputs", false), 8.0 * 2 * 36 * 2);
-  EXPECT_EQ(static_cast<double>(c.resident_bytes()), static_cast<double>(c.weight_bytes() + c.kv_write_bytes()));
+  EXPECT_EQ(static_cast<double>(c.resident_bytes()),
+            static_cast<double>(c.weight_bytes() + c.kv_write_bytes()));
 }
 
 // D = 200, F = 300, kd = 100: blocks of 128 that do not divide the sizes.
@@ -207,7 +210,8 @@ TEST(DecodeCritical, MatchesAScanOfTheBatch) {
       ASSERT_TRUE(cb.batch) << context;
       int64_t first = 0;
       for (int64_t B = 1; B <= 4 * *cb.batch; ++B) {
-        const bool compute = rr::inference_bound(rr::decode_cost(s, dtypes(w), B, context), h100).binding == "compute";
+        const bool compute =
+            rr::inference_bound(rr::decode_cost(s, dtypes(w), B, context), h100).binding == "compute";
         if (compute && first == 0) first = B;
         if (first) {
           EXPECT_TRUE(compute) << "B " << B << " after the crossing at " << first;
@@ -285,10 +289,12 @@ TEST(DecodeBound, APeakTheChipLacksFallsBackToAWiderOne) {
   ASSERT_FALSE(b.notes.empty());
   EXPECT_NE(b.notes[0].find("no fp8 peak"), std::string::npos) << b.notes[0];
   const auto fp32_only = chip({{"fp32", 5e11}}, {{"dram", 1e10, 0}});
-  EXPECT_EQ(rr::inference_bound(rr::decode_cost(tiny(), dtypes(DType::bf16), 1, 5), fp32_only).roofs[2].compute,
-            "fp32");
+  EXPECT_EQ(
+      rr::inference_bound(rr::decode_cost(tiny(), dtypes(DType::bf16), 1, 5), fp32_only).roofs[2].compute,
+      "fp32");
   const auto fp64_only = chip({{"fp64", 5e11}}, {{"dram", 1e10, 0}});
-  EXPECT_THROW(rr::inference_bound(rr::decode_cost(tiny(), dtypes(DType::bf16), 1, 5), fp64_only), ridge::Error);
+  EXPECT_THROW(rr::inference_bound(rr::decode_cost(tiny(), dtypes(DType::bf16), 1, 5), fp64_only),
+               ridge::Error);
 }
 
 TEST(DecodeBound, TheLevelTheBytesComeFrom) {
@@ -338,8 +344,8 @@ TEST(DecodeReport, SweepStopsPastTheCriticalBatch) {
   EXPECT_EQ(r.prefill->prompt, 4);
   EXPECT_EQ(*r.dtypes.head, DType::bf16);
   // A model that never turns compute-bound: the sweep runs until the intensity is near its limit.
-  const auto n = rr::decode_report(tiny(), dtypes(DType::bf16), 1, 5, chip({{"bf16", 1e12}}, {{"hbm", 1e10, 0}}),
-                                   "", 0, true);
+  const auto n = rr::decode_report(tiny(), dtypes(DType::bf16), 1, 5,
+                                   chip({{"bf16", 1e12}}, {{"hbm", 1e10, 0}}), "", 0, true);
   EXPECT_FALSE(n.critical.batch);
   EXPECT_FALSE(n.prefill);
   ASSERT_GE(n.sweep.size(), 2u);

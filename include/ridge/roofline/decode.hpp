@@ -1,10 +1,10 @@
 // The roofline of generating with the CS336 Transformer LM (pre-norm RMSNorm, RoPE, grouped-query attention,
 // SwiGLU, untied lm_head, no biases): one decode step (a batch of B sequences, each adding one token over its
-// KV cache) and a prefill (B prompts of P tokens), as FLOPs and as bytes split by what they move: the weights,
-// the KV cache read, the K/V written, the activations. Bounded on a chip with every group of FLOPs at the peak
-// of its own dtype, and the critical batch: the B at which decode turns compute-bound with the KV cache
-// counted (its bytes grow with B, so the intensity saturates and may stay below the chip's ridge point at
-// any batch). Arithmetic only; the formulas, with worked outputs, are in docs/roofline.md.
+// KV cache) and a prefill (B prompts of P tokens), as FLOPs and as bytes split by what they move: the
+// weights, the KV cache read, the K/V written, the activations. Bounded on a chip with every group of FLOPs
+// at the peak of its own dtype, and the critical batch: the B at which decode turns compute-bound with the KV
+// cache counted (its bytes grow with B, so the intensity saturates and may stay below the chip's ridge point
+// at any batch). Arithmetic only; the formulas, with worked outputs, are in docs/roofline.md.
 #pragma once
 
 #include <cstdint>
@@ -28,8 +28,8 @@ struct InferenceShape {
 // 128x128 block of each [out, in] tensor (q, k, v, o, w1, w2, w3 quantized one by one), and the activations
 // a fp8 GEMM reads are cast per token with one fp32 scale per 128 values. Norm weights stay fp32.
 struct InferenceDtypes {
-  DType weights = DType::bf16;     // the layers' linears: f32, bf16 or fp8_e4m3
-  std::optional<DType> head;       // lm_head: f32, bf16 or fp8_e4m3; unset = weights, but bf16 for fp8 weights
+  DType weights = DType::bf16;  // the layers' linears: f32, bf16 or fp8_e4m3
+  std::optional<DType> head;    // lm_head: f32, bf16 or fp8_e4m3; unset = weights, but bf16 for fp8 weights
   std::optional<DType> embedding;  // the embedding table: f32 or bf16; unset = weights, but bf16 for fp8
   DType kv = DType::bf16;          // the KV cache: f32 or bf16
 
@@ -101,10 +101,10 @@ struct InferenceBound {
   double flops = 0, bytes = 0, intensity = 0;
   // The intensity at which this mix of FLOPs meets the memory roof: (flops / t_math) / bandwidth.
   double ridge_intensity = 0;
-  double t_math = 0;    // the sum of the parts' FLOPs over their peaks
-  double t_memory = 0;  // bytes / bandwidth
-  double t_lower = 0;   // max(t_math, t_memory)
-  std::string binding;  // "compute" (t_math >= t_memory) or "memory"
+  double t_math = 0;        // the sum of the parts' FLOPs over their peaks
+  double t_memory = 0;      // bytes / bandwidth
+  double t_lower = 0;       // max(t_math, t_memory)
+  std::string binding;      // "compute" (t_math >= t_memory) or "memory"
   double tokens_per_s = 0;  // decode: batch / t_lower; prefill: batch * prompt / t_lower
   // The resident bytes, the innermost level whose capacity holds them ("" when no level with a capacity in
   // the chip file does), and whether they exceed the outermost level's capacity (a step that cannot run).
@@ -137,9 +137,9 @@ struct DecodeCriticalBatch {
   // (W) and computes only its GEMMs, B = W / (bandwidth t_gemm(1)); about ridge_intensity x bytes per
   // weight / 2. What the KV cache and the activations take away from it is the difference.
   int64_t batch_weights_only = 0;
-  double weight_bytes = 0;            // W: the bytes a step moves whatever the batch
-  double bytes_per_sequence = 0;      // k
-  double kv_bytes_per_sequence = 0;   // the KV cache read and written per sequence, part of k
+  double weight_bytes = 0;           // W: the bytes a step moves whatever the batch
+  double bytes_per_sequence = 0;     // k
+  double kv_bytes_per_sequence = 0;  // the KV cache read and written per sequence, part of k
   double flops_per_sequence = 0;
 };
 DecodeCriticalBatch decode_critical_batch(const InferenceShape& shape, const InferenceDtypes& dtypes,
@@ -164,8 +164,8 @@ struct DecodeReport {
   std::vector<int64_t> sweep_batches;
 };
 DecodeReport decode_report(const InferenceShape& shape, const InferenceDtypes& dtypes, int64_t batch,
-                           int64_t context, const Chip& chip, const std::string& level = "", int64_t prompt = 0,
-                           bool sweep = false);
+                           int64_t context, const Chip& chip, const std::string& level = "",
+                           int64_t prompt = 0, bool sweep = false);
 // The report as JSON text (what `ridge roofline decode --json` prints and ridge.roofline.decode returns).
 std::string decode_report_json(const DecodeReport& r, int indent = 2);
 
