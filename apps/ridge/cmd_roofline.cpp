@@ -14,8 +14,9 @@
 #include "roofline/json.hpp"
 
 namespace ridge::cli {
-void setup_roofline_model(CLI::App* parent);  // cmd_roofline_model.cpp
-void setup_roofline_ddp(CLI::App* parent);    // cmd_roofline_ddp.cpp
+void setup_roofline_model(CLI::App* parent);   // cmd_roofline_model.cpp
+void setup_roofline_ddp(CLI::App* parent);     // cmd_roofline_ddp.cpp
+void setup_roofline_decode(CLI::App* parent);  // cmd_roofline_decode.cpp
 }  // namespace ridge::cli
 
 namespace {
@@ -512,6 +513,7 @@ void setup(CLI::App& root) {
   setup_plot(r);
   ridge::cli::setup_roofline_model(r);
   ridge::cli::setup_roofline_ddp(r);
+  ridge::cli::setup_roofline_decode(r);
 }
 
 }  // namespace

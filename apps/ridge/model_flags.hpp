@@ -60,18 +60,26 @@ struct ModelFlags {
   // --vocab, --context, --batch (batch_help says what one batch is), --d-model, --d-ff, --layers,
   // --heads, --precision, --attention. One definition, so the commands cannot drift apart.
   void add_to(CLI::App* c, const std::string& batch_help = "sequences per batch") {
+    add_preset_to(c);
+    c->add_option("--batch", batch, batch_help)->capture_default_str();
+    add_overrides_to(c);
+    c->add_option("--precision", precision, "fp32, bf16 or fp16")->capture_default_str();
+    c->add_option("--attention", attention, "flash or math")->capture_default_str();
+  }
+  // The size flags alone, for a command with a batch and dtypes of its own (`ridge roofline decode`):
+  // --size, --vocab, --context (add_preset_to) and --d-model, --d-ff, --layers, --heads (add_overrides_to).
+  void add_preset_to(CLI::App* c, const std::string& context_help = "tokens per sequence") {
     std::string presets;
     for (const auto& n : model::preset_names()) presets += (presets.empty() ? "" : ", ") + n;
     c->add_option("--size", size, "model preset: " + presets)->capture_default_str();
     c->add_option("--vocab", vocab, "vocabulary size")->capture_default_str();
-    c->add_option("--context", context, "tokens per sequence")->capture_default_str();
-    c->add_option("--batch", batch, batch_help)->capture_default_str();
+    c->add_option("--context", context, context_help)->capture_default_str();
+  }
+  void add_overrides_to(CLI::App* c) {
     c->add_option("--d-model", d_model, "override the preset's d_model");
     c->add_option("--d-ff", d_ff, "override the preset's d_ff");
     c->add_option("--layers", layers, "override the preset's layer count");
     c->add_option("--heads", heads, "override the preset's head count");
-    c->add_option("--precision", precision, "fp32, bf16 or fp16")->capture_default_str();
-    c->add_option("--attention", attention, "flash or math")->capture_default_str();
   }
 
   int64_t count(const std::string& v, const char* flag) const { return units::parse_count(v, flag); }
@@ -81,7 +89,13 @@ struct ModelFlags {
     return in_flag_words([&] { return config_(custom); });
   }
   model::ModelConfig config_(bool& custom) const {
-    auto cfg = model::preset(size, count(vocab, "--vocab"), count(context, "--context"));
+    return overrides_(model::preset(size, count(vocab, "--vocab"), count(context, "--context")), custom);
+  }
+  // `cfg` (a preset, or a configuration read from a file) with --d-model/--d-ff/--layers/--heads applied.
+  model::ModelConfig overridden(const model::ModelConfig& cfg, bool& custom) const {
+    return in_flag_words([&] { return overrides_(cfg, custom); });
+  }
+  model::ModelConfig overrides_(model::ModelConfig cfg, bool& custom) const {
     custom = false;
     if (!d_model.empty()) cfg.d_model = count(d_model, "--d-model"), custom = true;
     if (!d_ff.empty()) cfg.d_ff = count(d_ff, "--d-ff"), custom = true;

@@ -10,6 +10,7 @@
 
 #include "ridge/roofline.hpp"
 #include "ridge/roofline/ddp.hpp"
+#include "ridge/roofline/decode.hpp"
 
 namespace ridge::roofline {
 
@@ -20,6 +21,7 @@ nlohmann::json to_json(const CriticalBatch& c);
 nlohmann::json to_json(const CriticalSplit& c);
 nlohmann::json to_json(const DdpPrediction& p);
 nlohmann::json to_json(const DdpMemory& m);
+nlohmann::json to_json(const DecodeReport& r);  // decode_report_json's document
 
 // Validates a parsed document; errors name `origin` and the offending field.
 Chip parse_chip(const nlohmann::json& doc, const std::string& origin);

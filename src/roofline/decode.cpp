@@ -1,0 +1,539 @@
+// The roofline of generation (ridge/roofline/decode.hpp): what one decode step and one prefill move and
+// compute, their bound on a chip, and the critical batch with the KV cache counted. The byte counts follow
+// what an implementation that keeps every intermediate in memory moves between its kernels; docs/roofline.md
+// lists them with the formulas.
+#include "ridge/roofline/decode.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "ridge/core/error.hpp"
+#include "ridge/core/units.hpp"
+#include "core/check.hpp"
+#include "roofline/json.hpp"
+
+namespace ridge::roofline {
+namespace {
+
+constexpr long double kMaxDim = 0x1p40L;
+constexpr long double kMaxElements = 0x1p60L;
+constexpr int64_t kMaxSweepBatch = int64_t{1} << 20;
+
+long double dim(int64_t v, const char* what) {
+  check_arg(v >= 1, what, "{} is not a positive size", v);
+  check_arg(static_cast<long double>(v) <= kMaxDim, what, "{} is too large (at most 2^40)", v);
+  return static_cast<long double>(v);
+}
+
+Traffic tensor(const std::string& name, DType t, long double elements, bool write = false) {
+  check_arg(elements <= kMaxElements, "shape", "tensor {} would hold {:.3g} elements (at most 2^60)", name,
+            static_cast<double>(elements));
+  return {name, dtype_name(t), elements, elements * static_cast<long double>(dtype_size(t)), write};
+}
+
+// fp32 scales of an [n, k] tensor in 128x128 blocks (DeepGEMM's weight scaling).
+long double block_scales(long double n, long double k) {
+  return std::ceil(n / 128) * std::ceil(k / 128);
+}
+
+long double sum_bytes(const std::vector<Traffic>& v) {
+  long double s = 0;
+  for (const auto& t : v) s += t.bytes;
+  return s;
+}
+
+// The shape's sizes, checked, as long double.
+struct Sizes {
+  long double V, D, L, H, dh, kd, F;  // kd = kv_heads * d_head: the width of K (and of V)
+};
+
+Sizes sizes(const InferenceShape& s) {
+  Sizes z;
+  z.V = dim(s.vocab, "vocab");
+  z.D = dim(s.d_model, "d_model");
+  z.L = dim(s.layers, "layers");
+  z.H = dim(s.heads, "heads");
+  z.F = dim(s.d_ff, "d_ff");
+  check_arg(s.kv_heads >= 0, "kv_heads", "{} is negative (0 means heads)", s.kv_heads);
+  check_arg(s.d_model % s.heads == 0, "heads", "{} heads do not divide d_model {}", s.heads, s.d_model);
+  const int64_t kv = s.kv_heads_or_heads();
+  check_arg(kv <= s.heads && s.heads % kv == 0, "kv_heads",
+            "{} kv heads do not divide the {} query heads (each kv head serves heads / kv_heads of them)", kv,
+            s.heads);
+  z.dh = z.D / z.H;
+  z.kd = static_cast<long double>(kv) * z.dh;
+  return z;
+}
+
+bool is_fp8(DType t) {
+  return t == DType::fp8_e4m3;
+}
+
+// Activation traffic of `tokens` tokens through the layers and of `final_tokens` of them through the final
+// norm and lm_head (each intermediate written once by the kernel that makes it and read once by the one that
+// uses it; per layer and token, with kd = kv_heads * d_head):
+//   residual stream (fp32): read x by ln1, residual, ln2, residual (4D); written by the two residuals (2D);
+//                           the embedding writes x (D per token) and the final norm reads it (D per final
+//                           token)
+//   GEMM inputs (the weights' dtype; fp8 with fp32 1x128 scales): h1, o, h2 (D each) and g (F), written by
+//                           ln1, attention, ln2 and SwiGLU, read by the qkv, output, w1|w3 and w2 GEMMs
+//   the rest (fp32 for fp32 weights, else bf16): written: q|k|v (D + 2kd), rotated q (D), the output
+//                           projection (D), w1|w3 (2F), w2 (D); read: RoPE's q, k (D + kd), attention's q
+//                           (D), v on its way to the cache (kd), the two residuals' inputs (2D), SwiGLU's
+//                           (2F)
+//   lm_head input (its dtype; fp8 with scales): D per final token, written and read; logits (fp32): V per
+//   final
+//                           token, written by lm_head and read by the sampler
+std::vector<Traffic> activations(const Sizes& z, const InferenceDtypes& dt, long double tokens,
+                                 long double final_tokens) {
+  // A GEMM reads its activations in its weights' dtype (fp8 ones cast per token with 1x128 scales).
+  const DType a = dt.activation_dtype(), g = dt.weights, h = dt.head_dtype();
+  const long double T = tokens, Tf = final_tokens, D = z.D, F = z.F, L = z.L, kd = z.kd;
+  std::vector<Traffic> v;
+  v.push_back(tensor("residual stream", DType::f32, T * L * 4 * D + Tf * D));
+  v.push_back(tensor("residual stream", DType::f32, T * (L * 2 * D + D), true));
+  const long double gin = T * L * (3 * D + F);
+  v.push_back(tensor("layer GEMM inputs", g, gin));
+  v.push_back(tensor("layer GEMM inputs", g, gin, true));
+  if (is_fp8(g)) {
+    const long double s = T * L * (3 * std::ceil(D / 128) + std::ceil(F / 128));
+    v.push_back(tensor("layer GEMM input scales (1x128)", DType::f32, s));
+    v.push_back(tensor("layer GEMM input scales (1x128)", DType::f32, s, true));
+  }
+  const long double rest = T * L * (4 * D + 2 * kd + 2 * F);
+  v.push_back(tensor("GEMM outputs, q, k, v", a, rest));
+  v.push_back(tensor("GEMM outputs, q, k, v", a, rest, true));
+  v.push_back(tensor("lm_head input", h, Tf * D));
+  v.push_back(tensor("lm_head input", h, Tf * D, true));
+  if (is_fp8(h)) {
+    v.push_back(tensor("lm_head input scales (1x128)", DType::f32, Tf * std::ceil(D / 128)));
+    v.push_back(tensor("lm_head input scales (1x128)", DType::f32, Tf * std::ceil(D / 128), true));
+  }
+  v.push_back(tensor("logits", DType::f32, Tf * z.V, true));
+  v.push_back(tensor("logits (sampler)", DType::f32, Tf * z.V));
+  return v;
+}
+
+// Every weight a step reads once whatever the batch, and the `rows` embedding rows the batch looks up.
+std::vector<Traffic> weights(const Sizes& z, const InferenceDtypes& dt, long double rows) {
+  const long double D = z.D, F = z.F, L = z.L, kd = z.kd;
+  std::vector<Traffic> v;
+  v.push_back(
+      tensor("layer linears (q,k,v,o,w1,w2,w3)", dt.weights, L * (2 * D * D + 2 * kd * D + 3 * D * F)));
+  if (is_fp8(dt.weights))
+    v.push_back(tensor("layer linear scales (128x128)", DType::f32,
+                       L * (2 * block_scales(D, D) + 2 * block_scales(kd, D) + 2 * block_scales(F, D) +
+                            block_scales(D, F))));
+  v.push_back(tensor("norm weights", DType::f32, (2 * L + 1) * D));
+  v.push_back(tensor("lm_head [V,D]", dt.head_dtype(), z.V * D));
+  if (is_fp8(dt.head_dtype()))
+    v.push_back(tensor("lm_head scales (128x128)", DType::f32, block_scales(z.V, D)));
+  v.push_back(tensor("embedding rows", dt.embedding_dtype(), rows * D));
+  return v;
+}
+
+// 2 per multiply-add of the layers' GEMMs for `tokens` rows: q [D,D], k, v [kd,D], o [D,D], w1, w3 [F,D],
+// w2 [D,F].
+long double layer_gemm_flops(const Sizes& z, long double tokens) {
+  return 2 * tokens * z.L * (2 * z.D * z.D + 2 * z.kd * z.D + 3 * z.D * z.F);
+}
+
+InferenceDtypes resolved(const InferenceDtypes& dt) {
+  dt.validate();
+  InferenceDtypes r = dt;
+  r.head = dt.head_dtype();
+  r.embedding = dt.embedding_dtype();
+  return r;
+}
+
+InferenceCost make_cost(const InferenceShape& shape, const InferenceDtypes& dtypes, int64_t batch,
+                        int64_t context, int64_t prompt) {
+  const Sizes z = sizes(shape);
+  const InferenceDtypes dt = resolved(dtypes);
+  const long double B = dim(batch, "batch");
+  const bool decode = prompt == 0;
+  const long double C = decode ? dim(context, "context") : 0, P = decode ? 1 : dim(prompt, "prompt");
+  const long double T = B * P;  // tokens through the layers
+  InferenceCost c;
+  c.phase = decode ? "decode" : "prefill";
+  c.batch = batch;
+  c.context = decode ? context : 0;
+  c.prompt = decode ? 0 : prompt;
+  const long double attention =
+      decode ? 4 * B * z.H * z.dh * C * z.L : 4 * B * z.H * z.dh * z.L * P * (P + 1) / 2;
+  c.flops = {{"layer GEMMs", peak_key(dt.weights), layer_gemm_flops(z, T)},
+             {"lm_head", peak_key(dt.head_dtype()), 2 * B * z.D * z.V},
+             {"attention", peak_key(dt.kv), attention}};
+  c.weights = weights(z, dt, T);
+  const long double per_token_kv = z.L * 2 * z.kd;
+  if (decode) {
+    c.kv_read = {tensor("K/V cache [B,C,L,2,kv_heads,d_head]", dt.kv, B * C * per_token_kv)};
+    c.kv_write = {tensor("K/V of the new tokens", dt.kv, B * per_token_kv, true)};
+  } else {
+    c.kv_read = {tensor("K/V of the prompts (attention)", dt.kv, T * per_token_kv)};
+    c.kv_write = {tensor("K/V of the prompts (to the cache)", dt.kv, T * per_token_kv, true)};
+  }
+  c.activations = activations(z, dt, T, B);
+  return c;
+}
+
+// The peak key a part runs at on `chip`: its own, or the next wider one the chip has.
+std::string usable_key(const Chip& chip, const std::string& key, const std::string& part,
+                       std::vector<std::string>& notes) {
+  std::vector<std::string> chain{key};
+  if (key == "fp8") chain = {"fp8", "bf16", "fp32"};
+  if (key == "bf16") chain = {"bf16", "fp32"};
+  for (const auto& k : chain)
+    if (chip.has_peak(k)) {
+      if (k != key)
+        notes.push_back(
+            fmt::format("chip {} has no {} peak: the {} run at its {} peak{}", chip.id, key, part, k,
+                        key == "fp8" && k == "bf16" ? " (ridge's CPU FP8 GEMM widens fp8 to bf16)" : ""));
+      return k;
+    }
+  chip.peak(chain.back());  // throws, naming the chip and the peaks it has
+  return chain.back();
+}
+
+nlohmann::json traffic_json(const std::vector<Traffic>& v, const char* category) {
+  auto a = nlohmann::json::array();
+  for (const auto& t : v)
+    a.push_back({{"category", category},
+                 {"name", t.name},
+                 {"dtype", t.dtype},
+                 {"elements", static_cast<double>(t.elements)},
+                 {"bytes", static_cast<double>(t.bytes)},
+                 {"direction", t.write ? "write" : "read"}});
+  return a;
+}
+
+nlohmann::json step_json(const InferenceCost& c, const InferenceBound& b) {
+  auto parts = nlohmann::json::array();
+  for (const auto& r : b.roofs)
+    parts.push_back({{"name", r.name},
+                     {"compute_dtype", r.compute},
+                     {"peak_flops", r.peak},
+                     {"flops", r.flops},
+                     {"t_math_s", r.t_math}});
+  auto memory = nlohmann::json::array();
+  for (auto [v, cat] : {std::pair{&c.weights, "weights"}, std::pair{&c.kv_read, "kv_read"},
+                        std::pair{&c.kv_write, "kv_write"}, std::pair{&c.activations, "activations"}})
+    for (auto& t : traffic_json(*v, cat)) memory.push_back(t);
+  return {{"phase", c.phase},
+          {"batch", c.batch},
+          {"context", c.context},
+          {"prompt", c.prompt},
+          {"flops", b.flops},
+          {"flops_parts", parts},
+          {"bytes",
+           {{"weights", static_cast<double>(c.weight_bytes())},
+            {"kv_read", static_cast<double>(c.kv_read_bytes())},
+            {"kv_write", static_cast<double>(c.kv_write_bytes())},
+            {"activations", static_cast<double>(c.activation_bytes())},
+            {"total", b.bytes}}},
+          {"memory", memory},
+          {"intensity", b.intensity},
+          {"chip", b.chip},
+          {"level", b.level},
+          {"bandwidth", b.bandwidth},
+          {"ridge_intensity", b.ridge_intensity},
+          {"t_math_s", b.t_math},
+          {"t_memory_s", b.t_memory},
+          {"t_lower_s", b.t_lower},
+          {"binding", b.binding},
+          {"tokens_per_s", b.tokens_per_s},
+          {"resident_bytes", b.resident_bytes},
+          {"fits_level", b.fits_level.empty() ? nlohmann::json(nullptr) : nlohmann::json(b.fits_level)},
+          {"exceeds_memory", b.exceeds_memory},
+          {"notes", b.notes}};
+}
+
+nlohmann::json opt_int(const std::optional<int64_t>& v) {
+  return v ? nlohmann::json(*v) : nlohmann::json(nullptr);
+}
+
+nlohmann::json num_or_null(double v) {
+  return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr);
+}
+
+}  // namespace
+
+DType InferenceDtypes::head_dtype() const {
+  return head ? *head : (is_fp8(weights) ? DType::bf16 : weights);
+}
+
+DType InferenceDtypes::embedding_dtype() const {
+  return embedding ? *embedding : (is_fp8(weights) ? DType::bf16 : weights);
+}
+
+DType InferenceDtypes::activation_dtype() const {
+  return weights == DType::f32 ? DType::f32 : DType::bf16;
+}
+
+void InferenceDtypes::validate() const {
+  auto linear = [](DType t) { return t == DType::f32 || t == DType::bf16 || t == DType::fp8_e4m3; };
+  auto plain = [](DType t) { return t == DType::f32 || t == DType::bf16; };
+  check_arg(linear(weights), "weights", "{} is not a weight dtype (accepted: fp32, bf16, fp8_e4m3)",
+            dtype_name(weights));
+  if (head)
+    check_arg(linear(*head), "head", "{} is not an lm_head dtype (accepted: fp32, bf16, fp8_e4m3)",
+              dtype_name(*head));
+  if (embedding)
+    check_arg(plain(*embedding), "embedding",
+              "{} is not an embedding dtype (accepted: fp32, bf16; the table is a row lookup, never a GEMM)",
+              dtype_name(*embedding));
+  check_arg(plain(kv), "kv", "{} is not a KV cache dtype (accepted: fp32, bf16)", dtype_name(kv));
+}
+
+long double InferenceCost::total_flops() const {
+  long double s = 0;
+  for (const auto& p : flops) s += p.flops;
+  return s;
+}
+long double InferenceCost::weight_bytes() const {
+  return sum_bytes(weights);
+}
+long double InferenceCost::kv_read_bytes() const {
+  return sum_bytes(kv_read);
+}
+long double InferenceCost::kv_write_bytes() const {
+  return sum_bytes(kv_write);
+}
+long double InferenceCost::activation_bytes() const {
+  return sum_bytes(activations);
+}
+long double InferenceCost::memory_bytes() const {
+  return weight_bytes() + kv_read_bytes() + kv_write_bytes() + activation_bytes();
+}
+double InferenceCost::intensity() const {
+  return static_cast<double>(total_flops() / memory_bytes());
+}
+long double InferenceCost::resident_bytes() const {
+  return weight_bytes() + (phase == "decode" ? kv_read_bytes() : kv_write_bytes());
+}
+std::string InferenceCost::label() const {
+  return phase == "decode" ? fmt::format("decode B={} C={}", batch, context)
+                           : fmt::format("prefill B={} P={}", batch, prompt);
+}
+
+InferenceCost decode_cost(const InferenceShape& shape, const InferenceDtypes& dtypes, int64_t batch,
+                          int64_t context) {
+  dim(context, "context");
+  return make_cost(shape, dtypes, batch, context, 0);
+}
+
+InferenceCost prefill_cost(const InferenceShape& shape, const InferenceDtypes& dtypes, int64_t batch,
+                           int64_t prompt) {
+  dim(prompt, "prompt");
+  return make_cost(shape, dtypes, batch, 0, prompt);
+}
+
+InferenceBound inference_bound(const InferenceCost& cost, const Chip& chip, const std::string& level) {
+  InferenceBound b;
+  b.chip = chip.id;
+  // Where the resident bytes fit: the innermost level with a capacity that holds them.
+  b.resident_bytes = static_cast<double>(cost.resident_bytes());
+  for (auto it = chip.memory.rbegin(); it != chip.memory.rend(); ++it)
+    if (it->capacity && it->capacity->value >= b.resident_bytes) {
+      b.fits_level = it->level;
+      break;
+    }
+  const auto& outer = chip.memory_level();
+  b.exceeds_memory = outer.capacity && b.resident_bytes > outer.capacity->value;
+  const MemoryLevel& ml = level == "auto"
+                              ? chip.memory_level(b.fits_level.empty() ? std::string() : b.fits_level)
+                              : chip.memory_level(level);
+  b.level = ml.level;
+  b.bandwidth = ml.bandwidth.value;
+
+  long double t_math = 0;
+  for (const auto& p : cost.flops) {
+    ComputeRoof r;
+    r.name = p.name;
+    r.compute = usable_key(chip, p.compute, p.name, b.notes);
+    r.peak = chip.peak(r.compute);
+    r.flops = static_cast<double>(p.flops);
+    r.t_math = static_cast<double>(p.flops / r.peak);
+    t_math += p.flops / r.peak;
+    b.roofs.push_back(r);
+  }
+  const long double bytes = cost.memory_bytes();
+  b.flops = static_cast<double>(cost.total_flops());
+  b.bytes = static_cast<double>(bytes);
+  b.intensity = cost.intensity();
+  b.t_math = static_cast<double>(t_math);
+  b.t_memory = static_cast<double>(bytes / b.bandwidth);
+  b.ridge_intensity = static_cast<double>(cost.total_flops() / t_math / b.bandwidth);
+  b.t_lower = std::max(b.t_math, b.t_memory);
+  b.binding = b.t_math >= b.t_memory ? "compute" : "memory";
+  const double tokens =
+      static_cast<double>(cost.batch) * (cost.phase == "decode" ? 1.0 : double(cost.prompt));
+  b.tokens_per_s = tokens / b.t_lower;
+
+  const std::string resident = units::format_bytes(b.resident_bytes);
+  const char* what =
+      cost.phase == "decode" ? "the weights and the KV cache" : "the weights and the prompts' K/V";
+  if (b.exceeds_memory)
+    b.notes.push_back(fmt::format("{} ({}) exceed the {} capacity ({}): this step does not fit on one chip",
+                                  what, resident, outer.level, units::format_bytes(outer.capacity->value)));
+  else if (!b.fits_level.empty() && b.fits_level != outer.level)
+    b.notes.push_back(fmt::format(
+        "{} ({}) fit in {} ({}): steps that follow one another can find them there{}", what, resident,
+        b.fits_level, units::format_bytes(chip.memory_level(b.fits_level).capacity->value),
+        b.level == b.fits_level ? fmt::format(", so the bound uses its {}", units::format_rate(b.bandwidth))
+                                : fmt::format(" (level 'auto' bounds at its {})",
+                                              units::format_rate(chip.bandwidth(b.fits_level)))));
+  if (ml.capacity && b.resident_bytes > ml.capacity->value && &ml != &outer)
+    b.notes.push_back(fmt::format("{} ({}) do not fit in {} ({}): a bound at its bandwidth is optimistic",
+                                  what, resident, ml.level, units::format_bytes(ml.capacity->value)));
+  return b;
+}
+
+DecodeCriticalBatch decode_critical_batch(const InferenceShape& shape, const InferenceDtypes& dtypes,
+                                          int64_t context, const Chip& chip, const std::string& level) {
+  check_arg(level != "auto", "level",
+            "'auto' names no single level for every batch (the level the bytes come from moves as the KV "
+            "cache grows); name one (hbm, dram, l3, ...) or leave it empty for the outermost");
+  const InferenceCost c1 = decode_cost(shape, dtypes, 1, context),
+                      c2 = decode_cost(shape, dtypes, 2, context);
+  const InferenceBound b1 = inference_bound(c1, chip, level);
+  DecodeCriticalBatch r;
+  r.chip = chip.id;
+  r.level = b1.level;
+  r.context = context;
+  r.bandwidth = b1.bandwidth;
+  // Bytes are W + B k exactly (every count is an integer below 2^64, which long double holds).
+  const long double k = c2.memory_bytes() - c1.memory_bytes(), W = c1.memory_bytes() - k;
+  const long double kv = c1.kv_read_bytes() + c1.kv_write_bytes();
+  long double m1 = 0, m1_attention = 0;  // T_math of one sequence, and its attention part
+  for (size_t i = 0; i < c1.flops.size(); ++i) {
+    const long double t = c1.flops[i].flops / b1.roofs[i].peak;
+    m1 += t;
+    if (c1.flops[i].name == "attention") m1_attention += t;
+  }
+  const long double bw = b1.bandwidth, f1 = c1.total_flops();
+  r.weight_bytes = static_cast<double>(W);
+  r.bytes_per_sequence = static_cast<double>(k);
+  r.kv_bytes_per_sequence = static_cast<double>(kv);
+  r.flops_per_sequence = static_cast<double>(f1);
+  r.limit_intensity = static_cast<double>(f1 / k);
+  r.ridge_intensity = static_cast<double>(f1 / m1 / bw);
+  r.asymptotic = std::numeric_limits<double>::infinity();
+
+  // Compute-bound at B when B m1 >= (W + B k) / bw, i.e. B (m1 bw - k) >= W.
+  const long double denom = m1 * bw - k;
+  if (denom > 0) {
+    const long double x = W / denom;
+    r.asymptotic = static_cast<double>(x);
+    if (x <= kMaxDim) {
+      // The closed form is rounded; settle the integer on the bound itself, as a scan over B would see it.
+      auto compute_bound = [&](int64_t B) {
+        return inference_bound(decode_cost(shape, dtypes, B, context), chip, level).binding == "compute";
+      };
+      int64_t B = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(x)));
+      while (B > 1 && compute_bound(B - 1)) --B;
+      while (!compute_bound(B)) ++B;
+      r.batch = B;
+    }
+  }
+  // Weights only: B (m1 - attention) bw >= W. (W / (m1 bw) is at most W / (f1 / peak) bw: bounded by sizes.)
+  r.batch_weights_only =
+      std::max<int64_t>(1, static_cast<int64_t>(std::ceil(W / ((m1 - m1_attention) * bw))));
+  return r;
+}
+
+DecodeReport decode_report(const InferenceShape& shape, const InferenceDtypes& dtypes, int64_t batch,
+                           int64_t context, const Chip& chip, const std::string& level, int64_t prompt,
+                           bool sweep) {
+  check_arg(prompt >= 0, "prompt", "{} is negative (0: no prefill)", prompt);
+  DecodeReport r;
+  r.shape = shape;
+  r.dtypes = resolved(dtypes);
+  r.chip = chip.id;
+  r.chip_name = chip.name;
+  r.step = decode_cost(shape, dtypes, batch, context);
+  r.bound = inference_bound(r.step, chip, level);
+  const Sizes z = sizes(shape);
+  r.params = static_cast<double>(2 * z.V * z.D +
+                                 z.L * (2 * z.D * z.D + 2 * z.kd * z.D + 3 * z.D * z.F + 2 * z.D) + z.D);
+  if (prompt > 0) {
+    r.prefill = prefill_cost(shape, dtypes, batch, prompt);
+    r.prefill_bound = inference_bound(*r.prefill, chip, level);
+  }
+  const std::string fixed = level == "auto" ? r.bound.level : level;
+  r.critical = decode_critical_batch(shape, dtypes, context, chip, fixed);
+  if (sweep) {
+    for (int64_t B = 1; B <= kMaxSweepBatch; B *= 2) {
+      r.sweep.push_back(inference_bound(decode_cost(shape, dtypes, B, context), chip, fixed));
+      r.sweep_batches.push_back(B);
+      if (r.critical.batch ? B >= *r.critical.batch
+                           : r.sweep.back().intensity >= 0.99 * r.critical.limit_intensity)
+        break;
+    }
+  }
+  return r;
+}
+
+nlohmann::json to_json(const DecodeReport& r) {
+  const auto& s = r.shape;
+  nlohmann::json sweep = nlohmann::json::array();
+  for (size_t i = 0; i < r.sweep.size(); ++i) {
+    const auto& b = r.sweep[i];
+    sweep.push_back(
+        {{"batch", r.sweep_batches[i]},
+         {"flops", b.flops},
+         {"bytes", b.bytes},
+         {"intensity", b.intensity},
+         {"t_math_s", b.t_math},
+         {"t_memory_s", b.t_memory},
+         {"t_lower_s", b.t_lower},
+         {"binding", b.binding},
+         {"tokens_per_s", b.tokens_per_s},
+         {"resident_bytes", b.resident_bytes},
+         {"fits_level", b.fits_level.empty() ? nlohmann::json(nullptr) : nlohmann::json(b.fits_level)},
+         {"exceeds_memory", b.exceeds_memory}});
+  }
+  const auto& c = r.critical;
+  return {{"shape",
+           {{"vocab", s.vocab},
+            {"d_model", s.d_model},
+            {"layers", s.layers},
+            {"heads", s.heads},
+            {"kv_heads", s.kv_heads_or_heads()},
+            {"d_head", s.d_head()},
+            {"d_ff", s.d_ff},
+            {"params", r.params}}},
+          {"dtypes",
+           {{"weights", dtype_name(r.dtypes.weights)},
+            {"head", dtype_name(r.dtypes.head_dtype())},
+            {"embedding", dtype_name(r.dtypes.embedding_dtype())},
+            {"kv", dtype_name(r.dtypes.kv)},
+            {"activations", dtype_name(r.dtypes.activation_dtype())}}},
+          {"chip", r.chip},
+          {"chip_name", r.chip_name},
+          {"decode", step_json(r.step, r.bound)},
+          {"prefill", r.prefill ? step_json(*r.prefill, *r.prefill_bound) : nlohmann::json(nullptr)},
+          {"critical_batch",
+           {{"level", c.level},
+            {"context", c.context},
+            {"bandwidth", c.bandwidth},
+            {"batch", opt_int(c.batch)},
+            {"asymptotic", num_or_null(c.asymptotic)},
+            {"limit_intensity", c.limit_intensity},
+            {"ridge_intensity", c.ridge_intensity},
+            {"batch_weights_only", c.batch_weights_only},
+            {"weight_bytes", c.weight_bytes},
+            {"bytes_per_sequence", c.bytes_per_sequence},
+            {"kv_bytes_per_sequence", c.kv_bytes_per_sequence},
+            {"flops_per_sequence", c.flops_per_sequence}}},
+          {"sweep", sweep}};
+}
+
+std::string decode_report_json(const DecodeReport& r, int indent) {
+  return to_json(r).dump(indent);
+}
+
+}  // namespace ridge::roofline
