@@ -295,7 +295,7 @@ class InferenceModel:
     def generate(self, prompts, max_tokens=64, *, temperature=1.0, top_p=1.0, top_k=0, seed=0, eos=None,
                  num_splits=0, on_token=None, return_stats=False):
         """Sampled continuations of each prompt (a list of int lists). temperature 0: greedy; top_p in
-        (0, 1]; top_k 0: off; seed: prompt i samples from its own stream seeded seed + i, so the tokens
+        (0, 1]; top_k 0: off; seed: prompt i samples from its own streams (seed, i, draw), so the tokens
         do not depend on the thread count; eos: a token id that ends its sequence (emitted). on_token(i,
         token) is called for each token as it is sampled. With return_stats, also a dict of the prefill
         and decode tokens, seconds and decode bytes."""

@@ -792,8 +792,6 @@ std::vector<std::vector<int32_t>> generate(const InferenceModel& model, const st
   st.prefill_seconds = std::chrono::duration<double>(clock::now() - t0).count();
   for (const auto& p : prompts) st.prefill_tokens += static_cast<int64_t>(p.size());
 
-  std::vector<Rng> rng;
-  for (size_t i = 0; i < prompts.size(); ++i) rng.emplace_back(o.seed + i);
   std::vector<std::vector<int32_t>> out(prompts.size());
   std::vector<int> step_ids;
   std::vector<int32_t> step_tokens;
@@ -802,7 +800,10 @@ std::vector<std::vector<int32_t>> generate(const InferenceModel& model, const st
     step_ids.clear();
     step_tokens.clear();
     for (size_t i : which) {
-      const int32_t t = sample_token(session.logits(ids[i]), o.sampling, rng[i]);
+      // Draw k of prompt i from its own counter-based stream: the same tokens at any thread count, in any
+      // batch, whichever other prompts run beside it.
+      Rng rng = sampling_rng(o.seed, i, out[i].size());
+      const int32_t t = sample_token(session.logits(ids[i]), o.sampling, rng);
       out[i].push_back(t);
       if (o.on_token) o.on_token(i, t);
       const bool done = t == o.eos || static_cast<int64_t>(out[i].size()) >= o.max_tokens;

@@ -136,7 +136,7 @@ class Session {
 struct GenerateOptions {
   SamplingParams sampling;
   int64_t max_tokens = 64;  // new tokens per prompt, >= 1; prompt + max_tokens must fit the context
-  uint64_t seed = 0;        // sequence i draws from Rng(seed + i): the same tokens at any thread count
+  uint64_t seed = 0;        // draw k of prompt i uses sampling_rng(seed, i, k): the same tokens at any thread count
   int64_t eos = -1;         // a token id that ends its sequence (it is still emitted), or -1
   int64_t cache_tokens = 0;  // Session's pool (0: enough for every prompt's whole generation)
   int num_splits = 0;
