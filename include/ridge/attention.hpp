@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "ridge/core/format.hpp"
 #include "ridge/core/memory.hpp"
@@ -70,6 +71,52 @@ void attention_reference_backward(const TensorView<T>& q, const TensorView<T>& k
                                   const TensorView<T>& d_o, const TensorView<Acc>& dq,
                                   const TensorView<Acc>& dk, const TensorView<Acc>& dv,
                                   const Options& options = {});
+
+// ---- Decode attention over a paged KV cache (flash-decoding) ----
+// flash-attn's flash_attn_with_kvcache on the CPU (docs/attention.md, "Decode attention over a paged
+// KV cache"). Layouts (flash-attn's, not the [batch, heads, seq, d] of the functions above):
+//   q, o          [batch, seqlen_q, heads, d]
+//   k_cache, v_cache [num_blocks, block_size, kv_heads, d]: a pool of blocks shared by the sequences
+//   cache_seqlens [batch]: the number of valid keys of each sequence (0 allowed: o = 0, lse = -inf)
+//   block_table   [batch, max_blocks_per_seq] int32: position p of sequence b lives in block
+//                 block_table[b][p / block_size] at row p % block_size (entries past a sequence's
+//                 length are never read, so they may hold anything)
+//   lse           [batch, heads, seqlen_q] fp32, or an empty view (data == nullptr) when not wanted
+// T = float or bf16, fp32 accumulation; heads a multiple of kv_heads; d in 16..256; any positive strides.
+struct KVCacheOptions {
+  float scale = 0.0f;  // 0 means 1/sqrt(d); otherwise finite and > 0
+  bool causal = true;  // seqlen_q > 1: query i sees cache positions j <= i + seqlen_k - seqlen_q
+  int num_splits = 0;  // 0: chosen by a heuristic; 1: no split; n (<= 256): each sequence's keys split n ways
+};
+
+template <typename T>
+void flash_attn_with_kvcache(const TensorView<T>& q, const TensorView<T>& k_cache,
+                             const TensorView<T>& v_cache, std::span<const int32_t> cache_seqlens,
+                             MatrixView<const int32_t> block_table, const TensorView<T>& o,
+                             const TensorView<float>& lse = {}, const KVCacheOptions& options = {});
+
+// Writes k_new, v_new [batch, seqlen_new, kv_heads, d] into the cache at positions cache_seqlens[b] ..
+// cache_seqlens[b] + seqlen_new - 1 of each sequence (the caller then attends with cache_seqlens +
+// seqlen_new). Every argument is checked before anything is written; nothing else in the pool changes.
+template <typename T>
+void kvcache_append(const TensorView<T>& k_new, const TensorView<T>& v_new, const TensorView<T>& k_cache,
+                    const TensorView<T>& v_cache, std::span<const int32_t> cache_seqlens,
+                    MatrixView<const int32_t> block_table);
+
+// The scalar reference twin of flash_attn_with_kvcache: plain loops in fp64 (scores, softmax and the
+// weighted sum), one rounding to T at the end; the same arguments and checks (num_splits is ignored).
+template <typename T>
+void flash_attn_with_kvcache_reference(const TensorView<T>& q, const TensorView<T>& k_cache,
+                                       const TensorView<T>& v_cache, std::span<const int32_t> cache_seqlens,
+                                       MatrixView<const int32_t> block_table, const TensorView<T>& o,
+                                       const TensorView<float>& lse = {}, const KVCacheOptions& options = {});
+
+// The heuristic behind num_splits = 0: how many ways a sequence of seqlen_k keys is split when
+// `units` = batch * kv_heads (sequence, kv head) pairs share `threads` threads. Enough splits that
+// the work items number about 4 x threads, none shorter than 256 keys, at most 64; 1 when the units
+// alone are that many. It depends on the thread count, so the bits of o do too (within 1e-6): pass
+// num_splits explicitly for results that are the same at every thread count.
+int kvcache_num_splits(int64_t seqlen_k, int64_t units, int threads);
 
 // FLOPs counted the way FlashAttention papers count them: 4 * n_q * n_k * d * batch * heads for
 // the forward pass (two matmuls), 2.5x that for backward (five), halved when causal and n_q == n_k

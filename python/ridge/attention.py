@@ -6,20 +6,26 @@ grouped-query attention when k and v have fewer heads. On torch tensors it is th
 ``ridge::flash_attn`` with autograd (so it works under torch.compile); on NumPy arrays it returns
 the output. ``FlashAttention2.apply(q, k, v, is_causal=False)`` is CS336's autograd.Function on
 (batch, seq, d), saving the logsumexp L (batch, seq) for backward.
+``flash_attn_with_kvcache(q, k_cache, v_cache, ...)`` is flash-attn's decode attention over a KV cache
+(dense or paged, appended to in place when k and v are given) on NumPy arrays.
 """
 from __future__ import annotations
 
 import math
 
 from . import _ridge
-from ._args import boolean, checked, real
+import numpy as np
+
+from ._args import boolean, checked, integer, real
 from ._arrays import arg, empty_like_framework, is_torch, out, shape
 
 _a = _ridge.attention
 
-__all__ = ["flash_attn_func", "flash_attn_forward", "flash_attn_backward", "FlashAttention2", "attention_flops"]
+__all__ = ["flash_attn_func", "flash_attn_forward", "flash_attn_backward", "FlashAttention2", "attention_flops",
+           "flash_attn_with_kvcache", "kvcache_num_splits"]
 
 attention_flops = checked(_a.flops)
+kvcache_num_splits = checked(_a.kvcache_num_splits)
 
 
 def _bhsd(x):
@@ -103,6 +109,74 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False):
             raise TypeError("q: torch tensors need torch importable when ridge.attention was imported")
         return _torch_ops.flash_attn(q, k, v, _scale(q, softmax_scale), boolean(causal, "causal"))
     return flash_attn_forward(q, k, v, softmax_scale, causal)[0]
+
+
+_INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
+
+
+def _int32_array(x, name, rank, what):
+    """x as a C-contiguous int32 NumPy array of `rank`; TypeError for a non-integer array, ValueError for
+    a wrong rank or a value int32 cannot hold (never wrapped)."""
+    a = np.asarray(x)
+    if a.dtype.kind not in "iu":
+        raise TypeError(f"{name}: expected an integer array, got {a.dtype}")
+    if a.ndim != rank:
+        raise ValueError(f"{name} has rank {a.ndim}, expected rank {rank} {what}")
+    if a.size and (int(a.min()) < _INT32_MIN or int(a.max()) > _INT32_MAX):
+        raise ValueError(f"{name}: values must fit in int32, got {int(a.min())}..{int(a.max())}")
+    return np.ascontiguousarray(a, dtype=np.int32)
+
+
+def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=None, block_table=None,
+                            softmax_scale=None, causal=True, num_splits=0, return_softmax_lse=False):
+    """flash-attn's flash_attn_with_kvcache on NumPy arrays (float32, or bfloat16 from ml_dtypes).
+
+    q (batch, seqlen_q, heads, head_dim). Without block_table, k_cache and v_cache are
+    (batch, seqlen_cache, kv_heads, head_dim); with it, a pool of blocks (num_blocks, block_size,
+    kv_heads, head_dim) and block_table (batch, max_blocks_per_seq) int32 names the blocks of each
+    sequence in order. cache_seqlens: an int or an int32 array (batch,), the keys already in each
+    sequence's cache (None: the cache is full). k, v (batch, seqlen_new, kv_heads, head_dim), when
+    given, are written into the caches in place at cache_seqlens and attention then covers
+    cache_seqlens + seqlen_new keys (cache_seqlens itself is not changed). causal: query i sees the
+    keys up to i + seqlen_k - seqlen_q. num_splits: 0 chooses, 1 does not split, n splits each
+    sequence's keys n ways. Returns o like q, and with return_softmax_lse (o, lse (batch, heads,
+    seqlen_q) float32)."""
+    b, _, h, _ = _dims(q)
+    _operands(k_cache=k_cache, v_cache=v_cache)
+    causal, with_lse = boolean(causal, "causal"), boolean(return_softmax_lse, "return_softmax_lse")
+    num_splits = integer(num_splits, "num_splits", 0, 256)
+    scale = _scale(q, softmax_scale)
+    if block_table is None:
+        if k_cache.shape[0] != b:
+            raise ValueError(f"k_cache: without block_table the cache is (batch, seqlen_cache, kv_heads, "
+                             f"head_dim) with batch = {b}, got shape {tuple(k_cache.shape)}")
+        table = np.arange(b, dtype=np.int32).reshape(b, 1)  # one block per sequence: its whole cache
+    else:
+        table = _int32_array(block_table, "block_table", 2, "[batch, max_blocks_per_seq]")
+    capacity = table.shape[1] * k_cache.shape[1]
+    if cache_seqlens is None:
+        if capacity > _INT32_MAX:
+            raise ValueError(f"cache_seqlens: the cache holds {capacity} keys per sequence, more than int32 counts")
+        lens = np.full(b, capacity, dtype=np.int32)
+    elif isinstance(cache_seqlens, (int, np.integer)) and not isinstance(cache_seqlens, (bool, np.bool_)):
+        lens = np.full(b, integer(cache_seqlens, "cache_seqlens", _INT32_MIN, _INT32_MAX), dtype=np.int32)
+    else:
+        lens = _int32_array(cache_seqlens, "cache_seqlens", 1, "[batch]")
+    if (k is None) != (v is None):
+        raise ValueError("k, v: pass both (the new keys and values to append) or neither")
+    if k is not None:
+        _operands(k=k, v=v)
+        _a.kvcache_append(arg(k, "k"), arg(v, "v"), out(k_cache, "k_cache"), out(v_cache, "v_cache"), lens,
+                          table)
+        grown = lens.astype(np.int64) + k.shape[1]
+        if grown.size and int(grown.max()) > _INT32_MAX:
+            raise ValueError("cache_seqlens: with the new keys a length passes int32")
+        lens = grown.astype(np.int32)
+    o = empty_like_framework(q, tuple(q.shape), str(q.dtype).replace("torch.", ""), "q")
+    lse = empty_like_framework(q, (b, h, q.shape[1]), "float32", "q") if with_lse else None
+    _a.with_kvcache(arg(q, "q"), arg(k_cache, "k_cache"), arg(v_cache, "v_cache"), lens, table, out(o, "o"),
+                    None if lse is None else out(lse, "lse"), scale, causal, num_splits)
+    return (o, lse) if with_lse else o
 
 
 def _no_zero_strides(t):

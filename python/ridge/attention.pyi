@@ -1,5 +1,5 @@
 """FlashAttention-2 in flash-attn's layout, and CS336's autograd.Function (type stubs)."""
-from typing import Any, List, Optional, Tuple
+from typing import Any, List, Optional, Tuple, Union
 
 __all__: List[str]
 
@@ -18,6 +18,20 @@ def flash_attn_backward(do: _Array, q: _Array, k: _Array, v: _Array, o: _Array, 
                         dk: Optional[_Array] = None, dv: Optional[_Array] = None) -> Tuple[_Array, _Array, _Array]:
     """Backward, any framework: returns (dq, dk, dv) in the layout of q, k, v. A dq, dk or dv
     sharing memory with an input or with each other is a ValueError."""
+def flash_attn_with_kvcache(q: _Array, k_cache: _Array, v_cache: _Array, k: Optional[_Array] = None,
+                            v: Optional[_Array] = None, cache_seqlens: Union[int, _Array, None] = None,
+                            block_table: Optional[_Array] = None, softmax_scale: Optional[float] = None,
+                            causal: bool = True, num_splits: int = 0,
+                            return_softmax_lse: bool = False) -> Union[_Array, Tuple[_Array, _Array]]:
+    """flash-attn's flash_attn_with_kvcache on NumPy arrays (float32 or bfloat16). q (b, s_q, h, d);
+    k_cache, v_cache (b, s_cache, h_kv, d), or with block_table (b, max_blocks) int32 a pool
+    (num_blocks, block_size, h_kv, d); cache_seqlens an int or int32 (b,) (None: full); k, v
+    (b, s_new, h_kv, d) are appended into the caches in place at cache_seqlens and attended to.
+    num_splits: 0 chooses, n splits each sequence's keys n ways. Returns o like q, or (o, lse
+    (b, h, s_q) float32) with return_softmax_lse."""
+def kvcache_num_splits(seqlen_k: int, units: int, threads: int) -> int:
+    """The split count num_splits = 0 picks for a sequence of seqlen_k keys when units = batch x
+    kv_heads share `threads` threads."""
 def attention_flops(batch: int, heads: int, n_q: int, n_k: int, d: int, causal: bool, backward: bool) -> float:
     """FLOPs as FlashAttention papers count them: 4 n_q n_k d batch heads forward, 2.5x that for
     backward, scaled by the visible fraction of the scores when causal."""

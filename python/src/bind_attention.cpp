@@ -1,6 +1,7 @@
 // ridge.attention: FlashAttention-2 forward and backward on strided [batch, heads, seq, d] views
 // (python/ridge/attention.py passes flash-attn's [batch, seq, heads, d] tensors transposed, which
-// are views: no copies). fp32 or bf16; lse is fp32 [batch, heads, seq].
+// are views: no copies). fp32 or bf16; lse is fp32 [batch, heads, seq]. Decode attention over a
+// paged KV cache and the append into it take flash-attn's layouts as they are.
 #include "common.hpp"
 #include "ridge/attention.hpp"
 #include "core/check.hpp"
@@ -88,6 +89,73 @@ void backward(const In& q, const In& k, const In& v, const In& o, const In& d_o,
         fmt::format("q: expected a float32 or bfloat16 array, got {}", dtype_name(t)).c_str());
 }
 
+// A read-only operand as the mutable view the C++ API takes (it only reads it).
+template <typename T>
+TensorView<T> writable(const TensorView<const T>& t) {
+  TensorView<T> r;
+  r.data = const_cast<T*>(t.data);
+  r.rank = t.rank;
+  r.shape = t.shape;
+  r.stride = t.stride;
+  return r;
+}
+
+template <typename T>
+void with_kvcache_t(const In& q, const In& k_cache, const In& v_cache, const In& seqlens, const In& table,
+                    const Out& o, const std::optional<Out>& lse, float scale, bool causal, int num_splits) {
+  const auto qv = writable(tensor<const T>(q, "q", 4));
+  const auto kv = writable(tensor<const T>(k_cache, "k_cache", 4));
+  const auto vv = writable(tensor<const T>(v_cache, "v_cache", 4));
+  const auto lens = int32_vector(seqlens, "cache_seqlens");
+  const auto tv = matrix<const int32_t>(table, "block_table");
+  const auto ov = tensor<T>(o, "o", 4);
+  TensorView<float> lv;
+  if (lse) lv = tensor<float>(*lse, "lse", 3);
+  attention::KVCacheOptions opt;
+  opt.scale = scale;
+  opt.causal = causal;
+  opt.num_splits = num_splits;
+  nb::gil_scoped_release release;
+  attention::flash_attn_with_kvcache<T>(qv, kv, vv, lens, tv, ov, lv, opt);
+}
+
+template <typename T>
+void append_t(const In& k, const In& v, const Out& k_cache, const Out& v_cache, const In& seqlens,
+              const In& table) {
+  const auto kn = writable(tensor<const T>(k, "k", 4));
+  const auto vn = writable(tensor<const T>(v, "v", 4));
+  const auto kc = tensor<T>(k_cache, "k_cache", 4);
+  const auto vc = tensor<T>(v_cache, "v_cache", 4);
+  const auto lens = int32_vector(seqlens, "cache_seqlens");
+  const auto tv = matrix<const int32_t>(table, "block_table");
+  nb::gil_scoped_release release;
+  attention::kvcache_append<T>(kn, vn, kc, vc, lens, tv);
+}
+
+void with_kvcache(const In& q, const In& k_cache, const In& v_cache, const In& seqlens, const In& table,
+                  const Out& o, const std::optional<Out>& lse, float scale, bool causal, int num_splits) {
+  const DType t = array_dtype(q, "q");
+  if (t == DType::f32)
+    with_kvcache_t<float>(q, k_cache, v_cache, seqlens, table, o, lse, scale, causal, num_splits);
+  else if (t == DType::bf16)
+    with_kvcache_t<bf16>(q, k_cache, v_cache, seqlens, table, o, lse, scale, causal, num_splits);
+  else
+    throw nb::type_error(
+        fmt::format("q: expected a float32 or bfloat16 array, got {}", dtype_name(t)).c_str());
+}
+
+void append(const In& k, const In& v, const Out& k_cache, const Out& v_cache, const In& seqlens,
+            const In& table) {
+  const DType t = array_dtype(k_cache, "k_cache");
+  if (t == DType::f32)
+    append_t<float>(k, v, k_cache, v_cache, seqlens, table);
+  else if (t == DType::bf16)
+    append_t<bf16>(k, v, k_cache, v_cache, seqlens, table);
+  else
+    throw nb::type_error(
+        fmt::format("k_cache: expected a float32 or bfloat16 array, got {}", dtype_name(t)).c_str());
+}
+
 }  // namespace
 
 void bind_attention(nb::module_& m) {
@@ -95,6 +163,13 @@ void bind_attention(nb::module_& m) {
         nb::arg("causal"), nb::arg("scale"));
   m.def("backward", &backward, nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("o"), nb::arg("do"),
         nb::arg("lse"), nb::arg("dq"), nb::arg("dk"), nb::arg("dv"), nb::arg("causal"), nb::arg("scale"));
+  m.def("with_kvcache", &with_kvcache, nb::arg("q"), nb::arg("k_cache"), nb::arg("v_cache"),
+        nb::arg("cache_seqlens"), nb::arg("block_table"), nb::arg("o"), nb::arg("lse").none(),
+        nb::arg("scale"), nb::arg("causal"), nb::arg("num_splits"));
+  m.def("kvcache_append", &append, nb::arg("k"), nb::arg("v"), nb::arg("k_cache"), nb::arg("v_cache"),
+        nb::arg("cache_seqlens"), nb::arg("block_table"));
+  m.def("kvcache_num_splits", &attention::kvcache_num_splits, nb::arg("seqlen_k"), nb::arg("units"),
+        nb::arg("threads"));
   m.def("flops", &attention::attention_flops, nb::arg("batch"), nb::arg("heads"), nb::arg("n_q"),
         nb::arg("n_k"), nb::arg("d"), nb::arg("causal"), nb::arg("backward"));
 }

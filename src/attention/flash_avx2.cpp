@@ -17,30 +17,7 @@ namespace {
 
 #include "simd/scalar.inc"
 #include "simd/avx2.inc"
-
-struct V {
-  using R = __m256;
-  static constexpr int W = 8;
-  static constexpr int RMAX = 6, CVMAX = 2;
-  static R zero() { return _mm256_setzero_ps(); }
-  static R load(const float* p) { return _mm256_loadu_ps(p); }
-  static void store(float* p, R x) { _mm256_storeu_ps(p, x); }
-  static R set1(float x) { return _mm256_set1_ps(x); }
-  static R fma(R a, R b, R c) { return _mm256_fmadd_ps(a, b, c); }
-  static R add(R a, R b) { return _mm256_add_ps(a, b); }
-  static R sub(R a, R b) { return _mm256_sub_ps(a, b); }
-  static R mul(R a, R b) { return _mm256_mul_ps(a, b); }
-  static R max(R a, R b) { return _mm256_max_ps(a, b); }
-  static R min(R a, R b) { return _mm256_min_ps(a, b); }
-  static R exp2(R x) { return exp2_ps(x); }
-  static bool any_huge(R x) {
-    const R a = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), x);
-    const R big =
-        _mm256_and_ps(_mm256_cmp_ps(a, _mm256_set1_ps(0x1p20f), _CMP_GE_OQ),
-                      _mm256_cmp_ps(a, _mm256_set1_ps(std::numeric_limits<float>::infinity()), _CMP_LT_OQ));
-    return _mm256_movemask_ps(big) != 0;
-  }
-};
+#include "attention/vec_avx2.inc"
 
 #include "attention/flash_body.inc"
 #include "attention/blocks_fp32.inc"
