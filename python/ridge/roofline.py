@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 
+from collections.abc import Mapping
+
 from . import _ridge
-from ._args import checked
+from ._args import _type, boolean, checked, integer, string
 
 _r = _ridge.roofline
 Chip, Cost, Bound = _r.Chip, _r.Cost, _r.Bound
@@ -22,7 +24,7 @@ _critical_batch, _critical_split_d = checked(_r.critical_batch), checked(_r.crit
 
 __all__ = ["Chip", "Cost", "Bound", "load_chip", "chip_ids", "bound", "describe", "matmul", "attention",
            "fp8_gemm", "grouped_gemm_contiguous", "grouped_gemm_masked", "all_reduce", "all_gather",
-           "reduce_scatter", "critical_batch", "critical_split_d", "to_dict"]
+           "reduce_scatter", "critical_batch", "critical_split_d", "decode", "to_dict"]
 
 
 def grouped_gemm_masked(max_m, valid_m, n, k):
@@ -51,3 +53,49 @@ def critical_split_d(chip, chips, link="intra_node") -> dict:
     """For D split over `chips` with an all-reduce of the partial sums: the D above which the
     matmul is compute-bound against the link."""
     return json.loads(_critical_split_d(chip, chips, link))
+
+
+_CONFIG_FIELDS = ("vocab_size", "context_length", "d_model", "num_layers", "num_heads", "d_ff")
+
+
+def decode(config, batch=1, context=None, weights="bf16", head=None, embedding=None, kv=None, chip="h100",
+           level="", prompt=0, sweep=False) -> dict:
+    """The roofline of generating with a Transformer LM: what `ridge roofline decode --json` prints (less its
+    "model" label). `config` is a model config dict (ridge.model.preset's, "num_kv_heads" optional); one decode
+    step of `batch` sequences attending to `context` keys each (default the config's context_length), with
+    `weights` fp32 | bf16 | fp8, `head` and `embedding` dtypes (default: the weights', bf16 for fp8), the KV
+    cache in `kv` (default fp32 for fp32 weights, else bf16), on `chip` (a Chip or a chip name) at memory level
+    `level` ("" the outermost, "auto" where the weights and KV cache fit); the prefill of `prompt` tokens when
+    > 0; with `sweep`, the steps at batch 1, 2, 4, ... past the critical batch."""
+    if not isinstance(config, Mapping):
+        raise TypeError(f"config: expected a dict, got {_type(config)}")
+    cfg = {}
+    for k in _CONFIG_FIELDS:
+        if k not in config:
+            raise ValueError(f"config: missing '{k}'")
+        cfg[k] = integer(config[k], f"config['{k}']", 1, 2**40)
+    kv_heads = integer(config.get("num_kv_heads", 0), "config['num_kv_heads']", 0, 2**40)
+    if cfg["d_model"] % cfg["num_heads"]:
+        raise ValueError(f"config: d_model {cfg['d_model']} is not a multiple of num_heads {cfg['num_heads']}")
+    if kv_heads and cfg["num_heads"] % kv_heads:
+        raise ValueError(f"config: num_kv_heads {kv_heads} does not divide num_heads {cfg['num_heads']}")
+    n = cfg["context_length"]
+    batch = integer(batch, "batch")
+    context = n if context is None else integer(context, "context")
+    if not 1 <= context <= n:
+        raise ValueError(f"context: {context} is not in 1..{n} (the model's context_length)")
+    prompt = integer(prompt, "prompt")
+    if not 0 <= prompt <= n:
+        raise ValueError(f"prompt: {prompt} is not in 0..{n} (0: no prefill; at most the model's context_length)")
+    dtypes = {name: "" if v is None else string(v, name)
+              for name, v in (("head", head), ("embedding", embedding), ("kv", kv))}
+    if not isinstance(chip, Chip):
+        name = string(chip, "chip")
+        try:
+            chip = _r.load_chip(name)
+        except ValueError as e:
+            raise ValueError(f"chip: {e}") from None
+    return json.loads(_r._decode(cfg["vocab_size"], cfg["d_model"], cfg["num_layers"], cfg["num_heads"], kv_heads,
+                                 cfg["d_ff"], batch, context, string(weights, "weights"), dtypes["head"],
+                                 dtypes["embedding"], dtypes["kv"], chip, string(level, "level"), prompt,
+                                 boolean(sweep, "sweep")))

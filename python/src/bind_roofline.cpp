@@ -3,6 +3,7 @@
 // parses them.
 #include "common.hpp"
 #include "ridge/roofline.hpp"
+#include "ridge/roofline/decode.hpp"
 #include "core/check.hpp"
 #include "roofline/json.hpp"
 
@@ -19,6 +20,16 @@ rl::MatmulDtypes dtypes(const std::string& x, const std::string& w, const std::s
   dt.out = parse_dtype(out);
   dt.compute = compute;
   return dt;
+}
+
+// A dtype argument of decode(): one of `accepted`, else a ValueError naming the argument.
+DType decode_dtype(const std::string& text, const char* name, std::initializer_list<const char*> accepted) {
+  std::string list;
+  for (const char* a : accepted) {
+    if (text == a) return parse_dtype(text);
+    list += (list.empty() ? "" : ", ") + std::string(a);
+  }
+  fail_arg(name, "'{}' is not accepted (accepted: {})", text, list);
 }
 
 }  // namespace
@@ -163,6 +174,31 @@ void bind_roofline(nb::module_& m) {
       },
       nb::arg("chip"), nb::arg("d"), nb::arg("f"), nb::arg("x") = "bf16", nb::arg("w") = "bf16",
       nb::arg("out") = "bf16", nb::arg("compute") = "", nb::arg("level") = "");
+  m.def(
+      "_decode",
+      [](int64_t vocab, int64_t d_model, int64_t layers, int64_t heads, int64_t kv_heads, int64_t d_ff,
+         int64_t batch, int64_t context, const std::string& weights, const std::string& head,
+         const std::string& embedding, const std::string& kv, const rl::Chip& chip, const std::string& level,
+         int64_t prompt, bool sweep) {
+        rl::InferenceShape s;
+        s.vocab = vocab;
+        s.d_model = d_model;
+        s.layers = layers;
+        s.heads = heads;
+        s.kv_heads = kv_heads;
+        s.d_ff = d_ff;
+        rl::InferenceDtypes dt;
+        dt.weights = decode_dtype(weights, "weights", {"fp32", "bf16", "fp8", "fp8_e4m3"});
+        if (!head.empty()) dt.head = decode_dtype(head, "head", {"fp32", "bf16", "fp8", "fp8_e4m3"});
+        if (!embedding.empty()) dt.embedding = decode_dtype(embedding, "embedding", {"fp32", "bf16"});
+        dt.kv = kv.empty() ? (dt.weights == DType::f32 ? DType::f32 : DType::bf16)
+                           : decode_dtype(kv, "kv", {"fp32", "bf16"});
+        return rl::decode_report_json(rl::decode_report(s, dt, batch, context, chip, level, prompt, sweep));
+      },
+      nb::arg("vocab"), nb::arg("d_model"), nb::arg("layers"), nb::arg("heads"), nb::arg("kv_heads"),
+      nb::arg("d_ff"), nb::arg("batch"), nb::arg("context"), nb::arg("weights"), nb::arg("head"),
+      nb::arg("embedding"), nb::arg("kv"), nb::arg("chip"), nb::arg("level"), nb::arg("prompt"),
+      nb::arg("sweep"));
   m.def(
       "critical_split_d",
       [](const rl::Chip& chip, int64_t chips, const std::string& link) {

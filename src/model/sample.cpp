@@ -138,7 +138,9 @@ Prepared prepare(std::span<const float> logits, const SamplingParams& p) {
   s.w.resize(n);
   r.w = &s.w;
   r.kept = &s.kept;
-  auto weight = [&](size_t i) { return s.w[i] = std::exp((static_cast<double>(l[i]) - mx) / t); };  // -inf -> 0
+  auto weight = [&](size_t i) {
+    return s.w[i] = std::exp((static_cast<double>(l[i]) - mx) / t);
+  };  // -inf -> 0
   const bool top_k = p.top_k > 0 && static_cast<uint64_t>(p.top_k) < n, top_p = p.top_p < 1;
   double mass = 0;
   if (!top_k) {
@@ -166,8 +168,8 @@ Prepared prepare(std::span<const float> logits, const SamplingParams& p) {
       kth = s.values.front();
     } else {
       s.values.assign(logits.begin(), logits.end());
-      std::nth_element(s.values.begin(), s.values.begin() + static_cast<std::ptrdiff_t>(k - 1), s.values.end(),
-                       std::greater<float>());
+      std::nth_element(s.values.begin(), s.values.begin() + static_cast<std::ptrdiff_t>(k - 1),
+                       s.values.end(), std::greater<float>());
       kth = s.values[k - 1];
     }
     s.kept.clear();
@@ -178,7 +180,8 @@ Prepared prepare(std::span<const float> logits, const SamplingParams& p) {
       else if (l[i] == kth && s.ties.size() < k)
         s.ties.push_back(static_cast<int32_t>(i));
     }
-    s.kept.insert(s.kept.end(), s.ties.begin(), s.ties.begin() + static_cast<std::ptrdiff_t>(k - s.kept.size()));
+    s.kept.insert(s.kept.end(), s.ties.begin(),
+                  s.ties.begin() + static_cast<std::ptrdiff_t>(k - s.kept.size()));
     for (int32_t i : s.kept) mass += weight(static_cast<size_t>(i));
   }
   r.all = false;
@@ -192,7 +195,8 @@ void SamplingParams::validate() const {
   check_arg(std::isfinite(temperature) && temperature >= 0, "temperature",
             "{} is not a temperature (accepted: a finite number >= 0; 0 is greedy)", temperature);
   check_arg(top_p > 0 && top_p <= 1, "top_p", "{} is not in (0, 1] (1 keeps every token)", top_p);
-  check_arg(top_k >= 0, "top_k", "{} is negative (accepted: 0 for off, or the number of tokens to keep)", top_k);
+  check_arg(top_k >= 0, "top_k", "{} is negative (accepted: 0 for off, or the number of tokens to keep)",
+            top_k);
 }
 
 int32_t sample_token(std::span<const float> logits, const SamplingParams& p, Rng& rng) {

@@ -32,7 +32,8 @@ void expect_user_error(const std::string& args, const std::string& mention) {
 
 }  // namespace
 
-// The "small" preset (D 768, F 3072, 12 layers, 12 heads, vocab 10000) at batch 4, context 256, bf16, on h100.
+// The "small" preset (D 768, F 3072, 12 layers, 12 heads, vocab 10000) at batch 4, context 256, bf16, on
+// h100.
 TEST(CliRooflineDecode, JsonAgainstTheClosedForms) {
   const auto j = json_of("roofline decode --size small --batch 4 --context-length 256 --hw h100 --json");
   EXPECT_EQ(j["model"], "small");
@@ -43,7 +44,8 @@ TEST(CliRooflineDecode, JsonAgainstTheClosedForms) {
   EXPECT_DOUBLE_EQ(d["flops"].get<double>(), 2 * B * linears + 2 * B * D * V + 4 * B * D * C * L);
   EXPECT_DOUBLE_EQ(d["bytes"]["kv_read"].get<double>(), B * C * L * 2 * D * 2);
   EXPECT_DOUBLE_EQ(d["bytes"]["kv_write"].get<double>(), B * L * 2 * D * 2);
-  EXPECT_DOUBLE_EQ(d["bytes"]["weights"].get<double>(), 2 * linears + 4 * (2 * L + 1) * D + 2 * V * D + 2 * B * D);
+  EXPECT_DOUBLE_EQ(d["bytes"]["weights"].get<double>(),
+                   2 * linears + 4 * (2 * L + 1) * D + 2 * V * D + 2 * B * D);
   const double total = d["bytes"]["total"].get<double>();
   EXPECT_DOUBLE_EQ(total, d["bytes"]["weights"].get<double>() + d["bytes"]["kv_read"].get<double>() +
                               d["bytes"]["kv_write"].get<double>() + d["bytes"]["activations"].get<double>());
@@ -63,21 +65,24 @@ TEST(CliRooflineDecode, JsonAgainstTheClosedForms) {
 }
 
 TEST(CliRooflineDecode, TableSweepAndPrefill) {
-  const auto r = run(
-      "roofline decode --size 2.7B --context 1024 --context-length 16 --batch 8 --prompt-length 512 --hw h100 "
-      "--sweep-batch");
+  const auto r =
+      run("roofline decode --size 2.7B --context 1024 --context-length 16 --batch 8 --prompt-length 512 --hw "
+          "h100 "
+          "--sweep-batch");
   ASSERT_EQ(r.code, 0) << r.err;
-  for (const char* s : {"decode step: batch 8, context 16", "prefill: batch 8 prompts of 512 tokens", "T_lower",
-                        "tokens/s", "KV cache read", "critical batch at context 16", "compute-bound from B =",
-                        "batch sweep"})
+  for (const char* s :
+       {"decode step: batch 8, context 16", "prefill: batch 8 prompts of 512 tokens", "T_lower", "tokens/s",
+        "KV cache read", "critical batch at context 16", "compute-bound from B =", "batch sweep"})
     EXPECT_NE(r.out.find(s), std::string::npos) << s << "\n" << r.out;
   const auto j = json_of(
-      "roofline decode --size 2.7B --context 1024 --context-length 16 --batch 8 --prompt-length 512 --hw h100 "
+      "roofline decode --size 2.7B --context 1024 --context-length 16 --batch 8 --prompt-length 512 --hw "
+      "h100 "
       "--sweep-batch --json");
   const int64_t critical = j["critical_batch"]["batch"].get<int64_t>();
   const auto& sweep = j["sweep"];
   ASSERT_GE(sweep.size(), 2u);
-  // Rows at 1, 2, 4, ...: memory-bound below the critical batch, compute-bound from the first row at or past it.
+  // Rows at 1, 2, 4, ...: memory-bound below the critical batch, compute-bound from the first row at or past
+  // it.
   for (size_t i = 0; i < sweep.size(); ++i) {
     const int64_t b = sweep[i]["batch"].get<int64_t>();
     EXPECT_EQ(b, int64_t{1} << i);
@@ -90,7 +95,8 @@ TEST(CliRooflineDecode, TableSweepAndPrefill) {
 }
 
 TEST(CliRooflineDecode, Fp8WeightsGqaAndAConfigFile) {
-  const auto dir = std::filesystem::temp_directory_path() / ("ridge_cli_decode." + std::to_string(::getpid()));
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("ridge_cli_decode." + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   const auto cfg = dir / "model.json";
   std::ofstream(cfg) << R"({"vocab_size": 1000, "context_length": 512, "d_model": 256, "num_layers": 2,
@@ -108,7 +114,8 @@ TEST(CliRooflineDecode, Fp8WeightsGqaAndAConfigFile) {
   // Per layer: q, o [256,256] 2x2; k, v [64,256] 1x2; w1, w3 [768,256] 6x2; w2 [256,768] 2x6: 48 fp32.
   EXPECT_DOUBLE_EQ(scales, 2 * 48 * 4);
   // --kv-heads overrides the file; --size and --config together are refused.
-  EXPECT_EQ(json_of("roofline decode --config " + cfg.string() + " --kv-heads 8 --json")["shape"]["kv_heads"], 8);
+  EXPECT_EQ(json_of("roofline decode --config " + cfg.string() + " --kv-heads 8 --json")["shape"]["kv_heads"],
+            8);
   expect_user_error("roofline decode --config " + cfg.string() + " --size small", "--config");
   expect_user_error("roofline decode --config " + cfg.string() + " --kv-heads 3", "--kv-heads");
   std::ofstream(dir / "bad.json") << R"({"vocab_size": 1000})";
@@ -118,7 +125,8 @@ TEST(CliRooflineDecode, Fp8WeightsGqaAndAConfigFile) {
 
 TEST(CliRooflineDecode, AChipFileWithCacheLevels) {
   // A CPU chip whose l3 holds the tiny model: --level auto bounds there, the default at dram.
-  const auto dir = std::filesystem::temp_directory_path() / ("ridge_cli_decode_chip." + std::to_string(::getpid()));
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("ridge_cli_decode_chip." + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   const auto chip = dir / "cpu.json";
   std::ofstream(chip) << R"({"id": "cpu", "name": "A CPU", "kind": "cpu",

@@ -75,8 +75,8 @@ std::vector<double> distribution(const std::vector<float>& l, const rm::Sampling
 }
 
 // The upper 0.001 quantile of chi-square with k degrees of freedom by Wilson and Hilferty's cube-root normal
-// approximation, k (1 - 2/(9k) + z sqrt(2/(9k)))^3, with z the standard normal's upper 0.001 quantile found by
-// bisection on erfc.
+// approximation, k (1 - 2/(9k) + z sqrt(2/(9k)))^3, with z the standard normal's upper 0.001 quantile found
+// by bisection on erfc.
 double chi_square_critical(int k, double alpha = 0.001) {
   double lo = 0, hi = 10;
   for (int i = 0; i < 200; ++i) {
@@ -90,8 +90,8 @@ double chi_square_critical(int k, double alpha = 0.001) {
 // Draws n tokens with one generator and tests their frequencies against `expect` (which sums to 1): bins with
 // an expected count below 5 pooled into one; the statistic against the critical value for (bins - 1) degrees
 // of freedom. Also checks that no token outside the support is ever drawn.
-void chi_square(const std::vector<float>& l, const rm::SamplingParams& p, const std::vector<long double>& expect,
-                uint64_t seed, int n = 100000) {
+void chi_square(const std::vector<float>& l, const rm::SamplingParams& p,
+                const std::vector<long double>& expect, uint64_t seed, int n = 100000) {
   rm::Rng rng(seed);
   std::vector<int64_t> count(l.size(), 0);
   for (int i = 0; i < n; ++i) {
@@ -169,11 +169,12 @@ TEST(Sample, TemperatureZeroIsTheArgmaxTiesToTheLowestIndex) {
   b.uniform();
   EXPECT_EQ(a.state(), b.state());
   // A temperature so small that every other weight underflows: the argmax, every time.
-  for (int i = 0; i < 100; ++i) EXPECT_EQ(rm::sample_token(std::vector<float>{0.5f, 0.5001f, 0.2f}, params(1e-30), rng), 1);
+  for (int i = 0; i < 100; ++i)
+    EXPECT_EQ(rm::sample_token(std::vector<float>{0.5f, 0.5001f, 0.2f}, params(1e-30), rng), 1);
 }
 
-// Every subset of an 8-token vocabulary: the kept set is as small as any set whose mass reaches top_p, reaches
-// it, and is that many tokens of highest probability, ties to the lower index.
+// Every subset of an 8-token vocabulary: the kept set is as small as any set whose mass reaches top_p,
+// reaches it, and is that many tokens of highest probability, ties to the lower index.
 TEST(Sample, TopPKeepsTheSmallestSetByBruteForce) {
   std::mt19937_64 g(3);
   std::uniform_real_distribution<double> up(0.05, 1.0), ut(0.3, 2.0);
@@ -234,13 +235,15 @@ TEST(Sample, TopKKeepsTheKMostProbableTiesByIndex) {
     const auto p = params(0.8, s % 2 ? 0.7 : 1.0, 1 + static_cast<int64_t>(s % 13));
     const auto got = distribution(r, p);
     const auto want = reference(r, p);
-    for (size_t i = 0; i < r.size(); ++i) EXPECT_NEAR(got[i], static_cast<double>(want[i]), 1e-12) << s << " " << i;
+    for (size_t i = 0; i < r.size(); ++i)
+      EXPECT_NEAR(got[i], static_cast<double>(want[i]), 1e-12) << s << " " << i;
   }
 }
 
 TEST(Sample, FrequenciesMatchSoftmaxByChiSquare) {
   const auto l = normal_logits(20, 2.0, 11);
-  for (double t : {1.0, 0.7, 2.5}) chi_square(l, params(t), reference(l, params(t)), 1000 + static_cast<uint64_t>(t * 10));
+  for (double t : {1.0, 0.7, 2.5})
+    chi_square(l, params(t), reference(l, params(t)), 1000 + static_cast<uint64_t>(t * 10));
   // The reference with top-k and top-p applied by the test's own sort, not the library's.
   for (const auto& p : {params(1.0, 1.0, 7), params(0.9, 0.8), params(1.3, 0.9, 12)})
     chi_square(l, p, reference(l, p), 77);

@@ -20,11 +20,11 @@ struct SamplingParams {
   void validate() const;
 };
 
-// One token id from logits[vocab] (fp32): softmax(logits / temperature), then the top_k most probable, then the
-// smallest top_p share of those, renormalised, drawn with exactly one uniform from `rng` (greedy draws one too
-// and ignores it, so the generator advances alike whatever the parameters). Deterministic for a given rng
-// state. The logits must be finite or -inf (a masked token, never drawn); ridge::Error naming `logits` for
-// +inf, NaN, no logits, every logit -inf, or more than 2^31 - 1 of them, and what validate() refuses.
+// One token id from logits[vocab] (fp32): softmax(logits / temperature), then the top_k most probable, then
+// the smallest top_p share of those, renormalised, drawn with exactly one uniform from `rng` (greedy draws
+// one too and ignores it, so the generator advances alike whatever the parameters). Deterministic for a given
+// rng state. The logits must be finite or -inf (a masked token, never drawn); ridge::Error naming `logits`
+// for +inf, NaN, no logits, every logit -inf, or more than 2^31 - 1 of them, and what validate() refuses.
 // Orders tokens (partial sorts) only when top-k or top-p is on; one pass of exp otherwise.
 int32_t sample_token(std::span<const float> logits, const SamplingParams& p, Rng& rng);
 
