@@ -65,7 +65,8 @@ std::vector<double> folded_grad(const rm::TransformerLM<S>& mha, const rm::Model
   std::vector<double> out(static_cast<size_t>(gqa.kv_heads() * dh * D), 0.0);
   for (int64_t h = 0; h < gqa.num_heads; ++h)
     for (int64_t i = 0; i < dh * D; ++i)
-      out[static_cast<size_t>((h / group) * dh * D + i)] += static_cast<double>(g[static_cast<size_t>(h * dh * D + i)]);
+      out[static_cast<size_t>((h / group) * dh * D + i)] +=
+          static_cast<double>(g[static_cast<size_t>(h * dh * D + i)]);
   return out;
 }
 
