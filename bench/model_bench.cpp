@@ -58,10 +58,11 @@ TorchResult torch_peer(const Flags& flags, const std::string& weights, const mod
   TorchResult r;
   const std::string cmd = fmt::format(
       "{} {}/tools/torch_model_peer.py --weights {} --vocab {} --d-model {} --d-ff {} --layers {} --heads {} "
-      "--rope-theta {} --batch {} --seq {} --precision {} --pass {} --attention {} --threads {} --warmup {} "
-      "--iters {} {} 2>&1",
+      "--kv-heads {} --rope-theta {} --batch {} --seq {} --precision {} --pass {} --attention {} --threads "
+      "{} "
+      "--warmup {} --iters {} {} 2>&1",
       flags.python, RIDGE_SOURCE_DIR, weights, cfg.vocab_size, cfg.d_model, cfg.d_ff, cfg.num_layers,
-      cfg.num_heads, cfg.rope_theta, batch, seq, precision,
+      cfg.num_heads, cfg.kv_heads(), cfg.rope_theta, batch, seq, precision,
       pass == "forward+backward" ? "forward_backward" : pass, attention, threads, warmup, iters,
       flags.no_compile ? "--no-compile" : "");
   std::FILE* f = popen(cmd.c_str(), "r");
@@ -213,6 +214,7 @@ void run_case(const Flags& flags, const Case& c, bench::Context& ctx, const roof
   bench::Row row;
   row.case_ = {
       {"size", c.size}, {"context", c.seq}, {"batch", c.batch}, {"pass", c.pass}, {"attention", c.attention}};
+  if (c.cfg.kv_heads() != c.cfg.num_heads) row.case_["kv_heads"] = c.cfg.kv_heads();  // grouped-query
   row.dtype = c.precision;
   row.threads = c.threads;
   row.set_time(meas);
@@ -309,7 +311,7 @@ void run_case(const Flags& flags, const Case& c, bench::Context& ctx, const roof
 void run_model(bench::Context& ctx) {
   const auto& g = ctx.grid;
   g.check_keys({"size", "context", "batch", "precision", "pass", "attention", "d_model", "d_ff", "layers",
-                "heads", "threads"},
+                "heads", "kv_heads", "threads"},
                "model");
   std::vector<std::string> sizes = g.values("size", {"tiny", "small"});
   std::vector<int64_t> ctxs = g.counts("context", {256});
@@ -340,6 +342,10 @@ void run_model(bench::Context& ctx) {
                 if (g.has("d_ff")) c.cfg.d_ff = g.counts("d_ff")[0], c.size += "*";
                 if (g.has("layers")) c.cfg.num_layers = g.counts("layers")[0], c.size += "*";
                 if (g.has("heads")) c.cfg.num_heads = g.counts("heads")[0], c.size += "*";
+                if (g.has("kv_heads")) c.cfg.num_kv_heads = g.counts("kv_heads")[0], c.size += "*";
+                check(c.cfg.num_kv_heads == 0 || c.cfg.num_heads % c.cfg.num_kv_heads == 0,
+                      "bench model: kv_heads {} does not divide heads {} (accepted: a divisor of {})",
+                      c.cfg.num_kv_heads, c.cfg.num_heads, c.cfg.num_heads);
                 c.cfg.validate();
                 check(B >= 1, "bench model: batch {} must be >= 1", B);
                 // Refused before anything is allocated: a case past the machine's memory would
@@ -350,7 +356,8 @@ void run_model(bench::Context& ctx) {
                   if (it.key() != "activations (per layer)") need += it.value().get<double>();
                 const double avail = static_cast<double>(memory::available_bytes());
                 check(avail <= 0 || need < 0.9 * avail,
-                      "--set size/context/batch/d_model/d_ff/layers/heads, --vocab: the case {} context {} "
+                      "--set size/context/batch/d_model/d_ff/layers/heads/kv_heads, --vocab: the case {} "
+                      "context {} "
                       "batch {} needs "
                       "about {} but {} is available",
                       c.size, T, B, units::format_bytes(need), units::format_bytes(avail));

@@ -6,6 +6,12 @@ Builds the model in plain PyTorch, runs one fp32 forward/backward, the same unde
 
     python3 tools/make_model_reference.py [-o tests/data/model_tiny_ref.safetensors]
 
+With --gqa it writes the grouped-query attention cases instead (heads 4 with 2 kv heads and with 1, as
+Llama shares them: query head h reads kv head h // (heads / kv_heads)), each one fp32 and one bf16
+autocast forward/backward, to tests/data/model_gqa_ref.safetensors:
+
+    python3 tools/make_model_reference.py --gqa [-o tests/data/model_gqa_ref.safetensors]
+
 Needs only PyTorch (no numpy, no safetensors package: the file is written by hand). The tests never run
 this script; they read the committed file. Deterministic on CPU: re-running it gives the same bytes for a
 given PyTorch version and CPU (the metadata records the version).
@@ -43,6 +49,10 @@ TRAIN = {
     "clip_eps": 1e-6,
 }
 RMS_EPS = 1e-5
+# The grouped-query cases: CONFIG with a smaller vocabulary and feed-forward (the file stays small) and
+# num_kv_heads below num_heads; each case's tensors are named "<case>.<name>".
+GQA_CASES = {"kv2": dict(CONFIG, vocab_size=64, d_ff=96, num_kv_heads=2),
+             "kv1": dict(CONFIG, vocab_size=64, d_ff=96, num_kv_heads=1)}
 
 
 # ---- the model ---------------------------------------------------------------------------------------
@@ -100,20 +110,29 @@ def rope(x, theta):
 
 
 class Attention(torch.nn.Module):
-    def __init__(self, d, heads, theta):
+    """Causal self-attention; k_proj and v_proj have kv_heads heads (grouped-query attention when fewer than
+    heads: each kv head serves heads // kv_heads consecutive query heads, repeated as Llama repeats them)."""
+
+    def __init__(self, d, heads, theta, kv_heads=None):
         super().__init__()
         self.heads, self.theta = heads, theta
-        self.q_proj, self.k_proj, self.v_proj, self.output_proj = (Linear(d, d) for _ in range(4))
+        self.kv_heads = heads if kv_heads is None else kv_heads
+        dkv = d // heads * self.kv_heads
+        self.q_proj, self.k_proj, self.v_proj, self.output_proj = (
+            Linear(d, d), Linear(d, dkv), Linear(d, dkv), Linear(d, d))
 
     def forward(self, x):
         b, t, d = x.shape
         h, dh = self.heads, d // self.heads
 
-        def split(y):  # head j takes columns [j*dh, (j+1)*dh)
-            return y.view(b, t, h, dh).transpose(1, 2)
+        def split(y, n):  # head j takes columns [j*dh, (j+1)*dh)
+            return y.view(b, t, n, dh).transpose(1, 2)
 
-        q, k, v = split(self.q_proj(x)), split(self.k_proj(x)), split(self.v_proj(x))
+        kv = self.kv_heads
+        q, k, v = split(self.q_proj(x), h), split(self.k_proj(x), kv), split(self.v_proj(x), kv)
         q, k = rope(q, self.theta), rope(k, self.theta)
+        if kv != h:
+            k, v = k.repeat_interleave(h // kv, dim=1), v.repeat_interleave(h // kv, dim=1)
         s = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(dh)
         mask = torch.ones(t, t, dtype=torch.bool).tril()
         # Softmax in fp32 (the issue's bf16 policy); under autocast P @ V goes back to bf16.
@@ -136,7 +155,7 @@ class Block(torch.nn.Module):
     def __init__(self, c):
         super().__init__()
         self.ln1 = RMSNorm(c["d_model"])
-        self.attn = Attention(c["d_model"], c["num_heads"], c["rope_theta"])
+        self.attn = Attention(c["d_model"], c["num_heads"], c["rope_theta"], c.get("num_kv_heads"))
         self.ln2 = RMSNorm(c["d_model"])
         self.ffn = FFN(c["d_model"], c["d_ff"])
 
@@ -207,22 +226,98 @@ def write_safetensors(path, tensors, metadata):
     os.replace(tmp, path)
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("-o", "--output", default=os.path.join(os.path.dirname(__file__), "..", "tests", "data",
-                                                           "model_tiny_ref.safetensors"))
-    args = ap.parse_args()
-    torch.set_num_threads(1)
-    torch.use_deterministic_algorithms(True)
-
+def build_model(config):
+    """The model at seed 0, its norm weights perturbed away from 1 so that their gradients are tested on
+    non-trivial values; returns it and a copy of its initial state_dict."""
     torch.manual_seed(0)
-    model = TransformerLM(CONFIG)
-    # Norm weights perturbed away from 1 so that their gradients are tested on non-trivial values.
+    model = TransformerLM(config)
     with torch.no_grad():
         for name, p in model.named_parameters():
             if name.endswith("ln1.weight") or name.endswith("ln2.weight") or name == "ln_final.weight":
                 p.copy_(1.0 + 0.1 * torch.randn(p.shape))
-    init = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    return model, {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def forward_backward(model, init, inputs, targets, prefix=""):
+    """fp32, then bf16 autocast, forward and backward from the weights `init`: the tensors to store (logits,
+    loss, every gradient of the fp32 parameters) and the two losses."""
+    out = []
+    model.load_state_dict(init)
+    model.zero_grad()
+    logits = model(inputs.long())
+    loss = cross_entropy(logits, targets)
+    loss.backward()
+    out += [(prefix + "fp32.logits", logits), (prefix + "fp32.loss", loss)]
+    out += [(prefix + "fp32.grad." + n, p.grad.clone()) for n, p in model.named_parameters()]
+
+    model.load_state_dict(init)
+    model.zero_grad()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        logits16 = model(inputs.long())
+        loss16 = cross_entropy(logits16, targets)
+    loss16.backward()
+    out += [(prefix + "bf16.logits", logits16.float()), (prefix + "bf16.loss", loss16.float())]
+    out += [(prefix + "bf16.grad." + n, p.grad.clone()) for n, p in model.named_parameters()]
+    return out, loss.item(), loss16.item()
+
+
+METADATA = {
+    "init": "torch.manual_seed(0); linear weights trunc_normal(std=sqrt(2/(d_in+d_out)), cut at 3 std), "
+            "embedding trunc_normal(std 1, cut at 3); norm weights then set to 1 + 0.1*randn (perturbed "
+            "from CS336's 1 so that their gradients are tested non-trivially)",
+    "model": "x = emb[tokens]; per layer x += attn(ln1(x)); x += ffn(ln2(x)); logits = lm_head(ln_final(x)); "
+             "RMSNorm eps 1e-5 in fp32; RoPE on adjacent pairs; causal softmax in fp32; SwiGLU; loss = mean "
+             "cross-entropy in fp32",
+    "bf16": "torch.autocast('cpu', bfloat16): matmuls (linear, q k^T, P V) in bf16 with fp32 parameters cast; "
+            "RMSNorm, softmax and loss in fp32; residual stream fp32; grads are of the fp32 parameters",
+}
+
+
+def write_gqa(path):
+    """The grouped-query cases: per case its config (metadata "config.<case>"), initial weights, inputs,
+    targets, and fp32 and bf16 autocast logits, loss and gradients, all named "<case>.<name>"."""
+    out, metadata, losses = [], {"cases": json.dumps(list(GQA_CASES))}, []
+    for case, config in GQA_CASES.items():
+        model, init = build_model(config)
+        gen = torch.Generator().manual_seed(1)
+        v, t = config["vocab_size"], config["context_length"]
+        inputs = torch.randint(0, v, (BATCH, t), generator=gen, dtype=torch.int32)
+        targets = torch.randint(0, v, (BATCH, t), generator=gen, dtype=torch.int32)
+        p = case + "."
+        out += [(p + "inputs", inputs), (p + "targets", targets)]
+        out += [(p + n, init[n]) for n in init]
+        tensors, l32, l16 = forward_backward(model, init, inputs, targets, p)
+        out += tensors
+        metadata["config." + case] = json.dumps(config)
+        losses.append("%s fp32 %.6f bf16 %.6f" % (case, l32, l16))
+    metadata.update(METADATA)
+    metadata.update({
+        "batch": str(BATCH),
+        "torch_version": torch.__version__,
+        "regenerate": "python3 tools/make_model_reference.py --gqa (writes tests/data/model_gqa_ref.safetensors)",
+        "data": "per case, torch.Generator().manual_seed(1): inputs, targets",
+        "gqa": "k_proj, v_proj [kv_heads*d_head, d_model]; k and v split into kv_heads heads, RoPE'd, then "
+               "repeat_interleave(heads // kv_heads, dim=1) so query head h reads kv head h // (heads // kv_heads)",
+    })
+    write_safetensors(path, out, metadata)
+    print("wrote %s (%d tensors, %d bytes); %s" % (path, len(out), os.path.getsize(path), "; ".join(losses)))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--gqa", action="store_true", help="write the grouped-query attention cases instead")
+    ap.add_argument("-o", "--output", default=None,
+                    help="default: tests/data/model_tiny_ref.safetensors (--gqa: model_gqa_ref.safetensors)")
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True)
+    output = args.output or os.path.join(os.path.dirname(__file__), "..", "tests", "data",
+                                         "model_gqa_ref.safetensors" if args.gqa else "model_tiny_ref.safetensors")
+    if args.gqa:
+        write_gqa(os.path.normpath(output))
+        return 0
+
+    model, init = build_model(CONFIG)
     names = list(init.keys())
 
     gen = torch.Generator().manual_seed(1)
@@ -234,24 +329,8 @@ def main():
 
     out = [("inputs", inputs), ("targets", targets)]
     out += [(n, init[n]) for n in names]
-
-    # fp32 forward and backward.
-    model.zero_grad()
-    logits = model(inputs.long())
-    loss = cross_entropy(logits, targets)
-    loss.backward()
-    out += [("fp32.logits", logits), ("fp32.loss", loss)]
-    out += [("fp32.grad." + n, p.grad) for n, p in model.named_parameters()]
-
-    # bf16 autocast forward and backward from the same weights; gradients of the fp32 parameters.
-    model.load_state_dict(init)
-    model.zero_grad()
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        logits16 = model(inputs.long())
-        loss16 = cross_entropy(logits16, targets)
-    loss16.backward()
-    out += [("bf16.logits", logits16.float()), ("bf16.loss", loss16.float())]
-    out += [("bf16.grad." + n, p.grad) for n, p in model.named_parameters()]
+    tensors, loss, loss16 = forward_backward(model, init, inputs, targets)
+    out += tensors
 
     # 10 steps of AdamW with clipping and the cosine schedule, fp32.
     model.load_state_dict(init)
@@ -289,25 +368,20 @@ def main():
         "param_names": json.dumps(names),
         "torch_version": torch.__version__,
         "regenerate": "python3 tools/make_model_reference.py (writes tests/data/model_tiny_ref.safetensors)",
-        "init": "torch.manual_seed(0); linear weights trunc_normal(std=sqrt(2/(d_in+d_out)), cut at 3 std), "
-                "embedding trunc_normal(std 1, cut at 3); norm weights then set to 1 + 0.1*randn (perturbed "
-                "from CS336's 1 so that their gradients are tested non-trivially)",
+        "init": METADATA["init"],
         "data": "torch.Generator().manual_seed(1): inputs, targets, train.inputs, train.targets in that order",
-        "model": "x = emb[tokens]; per layer x += attn(ln1(x)); x += ffn(ln2(x)); logits = lm_head(ln_final(x)); "
-                 "RMSNorm eps 1e-5 in fp32; RoPE on adjacent pairs; causal softmax in fp32; SwiGLU; loss = mean "
-                 "cross-entropy in fp32",
-        "bf16": "torch.autocast('cpu', bfloat16): matmuls (linear, q k^T, P V) in bf16 with fp32 parameters cast; "
-                "RMSNorm, softmax and loss in fp32; residual stream fp32; grads are of the fp32 parameters",
+        "model": METADATA["model"],
+        "bf16": METADATA["bf16"],
         "optimizer": "torch.optim.AdamW(foreach=False): p -= lr*wd*p; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2; "
                      "p -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps); t counts from 1",
         "clipping": "global L2 norm over all grads (train.grad_norm, before clipping); if norm > 1.0 grads *= "
                     "1.0/(norm + 1e-6)",
         "schedule": "lr(t), t = 0..9: t < Tw: t/Tw*max; Tw <= t <= Tc: min + 0.5*(1+cos(pi*(t-Tw)/(Tc-Tw)))*(max-min)",
     }
-    path = os.path.normpath(args.output)
+    path = os.path.normpath(output)
     write_safetensors(path, out, metadata)
     print("wrote %s (%d tensors, %d bytes); fp32 loss %.6f, bf16 loss %.6f, train losses %s" %
-          (path, len(out), os.path.getsize(path), loss.item(), loss16.item(),
+          (path, len(out), os.path.getsize(path), loss, loss16,
            " ".join("%.4f" % x for x in losses)))
 
 

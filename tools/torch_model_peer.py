@@ -39,6 +39,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__)
     for k in ("vocab", "d-model", "d-ff", "layers", "heads", "batch", "seq"):
         ap.add_argument("--" + k, type=int, required=True)
+    ap.add_argument("--kv-heads", type=int, default=None, help="key/value heads (default: --heads)")
     ap.add_argument("--rope-theta", type=float, default=10000.0)
     ap.add_argument("--weights", required=True)
     ap.add_argument("--precision", choices=["fp32", "bf16", "fp16"], default="fp32")
@@ -59,23 +60,31 @@ def main():
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import make_model_reference as ref
 
+    # scaled_dot_product_attention shares kv heads itself from torch 2.5 (enable_gqa).
+    native_gqa = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 5)
     if a.attention == "flash":
         def attn_forward(self, x):
             b, t, d = x.shape
-            h, dh = self.heads, d // self.heads
+            h, kv, dh = self.heads, self.kv_heads, d // self.heads
 
-            def split(y):
-                return y.view(b, t, h, dh).transpose(1, 2)
+            def split(y, n):
+                return y.view(b, t, n, dh).transpose(1, 2)
 
-            q, k, v = split(self.q_proj(x)), split(self.k_proj(x)), split(self.v_proj(x))
+            q, k, v = split(self.q_proj(x), h), split(self.k_proj(x), kv), split(self.v_proj(x), kv)
             q, k = ref.rope(q, self.theta), ref.rope(k, self.theta)
-            o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            if kv == h:
+                o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            elif native_gqa:  # each kv head serves h // kv consecutive query heads, read in place
+                o = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+            else:
+                o = F.scaled_dot_product_attention(q, k.repeat_interleave(h // kv, dim=1),
+                                                   v.repeat_interleave(h // kv, dim=1), is_causal=True)
             return self.output_proj(o.transpose(1, 2).reshape(b, t, d))
 
         ref.Attention.forward = attn_forward
 
     cfg = {"vocab_size": a.vocab, "context_length": a.seq, "d_model": a.d_model, "num_layers": a.layers,
-           "num_heads": a.heads, "d_ff": a.d_ff, "rope_theta": a.rope_theta}
+           "num_heads": a.heads, "num_kv_heads": a.kv_heads or a.heads, "d_ff": a.d_ff, "rope_theta": a.rope_theta}
     tensors = read_safetensors(a.weights, torch)
     inputs = tensors.pop("batch.inputs").long()
     targets = tensors.pop("batch.targets").long()

@@ -193,9 +193,9 @@ void setup_roofline_ddp(CLI::App* parent) {
                   {"memory_per_rank", roofline::to_json(mem)}});
       return;
     }
-    fmt::print("{}: d_model {}, d_ff {}, {} layers, {} heads, vocab {} ({:.0f} M parameters), {} operands\n",
-               label, cfg.d_model, cfg.d_ff, cfg.num_layers, cfg.num_heads, cfg.vocab_size,
-               static_cast<double>(rr::model_param_count(shape)) / 1e6, o->precision);
+    fmt::print("{}: d_model {}, d_ff {}, {} layers, {}, vocab {} ({:.0f} M parameters), {} operands\n", label,
+               cfg.d_model, cfg.d_ff, cfg.num_layers, heads_text(cfg.num_heads, cfg.kv_heads()),
+               cfg.vocab_size, static_cast<double>(rr::model_param_count(shape)) / 1e6, o->precision);
     fmt::print("{} ranks x batch {} x context {} (global batch {}); chip {} ({})\n", ranks, batch, ctx,
                batch * ranks, chip.id, chip.name);
     fmt::print("link {}: {} one way per rank, {} per collective + {} per ring step\n  ({})\n", link.name,

@@ -24,7 +24,7 @@ namespace rr = ridge::roofline;
 namespace {
 
 struct Opts : ridge::cli::ModelFlags {
-  std::string config_file, kv_heads;
+  std::string config_file;
   std::string batch1 = "1", context_length, prompt_length;
   std::string weights = "bf16", head, embedding, kv;
   std::string hw = "h100", level;
@@ -63,19 +63,10 @@ model::ModelConfig model_config(const Opts& o, std::string& label) {
         [&] { return model::preset(o.size, o.count(o.vocab, "--vocab"), o.count(o.context, "--context")); });
     label = o.size;
   }
-  int64_t kv = base.num_kv_heads;
-  if (!o.kv_heads.empty()) kv = o.count(o.kv_heads, "--kv-heads");
-  base.num_kv_heads = 0;  // checked below, against the heads after the overrides
+  // The overrides, --kv-heads among them (ModelFlags checks it divides the heads after --heads).
   bool custom = false;
   model::ModelConfig cfg = o.overridden(base, custom);
-  check(kv == 0 || (kv <= cfg.num_heads && cfg.num_heads % kv == 0),
-        "--kv-heads: {} kv heads do not divide the {} query heads (each kv head serves heads / kv_heads of "
-        "them)",
-        kv, cfg.num_heads);
-  cfg.num_kv_heads = kv;
-  cfg.validate();
-  if ((custom || !o.kv_heads.empty()) && label.find(" (modified)") == std::string::npos)
-    label += " (modified)";
+  if (custom && label.find(" (modified)") == std::string::npos) label += " (modified)";
   return cfg;
 }
 
@@ -178,7 +169,6 @@ void setup_roofline_decode(CLI::App* parent) {
   c->add_option("--config", o->config_file,
                 "the model's configuration as a JSON file (ModelConfig's fields)");
   o->add_overrides_to(c);
-  c->add_option("--kv-heads", o->kv_heads, "key/value heads (grouped-query attention; default --heads)");
   c->add_option("--batch", o->batch1, "sequences decoded together")->capture_default_str();
   c->add_option("--context-length", o->context_length,
                 "keys each sequence attends to in the step, its new token's included (default --context)");

@@ -37,7 +37,7 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 
 struct Args {
   std::string size = "tiny";
-  int64_t d_model = 0, d_ff = 0, layers = -1, heads = 0, vocab = 0;
+  int64_t d_model = 0, d_ff = 0, layers = -1, heads = 0, kv_heads = 0, vocab = 0;
   int64_t context = 256, batch = 4, steps = 100, log_every = 10, save_every = 0;
   std::string data, text, precision = "fp32", attention = "flash", checkpoint, resume, trace;
   double lr = 1e-3, lr_min = -1, weight_decay = 0.1, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, clip = 1.0;
@@ -147,6 +147,10 @@ Prepared prepare(const Args& a, int world) {
   if (a.d_ff > 0) c.d_ff = a.d_ff;
   if (a.layers > 0) c.num_layers = a.layers;
   if (a.heads > 0) c.num_heads = a.heads;
+  if (a.kv_heads > 0) {
+    c.num_kv_heads = a.kv_heads;
+    cli::check_kv_heads(c.num_kv_heads, c.num_heads);
+  }
   cli::in_flag_words([&] { c.validate(); });
 
   model::TrainConfig& t = p.t;
@@ -182,6 +186,7 @@ Prepared prepare(const Args& a, int world) {
                                       {a.d_ff > 0, "--d-ff"},
                                       {a.layers > 0, "--layers"},
                                       {a.heads > 0, "--heads"},
+                                      {a.kv_heads > 0, "--kv-heads"},
                                       {a.vocab > 0, "--vocab"}})
       if (given) flags += std::string("/") + flag;
     fail(
@@ -245,8 +250,8 @@ void train_loop(const Args& a, const Prepared& p, model::Trainer& trainer, DataP
   const double flops_step = model::training_flops(c, global_batch, t.seq);
   const double tokens_step = static_cast<double>(global_batch * t.seq);
   if (!a.json && print) {
-    fmt::print("model     {}: d_model {}, {} layers, {} heads, d_ff {}, vocab {}, {:.2f}M parameters\n",
-               a.size, c.d_model, c.num_layers, c.num_heads, c.d_ff, c.vocab_size,
+    fmt::print("model     {}: d_model {}, {} layers, {}, d_ff {}, vocab {}, {:.2f}M parameters\n", a.size,
+               c.d_model, c.num_layers, cli::heads_text(c.num_heads, c.kv_heads()), c.d_ff, c.vocab_size,
                static_cast<double>(c.param_count()) / 1e6);
     fmt::print(
         "training  {} steps of {} x {} tokens, {} precision, {} attention, {} threads, lr {:.3g} -> {:.3g} "
@@ -515,6 +520,10 @@ void setup(CLI::App& root) {
   cmd->add_option("--layers", a.layers, "override the preset's number of layers")
       ->transform(cli::integer_in(1));
   cmd->add_option("--heads", a.heads, "override the preset's number of heads")->transform(cli::integer_in(1));
+  cmd->add_option(
+         "--kv-heads", a.kv_heads,
+         "key/value heads, a divisor of the heads (grouped-query attention; default: as many as heads)")
+      ->transform(cli::integer_in(1));
   cmd->add_option("--vocab", a.vocab, "vocabulary size (default: 256 with --text, else 10000)")
       ->transform(cli::integer_in(1));
   cmd->add_option("--context", a.context, "tokens per sequence")

@@ -17,9 +17,24 @@ namespace ridge::cli {
 
 // The ModelConfig fields the model flags set, as the library names them and as the user types them
 // (rope_theta has no flag). num_heads comes before d_model: in_flag_words replaces in this order.
-inline const FlagNames kModelFields = {{"vocab_size", "--vocab"},  {"context_length", "--context"},
-                                       {"num_layers", "--layers"}, {"num_heads", "--heads"},
-                                       {"d_model", "--d-model"},   {"d_ff", "--d-ff"}};
+inline const FlagNames kModelFields = {{"vocab_size", "--vocab"},     {"context_length", "--context"},
+                                       {"num_layers", "--layers"},    {"num_heads", "--heads"},
+                                       {"d_model", "--d-model"},      {"d_ff", "--d-ff"},
+                                       {"num_kv_heads", "--kv-heads"}};
+
+// "12 heads", or "12 heads (4 kv heads)" for grouped-query attention: how the commands print them.
+inline std::string heads_text(int64_t heads, int64_t kv_heads) {
+  return kv_heads == heads ? fmt::format("{} heads", heads)
+                           : fmt::format("{} heads ({} kv heads)", heads, kv_heads);
+}
+
+// --kv-heads against the heads it shares out: one line naming both flags when it does not divide them.
+inline void check_kv_heads(int64_t kv_heads, int64_t heads) {
+  check(heads % kv_heads == 0,
+        "--kv-heads: {} does not divide --heads {} (each kv head serves heads / kv-heads query "
+        "heads; accepted: a divisor of {})",
+        kv_heads, heads, heads);
+}
 
 // The model library's messages name its fields ("preset: ...", "ModelConfig: context_length ...");
 // the user typed flags. Runs `body` and throws such an error again in the flags' words.
@@ -53,12 +68,12 @@ decltype(auto) in_flag_words(F&& body) {
 
 struct ModelFlags {
   std::string size = "small", vocab = "10000", context = "256", batch = "4";
-  std::string d_model, d_ff, layers, heads;
+  std::string d_model, d_ff, layers, heads, kv_heads;
   std::string precision = "fp32", attention = "flash";
 
   // Declares the shared flags on `c`, bound to this object (which must outlive the parse): --size,
   // --vocab, --context, --batch (batch_help says what one batch is), --d-model, --d-ff, --layers,
-  // --heads, --precision, --attention. One definition, so the commands cannot drift apart.
+  // --heads, --kv-heads, --precision, --attention. One definition, so the commands cannot drift apart.
   void add_to(CLI::App* c, const std::string& batch_help = "sequences per batch") {
     add_preset_to(c);
     c->add_option("--batch", batch, batch_help)->capture_default_str();
@@ -67,7 +82,8 @@ struct ModelFlags {
     c->add_option("--attention", attention, "flash or math")->capture_default_str();
   }
   // The size flags alone, for a command with a batch and dtypes of its own (`ridge roofline decode`):
-  // --size, --vocab, --context (add_preset_to) and --d-model, --d-ff, --layers, --heads (add_overrides_to).
+  // --size, --vocab, --context (add_preset_to) and --d-model, --d-ff, --layers, --heads, --kv-heads
+  // (add_overrides_to).
   void add_preset_to(CLI::App* c, const std::string& context_help = "tokens per sequence") {
     std::string presets;
     for (const auto& n : model::preset_names()) presets += (presets.empty() ? "" : ", ") + n;
@@ -80,11 +96,15 @@ struct ModelFlags {
     c->add_option("--d-ff", d_ff, "override the preset's d_ff");
     c->add_option("--layers", layers, "override the preset's layer count");
     c->add_option("--heads", heads, "override the preset's head count");
+    c->add_option(
+        "--kv-heads", kv_heads,
+        "key/value heads, a divisor of the head count (grouped-query attention; default: as many as "
+        "heads)");
   }
 
   int64_t count(const std::string& v, const char* flag) const { return units::parse_count(v, flag); }
-  // The preset at --vocab and --context with --d-model/--d-ff/--layers/--heads applied; `custom` says
-  // whether any override was given (the label then reads "SIZE (modified)").
+  // The preset at --vocab and --context with --d-model/--d-ff/--layers/--heads/--kv-heads applied;
+  // `custom` says whether any override was given (the label then reads "SIZE (modified)").
   model::ModelConfig config(bool& custom) const {
     return in_flag_words([&] { return config_(custom); });
   }
@@ -105,6 +125,10 @@ struct ModelFlags {
           cfg.num_heads, cfg.d_model);
     check(cfg.d_head() % 2 == 0, "--heads/--d-model: d_model / heads = {} must be even (RoPE rotates pairs)",
           cfg.d_head());
+    if (!kv_heads.empty()) {
+      cfg.num_kv_heads = count(kv_heads, "--kv-heads"), custom = true;
+      check_kv_heads(cfg.num_kv_heads, cfg.num_heads);
+    }
     cfg.validate();
     return cfg;
   }

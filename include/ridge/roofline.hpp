@@ -149,6 +149,9 @@ Cost softmax(int64_t rows, int64_t cols, DType t);
 
 struct AttentionShape {
   int64_t batch = 1, heads = 1, seq_q = 1, seq_kv = 1, head_dim = 64;
+  // Key/value heads (grouped-query attention: each shared by heads / kv_heads query heads, so K and V
+  // are that much smaller); 0 = heads. The FLOPs are the query heads'.
+  int64_t kv_heads = 0;
   DType dtype = DType::bf16;
   bool causal = false;
   bool backward = false;  // forward + backward (backward = 2.5x the forward's matmul FLOPs)
@@ -212,6 +215,10 @@ CriticalSplit critical_split_d(const Chip& chip, int64_t chips, const MatmulDtyp
 struct ModelShape {
   int64_t vocab = 10000, d_model = 768, layers = 12, heads = 12, d_ff = 3072;
   int64_t batch = 4, seq = 256;
+  // Key/value heads: grouped-query attention when fewer than `heads` (k_proj and v_proj then have
+  // kv_heads * d_head rows, not d_model); 0 = heads, multi-head attention.
+  int64_t kv_heads = 0;
+  int64_t kv_head_count() const { return kv_heads > 0 ? kv_heads : heads; }
   // Operand dtype of the GEMMs and attention: f32, bf16 or fp16 (master weights, gradients,
   // optimizer state, the residual stream, norms and the loss stay fp32, as mixed precision keeps them).
   DType operand = DType::f32;
@@ -234,13 +241,14 @@ struct ModelOp {
 
 // Every operation of forward, backward and the optimizer step (zero_grad, gradient norm, AdamW), in
 // execution order, with ops inside a block listed once with count = layers. ridge::Error naming the
-// field for a non-positive size, d_model not a multiple of heads, or an operand dtype other than
-// f32, bf16, fp16.
+// field for a non-positive size, d_model not a multiple of heads, kv_heads negative or not dividing
+// heads, or an operand dtype other than f32, bf16, fp16.
 std::vector<ModelOp> model_step_ops(const ModelShape& m);
 // FLOPs of the GEMMs and attention only (what MFU counts): forward, backward.
 double model_matmul_flops(const ModelShape& m, const std::string& pass);
-// Parameter count of the shape (V*D embedding + L*(4*D*D + 3*D*F + 2*D) + D + V*D lm_head), summed over
-// the tensors ridge/roofline/model_buffers.hpp lists, in long double: no size overflows it.
+// Parameter count of the shape (V*D embedding + L*(2*D*D + 2*D*Dkv + 3*D*F + 2*D) + D + V*D lm_head,
+// Dkv = kv heads * d_head, = D without grouped-query attention), summed over the tensors
+// ridge/roofline/model_buffers.hpp lists, in long double: no size overflows it.
 long double model_param_count(const ModelShape& m);
 
 // ---------------------------------------------------------------------------------------------

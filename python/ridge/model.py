@@ -46,6 +46,8 @@ def _config_json(config) -> str:
         out[k] = integer(config[k], f"config['{k}']")
     if "rope_theta" in config:
         out["rope_theta"] = real(config["rope_theta"], "config['rope_theta']", finite=True)
+    if "num_kv_heads" in config:  # grouped-query attention; absent (or equal to num_heads): multi-head
+        out["num_kv_heads"] = integer(config["num_kv_heads"], "config['num_kv_heads']")
     return json.dumps(out)
 
 
@@ -88,7 +90,8 @@ def _check_fits(cfg: dict, batch: int, seq: int):
     V, T, D, L, H, F = (cfg[k] for k in _INT_FIELDS)
     if min(V, T, D, L, H, F, batch, seq) < 1:
         return  # the library names the field
-    params = 2 * V * D + L * (4 * D * D + 3 * D * F + 2 * D) + D
+    Dkv = D // H * (cfg.get("num_kv_heads") or H)  # k and v: the kv heads' width (D without grouped-query)
+    params = 2 * V * D + L * (2 * D * D + 2 * D * Dkv + 3 * D * F + 2 * D) + D
     need = 16 * params + 4 * batch * seq * (2 * V + L * (16 * D + 4 * F + H * seq))
     try:
         import os
@@ -104,7 +107,8 @@ def _check_fits(cfg: dict, batch: int, seq: int):
 
 class TransformerLM:
     """config: dict with vocab_size, context_length, d_model, num_layers, num_heads, d_ff and
-    optionally rope_theta. state_dict: name -> float32 array/tensor (missing names keep ridge's
+    optionally rope_theta and num_kv_heads (grouped-query attention: k_proj and v_proj then have
+    num_kv_heads * d_head rows; default num_heads). state_dict: name -> float32 array/tensor (missing names keep ridge's
     CS336 initialisation from `seed`). precision: fp32 | bf16 | fp16; attention: flash | math.
     batch and seq fix the shape step() trains on; forward() takes any [batch, seq <= context]."""
 

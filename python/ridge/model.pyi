@@ -12,7 +12,8 @@ def preset_names() -> List[str]:
 
 class TransformerLM:
     """config: dict with vocab_size, context_length, d_model, num_layers, num_heads, d_ff and
-    optionally rope_theta. state_dict: name -> float32 array/tensor (missing names keep ridge's
+    optionally rope_theta and num_kv_heads (grouped-query attention: k_proj and v_proj then have
+    num_kv_heads * d_head rows; default num_heads). state_dict: name -> float32 array/tensor (missing names keep ridge's
     CS336 initialisation from `seed`). precision: fp32 | bf16 | fp16; attention: flash | math.
     batch and seq fix the shape step() trains on; forward() takes any [batch, seq <= context]."""
     def __init__(self, config: Mapping[str, Any], state_dict: Optional[Mapping[str, _Array]] = None, *,
@@ -22,7 +23,8 @@ class TransformerLM:
                  max_grad_norm: float = 1.0, seed: int = 0) -> None: ...
     @property
     def config(self) -> Dict[str, Any]:
-        """The model's configuration as a dict (rope_theta included)."""
+        """The model's configuration as a dict (rope_theta included; num_kv_heads only when it differs
+        from num_heads)."""
     def names(self) -> List[str]:
         """Parameter names, as PyTorch's state_dict names them."""
     def load_state_dict(self, state_dict: Mapping[str, _Array], strict: bool = True) -> None:

@@ -33,6 +33,8 @@ bool count_params(const ModelConfig& c, int64_t* out) {
   m.d_model = c.d_model;
   m.layers = c.num_layers;
   m.d_ff = c.d_ff;
+  m.heads = c.num_heads;
+  m.kv_heads = c.kv_heads();
   const auto n = roofline::try_model_parameter_elements(m);
   if (n) *out = *n;
   return n.has_value();

@@ -204,9 +204,11 @@ void rmsnorm_backward(const S* dy, const S* x, const S* w, const S* rstd, int64_
     for (int64_t j = 0; j < d; ++j) dw[j] += partial[static_cast<size_t>(c * d + j)];
 }
 
-// ---- RoPE on q and k inside a fused [n, 3 * d_model] q|k|v row (v untouched) ----
-// Token i sits at position i % seq. Pair (2p, 2p+1) of each head rotates by pos * theta^(-2p / dh).
-// cos/sin tables are [seq, dh / 2].
+// ---- RoPE on q and k inside a fused q|k|v row (v untouched) ----
+// A row of `row` elements holds q's heads, k's heads and v's heads, each dh wide: the first `rot`
+// elements (q and k: d_model + kv heads * dh; 2 d_model without grouped-query attention) rotate, the
+// rest (v) is copied. Token i sits at position i % seq. Pair (2p, 2p+1) of each head rotates by
+// pos * theta^(-2p / dh). cos/sin tables are [seq, dh / 2].
 template <typename S>
 void rope_tables(int64_t seq, int64_t dh, double theta, std::vector<S>& cos_t, std::vector<S>& sin_t) {
   const int64_t half = dh / 2;
@@ -219,11 +221,11 @@ void rope_tables(int64_t seq, int64_t dh, double theta, std::vector<S>& cos_t, s
       sin_t[static_cast<size_t>(t * half + p)] = static_cast<S>(std::sin(angle));
     }
 }
-// src is the fp32 GEMM output [n, 3d]; dst the operand copy for attention: q and k rotated, v copied.
+// src is the fp32 GEMM output [n, row]; dst the operand copy for attention: q and k rotated, v copied.
 template <typename S, typename O>
-void rope_forward(const S* src, O* dst, int64_t n, int64_t seq, int64_t d, int64_t dh, const S* cos_t,
-                  const S* sin_t, Round r) {
-  const int64_t half = dh / 2, row = 3 * d;
+void rope_forward(const S* src, O* dst, int64_t n, int64_t seq, int64_t rot, int64_t row, int64_t dh,
+                  const S* cos_t, const S* sin_t, Round r) {
+  const int64_t half = dh / 2;
   const int nt = get_num_threads();
 #pragma omp parallel for num_threads(nt) schedule(static) if (n * row >= kParallelMin)
   for (int64_t i = 0; i < n; ++i) {
@@ -233,32 +235,33 @@ void rope_forward(const S* src, O* dst, int64_t n, int64_t seq, int64_t d, int64
     O* out = dst + i * row;
     if constexpr (row_types<S, O>) {
       if (rounds_rows<S, O>(r)) {
-        float* t = scratch_row(2 * d);
-        for (int64_t h = 0; h < 2 * d; h += dh)  // q and k: every head's pairs
+        float* t = scratch_row(rot);
+        for (int64_t h = 0; h < rot; h += dh)  // q and k: every head's pairs
           for (int64_t p = 0; p < half; ++p) {
             const S x0 = in[h + 2 * p], x1 = in[h + 2 * p + 1];
             t[h + 2 * p] = x0 * c[p] - x1 * s[p];
             t[h + 2 * p + 1] = x0 * s[p] + x1 * c[p];
           }
-        round_row(t, out, 2 * d, r);
-        round_row(in + 2 * d, out + 2 * d, d, r);
+        round_row(t, out, rot, r);
+        round_row(in + rot, out + rot, row - rot, r);
         continue;
       }
     }
-    for (int64_t j = 0; j < 2 * d; j += 2) {  // q and k: every head's pairs
+    for (int64_t j = 0; j < rot; j += 2) {  // q and k: every head's pairs
       const int64_t p = (j % dh) / 2;
       const S x0 = in[j], x1 = in[j + 1];
       out[j] = to_op<O>(x0 * c[p] - x1 * s[p], r);
       out[j + 1] = to_op<O>(x0 * s[p] + x1 * c[p], r);
     }
-    for (int64_t j = 2 * d; j < row; ++j) out[j] = to_op<O>(in[j], r);
+    for (int64_t j = rot; j < row; ++j) out[j] = to_op<O>(in[j], r);
   }
 }
-// The transpose of the rotation, from attention's dq|dk|dv (type G) to the GEMM operand dst.
+// The transpose of the rotation, from attention's dq|dk|dv (type G) to the GEMM operand dst (rows as
+// rope_forward's).
 template <typename S, typename G, typename O>
-void rope_backward(const G* src, O* dst, int64_t n, int64_t seq, int64_t d, int64_t dh, const S* cos_t,
-                   const S* sin_t, Round r) {
-  const int64_t half = dh / 2, row = 3 * d;
+void rope_backward(const G* src, O* dst, int64_t n, int64_t seq, int64_t rot, int64_t row, int64_t dh,
+                   const S* cos_t, const S* sin_t, Round r) {
+  const int64_t half = dh / 2;
   const int nt = get_num_threads();
 #pragma omp parallel for num_threads(nt) schedule(static) if (n * row >= kParallelMin)
   for (int64_t i = 0; i < n; ++i) {
@@ -270,36 +273,37 @@ void rope_backward(const G* src, O* dst, int64_t n, int64_t seq, int64_t d, int6
       if (rounds_rows<S, O>(r)) {
         const float* g = nullptr;
         if constexpr (std::is_same_v<G, bf16>) {
-          float* gf = scratch_row(2 * d, 0);
-          convert(in, gf, static_cast<size_t>(2 * d));
+          float* gf = scratch_row(rot, 0);
+          convert(in, gf, static_cast<size_t>(rot));
           g = gf;
         } else {
           g = in;
         }
-        float* t = scratch_row(2 * d, 1);
-        for (int64_t h = 0; h < 2 * d; h += dh)
+        float* t = scratch_row(rot, 1);
+        for (int64_t h = 0; h < rot; h += dh)
           for (int64_t p = 0; p < half; ++p) {
             const S g0 = g[h + 2 * p], g1 = g[h + 2 * p + 1];
             t[h + 2 * p] = g0 * c[p] + g1 * s[p];
             t[h + 2 * p + 1] = -g0 * s[p] + g1 * c[p];
           }
-        round_row(t, out, 2 * d, r);
+        round_row(t, out, rot, r);
         if constexpr (std::is_same_v<G, bf16> && std::is_same_v<O, bf16>)
-          std::copy_n(in + 2 * d, d, out + 2 * d);  // dv is bf16 already: rounding it again changes no value
+          std::copy_n(in + rot, row - rot,
+                      out + rot);  // dv is bf16 already: rounding it again changes no value
         else if constexpr (std::is_same_v<G, float>)
-          round_row(in + 2 * d, out + 2 * d, d, r);
+          round_row(in + rot, out + rot, row - rot, r);
         else
-          for (int64_t j = 2 * d; j < row; ++j) out[j] = to_op<O>(from_op<S>(in[j]), r);
+          for (int64_t j = rot; j < row; ++j) out[j] = to_op<O>(from_op<S>(in[j]), r);
         continue;
       }
     }
-    for (int64_t j = 0; j < 2 * d; j += 2) {
+    for (int64_t j = 0; j < rot; j += 2) {
       const int64_t p = (j % dh) / 2;
       const S g0 = from_op<S>(in[j]), g1 = from_op<S>(in[j + 1]);
       out[j] = to_op<O>(g0 * c[p] + g1 * s[p], r);
       out[j + 1] = to_op<O>(-g0 * s[p] + g1 * c[p], r);
     }
-    for (int64_t j = 2 * d; j < row; ++j) out[j] = to_op<O>(from_op<S>(in[j]), r);
+    for (int64_t j = rot; j < row; ++j) out[j] = to_op<O>(from_op<S>(in[j]), r);
   }
 }
 

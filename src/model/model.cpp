@@ -173,12 +173,17 @@ struct TransformerLM<S>::Impl {
   };
   std::vector<LayerTensors> layer_offsets;
   int64_t off_lm_head = 0, off_ln_final = 0, off_embedding = 0;
+  // A q|k|v row (ridge/roofline/model_buffers.hpp): q's num_heads heads, then k's and v's kv_heads()
+  // heads, d_head each: D + 2 Dkv wide, Dkv = kv_heads() * d_head (= D without grouped-query attention).
+  int64_t Dkv = 0, QKV = 0;
 
   rr::ModelShape shape(int64_t B, int64_t T) const { return model_shape(cfg, B, T, precision, attention); }
   int64_t off(const std::string& name) const { return tensors[static_cast<size_t>(index.at(name))].offset; }
 
   // The flat buffers' tensors, in the description's order (ridge/roofline/model_buffers.hpp).
   void layout() {
+    Dkv = rr::kv_width(shape(1, 1));
+    QKV = rr::qkv_width(shape(1, 1));
     for (rr::ParamSpec& p : rr::model_parameters(shape(1, 1))) {
       TensorInfo t;
       t.name = std::move(p.name);
@@ -226,15 +231,16 @@ struct TransformerLM<S>::Impl {
   layers::Round round() const {
     return precision == Precision::fp16 ? layers::Round::fp16 : layers::Round::none;
   }
-  // [batch, heads, seq, d_head] views of rows of `ld` elements, head h at columns [h dh, (h + 1) dh):
-  // q, k and v inside the fused q|k|v rows, or the attention output, without copies.
+  // [batch, n, seq, d_head] views of rows of `ld` elements, head h at columns [h dh, (h + 1) dh):
+  // q (n = num_heads), k and v (n = kv_heads) inside the fused q|k|v rows, or the attention output,
+  // without copies.
   template <typename E>
-  TensorView<E> heads(E* base, int64_t ld) const {
-    const int64_t H = cfg.num_heads, dh = cfg.d_head();
+  TensorView<E> heads(E* base, int64_t ld, int64_t n) const {
+    const int64_t dh = cfg.d_head();
     TensorView<E> v;
     v.data = base;
     v.rank = 4;
-    v.shape = {batch, H, seq, dh};
+    v.shape = {batch, n, seq, dh};
     v.stride = {seq * ld, dh, ld, 1};
     return v;
   }
@@ -286,49 +292,55 @@ const O* TransformerLM<S>::Impl::weights() {
   }
 }
 
-// Causal attention of a layer: o from q|k|v, the log-sum-exp saved for the backward pass.
+// Causal attention of a layer: o from q|k|v, the log-sum-exp saved for the backward pass. With
+// grouped-query attention k and v have kv_heads() heads, each read by num_heads / kv_heads() query
+// heads (the kernels take the views as they are).
 template <typename S>
 template <typename O>
 void TransformerLM<S>::Impl::attention_forward(const LayerActs<S, O>& s, const Work<S, O>& w) {
-  const int64_t D = cfg.d_model;
+  const int64_t D = cfg.d_model, H = cfg.num_heads, KV = cfg.kv_heads();
   attention::Options opt;
   opt.causal = true;
-  const auto q = heads(s.qkv, 3 * D), k = heads(s.qkv + D, 3 * D), v = heads(s.qkv + 2 * D, 3 * D);
-  const TensorView<S> lse = TensorView<S>::contiguous(s.lse, {batch, cfg.num_heads, seq});
+  const auto q = heads(s.qkv, QKV, H), k = heads(s.qkv + D, QKV, KV), v = heads(s.qkv + D + Dkv, QKV, KV);
+  const TensorView<S> lse = TensorView<S>::contiguous(s.lse, {batch, H, seq});
   if constexpr (kFlashInstance<S, O>) {
     if (attention == AttentionPath::flash) {
-      attention::flash_attention_forward<O>(q, k, v, heads(s.o, D), lse, opt);
+      attention::flash_attention_forward<O>(q, k, v, heads(s.o, D, H), lse, opt);
       return;
     }
   }
   // The math path's output is in S: through the workspace, then rounded to the operand type.
-  attention::attention_reference_forward<O, S>(q, k, v, heads(w.dattn, D), lse, opt);
+  attention::attention_reference_forward<O, S>(q, k, v, heads(w.dattn, D, H), lse, opt);
   layers::cast<O>(w.dattn, s.o, batch * seq * D, round());
 }
 
 // Its backward: d(q|k|v) from d(o), RoPE's backward applied, rounded into `dqkv` for the qkv GEMMs.
+// dk and dv come out of the kernels already summed over the query heads that share each kv head.
 template <typename S>
 template <typename O>
 void TransformerLM<S>::Impl::attention_backward(const LayerActs<S, O>& s, const Work<S, O>& w, const O* dout,
                                                 O* dqkv) {
-  const int64_t N = batch * seq, D = cfg.d_model;
+  const int64_t N = batch * seq, D = cfg.d_model, H = cfg.num_heads, KV = cfg.kv_heads(), dh = cfg.d_head();
   attention::Options opt;
   opt.causal = true;
-  const auto q = heads(s.qkv, 3 * D), k = heads(s.qkv + D, 3 * D), v = heads(s.qkv + 2 * D, 3 * D);
-  const auto dO = heads(const_cast<O*>(dout), D);
+  const auto q = heads(s.qkv, QKV, H), k = heads(s.qkv + D, QKV, KV), v = heads(s.qkv + D + Dkv, QKV, KV);
+  const auto dO = heads(const_cast<O*>(dout), D, H);
   if constexpr (kFlashInstance<S, O>) {
     if (attention == AttentionPath::flash) {
-      const TensorView<float> lse = TensorView<float>::contiguous(s.lse, {batch, cfg.num_heads, seq});
-      attention::flash_attention_backward<O>(q, k, v, heads(s.o, D), dO, lse, heads(w.dqkv, 3 * D),
-                                             heads(w.dqkv + D, 3 * D), heads(w.dqkv + 2 * D, 3 * D), opt);
-      layers::rope_backward<S>(w.dqkv, dqkv, N, seq, D, cfg.d_head(), rope_cos.data(), rope_sin.data(),
+      const TensorView<float> lse = TensorView<float>::contiguous(s.lse, {batch, H, seq});
+      attention::flash_attention_backward<O>(q, k, v, heads(s.o, D, H), dO, lse, heads(w.dqkv, QKV, H),
+                                             heads(w.dqkv + D, QKV, KV), heads(w.dqkv + D + Dkv, QKV, KV),
+                                             opt);
+      layers::rope_backward<S>(w.dqkv, dqkv, N, seq, D + Dkv, QKV, dh, rope_cos.data(), rope_sin.data(),
                                round());
       return;
     }
   }
-  attention::attention_reference_backward<O, S>(q, k, v, dO, heads(w.dattn, 3 * D), heads(w.dattn + D, 3 * D),
-                                                heads(w.dattn + 2 * D, 3 * D), opt);
-  layers::rope_backward<S>(w.dattn, dqkv, N, seq, D, cfg.d_head(), rope_cos.data(), rope_sin.data(), round());
+  attention::attention_reference_backward<O, S>(q, k, v, dO, heads(w.dattn, QKV, H),
+                                                heads(w.dattn + D, QKV, KV),
+                                                heads(w.dattn + D + Dkv, QKV, KV), opt);
+  layers::rope_backward<S>(w.dattn, dqkv, N, seq, D + Dkv, QKV, dh, rope_cos.data(), rope_sin.data(),
+                           round());
 }
 
 template <typename S>
@@ -354,10 +366,11 @@ void TransformerLM<S>::Impl::forward_pass(const int32_t* tokens, int64_t B, int6
     if (l == 0) in(ranges::embedding, [&] { embedding_forward(tokens, N, P + off_embedding, V, D, s.x); });
     in(ranges::attention_block, [&] {
       in(ranges::norm, [&] { rmsnorm_forward(s.x, P + t.ln1, N, D, S(1e-5), s.rstd1, s.h1, r); });
+      // q|k|v = h1 [Wq; Wk; Wv]^T: the three weights are adjacent, one [D + 2 Dkv, D] matrix.
       in(ranges::gemm_qkv,
-         [&] { linear::forward(mat(s.h1, N, D), mat(W + t.wq, 3 * D, D), mat(w.gemm, N, 3 * D)); });
+         [&] { linear::forward(mat(s.h1, N, D), mat(W + t.wq, QKV, D), mat(w.gemm, N, QKV)); });
       in(ranges::rope,
-         [&] { rope_forward(w.gemm, s.qkv, N, T, D, dh, rope_cos.data(), rope_sin.data(), r); });
+         [&] { rope_forward(w.gemm, s.qkv, N, T, D + Dkv, QKV, dh, rope_cos.data(), rope_sin.data(), r); });
       in(ranges::attention, [&] { attention_forward<O>(s, w); });
       // x_mid = x + o Wo^T: the residual add in the GEMM's epilogue.
       in(ranges::gemm_out,
@@ -479,8 +492,8 @@ void TransformerLM<S>::Impl::backward_pass(S loss_scale, const Observer& observe
       O* dqkv = w.dop;
       in(ranges::attention_backward, [&] { attention_backward<O>(s, w, dout, dqkv); });
       in(ranges::gemm_qkv_backward, [&] {
-        linear::weight_grad(mat(dqkv, N, 3 * D), mat(s.h1, N, D), mat(G + t.wq, 3 * D, D));
-        linear::input_grad(mat(dqkv, N, 3 * D), mat(W + t.wq, 3 * D, D), mat(w.dtmp, N, D));
+        linear::weight_grad(mat(dqkv, N, QKV), mat(s.h1, N, D), mat(G + t.wq, QKV, D));
+        linear::input_grad(mat(dqkv, N, QKV), mat(W + t.wq, QKV, D), mat(w.dtmp, N, D));
       });
       // dx rounded into w.dop (its dq|dk|dv is consumed) for the next layer down; not after layer 0.
       in(ranges::norm_backward, [&] {

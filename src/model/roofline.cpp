@@ -17,6 +17,7 @@ roofline::ModelShape model_shape(const ModelConfig& c, int64_t batch, int64_t se
   s.d_model = c.d_model;
   s.layers = c.num_layers;
   s.heads = c.num_heads;
+  s.kv_heads = c.kv_heads();
   s.d_ff = c.d_ff;
   s.batch = batch;
   s.seq = seq;
@@ -116,6 +117,7 @@ nlohmann::json to_json(const StepRoofline& self) {
                 {"d_model", self.shape.d_model},
                 {"layers", self.shape.layers},
                 {"heads", self.shape.heads},
+                {"kv_heads", self.shape.kv_head_count()},
                 {"d_ff", self.shape.d_ff},
                 {"batch", self.shape.batch},
                 {"seq", self.shape.seq},

@@ -329,6 +329,7 @@ CheckedFile check_checkpoint(const std::string& path, const TransformerLM<float>
     check_same(path, "d_model", c.d_model, mine.d_model);
     check_same(path, "num_layers", c.num_layers, mine.num_layers);
     check_same(path, "num_heads", c.num_heads, mine.num_heads);
+    check_same(path, "num_kv_heads", c.kv_heads(), mine.kv_heads());
     check_same(path, "d_ff", c.d_ff, mine.d_ff);
     check_same(path, "rope_theta", c.rope_theta, mine.rope_theta);
     check_same(path, "num_kv_heads", c.kv_heads(), mine.kv_heads());

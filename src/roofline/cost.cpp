@@ -241,9 +241,14 @@ Cost attention_common(const AttentionShape& s, const char* op) {
                     Skv = dim(s.seq_kv, "s.seq_kv"), Dh = dim(s.head_dim, "s.head_dim");
   check_arg(!s.causal || s.seq_q <= s.seq_kv, "s.seq_q",
             "causal attention: seq_q {} must not exceed seq_kv {}", s.seq_q, s.seq_kv);
+  check_arg(s.kv_heads >= 0 && (s.kv_heads == 0 || s.heads % s.kv_heads == 0), "s.kv_heads",
+            "{} must divide heads {} (0: equal to heads)", s.kv_heads, s.heads);
+  // K and V have the kv heads only (grouped-query attention): their bytes shrink, the FLOPs do not.
+  const long double KV = s.kv_heads > 0 ? static_cast<long double>(s.kv_heads) : H;
   Cost c;
   c.op = op;
-  c.shape = fmt::format("batch={} heads={} seq={}{} d={} {}{}{}", s.batch, s.heads, s.seq_q,
+  c.shape = fmt::format("batch={} heads={}{} seq={}{} d={} {}{}{}", s.batch, s.heads,
+                        KV == H ? std::string() : fmt::format(" kv_heads={}", s.kv_heads), s.seq_q,
                         s.seq_q == s.seq_kv ? std::string() : fmt::format("x{}", s.seq_kv), s.head_dim,
                         dtype_name(s.dtype), s.causal ? " causal" : "", s.backward ? " fwd+bwd" : "");
   c.compute = peak_key(s.dtype);
@@ -253,7 +258,7 @@ Cost attention_common(const AttentionShape& s, const char* op) {
   const long double fwd = 4 * pairs * Dh;
   // Backward recomputes nothing for the naive path but still does 5 matmuls to the forward's 2.
   c.flops = s.backward ? fwd * 3.5L : fwd;
-  const long double q = Bt * H * Sq * Dh, kv = Bt * H * Skv * Dh;
+  const long double q = Bt * H * Sq * Dh, kv = Bt * KV * Skv * Dh;
   c.memory = {tensor("Q", s.dtype, q), tensor("K", s.dtype, kv), tensor("V", s.dtype, kv),
               tensor("O", s.dtype, q, true)};
   if (s.backward) {

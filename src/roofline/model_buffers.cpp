@@ -10,8 +10,21 @@
 
 namespace ridge::roofline {
 
+int64_t kv_width(const ModelShape& m) {
+  check(m.kv_heads >= 0, "model shape: kv_heads = {} must be >= 0 (0: equal to heads)", m.kv_heads);
+  if (m.kv_head_count() == m.heads) return m.d_model;
+  check(m.heads >= 1 && m.heads % m.kv_heads == 0 && m.d_model % m.heads == 0,
+        "model shape: kv_heads {} must divide heads {}, and heads d_model {}", m.kv_heads, m.heads,
+        m.d_model);
+  return m.d_model / m.heads * m.kv_heads;
+}
+
+int64_t qkv_width(const ModelShape& m) {
+  return m.d_model + 2 * kv_width(m);
+}
+
 std::vector<ParamSpec> model_parameters(const ModelShape& m) {
-  const int64_t D = m.d_model, F = m.d_ff, V = m.vocab;
+  const int64_t D = m.d_model, F = m.d_ff, V = m.vocab, Dkv = kv_width(m);
   std::vector<ParamSpec> out;
   int g = 0;
   out.push_back({"lm_head.weight", {V, D}, g++});
@@ -25,8 +38,8 @@ std::vector<ParamSpec> model_parameters(const ModelShape& m) {
              {"ln2.weight", {D}},
              {"attn.output_proj.weight", {D, D}},
              {"attn.q_proj.weight", {D, D}},
-             {"attn.k_proj.weight", {D, D}},
-             {"attn.v_proj.weight", {D, D}},
+             {"attn.k_proj.weight", {Dkv, D}},
+             {"attn.v_proj.weight", {Dkv, D}},
              {"ln1.weight", {D}}})
       out.push_back({p + name, shape, g});
   }
@@ -77,7 +90,7 @@ const char* region_tag(Region r) {
 }
 
 std::vector<int64_t> buffer_shape(Buf b, const ModelShape& m) {
-  const int64_t N = m.batch * m.seq, D = m.d_model, F = m.d_ff, V = m.vocab;
+  const int64_t N = m.batch * m.seq, D = m.d_model, F = m.d_ff, V = m.vocab, QKV = qkv_width(m);
   switch (b) {
     case Buf::x:
     case Buf::x_mid:
@@ -99,7 +112,7 @@ std::vector<int64_t> buffer_shape(Buf b, const ModelShape& m) {
     case Buf::qkv:
     case Buf::dattn:
     case Buf::dqkv:
-      return {N, 3 * D};
+      return {N, QKV};
     case Buf::ab:
       return {N, 2 * F};
     case Buf::g:
@@ -107,11 +120,11 @@ std::vector<int64_t> buffer_shape(Buf b, const ModelShape& m) {
     case Buf::logits:
       return {N, V};
     case Buf::gemm:
-      return {N, std::max({3 * D, 2 * F, D})};
+      return {N, std::max({QKV, 2 * F, D})};
     case Buf::dtmp:
       return {N, std::max(F, D)};
     case Buf::dop:
-      return {N, std::max({V, 3 * D, 2 * F, D})};
+      return {N, std::max({V, QKV, 2 * F, D})};
     case Buf::count:
       break;
   }

@@ -43,8 +43,9 @@ Cost ew(const std::string& shape, long double flops, std::vector<Traffic> t) {
   return r;
 }
 
-// Backward of flash attention alone: reads Q, K, V, O, dO and the log-sum-exp, writes dQ, dK, dV;
-// 5 matmuls (S and P recomputed, dV, dP, dQ, dK) = 2.5x the forward's 2.
+// Backward of flash attention alone: reads Q, K, V, O, dO and the log-sum-exp, writes dQ, dK, dV
+// (K, V, dK and dV of the kv heads only: grouped-query attention sums dK, dV over each kv head's
+// query heads on chip); 5 matmuls (S and P recomputed, dV, dP, dQ, dK) = 2.5x the forward's 2.
 Cost flash_backward(const AttentionShape& s) {
   AttentionShape f = s;
   f.backward = false;
@@ -52,9 +53,11 @@ Cost flash_backward(const AttentionShape& s) {
   c.op = "attention-flash-backward";
   c.flops *= 2.5L;
   const long double q = static_cast<long double>(s.batch) * s.heads * s.seq_q * s.head_dim;
+  const long double kv =
+      static_cast<long double>(s.batch) * (s.kv_heads > 0 ? s.kv_heads : s.heads) * s.seq_kv * s.head_dim;
   const long double rows = static_cast<long double>(s.batch) * s.heads * s.seq_q;
-  c.memory = {tr("Q,K,V", s.dtype, 3 * q), tr("O", s.dtype, q), tr("dO", s.dtype, q),
-              tr("logsumexp", DType::f32, rows), tr("dQ,dK,dV", s.dtype, 3 * q, true)};
+  c.memory = {tr("Q,K,V", s.dtype, q + 2 * kv), tr("O", s.dtype, q), tr("dO", s.dtype, q),
+              tr("logsumexp", DType::f32, rows), tr("dQ,dK,dV", s.dtype, q + 2 * kv, true)};
   return c;
 }
 
@@ -94,6 +97,9 @@ void check_shape(const ModelShape& m) {
   pos(m.seq, "seq");
   check(m.d_model % m.heads == 0, "model shape: d_model {} is not a multiple of heads {}", m.d_model,
         m.heads);
+  check(m.kv_heads >= 0 && m.heads % m.kv_head_count() == 0,
+        "model shape: kv_heads = {} must be >= 0 (0: equal to heads) and divide heads {}", m.kv_heads,
+        m.heads);
   check(m.operand == DType::f32 || m.operand == DType::bf16 || m.operand == DType::fp16,
         "model shape: operand dtype {} is not accepted (f32, bf16, f16)", dtype_name(m.operand));
   if (m.storage)
@@ -125,8 +131,14 @@ std::vector<ModelOp> model_step_ops(const ModelShape& m) {
   // Casts exist whenever the operands are rounded (an emulated fp16 rounds fp32 into fp32 storage).
   const bool mixed = O != S;
   const int64_t N = m.batch * m.seq, D = m.d_model, F = m.d_ff, V = m.vocab, L = m.layers;
+  // The q|k|v row: D + 2 Dkv, Dkv = kv heads * d_head (= D, a 3D row, without grouped-query attention).
+  const int64_t QKV = qkv_width(m);
   const long double n = static_cast<long double>(N), d = static_cast<long double>(D),
-                    f = static_cast<long double>(F), v = static_cast<long double>(V);
+                    f = static_cast<long double>(F), v = static_cast<long double>(V),
+                    dkv = static_cast<long double>(kv_width(m)), qkv = static_cast<long double>(QKV);
+  const bool gqa = m.kv_head_count() != m.heads;
+  // The fused weight and row in the ops' labels: 3D as always, or D+2Dkv for grouped-query attention.
+  const char* w3 = gqa ? "D+2Dkv" : "3D";
   const long double P = model_param_count(m);
   // Element counts of the saved activations, from the buffers the model allocates.
   auto elems = [&](Buf b) { return static_cast<long double>(buffer_elements(b, m)); };
@@ -134,6 +146,7 @@ std::vector<ModelOp> model_step_ops(const ModelShape& m) {
   AttentionShape as;
   as.batch = m.batch;
   as.heads = m.heads;
+  as.kv_heads = m.kv_head_count();
   as.seq_q = as.seq_kv = m.seq;
   as.head_dim = D / m.heads;
   as.dtype = O;
@@ -170,9 +183,12 @@ std::vector<ModelOp> model_step_ops(const ModelShape& m) {
   cast("forward", "cast weights", P, 1);
   add("forward", "elementwise", "embedding", 1, ew(nd, 0, {tr("rows", S, n * d), tr("x", S, n * d, true)}));
   norm("forward", "norm (ln1)", L);
-  add("forward", "gemm", "gemm qkv", L, gemm(N, D, 3 * D, O, S, false, "h1[N,D]", "Wqkv[D,3D]", "qkv[N,3D]"));
+  add("forward", "gemm", "gemm qkv", L,
+      gemm(N, D, QKV, O, S, false, "h1[N,D]", fmt::format("Wqkv[D,{}]", w3).c_str(),
+           fmt::format("qkv[N,{}]", w3).c_str()));
+  // RoPE rotates q and k (3 FLOPs per element), copies v.
   add("forward", "elementwise", "rope", L,
-      ew(nd, 6 * n * d, {tr("qkv", S, 3 * n * d), tr("qkv (rotated)", O, elems(Buf::qkv), true)}));
+      ew(nd, 3 * n * (d + dkv), {tr("qkv", S, n * qkv), tr("qkv (rotated)", O, elems(Buf::qkv), true)}));
   add("forward", "attention", "attention", L, m.flash ? attention_flash(as) : attention_naive(as));
   add("forward", "gemm", "gemm out", L, gemm(N, D, D, O, S, false, "o[N,D]", "Wo[D,D]", "y[N,D]"));
   residual("residual (attn)");
@@ -218,11 +234,13 @@ std::vector<ModelOp> model_step_ops(const ModelShape& m) {
   cast("backward", "cast do", n * d, L);
   add("backward", "attention", "attention backward", L, m.flash ? flash_backward(as) : naive_backward(as));
   add("backward", "elementwise", "rope backward", L,
-      ew(nd, 6 * n * d, {tr("dqkv", O, 3 * n * d), tr("dqkv (rotated)", O, 3 * n * d, true)}));
+      ew(nd, 3 * n * (d + dkv), {tr("dqkv", O, n * qkv), tr("dqkv (rotated)", O, n * qkv, true)}));
   add("backward", "gemm", "gemm qkv dW", L,
-      gemm(3 * D, N, D, O, S, true, "dqkv^T[3D,N]", "h1[N,D]", "dWqkv[3D,D]"));
+      gemm(QKV, N, D, O, S, true, fmt::format("dqkv^T[{},N]", w3).c_str(), "h1[N,D]",
+           fmt::format("dWqkv[{},D]", w3).c_str()));
   add("backward", "gemm", "gemm qkv dX", L,
-      gemm(N, 3 * D, D, O, S, false, "dqkv[N,3D]", "Wqkv[3D,D]", "dh1[N,D]"));
+      gemm(N, QKV, D, O, S, false, fmt::format("dqkv[N,{}]", w3).c_str(),
+           fmt::format("Wqkv[{},D]", w3).c_str(), "dh1[N,D]"));
   norm_bwd("norm backward (ln1)", L);
   add("backward", "elementwise", "embedding backward", 1,
       ew(nd, n * d,

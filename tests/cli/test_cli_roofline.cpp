@@ -198,5 +198,31 @@ TEST(CliRoofline, ModelBadInput) {
   expect_user_error("roofline model --precision fp8", "fp8");
   expect_user_error("roofline model --attention sparse", "sparse");
   expect_user_error("roofline model --heads 5", "--heads");
+  expect_user_error("roofline model --kv-heads 5", "--kv-heads");  // small: 12 heads
+  expect_user_error("roofline model --kv-heads 0", "--kv-heads");
+  expect_user_error("roofline ddp --kv-heads 7", "--kv-heads");
   expect_user_error("roofline model --batch 0", "--batch");
+}
+
+// Grouped-query attention (--kv-heads): the shape says so, k and v shrink the parameters and the step's
+// FLOPs by the closed form (2 (D - Dkv) D per layer in k_proj and v_proj), and the text names the kv heads.
+TEST(CliRoofline, ModelWithKvHeads) {
+  const std::string base = "roofline model --size small --context 256 --batch 2 --hw h100 --json";
+  const auto mha = json_of(run(base));
+  const auto gqa = json_of(run(base + " --kv-heads 4"));
+  EXPECT_EQ(mha["shape"]["kv_heads"], 12);
+  EXPECT_EQ(gqa["shape"]["kv_heads"], 4);
+  EXPECT_EQ(gqa["size"], "small (modified)");
+  // small: D 768, 12 heads of 64, 12 layers; Dkv = 4 * 64 = 256.
+  const double per_layer = 2.0 * (768 - 256) * 768;
+  EXPECT_DOUBLE_EQ(mha["params"].get<double>() - gqa["params"].get<double>(), 12 * per_layer);
+  // Forward and backward GEMMs: 6 FLOPs per parameter per token; attention's FLOPs do not change.
+  EXPECT_DOUBLE_EQ(mha["model_flops"].get<double>() - gqa["model_flops"].get<double>(),
+                   6.0 * 512 * 12 * per_layer);
+  const auto t = run("roofline model --size small --kv-heads 4 --brief");
+  EXPECT_EQ(t.code, 0) << t.err;
+  EXPECT_NE(t.out.find("12 heads (4 kv heads)"), std::string::npos) << t.out;
+  const auto d = run("roofline ddp --size small --kv-heads 4");
+  EXPECT_EQ(d.code, 0) << d.err;
+  EXPECT_NE(d.out.find("12 heads (4 kv heads)"), std::string::npos) << d.out;
 }

@@ -77,6 +77,36 @@ TEST(CliTrain, TrainsOnTextPrintsJsonAndWritesACheckpoint) {
   EXPECT_EQ(sf.at("lm_head.weight").shape, (std::vector<int64_t>{256, 32}));
 }
 
+// Grouped-query attention from the command line: 2 heads sharing 1 kv head train (the loss falls as in
+// the multi-head run above), the model line says so, the checkpoint records num_kv_heads with k_proj and
+// v_proj of one head, it resumes with the same flags, and a run without --kv-heads is refused naming it.
+TEST(CliTrain, TrainsWithKvHeadsAndTheCheckpointRemembersThem) {
+  Dir d;
+  std::string text;
+  for (int i = 0; i < 400; ++i) text += "the cat sat on the mat. ";
+  const std::string txt = d.file("text.txt", text), ck = d.path("ck.safetensors");
+  const std::string args =
+      std::string("train ") + kTiny + " --kv-heads 1 --text " + txt + " --context 32 --batch 4";
+  const auto r = run(args + " --steps 30 --lr 1e-2 --log-every 10 --checkpoint " + ck);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("2 heads (1 kv heads)"), std::string::npos) << r.out;
+  const auto sf = ridge::model::SafetensorsFile::load(ck);
+  EXPECT_EQ(sf.at("layers.0.attn.k_proj.weight").shape, (std::vector<int64_t>{16, 32}));
+  EXPECT_EQ(sf.at("layers.0.attn.v_proj.weight").shape, (std::vector<int64_t>{16, 32}));
+  EXPECT_EQ(nlohmann::json::parse(sf.metadata().at("config")).at("num_kv_heads"), 1);
+  const auto resumed = run(args + " --steps 32 --json --resume " + ck);
+  ASSERT_EQ(resumed.code, 0) << resumed.err;
+  const auto j = nlohmann::json::parse(resumed.out.substr(0, resumed.out.find('\n')));
+  EXPECT_EQ(j.at("step").get<int>(), 31);
+  EXPECT_LT(j.at("loss").get<double>(), 2.0);
+  const auto refused = run(std::string("train ") + kTiny + " --text " + txt +
+                           " --context 32 --batch 4 --steps 32 --resume " + ck);
+  EXPECT_EQ(refused.code, 2);
+  EXPECT_EQ(lines(refused.err), 1) << refused.err;
+  EXPECT_NE(refused.err.find("--kv-heads: this model has 2 but checkpoint"), std::string::npos)
+      << refused.err;
+}
+
 // A run resumed from its checkpoint picks up at the saved step.
 TEST(CliTrain, ResumesFromACheckpoint) {
   Dir d;
@@ -117,6 +147,8 @@ TEST(CliTrain, BadInputIsOneLineAndExitTwo) {
       {"--steps 0", "--steps"},
       {"--batch 0", "--batch"},
       {"--heads 3", "--heads"},
+      {"--kv-heads 3", "--kv-heads"},  // does not divide --heads 2
+      {"--kv-heads 0", "--kv-heads"},
       {"--size 2.7B --context 1024 --batch 64", "needs about"},
       {"--text " + text + " --vocab 100", "--vocab"},
       {"--checkpoint " + d.path("no/such/dir/ck.safetensors"), "--checkpoint"},

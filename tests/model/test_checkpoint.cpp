@@ -300,4 +300,36 @@ TEST_F(CheckpointLoad, WeightsOnlyFilesTakeFloatDtypesOnly) {
             ck("tensor 'layers.0.ln1.weight' is I32; ridge reads F32, F64, BF16 or F16 here"));
 }
 
+// A grouped-query checkpoint (2 heads sharing 1 kv head) records num_kv_heads in its config, resumes
+// its own model exactly, and is refused by the multi-head model of the same other sizes (and the other
+// way round) naming num_kv_heads, before any tensor is read.
+TEST_F(CheckpointLoad, GroupedQueryCheckpointsResumeAndOtherKvHeadsAreRefused) {
+  rm::ModelConfig gqa = config();
+  gqa.num_kv_heads = 1;
+  rm::Trainer src(gqa, train_config(3));
+  EXPECT_EQ(src.model().tensor("layers.0.attn.k_proj.weight").shape, (std::vector<int64_t>{16, 32}));
+  train_two_steps(src, 5);
+  const std::string file = dir_.file("gqa.safetensors");
+  src.save(file);
+  const auto md = rm::SafetensorsFile::load(file).metadata();
+  EXPECT_EQ(ojson::parse(md.at("config")).at("num_kv_heads"), 1);
+  rm::Trainer t(gqa, train_config(11));
+  t.load(file);
+  EXPECT_TRUE(Snapshot(t) == Snapshot(src));
+
+  std::string arg;
+  EXPECT_EQ(refused(read_bytes(file), &arg),
+            "num_kv_heads: this model has 2 but checkpoint '" + path() +
+                "' was written for 1; a checkpoint resumes only the model it was written for");
+  EXPECT_EQ(arg, "num_kv_heads");
+  rm::Trainer other(gqa, train_config(11));
+  try {
+    other.load(good_path_);
+    ADD_FAILURE() << "a multi-head checkpoint loaded into the grouped-query model";
+  } catch (const ridge::Error& e) {
+    EXPECT_EQ(e.argument(), "num_kv_heads");
+    EXPECT_NE(std::string(e.what()).find("this model has 1 but checkpoint"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace

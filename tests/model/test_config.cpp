@@ -160,3 +160,33 @@ TEST(ModelConfig, JsonTextRoundTripAndErrors) {
 }
 
 }  // namespace
+
+// Grouped-query attention (num_kv_heads): refused unless it divides num_heads; 0 and num_heads are the
+// same model (equal configs, the same JSON, the multi-head JSON written as before: no num_kv_heads);
+// k_proj and v_proj shrink to kv_heads * d_head rows in the parameter count.
+TEST(ModelConfig, KvHeadsValidationJsonAndParamCount) {
+  ModelConfig c = small_config();  // 4 heads of 16
+  for (int64_t bad : {int64_t{-1}, int64_t{3}, int64_t{8}}) {
+    c.num_kv_heads = bad;
+    expect_invalid(c, "num_kv_heads " + std::to_string(bad) +
+                          " must be >= 0 (0: equal to num_heads) and divide "
+                          "num_heads 4");
+  }
+  ModelConfig mha = small_config(), same = small_config();
+  same.num_kv_heads = 4;
+  EXPECT_EQ(mha, same);
+  EXPECT_EQ(mha.kv_heads(), 4);
+  EXPECT_EQ(to_json_text(same), to_json_text(mha));
+  EXPECT_FALSE(nlohmann::json(mha).contains("num_kv_heads"));
+
+  ModelConfig gqa = small_config();
+  gqa.num_kv_heads = 2;
+  EXPECT_FALSE(gqa == mha);
+  EXPECT_EQ(nlohmann::json(gqa).at("num_kv_heads").get<int64_t>(), 2);
+  EXPECT_EQ(from_json_text(to_json_text(gqa)), gqa);
+  EXPECT_EQ(from_json_text(to_json_text(gqa)).kv_heads(), 2);
+  // Per layer k and v lose (64 - 2*16) * 64 = 2048 parameters each: 47232 - 4096 = 43136.
+  EXPECT_EQ(gqa.param_count(), 16384 + 2 * 43136 + 64 + 16384);
+  gqa.num_kv_heads = 1;  // k and v [16, 64]: 47232 - 2 * 48 * 64 = 41088
+  EXPECT_EQ(gqa.param_count(), 16384 + 2 * 41088 + 64 + 16384);
+}

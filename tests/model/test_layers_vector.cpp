@@ -122,9 +122,10 @@ namespace {
 
 // The rows rounded in bulk (bf16, and fp32 rounded through fp16) hold exactly what a per-element
 // to_op of the same float expression gives: RMSNorm's output, RoPE forward and backward, the cast.
+// RoPE's rows are q|k|v with k and v `dkv` wide: d (multi-head) or fewer (grouped-query attention).
 template <typename O>
-void check_rounded_rows(Round r) {
-  const int64_t n = 6, seq = 3, dh = 8, d = 16, row = 3 * d;
+void check_rounded_rows(Round r, int64_t dkv) {
+  const int64_t n = 6, seq = 3, dh = 8, d = 16, rot = d + dkv, row = d + 2 * dkv;
   const auto x = sample(static_cast<size_t>(n * row), 3.0f, 11);
   const auto w = sample(static_cast<size_t>(d), 1.0f, 12);
   std::vector<float> cos_t, sin_t;
@@ -151,8 +152,8 @@ void check_rounded_rows(Round r) {
 
   // RoPE forward from the fp32 q|k|v rows, and backward from fp32 gradients.
   std::vector<O> q(x.size()), g(x.size());
-  layers::rope_forward(x.data(), q.data(), n, seq, d, dh, cos_t.data(), sin_t.data(), r);
-  layers::rope_backward<float>(x.data(), g.data(), n, seq, d, dh, cos_t.data(), sin_t.data(), r);
+  layers::rope_forward(x.data(), q.data(), n, seq, rot, row, dh, cos_t.data(), sin_t.data(), r);
+  layers::rope_backward<float>(x.data(), g.data(), n, seq, rot, row, dh, cos_t.data(), sin_t.data(), r);
   for (int64_t i = 0; i < n; ++i) {
     const float* c = cos_t.data() + (i % seq) * dh / 2;
     const float* s = sin_t.data() + (i % seq) * dh / 2;
@@ -160,7 +161,7 @@ void check_rounded_rows(Round r) {
     for (int64_t j = 0; j < row; ++j) {
       const size_t at = static_cast<size_t>(i * row + j);
       O fq, fg;
-      if (j < 2 * d) {
+      if (j < rot) {
         const int64_t p = (j % dh) / 2, j0 = j - j % 2;
         fq = j % 2 == 0 ? op(in[j0] * c[p] - in[j0 + 1] * s[p]) : op(in[j0] * s[p] + in[j0 + 1] * c[p]);
         fg = j % 2 == 0 ? op(in[j0] * c[p] + in[j0 + 1] * s[p]) : op(-in[j0] * s[p] + in[j0 + 1] * c[p]);
@@ -183,9 +184,12 @@ TEST(LayersVector, RoundedRowsEqualPerElementRounding) {
   for (cpu::Isa isa : cpu::supported_isas()) {
     SCOPED_TRACE(cpu::isa_name(isa));
     cpu::ScopedIsa scoped(isa);
-    check_rounded_rows<bf16>(Round::none);
-    check_rounded_rows<float>(Round::fp16);
-    check_rounded_rows<float>(Round::none);
+    for (const int64_t dkv : {16, 8}) {  // two kv heads of 8 (as many as q's), or one
+      SCOPED_TRACE(dkv);
+      check_rounded_rows<bf16>(Round::none, dkv);
+      check_rounded_rows<float>(Round::fp16, dkv);
+      check_rounded_rows<float>(Round::none, dkv);
+    }
   }
 }
 

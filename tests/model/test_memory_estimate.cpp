@@ -18,13 +18,17 @@ namespace {
 
 struct Case {
   int64_t vocab, d_model, layers, heads, d_ff, batch, seq;
+  int64_t kv_heads = 0;  // grouped-query attention when set
 };
 
 }  // namespace
 
 TEST(MemoryEstimate, RegionsAreWhatTheModelAllocatesAndTheStepPeakMeetsTheTotal) {
-  const Case cases[] = {
-      {97, 64, 2, 4, 160, 2, 24}, {1000, 128, 3, 2, 352, 3, 64}, {300, 96, 1, 3, 200, 1, 33}};
+  const Case cases[] = {{97, 64, 2, 4, 160, 2, 24},
+                        {1000, 128, 3, 2, 352, 3, 64},
+                        {300, 96, 1, 3, 200, 1, 33},
+                        {97, 64, 2, 4, 160, 2, 24, 1},
+                        {300, 96, 1, 6, 200, 1, 33, 2}};
   for (const Case& k : cases)
     for (rm::Precision p : {rm::Precision::fp32, rm::Precision::bf16, rm::Precision::fp16}) {
       rm::ModelConfig c;
@@ -33,13 +37,15 @@ TEST(MemoryEstimate, RegionsAreWhatTheModelAllocatesAndTheStepPeakMeetsTheTotal)
       c.d_model = k.d_model;
       c.num_layers = k.layers;
       c.num_heads = k.heads;
+      c.num_kv_heads = k.kv_heads;
       c.d_ff = k.d_ff;
       rm::TrainConfig t;
       t.batch = k.batch;
       t.seq = k.seq;
       t.precision = p;
       const auto est = rm::step_memory(c, k.batch, k.seq, p);
-      const std::string at = std::string(rm::precision_name(p)) + " d_model " + std::to_string(k.d_model);
+      const std::string at = std::string(rm::precision_name(p)) + " d_model " + std::to_string(k.d_model) +
+                             " kv_heads " + std::to_string(c.kv_heads());
 
       const int64_t base = mem::current_bytes();
       mem::reset_peak();

@@ -43,14 +43,9 @@ void perturb_norms(rm::TransformerLM<S>& m, uint32_t seed) {
       for (auto& w : m.param(t.name)) w = static_cast<S>(1.0 + n(gen));
 }
 
-}  // namespace
-
-// Every parameter of a 2-layer model: d loss / d p from backward equals (L(p + h) - L(p - h)) / 2h.
-// With h = 1e-5 the truncation error is O(h^2 |L'''|) ~ 1e-10 and the cancellation error
-// ~ eps64 |L| / h ~ 1e-11, so a 1e-7 absolute tolerance (plus 1e-6 relative) leaves a wide margin while
-// any wrong term in a backward formula moves a gradient by far more.
-TEST(ModelGradients, BackwardMatchesFiniteDifferencesFp64) {
-  const rm::ModelConfig c = tiny_config();
+// Every parameter of a model: d loss / d p from backward equals (L(p + h) - L(p - h)) / 2h, on every
+// entry of the small tensors and 40 (the first and last among them) of the larger ones.
+void expect_backward_matches_finite_differences(const rm::ModelConfig& c) {
   rm::TransformerLM<double> m(c);
   m.init(7);
   perturb_norms(m, 3);
@@ -68,7 +63,6 @@ TEST(ModelGradients, BackwardMatchesFiniteDifferencesFp64) {
   int checked = 0;
   std::mt19937 pick(17);
   for (const auto& t : m.tensors()) {
-    // Every entry of the small tensors, 40 random ones (with the first and last) of the larger.
     std::vector<int64_t> idx;
     if (t.numel <= 40) {
       for (int64_t i = 0; i < t.numel; ++i) idx.push_back(i);
@@ -92,6 +86,28 @@ TEST(ModelGradients, BackwardMatchesFiniteDifferencesFp64) {
     }
   }
   EXPECT_GE(checked, 40 * 10);
+}
+
+}  // namespace
+
+// A 2-layer model. With h = 1e-5 the truncation error is O(h^2 |L'''|) ~ 1e-10 and the cancellation
+// error ~ eps64 |L| / h ~ 1e-11, so a 1e-7 absolute tolerance (plus 1e-6 relative) leaves a wide margin
+// while any wrong term in a backward formula moves a gradient by far more.
+TEST(ModelGradients, BackwardMatchesFiniteDifferencesFp64) {
+  expect_backward_matches_finite_differences(tiny_config());
+}
+
+// Grouped-query attention: 4 query heads (d_head 2) sharing 2 kv heads, and all sharing 1. The k and v
+// gradients sum over the query heads that read them: a kernel that kept one head's share, or wrote
+// each head's over the last, is off by the others'.
+TEST(ModelGradients, GqaBackwardMatchesFiniteDifferencesFp64) {
+  for (const int64_t kv : {2, 1}) {
+    SCOPED_TRACE(kv);
+    rm::ModelConfig c = tiny_config();
+    c.num_heads = 4;
+    c.num_kv_heads = kv;
+    expect_backward_matches_finite_differences(c);
+  }
 }
 
 // The gradient of a sequence shorter than the context and of a batch of one (different N, T).
@@ -120,18 +136,15 @@ TEST(ModelGradients, ShortSequenceFiniteDifferencesFp64) {
   }
 }
 
+namespace {
+
 // The fp32 model (ridge's GEMMs, FlashAttention or the math path) against the fp64 model with the same
 // weights, on every ISA path this machine runs. Bound: each of the ~12 GEMM-like reductions per layer
 // adds at most k * u relative error (u = 2^-24, k <= max(N, D, F, V) = the longest reduction), so
 // |g32 - g64| <= ops * k * u * max|g64| per tensor; with ops = 12 * layers + 6 that is ~1e-4 here, and we
 // allow 4x of it. A wrong kernel result is off by O(1) of the tensor's scale.
-TEST(ModelGradients, Fp32MatchesFp64OnEveryIsaPath) {
-  rm::ModelConfig c = tiny_config();
-  c.d_model = 32;  // FlashAttention needs a head dimension >= 16
-  c.d_ff = 48;
-  c.vocab_size = 37;
-  c.context_length = 19;
-  const int64_t B = 2, T = 19, N = B * T;
+void expect_fp32_matches_fp64(const rm::ModelConfig& c, int64_t B, int64_t T) {
+  const int64_t N = B * T;
   rm::TransformerLM<double> ref(c);
   ref.init(5);
   perturb_norms(ref, 9);
@@ -180,4 +193,31 @@ TEST(ModelGradients, Fp32MatchesFp64OnEveryIsaPath) {
     }
   }
   ridge::cpu::set_isa(saved);
+}
+
+}  // namespace
+
+TEST(ModelGradients, Fp32MatchesFp64OnEveryIsaPath) {
+  rm::ModelConfig c = tiny_config();
+  c.d_model = 32;  // FlashAttention needs a head dimension >= 16
+  c.d_ff = 48;
+  c.vocab_size = 37;
+  c.context_length = 19;
+  expect_fp32_matches_fp64(c, 2, 19);
+}
+
+// Grouped-query attention through FlashAttention and the math path: 4 query heads of 16 sharing 2 kv
+// heads, and 1, against the fp64 model (whose math path shares them the same way, in double).
+TEST(ModelGradients, GqaFp32MatchesFp64OnEveryIsaPath) {
+  for (const int64_t kv : {2, 1}) {
+    SCOPED_TRACE(kv);
+    rm::ModelConfig c = tiny_config();
+    c.d_model = 64;
+    c.num_heads = 4;
+    c.num_kv_heads = kv;
+    c.d_ff = 48;
+    c.vocab_size = 37;
+    c.context_length = 19;
+    expect_fp32_matches_fp64(c, 2, 19);
+  }
 }

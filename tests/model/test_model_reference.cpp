@@ -152,3 +152,106 @@ TEST(ModelReference, TenAdamWStepsMatchPyTorch) {
   for (const auto& t : trainer.model().tensors())
     EXPECT_LE(rel_err(trainer.model().param(t.name), ref().to_f32("train.final." + t.name)), 1e-4) << t.name;
 }
+
+// ---- Grouped-query attention: tests/data/model_gqa_ref.safetensors (tools/make_model_reference.py
+// --gqa) holds PyTorch's run of 4 query heads sharing 2 kv heads, and 1, each kv head repeated for its
+// query heads as Llama repeats it (ridge's kernels read it in place instead), with the same bounds as
+// the multi-head tests above: PyTorch and ridge compute the same math, only in another order.
+namespace {
+
+const rm::SafetensorsFile& gqa_ref() {
+  static const rm::SafetensorsFile f =
+      rm::SafetensorsFile::load(std::string(RIDGE_SOURCE_DIR) + "/tests/data/model_gqa_ref.safetensors");
+  return f;
+}
+
+struct GqaCase {
+  std::string name;  // "kv2", "kv1": the prefix of its tensors
+  rm::ModelConfig config;
+  std::vector<int32_t> inputs, targets;
+  int64_t batch = 0, seq = 0;
+  std::vector<float> get(const std::string& tensor) const { return gqa_ref().to_f32(name + "." + tensor); }
+  double scalar(const std::string& tensor) const { return gqa_ref().to_f64(name + "." + tensor)[0]; }
+  void load(rm::TransformerLM<float>& m) const {
+    for (const auto& t : m.tensors()) {
+      const auto v = get(t.name);
+      ASSERT_EQ(static_cast<int64_t>(v.size()), t.numel) << t.name;
+      std::copy(v.begin(), v.end(), m.param(t.name).begin());
+    }
+  }
+};
+
+std::vector<GqaCase> gqa_cases() {
+  std::vector<GqaCase> out;
+  for (const auto& name :
+       nlohmann::json::parse(gqa_ref().metadata().at("cases")).get<std::vector<std::string>>()) {
+    GqaCase c;
+    c.name = name;
+    c.config = nlohmann::json::parse(gqa_ref().metadata().at("config." + name)).get<rm::ModelConfig>();
+    const auto& e = gqa_ref().at(name + ".inputs");
+    c.batch = e.shape[0];
+    c.seq = e.shape[1];
+    for (const char* which : {"inputs", "targets"}) {
+      const auto& t = gqa_ref().at(name + "." + which);
+      auto& v = std::string(which) == "inputs" ? c.inputs : c.targets;
+      v.resize(static_cast<size_t>(t.numel()));
+      std::memcpy(v.data(), t.data, t.bytes);
+    }
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST(ModelReference, GqaFp32MatchesPyTorch) {
+  const auto cases = gqa_cases();
+  ASSERT_EQ(cases.size(), 2u);
+  const auto saved = ridge::cpu::active_isa();
+  for (const GqaCase& g : cases) {
+    ASSERT_LT(g.config.kv_heads(), g.config.num_heads) << g.name;  // grouped, not multi-head
+    const double loss = g.scalar("fp32.loss");
+    for (const auto isa : ridge::cpu::supported_isas()) {
+      ridge::cpu::set_isa(isa);
+      for (const auto path : {rm::AttentionPath::flash, rm::AttentionPath::math}) {
+        SCOPED_TRACE(g.name + " " + ridge::cpu::isa_name(isa) + " " + rm::attention_path_name(path));
+        rm::TransformerLM<float> m(g.config, rm::Precision::fp32, path);
+        g.load(m);
+        m.zero_grad();
+        const float l = m.forward(g.inputs.data(), g.targets.data(), g.batch, g.seq);
+        EXPECT_NEAR(l, loss, 1e-5 * std::abs(loss));
+        EXPECT_LE(rel_err(m.logits(), g.get("fp32.logits")), 1e-5);
+        m.backward();
+        for (const auto& t : m.tensors())
+          EXPECT_LE(rel_err(m.grad(t.name), g.get("fp32.grad." + t.name)), 1e-4) << t.name;
+      }
+    }
+  }
+  ridge::cpu::set_isa(saved);
+}
+
+// bf16 against autocast, with Bf16MatchesPyTorchAutocast's bounds (8u logits, 32u gradients), on both
+// attention paths; ridge's bf16 logits must differ from PyTorch's fp32 ones (it did round).
+TEST(ModelReference, GqaBf16MatchesPyTorchAutocast) {
+  const double u = std::ldexp(1.0, -9);
+  const auto saved = ridge::cpu::active_isa();
+  for (const GqaCase& g : gqa_cases()) {
+    for (const auto isa : ridge::cpu::supported_isas()) {
+      ridge::cpu::set_isa(isa);
+      for (const auto path : {rm::AttentionPath::flash, rm::AttentionPath::math}) {
+        SCOPED_TRACE(g.name + " " + ridge::cpu::isa_name(isa) + " " + rm::attention_path_name(path));
+        rm::TransformerLM<float> m(g.config, rm::Precision::bf16, path);
+        g.load(m);
+        m.zero_grad();
+        const float l = m.forward(g.inputs.data(), g.targets.data(), g.batch, g.seq);
+        EXPECT_NEAR(l, g.scalar("bf16.loss"), 8 * u * std::abs(l));
+        EXPECT_LE(rel_err(m.logits(), g.get("bf16.logits")), 8 * u);
+        EXPECT_GT(rel_err(m.logits(), g.get("fp32.logits")), 1e-4) << "bf16 precision did not round anything";
+        m.backward();
+        for (const auto& t : m.tensors())
+          EXPECT_LE(rel_err(m.grad(t.name), g.get("bf16.grad." + t.name)), 32 * u) << t.name;
+      }
+    }
+  }
+  ridge::cpu::set_isa(saved);
+}

@@ -34,15 +34,16 @@ ModelConfig config() {
   return nlohmann::json::parse(ref().metadata().at("config")).get<ModelConfig>();
 }
 
-// The state_dict names and shapes the issue fixes, built from the config.
+// The state_dict names and shapes the issue fixes, built from the config (k_proj and v_proj with
+// kv_heads * d_head rows: d_model unless grouped-query).
 std::map<std::string, Shape> expected_params(const ModelConfig& c) {
-  const int64_t v = c.vocab_size, d = c.d_model, f = c.d_ff;
+  const int64_t v = c.vocab_size, d = c.d_model, f = c.d_ff, dkv = c.kv_heads() * c.d_head();
   std::map<std::string, Shape> p = {
       {"token_embeddings.weight", {v, d}}, {"ln_final.weight", {d}}, {"lm_head.weight", {v, d}}};
   for (int64_t i = 0; i < c.num_layers; ++i) {
     const std::string l = "layers." + std::to_string(i) + ".";
-    for (const char* proj : {"q_proj", "k_proj", "v_proj", "output_proj"})
-      p[l + "attn." + proj + ".weight"] = {d, d};
+    for (const char* proj : {"q_proj", "output_proj"}) p[l + "attn." + proj + ".weight"] = {d, d};
+    for (const char* proj : {"k_proj", "v_proj"}) p[l + "attn." + proj + ".weight"] = {dkv, d};
     p[l + "ln1.weight"] = {d};
     p[l + "ln2.weight"] = {d};
     p[l + "ffn.w1.weight"] = {f, d};
@@ -193,6 +194,38 @@ TEST(ReferenceFile, TrainingTrajectoryFollowsTheScheduleAndMovesTheWeights) {
       EXPECT_LE(std::abs(w1[i] - w0[i]), sum_lr * (1 + wd * std::abs(w0[i])) / (1 - b1)) << name;
     }
     EXPECT_GT(moved, 0.0) << name;
+  }
+}
+
+// The grouped-query cases (tests/data/model_gqa_ref.safetensors, tools/make_model_reference.py --gqa):
+// heads 4 sharing 2 kv heads and 1; every tensor with the shape its config implies (k_proj and v_proj
+// [kv_heads * d_head, d_model]), and each stored loss the cross-entropy of its stored logits.
+TEST(ReferenceFile, GqaCasesHaveTheirShapesAndConsistentLosses) {
+  static const SafetensorsFile f =
+      SafetensorsFile::load(std::string(RIDGE_SOURCE_DIR) + "/tests/data/model_gqa_ref.safetensors");
+  const auto cases = nlohmann::json::parse(f.metadata().at("cases")).get<std::vector<std::string>>();
+  EXPECT_EQ(cases, (std::vector<std::string>{"kv2", "kv1"}));
+  for (const std::string& k : cases) {
+    SCOPED_TRACE(k);
+    const ModelConfig c = nlohmann::json::parse(f.metadata().at("config." + k)).get<ModelConfig>();
+    EXPECT_EQ(c.num_heads, 4);
+    EXPECT_EQ(c.kv_heads(), k == "kv2" ? 2 : 1);
+    int64_t total = 0;
+    for (const auto& [name, shape] : expected_params(c)) {
+      for (const std::string prefix : {"", "fp32.grad.", "bf16.grad."}) {
+        ASSERT_TRUE(f.contains(k + "." + prefix + name)) << prefix + name;
+        EXPECT_EQ(f.at(k + "." + prefix + name).shape, shape) << prefix + name;
+      }
+      total += f.at(k + "." + name).numel();
+    }
+    EXPECT_EQ(total, c.param_count());
+    const auto targets = f.to_f32(k + ".targets");
+    for (const std::string p : {"fp32", "bf16"}) {
+      const double stored = f.to_f64(k + "." + p + ".loss")[0];
+      EXPECT_NEAR(stored, cross_entropy(f.to_f32(k + "." + p + ".logits"), targets, c.vocab_size),
+                  1e-5 * stored)
+          << p;
+    }
   }
 }
 

@@ -12,13 +12,15 @@
 using namespace ridge::model;
 
 namespace {
-// Per token: q|k|v, out (4 D^2), w1|w3 and w2 (3 D F) per layer, and the lm_head (D V); attention per
-// layer: QK^T and PV over the causal half, 2 * 2 * B * H * T^2 / 2 * dh forward, 2.5x that backward.
+// Per token: q and out (2 D^2), k and v (2 D Dkv, Dkv = kv heads * dh: D unless grouped-query),
+// w1|w3 and w2 (3 D F) per layer, and the lm_head (D V); attention per layer: QK^T and PV over the
+// causal half, 2 * 2 * B * H * T^2 / 2 * dh forward (H query heads, whatever the kv heads), 2.5x that
+// backward.
 double closed_form(const ModelConfig& c, int64_t B, int64_t T, bool with_backward) {
   const double n = static_cast<double>(B * T), D = static_cast<double>(c.d_model),
                F = static_cast<double>(c.d_ff), V = static_cast<double>(c.vocab_size),
-               L = static_cast<double>(c.num_layers);
-  const double gemm = n * (2 * (4 * D * D + 3 * D * F) * L + 2 * D * V);
+               L = static_cast<double>(c.num_layers), Dkv = static_cast<double>(c.kv_heads() * c.d_head());
+  const double gemm = n * (2 * (2 * D * D + 2 * D * Dkv + 3 * D * F) * L + 2 * D * V);
   const double attn_fwd = 2.0 * static_cast<double>(B) * static_cast<double>(c.num_heads) *
                           static_cast<double>(T) * static_cast<double>(T) * static_cast<double>(c.d_head()) *
                           L;
@@ -37,6 +39,25 @@ TEST(StepRoofline, ModelFlopsAgreeWithAClosedForm) {
       EXPECT_NEAR(fwd + bwd, closed_form(cfg, 4, seq, true), 1e-9 * fwd) << size << " " << seq;
       EXPECT_EQ(forward_flops(cfg, 4, seq), fwd);
       EXPECT_EQ(training_flops(cfg, 4, seq), fwd + bwd);
+    }
+  }
+}
+
+// Grouped-query configurations of the presets: fewer kv heads, fewer FLOPs, by the closed form.
+TEST(StepRoofline, GroupedQueryModelFlopsAgreeWithAClosedForm) {
+  for (const char* size : {"tiny", "small"}) {
+    double previous = 0;
+    for (int64_t kv : {4, 2, 1}) {
+      auto cfg = preset(size, 10000, 256);
+      cfg.num_kv_heads = kv;
+      cfg.validate();
+      const double fwd = forward_flops(cfg, 4, 256), step = training_flops(cfg, 4, 256);
+      EXPECT_NEAR(fwd, closed_form(cfg, 4, 256, false), 1e-9 * fwd) << size << " kv " << kv;
+      EXPECT_NEAR(step, closed_form(cfg, 4, 256, true), 1e-9 * step) << size << " kv " << kv;
+      if (previous > 0) {
+        EXPECT_LT(fwd, previous) << size << " kv " << kv;
+      }
+      previous = fwd;
     }
   }
 }

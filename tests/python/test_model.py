@@ -11,12 +11,13 @@ CFG = {"vocab_size": 23, "context_length": 12, "d_model": 32, "num_layers": 2, "
 
 def random_state_dict(rng, cfg):
     V, D, F, L = cfg["vocab_size"], cfg["d_model"], cfg["d_ff"], cfg["num_layers"]
+    Dkv = D // cfg["num_heads"] * cfg.get("num_kv_heads", cfg["num_heads"])  # k and v rows
     sd = {"token_embeddings.weight": rng.standard_normal((V, D)), "lm_head.weight": rng.standard_normal((V, D)) / 6,
           "ln_final.weight": 1 + 0.1 * rng.standard_normal(D)}
     for l in range(L):
         p = f"layers.{l}."
         for n in ("q_proj", "k_proj", "v_proj", "output_proj"):
-            sd[p + f"attn.{n}.weight"] = rng.standard_normal((D, D)) / np.sqrt(D)
+            sd[p + f"attn.{n}.weight"] = rng.standard_normal((Dkv if n in ("k_proj", "v_proj") else D, D)) / np.sqrt(D)
         sd[p + "ffn.w1.weight"] = rng.standard_normal((F, D)) / np.sqrt(D)
         sd[p + "ffn.w3.weight"] = rng.standard_normal((F, D)) / np.sqrt(D)
         sd[p + "ffn.w2.weight"] = rng.standard_normal((D, F)) / np.sqrt(F)
@@ -26,9 +27,11 @@ def random_state_dict(rng, cfg):
 
 
 def np_forward(sd, cfg, ids):
-    """The CS336 Transformer LM in fp64 NumPy: pre-norm, RMSNorm, RoPE on adjacent pairs, SwiGLU."""
+    """The CS336 Transformer LM in fp64 NumPy: pre-norm, RMSNorm, RoPE on adjacent pairs, SwiGLU; with
+    num_kv_heads, each kv head repeated for the num_heads // num_kv_heads query heads that share it."""
     sd = {k: v.astype(np.float64) for k, v in sd.items()}
     H, D = cfg["num_heads"], cfg["d_model"]
+    KV = cfg.get("num_kv_heads", H)
     dh = D // H
     b, s = ids.shape
 
@@ -51,9 +54,10 @@ def np_forward(sd, cfg, ids):
     for l in range(cfg["num_layers"]):
         p = f"layers.{l}."
         h = rms(x, sd[p + "ln1.weight"])
-        q, k, v = (
-            (h @ sd[p + f"attn.{n}_proj.weight"].T).reshape(b, s, H, dh).transpose(0, 2, 1, 3) for n in "qkv")
+        q, k, v = ((h @ sd[p + f"attn.{n}_proj.weight"].T).reshape(b, s, H if n == "q" else KV, dh)
+                   .transpose(0, 2, 1, 3) for n in "qkv")
         q, k = rope(q), rope(k)
+        k, v = np.repeat(k, H // KV, axis=1), np.repeat(v, H // KV, axis=1)
         sc = np.where(mask, -np.inf, q @ k.transpose(0, 1, 3, 2) / np.sqrt(dh))
         pr = np.exp(sc - sc.max(-1, keepdims=True))
         pr /= pr.sum(-1, keepdims=True)
@@ -152,3 +156,48 @@ def test_errors(setup):
     with pytest.raises(ValueError, match="backward"):
         m.forward(ids)
         m.backward()
+
+
+# Grouped-query attention: 4 query heads of 16 sharing 2 kv heads, and 1.
+GQA = [dict(CFG, d_model=64, num_heads=4, num_kv_heads=kv) for kv in (2, 1)]
+
+
+@pytest.mark.parametrize("cfg", GQA, ids=["kv2", "kv1"])
+@pytest.mark.parametrize("attention", ["flash", "math"])
+def test_gqa_logits_loss_and_kv_gradients_match_numpy(rng, cfg, attention):
+    sd = random_state_dict(rng, cfg)
+    ids = rng.integers(0, cfg["vocab_size"], (2, 10))
+    tg = rng.integers(0, cfg["vocab_size"], (2, 10))
+    m = rm.TransformerLM(cfg, sd, attention=attention)
+    assert m.config["num_kv_heads"] == cfg["num_kv_heads"]
+    assert m.param("layers.0.attn.k_proj.weight").shape == (16 * cfg["num_kv_heads"], 64)
+    want = np_forward(sd, cfg, ids)
+    np.testing.assert_allclose(m(ids), want, atol=2e-4 * np.abs(want).max())
+    m.zero_grad()
+    assert m.forward(ids, tg) == pytest.approx(np_loss(want, tg), rel=1e-5)
+    m.backward()
+    # k and v are shared by a group of query heads: their gradient sums what every head of the group sends.
+    eps = 1e-4
+    for name in ("layers.0.attn.k_proj.weight", "layers.1.attn.v_proj.weight", "layers.1.attn.q_proj.weight"):
+        g = m.grad(name)
+        for _ in range(3):
+            idx = tuple(int(rng.integers(0, n)) for n in sd[name].shape)
+            plus = {k: v.astype(np.float64) for k, v in sd.items()}
+            minus = {k: v.astype(np.float64) for k, v in sd.items()}
+            plus[name][idx] += eps
+            minus[name][idx] -= eps
+            num = (np_loss(np_forward(plus, cfg, ids), tg) - np_loss(np_forward(minus, cfg, ids), tg)) / (2 * eps)
+            assert g[idx] == pytest.approx(num, abs=2e-4), (name, idx)
+
+
+def test_gqa_config_errors_and_multi_head_default(rng):
+    with pytest.raises(ValueError, match="num_kv_heads 3"):
+        rm.TransformerLM(dict(GQA[0], num_kv_heads=3))
+    with pytest.raises(TypeError, match="num_kv_heads"):
+        rm.TransformerLM(dict(GQA[0], num_kv_heads="2"))
+    # A state_dict of the multi-head shape does not load into the grouped model.
+    with pytest.raises(ValueError, match="k_proj"):
+        rm.TransformerLM(GQA[0], random_state_dict(rng, dict(GQA[0], num_kv_heads=4)))
+    # num_kv_heads equal to num_heads is the multi-head model: its config does not mention it.
+    assert "num_kv_heads" not in rm.TransformerLM(dict(CFG, num_kv_heads=2)).config
+    assert "num_kv_heads" not in rm.preset("tiny", 100, 16)

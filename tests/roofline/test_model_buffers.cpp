@@ -46,3 +46,36 @@ TEST(ModelBuffers, ParameterCountIsExactUpToInt64AndRefusedBeyond) {
     }
   }
 }
+
+// Grouped-query attention: k_proj and v_proj are [kv_heads * d_head, D], every q|k|v buffer
+// [N, D + 2 Dkv]; with kv_heads = heads (or 0) the description is the multi-head one.
+TEST(ModelBuffers, GroupedQueryShapes) {
+  rr::ModelShape m;
+  m.vocab = 100, m.d_model = 64, m.layers = 3, m.heads = 8, m.d_ff = 96, m.batch = 2, m.seq = 5;
+  const i128 mha = closed_form(m);
+  EXPECT_EQ(rr::kv_width(m), 64);
+  EXPECT_EQ(rr::qkv_width(m), 192);
+  for (int64_t kv : {8, 4, 2, 1}) {
+    SCOPED_TRACE(kv);
+    m.kv_heads = kv;
+    const int64_t dkv = kv * 8;
+    EXPECT_EQ(rr::kv_width(m), dkv);
+    EXPECT_EQ(rr::qkv_width(m), 64 + 2 * dkv);
+    // Per layer, k and v lose 2 (D - Dkv) D.
+    EXPECT_EQ(rr::model_parameter_elements(m), static_cast<int64_t>(mha - 3 * 2 * (64 - dkv) * 64));
+    for (const auto& p : rr::model_parameters(m)) {
+      if (p.name.find("k_proj") != std::string::npos || p.name.find("v_proj") != std::string::npos) {
+        EXPECT_EQ(p.shape, (std::vector<int64_t>{dkv, 64})) << p.name;
+      }
+    }
+    for (rr::Buf b : {rr::Buf::qkv, rr::Buf::dattn, rr::Buf::dqkv})
+      EXPECT_EQ(rr::buffer_shape(b, m), (std::vector<int64_t>{10, 64 + 2 * dkv})) << rr::spec(b).name;
+    // The forward GEMM workspace holds the wider of q|k|v and w1|w3 (2F = 192).
+    EXPECT_EQ(rr::buffer_shape(rr::Buf::gemm, m), (std::vector<int64_t>{10, 192}));
+  }
+  for (int64_t bad : {3, -2}) {
+    m.kv_heads = bad;
+    EXPECT_THROW(rr::kv_width(m), ridge::Error) << bad;
+    EXPECT_THROW(rr::model_parameters(m), ridge::Error) << bad;
+  }
+}

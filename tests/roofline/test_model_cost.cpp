@@ -132,3 +132,62 @@ TEST(ModelCost, BadShapesNameTheField) {
   m.operand = DType::fp8_e4m3;
   EXPECT_THROW(rr::model_step_ops(m), ridge::Error);
 }
+
+// Grouped-query attention (heads 2 sharing kv_heads 1: Dkv = 4) worked by hand: k_proj and v_proj
+// [4, 8], so the q|k|v GEMM and its gradients are 8 + 2*4 = 16 wide; attention's FLOPs are the query
+// heads' (unchanged), its K and V bytes (and dK, dV) those of one head.
+TEST(ModelCost, GroupedQueryAttentionShrinksKAndV) {
+  auto m = tiny();
+  m.kv_heads = 1;
+  // 128 embedding + (2*64 q, o + 2*32 k, v + 288 ffn + 16 norms) + 8 + 128 lm_head.
+  EXPECT_EQ(static_cast<double>(rr::model_param_count(m)), 128 + (128 + 64 + 288 + 16) + 8 + 128);
+  const auto ops = rr::model_step_ops(m);
+  const auto& q = find(ops, "gemm qkv");
+  EXPECT_EQ(static_cast<double>(q.cost.flops), 2.0 * 4 * 8 * 16);
+  // h1 [4,8] + W [8,16] + qkv [4,16].
+  EXPECT_EQ(static_cast<double>(q.cost.memory_bytes()), (32 + 128 + 64) * 4.0);
+  EXPECT_EQ(static_cast<double>(find(ops, "gemm qkv dW").cost.flops), 2.0 * 16 * 4 * 8);
+  EXPECT_EQ(static_cast<double>(find(ops, "gemm qkv dX").cost.flops), 2.0 * 4 * 16 * 8);
+  // RoPE rotates q and k (8 + 4 columns, 3 FLOPs each) and reads and writes the 16-wide rows.
+  const auto& rope = find(ops, "rope");
+  EXPECT_EQ(static_cast<double>(rope.cost.flops), 3.0 * 4 * 12);
+  EXPECT_EQ(static_cast<double>(rope.cost.memory_bytes()), 2 * 64 * 4.0);
+  const auto& f = find(ops, "attention");
+  EXPECT_EQ(static_cast<double>(f.cost.flops), 256);
+  // Q, O: 2 heads x 4 x 4 = 32 elements; K, V: 1 head, 16; the log-sum-exp of the 8 query rows.
+  EXPECT_EQ(static_cast<double>(f.cost.memory_bytes()), (32 + 16 + 16 + 32) * 4.0 + 8 * 4.0);
+  const auto& b = find(ops, "attention backward");
+  EXPECT_EQ(static_cast<double>(b.cost.flops), 2.5 * 256);
+  // Q, K, V, O, dO read (32 + 16 + 16 + 32 + 32), dQ, dK, dV written (32 + 16 + 16), the log-sum-exp.
+  EXPECT_EQ(static_cast<double>(b.cost.memory_bytes()), (128 + 64) * 4.0 + 8 * 4.0);
+  // The math path: the same K, V savings, scores per query head as before.
+  auto mm = m;
+  mm.flash = false;
+  EXPECT_EQ(static_cast<double>(find(rr::model_step_ops(mm), "attention").cost.memory_bytes()),
+            (32 + 16 + 16 + 32 + 4 * 32) * 4.0);
+  // GEMMs 2 N (2 D^2 + 2 D Dkv + 3 D F) + 2 N D V = 2*4*(128 + 64 + 288) + 1024; attention 256.
+  EXPECT_EQ(rr::model_matmul_flops(m, "forward"), 3840 + 1024 + 256);
+
+  // kv_heads equal to heads is the multi-head model, op for op.
+  auto same = tiny();
+  same.kv_heads = 2;
+  const auto a = rr::model_step_ops(tiny()), c = rr::model_step_ops(same);
+  ASSERT_EQ(a.size(), c.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].name, c[i].name);
+    EXPECT_EQ(a[i].cost.flops, c[i].cost.flops) << a[i].name;
+    EXPECT_EQ(a[i].cost.memory_bytes(), c[i].cost.memory_bytes()) << a[i].name;
+    EXPECT_EQ(a[i].cost.shape, c[i].cost.shape) << a[i].name;
+  }
+  // kv_heads must divide heads.
+  for (int64_t bad : {3, -1}) {
+    auto w = tiny();
+    w.kv_heads = bad;
+    try {
+      rr::model_step_ops(w);
+      ADD_FAILURE() << bad;
+    } catch (const ridge::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("kv_heads"), std::string::npos) << e.what();
+    }
+  }
+}

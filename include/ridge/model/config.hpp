@@ -28,8 +28,9 @@ struct ModelConfig {
   // (RoPE rotates pairs), rope_theta finite and > 1, and every count below (params, activations of a
   // context) representable in int64.
   void validate() const;
-  // Embedding V*D + per layer (4*D*D attention + 3*D*F feed-forward + 2*D norms) + final norm D +
-  // lm_head V*D (untied). Assumes validate() passed.
+  // Embedding V*D + per layer (2*D*D + 2*D*Dkv attention, Dkv = kv_heads() * d_head() (= D without
+  // grouped-query attention), + 3*D*F feed-forward + 2*D norms) + final norm D + lm_head V*D
+  // (untied). Assumes validate() passed.
   int64_t param_count() const;
 
   // Equal shapes: num_kv_heads compared through kv_heads() (0 and num_heads are the same model).

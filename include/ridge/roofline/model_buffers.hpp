@@ -20,13 +20,23 @@ namespace ridge::roofline {
 // ---- Parameters, in the flat buffers' order: the order their gradients become final in the backward
 // pass (lm_head, ln_final, layer L-1 .. layer 0, token_embeddings). Group g's gradients are final
 // together; w1|w3 and q|k|v are adjacent, so one GEMM serves each pair or triple.
+//
+// Grouped-query attention (m.kv_heads below m.heads): k_proj and v_proj have Dkv = kv_heads * d_head
+// rows, not D, so the fused q|k|v weight is [D + 2 Dkv, D] and every q|k|v buffer below is
+// [N, D + 2 Dkv]: q's H heads, then k's KV heads, then v's, each d_head wide. Without it Dkv = D and
+// the width is 3D.
 struct ParamSpec {
   std::string name;            // as PyTorch's state_dict names it, e.g. "layers.0.attn.q_proj.weight"
   std::vector<int64_t> shape;  // [out, in] for linear weights
   int group = 0;
 };
-// Only the shape's vocab, d_model, layers and d_ff matter here.
+// Only the shape's vocab, d_model, layers, d_ff, heads and kv_heads matter here.
 std::vector<ParamSpec> model_parameters(const ModelShape& m);
+// Dkv: the width of k (and of v) in a q|k|v row, kv heads * d_head; D when kv heads = heads. ridge::Error
+// for kv_heads < 0, or (grouped-query) heads not a multiple of kv_heads or d_model of heads.
+int64_t kv_width(const ModelShape& m);
+// The q|k|v row: D + 2 Dkv.
+int64_t qkv_width(const ModelShape& m);
 // The sum of the tensors' sizes: the parameter count. The try_ form gives nullopt where it overflows
 // int64; the other throws ridge::Error naming the shape's sizes.
 std::optional<int64_t> try_model_parameter_elements(const ModelShape& m);
@@ -91,7 +101,7 @@ inline constexpr BufferSpec kModelBuffers[] = {
     {Buf::rstd2, "rstd2", Region::layer, Elem::state, "[N] ln2's 1/rms, for its backward"},
     {Buf::lse, "lse", Region::layer, Elem::state, "[B,H,T] attention's log-sum-exp, for its backward"},
     {Buf::h1, "h1", Region::layer, Elem::operand, "[N,D] ln1(x): the qkv GEMM's input and dW operand"},
-    {Buf::qkv, "qkv", Region::layer, Elem::operand, "[N,3D] q|k|v after RoPE: attention's inputs"},
+    {Buf::qkv, "qkv", Region::layer, Elem::operand, "[N,D+2Dkv] q|k|v after RoPE: attention's inputs"},
     {Buf::o, "o", Region::layer, Elem::operand,
      "[N,D] attention output: the out GEMM's input and dW operand"},
     {Buf::h2, "h2", Region::layer, Elem::operand, "[N,D] ln2(x_mid): the w1|w3 GEMM's input and dW operand"},
@@ -104,14 +114,15 @@ inline constexpr BufferSpec kModelBuffers[] = {
     {Buf::final_lse, "lse", Region::final, Elem::state, "[N] the loss's log-sum-exp"},
     {Buf::final_h, "h", Region::final, Elem::operand, "[N,D] ln_final(x): lm_head's input and dW operand"},
     {Buf::gemm, "gemm", Region::workspace, Elem::state,
-     "[N,max(3D,2F,D)] a forward GEMM's output before the elementwise layer that consumes it"},
+     "[N,max(D+2Dkv,2F,D)] a forward GEMM's output before the elementwise layer that consumes it"},
     {Buf::dx, "dx", Region::workspace, Elem::state, "[N,D] the residual stream's gradient"},
     {Buf::dtmp, "dtmp", Region::workspace, Elem::state, "[N,max(F,D)] an input-gradient GEMM's output"},
     {Buf::dattn, "dattn", Region::workspace, Elem::state,
-     "[N,3D] dq|dk|dv from the math path, or its forward output o"},
+     "[N,D+2Dkv] dq|dk|dv from the math path, or its forward output o"},
     {Buf::dop, "dop", Region::workspace, Elem::operand,
-     "[N,max(V,3D,2F,D)] a gradient rounded to the operand type for the GEMMs that read it"},
-    {Buf::dqkv, "dqkv", Region::workspace, Elem::operand, "[N,3D] dq|dk|dv from FlashAttention"},
+     "[N,max(V,D+2Dkv,2F,D)] a gradient rounded to the operand type for the GEMMs that read it"},
+    {Buf::dqkv, "dqkv", Region::workspace, Elem::operand,
+     "[N,D+2Dkv] dq|dk|dv from FlashAttention (dk, dv summed over each kv head's query heads)"},
     {Buf::dout, "dout", Region::workspace, Elem::operand, "[N,D] the attention output's gradient"},
 };
 static_assert(std::size(kModelBuffers) == static_cast<size_t>(Buf::count));
