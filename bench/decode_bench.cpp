@@ -31,9 +31,15 @@ namespace {
 using json = nlohmann::json;
 
 std::string g_size = "small";
-std::string g_python = "python3";
+std::string g_python;  // default: the checkout's .venv (where scripts/setup-peers installs), else python3
 bool g_no_llama = false, g_no_torch = false;
 int64_t g_steps = 16;  // decode steps per timed sample
+
+std::string python() {
+  if (!g_python.empty()) return g_python;
+  const std::string venv = std::string(RIDGE_SOURCE_DIR) + "/.venv/bin/python";
+  return ::access(venv.c_str(), X_OK) == 0 ? venv : "python3";
+}
 
 struct Case {
   std::string phase;  // "prefill" or "decode"
@@ -43,13 +49,15 @@ struct Case {
 
 std::vector<Case> default_cases(bool quick, const std::vector<std::string>& weights) {
   std::vector<Case> out;
-  const std::vector<int64_t> prompts = quick ? std::vector<int64_t>{128} : std::vector<int64_t>{128, 512, 2048};
+  const std::vector<int64_t> prompts =
+      quick ? std::vector<int64_t>{128} : std::vector<int64_t>{128, 512, 2048};
   // Batch x context pairs: every batch at short context, and the long contexts where the KV cache of the
   // batch stays within a few GB.
   const std::vector<std::pair<int64_t, int64_t>> steps =
-      quick ? std::vector<std::pair<int64_t, int64_t>>{{1, 128}, {4, 512}}
-            : std::vector<std::pair<int64_t, int64_t>>{{1, 128},  {1, 1024}, {1, 4096}, {4, 128},  {4, 1024},
-                                                       {4, 4096}, {16, 128}, {16, 1024}, {64, 128}, {64, 512}};
+      quick
+          ? std::vector<std::pair<int64_t, int64_t>>{{1, 128}, {4, 512}}
+          : std::vector<std::pair<int64_t, int64_t>>{{1, 128},  {1, 1024}, {1, 4096},  {4, 128},  {4, 1024},
+                                                     {4, 4096}, {16, 128}, {16, 1024}, {64, 128}, {64, 512}};
   for (const auto& w : weights) {
     for (int64_t p : prompts) out.push_back({"prefill", w, 1, 0, p});
     for (auto [b, c] : steps) out.push_back({"decode", w, b, c, 0});
@@ -69,7 +77,7 @@ struct PeerResult {
 std::vector<PeerResult> run_peer(const std::string& script, const std::vector<std::string>& args,
                                  const std::vector<Case>& cases) {
   std::vector<PeerResult> out(cases.size());
-  std::vector<std::string> argv = {g_python, std::string(RIDGE_SOURCE_DIR) + "/tools/" + script};
+  std::vector<std::string> argv = {python(), std::string(RIDGE_SOURCE_DIR) + "/tools/" + script};
   argv.insert(argv.end(), args.begin(), args.end());
   json cs = json::array();
   for (const auto& c : cases)
@@ -81,7 +89,7 @@ std::vector<PeerResult> run_peer(const std::string& script, const std::vector<st
     for (auto& r : out) r.why = why;
     return out;
   };
-  if (!run.started) return all(fmt::format("cannot run '{}'", g_python));
+  if (!run.started) return all(fmt::format("cannot run '{}'", python()));
   const std::string& text = run.output;
   const auto brace = text.rfind("\n{");
   json j;
@@ -159,8 +167,8 @@ void run_decode(bench::Context& ctx) {
     check_arg(c.batch >= 1 && c.batch <= 1024, "grid batch", "{} is outside 1..1024", c.batch);
     check_arg(c.phase == "prefill" || (c.context >= 2 && c.context <= (1 << 20)), "grid context",
               "{} is outside 2..2^20", c.context);
-    check_arg(c.phase == "decode" || (c.prompt >= 1 && c.prompt <= (1 << 20)), "grid prompt", "{} is outside 1..2^20",
-              c.prompt);
+    check_arg(c.phase == "decode" || (c.prompt >= 1 && c.prompt <= (1 << 20)), "grid prompt",
+              "{} is outside 1..2^20", c.prompt);
     longest = std::max(longest, std::max(c.prompt, c.context + g_steps));
   }
   // One model for every case: its context covers the longest; random weights (speed does not depend on them).
@@ -202,11 +210,23 @@ void run_decode(bench::Context& ctx) {
     for (const auto& c : cases)
       if (c.weights == w) mine.push_back(c);
     if (mine.empty()) continue;
-    // Peers: llama.cpp reads a GGUF of the same weights (bf16 for bf16 and fp32, q8_0 for fp8), PyTorch
-    // the safetensors file in fp32 or bf16 (it has no FP8 GEMM on CPUs).
-    const std::string gguf_type = w == "fp32" ? "f32" : (w == "bf16" ? "bf16" : "q8_0");
+    // Peers: llama.cpp reads a GGUF of the same weights (bf16 for bf16 weights, q8_0 for FP8; not run for
+    // fp32), PyTorch the safetensors file in fp32 or bf16 (it has no FP8 GEMM on CPUs).
+    const bool fp8 = w == "fp8" || w == "fp8-ue8m0";
+    const std::string gguf_type = w == "bf16" ? "bf16" : (fp8 ? "q8_0" : "");
     const std::string torch_dtype = w == "fp32" ? "fp32" : "bf16";
-    const std::string common_threads = std::to_string(ctx.threads);
+    const std::string threads = std::to_string(ctx.threads), steps = std::to_string(g_steps);
+    std::string gguf, llama_skip = g_no_llama ? "skipped (--no-llama)" : "";
+    if (llama_skip.empty() && gguf_type.empty()) llama_skip = "not run for fp32 weights (bf16 and q8_0 only)";
+    if (llama_skip.empty()) {
+      gguf = (dir / ("model-" + gguf_type + ".gguf")).string();
+      if (!std::filesystem::exists(gguf)) {
+        const auto conv = process::run({python(), std::string(RIDGE_SOURCE_DIR) + "/tools/ridge_to_gguf.py",
+                                        weights_file, "-o", gguf, "--type", gguf_type});
+        if (!conv.started || conv.exit_code != 0)
+          llama_skip = fmt::format("GGUF not written (exit {}): {}", conv.exit_code, conv.output.substr(0, 160));
+      }
+    }
     std::vector<std::vector<double>> ours(mine.size()), llama(mine.size()), torch(mine.size());
     std::vector<std::string> llama_why(mine.size()), torch_why(mine.size());
     for (int r = 0; r < rounds; ++r) {
@@ -214,11 +234,10 @@ void run_decode(bench::Context& ctx) {
         if (r == 0) ridge_sample(im, mine[i], 99);  // warm-up: page faults, packing, the OpenMP pool
         ours[i].push_back(ridge_sample(im, mine[i], static_cast<uint64_t>(r)));
       }
-      if (!g_no_llama) {
-        const auto res = run_peer("llama_decode_peer.py",
-                                  {"--checkpoint", weights_file, "--type", gguf_type, "--threads", common_threads,
-                                   "--tokens", std::to_string(g_steps), "--workdir", dir.string()},
-                                  mine);
+      if (llama_skip.empty()) {
+        const auto res = run_peer(
+            "llama_decode_peer.py",
+            {"--gguf", gguf, "--threads", threads, "--tokens", steps, "--warmup", "1", "--iters", "2", "--json"}, mine);
         for (size_t i = 0; i < mine.size(); ++i) {
           if (res[i].tokens_per_s) llama[i].push_back(*res[i].tokens_per_s);
           llama_why[i] = res[i].why;
@@ -226,8 +245,8 @@ void run_decode(bench::Context& ctx) {
       }
       if (!g_no_torch) {
         const auto res = run_peer("torch_decode_peer.py",
-                                  {"--checkpoint", weights_file, "--dtype", torch_dtype, "--threads", common_threads,
-                                   "--tokens", std::to_string(g_steps)},
+                                  {"--checkpoint", weights_file, "--weights", torch_dtype, "--threads", threads,
+                                   "--tokens", steps, "--fill", "random", "--warmup", "1", "--iters", "2", "--json"},
                                   mine);
         for (size_t i = 0; i < mine.size(); ++i) {
           if (res[i].tokens_per_s) torch[i].push_back(*res[i].tokens_per_s);
@@ -238,10 +257,11 @@ void run_decode(bench::Context& ctx) {
     for (size_t i = 0; i < mine.size(); ++i) {
       const Case& c = mine[i];
       const auto dt = im.roofline_dtypes();
-      const roofline::InferenceCost cost = c.phase == "prefill" ? roofline::prefill_cost(shape, dt, 1, c.prompt)
-                                                                 : roofline::decode_cost(shape, dt, c.batch, c.context);
-      const double tokens = c.phase == "prefill" ? static_cast<double>(c.prompt)
-                                                 : static_cast<double>(c.batch * g_steps);
+      const roofline::InferenceCost cost = c.phase == "prefill"
+                                               ? roofline::prefill_cost(shape, dt, 1, c.prompt)
+                                               : roofline::decode_cost(shape, dt, c.batch, c.context);
+      const double tokens =
+          c.phase == "prefill" ? static_cast<double>(c.prompt) : static_cast<double>(c.batch * g_steps);
       const double calls = c.phase == "prefill" ? 1.0 : static_cast<double>(g_steps);
       bench::Measurement m;
       m.samples = ours[i];
@@ -286,11 +306,10 @@ void run_decode(bench::Context& ctx) {
           note += fmt::format("; {}: {}", name, why.empty() ? "no result" : why);
         }
       };
-      if (g_no_llama)
-        note += "; llama.cpp skipped (--no-llama)";
+      if (!llama_skip.empty())
+        note += "; llama.cpp " + llama_skip;
       else
-        add(w == "fp8" || w == "fp8-ue8m0" ? "llama.cpp q8_0" : (w == "fp32" ? "llama.cpp f32" : "llama.cpp bf16"),
-            llama[i], llama_why[i]);
+        add(fp8 ? "llama.cpp q8_0" : "llama.cpp bf16", llama[i], llama_why[i]);
       if (g_no_torch)
         note += "; PyTorch skipped (--no-torch)";
       else
@@ -305,26 +324,29 @@ void run_decode(bench::Context& ctx) {
 }
 
 void decode_options(CLI::App& app) {
-  app.add_option("--size", g_size, "model preset (random weights): tiny, small, medium, ...")->capture_default_str();
+  app.add_option("--size", g_size, "model preset (random weights): tiny, small, medium, ...")
+      ->capture_default_str();
   // Decimal only, as every count of the CLI (cli::decimal_integer): CLI11 alone reads "010" as 8.
   app.add_option("--steps", g_steps, "decode steps per timed sample (1 .. 4096)")
       ->capture_default_str()
       ->check(CLI::Validator(
           [](std::string& v) -> std::string {
-            const bool ok = !v.empty() && v.size() <= 4 && v.find_first_not_of("0123456789") == std::string::npos &&
-                            v[0] != '0' && std::stoll(v) <= 4096;
+            const bool ok = !v.empty() && v.size() <= 4 &&
+                            v.find_first_not_of("0123456789") == std::string::npos && v[0] != '0' &&
+                            std::stoll(v) <= 4096;
             return ok ? std::string() : "'" + v + "' is not a step count (a decimal count, 1 .. 4096)";
           },
           ""));
   app.add_flag("--no-llama", g_no_llama, "skip the llama.cpp peer");
   app.add_flag("--no-torch", g_no_torch, "skip the PyTorch peer");
-  app.add_option("--python", g_python, "python interpreter for the peers (default python3)");
+  app.add_option("--python", g_python, "python interpreter for the peers (default: .venv/bin/python, else python3)");
 }
 
 }  // namespace
 }  // namespace ridge
 
-RIDGE_BENCHMARK(decode, "decode",
-                "generation: prefill and decode tokens/s with fp32/bf16/fp8 weights vs the roofline, llama.cpp and "
-                "PyTorch",
-                ridge::run_decode, ridge::decode_options);
+RIDGE_BENCHMARK(
+    decode, "decode",
+    "generation: prefill and decode tokens/s with fp32/bf16/fp8 weights vs the roofline, llama.cpp and "
+    "PyTorch",
+    ridge::run_decode, ridge::decode_options);

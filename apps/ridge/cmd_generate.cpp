@@ -46,7 +46,8 @@ model::TransformerLM<float> load_model(const Args& a) {
     model::ModelConfig cfg;
     if (c) {
       cfg = *c;
-      check(a.size.empty(), "--size: the checkpoint '{}' records its model's shape; drop --size", a.checkpoint);
+      check(a.size.empty(), "--size: the checkpoint '{}' records its model's shape; drop --size",
+            a.checkpoint);
     } else {
       check(!a.size.empty(),
             "--checkpoint: '{}' records no model config (a PyTorch state_dict?); give its shape with --size, "
@@ -90,8 +91,8 @@ std::vector<std::vector<int32_t>> read_prompts(const Args& a, int64_t vocab) {
     check(!texts[i].empty(), "--prompt: prompt {} is empty; a prompt needs at least one byte", i + 1);
     std::vector<int32_t> ids;
     for (unsigned char b : texts[i]) {
-      check(b < vocab, "--prompt: prompt {} holds the byte {}, outside this model's vocabulary [0, {})", i + 1, b,
-            vocab);
+      check(b < vocab, "--prompt: prompt {} holds the byte {}, outside this model's vocabulary [0, {})",
+            i + 1, b, vocab);
       ids.push_back(b);
     }
     out.push_back(std::move(ids));
@@ -118,18 +119,20 @@ void run(const Args& a) {
   std::optional<model::TransformerLM<float>> trained(load_model(a));
   const model::ModelConfig cfg = trained->config();
   const auto prompts = read_prompts(a, cfg.vocab_size);
-  check(a.eos < cfg.vocab_size, "--eos: {} is outside this model's vocabulary [0, {})", a.eos, cfg.vocab_size);
+  check(a.eos < cfg.vocab_size, "--eos: {} is outside this model's vocabulary [0, {})", a.eos,
+        cfg.vocab_size);
   for (size_t i = 0; i < prompts.size(); ++i) {
     const auto len = static_cast<int64_t>(prompts[i].size());
-    check(len <= cfg.context_length, "--prompt: prompt {} has {} tokens; the model's context_length is {}", i + 1,
-          len, cfg.context_length);
+    check(len <= cfg.context_length, "--prompt: prompt {} has {} tokens; the model's context_length is {}",
+          i + 1, len, cfg.context_length);
     check(len + a.max_tokens <= cfg.context_length,
-          "--max-tokens: prompt {}'s {} tokens + {} new tokens exceed the model's context_length {}; at most {} "
+          "--max-tokens: prompt {}'s {} tokens + {} new tokens exceed the model's context_length {}; at most "
+          "{} "
           "here",
           i + 1, len, a.max_tokens, cfg.context_length, cfg.context_length - len);
   }
-  const model::InferenceModel im = cli::with_flags({{"block_size", "--block-size"}},
-                                                   [&] { return model::InferenceModel(*trained, io); });
+  const model::InferenceModel im =
+      cli::with_flags({{"block_size", "--block-size"}}, [&] { return model::InferenceModel(*trained, io); });
   trained.reset();  // the fp32 master copy is not needed any more
   // One prompt streams as it comes; several are printed whole at the end, each after its prompt.
   const bool stream = prompts.size() == 1 && !a.json;
@@ -160,8 +163,10 @@ void run(const Args& a) {
       roof = 0;
     }
   }
-  const double prefill_tps = st.prefill_seconds > 0 ? static_cast<double>(st.prefill_tokens) / st.prefill_seconds : 0;
-  const double decode_tps = st.decode_seconds > 0 ? static_cast<double>(st.decode_tokens) / st.decode_seconds : 0;
+  const double prefill_tps =
+      st.prefill_seconds > 0 ? static_cast<double>(st.prefill_tokens) / st.prefill_seconds : 0;
+  const double decode_tps =
+      st.decode_seconds > 0 ? static_cast<double>(st.decode_tokens) / st.decode_seconds : 0;
   const double bw = st.decode_seconds > 0 ? st.decode_bytes / st.decode_seconds : 0;
 
   if (a.json) {
@@ -205,10 +210,11 @@ void run(const Args& a) {
   }
   std::fflush(stdout);
   std::string line = fmt::format(
-      "prefill {} tokens in {:.3g} s ({:.0f} tokens/s); decode {} tokens in {} steps, {:.3g} s ({:.1f} tokens/s, "
+      "prefill {} tokens in {:.3g} s ({:.0f} tokens/s); decode {} tokens in {} steps, {:.3g} s ({:.1f} "
+      "tokens/s, "
       "{:.1f} GB/s",
-      st.prefill_tokens, st.prefill_seconds, prefill_tps, st.decode_tokens, st.decode_steps, st.decode_seconds,
-      decode_tps, bw / 1e9);
+      st.prefill_tokens, st.prefill_seconds, prefill_tps, st.decode_tokens, st.decode_steps,
+      st.decode_seconds, decode_tps, bw / 1e9);
   if (roof > 0)
     line += fmt::format(" = {:.0f}% of the {} roof, {:.1f} GB/s)", 100 * bw / roof, roof_name, roof / 1e9);
   else
@@ -219,7 +225,8 @@ void run(const Args& a) {
 
 void setup(CLI::App& root) {
   static Args a;
-  auto* cmd = root.add_subcommand("generate", "sample text from a trained model (KV cache, paged, split-KV decode)");
+  auto* cmd =
+      root.add_subcommand("generate", "sample text from a trained model (KV cache, paged, split-KV decode)");
   cmd->add_option("--checkpoint", a.checkpoint, "a checkpoint of `ridge train` or a safetensors state_dict");
   cmd->add_option("--size", a.size, "random weights of a preset size instead (timing): tiny, small, ...");
   cmd->add_option("--vocab", a.vocab, "with --size: vocabulary size")
@@ -235,7 +242,9 @@ void setup(CLI::App& root) {
   cmd->add_option("--max-tokens", a.max_tokens, "new tokens per prompt")
       ->capture_default_str()
       ->transform(cli::integer_in(1));
-  cmd->add_option("--temperature", a.temperature, "0: greedy")->capture_default_str()->transform(cli::number_in(0, 1e9));
+  cmd->add_option("--temperature", a.temperature, "0: greedy")
+      ->capture_default_str()
+      ->transform(cli::number_in(0, 1e9));
   cmd->add_option("--top-p", a.top_p, "nucleus sampling, in (0, 1]")
       ->capture_default_str()
       ->transform(cli::number_in(0, 1, true));

@@ -37,7 +37,8 @@ void bind_generate(nb::module_& m) {
             new (self) InferenceModel(const_cast<model::Trainer&>(t).model(), o);
           },
           nb::arg("trainer"), nb::arg("weights"), nb::arg("head").none(), nb::arg("block_size"))
-      .def("weights", [](const InferenceModel& im) { return model::weight_format_name(im.options().weights); })
+      .def("weights",
+           [](const InferenceModel& im) { return model::weight_format_name(im.options().weights); })
       .def("head", [](const InferenceModel& im) { return model::weight_format_name(im.head_format()); })
       .def("kv_dtype", [](const InferenceModel& im) { return std::string(dtype_name(im.kv_dtype())); })
       .def("weight_bytes", &InferenceModel::weight_bytes)
@@ -84,8 +85,9 @@ void bind_generate(nb::module_& m) {
 
   m.def(
       "generate",
-      [](const InferenceModel& im, const Prompts& prompts, int64_t max_tokens, double temperature, double top_p,
-         int64_t top_k, uint64_t seed, int64_t eos, int num_splits, std::optional<nb::callable> on_token) {
+      [](const InferenceModel& im, const Prompts& prompts, int64_t max_tokens, double temperature,
+         double top_p, int64_t top_k, uint64_t seed, int64_t eos, int num_splits,
+         std::optional<nb::callable> on_token) {
         model::GenerateOptions o;
         o.sampling.temperature = temperature;
         o.sampling.top_p = top_p;

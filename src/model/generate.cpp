@@ -129,12 +129,12 @@ struct Linear {
   void apply(const float* x, int64_t rows, float* y, const float* residual, Scratch& s) const {
     if (rows == 0) return;
     const MatrixView<float> d{y, rows, n, n};
-    const MatrixView<const float> c = residual ? MatrixView<const float>{residual, rows, n, n}
-                                               : MatrixView<const float>{};
+    const MatrixView<const float> c =
+        residual ? MatrixView<const float>{residual, rows, n, n} : MatrixView<const float>{};
     switch (fmt) {
       case WeightFormat::fp32:
-        gemm::f32_gemm_nt(MatrixView<const float>{x, rows, k, k}, MatrixView<const float>{w32.data(), n, k, k}, d,
-                          c);
+        gemm::f32_gemm_nt(MatrixView<const float>{x, rows, k, k},
+                          MatrixView<const float>{w32.data(), n, k, k}, d, c);
         return;
       case WeightFormat::bf16: {
         bf16* a = Scratch::room(s.b16, static_cast<size_t>(rows * k), "inference/activations");
@@ -151,8 +151,8 @@ struct Linear {
             MatrixView<const float>{x, rows, k, k}, MatrixView<fp8_e4m3>{a, rows, k, k},
             MatrixView<float>{sa, rows, kb, kb},
             fmt == WeightFormat::fp8 ? gemm::Fp8Scales::fp32 : gemm::Fp8Scales::ue8m0);
-        gemm::fp8_gemm_nt(MatrixView<const fp8_e4m3>{a, rows, k, k}, MatrixView<const float>{sa, rows, kb, kb}, w8,
-                          d, c);
+        gemm::fp8_gemm_nt(MatrixView<const fp8_e4m3>{a, rows, k, k},
+                          MatrixView<const float>{sa, rows, kb, kb}, w8, d, c);
         return;
       }
     }
@@ -277,7 +277,8 @@ double InferenceModel::weight_bytes() const {
   const Impl& m = *impl_;
   double b = m.head.bytes() + 4.0 * static_cast<double>(m.cfg.d_model);
   for (const auto& L : m.layers)
-    b += L.qkv.bytes() + L.out.bytes() + L.w13.bytes() + L.w2.bytes() + 8.0 * static_cast<double>(m.cfg.d_model);
+    b += L.qkv.bytes() + L.out.bytes() + L.w13.bytes() + L.w2.bytes() +
+         8.0 * static_cast<double>(m.cfg.d_model);
   return b;
 }
 double InferenceModel::embedding_row_bytes() const {
@@ -379,7 +380,7 @@ struct Session::Impl {
   // runs attention for layer l: K/V of the rows into the cache, o_a from q.
   template <typename A, typename Attend>
   void layers_pass(int64_t rows, const int64_t* pos, Attend&& attend) {
-    const int64_t D = m->cfg.d_model, F = m->cfg.d_ff, HD = m->H() * m->dh();
+    const int64_t D = m->cfg.d_model, HD = m->H() * m->dh();
     using layers::Round;
     for (int64_t l = 0; l < m->cfg.num_layers; ++l) {
       const auto& L = m->layers[static_cast<size_t>(l)];
@@ -470,10 +471,10 @@ struct Session::Impl {
         kn.shape = vn.shape = {1, L, KV, dh};
         kn.stride = vn.stride = {L * W, W, dh, 1};
         const int32_t zero = 0;
-        attention::kvcache_append<A>(kn, vn, kc, vc, std::span<const int32_t>(&zero, 1),
-                                     MatrixView<const int32_t>{s.blocks.data(), 1,
-                                                               static_cast<int64_t>(s.blocks.size()),
-                                                               static_cast<int64_t>(s.blocks.size())});
+        attention::kvcache_append<A>(
+            kn, vn, kc, vc, std::span<const int32_t>(&zero, 1),
+            MatrixView<const int32_t>{s.blocks.data(), 1, static_cast<int64_t>(s.blocks.size()),
+                                      static_cast<int64_t>(s.blocks.size())});
         auto heads = [&](A* p, int64_t nh, int64_t ld) {
           TensorView<A> v;
           v.data = p;
@@ -507,7 +508,8 @@ struct Session::Impl {
     if (kept.size() < seqs.size()) kept.resize(seqs.size());
     for (size_t j = 0; j < ids.size(); ++j) {
       auto& k = kept[static_cast<size_t>(ids[j])];
-      k.assign(logits_buf.data() + static_cast<int64_t>(j) * V, logits_buf.data() + static_cast<int64_t>(j + 1) * V);
+      k.assign(logits_buf.data() + static_cast<int64_t>(j) * V,
+               logits_buf.data() + static_cast<int64_t>(j + 1) * V);
       seqs[static_cast<size_t>(ids[j])].logits_row = static_cast<int64_t>(j);
     }
   }
@@ -553,10 +555,12 @@ struct Session::Impl {
     // samples the same tokens at any thread count. kSplitThreads sizes it for up to that many threads.
     int64_t longest = 0;
     for (int32_t a : after) longest = std::max<int64_t>(longest, a);
-    opt.num_splits = num_splits > 0 ? num_splits : attention::kvcache_num_splits(longest, n * KV, kSplitThreads);
+    opt.num_splits =
+        num_splits > 0 ? num_splits : attention::kvcache_num_splits(longest, n * KV, kSplitThreads);
     layers_pass<A>(n, pos.data(), [&](int64_t l) {
       auto kc = pool<A>(k_pool, l), vc = pool<A>(v_pool, l);
-      attention::kvcache_append<A>(rows4(qa + HD, KV, W), rows4(qa + HD + KV * dh, KV, W), kc, vc, seqlens, bt);
+      attention::kvcache_append<A>(rows4(qa + HD, KV, W), rows4(qa + HD + KV * dh, KV, W), kc, vc, seqlens,
+                                   bt);
       attention::flash_attn_with_kvcache<A>(rows4(qa, H, W), kc, vc, after, bt, rows4(oa, H, HD), {}, opt);
     });
     for (int64_t i = 0; i < n; ++i) seqs[static_cast<size_t>(ids[static_cast<size_t>(i)])].length += 1;
@@ -567,7 +571,8 @@ struct Session::Impl {
   }
 
   const Seq& seq(int id) const {
-    check_arg(id >= 0 && static_cast<size_t>(id) < seqs.size(), "id", "{} is not a sequence of this session", id);
+    check_arg(id >= 0 && static_cast<size_t>(id) < seqs.size(), "id", "{} is not a sequence of this session",
+              id);
     return seqs[static_cast<size_t>(id)];
   }
 };
@@ -582,19 +587,21 @@ Session::Session(const InferenceModel& model, int64_t max_sequences, int64_t cac
   s.m = &model.impl();
   const ModelConfig& c = s.m->cfg;
   check_arg(max_sequences >= 1, "max_sequences", "{} must be >= 1", max_sequences);
-  check_arg(cache_tokens >= 0, "cache_tokens", "{} must be >= 0 (0: max_sequences full contexts)", cache_tokens);
+  check_arg(cache_tokens >= 0, "cache_tokens", "{} must be >= 0 (0: max_sequences full contexts)",
+            cache_tokens);
   s.max_sequences = max_sequences;
   s.block_size = s.m->opt.block_size;
   s.max_blocks_per_seq = s.blocks_for(c.context_length);
-  const double tokens = cache_tokens > 0 ? static_cast<double>(cache_tokens)
-                                         : static_cast<double>(max_sequences) * static_cast<double>(c.context_length);
+  const double tokens = cache_tokens > 0
+                            ? static_cast<double>(cache_tokens)
+                            : static_cast<double>(max_sequences) * static_cast<double>(c.context_length);
   const double blocks = std::ceil(tokens / static_cast<double>(s.block_size));
-  check_arg(blocks <= static_cast<double>(INT32_MAX), "cache_tokens", "{} tokens make {} blocks; at most {}", tokens,
-            blocks, INT32_MAX);
+  check_arg(blocks <= static_cast<double>(INT32_MAX), "cache_tokens", "{} tokens make {} blocks; at most {}",
+            tokens, blocks, INT32_MAX);
   s.num_blocks = static_cast<int64_t>(blocks);
   const double bytes = blocks * static_cast<double>(s.block_size) * model.kv_bytes_per_token();
-  check_fits(bytes, fmt::format("the KV cache ({} tokens of {} sequences, {:.3g} GB)",
-                                s.num_blocks * s.block_size, max_sequences, bytes / 1e9));
+  memory::check_fits(bytes, fmt::format("the KV cache ({} tokens of {} sequences, {:.3g} GB)",
+                                        s.num_blocks * s.block_size, max_sequences, bytes / 1e9));
   const size_t per_layer =
       static_cast<size_t>(s.num_blocks * s.block_size * s.m->KV() * s.m->dh()) * s.m->kv_elem();
   for (int64_t l = 0; l < c.num_layers; ++l) {
@@ -623,8 +630,8 @@ std::vector<int> Session::prefill(const std::vector<std::vector<int32_t>>& promp
     check_arg(static_cast<int64_t>(q.size()) <= c.context_length, "prompts",
               "prompt {} has {} tokens; the model's context_length is {}", p, q.size(), c.context_length);
     for (size_t t = 0; t < q.size(); ++t)
-      check_arg(q[t] >= 0 && q[t] < c.vocab_size, "prompts", "prompt {} token {} is {}, outside the vocabulary [0, {})",
-                p, t, q[t], c.vocab_size);
+      check_arg(q[t] >= 0 && q[t] < c.vocab_size, "prompts",
+                "prompt {} token {} is {}, outside the vocabulary [0, {})", p, t, q[t], c.vocab_size);
     blocks += s.blocks_for(static_cast<int64_t>(q.size()));
   }
   check_arg(blocks <= static_cast<int64_t>(s.free_list.size()), "prompts",
@@ -645,7 +652,8 @@ std::vector<int> Session::prefill(const std::vector<std::vector<int32_t>>& promp
     std::vector<int> group_ids{ids[p]};
     int64_t tokens = static_cast<int64_t>(prompts[p].size());
     ++p;
-    while (p < prompts.size() && tokens + static_cast<int64_t>(prompts[p].size()) <= s.m->opt.prefill_tokens) {
+    while (p < prompts.size() &&
+           tokens + static_cast<int64_t>(prompts[p].size()) <= s.m->opt.prefill_tokens) {
       tokens += static_cast<int64_t>(prompts[p].size());
       which.push_back(p);
       group_ids.push_back(ids[p]);
@@ -706,7 +714,8 @@ std::vector<int> Session::prefill_synthetic(std::span<const int64_t> lengths, ui
 void Session::decode(std::span<const int> ids, std::span<const int32_t> tokens) {
   Impl& s = *impl_;
   const ModelConfig& c = s.m->cfg;
-  check_arg(ids.size() == tokens.size(), "tokens", "{} tokens for {} sequences; one each", tokens.size(), ids.size());
+  check_arg(ids.size() == tokens.size(), "tokens", "{} tokens for {} sequences; one each", tokens.size(),
+            ids.size());
   if (ids.empty()) return;
   int64_t need = 0;
   std::vector<char> seen(s.seqs.size(), 0);
@@ -715,10 +724,10 @@ void Session::decode(std::span<const int> ids, std::span<const int32_t> tokens) 
     check_arg(q.live, "ids", "sequence {} has been released", ids[i]);
     check_arg(!seen[static_cast<size_t>(ids[i])], "ids", "sequence {} appears twice in one step", ids[i]);
     seen[static_cast<size_t>(ids[i])] = 1;
-    check_arg(q.length < c.context_length, "ids", "sequence {} already holds context_length {} tokens", ids[i],
-              c.context_length);
-    check_arg(tokens[i] >= 0 && tokens[i] < c.vocab_size, "tokens", "token {} is {}, outside the vocabulary [0, {})",
-              i, tokens[i], c.vocab_size);
+    check_arg(q.length < c.context_length, "ids", "sequence {} already holds context_length {} tokens",
+              ids[i], c.context_length);
+    check_arg(tokens[i] >= 0 && tokens[i] < c.vocab_size, "tokens",
+              "token {} is {}, outside the vocabulary [0, {})", i, tokens[i], c.vocab_size);
     need += s.blocks_for(q.length + 1) - static_cast<int64_t>(q.blocks.size());
   }
   check_arg(need <= static_cast<int64_t>(s.free_list.size()), "ids",
@@ -768,7 +777,8 @@ void Session::set_num_splits(int n) {
 // ---------------------------------------------------------------------------------------------------------
 // Generation
 
-std::vector<std::vector<int32_t>> generate(const InferenceModel& model, const std::vector<std::vector<int32_t>>& prompts,
+std::vector<std::vector<int32_t>> generate(const InferenceModel& model,
+                                           const std::vector<std::vector<int32_t>>& prompts,
                                            const GenerateOptions& o, GenerateStats* stats) {
   o.validate();
   const ModelConfig& c = model.config();
@@ -777,9 +787,10 @@ std::vector<std::vector<int32_t>> generate(const InferenceModel& model, const st
   int64_t tokens = 0;
   for (size_t p = 0; p < prompts.size(); ++p) {
     const int64_t len = static_cast<int64_t>(prompts[p].size());
-    check_arg(len + o.max_tokens <= c.context_length, "max_tokens",
-              "prompt {}'s {} tokens + max_tokens {} exceed the model's context_length {} (at most {} new tokens)", p,
-              len, o.max_tokens, c.context_length, std::max<int64_t>(0, c.context_length - len));
+    check_arg(
+        len + o.max_tokens <= c.context_length, "max_tokens",
+        "prompt {}'s {} tokens + max_tokens {} exceed the model's context_length {} (at most {} new tokens)",
+        p, len, o.max_tokens, c.context_length, std::max<int64_t>(0, c.context_length - len));
     tokens += len + o.max_tokens;
   }
   Session session(model, static_cast<int64_t>(prompts.size()), o.cache_tokens > 0 ? o.cache_tokens : tokens);
@@ -829,7 +840,8 @@ std::vector<std::vector<int32_t>> generate(const InferenceModel& model, const st
       keys += session.length(id) + 1;
     }
     const auto n = static_cast<int64_t>(step_ids.size());
-    st.decode_bytes += static_cast<double>(roofline::decode_cost(shape, dtypes, n, (keys + n / 2) / n).memory_bytes());
+    st.decode_bytes +=
+        static_cast<double>(roofline::decode_cost(shape, dtypes, n, (keys + n / 2) / n).memory_bytes());
     session.decode(step_ids, step_tokens);
     st.decode_steps += 1;
     st.decode_tokens += static_cast<int64_t>(step_ids.size());

@@ -74,8 +74,8 @@ template <typename F>
 void decode_against_full(rm::TransformerLM<float>& ref, const rm::InferenceModel& im, int steps, F&& compare,
                          int splits = 0) {
   const int64_t V = ref.config().vocab_size;
-  std::vector<std::vector<int32_t>> text = {random_tokens(5, 1, V), random_tokens(17, 2, V), random_tokens(1, 3, V),
-                                            random_tokens(8, 4, V)};
+  std::vector<std::vector<int32_t>> text = {random_tokens(5, 1, V), random_tokens(17, 2, V),
+                                            random_tokens(1, 3, V), random_tokens(8, 4, V)};
   rm::Session s(im, 4);
   s.set_num_splits(splits);
   const auto ids = s.prefill(text);
@@ -209,11 +209,12 @@ TEST(Generate, Fp8WeightsStayWithinDeepGemmsCalcDiffOfFp32) {
     o8.head = rm::WeightFormat::fp8;  // the head in FP8 too: the strictest case
     const rm::InferenceModel a(m, o32), b(m, o8);
     EXPECT_EQ(b.head_format(), rm::WeightFormat::fp8);
-    EXPECT_EQ(rm::InferenceModel(m, [] {
-                rm::InferenceOptions d;
-                d.weights = rm::WeightFormat::fp8;
-                return d;
-              }())
+    EXPECT_EQ(rm::InferenceModel(m,
+                                 [] {
+                                   rm::InferenceOptions d;
+                                   d.weights = rm::WeightFormat::fp8;
+                                   return d;
+                                 }())
                   .head_format(),
               rm::WeightFormat::bf16);  // the documented default
     const auto prompt = random_tokens(20, 13, c.vocab_size);
@@ -291,7 +292,8 @@ TEST(Generate, BadInputIsRefusedBeforeAnyWork) {
   m.init(19);
   const rm::InferenceModel im(m);
   rm::GenerateOptions g;
-  auto refuses = [&](const std::vector<std::vector<int32_t>>& p, const rm::GenerateOptions& o, const char* arg) {
+  auto refuses = [&](const std::vector<std::vector<int32_t>>& p, const rm::GenerateOptions& o,
+                     const char* arg) {
     try {
       rm::generate(im, p, o);
       ADD_FAILURE() << "accepted; expected an error about " << arg;
@@ -299,11 +301,11 @@ TEST(Generate, BadInputIsRefusedBeforeAnyWork) {
       EXPECT_EQ(e.argument(), arg) << e.what();
     }
   };
-  refuses({{}}, g, "prompts");                                     // empty prompt
-  refuses({random_tokens(81, 1, 97)}, g, "max_tokens");            // longer than the context
-  refuses({{1, 2, 97}}, g, "prompts");                             // token out of range
-  refuses({{1, -1}}, g, "prompts");                                // negative token
-  refuses({}, g, "prompts");                                       // no prompt
+  refuses({{}}, g, "prompts");                           // empty prompt
+  refuses({random_tokens(81, 1, 97)}, g, "max_tokens");  // longer than the context
+  refuses({{1, 2, 97}}, g, "prompts");                   // token out of range
+  refuses({{1, -1}}, g, "prompts");                      // negative token
+  refuses({}, g, "prompts");                             // no prompt
   auto o = g;
   o.max_tokens = 70;
   refuses({random_tokens(11, 1, 97)}, o, "max_tokens");  // 11 + 70 > 80

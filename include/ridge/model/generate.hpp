@@ -63,7 +63,8 @@ class InferenceModel {
   // From a trained model (its fp32 parameters), or from flat fp32 parameters in the order
   // model_parameters() gives (TransformerLM::params()). The weights are copied into their format.
   InferenceModel(const TransformerLM<float>& model, const InferenceOptions& options = {});
-  InferenceModel(const ModelConfig& config, std::span<const float> params, const InferenceOptions& options = {});
+  InferenceModel(const ModelConfig& config, std::span<const float> params,
+                 const InferenceOptions& options = {});
   ~InferenceModel();
   InferenceModel(InferenceModel&&) noexcept;
   InferenceModel& operator=(InferenceModel&&) noexcept;
@@ -136,8 +137,8 @@ class Session {
 struct GenerateOptions {
   SamplingParams sampling;
   int64_t max_tokens = 64;  // new tokens per prompt, >= 1; prompt + max_tokens must fit the context
-  uint64_t seed = 0;        // draw k of prompt i uses sampling_rng(seed, i, k): the same tokens at any thread count
-  int64_t eos = -1;         // a token id that ends its sequence (it is still emitted), or -1
+  uint64_t seed = 0;  // draw k of prompt i uses sampling_rng(seed, i, k): the same tokens at any thread count
+  int64_t eos = -1;   // a token id that ends its sequence (it is still emitted), or -1
   int64_t cache_tokens = 0;  // Session's pool (0: enough for every prompt's whole generation)
   int num_splits = 0;
   // Called for each new token as soon as it is sampled: (prompt index, token).
@@ -154,7 +155,8 @@ struct GenerateStats {
 };
 
 // The tokens generated for each prompt (ending at eos, if it came, or after max_tokens).
-std::vector<std::vector<int32_t>> generate(const InferenceModel& model, const std::vector<std::vector<int32_t>>& prompts,
+std::vector<std::vector<int32_t>> generate(const InferenceModel& model,
+                                           const std::vector<std::vector<int32_t>>& prompts,
                                            const GenerateOptions& options, GenerateStats* stats = nullptr);
 
 }  // namespace ridge::model

@@ -1,0 +1,203 @@
+"""Reads a ridge checkpoint (or any weights-only safetensors file with ridge's state_dict names) with
+NumPy alone, for the decode peers (tools/ridge_to_gguf.py, tools/torch_decode_peer.py, ...).
+
+The format: 8 bytes of little-endian header length n, n bytes of JSON header
+({name: {dtype, shape, data_offsets: [begin, end]}, "__metadata__": {str: str}}), then the raw data.
+ridge's `Trainer::save` (src/model/train.cpp) writes the model's tensors under their PyTorch
+state_dict names, the AdamW state under "optimizer.exp_avg.<name>" / "optimizer.exp_avg_sq.<name>"
+(skipped here), and the metadata "format" ("ridge-checkpoint-1"), "config" (the ModelConfig as JSON:
+vocab_size, context_length, d_model, num_layers, num_heads, d_ff, rope_theta and, when it differs from
+num_heads, num_kv_heads) and "state".
+
+Errors are `CheckpointError` with one line naming the file and what is wrong; the tools print it and
+exit 2.
+"""
+import json
+import mmap
+import os
+
+try:  # the tools say "not installed" themselves (exit 3) when NumPy is missing
+    import numpy as np
+except ImportError:
+    np = None
+
+CONFIG_FIELDS = ("vocab_size", "context_length", "d_model", "num_layers", "num_heads", "d_ff")
+RMS_EPS = 1e-5  # ridge's RMSNorm epsilon (include/ridge/model/model.hpp)
+_SIZES_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench", "shapes", "model-sizes.json")
+
+
+class CheckpointError(ValueError):
+    pass
+
+
+def tensor_names(num_layers):
+    """The state_dict names of the CS336 Transformer LM, embedding first."""
+    names = ["token_embeddings.weight"]
+    for i in range(num_layers):
+        p = f"layers.{i}."
+        names += [p + "ln1.weight", p + "attn.q_proj.weight", p + "attn.k_proj.weight", p + "attn.v_proj.weight",
+                  p + "attn.output_proj.weight", p + "ln2.weight", p + "ffn.w1.weight", p + "ffn.w2.weight",
+                  p + "ffn.w3.weight"]
+    return names + ["ln_final.weight", "lm_head.weight"]
+
+
+def expected_shapes(c):
+    v, d, f, h = c["vocab_size"], c["d_model"], c["d_ff"], c["num_heads"]
+    kv = c.get("num_kv_heads") or h
+    dkv = kv * (d // h)
+    out = {"token_embeddings.weight": (v, d), "ln_final.weight": (d,), "lm_head.weight": (v, d)}
+    for i in range(c["num_layers"]):
+        p = f"layers.{i}."
+        out.update({p + "ln1.weight": (d,), p + "ln2.weight": (d,), p + "attn.q_proj.weight": (d, d),
+                    p + "attn.k_proj.weight": (dkv, d), p + "attn.v_proj.weight": (dkv, d),
+                    p + "attn.output_proj.weight": (d, d), p + "ffn.w1.weight": (f, d), p + "ffn.w2.weight": (d, f),
+                    p + "ffn.w3.weight": (f, d)})
+    return out
+
+
+def read_safetensors(path):
+    """(metadata dict, {name: read-only NumPy array}) with the arrays mapped from the file (nothing is
+    read until used). F32/F16/F64/I32/I64 come as themselves, BF16 as float32."""
+    try:
+        f = open(path, "rb")
+    except OSError as e:
+        raise CheckpointError(f"checkpoint '{path}': cannot open ({e.strerror})") from None
+    with f:
+        size = os.fstat(f.fileno()).st_size
+        if size < 8:
+            raise CheckpointError(f"checkpoint '{path}': {size} bytes, too short for a safetensors file")
+        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    n = int.from_bytes(mm[:8], "little")
+    if n > size - 8:
+        raise CheckpointError(f"checkpoint '{path}': header length {n} runs past the end of the file ({size} bytes)")
+    try:
+        header = json.loads(bytes(mm[8:8 + n]))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise CheckpointError(f"checkpoint '{path}': the safetensors header is not JSON") from None
+    if not isinstance(header, dict):
+        raise CheckpointError(f"checkpoint '{path}': the safetensors header is not a JSON object")
+    meta = header.pop("__metadata__", None) or {}
+    body = 8 + n
+    kinds = {"F32": np.float32, "F16": np.float16, "F64": np.float64, "I32": np.int32, "I64": np.int64,
+             "BF16": np.uint16}
+    out = {}
+    for name, info in header.items():
+        try:
+            dtype, shape, (a, b) = info["dtype"], [int(s) for s in info["shape"]], info["data_offsets"]
+        except (KeyError, TypeError, ValueError):
+            raise CheckpointError(f"checkpoint '{path}': tensor '{name}' has a malformed header entry") from None
+        if dtype not in kinds:
+            raise CheckpointError(f"checkpoint '{path}': tensor '{name}' has dtype {dtype}; "
+                                  f"read are {', '.join(kinds)}")
+        nt = kinds[dtype]
+        count = int(np.prod(shape, dtype=np.int64))
+        if not (0 <= a <= b and body + b <= size and b - a == count * np.dtype(nt).itemsize):
+            raise CheckpointError(f"checkpoint '{path}': tensor '{name}' data_offsets [{a}, {b}] do not match "
+                                  f"its shape {shape} and dtype {dtype} inside the file")
+        arr = np.frombuffer(mm, dtype=nt, count=count, offset=body + a).reshape(shape)
+        if dtype == "BF16":
+            arr = (arr.astype(np.uint32) << 16).view(np.float32)
+        out[name] = arr
+    return meta, out
+
+
+def load(path, heads=None, kv_heads=None, context=None, rope_theta=None):
+    """(config dict, {name: float32 array}) of a ridge model. The config is the checkpoint's metadata
+    'config'; a file without one (a weights-only state_dict) needs `heads` and gets the rest from the
+    tensor shapes (context from `context`, default 2048; rope_theta default 10000). Every model tensor
+    must be there with the config's shape."""
+    meta, tensors = read_safetensors(path)
+    if "config" in meta:
+        try:
+            cfg = json.loads(meta["config"])
+        except json.JSONDecodeError:
+            raise CheckpointError(f"checkpoint '{path}': metadata 'config' is not JSON") from None
+        for k in CONFIG_FIELDS:
+            if not isinstance(cfg.get(k), int) or cfg[k] < 1:
+                raise CheckpointError(f"checkpoint '{path}': metadata 'config' has no positive integer '{k}'")
+    else:
+        if heads is None:
+            raise CheckpointError(f"checkpoint '{path}' has no metadata 'config' (a weights-only file): "
+                                  "pass --heads (and --context, --rope-theta if not 2048 and 10000)")
+        emb, w1 = tensors.get("token_embeddings.weight"), tensors.get("layers.0.ffn.w1.weight")
+        if emb is None or w1 is None or emb.ndim != 2 or w1.ndim != 2:
+            raise CheckpointError(f"checkpoint '{path}': no token_embeddings.weight / layers.0.ffn.w1.weight "
+                                  "to take the shape from")
+        layers = 0
+        while f"layers.{layers}.ln1.weight" in tensors:
+            layers += 1
+        cfg = {"vocab_size": emb.shape[0], "context_length": context or 2048, "d_model": emb.shape[1],
+               "num_layers": layers, "num_heads": heads, "d_ff": w1.shape[0]}
+        k = tensors.get("layers.0.attn.k_proj.weight")
+        if k is not None and emb.shape[1] % heads == 0:
+            cfg["num_kv_heads"] = k.shape[0] // (emb.shape[1] // heads)
+    if heads is not None and heads != cfg["num_heads"]:
+        raise CheckpointError(f"--heads {heads} differs from the checkpoint's num_heads {cfg['num_heads']}")
+    if context is not None:
+        cfg["context_length"] = context
+    if rope_theta is not None:
+        cfg["rope_theta"] = rope_theta
+    if kv_heads is not None:
+        cfg["num_kv_heads"] = kv_heads
+    cfg.setdefault("rope_theta", 10000.0)
+    cfg["num_kv_heads"] = cfg.get("num_kv_heads") or cfg["num_heads"]
+    check_config(cfg, f"checkpoint '{path}'")
+    want = expected_shapes(cfg)
+    for name, shape in want.items():
+        if name not in tensors:
+            raise CheckpointError(f"checkpoint '{path}': tensor '{name}' is missing")
+        if tuple(tensors[name].shape) != shape:
+            raise CheckpointError(f"checkpoint '{path}': tensor '{name}' has the shape {tuple(tensors[name].shape)}; "
+                                  f"the config {describe(cfg)} needs {shape}")
+    return cfg, {name: np.asarray(tensors[name], dtype=np.float32) for name in want}
+
+
+def check_config(c, what):
+    d, h, kv = c["d_model"], c["num_heads"], c["num_kv_heads"]
+    if d % h or (d // h) % 2:
+        raise CheckpointError(f"{what}: d_model {d} must be a multiple of num_heads {h} with an even head dimension")
+    if kv < 1 or h % kv:
+        raise CheckpointError(f"{what}: num_heads {h} must be a multiple of num_kv_heads {kv}")
+
+
+def describe(c):
+    s = (f"vocab {c['vocab_size']}, context {c['context_length']}, d_model {c['d_model']}, layers {c['num_layers']}, "
+         f"heads {c['num_heads']}")
+    if c.get("num_kv_heads", c["num_heads"]) != c["num_heads"]:
+        s += f", kv_heads {c['num_kv_heads']}"
+    return s + f", d_ff {c['d_ff']}, rope_theta {c.get('rope_theta', 10000.0):g}"
+
+
+def preset(size, vocab, context, kv_heads=None):
+    """The config of a size in bench/shapes/model-sizes.json (tiny .. 2.7B)."""
+    with open(_SIZES_FILE) as f:
+        sizes = json.load(f)["sizes"]
+    if size not in sizes:
+        raise CheckpointError(f"--size {size}: unknown; accepted: {', '.join(sizes)}")
+    c = dict(sizes[size], vocab_size=vocab, context_length=context, rope_theta=10000.0)
+    c["num_kv_heads"] = kv_heads or c["num_heads"]
+    check_config(c, f"--size {size}")
+    return c
+
+
+def param_count(c):
+    d, f, v = c["d_model"], c["d_ff"], c["vocab_size"]
+    dkv = c["num_kv_heads"] * (d // c["num_heads"])
+    return 2 * v * d + c["num_layers"] * (2 * d * d + 2 * d * dkv + 3 * d * f + 2 * d) + d
+
+
+def available_memory():
+    """Bytes the kernel says a new allocation can have (MemAvailable), or None where unknown."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def kv_cache_bytes(c, batch, positions, elem_bytes):
+    """K and V of every layer for `batch` sequences of `positions` each."""
+    return 2 * c["num_layers"] * batch * positions * c["num_kv_heads"] * (c["d_model"] // c["num_heads"]) * elem_bytes
