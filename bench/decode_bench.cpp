@@ -224,7 +224,8 @@ void run_decode(bench::Context& ctx) {
         const auto conv = process::run({python(), std::string(RIDGE_SOURCE_DIR) + "/tools/ridge_to_gguf.py",
                                         weights_file, "-o", gguf, "--type", gguf_type});
         if (!conv.started || conv.exit_code != 0)
-          llama_skip = fmt::format("GGUF not written (exit {}): {}", conv.exit_code, conv.output.substr(0, 160));
+          llama_skip =
+              fmt::format("GGUF not written (exit {}): {}", conv.exit_code, conv.output.substr(0, 160));
       }
     }
     std::vector<std::vector<double>> ours(mine.size()), llama(mine.size()), torch(mine.size());
@@ -235,19 +236,21 @@ void run_decode(bench::Context& ctx) {
         ours[i].push_back(ridge_sample(im, mine[i], static_cast<uint64_t>(r)));
       }
       if (llama_skip.empty()) {
-        const auto res = run_peer(
-            "llama_decode_peer.py",
-            {"--gguf", gguf, "--threads", threads, "--tokens", steps, "--warmup", "1", "--iters", "2", "--json"}, mine);
+        const auto res = run_peer("llama_decode_peer.py",
+                                  {"--gguf", gguf, "--threads", threads, "--tokens", steps, "--warmup", "1",
+                                   "--iters", "2", "--json"},
+                                  mine);
         for (size_t i = 0; i < mine.size(); ++i) {
           if (res[i].tokens_per_s) llama[i].push_back(*res[i].tokens_per_s);
           llama_why[i] = res[i].why;
         }
       }
       if (!g_no_torch) {
-        const auto res = run_peer("torch_decode_peer.py",
-                                  {"--checkpoint", weights_file, "--weights", torch_dtype, "--threads", threads,
-                                   "--tokens", steps, "--fill", "random", "--warmup", "1", "--iters", "2", "--json"},
-                                  mine);
+        const auto res =
+            run_peer("torch_decode_peer.py",
+                     {"--checkpoint", weights_file, "--weights", torch_dtype, "--threads", threads,
+                      "--tokens", steps, "--fill", "random", "--warmup", "1", "--iters", "2", "--json"},
+                     mine);
         for (size_t i = 0; i < mine.size(); ++i) {
           if (res[i].tokens_per_s) torch[i].push_back(*res[i].tokens_per_s);
           torch_why[i] = res[i].why;
@@ -339,7 +342,8 @@ void decode_options(CLI::App& app) {
           ""));
   app.add_flag("--no-llama", g_no_llama, "skip the llama.cpp peer");
   app.add_flag("--no-torch", g_no_torch, "skip the PyTorch peer");
-  app.add_option("--python", g_python, "python interpreter for the peers (default: .venv/bin/python, else python3)");
+  app.add_option("--python", g_python,
+                 "python interpreter for the peers (default: .venv/bin/python, else python3)");
 }
 
 }  // namespace

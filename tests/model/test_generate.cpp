@@ -114,6 +114,23 @@ TEST(Generate, Fp32DecodeEqualsTheFullForwardAtEveryPosition) {
   }
 }
 
+TEST(Generate, GroupedQueryDecodeEqualsTheFullForward) {
+  for (int64_t kv : {2, 1}) {
+    SCOPED_TRACE("kv_heads " + std::to_string(kv));
+    rm::TransformerLM<float> m(small_config(kv));
+    m.init(21);
+    rm::InferenceOptions o;
+    o.weights = rm::WeightFormat::fp32;
+    o.block_size = 4;
+    const rm::InferenceModel im(m, o);
+    // K/V hold kv heads only: the cache is heads / kv smaller per token.
+    EXPECT_EQ(im.kv_bytes_per_token(), 2.0 * 2 * kv * 16 * 4);
+    decode_against_full(m, im, 8, [](std::span<const float> got, const std::vector<float>& want) {
+      ASSERT_LE(rel_diff(got, want), 1e-5);
+    });
+  }
+}
+
 TEST(Generate, Bf16DecodeMatchesTheBf16ForwardWithinItsRounding) {
   // The bf16 forward and the cache round the same values at the same points (the normed activations,
   // q|k|v after RoPE, o, a and b of SwiGLU, g); they differ only in fp32 summation order, which can move
@@ -198,9 +215,9 @@ TEST(Generate, Fp8WeightsStayWithinDeepGemmsCalcDiffOfFp32) {
   for (auto f : {rm::WeightFormat::fp8, rm::WeightFormat::fp8_ue8m0}) {
     SCOPED_TRACE(rm::weight_format_name(f));
     rm::ModelConfig c = small_config();
-    c.d_model = 256;  // two 128-wide K blocks and a partial N block in every GEMM
+    c.d_model = 256;  // two 128-wide K blocks in every GEMM, partial N blocks in the vocabulary's
     c.num_heads = 4;
-    c.d_ff = 320;
+    c.d_ff = 640;
     rm::TransformerLM<float> m(c);
     m.init(12);
     rm::InferenceOptions o32, o8;
@@ -331,4 +348,25 @@ TEST(Generate, BadInputIsRefusedBeforeAnyWork) {
   rm::InferenceOptions bad;
   bad.block_size = 0;
   EXPECT_THROW(rm::InferenceModel(m, bad), ridge::Error);
+}
+
+// The bytes the engine's weights occupy are the bytes the roofline's decode step counts for them (one
+// definition each: the engine's buffers, the roofline's formula), for every format and a batch of 3.
+TEST(Generate, WeightAndCacheBytesAreTheRooflinesDecodeBytes) {
+  rm::ModelConfig c = small_config(2);
+  c.d_model = 256;
+  c.d_ff = 640;
+  rm::TransformerLM<float> m(c);
+  m.init(3);
+  for (auto f : {rm::WeightFormat::fp32, rm::WeightFormat::bf16, rm::WeightFormat::fp8}) {
+    SCOPED_TRACE(rm::weight_format_name(f));
+    rm::InferenceOptions o;
+    o.weights = f;
+    const rm::InferenceModel im(m, o);
+    const auto cost = ridge::roofline::decode_cost(rm::inference_shape(c), im.roofline_dtypes(), 3, 40);
+    EXPECT_DOUBLE_EQ(static_cast<double>(cost.weight_bytes()),
+                     im.weight_bytes() + 3 * im.embedding_row_bytes());
+    EXPECT_DOUBLE_EQ(static_cast<double>(cost.kv_read_bytes()), 3 * 40 * im.kv_bytes_per_token());
+    EXPECT_DOUBLE_EQ(static_cast<double>(cost.kv_write_bytes()), 3 * im.kv_bytes_per_token());
+  }
 }
