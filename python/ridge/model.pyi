@@ -1,5 +1,5 @@
 """The CS336 Transformer LM, built from a config and a PyTorch-style state_dict (type stubs)."""
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 __all__: List[str]
 
@@ -52,8 +52,53 @@ class TransformerLM:
     def save(self, path: str) -> None:
         """Writes a checkpoint: parameters, AdamW state, step, generator state and loss scale (atomically:
         a failed write leaves an existing file as it was)."""
+    def inference(self, weights: str = "bf16", head: Optional[str] = None, block_size: int = 16) -> "InferenceModel":
+        """The weights as they are now, prepared for inference (see InferenceModel)."""
+    def generate(self, prompts: Sequence[Sequence[int]], max_tokens: int = 64, *, weights: str = "bf16",
+                 head: Optional[str] = None, temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0,
+                 seed: int = 0, eos: Optional[int] = None, on_token: Optional[Callable[[int, int], Any]] = None,
+                 return_stats: bool = False) -> Any:
+        """Sampled continuations of each prompt with a KV cache (see InferenceModel.generate)."""
     def load(self, path: str) -> None:
         """Loads a checkpoint written by save() (training resumes), or a weights-only safetensors file
         (a PyTorch state_dict; the optimizer then starts fresh). The config and precision must match.
         Every metadata field and tensor is checked first: a damaged file raises ValueError naming the
         file and the field, and leaves the model as it was."""
+
+
+class InferenceModel:
+    """The model's weights prepared for inference: weights fp32 | bf16 | fp8 | fp8-ue8m0 (e4m3 with
+    DeepGEMM's 128x128 block scales; UE8M0: power-of-two scales); head: the lm_head's format (default:
+    as weights, bf16 when weights are FP8). The KV cache is bf16 (fp32 for fp32 weights)."""
+    def __init__(self, model: TransformerLM, weights: str = "bf16", head: Optional[str] = None,
+                 block_size: int = 16) -> None: ...
+    @property
+    def weights(self) -> str: ...
+    @property
+    def head(self) -> str: ...
+    @property
+    def kv_dtype(self) -> str: ...
+    def weight_bytes(self) -> float:
+        """Bytes of weights one decode step reads (layers, final norm, head)."""
+    def session(self, max_sequences: int = 1, cache_tokens: int = 0) -> "Session": ...
+    def generate(self, prompts: Sequence[Sequence[int]], max_tokens: int = 64, *, temperature: float = 1.0,
+                 top_p: float = 1.0, top_k: int = 0, seed: int = 0, eos: Optional[int] = None, num_splits: int = 0,
+                 on_token: Optional[Callable[[int, int], Any]] = None, return_stats: bool = False) -> Any:
+        """Sampled continuations of each prompt (a list of int lists); with return_stats, (tokens, stats)."""
+
+
+class Session:
+    """Sequences and their paged KV cache, step by step: prefill(prompts) -> ids, decode(ids, tokens),
+    logits(id), release(id)."""
+    def __init__(self, model: InferenceModel, max_sequences: int = 1, cache_tokens: int = 0) -> None: ...
+    def prefill(self, prompts: Sequence[Sequence[int]]) -> List[int]: ...
+    def decode(self, ids: Sequence[int], tokens: Sequence[int]) -> None: ...
+    def logits(self, id: int) -> Any: ...
+    def length(self, id: int) -> int: ...
+    def live(self, id: int) -> bool: ...
+    def release(self, id: int) -> None: ...
+    @property
+    def free_blocks(self) -> int: ...
+    @property
+    def total_blocks(self) -> int: ...
+    def set_num_splits(self, n: int) -> None: ...

@@ -184,6 +184,11 @@ struct InferenceModel::Impl {
   void build(const ModelConfig& c, std::span<const float> params, const InferenceOptions& o) {
     c.validate();
     o.validate();
+    check_arg(
+        c.d_head() >= 16 && c.d_head() <= 256, "config",
+        "d_head = d_model / num_heads = {}; inference runs FlashAttention and decode attention, which take "
+        "16..256",
+        c.d_head());
     cfg = c;
     opt = o;
     head_fmt = o.head ? *o.head : (is_fp8(o.weights) ? WeightFormat::bf16 : o.weights);
@@ -787,6 +792,7 @@ std::vector<std::vector<int32_t>> generate(const InferenceModel& model,
   int64_t tokens = 0;
   for (size_t p = 0; p < prompts.size(); ++p) {
     const int64_t len = static_cast<int64_t>(prompts[p].size());
+    check_arg(len > 0, "prompts", "prompt {} is empty; a prompt needs at least one token", p);
     check_arg(
         len + o.max_tokens <= c.context_length, "max_tokens",
         "prompt {}'s {} tokens + max_tokens {} exceed the model's context_length {} (at most {} new tokens)",
