@@ -25,7 +25,7 @@ __all__ = ["flash_attn_func", "flash_attn_forward", "flash_attn_backward", "Flas
            "flash_attn_with_kvcache", "kvcache_num_splits"]
 
 attention_flops = checked(_a.flops)
-kvcache_num_splits = checked(_a.kvcache_num_splits)
+kvcache_num_splits = checked(_a.kvcache_num_splits, ranges={"threads": (-(2**31), 2**31 - 1)})
 
 
 def _bhsd(x):

@@ -356,10 +356,10 @@ void flash_attn_with_kvcache(const TensorView<T>& q, const TensorView<T>& k_cach
   p.partials = partials.data();
   // No more threads than items, nor than the cache bytes give each ~kBytesPerThread to read: waking
   // a thread costs microseconds, the reading of a short context about as much.
-  int64_t kv_bytes = 0;
-  for (int64_t b = 0; b < p.batch; ++b) kv_bytes += cache_seqlens[b];
-  kv_bytes *= 2 * p.kv_heads * p.d * static_cast<int64_t>(sizeof(T));
-  const int64_t by_bytes = kv_bytes / kBytesPerThread + 1;
+  double kv_bytes = 0.0;  // a double: lengths of sequences that share blocks may sum past int64 in bytes
+  for (int64_t b = 0; b < p.batch; ++b) kv_bytes += static_cast<double>(cache_seqlens[b]);
+  kv_bytes *= static_cast<double>(2 * p.kv_heads * p.d * static_cast<int64_t>(sizeof(T)));
+  const int64_t by_bytes = static_cast<int64_t>(std::min(kv_bytes / kBytesPerThread, 1e9)) + 1;
   p.threads = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({threads, p.n_items, by_bytes})));
   decode_kernels().decode(p);
 }

@@ -113,6 +113,13 @@ def sweep_cases():
         "attention.flash_attn_forward": (ra.flash_attn_forward, {"q": q, "k": q, "v": q, "causal": False}, {}),
         "attention.flash_attn_backward": (ra.flash_attn_backward, {"do": q, "q": q, "k": q, "v": q, "o": o,
                                                                    "lse": lse}, {}),
+        "attention.flash_attn_with_kvcache": (
+            ra.flash_attn_with_kvcache,
+            {"q": q, "k_cache": f32(1, 8, 2, 16), "v_cache": f32(1, 8, 2, 16), "k": None, "v": None,
+             "cache_seqlens": i32(4), "block_table": None, "softmax_scale": None, "causal": True, "num_splits": 0,
+             "return_softmax_lse": False},
+            {"k": ("k", "v"), "v": ("k", "v")}),
+        "attention.kvcache_num_splits": (ra.kvcache_num_splits, {"seqlen_k": 100, "units": 1, "threads": 2}, {}),
         "attention.attention_flops": (ra.attention_flops, {"batch": 1, "heads": 2, "n_q": 4, "n_k": 4, "d": 16,
                                                            "causal": True, "backward": False}, {}),
         "model.preset": (rm.preset, {"name": "tiny", "vocab_size": 100, "context_length": 16}, {}),
