@@ -190,7 +190,7 @@ std::string usable_key(const Chip& chip, const std::string& key, const std::stri
     if (chip.has_peak(k)) {
       if (k != key)
         notes.push_back(
-            fmt::format("chip {} has no {} peak: the {} run at its {} peak{}", chip.id, key, part, k,
+            fmt::format("chip {} has no {} peak: {} at its {} peak{}", chip.id, key, part, k,
                         key == "fp8" && k == "bf16" ? " (ridge's CPU FP8 GEMM widens fp8 to bf16)" : ""));
       return k;
     }
