@@ -129,12 +129,18 @@ void print_critical(const rr::DecodeCriticalBatch& c) {
       c.limit_intensity, flops_text(c.flops_per_sequence), units::format_bytes(c.bytes_per_sequence),
       c.ridge_intensity);
   if (c.batch)
-    fmt::print("  compute-bound from B = {} (the crossing: B = {:.1f})\n", *c.batch, c.asymptotic);
+    fmt::print(
+        "  compute-bound from B = {} (the crossing: B = {:.1f}); weights + KV cache at that batch: {}{}\n",
+        *c.batch, c.asymptotic, units::format_bytes(c.resident_bytes),
+        c.exceeds_memory ? ", more than the chip's memory holds" : "");
   else if (std::isfinite(c.asymptotic))
     fmt::print("  compute-bound only beyond B = 2^40 (the crossing: B = {:.4g})\n", c.asymptotic);
   else
     fmt::print(
-        "  never compute-bound at this context: the KV cache's bytes grow with B as fast as the FLOPs\n");
+        "  never compute-bound at this context: the bytes each sequence adds (its KV cache and activations) "
+        "keep "
+        "the intensity below {:.4g} at any batch\n",
+        c.ridge_intensity);
   fmt::print("  weights only (no KV cache, no activations: the chapter's critical batch): B = {}\n",
              c.batch_weights_only);
 }

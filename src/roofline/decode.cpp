@@ -190,7 +190,7 @@ std::string usable_key(const Chip& chip, const std::string& key, const std::stri
     if (chip.has_peak(k)) {
       if (k != key)
         notes.push_back(
-            fmt::format("chip {} has no {} peak: the {} run at its {} peak{}", chip.id, key, part, k,
+            fmt::format("chip {} has no {} peak: {} at its {} peak{}", chip.id, key, part, k,
                         key == "fp8" && k == "bf16" ? " (ridge's CPU FP8 GEMM widens fp8 to bf16)" : ""));
       return k;
     }
@@ -437,6 +437,9 @@ DecodeCriticalBatch decode_critical_batch(const InferenceShape& shape, const Inf
       while (B > 1 && compute_bound(B - 1)) --B;
       while (!compute_bound(B)) ++B;
       r.batch = B;
+      const InferenceBound at = inference_bound(decode_cost(shape, dtypes, B, context), chip, level);
+      r.resident_bytes = at.resident_bytes;
+      r.exceeds_memory = at.exceeds_memory;
     }
   }
   // Weights only: B (m1 - attention) bw >= W. (W / (m1 bw) is at most W / (f1 / peak) bw: bounded by sizes.)
@@ -525,6 +528,8 @@ nlohmann::json to_json(const DecodeReport& r) {
             {"limit_intensity", c.limit_intensity},
             {"ridge_intensity", c.ridge_intensity},
             {"batch_weights_only", c.batch_weights_only},
+            {"resident_bytes_at_batch", c.resident_bytes},
+            {"exceeds_memory_at_batch", c.exceeds_memory},
             {"weight_bytes", c.weight_bytes},
             {"bytes_per_sequence", c.bytes_per_sequence},
             {"kv_bytes_per_sequence", c.kv_bytes_per_sequence},

@@ -189,6 +189,11 @@ TEST(DecodeCritical, CrossingByHand) {
   EXPECT_DOUBLE_EQ(cb.ridge_intensity, 1.0);
   // Weights only: B x 2176 GEMM FLOPs (5760 + 768 over 3) against 2336 bytes: B = 2.
   EXPECT_EQ(cb.batch_weights_only, 2);
+  // At B = 3 the chip holds the weights (2384 bytes with 3 embedding rows) and the KV cache (480).
+  EXPECT_DOUBLE_EQ(cb.resident_bytes, 2864);
+  EXPECT_FALSE(cb.exceeds_memory);
+  const auto small = chip({{"bf16", 1e12}}, {{"hbm", 1e12, 2800}});
+  EXPECT_TRUE(rr::decode_critical_batch(tiny(), dtypes(DType::bf16), 5, small).exceeds_memory);
   EXPECT_EQ(rr::inference_bound(rr::decode_cost(tiny(), dtypes(DType::bf16), 2, 5), ex).binding, "memory");
   EXPECT_EQ(rr::inference_bound(rr::decode_cost(tiny(), dtypes(DType::bf16), 3, 5), ex).binding, "compute");
 }

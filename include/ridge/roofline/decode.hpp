@@ -137,6 +137,10 @@ struct DecodeCriticalBatch {
   // (W) and computes only its GEMMs, B = W / (bandwidth t_gemm(1)); about ridge_intensity x bytes per
   // weight / 2. What the KV cache and the activations take away from it is the difference.
   int64_t batch_weights_only = 0;
+  // At `batch`: the weights and KV cache held (InferenceBound::resident_bytes), and whether they exceed the
+  // outermost level's capacity (a batch that large cannot run on one chip). 0 and false when never.
+  double resident_bytes = 0;
+  bool exceeds_memory = false;
   double weight_bytes = 0;           // W: the bytes a step moves whatever the batch
   double bytes_per_sequence = 0;     // k
   double kv_bytes_per_sequence = 0;  // the KV cache read and written per sequence, part of k
