@@ -277,15 +277,19 @@ double median(std::vector<double> v) {
   return v.empty() ? 0.0 : bench::quantile(v, 0.5);
 }
 
-// A preset with the grid's overrides (vocab, d_model, d_ff, layers, heads: one value each).
+// A preset with the grid's overrides (vocab, d_model, d_ff, layers, heads, kv_heads: one value each).
 model::ModelConfig model_config(const bench::Grid& g, const std::string& size, int64_t context) {
   auto c = model::preset(size, g.has("vocab") ? g.counts("vocab").at(0) : 10000, context);
   if (g.has("d_model")) c.d_model = g.counts("d_model").at(0);
   if (g.has("d_ff")) c.d_ff = g.counts("d_ff").at(0);
   if (g.has("layers")) c.num_layers = g.counts("layers").at(0);
   if (g.has("heads")) c.num_heads = g.counts("heads").at(0);
+  if (g.has("kv_heads")) c.num_kv_heads = g.counts("kv_heads").at(0);
   check(c.d_model % c.num_heads == 0 && c.d_head() % 2 == 0,
         "bench ddp: heads {} must divide d_model {} into an even head size", c.num_heads, c.d_model);
+  check(c.num_heads % c.kv_heads() == 0,
+        "bench ddp: kv_heads {} does not divide heads {} (accepted: a divisor of {})", c.kv_heads(),
+        c.num_heads, c.num_heads);
   c.validate();
   // The trainers below take the default path (FlashAttention): found here, before the ranks start, so it
   // is one line for the job rather than one from each rank's trainer.
@@ -303,9 +307,9 @@ void run_ddp(bench::Context& ctx) {
   std::vector<int64_t> ctxs, batches;
   std::vector<Mode> modes;
   {
-    g.check_keys(
-        {"size", "context", "batch", "precision", "mode", "vocab", "d_model", "d_ff", "layers", "heads"},
-        "ddp");
+    g.check_keys({"size", "context", "batch", "precision", "mode", "vocab", "d_model", "d_ff", "layers",
+                  "heads", "kv_heads"},
+                 "ddp");
     sizes = g.values("size", {"tiny"});
     ctxs = g.counts("context", {ctx.quick ? 64 : 128});
     batches = g.counts("batch", {2});
@@ -490,8 +494,8 @@ void run_ddp(bench::Context& ctx) {
               if (mode.name == "single") single_ms = m.median_ms();
               if (rank != 0) continue;
               bench::Row row;
-              const bool custom =
-                  g.has("vocab") || g.has("d_model") || g.has("d_ff") || g.has("layers") || g.has("heads");
+              const bool custom = g.has("vocab") || g.has("d_model") || g.has("d_ff") || g.has("layers") ||
+                                  g.has("heads") || g.has("kv_heads");
               row.case_ = {{"mode", mode.label()},
                            {"size", custom ? s + "*" : s},
                            {"context", T},
