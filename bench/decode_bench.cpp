@@ -202,7 +202,9 @@ void run_decode(bench::Context& ctx) {
   }
 
   ctx.progress.start(cases.size());
-  const int rounds = ctx.quick ? 2 : 3;
+  // Rounds of ridge then each peer: in each round ridge times 2 runs of a case, each peer 2 runs after a
+  // warm-up (ridge's warm-up is the first round's extra run).
+  const int rounds = 2;
   for (const auto& w : weights) {
     model::InferenceOptions io;
     io.weights = model::parse_weight_format(w, "grid weights");
