@@ -11,6 +11,7 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -21,6 +22,7 @@
 #include "ridge/core.hpp"
 #include "ridge/core/process.hpp"
 #include "ridge/model/generate.hpp"
+#include "ridge/model/safetensors.hpp"
 #include "ridge/model/train.hpp"
 #include "ridge/roofline/decode.hpp"
 #include "core/check.hpp"
@@ -192,13 +194,12 @@ void run_decode(bench::Context& ctx) {
   } cleanup{dir};
   const std::string weights_file = (dir / "model.safetensors").string();
   {
-    model::TrainConfig t;
-    t.batch = 1;
-    t.seq = 1;
-    t.optimizer_end = 0;
-    model::Trainer tr(cfg, t);
-    std::copy(trained.params().begin(), trained.params().end(), tr.model().params().begin());
-    tr.save(weights_file);
+    // A weights-only file (the state_dict by name, the config in the metadata), as the peers read it.
+    model::SafetensorsWriter out;
+    for (const auto& t : trained.tensors())
+      out.add(t.name, DType::f32, t.shape, trained.params().data() + t.offset);
+    out.set_metadata("config", model::to_json_text(cfg));
+    out.write(weights_file);
   }
 
   ctx.progress.start(cases.size());
@@ -288,14 +289,15 @@ void run_decode(bench::Context& ctx) {
       row.bytes = static_cast<double>(cost.memory_bytes());
       row.set_time(m);
       const double tps = tokens / calls / (row.median_ms * 1e-3);
-      row.extra["tokens_per_s"] = tps;
+      auto one_decimal = [](double v) { return std::round(v * 10) / 10; };
+      row.extra["tokens_per_s"] = one_decimal(tps);
       std::string note;
       if (chip) {
         try {
           const auto b = roofline::inference_bound(cost, *chip, "auto");
           row.bound_level = b.level;
           row.bound_gflops = b.t_lower > 0 ? row.flops / b.t_lower / 1e9 : 0;
-          row.extra["bound_tokens_per_s"] = b.tokens_per_s;
+          row.extra["bound_tokens_per_s"] = one_decimal(b.tokens_per_s);
           row.extra["binding"] = b.binding;
           note = fmt::format("bound {:.1f} tokens/s ({}-bound, {})", b.tokens_per_s, b.binding, b.level);
         } catch (const Error& e) {
@@ -308,7 +310,7 @@ void run_decode(bench::Context& ctx) {
       auto add = [&](const char* name, const std::vector<double>& v, const std::string& why) {
         if (!v.empty()) {
           row.add_peer(name, tokens / calls / median(v) * 1e3);
-          row.extra[std::string(name) + " tokens_per_s"] = median(v);
+          row.extra[std::string(name) + " tokens_per_s"] = one_decimal(median(v));
         } else {
           note += fmt::format("; {}: {}", name, why.empty() ? "no result" : why);
         }

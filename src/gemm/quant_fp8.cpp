@@ -16,6 +16,8 @@ namespace ridge::gemm {
 
 namespace {
 
+constexpr int64_t kSerialBelow = int64_t{1} << 16;
+
 // amax of a block; NaN propagates so a NaN input gives a NaN scale rather than a silent finite one.
 float block_amax(const MatrixView<const float>& x, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
   float amax = 0.0f;
@@ -68,7 +70,9 @@ void per_token_cast_to_fp8(MatrixView<const float> x, MatrixView<fp8_e4m3> q, Ma
   check_matrix(scales, "scales", x.rows, fp8_scale_blocks(x.cols));
   check_outputs(x, q, scales);
   const int64_t kb = fp8_scale_blocks(x.cols);
-#pragma omp parallel num_threads(get_num_threads())
+  // A decode step casts one row per sequence before every GEMM: below kSerialBelow elements the threads
+  // would cost more to wake than the row costs to cast.
+#pragma omp parallel num_threads(get_num_threads()) if (x.rows * x.cols >= kSerialBelow)
   {
     std::vector<float> tmp;
 #pragma omp for schedule(static)
