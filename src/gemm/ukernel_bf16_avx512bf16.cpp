@@ -67,6 +67,14 @@ struct DotBf16 {
       for (int j = 0; j < 4; ++j) acc[i][j] = _mm512_dpbf16_ps(acc[i][j], av, bv[j]);
     }
   }
+  static void step1(__m512 acc[8], const uint16_t* a, const uint16_t* const br[8], int64_t p, int64_t k) {
+    const __mmask32 km = k - p >= 32 ? __mmask32(0xFFFFFFFFu) : __mmask32((1u << (k - p)) - 1);
+    const __m512bh av = (__m512bh)_mm512_maskz_loadu_epi16(km, a + p);
+    for (int j = 0; j < 8; ++j) {
+      const __m512bh bv = (__m512bh)_mm512_maskz_loadu_epi16(km, br[j] + p);
+      acc[j] = _mm512_dpbf16_ps(acc[j], av, bv);
+    }
+  }
 };
 
 void small_m(const SmallM& s, int64_t n0, int64_t n1, const Tile& t) {

@@ -66,6 +66,14 @@ struct DotF32 {
       for (int j = 0; j < 4; ++j) acc[i][j] = _mm512_fmadd_ps(av, bv[j], acc[i][j]);
     }
   }
+  static void step1(__m512 acc[8], const float* a, const float* const br[8], int64_t p, int64_t k) {
+    const __mmask16 km = k - p >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (k - p)) - 1);
+    const __m512 av = _mm512_maskz_loadu_ps(km, a + p);
+    for (int j = 0; j < 8; ++j) {
+      const __m512 bv = _mm512_maskz_loadu_ps(km, br[j] + p);
+      acc[j] = _mm512_fmadd_ps(av, bv, acc[j]);
+    }
+  }
 };
 
 void small_m(const SmallM& s, int64_t n0, int64_t n1, const Tile& t) {
