@@ -175,7 +175,13 @@ void run_decode(bench::Context& ctx) {
     longest = std::max(longest, std::max(c.prompt, c.context + g_steps));
   }
   // One model for every case: its context covers the longest; random weights (speed does not depend on them).
-  const model::ModelConfig cfg = model::preset(g_size, 10000, std::max<int64_t>(longest, 256));
+  model::ModelConfig cfg;
+  try {
+    cfg = model::preset(g_size, 10000, std::max<int64_t>(longest, 256));
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    throw Error(m.rfind("preset: ", 0) == 0 ? "--size: " + m.substr(8) : m);
+  }
   model::TransformerLM<float> trained(cfg);
   trained.init(0);
   const roofline::Chip* chip = ctx.chip();

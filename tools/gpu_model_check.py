@@ -23,6 +23,20 @@ ROOT = os.path.dirname(HERE)
 SIZES = ["tiny", "small", "medium", "large", "xl", "2.7B"]
 
 
+def cuda_torch(tool):
+    """torch when it is installed and sees a CUDA device; else None, after one line saying which is missing
+    (the tools' exit code 3)."""
+    try:
+        import torch
+    except Exception:
+        print(f"{tool}: PyTorch is not installed")
+        return None
+    if not torch.cuda.is_available():
+        print(f"{tool}: no CUDA device; nothing to check here")
+        return None
+    return torch
+
+
 def ridge_json(ridge, args):
     out = subprocess.run([ridge] + args + ["--json"], capture_output=True, text=True, check=True).stdout
     return json.loads(out)
@@ -146,13 +160,8 @@ def main():
     ap.add_argument("--skip-gemm", action="store_true")
     ap.add_argument("--skip-model", action="store_true")
     a = ap.parse_args()
-    try:
-        import torch
-    except Exception:
-        print("gpu_model_check: PyTorch is not installed")
-        return 3
-    if not torch.cuda.is_available():
-        print("gpu_model_check: no CUDA device; nothing to check here")
+    torch = cuda_torch("gpu_model_check")
+    if torch is None:
         return 3
     if not os.access(a.ridge, os.X_OK):
         print(f"gpu_model_check: no ridge binary at {a.ridge} (build it, or pass --ridge)")

@@ -118,6 +118,10 @@ BASE = {
     "roofline model": ["--hw", "{chip}"],
     "roofline ddp": ["--hw", "{chip}"],
     "roofline": ["--hw", "{chip}"],
+    "generate": ["--size", "tiny", "--vocab", "256", "--context", "64", "--prompt", "hi", "--max-tokens", "4",
+                 "--threads", "1"],
+    "bench decode": ["--quick", "--no-progress", "--no-llama", "--no-torch", "--size", "tiny", "--steps", "1",
+                     "--grid-file", "{grid}"],
 }
 # Commands whose ordinary runs take longer than --timeout (bench model --predict fits efficiencies
 # first, ~50 s): seconds allowed to each of their cases.
@@ -136,6 +140,7 @@ GRIDS = {
                   "layers": [1], "heads": [2], "vocab": [256]},
     "bench allreduce": {"size": ["4K"], "op": ["allreduce"]},
     "bench trace-overhead": {"calls": [100], "kind": ["range"], "mode": ["off"]},
+    "bench decode": {"weights": ["bf16"], "phase": ["decode"], "batch": [1], "context": [16]},
 }
 GEMM_SHAPES = {"dense": [{"name": "tiny", "m": 16, "n": 16, "k": 128}]}
 

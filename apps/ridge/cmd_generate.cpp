@@ -82,6 +82,11 @@ model::TransformerLM<float> load_model(const Args& a) {
   return m;
 }
 
+// Where the model's sizes came from, for messages about them: the checkpoint, or --vocab / --context.
+std::string source(const Args& a, const char* flag) {
+  return a.checkpoint.empty() ? fmt::format(" (set by {})", flag) : " (the checkpoint's)";
+}
+
 std::vector<std::vector<int32_t>> read_prompts(const Args& a, int64_t vocab) {
   std::vector<std::string> texts = a.prompts;
   for (const auto& f : a.prompt_files) texts.push_back(input::read_input_file(f, "--prompt-file"));
@@ -91,8 +96,8 @@ std::vector<std::vector<int32_t>> read_prompts(const Args& a, int64_t vocab) {
     check(!texts[i].empty(), "--prompt: prompt {} is empty; a prompt needs at least one byte", i + 1);
     std::vector<int32_t> ids;
     for (unsigned char b : texts[i]) {
-      check(b < vocab, "--prompt: prompt {} holds the byte {}, outside this model's vocabulary [0, {})",
-            i + 1, b, vocab);
+      check(b < vocab, "--prompt: prompt {} holds the byte {}, outside this model's vocabulary [0, {}){}",
+            i + 1, b, vocab, source(a, "--vocab"));
       ids.push_back(b);
     }
     out.push_back(std::move(ids));
@@ -119,17 +124,17 @@ void run(const Args& a) {
   std::optional<model::TransformerLM<float>> trained(load_model(a));
   const model::ModelConfig cfg = trained->config();
   const auto prompts = read_prompts(a, cfg.vocab_size);
-  check(a.eos < cfg.vocab_size, "--eos: {} is outside this model's vocabulary [0, {})", a.eos,
-        cfg.vocab_size);
+  check(a.eos < cfg.vocab_size, "--eos: {} is outside this model's vocabulary [0, {}){}", a.eos,
+        cfg.vocab_size, source(a, "--vocab"));
   for (size_t i = 0; i < prompts.size(); ++i) {
     const auto len = static_cast<int64_t>(prompts[i].size());
-    check(len <= cfg.context_length, "--prompt: prompt {} has {} tokens; the model's context_length is {}",
-          i + 1, len, cfg.context_length);
+    check(len <= cfg.context_length, "--prompt: prompt {} has {} tokens; the model's context_length is {}{}",
+          i + 1, len, cfg.context_length, source(a, "--context"));
     check(len + a.max_tokens <= cfg.context_length,
-          "--max-tokens: prompt {}'s {} tokens + {} new tokens exceed the model's context_length {}; at most "
-          "{} "
+          "--max-tokens: prompt {}'s {} tokens + {} new tokens exceed the model's context_length {}{}; at "
+          "most {} "
           "here",
-          i + 1, len, a.max_tokens, cfg.context_length, cfg.context_length - len);
+          i + 1, len, a.max_tokens, cfg.context_length, source(a, "--context"), cfg.context_length - len);
   }
   const model::InferenceModel im =
       cli::with_flags({{"block_size", "--block-size"}}, [&] { return model::InferenceModel(*trained, io); });
