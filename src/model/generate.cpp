@@ -797,7 +797,9 @@ std::vector<std::vector<int32_t>> generate(const InferenceModel& model,
         len + o.max_tokens <= c.context_length, "max_tokens",
         "prompt {}'s {} tokens + max_tokens {} exceed the model's context_length {} (at most {} new tokens)",
         p, len, o.max_tokens, c.context_length, std::max<int64_t>(0, c.context_length - len));
-    tokens += len + o.max_tokens;
+    // Whole blocks per sequence: a pool of the summed tokens could fall short of what each needs.
+    const int64_t bs = model.options().block_size;
+    tokens += (len + o.max_tokens + bs - 1) / bs * bs;
   }
   Session session(model, static_cast<int64_t>(prompts.size()), o.cache_tokens > 0 ? o.cache_tokens : tokens);
   session.set_num_splits(o.num_splits);

@@ -305,6 +305,22 @@ TEST(Generate, SameSeedSameTokensAtAnyThreadCountAndEosEnds) {
   EXPECT_EQ(rm::generate(im, prompts, g), seen);
 }
 
+// generate() sizes its pool in whole blocks per sequence: three prompts of 17 tokens each need two 16-token
+// blocks apiece (6), where their summed tokens (51) would round to 4 blocks and run out mid-generation.
+TEST(Generate, ThePoolHoldsEveryPromptsWholeBlocks) {
+  rm::TransformerLM<float> m(small_config());
+  m.init(22);
+  rm::InferenceOptions o;
+  o.weights = rm::WeightFormat::fp32;
+  o.block_size = 16;
+  const rm::InferenceModel im(m, o);
+  rm::GenerateOptions g;
+  g.max_tokens = 7;
+  const std::vector<std::vector<int32_t>> prompts(3, random_tokens(10, 23, 97));
+  const auto out = rm::generate(im, prompts, g);
+  for (const auto& t : out) EXPECT_EQ(t.size(), 7u);
+}
+
 TEST(Generate, BadInputIsRefusedBeforeAnyWork) {
   rm::TransformerLM<float> m(small_config());
   m.init(19);
