@@ -12,6 +12,7 @@
 #include "ridge/model/generate.hpp"
 #include "ridge/model/train.hpp"
 #include "ridge/roofline.hpp"
+#include "ridge/roofline/decode.hpp"
 #include "core/check.hpp"
 
 namespace {
@@ -161,9 +162,19 @@ void run(const Args& a) {
   std::string roof_name;
   if (roofline::has_probe_result()) {
     try {
+      // The roof of the level the step's bytes come from (the weights and the cache of a small model sit
+      // in L3): the roofline's decode step at the run's batch and mean context, at level "auto".
       const auto chip = roofline::load_chip("this");
-      roof = chip.bandwidth();
-      roof_name = chip.memory_level().name;
+      const int64_t batch = std::max<int64_t>(1, static_cast<int64_t>(prompts.size()));
+      int64_t keys = 0;
+      for (size_t i = 0; i < prompts.size(); ++i)
+        keys += static_cast<int64_t>(prompts[i].size() + out[i].size() / 2);
+      const auto b =
+          roofline::inference_bound(roofline::decode_cost(model::inference_shape(cfg), im.roofline_dtypes(),
+                                                          batch, std::max<int64_t>(1, keys / batch)),
+                                    chip, "auto");
+      roof = b.bandwidth;
+      roof_name = chip.memory_level(b.level).name;
     } catch (const Error&) {
       roof = 0;
     }
