@@ -36,6 +36,9 @@ import statistics
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import ridge_checkpoint as rc  # noqa: E402
+
 KV_TYPES = {"f32": 0, "f16": 1, "bf16": 30}  # ggml_type
 FLASH = {"auto": -1, "off": 0, "on": 1}  # llama_flash_attn_type
 
@@ -197,16 +200,6 @@ def timed(fn, warmup, iters):
     return ts
 
 
-def _cases(text):
-    try:
-        cases = json.loads(text)
-        assert isinstance(cases, list) and all(isinstance(c, dict) and c.get("phase") in ("prefill", "decode")
-                                               for c in cases)
-    except (ValueError, AssertionError):
-        raise argparse.ArgumentTypeError("expected a JSON list of {phase: prefill|decode, batch, context, prompt}")
-    return cases
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--gguf", required=True)
@@ -223,7 +216,7 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--verbose", action="store_true", help="llama.cpp's own log on stderr")
-    ap.add_argument("--cases", type=_cases, help="JSON list of {phase, batch, context, prompt}: measure each in "
+    ap.add_argument("--cases", type=rc.parse_cases, help="JSON list of {phase, batch, context, prompt}: measure each in "
                     "turn, print {\"results\": [...]} (what `ridge bench decode` runs)")
     a = ap.parse_args()
     for k in ("threads", "prompt_len", "batch", "context", "tokens", "iters"):

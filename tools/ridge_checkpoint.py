@@ -12,6 +12,7 @@ num_heads, num_kv_heads) and "state".
 Errors are `CheckpointError` with one line naming the file and what is wrong; the tools print it and
 exit 2.
 """
+import argparse
 import json
 import mmap
 import os
@@ -201,3 +202,15 @@ def available_memory():
 def kv_cache_bytes(c, batch, positions, elem_bytes):
     """K and V of every layer for `batch` sequences of `positions` each."""
     return 2 * c["num_layers"] * batch * positions * c["num_kv_heads"] * (c["d_model"] // c["num_heads"]) * elem_bytes
+
+
+def parse_cases(text):
+    """The --cases argument of the decode peers: a JSON list of {phase: prefill|decode, batch, context,
+    prompt} (what `ridge bench decode` passes)."""
+    try:
+        cases = json.loads(text)
+        assert isinstance(cases, list) and all(isinstance(c, dict) and c.get("phase") in ("prefill", "decode")
+                                               for c in cases)
+    except (ValueError, AssertionError):
+        raise argparse.ArgumentTypeError("expected a JSON list of {phase: prefill|decode, batch, context, prompt}")
+    return cases

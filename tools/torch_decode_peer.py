@@ -122,16 +122,6 @@ def build_model(torch, cfg, state, dtype):
     return Model
 
 
-def _cases(text):
-    try:
-        cases = json.loads(text)
-        assert isinstance(cases, list) and all(isinstance(c, dict) and c.get("phase") in ("prefill", "decode")
-                                               for c in cases)
-    except (ValueError, AssertionError):
-        raise argparse.ArgumentTypeError("expected a JSON list of {phase: prefill|decode, batch, context, prompt}")
-    return cases
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     src = ap.add_mutually_exclusive_group(required=True)
@@ -156,7 +146,7 @@ def main():
     ap.add_argument("--fill", choices=["prefill", "random"], default="prefill",
                     help="decode: the context's cache from a real prefill copied into every sequence, or random "
                     "values (the same step cost without the prefill's time)")
-    ap.add_argument("--cases", type=_cases, help="JSON list of {phase, batch, context, prompt}: measure each in "
+    ap.add_argument("--cases", type=rc.parse_cases, help="JSON list of {phase, batch, context, prompt}: measure each in "
                     "turn, print {\"results\": [...]} (what `ridge bench decode` runs)")
     a = ap.parse_args()
     if a.cases is not None:  # the model and the memory check cover the largest case
