@@ -355,7 +355,7 @@ void parallel(int used, const Body& body) {
   if (error) std::rethrow_exception(error);
 }
 
-void run_small_m(const Problem& p, const KernelInfo& ki) {
+void run_small_m(const Problem& p, SmallMKernel kernel, int64_t g) {
   Tile t;
   t.dst = p.d;
   t.ldd = p.ldd;
@@ -376,14 +376,13 @@ void run_small_m(const Problem& p, const KernelInfo& ki) {
   s.ldsa = p.ldsa;
   s.sb = p.sb;
   s.ldsb = p.ldsb;
-  const int64_t g = ki.small_m_cols;
   const int used =
       static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(get_num_threads(), ceil_div(p.n, 64))));
   const int64_t blocks = ceil_div(p.n, g);
   parallel(used, [&](int id) {
     const int64_t n0 = std::min(p.n, blocks * id / used * g),
                   n1 = std::min(p.n, blocks * (id + 1) / used * g);
-    if (n0 < n1) ki.small_m(s, n0, n1, t);
+    if (n0 < n1) kernel(s, n0, n1, t);
   });
 }
 
@@ -402,7 +401,11 @@ void run(const Problem& p) {
   const KernelInfo ki = p.packed_ki ? *p.packed_ki : select_kernel(p.a.elem, cpu::active_isa());
   if (!p.b_panels && !p.b.fp8_panels && !p.a.kmajor && !p.b.kmajor && p.m <= kSmallM && ki.small_m &&
       ki.small_m_elem == p.a.elem) {
-    run_small_m(p, ki);
+    run_small_m(p, ki.small_m, ki.small_m_cols);
+    return;
+  }
+  if (p.b.fp8_panels && p.m <= 4 && !p.a.kmajor && ki.small_m_fp8_panels) {
+    run_small_m(p, ki.small_m_fp8_panels, kFp8PanelRows);
     return;
   }
   const Blocking bk = derive_blocking(ki, p.k);

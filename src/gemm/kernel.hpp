@@ -115,6 +115,9 @@ struct KernelInfo {
   SmallMKernel small_m = nullptr;  // for row-major inputs of element type small_m_elem, when the ISA has one
   Elem small_m_elem = Elem::f32;
   int64_t small_m_cols = 4;  // column granule of the small-m split (FP8: 16, within a scale block)
+  // The small-m path for FP8 B in PackedFp8B panels (SmallM::b at panel 0, ldb = pairs), 1..4 rows of A,
+  // split in whole panels (kFp8PanelRows columns); nullptr: the blocked path.
+  SmallMKernel small_m_fp8_panels = nullptr;
   // The narrow path for at most this many rows per thread, in row tiles of balanced height (0: any
   // thread whose rows fit one A block, in MR-row tiles).
   int64_t narrow_max_rows = 0;

@@ -75,6 +75,14 @@ struct DotBf16 {
       acc[j] = _mm512_dpbf16_ps(acc[j], av, bv);
     }
   }
+  static __m512 dot(__m512 acc, const uint16_t* a, const uint16_t* b) {
+    return _mm512_dpbf16_ps(acc, (__m512bh)_mm512_loadu_si512(a), (__m512bh)_mm512_loadu_si512(b));
+  }
+  static __m512 dot_tail(__m512 acc, const uint16_t* a, const uint16_t* b, int64_t p, int64_t k) {
+    const __mmask32 km = k - p >= 32 ? __mmask32(0xFFFFFFFFu) : __mmask32((1u << (k - p)) - 1);
+    return _mm512_dpbf16_ps(acc, (__m512bh)_mm512_maskz_loadu_epi16(km, a + p),
+                            (__m512bh)_mm512_maskz_loadu_epi16(km, b + p));
+  }
 };
 
 void small_m(const SmallM& s, int64_t n0, int64_t n1, const Tile& t) {

@@ -74,6 +74,13 @@ struct DotF32 {
       acc[j] = _mm512_fmadd_ps(av, bv, acc[j]);
     }
   }
+  static __m512 dot(__m512 acc, const float* a, const float* b) {
+    return _mm512_fmadd_ps(_mm512_loadu_ps(a), _mm512_loadu_ps(b), acc);
+  }
+  static __m512 dot_tail(__m512 acc, const float* a, const float* b, int64_t p, int64_t k) {
+    const __mmask16 km = k - p >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (k - p)) - 1);
+    return _mm512_fmadd_ps(_mm512_maskz_loadu_ps(km, a + p), _mm512_maskz_loadu_ps(km, b + p), acc);
+  }
 };
 
 void small_m(const SmallM& s, int64_t n0, int64_t n1, const Tile& t) {

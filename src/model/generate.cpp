@@ -389,22 +389,37 @@ struct Session::Impl {
     using layers::Round;
     for (int64_t l = 0; l < m->cfg.num_layers; ++l) {
       const auto& L = m->layers[static_cast<size_t>(l)];
-      layers::rmsnorm_forward<float, float>(x.data(), L.ln1.data(), rows, D, 1e-5f, rstd.data(), h.data(),
-                                            Round::none);
-      L.qkv.apply(h.data(), rows, qkv.data(), nullptr, scratch);
-      rope_rows<A>(rows, pos);
-      attend(l);
-      // x += o Wo^T (o in the attention type; exact in fp32 for the linear's own rounding)
-      if constexpr (std::is_same_v<A, bf16>)
-        convert(reinterpret_cast<const bf16*>(o_a.data()), o32.data(), static_cast<size_t>(rows * HD));
-      else
-        std::copy_n(reinterpret_cast<const float*>(o_a.data()), rows * HD, o32.data());
-      L.out.apply(o32.data(), rows, x.data(), x.data(), scratch);
-      layers::rmsnorm_forward<float, float>(x.data(), L.ln2.data(), rows, D, 1e-5f, rstd.data(), h.data(),
-                                            Round::none);
-      L.w13.apply(h.data(), rows, ab.data(), nullptr, scratch);
-      swiglu(rows);
-      L.w2.apply(g.data(), rows, x.data(), x.data(), scratch);
+      {
+        RIDGE_RANGE("norm+qkv+rope");
+        layers::rmsnorm_forward<float, float>(x.data(), L.ln1.data(), rows, D, 1e-5f, rstd.data(), h.data(),
+                                              Round::none);
+        L.qkv.apply(h.data(), rows, qkv.data(), nullptr, scratch);
+        rope_rows<A>(rows, pos);
+      }
+      {
+        RIDGE_RANGE("attention");
+        attend(l);
+      }
+      {
+        RIDGE_RANGE("out_proj");
+        // x += o Wo^T (o in the attention type; exact in fp32 for the linear's own rounding)
+        if constexpr (std::is_same_v<A, bf16>)
+          convert(reinterpret_cast<const bf16*>(o_a.data()), o32.data(), static_cast<size_t>(rows * HD));
+        else
+          std::copy_n(reinterpret_cast<const float*>(o_a.data()), rows * HD, o32.data());
+        L.out.apply(o32.data(), rows, x.data(), x.data(), scratch);
+      }
+      {
+        RIDGE_RANGE("norm+w13+swiglu");
+        layers::rmsnorm_forward<float, float>(x.data(), L.ln2.data(), rows, D, 1e-5f, rstd.data(), h.data(),
+                                              Round::none);
+        L.w13.apply(h.data(), rows, ab.data(), nullptr, scratch);
+        swiglu(rows);
+      }
+      {
+        RIDGE_RANGE("w2");
+        L.w2.apply(g.data(), rows, x.data(), x.data(), scratch);
+      }
     }
   }
 
@@ -571,7 +586,10 @@ struct Session::Impl {
     for (int64_t i = 0; i < n; ++i) seqs[static_cast<size_t>(ids[static_cast<size_t>(i)])].length += 1;
     std::vector<int64_t> all(static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i) all[static_cast<size_t>(i)] = i;
-    head_rows(all);
+    {
+      RIDGE_RANGE("head");
+      head_rows(all);
+    }
     keep_logits(std::vector<int>(ids.begin(), ids.end()));
   }
 

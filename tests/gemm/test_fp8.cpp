@@ -124,8 +124,21 @@ struct Shape {
 };
 
 std::vector<Shape> shapes() {
-  std::vector<Shape> s = {{1, 1, 1},    {1, 7, 17},    {7, 1, 3},     {7, 33, 130},  {17, 7, 129},
-                          {6, 32, 128}, {13, 37, 257}, {29, 61, 576}, {3, 300, 100}, {1, 129, 1000}};
+  std::vector<Shape> s = {{1, 1, 1},
+                          {1, 7, 17},
+                          {7, 1, 3},
+                          {7, 33, 130},
+                          {17, 7, 129},
+                          {6, 32, 128},
+                          {13, 37, 257},
+                          {29, 61, 576},
+                          {3, 300, 100},
+                          {1, 129, 1000},
+                          // decode steps: B's rows in address order (short rows, A in L1), then
+                          // streaming (A past half of L1; rows of B past 4 KiB)
+                          {2, 40, 700},
+                          {4, 33, 2500},
+                          {1, 20, 4500}};
   if (!small()) {
     s.push_back({129, 127, 576});
     s.push_back({64, 2112, 256});
@@ -220,8 +233,8 @@ TEST(Fp8Gemm, CalcDiffAgainstUnquantizedProduct) {
 // at row counts that reach every small-m path: streaming (3), rows in ymm / zmm lanes (7, 13),
 // narrow (19), blocked (40).
 TEST(Fp8Gemm, AccumulateStridesAndPackedWeights) {
-  const int64_t n = 70, k = 300, lda = 310, ldd = 75;
-  for (const int64_t m : {3, 7, 13, 19, 40}) {
+  const int64_t n = 70, k = 301, lda = 310, ldd = 75;  // k odd: a half pair; n: a ragged last panel
+  for (const int64_t m : {1, 2, 3, 4, 7, 13, 19, 40}) {
     Operands op(m, n, k, static_cast<uint32_t>(7 + m));
     // A copy of A with a wider row stride, and a strided D.
     std::vector<fp8_e4m3> as(static_cast<size_t>(m * lda), fp8_e4m3{0x7F});

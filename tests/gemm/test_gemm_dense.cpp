@@ -29,9 +29,27 @@ struct Shape {
 };
 
 std::vector<Shape> shapes() {
-  std::vector<Shape> s = {{1, 1, 1},     {1, 7, 17},    {7, 1, 3},    {7, 17, 5},
-                          {17, 7, 129},  {14, 32, 64},  {15, 33, 65}, {127, 129, 33},
-                          {29, 61, 576}, {3, 2112, 16}, {64, 64, 1},  {13, 37, 1001}};
+  std::vector<Shape> s = {{1, 1, 1},
+                          {1, 7, 17},
+                          {7, 1, 3},
+                          {7, 17, 5},
+                          {17, 7, 129},
+                          {14, 32, 64},
+                          {15, 33, 65},
+                          {127, 129, 33},
+                          {29, 61, 576},
+                          {3, 2112, 16},
+                          {64, 64, 1},
+                          {13, 37, 1001},
+                          // decode steps (1..4 rows): whole k steps and a tail, 8-row groups of B and a
+                          // ragged last one
+                          {1, 37, 1001},
+                          {1, 16, 128},
+                          {2, 37, 1001},
+                          {3, 9, 300},
+                          {4, 17, 257},
+                          {2, 9, 5000},    // A past half of L1: the 4 x 4 blocks
+                          {1, 19, 2500}};  // rows of B past 4 KiB: 8 rows side by side
   if (!small()) {
     s.push_back({129, 127, 576});
     s.push_back({131, 257, 300});
