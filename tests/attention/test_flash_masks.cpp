@@ -86,8 +86,9 @@ struct Packed {
     return TensorView<T>::contiguous(x.data(), {rows, hh, dd});
   }
   void forward(const Options& opt) {
-    flash_attention_varlen_forward<T>(view3(q, tq, heads, d), view3(k, tk, kv_heads, d), view3(v, tk, kv_heads, d),
-                                      cu_q, cu_k, max_len(cu_q), max_len(cu_k), view3(o, tq, heads, d),
+    flash_attention_varlen_forward<T>(view3(q, tq, heads, d), view3(k, tk, kv_heads, d),
+                                      view3(v, tk, kv_heads, d), cu_q, cu_k, max_len(cu_q), max_len(cu_k),
+                                      view3(o, tq, heads, d),
                                       TensorView<float>::contiguous(lse.data(), {heads, tq}), opt);
   }
   void backward(const Options& opt) {
@@ -120,9 +121,9 @@ struct Grads {
   std::vector<double> o, dq, dk, dv;  // [n, d] for one head (dk, dv: this head's share)
 };
 
-Grads bf16_attention_head(const std::vector<float>& q, const std::vector<float>& k, const std::vector<float>& v,
-                          const std::vector<float>& d_o, int64_t n_q, int64_t n_k, int64_t d, double scale,
-                          const Options& opt) {
+Grads bf16_attention_head(const std::vector<float>& q, const std::vector<float>& k,
+                          const std::vector<float>& v, const std::vector<float>& d_o, int64_t n_q,
+                          int64_t n_k, int64_t d, double scale, const Options& opt) {
   const int64_t off = n_k - n_q;
   const int64_t left = opt.window_left, right = opt.causal ? 0 : opt.window_right;
   const double cap = opt.softcap;
@@ -211,8 +212,8 @@ struct Config {
 std::string describe(const Config& c) {
   std::string l;
   for (size_t b = 0; b < c.lq.size(); ++b) l += fmt::format("{}x{} ", c.lq[b], c.lk[b]);
-  return fmt::format("h{} kvh{} d{} seqs [{}] causal {} window ({}, {}) softcap {}", c.heads, c.kv_heads, c.d, l,
-                     c.causal, c.left, c.right, c.softcap);
+  return fmt::format("h{} kvh{} d{} seqs [{}] causal {} window ({}, {}) softcap {}", c.heads, c.kv_heads, c.d,
+                     l, c.causal, c.left, c.right, c.softcap);
 }
 
 Options options_of(const Config& c) {
@@ -333,12 +334,13 @@ void check_config(const Config& c, uint32_t seed = 5) {
         auto head = [&](std::vector<T>& x, int64_t start, int64_t n, int64_t hh, int64_t hd) {
           std::vector<float> out(n * D);
           for (int64_t i = 0; i < n; ++i)
-            for (int64_t cc = 0; cc < D; ++cc) out[i * D + cc] = static_cast<float>(got(x, start, hh, hd, i, cc));
+            for (int64_t cc = 0; cc < D; ++cc)
+              out[i * D + cc] = static_cast<float>(got(x, start, hh, hd, i, cc));
           return out;
         };
-        const Grads g = bf16_attention_head(head(r.q, q0, nq, H, h), head(r.k, k0, nk, KH, kh),
-                                            head(r.v, k0, nk, KH, kh), head(r.d_o, q0, nq, H, h), nq, nk, D, scale,
-                                            opt);
+        const Grads g =
+            bf16_attention_head(head(r.q, q0, nq, H, h), head(r.k, k0, nk, KH, kh), head(r.v, k0, nk, KH, kh),
+                                head(r.d_o, q0, nq, H, h), nq, nk, D, scale, opt);
         for (int64_t i = 0; i < nq; ++i)
           for (int64_t cc = 0; cc < D; ++cc) {
             po = std::max(po, std::abs(g.o[i * D + cc] - o[(i * H + h) * D + cc]));
@@ -476,8 +478,8 @@ void check_bit_identity(const Options& opt) {
       Packed<T> one(8, 2, 64, {lq[b]}, {lk[b]}, 1);
       const int64_t q0 = base.cu_q[b], k0 = base.cu_k[b];
       auto copy = [&](std::vector<T>& dst, const std::vector<T>& src, int64_t start, int64_t hh) {
-        std::copy(src.begin() + start * hh * 64, src.begin() + start * hh * 64 + static_cast<int64_t>(dst.size()),
-                  dst.begin());
+        std::copy(src.begin() + start * hh * 64,
+                  src.begin() + start * hh * 64 + static_cast<int64_t>(dst.size()), dst.begin());
       };
       copy(one.q, base.q, q0, 8);
       copy(one.d_o, base.d_o, q0, 8);
@@ -519,10 +521,12 @@ TEST(FlashAttentionVarlen, BadInputIsAnErrorNamingTheArgument) {
       EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
     }
   };
-  auto fwd = [&](std::vector<int32_t> cq, std::vector<int32_t> ck, int64_t mq, int64_t mk, const Options& opt) {
+  auto fwd = [&](std::vector<int32_t> cq, std::vector<int32_t> ck, int64_t mq, int64_t mk,
+                 const Options& opt) {
     flash_attention_varlen_forward<float>(
-        Packed<float>::view3(r.q, 7, 2, 32), Packed<float>::view3(r.k, 7, 1, 32), Packed<float>::view3(r.v, 7, 1, 32),
-        cq, ck, mq, mk, Packed<float>::view3(r.o, 7, 2, 32), TensorView<float>::contiguous(r.lse.data(), {2, 7}), opt);
+        Packed<float>::view3(r.q, 7, 2, 32), Packed<float>::view3(r.k, 7, 1, 32),
+        Packed<float>::view3(r.v, 7, 1, 32), cq, ck, mq, mk, Packed<float>::view3(r.o, 7, 2, 32),
+        TensorView<float>::contiguous(r.lse.data(), {2, 7}), opt);
   };
   const std::vector<int32_t> cq = {0, 3, 7}, ck = {0, 5, 7};
   fwd(cq, ck, 4, 5, {});  // accepted
@@ -557,18 +561,22 @@ TEST(FlashAttentionVarlen, BadInputIsAnErrorNamingTheArgument) {
   // Outputs aliasing inputs are refused as in the dense form.
   expect_error(
       [&] {
-        flash_attention_varlen_forward<float>(Packed<float>::view3(r.q, 7, 2, 32), Packed<float>::view3(r.k, 7, 1, 32),
-                                              Packed<float>::view3(r.v, 7, 1, 32), cq, ck, 4, 5,
-                                              Packed<float>::view3(r.q, 7, 2, 32),
-                                              TensorView<float>::contiguous(r.lse.data(), {2, 7}), {});
+        flash_attention_varlen_forward<float>(
+            Packed<float>::view3(r.q, 7, 2, 32), Packed<float>::view3(r.k, 7, 1, 32),
+            Packed<float>::view3(r.v, 7, 1, 32), cq, ck, 4, 5, Packed<float>::view3(r.q, 7, 2, 32),
+            TensorView<float>::contiguous(r.lse.data(), {2, 7}), {});
       },
       "output o overlaps input q");
 }
 
 // The roofline's count of visible scores against a direct count.
 TEST(FlashAttentionMasks, VisibleScoresCountsTheMask) {
-  for (const auto& [nq, nk, causal, l, rr] : std::vector<std::tuple<int64_t, int64_t, bool, int64_t, int64_t>>{
-           {7, 7, false, -1, -1}, {7, 7, true, -1, -1}, {5, 9, false, 2, 1}, {9, 5, true, 3, -1}, {100, 100, false, 0, 0}}) {
+  for (const auto& [nq, nk, causal, l, rr] :
+       std::vector<std::tuple<int64_t, int64_t, bool, int64_t, int64_t>>{{7, 7, false, -1, -1},
+                                                                         {7, 7, true, -1, -1},
+                                                                         {5, 9, false, 2, 1},
+                                                                         {9, 5, true, 3, -1},
+                                                                         {100, 100, false, 0, 0}}) {
     Options o;
     o.causal = causal;
     o.window_left = l;
