@@ -3,8 +3,13 @@
 //
 // Shapes: q [batch, heads, n_q, d]; k, v [batch, kv_heads, n_k, d] with heads a multiple of
 // kv_heads (grouped-query attention); o, dq like q; dk, dv like k; lse [batch, heads, n_q] fp32.
-// Causal: query i sees keys j <= i + n_k - n_q (aligned to the end, as when decoding with a
-// cache). A query that sees no key gets o = 0 and lse = -inf.
+// Masks (flash-attn's, aligned to the bottom right): query i sees keys j with
+//   i + n_k - n_q - window_left <= j <= i + n_k - n_q + window_right
+// (-1 = no limit on that side); causal sets window_right = 0, so causal alone is j <= i + n_k - n_q.
+// Blocks of keys no query of a block sees are skipped: the cost grows with the window, not n_k.
+// A query that sees no key gets o = 0, lse = -inf and zero gradients.
+// Softcap (Gemma 2, Grok): the scaled score s = q.k * scale becomes softcap * tanh(s / softcap)
+// before the softmax (0 = off); the backward multiplies dS by 1 - tanh^2(s / softcap).
 #pragma once
 
 #include <cstdint>
@@ -18,7 +23,9 @@ namespace ridge::attention {
 
 struct Options {
   bool causal = false;
-  float scale = 0.0f;  // 0 means 1/sqrt(d); otherwise must be finite and > 0
+  float scale = 0.0f;                           // 0 means 1/sqrt(d); otherwise must be finite and > 0
+  int64_t window_left = -1, window_right = -1;  // flash-attn's window_size; -1 = unbounded, else >= 0
+  float softcap = 0.0f;                         // 0 = off; otherwise finite, > 0 (and <= 1e30)
 };
 
 // ---- FlashAttention-2 ----
@@ -57,11 +64,39 @@ BackwardResult<T> flash_attention_backward(const TensorView<T>& q, const TensorV
                                            const TensorView<T>& d_o, const TensorView<float>& lse,
                                            const Options& options = {});
 
+// ---- Variable-length batches (flash-attn's flash_attn_varlen_func) ----
+// Sequences packed without padding: q, o, dq [total_q, heads, d]; k, v, dk, dv [total_k, kv_heads, d];
+// sequence b's queries are rows cu_seqlens_q[b] .. cu_seqlens_q[b+1]-1, its keys rows
+// cu_seqlens_k[b] .. cu_seqlens_k[b+1]-1 (int32, batch + 1 entries each, starting at 0, never
+// decreasing, ending at total_q / total_k; a sequence may be empty, and its n_q and n_k differ).
+// max_seqlen_q/k bound the longest sequence (as flash-attn's; a smaller one is an error). lse is
+// [heads, total_q] fp32. Masks and softcap are per sequence, as in the dense form. Work is split into
+// (sequence, head, block of queries) items, balanced over the threads by cost; the result of each
+// sequence is bit for bit that of the same call on that sequence alone, at any thread count.
+template <typename T>
+void flash_attention_varlen_forward(const TensorView<T>& q, const TensorView<T>& k, const TensorView<T>& v,
+                                    std::span<const int32_t> cu_seqlens_q,
+                                    std::span<const int32_t> cu_seqlens_k, int64_t max_seqlen_q,
+                                    int64_t max_seqlen_k, const TensorView<T>& o,
+                                    const TensorView<float>& lse, const Options& options = {});
+template <typename T>
+void flash_attention_varlen_backward(const TensorView<T>& q, const TensorView<T>& k, const TensorView<T>& v,
+                                     const TensorView<T>& o, const TensorView<T>& d_o,
+                                     const TensorView<float>& lse, std::span<const int32_t> cu_seqlens_q,
+                                     std::span<const int32_t> cu_seqlens_k, int64_t max_seqlen_q,
+                                     int64_t max_seqlen_k, const TensorView<T>& dq, const TensorView<T>& dk,
+                                     const TensorView<T>& dv, const Options& options = {});
+
+// The number of score entries a mask leaves visible in one (sequence, head): n_q * n_k without a
+// mask, about half with causal, about n_q * (left + right + 1) with a window. What the roofline of a
+// masked row counts (4 * d FLOPs each forward).
+double attention_visible_scores(int64_t n_q, int64_t n_k, const Options& options);
+
 // ---- The math path ----
-// Materialises S = q k^T * scale and P = softmax(S) per (batch, head) in Acc precision (float or
-// double), then O = P v; backward materialises dP and dS the same way. Memory grows with n_q * n_k:
-// this is the baseline FlashAttention is measured against, and (Acc = double) the tests' reference.
-// Outputs are in Acc; lse like flash_attention_forward's.
+// Materialises S = q k^T * scale (the window's masks and the softcap applied as in the kernels) and
+// P = softmax(S) per (batch, head) in Acc precision (float or double), then O = P v; backward materialises dP
+// and dS the same way. Memory grows with n_q * n_k: this is the baseline FlashAttention is measured against,
+// and (Acc = double) the tests' reference. Outputs are in Acc; lse like flash_attention_forward's.
 template <typename T, typename Acc>
 void attention_reference_forward(const TensorView<T>& q, const TensorView<T>& k, const TensorView<T>& v,
                                  const TensorView<Acc>& o, const TensorView<Acc>& lse,

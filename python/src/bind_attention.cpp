@@ -9,16 +9,25 @@
 namespace ridge::py {
 namespace {
 
-attention::Options options(bool causal, float scale) {
+// Masks and softcap as flash-attn passes them: window_size = (left, right), -1 = unbounded.
+struct Masks {
+  int64_t left = -1, right = -1;
+  float softcap = 0.0f;
+};
+
+attention::Options options(bool causal, float scale, const Masks& m = {}) {
   attention::Options o;
   o.causal = causal;
   o.scale = scale;
+  o.window_left = m.left;
+  o.window_right = m.right;
+  o.softcap = m.softcap;
   return o;
 }
 
 template <typename T>
-void forward_t(const In& q, const In& k, const In& v, const Out& o, const Out& lse, bool causal,
-               float scale) {
+void forward_t(const In& q, const In& k, const In& v, const Out& o, const Out& lse, bool causal, float scale,
+               const Masks& m) {
   const auto qv = tensor<const T>(q, "q", 4);
   const auto kv = tensor<const T>(k, "k", 4);
   const auto vv = tensor<const T>(v, "v", 4);
@@ -34,12 +43,12 @@ void forward_t(const In& q, const In& k, const In& v, const Out& o, const Out& l
   const auto ov = tensor<T>(o, "o", 4);
   const auto lv = tensor<float>(lse, "lse", 3);
   nb::gil_scoped_release release;
-  attention::flash_attention_forward<T>(cast(qv), cast(kv), cast(vv), ov, lv, options(causal, scale));
+  attention::flash_attention_forward<T>(cast(qv), cast(kv), cast(vv), ov, lv, options(causal, scale, m));
 }
 
 template <typename T>
 void backward_t(const In& q, const In& k, const In& v, const In& o, const In& d_o, const In& lse,
-                const Out& dq, const Out& dk, const Out& dv, bool causal, float scale) {
+                const Out& dq, const Out& dk, const Out& dv, bool causal, float scale, const Masks& m) {
   auto cast = [](const TensorView<const T>& t) {
     TensorView<T> r;
     r.data = const_cast<T*>(t.data);
@@ -63,31 +72,38 @@ void backward_t(const In& q, const In& k, const In& v, const In& o, const In& d_
   const auto dkv = tensor<T>(dk, "dk", 4);
   const auto dvv = tensor<T>(dv, "dv", 4);
   nb::gil_scoped_release release;
-  attention::flash_attention_backward<T>(qv, kv, vv, ov, dov, lv, dqv, dkv, dvv, options(causal, scale));
+  attention::flash_attention_backward<T>(qv, kv, vv, ov, dov, lv, dqv, dkv, dvv, options(causal, scale, m));
 }
 
-void forward(const In& q, const In& k, const In& v, const Out& o, const Out& lse, bool causal, float scale) {
+void forward(const In& q, const In& k, const In& v, const Out& o, const Out& lse, bool causal, float scale,
+             int64_t window_left, int64_t window_right, float softcap) {
   const DType t = array_dtype(q, "q");
+  const Masks m{window_left, window_right, softcap};
   if (t == DType::f32)
-    forward_t<float>(q, k, v, o, lse, causal, scale);
+    forward_t<float>(q, k, v, o, lse, causal, scale, m);
   else if (t == DType::bf16)
-    forward_t<bf16>(q, k, v, o, lse, causal, scale);
+    forward_t<bf16>(q, k, v, o, lse, causal, scale, m);
   else
     throw nb::type_error(
         fmt::format("q: expected a float32 or bfloat16 array, got {}", dtype_name(t)).c_str());
 }
 
 void backward(const In& q, const In& k, const In& v, const In& o, const In& d_o, const In& lse, const Out& dq,
-              const Out& dk, const Out& dv, bool causal, float scale) {
+              const Out& dk, const Out& dv, bool causal, float scale, int64_t window_left,
+              int64_t window_right, float softcap) {
   const DType t = array_dtype(q, "q");
+  const Masks m{window_left, window_right, softcap};
   if (t == DType::f32)
-    backward_t<float>(q, k, v, o, d_o, lse, dq, dk, dv, causal, scale);
+    backward_t<float>(q, k, v, o, d_o, lse, dq, dk, dv, causal, scale, m);
   else if (t == DType::bf16)
-    backward_t<bf16>(q, k, v, o, d_o, lse, dq, dk, dv, causal, scale);
+    backward_t<bf16>(q, k, v, o, d_o, lse, dq, dk, dv, causal, scale, m);
   else
     throw nb::type_error(
         fmt::format("q: expected a float32 or bfloat16 array, got {}", dtype_name(t)).c_str());
 }
+
+// Variable-length batches: q, o [total_q, heads, d], k, v [total_k, kv_heads, d], lse [heads, total_q]
+// (below, after `writable`).
 
 // A read-only operand as the mutable view the C++ API takes (it only reads it).
 template <typename T>
@@ -98,6 +114,70 @@ TensorView<T> writable(const TensorView<const T>& t) {
   r.shape = t.shape;
   r.stride = t.stride;
   return r;
+}
+
+template <typename T>
+void varlen_forward_t(const In& q, const In& k, const In& v, const In& cu_q, const In& cu_k, int64_t max_q,
+                      int64_t max_k, const Out& o, const Out& lse, bool causal, float scale, const Masks& m) {
+  const auto qv = writable(tensor<const T>(q, "q", 3));
+  const auto kv = writable(tensor<const T>(k, "k", 3));
+  const auto vv = writable(tensor<const T>(v, "v", 3));
+  const auto cq = int32_vector(cu_q, "cu_seqlens_q");
+  const auto ck = int32_vector(cu_k, "cu_seqlens_k");
+  const auto ov = tensor<T>(o, "o", 3);
+  const auto lv = tensor<float>(lse, "lse", 2);
+  nb::gil_scoped_release release;
+  attention::flash_attention_varlen_forward<T>(qv, kv, vv, cq, ck, max_q, max_k, ov, lv,
+                                               options(causal, scale, m));
+}
+
+template <typename T>
+void varlen_backward_t(const In& q, const In& k, const In& v, const In& o, const In& d_o, const In& lse,
+                       const In& cu_q, const In& cu_k, int64_t max_q, int64_t max_k, const Out& dq,
+                       const Out& dk, const Out& dv, bool causal, float scale, const Masks& m) {
+  const auto qv = writable(tensor<const T>(q, "q", 3));
+  const auto kv = writable(tensor<const T>(k, "k", 3));
+  const auto vv = writable(tensor<const T>(v, "v", 3));
+  const auto ov = writable(tensor<const T>(o, "o", 3));
+  const auto dov = writable(tensor<const T>(d_o, "do", 3));
+  const auto lv = writable(tensor<const float>(lse, "lse", 2));
+  const auto cq = int32_vector(cu_q, "cu_seqlens_q");
+  const auto ck = int32_vector(cu_k, "cu_seqlens_k");
+  const auto dqv = tensor<T>(dq, "dq", 3);
+  const auto dkv = tensor<T>(dk, "dk", 3);
+  const auto dvv = tensor<T>(dv, "dv", 3);
+  nb::gil_scoped_release release;
+  attention::flash_attention_varlen_backward<T>(qv, kv, vv, ov, dov, lv, cq, ck, max_q, max_k, dqv, dkv, dvv,
+                                                options(causal, scale, m));
+}
+
+void varlen_forward(const In& q, const In& k, const In& v, const In& cu_q, const In& cu_k, int64_t max_q,
+                    int64_t max_k, const Out& o, const Out& lse, bool causal, float scale,
+                    int64_t window_left, int64_t window_right, float softcap) {
+  const DType t = array_dtype(q, "q");
+  const Masks m{window_left, window_right, softcap};
+  if (t == DType::f32)
+    varlen_forward_t<float>(q, k, v, cu_q, cu_k, max_q, max_k, o, lse, causal, scale, m);
+  else if (t == DType::bf16)
+    varlen_forward_t<bf16>(q, k, v, cu_q, cu_k, max_q, max_k, o, lse, causal, scale, m);
+  else
+    throw nb::type_error(
+        fmt::format("q: expected a float32 or bfloat16 array, got {}", dtype_name(t)).c_str());
+}
+
+void varlen_backward(const In& q, const In& k, const In& v, const In& o, const In& d_o, const In& lse,
+                     const In& cu_q, const In& cu_k, int64_t max_q, int64_t max_k, const Out& dq,
+                     const Out& dk, const Out& dv, bool causal, float scale, int64_t window_left,
+                     int64_t window_right, float softcap) {
+  const DType t = array_dtype(q, "q");
+  const Masks m{window_left, window_right, softcap};
+  if (t == DType::f32)
+    varlen_backward_t<float>(q, k, v, o, d_o, lse, cu_q, cu_k, max_q, max_k, dq, dk, dv, causal, scale, m);
+  else if (t == DType::bf16)
+    varlen_backward_t<bf16>(q, k, v, o, d_o, lse, cu_q, cu_k, max_q, max_k, dq, dk, dv, causal, scale, m);
+  else
+    throw nb::type_error(
+        fmt::format("q: expected a float32 or bfloat16 array, got {}", dtype_name(t)).c_str());
 }
 
 template <typename T>
@@ -160,9 +240,30 @@ void append(const In& k, const In& v, const Out& k_cache, const Out& v_cache, co
 
 void bind_attention(nb::module_& m) {
   m.def("forward", &forward, nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("o"), nb::arg("lse"),
-        nb::arg("causal"), nb::arg("scale"));
+        nb::arg("causal"), nb::arg("scale"), nb::arg("window_left") = -1, nb::arg("window_right") = -1,
+        nb::arg("softcap") = 0.0f);
   m.def("backward", &backward, nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("o"), nb::arg("do"),
-        nb::arg("lse"), nb::arg("dq"), nb::arg("dk"), nb::arg("dv"), nb::arg("causal"), nb::arg("scale"));
+        nb::arg("lse"), nb::arg("dq"), nb::arg("dk"), nb::arg("dv"), nb::arg("causal"), nb::arg("scale"),
+        nb::arg("window_left") = -1, nb::arg("window_right") = -1, nb::arg("softcap") = 0.0f);
+  m.def("varlen_forward", &varlen_forward, nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("cu_seqlens_q"),
+        nb::arg("cu_seqlens_k"), nb::arg("max_seqlen_q"), nb::arg("max_seqlen_k"), nb::arg("o"),
+        nb::arg("lse"), nb::arg("causal"), nb::arg("scale"), nb::arg("window_left"), nb::arg("window_right"),
+        nb::arg("softcap"));
+  m.def("varlen_backward", &varlen_backward, nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("o"),
+        nb::arg("do"), nb::arg("lse"), nb::arg("cu_seqlens_q"), nb::arg("cu_seqlens_k"),
+        nb::arg("max_seqlen_q"), nb::arg("max_seqlen_k"), nb::arg("dq"), nb::arg("dk"), nb::arg("dv"),
+        nb::arg("causal"), nb::arg("scale"), nb::arg("window_left"), nb::arg("window_right"),
+        nb::arg("softcap"));
+  m.def(
+      "visible_scores",
+      [](int64_t n_q, int64_t n_k, bool causal, int64_t window_left, int64_t window_right) {
+        attention::Options o;
+        o.causal = causal;
+        o.window_left = window_left;
+        o.window_right = window_right;
+        return attention::attention_visible_scores(n_q, n_k, o);
+      },
+      nb::arg("n_q"), nb::arg("n_k"), nb::arg("causal"), nb::arg("window_left"), nb::arg("window_right"));
   m.def("with_kvcache", &with_kvcache, nb::arg("q"), nb::arg("k_cache"), nb::arg("v_cache"),
         nb::arg("cache_seqlens"), nb::arg("block_table"), nb::arg("o"), nb::arg("lse").none(),
         nb::arg("scale"), nb::arg("causal"), nb::arg("num_splits"));

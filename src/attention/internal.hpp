@@ -2,11 +2,16 @@
 // problem (pointers, shapes, element strides), so every ISA file exposes only plain functions.
 #pragma once
 
+#include <algorithm>
+#include <atomic>
 #include <cstdint>
+#include <thread>
+#include <vector>
 
 namespace ridge::attention::detail {
 
-// A [batch, heads, seq, d] operand; element strides.
+// A [batch, heads, seq, d] operand; element strides. A packed (varlen) operand [total, heads, d]
+// has sb = 0: its sequence b starts at token cu_seqlens[b], which the body adds to the position.
 struct Operand {
   void* data = nullptr;
   int64_t sb = 0, sh = 0, ss = 0, sd = 0;
@@ -16,6 +21,14 @@ struct Problem {
   int64_t batch = 0, heads = 0, kv_heads = 0, n_q = 0, n_k = 0, d = 0;
   bool bf16 = false;  // element type of every operand but lse (fp32 otherwise)
   bool causal = false;
+  // The window in keys around query i's diagonal i + n_k - n_q (per sequence): keys
+  // [diag - left, diag + right] are visible; -1 = unbounded on that side. Causal is folded in
+  // (right = 0) before the kernels see it.
+  int64_t left = -1, right = -1;
+  // Softcap: scores s * scale become softcap * tanh(s * scale / softcap) before the softmax; 0 = off.
+  // With it, c = log2(e) (the scale is applied inside the tanh), and cap_k = scale / softcap.
+  float softcap = 0.0f;
+  float cap_k = 0.0f;
   float scale = 1.0f;
   // The scores go to the log2 domain (s * c) so exp2 does the softmax. c = scale * log2(e), except
   // for a scale so large that s * c could overflow fp32 (flash.cpp, log2_scale): there c is capped
@@ -30,7 +43,57 @@ struct Problem {
   int threads = 1;
   // Block sizes (queries per block, keys per block); 0 = choose from the cache sizes.
   int block_q = 0, block_k = 0;
+  // Varlen: sequence b's queries are tokens cu_q[b] .. cu_q[b+1]-1, its keys cu_k[b] .. cu_k[b+1]-1
+  // (batch + 1 entries each, checked); null for a dense problem (every sequence n_q, n_k long).
+  const int32_t* cu_q = nullptr;
+  const int32_t* cu_k = nullptr;
 };
+
+// One sequence of a problem: where its tokens start and how many there are.
+struct Seq {
+  int64_t q0 = 0, n_q = 0, k0 = 0, n_k = 0;
+};
+inline Seq seq_of(const Problem& p, int64_t b) {
+  if (!p.cu_q) return {0, p.n_q, 0, p.n_k};
+  return {p.cu_q[b], p.cu_q[b + 1] - p.cu_q[b], p.cu_k[b], p.cu_k[b + 1] - p.cu_k[b]};
+}
+
+// Keys [lo, hi) visible to some query of rows [i_first, i_last] of a sequence (empty: hi <= lo).
+inline void keys_seen(const Problem& p, const Seq& s, int64_t i_first, int64_t i_last, int64_t& lo,
+                      int64_t& hi) {
+  const int64_t off = s.n_k - s.n_q;
+  lo = p.left >= 0 ? std::max<int64_t>(0, i_first + off - p.left) : 0;
+  hi = p.right >= 0 ? std::min<int64_t>(s.n_k, i_last + off + p.right + 1) : s.n_k;
+}
+// Queries [lo, hi) that see some key of [j_first, j_last] of a sequence (empty: hi <= lo).
+inline void queries_seeing(const Problem& p, const Seq& s, int64_t j_first, int64_t j_last, int64_t& lo,
+                           int64_t& hi) {
+  const int64_t off = s.n_k - s.n_q;
+  lo = p.right >= 0 ? std::max<int64_t>(0, j_first - off - p.right) : 0;
+  hi = p.left >= 0 ? std::min<int64_t>(s.n_q, j_last - off + p.left + 1) : s.n_q;
+}
+
+// The work lists, planned once per call in flash.cpp (plain code, no ISA flags) and run by every
+// path's body. Forward: one item per (sequence, head, block of bq queries), costliest first.
+// Backward: one unit per (sequence, kv head); a unit's key blocks are cut into `slices` runs of
+// consecutive blocks of about equal cost (visible scores), a number that depends on the unit's shape
+// only, never on the thread count. Each slice computes its dK, dV rows alone and a dQ partial over
+// the queries its keys are seen by; the partials are added in slice order into an fp32 accumulator
+// (`acc` floats into it, group x n_q x dp per unit): the bits are the same at any thread count and
+// for a sequence run alone or in a batch. A unit's slices are consecutive in the list, in order, so
+// a slice waiting for its predecessor's add waits on a task already running (OpenMP's dynamic
+// schedule hands iterations out in order).
+struct FwdItem {
+  int64_t b = 0, h = 0, i0 = 0;
+};
+struct BwdTask {
+  int64_t b = 0, kvh = 0, unit = 0;
+  int64_t kb0 = 0, kb1 = 0;  // key blocks [kb0, kb1) of the sequence
+  int64_t slice = 0, slices = 1;
+  int64_t acc = -1;  // floats into the dQ accumulator (slices > 1), -1 otherwise
+};
+std::vector<FwdItem> plan_forward(const Problem& p, int bq);
+std::vector<BwdTask> plan_backward(const Problem& p, int bk, int64_t& units, int64_t& acc_floats, int64_t dp);
 
 // Each path's file (flash_<isa>.cpp) exposes its entry points and one table of them (the per-ISA
 // convention, core/isa_paths.hpp).

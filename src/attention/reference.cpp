@@ -53,41 +53,59 @@ Acc& at(const TensorView<Acc>& t, int64_t b, int64_t h, int64_t i, int64_t c) {
   return t.data[b * t.stride[0] + h * t.stride[1] + i * t.stride[2] + c * t.stride[3]];
 }
 
-// P = softmax(mask(q k^T * scale)) for one head, materialised; lse per row (-inf for a row that
-// sees no key, whose P row is all zeros).
+// P = softmax(softcap(mask(q k^T * scale))) for one head, materialised; lse per row (-inf for a row
+// that sees no key, whose P row is all zeros). Row i sees keys [i + off - left, i + off + right]
+// (off = n_k - n_q; -1 = unbounded; causal is right = 0). With a softcap, G (when given) gets
+// d(capped)/d(score) = 1 - tanh^2(score / softcap) for the backward.
 template <typename Acc>
-void probabilities(const Acc* q, const Acc* k, int64_t n_q, int64_t n_k, int64_t d, double scale, bool causal,
-                   Acc* P, Acc* lse) {
+void probabilities(const Acc* q, const Acc* k, int64_t n_q, int64_t n_k, int64_t d, double scale,
+                   const Options& opt, Acc* P, Acc* lse, Acc* G = nullptr) {
   const int64_t off = n_k - n_q;
+  const int64_t left = opt.window_left, right = opt.causal ? 0 : opt.window_right;
+  const Acc cap = static_cast<Acc>(opt.softcap);
   for (int64_t i = 0; i < n_q; ++i) {
     Acc* row = P + i * n_k;
-    const int64_t visible = causal ? std::min<int64_t>(n_k, std::max<int64_t>(0, i + off + 1)) : n_k;
+    const int64_t lo = left >= 0 ? std::max<int64_t>(0, i + off - left) : 0;
+    const int64_t hi = right >= 0 ? std::min<int64_t>(n_k, i + off + right + 1) : n_k;
     Acc mx = -std::numeric_limits<Acc>::infinity();
-    for (int64_t j = 0; j < visible; ++j) {
+    for (int64_t j = 0; j < n_k; ++j) {
+      row[j] = 0;
+      if (G) G[i * n_k + j] = 0;
+    }
+    for (int64_t j = lo; j < hi; ++j) {
       Acc s = 0;
       for (int64_t c = 0; c < d; ++c) s += q[i * d + c] * k[j * d + c];
-      row[j] = s * static_cast<Acc>(scale);
+      s *= static_cast<Acc>(scale);
+      if (cap > 0) {
+        const Acc t = std::tanh(s / cap);
+        s = cap * t;
+        if (G) G[i * n_k + j] = 1 - t * t;
+      }
+      row[j] = s;
       mx = std::max(mx, row[j]);
     }
-    if (visible == 0) {
-      for (int64_t j = 0; j < n_k; ++j) row[j] = 0;
+    if (hi <= lo) {
       lse[i] = -std::numeric_limits<Acc>::infinity();
       continue;
     }
     Acc sum = 0;
-    for (int64_t j = 0; j < visible; ++j) {
+    for (int64_t j = lo; j < hi; ++j) {
       row[j] = std::exp(row[j] - mx);
       sum += row[j];
     }
-    for (int64_t j = 0; j < visible; ++j) row[j] /= sum;
-    for (int64_t j = visible; j < n_k; ++j) row[j] = 0;
+    for (int64_t j = lo; j < hi; ++j) row[j] /= sum;
     lse[i] = mx + std::log(sum);
   }
 }
 
-double resolve_scale(float scale, int64_t d) {
+double resolve_scale(float scale, int64_t d, const Options& opt = {}) {
   check(std::isfinite(scale) && scale >= 0.0f,
         "attention: scale must be finite and > 0 (0 means 1/sqrt(d)), got {}", scale);
+  check(opt.window_left >= -1 && opt.window_right >= -1,
+        "attention reference: window_left and window_right must be >= 0 or -1, got {} and {}",
+        opt.window_left, opt.window_right);
+  check(std::isfinite(opt.softcap) && opt.softcap >= 0.0f,
+        "attention reference: softcap must be finite and >= 0, got {}", opt.softcap);
   return scale == 0.0f ? 1.0 / std::sqrt(static_cast<double>(d)) : static_cast<double>(scale);
 }
 
@@ -101,7 +119,7 @@ void attention_reference_forward(const TensorView<T>& q, const TensorView<T>& k,
   check(o.rank == 4 && o.shape == q.shape, "attention reference: o must have q's shape");
   check(lse.rank == 3 && lse.shape[0] == s.batch && lse.shape[1] == s.heads && lse.shape[2] == s.n_q,
         "attention reference: lse must be [batch, heads, n_q]");
-  const double scale = resolve_scale(options.scale, s.d);
+  const double scale = resolve_scale(options.scale, s.d, options);
   const int64_t group = s.heads / s.kv_heads;
 #pragma omp parallel num_threads(get_num_threads())
   {
@@ -115,7 +133,7 @@ void attention_reference_forward(const TensorView<T>& q, const TensorView<T>& k,
       load_head(q, b, h, s.n_q, s.d, qh.data());
       load_head(k, b, h / group, s.n_k, s.d, kh.data());
       load_head(v, b, h / group, s.n_k, s.d, vh.data());
-      probabilities(qh.data(), kh.data(), s.n_q, s.n_k, s.d, scale, options.causal, P.data(), l.data());
+      probabilities(qh.data(), kh.data(), s.n_q, s.n_k, s.d, scale, options, P.data(), l.data());
       for (int64_t i = 0; i < s.n_q; ++i) {
         for (auto& x : acc) x = 0;
         for (int64_t j = 0; j < s.n_k; ++j) {
@@ -140,7 +158,7 @@ void attention_reference_backward(const TensorView<T>& q, const TensorView<T>& k
   check(dq.rank == 4 && dq.shape == q.shape, "attention reference: dq must have q's shape");
   check(dk.rank == 4 && dk.shape == k.shape && dv.rank == 4 && dv.shape == v.shape,
         "attention reference: dk and dv must have k's shape");
-  const double scale = resolve_scale(options.scale, s.d);
+  const double scale = resolve_scale(options.scale, s.d, options);
   const int64_t group = s.heads / s.kv_heads;
   const int64_t n_q = s.n_q, n_k = s.n_k, d = s.d;
   // One task per (batch, kv head), so the group's dk, dv sums have a single writer.
@@ -148,8 +166,9 @@ void attention_reference_backward(const TensorView<T>& q, const TensorView<T>& k
   {
     Buffer<Acc> qh(n_q * d, "attention.math.q"), kh(n_k * d, "attention.math.k"),
         vh(n_k * d, "attention.math.v"), doh(n_q * d, "attention.math.do"), P(n_q * n_k, "attention.math.P"),
-        dP(n_q * n_k, "attention.math.dP"), l(n_q, "attention.math.lse"), dqh(n_q * d, "attention.math.dq"),
-        dkh(n_k * d, "attention.math.dk"), dvh(n_k * d, "attention.math.dv");
+        dP(n_q * n_k, "attention.math.dP"), G(n_q * n_k, "attention.math.G"), l(n_q, "attention.math.lse"),
+        dqh(n_q * d, "attention.math.dq"), dkh(n_k * d, "attention.math.dk"),
+        dvh(n_k * d, "attention.math.dv");
 #pragma omp for schedule(dynamic, 1)
     for (int64_t unit = 0; unit < s.batch * s.kv_heads; ++unit) {
       const int64_t b = unit / s.kv_heads, kvh = unit % s.kv_heads;
@@ -161,7 +180,7 @@ void attention_reference_backward(const TensorView<T>& q, const TensorView<T>& k
         const int64_t h = kvh * group + hq;
         load_head(q, b, h, n_q, d, qh.data());
         load_head(d_o, b, h, n_q, d, doh.data());
-        probabilities(qh.data(), kh.data(), n_q, n_k, d, scale, options.causal, P.data(), l.data());
+        probabilities(qh.data(), kh.data(), n_q, n_k, d, scale, options, P.data(), l.data(), G.data());
         for (auto& x : dqh) x = 0;
         for (int64_t i = 0; i < n_q; ++i) {
           Acc Di = 0;
@@ -174,7 +193,8 @@ void attention_reference_backward(const TensorView<T>& q, const TensorView<T>& k
           for (int64_t j = 0; j < n_k; ++j) {
             const Acc pij = P[i * n_k + j];
             if (pij == 0) continue;
-            const Acc ds = pij * (dP[i * n_k + j] - Di) * static_cast<Acc>(scale);
+            Acc ds = pij * (dP[i * n_k + j] - Di) * static_cast<Acc>(scale);
+            if (options.softcap > 0.0f) ds *= G[i * n_k + j];
             for (int64_t c = 0; c < d; ++c) {
               dqh[i * d + c] += ds * kh[j * d + c];
               dkh[j * d + c] += ds * qh[i * d + c];
