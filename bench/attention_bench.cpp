@@ -103,7 +103,8 @@ std::vector<AttnCase> sweep_cases(const std::string& which) {
     v.push_back(c);
   }
   check(!v.empty(),
-        "bench attention: --sweep {} (expected pytorch_attention, flash_sweep, leaderboard or all)", which);
+        "bench attention: --sweep {} (expected pytorch_attention, flash_sweep, leaderboard, masks or all)",
+        which);
   return v;
 }
 
@@ -280,7 +281,9 @@ struct MathPath {
 // backend "flash" is F.scaled_dot_product_attention (PyTorch's CPU flash kernel), "math" its
 // materialised math backend.
 std::map<std::string, double> torch_peer(const AttnCase& c, int threads, const bench::Options& opt,
-                                         std::string& why, const char* backend) {
+                                         std::string& why, const char* backend,
+                                         const std::vector<std::string>& extra = {},
+                                         bool one_sample = false) {
   std::map<std::string, double> out;
   std::string passes;
   for (const auto& p : c.passes) passes += (passes.empty() ? "" : ",") + p;
@@ -296,9 +299,11 @@ std::map<std::string, double> torch_peer(const AttnCase& c, int threads, const b
   if (c.causal) argv.push_back("--causal");
   for (const std::string& s : std::vector<std::string>{
            "--passes", passes, "--threads", std::to_string(threads), "--warmup",
-           std::to_string(c.headline ? 0 : std::max(1, opt.warmup)), "--iters",
-           std::to_string(c.headline ? 1 : std::max(3, opt.iters)), "--backend", std::string(backend)})
+           std::to_string(c.headline || one_sample ? 0 : std::max(1, opt.warmup)), "--iters",
+           std::to_string(c.headline || one_sample ? 1 : std::max(3, opt.iters)), "--backend",
+           std::string(backend)})
     argv.push_back(s);
+  argv.insert(argv.end(), extra.begin(), extra.end());
   const auto run = process::run(argv);
   if (!run.started) {
     why = fmt::format("PyTorch peer: cannot run '{}'", g_python);
@@ -500,9 +505,228 @@ void run_case(const AttnCase& c, bench::Context& ctx, double peak_of_dtype) {
   }
 }
 
+// ---------------------------------------------------------------- masked rows
+// flash-attn's additions, each held against its roofline (FLOPs of the visible scores only) and
+// against what a PyTorch user without flash-attn runs: sdpa with the equivalent explicit mask
+// (varlen padded to the longest sequence), the math backend where the softcap needs it, and
+// flex_attention (forward only: torch has no flex backward on the CPU). Each row also carries a
+// ridge companion timed interleaved with it, whose ratio is the target: the window against full
+// attention over the same query tokens with as many keys each (8 sequences of the window's length),
+// the softcap against the same row without it.
+struct MaskCase {
+  std::string kind;  // varlen | window | softcap
+  int64_t heads = 4, kv_heads = 4, d = 64;
+  DType dtype = DType::bf16;
+  bool causal = true;
+  std::vector<int64_t> lens;  // the sequences (one for window and softcap)
+  int64_t left = -1, right = -1;
+  float softcap = 0.0f;
+  int64_t full_batch = 0, full_seq = 0;  // window: the full-attention companion's shape
+};
+
+std::vector<MaskCase> mask_cases(bool quick) {
+  // 16 sequences of mixed lengths, 64 .. 4096 tokens (quick: a quarter of each).
+  std::vector<int64_t> lens = {64, 4096, 128, 2048, 256,  1024, 512, 3072,
+                               96, 1536, 768, 192,  4000, 384,  80,  2560};
+  const int64_t div = quick ? 4 : 1;
+  for (auto& n : lens) n /= div;
+  std::vector<MaskCase> v;
+  v.push_back({"varlen", 4, 4, 64, DType::bf16, true, lens});
+  const int64_t w = 4096 / div, n = 8 * w;
+  v.push_back({"window", 2, 2, 64, DType::bf16, true, {n}, w, 0, 0.0f, 8, w});
+  v.push_back({"softcap",
+               quick ? 4 : 8,
+               quick ? 4 : 8,
+               64,
+               DType::bf16,
+               true,
+               {4096 / (quick ? 2 : 1)},
+               -1,
+               -1,
+               30.0f});
+  return v;
+}
+
+template <typename T>
+void run_mask_case(const MaskCase& c, bench::Context& ctx, double peak_of_dtype) {
+  const int64_t H = c.heads, KH = c.kv_heads, Dh = c.d;
+  check(H % KH == 0, "bench attention: heads {} must be a multiple of kv_heads {}", H, KH);
+  int64_t total = 0, longest = 0;
+  std::vector<int32_t> cu = {0};
+  for (int64_t n : c.lens) {
+    total += n;
+    longest = std::max(longest, n);
+    cu.push_back(static_cast<int32_t>(total));
+  }
+  attention::Options opt;
+  opt.causal = c.causal;
+  opt.window_left = c.left;
+  opt.window_right = c.right;
+  opt.softcap = c.softcap;
+  const bool varlen = c.kind == "varlen";
+  const char* what = "masked row: tokens*heads*head_dim";
+  const auto nq = static_cast<size_t>(checked_product({total, H, Dh}, what));
+  const auto nk = static_cast<size_t>(checked_product({total, KH, Dh}, what));
+  memory::check_fits((5.0 * static_cast<double>(nq) + 3.0 * static_cast<double>(nk)) * sizeof(T), what);
+  Buffer<T> q(nq, "bench.q"), k(nk, "bench.k"), v(nk, "bench.v"), o(nq, "bench.o"), d_o(nq, "bench.do"),
+      dq(nq, "bench.dq"), dk(nk, "bench.dk"), dv(nk, "bench.dv");
+  Buffer<float> lse(static_cast<size_t>(total * H), "bench.lse");
+  fill_random(q, 1);
+  fill_random(k, 2);
+  fill_random(v, 3);
+  fill_random(d_o, 4);
+  // Packed [total, heads, d] for varlen; one [1, heads, n, d] sequence otherwise (the dense API, as
+  // flash_attn_func's callers use it).
+  auto p3 = [&](Buffer<T>& b, int64_t hh) { return TensorView<T>::contiguous(b.data(), {total, hh, Dh}); };
+  auto p4 = [&](Buffer<T>& b, int64_t bb, int64_t hh, int64_t n) {
+    return TensorView<T>::contiguous(b.data(), {bb, hh, n, Dh});
+  };
+  auto run = [&](bool fwd, bool bwd, const attention::Options& o_, int64_t bb, int64_t n) {
+    if (varlen) {
+      const auto L = TensorView<float>::contiguous(lse.data(), {H, total});
+      if (fwd)
+        attention::flash_attention_varlen_forward<T>(p3(q, H), p3(k, KH), p3(v, KH), cu, cu, longest, longest,
+                                                     p3(o, H), L, o_);
+      if (bwd)
+        attention::flash_attention_varlen_backward<T>(p3(q, H), p3(k, KH), p3(v, KH), p3(o, H), p3(d_o, H), L,
+                                                      cu, cu, longest, longest, p3(dq, H), p3(dk, KH),
+                                                      p3(dv, KH), o_);
+    } else {
+      const auto L = TensorView<float>::contiguous(lse.data(), {bb, H, n});
+      if (fwd)
+        attention::flash_attention_forward(p4(q, bb, H, n), p4(k, bb, KH, n), p4(v, bb, KH, n),
+                                           p4(o, bb, H, n), L, o_);
+      if (bwd)
+        attention::flash_attention_backward(p4(q, bb, H, n), p4(k, bb, KH, n), p4(v, bb, KH, n),
+                                            p4(o, bb, H, n), p4(d_o, bb, H, n), L, p4(dq, bb, H, n),
+                                            p4(dk, bb, KH, n), p4(dv, bb, KH, n), o_);
+    }
+  };
+  // The companion: full attention over the same tokens (window), or the row without its softcap.
+  attention::Options copt = opt;
+  int64_t cb = 1, cn = total;
+  std::string companion;
+  if (c.kind == "window") {
+    copt = {};
+    cb = c.full_batch;
+    cn = c.full_seq;
+    check(cb * cn == total, "bench attention: the window's companion must cover its {} tokens", total);
+    companion = fmt::format("ridge full attention {}x{}", cb, cn);
+  } else if (c.kind == "softcap") {
+    copt.softcap = 0.0f;
+    companion = "ridge without softcap";
+  }
+  run(true, false, opt, 1, total);
+
+  double visible = 0;
+  for (int64_t n : c.lens) visible += attention::attention_visible_scores(n, n, opt);
+  visible *= static_cast<double>(H);
+
+  // PyTorch's peers, one subprocess each (sdpa with the explicit mask, the materialised math for the
+  // softcap, flex_attention's forward), before ridge's own timing.
+  AttnCase tc{1, H, KH, longest, Dh, c.causal, c.dtype, {"forward", "backward"}};
+  std::vector<std::string> extra;
+  if (varlen) {
+    std::string l;
+    for (int64_t n : c.lens) l += (l.empty() ? "" : ",") + std::to_string(n);
+    extra = {"--seqlens", l};
+  }
+  if (c.left >= 0) extra.insert(extra.end(), {"--window-left", std::to_string(c.left)});
+  if (c.right >= 0) extra.insert(extra.end(), {"--window-right", std::to_string(c.right)});
+  if (c.softcap > 0) extra.insert(extra.end(), {"--softcap", fmt::format("{}", c.softcap)});
+  // Padded/explicit-mask work in score entries: a peer that computes every one of them over many
+  // seconds takes one sample.
+  const double padded =
+      static_cast<double>(c.lens.size()) * static_cast<double>(longest * longest) * static_cast<double>(H);
+  const bool one_sample = padded * 4.0 * static_cast<double>(Dh) > 200e9;
+  const double limit = 8.0 * 1024 * 1024 * 1024;
+  struct TorchPeer {
+    std::string name;
+    std::map<std::string, double> ms;
+    std::string why;
+  };
+  std::vector<TorchPeer> tpeers;
+  auto ask = [&](const std::string& name, const char* backend) {
+    TorchPeer tp{name, {}, {}};
+    // flex_attention compiles on its first call: it always gets its warm-up.
+    const bool flex = std::string(backend) == "flex";
+    tp.ms = torch_peer(tc, ctx.threads, ctx.options, tp.why, backend, extra, one_sample && !flex);
+    tpeers.push_back(std::move(tp));
+  };
+  if (!g_no_torch) {
+    // The explicit mask (bool, padded) and, for the math backend, three padded score tensors.
+    if (c.softcap == 0.0f && padded / static_cast<double>(H) <= limit)
+      ask(varlen ? "pytorch sdpa (padded, mask)" : "pytorch sdpa (mask)", "flash");
+    if (c.softcap > 0.0f && 12.0 * padded <= limit) ask("pytorch math (softcap)", "math");
+    ask(varlen ? "pytorch flex (packed)" : "pytorch flex", "flex");
+  }
+
+  for (const std::string pass : {"forward", "backward"}) {
+    const bool has_b = pass == "backward";
+    std::vector<std::function<void()>> fns = {[&] { run(!has_b, has_b, opt, 1, total); }};
+    if (!companion.empty()) fns.push_back([&] { run(!has_b, has_b, copt, cb, cn); });
+    memory::reset_peak();
+    const int64_t base = memory::current_bytes();
+    fns[0]();
+    const int64_t extra_bytes = memory::peak_bytes() - base;
+    const auto ms = bench::measure_interleaved(fns, {ctx.options}, 3);
+
+    bench::Row row;
+    row.benchmark = "attention";
+    std::string window = c.left >= 0 || c.right >= 0 ? fmt::format("({}, {})", c.left, c.right) : "";
+    row.case_ = {{"batch", static_cast<int64_t>(c.lens.size())},
+                 {"heads", H},
+                 {"kv_heads", KH},
+                 {"seq", longest},
+                 {"head_dim", Dh},
+                 {"causal", c.causal},
+                 {"pass", pass},
+                 {"mask", c.kind},
+                 {"tokens", total}};
+    if (!window.empty()) row.case_["window"] = window;
+    if (c.softcap > 0) row.case_["softcap"] = c.softcap;
+    row.dtype = dtype_key(c.dtype);
+    row.threads = ctx.threads;
+    row.cache = "warm";
+    row.flops = 4.0 * static_cast<double>(Dh) * visible * (has_b ? 2.5 : 1.0);
+    const double esz = c.dtype == DType::bf16 ? 2.0 : 4.0;
+    row.bytes = esz * static_cast<double>(has_b ? 4 * nq + 4 * nk : 2 * nq + 2 * nk);
+    row.set_time(ms[0]);
+    row.extra["peak_extra_bytes"] = extra_bytes;
+    row.extra["visible_scores"] = visible;
+    if (peak_of_dtype > 0) row.extra["pct_of_peak"] = 100.0 * row.gflops() * 1e9 / peak_of_dtype;
+    std::string note = "extra " + units::format_bytes(extra_bytes);
+    if (!companion.empty()) {
+      row.add_peer(companion, ms[1]);
+      // The target's ratio (time of this row over its companion's), spelled out.
+      row.extra["time_over_companion"] = ms[0].median_ms() / ms[1].median_ms();
+      note += fmt::format("; {:.2f}x the time of {}", ms[0].median_ms() / ms[1].median_ms(), companion);
+    }
+    for (const auto& tp : tpeers) {
+      if (auto it = tp.ms.find(pass); it != tp.ms.end())
+        row.add_peer(tp.name, it->second);
+      else if (!tp.why.empty() && tp.why.rfind("torch ", 0) != 0)
+        note += "; " + tp.name + ": " + tp.why;
+    }
+    if (g_no_torch) note += "; PyTorch peers skipped (--no-torch)";
+    if (!tpeers.empty())
+      note += one_sample ? "; PyTorch timed in its own processes before ridge, sdpa/math 1 sample (explicit "
+                           "mask over every padded score)"
+                         : "; PyTorch timed in its own processes before ridge";
+    row.note = note;
+    ctx.emit(row);
+    ctx.progress.tick(fmt::format("attention {} {} {}", c.kind, row.dtype, pass));
+  }
+}
+
 void run_attention(bench::Context& ctx) {
   std::vector<AttnCase> cases;
-  if (!g_sweep.empty())
+  std::vector<MaskCase> masks;
+  if (g_sweep == "masks" || g_sweep == "all" || (g_sweep.empty() && ctx.grid.empty()))
+    masks = mask_cases(ctx.quick);
+  if (g_sweep == "masks")
+    ;  // the masked rows alone
+  else if (!g_sweep.empty())
     cases = sweep_cases(g_sweep);
   else if (!ctx.grid.empty())
     cases = grid_cases(ctx.grid);
@@ -512,6 +736,7 @@ void run_attention(bench::Context& ctx) {
     cases = sweep_cases("all");
   size_t total = 0;
   for (const auto& c : cases) total += c.passes.size();
+  total += 2 * masks.size();
   ctx.progress.start(total);
   double peak32 = 0, peak16 = 0;
   if (const roofline::Chip* chip = ctx.chip()) {
@@ -527,12 +752,14 @@ void run_attention(bench::Context& ctx) {
     else
       run_case<float>(c, ctx, peak32);
   }
+  for (const auto& c : masks) run_mask_case<bf16>(c, ctx, peak16);
 }
 
 void attention_options(CLI::App& app) {
   app.add_option("--sweep", g_sweep,
                  "a sweep of bench/shapes/attention-shapes.json: pytorch_attention, flash_sweep, "
-                 "leaderboard or all (default without --quick/--set: all)");
+                 "leaderboard, masks (varlen, sliding window, softcap rows) or all (default without "
+                 "--quick/--set: all; --quick runs the masked rows at a quarter of their size)");
   app.add_flag("--no-torch", g_no_torch, "skip the PyTorch scaled_dot_product_attention peer");
   app.add_flag("--no-math", g_no_math, "skip the math-path peer");
   app.add_option("--python", g_python, "python interpreter for the PyTorch peer (default python3)");

@@ -113,6 +113,10 @@ struct Case {
   int64_t batch = 4, seq = 256;
   std::string precision = "fp32", pass = "step", attention = "flash";
   int threads = 1;
+  // --set doc_mask=true: the batch packs documents (lengths drawn uniformly from 1 .. seq/2, each
+  // closed by token 0) and the model masks attention at them (`ridge train --doc-mask`); the same
+  // model is timed interleaved without the mask (plain causal over whole rows) as the row's peer.
+  bool doc_mask = false;
 };
 
 // Runs the case at its own thread count and puts the run's back afterwards.
@@ -151,10 +155,20 @@ void run_case(const Flags& flags, const Case& c, bench::Context& ctx, const roof
   std::mt19937 rng(7);
   std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(c.cfg.vocab_size - 1));
   for (size_t i = 0; i < in.size(); ++i) in[i] = tok(rng), tg[i] = tok(rng);
+  constexpr int32_t kEot = 0;
+  int64_t documents = 0;
+  if (c.doc_mask) {
+    std::uniform_int_distribution<int64_t> len(1, std::max<int64_t>(1, c.seq / 2));
+    for (auto& t : in)
+      if (t == kEot) t = 1;
+    for (int64_t b = 0; b < c.batch; ++b)
+      for (int64_t t = len(rng) - 1; t < c.seq; t += len(rng), ++documents) in[b * c.seq + t] = kEot;
+    documents += c.batch;  // each row's last document, closed by the row's end
+  }
 
   // The PyTorch peer gets the same weights and batch through a safetensors file.
   std::string weights;
-  if (!flags.no_torch) {
+  if (!flags.no_torch && !c.doc_mask) {
     weights = (fs::temp_directory_path() / fmt::format("ridge_model_peer_{}_{}.safetensors", ::getpid(), idx))
                   .string();
     model::SafetensorsWriter w;
@@ -193,7 +207,25 @@ void run_case(const Flags& flags, const Case& c, bench::Context& ctx, const roof
   for (int i = 0; i < opt.warmup; ++i) fn();
   opt.warmup = 0;
   if (trace::recording()) trace::mark(marker);
-  const auto meas = bench::measure(fn, opt);
+  // Doc mask: ridge with the mask against itself without it, round by round.
+  std::optional<bench::Measurement> plain;
+  bench::Measurement meas;
+  if (c.doc_mask) {
+    auto with = [&] {
+      m.set_document_mask(kEot);
+      fn();
+    };
+    auto without = [&] {
+      m.set_document_mask(-1);
+      fn();
+    };
+    const auto ms = bench::measure_interleaved({with, without}, {opt}, 3);
+    meas = ms[0];
+    plain = ms[1];
+    m.set_document_mask(-1);
+  } else {
+    meas = bench::measure(fn, opt);
+  }
   predict::TraceTimes times;
   std::map<std::string, double> shares, kind_share;
   if (trace::recording()) {
@@ -215,6 +247,7 @@ void run_case(const Flags& flags, const Case& c, bench::Context& ctx, const roof
   row.case_ = {
       {"size", c.size}, {"context", c.seq}, {"batch", c.batch}, {"pass", c.pass}, {"attention", c.attention}};
   if (c.cfg.kv_heads() != c.cfg.num_heads) row.case_["kv_heads"] = c.cfg.kv_heads();  // grouped-query
+  if (c.doc_mask) row.case_["doc_mask"] = true;
   row.dtype = c.precision;
   row.threads = c.threads;
   row.set_time(meas);
@@ -290,7 +323,16 @@ void run_case(const Flags& flags, const Case& c, bench::Context& ctx, const roof
       std::fprintf(stderr, "\n");
     }
   }
-  if (!flags.no_torch) {
+  if (plain) {
+    row.add_peer("ridge plain causal", *plain);
+    row.extra["documents"] = documents;
+    row.extra["time_over_plain"] = meas.median_ms() / plain->median_ms();
+    note += fmt::format("{}doc mask: {} documents in {} rows; {:.2f}x the time of plain causal",
+                        note.empty() ? "" : "; ", documents, c.batch, meas.median_ms() / plain->median_ms());
+  }
+  if (c.doc_mask) {
+    note += "; PyTorch peer skipped on doc-mask rows (its model has no document mask)";
+  } else if (!flags.no_torch) {
     const auto t = torch_peer(flags, weights, c.cfg, c.batch, c.seq, c.precision, c.pass, c.attention,
                               c.threads, ctx.options.warmup, ctx.options.iters);
     std::error_code ec;
@@ -311,8 +353,11 @@ void run_case(const Flags& flags, const Case& c, bench::Context& ctx, const roof
 void run_model(bench::Context& ctx) {
   const auto& g = ctx.grid;
   g.check_keys({"size", "context", "batch", "precision", "pass", "attention", "d_model", "d_ff", "layers",
-                "heads", "kv_heads", "threads"},
+                "heads", "kv_heads", "threads", "doc_mask"},
                "model");
+  const std::vector<std::string> doc_masks = g.values("doc_mask", {"false"});
+  for (const auto& dm : doc_masks)
+    check(dm == "true" || dm == "false", "bench model: doc_mask '{}' (accepted: true, false)", dm);
   std::vector<std::string> sizes = g.values("size", {"tiny", "small"});
   std::vector<int64_t> ctxs = g.counts("context", {256});
   std::vector<std::string> precs = g.values("precision", {"fp32", "bf16"});
@@ -334,43 +379,45 @@ void run_model(bench::Context& ctx) {
         for (int64_t B : g.counts("batch", {4}))
           for (const auto& pr : precs)
             for (const auto& at : g.values("attention", {"flash"}))
-              for (const auto& ps : passes) {
-                Case c;
-                c.size = s;
-                c.cfg = model::preset(s, g_flags.vocab, T);
-                if (g.has("d_model")) c.cfg.d_model = g.counts("d_model")[0], c.size += "*";
-                if (g.has("d_ff")) c.cfg.d_ff = g.counts("d_ff")[0], c.size += "*";
-                if (g.has("layers")) c.cfg.num_layers = g.counts("layers")[0], c.size += "*";
-                if (g.has("heads")) c.cfg.num_heads = g.counts("heads")[0], c.size += "*";
-                if (g.has("kv_heads")) c.cfg.num_kv_heads = g.counts("kv_heads")[0], c.size += "*";
-                check(c.cfg.num_kv_heads == 0 || c.cfg.num_heads % c.cfg.num_kv_heads == 0,
-                      "bench model: kv_heads {} does not divide heads {} (accepted: a divisor of {})",
-                      c.cfg.num_kv_heads, c.cfg.num_heads, c.cfg.num_heads);
-                c.cfg.validate();
-                check(B >= 1, "bench model: batch {} must be >= 1", B);
-                // Refused before anything is allocated: a case past the machine's memory would
-                // otherwise die in the allocator (or swap for minutes) halfway through the sweep.
-                double need = 0;
-                const json mem = analytic_memory(c.cfg, B, T, model::parse_precision(pr));
-                for (auto it = mem.begin(); it != mem.end(); ++it)
-                  if (it.key() != "activations (per layer)") need += it.value().get<double>();
-                const double avail = static_cast<double>(memory::available_bytes());
-                check(avail <= 0 || need < 0.9 * avail,
-                      "--set size/context/batch/d_model/d_ff/layers/heads/kv_heads, --vocab: the case {} "
-                      "context {} "
-                      "batch {} needs "
-                      "about {} but {} is available",
-                      c.size, T, B, units::format_bytes(need), units::format_bytes(avail));
-                model::parse_precision(pr);
-                model::parse_attention_path(at);
-                c.batch = B;
-                c.seq = T;
-                c.precision = pr;
-                c.attention = at;
-                c.pass = ps;
-                c.threads = static_cast<int>(th);
-                cases.push_back(c);
-              }
+              for (const auto& ps : passes)
+                for (const auto& dm : doc_masks) {
+                  Case c;
+                  c.doc_mask = dm == "true";
+                  c.size = s;
+                  c.cfg = model::preset(s, g_flags.vocab, T);
+                  if (g.has("d_model")) c.cfg.d_model = g.counts("d_model")[0], c.size += "*";
+                  if (g.has("d_ff")) c.cfg.d_ff = g.counts("d_ff")[0], c.size += "*";
+                  if (g.has("layers")) c.cfg.num_layers = g.counts("layers")[0], c.size += "*";
+                  if (g.has("heads")) c.cfg.num_heads = g.counts("heads")[0], c.size += "*";
+                  if (g.has("kv_heads")) c.cfg.num_kv_heads = g.counts("kv_heads")[0], c.size += "*";
+                  check(c.cfg.num_kv_heads == 0 || c.cfg.num_heads % c.cfg.num_kv_heads == 0,
+                        "bench model: kv_heads {} does not divide heads {} (accepted: a divisor of {})",
+                        c.cfg.num_kv_heads, c.cfg.num_heads, c.cfg.num_heads);
+                  c.cfg.validate();
+                  check(B >= 1, "bench model: batch {} must be >= 1", B);
+                  // Refused before anything is allocated: a case past the machine's memory would
+                  // otherwise die in the allocator (or swap for minutes) halfway through the sweep.
+                  double need = 0;
+                  const json mem = analytic_memory(c.cfg, B, T, model::parse_precision(pr));
+                  for (auto it = mem.begin(); it != mem.end(); ++it)
+                    if (it.key() != "activations (per layer)") need += it.value().get<double>();
+                  const double avail = static_cast<double>(memory::available_bytes());
+                  check(avail <= 0 || need < 0.9 * avail,
+                        "--set size/context/batch/d_model/d_ff/layers/heads/kv_heads, --vocab: the case {} "
+                        "context {} "
+                        "batch {} needs "
+                        "about {} but {} is available",
+                        c.size, T, B, units::format_bytes(need), units::format_bytes(avail));
+                  model::parse_precision(pr);
+                  model::parse_attention_path(at);
+                  c.batch = B;
+                  c.seq = T;
+                  c.precision = pr;
+                  c.attention = at;
+                  c.pass = ps;
+                  c.threads = static_cast<int>(th);
+                  cases.push_back(c);
+                }
   const roofline::Chip* chip = ctx.chip();
   // Efficiencies are fitted per thread count (each count its own file beside the chip file).
   // Loaded from beside the probe's chip file when fitted for it, else measured now and saved there.

@@ -45,6 +45,8 @@ struct Args {
   uint64_t seed = 0;
   int threads = -1;
   bool json = false;
+  bool doc_mask = false;
+  int64_t eot_id = -1;     // -1: not given (0 with --doc-mask)
   std::string memory;      // memory snapshot file (per rank under mpirun: NAME.rankR.json)
   std::string ddp, shard;  // data parallelism under mpirun (empty: one process)
   double bucket_mb = 25;
@@ -171,6 +173,12 @@ Prepared prepare(const Args& a, int world) {
   t.adamw.weight_decay = a.weight_decay;
   t.max_grad_norm = a.clip;
   t.seed = a.seed;
+  check(a.doc_mask || a.eot_id < 0, "--eot-id: only means something with --doc-mask");
+  if (a.doc_mask) {
+    const int64_t eot = a.eot_id >= 0 ? a.eot_id : 0;
+    check(eot < c.vocab_size, "--eot-id: {} is not a token of the vocabulary (0..{})", eot, c.vocab_size - 1);
+    t.eot_id = static_cast<int32_t>(eot);
+  }
   t.validate();
 
   const int64_t n_data = file ? file->size() : static_cast<int64_t>(text_tokens.size());
@@ -261,6 +269,7 @@ void train_loop(const Args& a, const Prepared& p, model::Trainer& trainer, DataP
         model::attention_path_name(t.attention), get_num_threads(), t.lr_max, t.lr_min, t.warmup_steps,
         t.adamw.weight_decay, t.max_grad_norm);
     fmt::print("data      {}\n", p.source);
+    if (t.eot_id >= 0) fmt::print("doc mask  attention does not cross token {} (end of text)\n", t.eot_id);
 #ifdef RIDGE_HAVE_DISTRIBUTED
     if (dp)
       fmt::print(
@@ -579,6 +588,13 @@ void setup(CLI::App& root) {
       "--memory", a.memory,
       "write a memory snapshot (see `ridge memory show`); under mpirun one per rank, NAME.rankR.json");
   cmd->add_flag("--json", a.json, "one JSON object per logged step");
+  cmd->add_flag("--doc-mask", a.doc_mask,
+                "document masking for packed data: attention does not cross an end-of-text token (--eot-id)");
+  cmd->add_option("--eot-id", a.eot_id,
+                  "the end-of-text token of --doc-mask (default 0: the NUL byte of byte-level data, and "
+                  "<|endoftext|> of a BPE vocabulary that numbers its special tokens first, as HF's "
+                  "BpeTrainer does; GPT-2's is 50256)")
+      ->transform(cli::integer_in(0));
   cmd->add_option("--ddp", a.ddp,
                   "data parallelism under mpirun: naive, flat, overlap or bucketed (--batch is global)");
   cmd->add_option("--bucket-mb", a.bucket_mb, "bucketed: bucket size in MB")

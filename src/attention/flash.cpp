@@ -70,11 +70,20 @@ std::vector<FwdItem> plan_forward(const Problem& p, int bq) {
   return sorted;
 }
 
+double& backward_slice_scores() {
+  // About 2^22 visible scores (times the heads of a kv group) per slice. A slice costs a fixed
+  // O(n_q d) beside its work (its dQ partial zeroed and added into the accumulator in order, perhaps
+  // after a wait for the slice before). At 2^20 a dense backward with few units paid it several times
+  // per unit (b1 h4 n2048: 4 slices a unit, where the code before varlen had none), the suspect of
+  // its 10-17% slowdown (docs/attention.md); at 2^22 those shapes are one slice again and a
+  // 4096 x 4096 sequence is cut in 4 (causal: 2), still enough to spread one long sequence.
+  static double scores = 4194304.0;
+  return scores;
+}
+
 std::vector<BwdTask> plan_backward(const Problem& p, int bk, int64_t& units, int64_t& acc_floats,
                                    int64_t dp) {
-  // About 2^20 visible scores (times the heads of a kv group) per slice: enough slices for one long
-  // sequence to fill many cores, few enough that their dQ additions stay a small share.
-  constexpr double kSliceCost = 1048576.0;
+  const double kSliceCost = backward_slice_scores();
   constexpr int64_t kMaxSlices = 64;
   const int64_t group = p.heads / p.kv_heads;
   struct Unit {
@@ -147,11 +156,21 @@ std::vector<BwdTask> plan_backward(const Problem& p, int bk, int64_t& units, int
       list.push_back(std::move(u));
     }
   }
-  // Costliest units first; a unit's slices stay together and in order.
+  // Costliest units first. The sliced units' slices are dealt round-robin (slice 0 of each, then
+  // slice 1 of each, ...), so a unit's consecutive slices are as far apart in the list as there are
+  // sliced units and a slice rarely waits for its predecessor's add (with them adjacent, two threads
+  // would run a unit's slices side by side and each add would wait for the other's slice to end).
+  // Then the unsliced units, costliest first, which fill the tail.
   std::stable_sort(list.begin(), list.end(),
                    [](const Unit& a, const Unit& b) { return a.slice_cost > b.slice_cost; });
   std::vector<BwdTask> tasks;
-  for (auto& u : list) tasks.insert(tasks.end(), u.tasks.begin(), u.tasks.end());
+  size_t most = 0;
+  for (auto& u : list) most = std::max(most, u.tasks.size());
+  for (size_t r = 0; r < most; ++r)
+    for (auto& u : list)
+      if (u.tasks.size() > 1 && r < u.tasks.size()) tasks.push_back(u.tasks[r]);
+  for (auto& u : list)
+    if (u.tasks.size() == 1) tasks.push_back(u.tasks[0]);
   return tasks;
 }
 

@@ -80,9 +80,9 @@ inline void queries_seeing(const Problem& p, const Seq& s, int64_t j_first, int6
 // only, never on the thread count. Each slice computes its dK, dV rows alone and a dQ partial over
 // the queries its keys are seen by; the partials are added in slice order into an fp32 accumulator
 // (`acc` floats into it, group x n_q x dp per unit): the bits are the same at any thread count and
-// for a sequence run alone or in a batch. A unit's slices are consecutive in the list, in order, so
-// a slice waiting for its predecessor's add waits on a task already running (OpenMP's dynamic
-// schedule hands iterations out in order).
+// for a sequence run alone or in a batch. A unit's slices come in order in the list (dealt
+// round-robin among the sliced units), so a slice waiting for its predecessor's add waits on a task
+// already handed out (OpenMP's dynamic schedule hands iterations out in order).
 struct FwdItem {
   int64_t b = 0, h = 0, i0 = 0;
 };
@@ -94,6 +94,10 @@ struct BwdTask {
 };
 std::vector<FwdItem> plan_forward(const Problem& p, int bq);
 std::vector<BwdTask> plan_backward(const Problem& p, int bk, int64_t& units, int64_t& acc_floats, int64_t dp);
+// Visible scores (times the group's heads) per backward slice: the planner's one constant, a
+// reference so tests can lower it and cut short sequences into many slices (ScopedSliceScores in
+// tests/attention/test_flash_masks.cpp); nothing else writes it.
+double& backward_slice_scores();
 
 // Each path's file (flash_<isa>.cpp) exposes its entry points and one table of them (the per-ISA
 // convention, core/isa_paths.hpp).

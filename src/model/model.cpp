@@ -166,6 +166,12 @@ struct TransformerLM<S>::Impl {
   Region final_acts, work;
   std::vector<S> rope_cos, rope_sin;
   std::vector<int32_t> inputs, targets;  // copies of the last forward's tokens
+  // Document masking: attention stops at every token `eot` (-1: off). cu holds the last forward's
+  // documents as the varlen kernels take them: the batch's rows packed one after the other, each cut
+  // after every eot token (and at its end); longest is the longest document.
+  int32_t eot = -1;
+  std::vector<int32_t> cu;
+  int64_t longest = 0;
 
   // Per-layer offsets into the flat buffers.
   struct LayerTensors {
@@ -244,6 +250,41 @@ struct TransformerLM<S>::Impl {
     v.stride = {seq * ld, dh, ld, 1};
     return v;
   }
+  // The same rows as [batch * seq, n, d_head] (the varlen kernels' packed layout).
+  template <typename E>
+  TensorView<E> packed(E* base, int64_t ld, int64_t n) const {
+    const int64_t dh = cfg.d_head();
+    TensorView<E> v;
+    v.data = base;
+    v.rank = 3;
+    v.shape = {batch * seq, n, dh};
+    v.stride = {ld, dh, 1};
+    return v;
+  }
+  // Tokens [t0, t0 + len) of the packed rows as one [1, n, len, d_head] sequence (the math path runs
+  // a document at a time).
+  template <typename E>
+  TensorView<E> doc(E* base, int64_t ld, int64_t n, int64_t t0, int64_t len) const {
+    const int64_t dh = cfg.d_head();
+    TensorView<E> v;
+    v.data = base + t0 * ld;
+    v.rank = 4;
+    v.shape = {1, n, len, dh};
+    v.stride = {len * ld, dh, ld, 1};
+    return v;
+  }
+  // Cuts the batch's rows into documents after every eot token.
+  void cut_documents(const int32_t* tokens, int64_t B, int64_t T) {
+    cu.assign(1, 0);
+    longest = 0;
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t t = 0; t < T; ++t)
+        if (tokens[b * T + t] == eot || t == T - 1) {
+          const auto end = static_cast<int32_t>(b * T + t + 1);
+          longest = std::max<int64_t>(longest, end - cu.back());
+          cu.push_back(end);
+        }
+  }
 };
 
 template <typename S>
@@ -303,6 +344,31 @@ void TransformerLM<S>::Impl::attention_forward(const LayerActs<S, O>& s, const W
   opt.causal = true;
   const auto q = heads(s.qkv, QKV, H), k = heads(s.qkv + D, QKV, KV), v = heads(s.qkv + D + Dkv, QKV, KV);
   const TensorView<S> lse = TensorView<S>::contiguous(s.lse, {batch, H, seq});
+  if (eot >= 0) {
+    // Document mask: lse as [H, batch * seq], the varlen layout, on both paths.
+    const int64_t N = batch * seq;
+    if constexpr (kFlashInstance<S, O>) {
+      if (attention == AttentionPath::flash) {
+        attention::flash_attention_varlen_forward<O>(
+            packed(s.qkv, QKV, H), packed(s.qkv + D, QKV, KV), packed(s.qkv + D + Dkv, QKV, KV), cu, cu,
+            longest, longest, packed(s.o, D, H), TensorView<float>::contiguous(s.lse, {H, N}), opt);
+        return;
+      }
+    }
+    for (size_t x = 0; x + 1 < cu.size(); ++x) {
+      const int64_t t0 = cu[x], len = cu[x + 1] - cu[x];
+      TensorView<S> l;
+      l.data = s.lse + t0;
+      l.rank = 3;
+      l.shape = {1, H, len};
+      l.stride = {H * N, N, 1};
+      attention::attention_reference_forward<O, S>(
+          doc(s.qkv, QKV, H, t0, len), doc(s.qkv + D, QKV, KV, t0, len),
+          doc(s.qkv + D + Dkv, QKV, KV, t0, len), doc(w.dattn, D, H, t0, len), l, opt);
+    }
+    layers::cast<O>(w.dattn, s.o, batch * seq * D, round());
+    return;
+  }
   if constexpr (kFlashInstance<S, O>) {
     if (attention == AttentionPath::flash) {
       attention::flash_attention_forward<O>(q, k, v, heads(s.o, D, H), lse, opt);
@@ -325,6 +391,31 @@ void TransformerLM<S>::Impl::attention_backward(const LayerActs<S, O>& s, const 
   opt.causal = true;
   const auto q = heads(s.qkv, QKV, H), k = heads(s.qkv + D, QKV, KV), v = heads(s.qkv + D + Dkv, QKV, KV);
   const auto dO = heads(const_cast<O*>(dout), D, H);
+  if (eot >= 0) {
+    O* d_o = const_cast<O*>(dout);
+    if constexpr (kFlashInstance<S, O>) {
+      if (attention == AttentionPath::flash) {
+        attention::flash_attention_varlen_backward<O>(
+            packed(s.qkv, QKV, H), packed(s.qkv + D, QKV, KV), packed(s.qkv + D + Dkv, QKV, KV),
+            packed(s.o, D, H), packed(d_o, D, H), TensorView<float>::contiguous(s.lse, {H, N}), cu, cu,
+            longest, longest, packed(w.dqkv, QKV, H), packed(w.dqkv + D, QKV, KV),
+            packed(w.dqkv + D + Dkv, QKV, KV), opt);
+        layers::rope_backward<S>(w.dqkv, dqkv, N, seq, D + Dkv, QKV, dh, rope_cos.data(), rope_sin.data(),
+                                 round());
+        return;
+      }
+    }
+    for (size_t x = 0; x + 1 < cu.size(); ++x) {
+      const int64_t t0 = cu[x], len = cu[x + 1] - cu[x];
+      attention::attention_reference_backward<O, S>(
+          doc(s.qkv, QKV, H, t0, len), doc(s.qkv + D, QKV, KV, t0, len),
+          doc(s.qkv + D + Dkv, QKV, KV, t0, len), doc(d_o, D, H, t0, len), doc(w.dattn, QKV, H, t0, len),
+          doc(w.dattn + D, QKV, KV, t0, len), doc(w.dattn + D + Dkv, QKV, KV, t0, len), opt);
+    }
+    layers::rope_backward<S>(w.dattn, dqkv, N, seq, D + Dkv, QKV, dh, rope_cos.data(), rope_sin.data(),
+                             round());
+    return;
+  }
   if constexpr (kFlashInstance<S, O>) {
     if (attention == AttentionPath::flash) {
       const TensorView<float> lse = TensorView<float>::contiguous(s.lse, {batch, H, seq});
@@ -672,6 +763,7 @@ S TransformerLM<S>::forward(const int32_t* inputs, const int32_t* targets, int64
         c.context_length, seq);
   const int64_t n = batch * seq;
   impl_->inputs.assign(inputs, inputs + n);
+  if (impl_->eot >= 0) impl_->cut_documents(inputs, batch, seq);
   if (targets)
     impl_->targets.assign(targets, targets + n);
   else
@@ -689,6 +781,19 @@ S TransformerLM<S>::forward(const int32_t* inputs, const int32_t* targets, int64
   impl_->forward_done = true;
   impl_->logits_only = targets == nullptr;
   return static_cast<S>(loss);
+}
+
+template <typename S>
+void TransformerLM<S>::set_document_mask(int32_t eot_id) {
+  check(eot_id >= -1 && eot_id < impl_->cfg.vocab_size,
+        "eot_id: {} is not a token of the vocabulary (0..{}), nor -1 (no document mask)", eot_id,
+        impl_->cfg.vocab_size - 1);
+  impl_->eot = eot_id;
+  impl_->forward_done = false;
+}
+template <typename S>
+int32_t TransformerLM<S>::document_mask() const {
+  return impl_->eot;
 }
 
 template <typename S>

@@ -23,6 +23,7 @@ void TrainConfig::validate() const {
   check(std::isfinite(lr_max) && lr_max >= 0, "lr_max: must be finite and >= 0, got {}", lr_max);
   check(std::isfinite(lr_min) && lr_min >= 0 && lr_min <= lr_max,
         "lr_min: must be in [0, lr_max = {}], got {}", lr_max, lr_min);
+  check(eot_id >= -1, "eot_id: must be a token id >= 0, or -1 (no document mask), got {}", eot_id);
   check(warmup_steps >= 0, "warmup_steps: must be >= 0, got {}", warmup_steps);
   check(cosine_steps >= 0, "cosine_steps: must be >= 0, got {}", cosine_steps);
   check(std::isfinite(max_grad_norm) && max_grad_norm >= 0, "max_grad_norm: must be finite and >= 0, got {}",
@@ -62,6 +63,7 @@ Trainer::Trainer(const ModelConfig& model, const TrainConfig& train)
         "optimizer_begin, optimizer_end: [{}, {}) is not a range of the {} parameters", train.optimizer_begin,
         train.optimizer_end, n);
   opt_begin_ = train.optimizer_begin;
+  model_.set_document_mask(train.eot_id);
   model_.init(train.seed);
   frozen_.assign(model_.tensors().size(), false);
   inputs_.resize(static_cast<size_t>(train.batch * train.seq));

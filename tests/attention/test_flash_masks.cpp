@@ -17,6 +17,7 @@
 
 #include "ridge/attention.hpp"
 #include "ridge/core.hpp"
+#include "attention/internal.hpp"
 #include "core/check.hpp"
 
 namespace ridge::attention {
@@ -26,6 +27,18 @@ bool small_tests() {
   const char* s = std::getenv("RIDGE_TEST_SMALL");
   return s && std::string(s) == "1";
 }
+
+// The backward's slice size lowered for a scope: short sequences then go through many slices and the
+// in-order dQ accumulation (at the default, a sequence needs thousands of tokens for two).
+struct ScopedSliceScores {
+  double saved;
+  explicit ScopedSliceScores(double s) : saved(detail::backward_slice_scores()) {
+    detail::backward_slice_scores() = s;
+  }
+  ~ScopedSliceScores() { detail::backward_slice_scores() = saved; }
+  ScopedSliceScores(const ScopedSliceScores&) = delete;
+  ScopedSliceScores& operator=(const ScopedSliceScores&) = delete;
+};
 
 double val(float x) {
   return x;
@@ -401,9 +414,57 @@ TEST(FlashAttentionMasks, Bf16MeetsFlashAttnRuleOnEveryPath) {
   }
 }
 
-// Longer sequences, so a window skips whole key blocks and a causal sequence's backward is cut
-// into several slices (their dQ partials meet in the accumulator).
+// A seeded sample of the whole cross-product (the hand-picked configurations above cover each value
+// once; these mix them): d in {32, 64, 80, 96, 128}, GQA 1/4/8, every window shape (with causal or
+// not), softcap 0/5/30/50, and 1..3 sequences whose lengths come from the awkward list, q and k
+// lengths drawn apart. Every ISA path, fp32 and bf16; fewer samples under RIDGE_TEST_SMALL.
+std::vector<Config> sampled_configs(int n) {
+  const std::vector<int64_t> ds = {32, 64, 80, 96, 128}, groups = {1, 4, 8},
+                             lens = {0, 1, 2, 7, 13, 31, 61, 64, 97, 127, 128, 129};
+  const std::vector<std::pair<int64_t, int64_t>> windows = {{-1, -1}, {0, 0},  {1, 0},     {9, 9},
+                                                            {-1, 0},  {0, -1}, {300, 300}, {5, 2}};
+  const std::vector<float> caps = {0.0f, 5.0f, 30.0f, 50.0f};
+  std::mt19937 rng(2024);
+  auto pick = [&](const auto& v) { return v[std::uniform_int_distribution<size_t>(0, v.size() - 1)(rng)]; };
+  std::vector<Config> out;
+  for (int x = 0; x < n; ++x) {
+    Config c;
+    c.d = pick(ds);
+    const int64_t g = pick(groups);
+    c.kv_heads = g == 8 ? 1 : 1 + static_cast<int64_t>(rng() % 2);
+    c.heads = g * c.kv_heads;
+    const auto [l, r] = pick(windows);
+    c.left = l;
+    c.right = r;
+    c.causal = rng() % 3 == 0;
+    c.softcap = pick(caps);
+    const int64_t seqs = 1 + static_cast<int64_t>(rng() % 3);
+    for (int64_t b = 0; b < seqs; ++b) {
+      const int64_t lq = pick(lens);
+      c.lq.push_back(lq);
+      c.lk.push_back(rng() % 2 ? lq : pick(lens));
+    }
+    out.push_back(c);
+  }
+  return out;
+}
+
+TEST(FlashAttentionMasks, SampledCrossProductOnEveryPath) {
+  const std::vector<Config> sample = sampled_configs(small_tests() ? 6 : 12);
+  for (cpu::Isa isa : cpu::supported_isas()) {
+    SCOPED_TRACE(cpu::isa_name(isa));
+    cpu::ScopedIsa scoped(isa);
+    for (const auto& c : sample) {
+      check_config<float>(c, 17);
+      check_config<bf16>(c, 17);
+    }
+  }
+}
+
+// Longer sequences, so a window skips whole key blocks, and the backward's slices lowered so each
+// sequence is cut into several (their dQ partials meet in the accumulator).
 TEST(FlashAttentionMasks, LongWindowedAndSlicedSequences) {
+  ScopedSliceScores many(1 << 17);
   const int64_t n = small_tests() ? 700 : 1500;
   const std::vector<Config> long_configs = {
       {1, 1, 64, {n}, {n}, true, 128, -1, 0.0f},
@@ -453,19 +514,20 @@ bool same_bits(const T* a, const T* b, size_t n) {
 }
 
 // A batch gives, for each sequence, exactly the bits of that sequence run alone, at 1, 2, 3 and 7
-// threads: one long sequence among short ones (its backward cut into slices) and empty ones.
+// threads: one long sequence among short ones (its backward cut into slices: 8 query heads on one kv
+// head, 1500 x 1500, causal, are 2 slices at the default slice size) and empty ones.
 template <typename T>
 void check_bit_identity(const Options& opt) {
   const std::vector<int64_t> lq = {5, 1500, 0, 64, 1, 129, 0, 300}, lk = {5, 1500, 9, 64, 3, 127, 0, 280};
   const int threads = get_num_threads();
-  Packed<T> base(8, 2, 64, lq, lk, 21);
+  Packed<T> base(8, 1, 64, lq, lk, 21);
   set_num_threads(1);
   base.forward(opt);
   base.backward(opt);
   for (int nt : {1, 2, 3, 7}) {
     SCOPED_TRACE(fmt::format("{} threads", nt));
     set_num_threads(nt);
-    Packed<T> all(8, 2, 64, lq, lk, 21);
+    Packed<T> all(8, 1, 64, lq, lk, 21);
     all.forward(opt);
     all.backward(opt);
     EXPECT_TRUE(same_bits(all.o.data(), base.o.data(), base.o.size()));
@@ -475,7 +537,7 @@ void check_bit_identity(const Options& opt) {
     EXPECT_TRUE(same_bits(all.dv.data(), base.dv.data(), base.dv.size()));
     for (size_t b = 0; b < lq.size(); ++b) {
       SCOPED_TRACE(fmt::format("sequence {} alone", b));
-      Packed<T> one(8, 2, 64, {lq[b]}, {lk[b]}, 1);
+      Packed<T> one(8, 1, 64, {lq[b]}, {lk[b]}, 1);
       const int64_t q0 = base.cu_q[b], k0 = base.cu_k[b];
       auto copy = [&](std::vector<T>& dst, const std::vector<T>& src, int64_t start, int64_t hh) {
         std::copy(src.begin() + start * hh * 64,
@@ -483,14 +545,14 @@ void check_bit_identity(const Options& opt) {
       };
       copy(one.q, base.q, q0, 8);
       copy(one.d_o, base.d_o, q0, 8);
-      copy(one.k, base.k, k0, 2);
-      copy(one.v, base.v, k0, 2);
+      copy(one.k, base.k, k0, 1);
+      copy(one.v, base.v, k0, 1);
       one.forward(opt);
       one.backward(opt);
       EXPECT_TRUE(same_bits(one.o.data(), base.o.data() + q0 * 8 * 64, one.o.size()));
       EXPECT_TRUE(same_bits(one.dq.data(), base.dq.data() + q0 * 8 * 64, one.dq.size()));
-      EXPECT_TRUE(same_bits(one.dk.data(), base.dk.data() + k0 * 2 * 64, one.dk.size()));
-      EXPECT_TRUE(same_bits(one.dv.data(), base.dv.data() + k0 * 2 * 64, one.dv.size()));
+      EXPECT_TRUE(same_bits(one.dk.data(), base.dk.data() + k0 * 64, one.dk.size()));
+      EXPECT_TRUE(same_bits(one.dv.data(), base.dv.data() + k0 * 64, one.dv.size()));
       for (int64_t h = 0; h < 8; ++h)
         EXPECT_TRUE(same_bits(one.lse.data() + h * lq[b], base.lse.data() + h * base.tq + q0,
                               static_cast<size_t>(lq[b])));
@@ -506,6 +568,9 @@ TEST(FlashAttentionVarlen, EachSequenceAloneBitForBitAtAnyThreadCount) {
     cpu::ScopedIsa scoped(isa);
     check_bit_identity<float>(options_of({1, 1, 64, {}, {}, true, -1, -1, 0.0f}));
     check_bit_identity<bf16>(options_of({1, 1, 64, {}, {}, false, 100, 20, 30.0f}));
+    // Every sequence of 64 tokens and more cut into slices, up to the cap of 64 a unit.
+    ScopedSliceScores many(1 << 14);
+    check_bit_identity<float>(options_of({1, 1, 64, {}, {}, false, 200, -1, 5.0f}));
   }
   cpu::ScopedIsa scalar(cpu::Isa::scalar);
   check_bit_identity<float>(options_of({1, 1, 64, {}, {}, false, 64, 0, 5.0f}));

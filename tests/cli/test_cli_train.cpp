@@ -77,6 +77,30 @@ TEST(CliTrain, TrainsOnTextPrintsJsonAndWritesACheckpoint) {
   EXPECT_EQ(sf.at("lm_head.weight").shape, (std::vector<int64_t>{256, 32}));
 }
 
+// Document masking: a text whose documents are separated by NUL bytes (the default --eot-id 0 of
+// byte-level data) trains with --doc-mask, the header says where attention stops, and the loss falls.
+TEST(CliTrain, TrainsWithADocumentMask) {
+  Dir d;
+  std::string text;
+  for (int i = 0; i < 200; ++i) text += std::string("the cat sat on the mat. ") + (i % 3 == 2 ? '\0' : ' ');
+  const std::string txt = d.file("docs.txt", text);
+  const auto r = run(std::string("train ") + kTiny + " --text " + txt +
+                     " --context 32 --batch 4 --steps 30 --lr 1e-2 --log-every 10 --doc-mask");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("doc mask  attention does not cross token 0 (end of text)"), std::string::npos)
+      << r.out;
+  const auto r2 =
+      run(std::string("train ") + kTiny + " --text " + txt +
+          " --context 32 --batch 4 --steps 30 --lr 1e-2 --log-every 10 --json --doc-mask --eot-id 46");
+  ASSERT_EQ(r2.code, 0) << r2.err;
+  std::istringstream in(r2.out);
+  std::string line;
+  std::vector<double> loss;
+  while (std::getline(in, line)) loss.push_back(nlohmann::json::parse(line).at("loss").get<double>());
+  ASSERT_EQ(loss.size(), 4u);
+  EXPECT_LT(loss.back(), loss.front() - 1.0);
+}
+
 // Grouped-query attention from the command line: 2 heads sharing 1 kv head train (the loss falls as in
 // the multi-head run above), the model line says so, the checkpoint records num_kv_heads with k_proj and
 // v_proj of one head, it resumes with the same flags, and a run without --kv-heads is refused naming it.
@@ -155,6 +179,9 @@ TEST(CliTrain, BadInputIsOneLineAndExitTwo) {
       {"--resume " + keep, "--resume"},
       {"--lr -1", "lr"},
       {"--threads 0", "--threads"},
+      {"--eot-id 3", "--eot-id"},  // without --doc-mask
+      {"--text " + text + " --doc-mask --eot-id 256", "--eot-id"},
+      {"--doc-mask --eot-id 1.5", "--eot-id"},
   };
   for (const Case& c : cases) {
     // The case's own value of a flag replaces the default (each flag is given once).

@@ -72,6 +72,12 @@ class TransformerLM {
   AttentionPath attention_path() const;
   void set_precision(Precision p);
   void set_attention_path(AttentionPath a);
+  // Document masking for packed training data: from the next forward on, attention does not cross
+  // token `eot_id` (a row's tokens after an eot attend only to tokens after it; the eot itself closes
+  // its document), on the varlen kernels (flash) or a document at a time (math). -1 turns it off.
+  // Positions (RoPE) stay those of the row: RoPE scores depend on relative positions only.
+  void set_document_mask(int32_t eot_id);
+  int32_t document_mask() const;  // -1: off
 
   const std::vector<TensorInfo>& tensors() const;
   int num_groups() const;

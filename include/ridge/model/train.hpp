@@ -27,6 +27,9 @@ struct TrainConfig {
   double loss_scale = 65536.0;                 // fp16 only: the initial dynamic loss scale
   int64_t loss_scale_interval = 2000;
   uint64_t seed = 0;  // initialisation and batch sampling
+  // Document masking (TransformerLM::set_document_mask): attention does not cross this end-of-text
+  // token id; -1: plain causal attention over each whole row.
+  int32_t eot_id = -1;
   // The flat parameter range AdamW keeps state for from the start (optimizer_end -1: to the end).
   // A data-parallel rank that knows its shard before building the trainer sets it, so it never
   // allocates the whole state (shard_optimizer() with the same range then keeps the buffers).
