@@ -95,7 +95,7 @@ class Tokenizer {
   // bytes.decode("utf-8", errors="replace") does (CS336's decode).
   std::string decode(std::span<const int32_t> ids) const;
 
-  struct Impl;  // the merge table, the special-token matcher, the compiled pre-tokenizer
+  struct Impl;  // the merge table and the special-token matcher
 
   Tokenizer(const Tokenizer&);
   Tokenizer& operator=(const Tokenizer&);
@@ -104,6 +104,8 @@ class Tokenizer {
   ~Tokenizer();
 
  private:
+  friend class EncodeStream;
+  Tokenizer() = default;
   std::vector<std::string> vocab_;
   std::vector<std::pair<std::string, std::string>> merges_;
   std::vector<std::string> specials_;
@@ -125,6 +127,7 @@ class EncodeStream {
   const Tokenizer& tok_;
   int threads_;
   std::string pending_;
+  size_t checked_ = 0;  // no safe cut in pending_[0, checked_)
 };
 
 struct EncodeFileStats {
