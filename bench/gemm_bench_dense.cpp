@@ -194,7 +194,13 @@ bench::Row run_dense_case(const GemmCase& c, const bench::Options& options) {
       }
     } else {
       if (c.peer && gemm_peers::onednn_available()) {
-        mm = std::make_unique<gemm_peers::OnednnBf16Matmul>(m, n, k, c.out, lda, ldb, n, a_km, b_km);
+        try {
+          mm = std::make_unique<gemm_peers::OnednnBf16Matmul>(m, n, k, c.out, lda, ldb, n, a_km, b_km);
+        } catch (const Error& e) {
+          row.note = fmt::format("peer not available: {}", e.what());
+        }
+      }
+      if (mm) {
         if (out_f32)
           dp32 = Buffer<float>(sz(m * n), "bench.gemm.peer_d");
         else
@@ -206,7 +212,7 @@ bench::Row run_dense_case(const GemmCase& c, const bench::Options& options) {
                   out_f32 ? static_cast<void*>(dp32.data() + i * m * n)
                           : static_cast<void*>(dp16.data() + i * m * n));
         };
-      } else if (c.peer) {
+      } else if (c.peer && !gemm_peers::onednn_available()) {
         row.note = "peer oneDNN not available (this ridge was configured without libdnnl-dev)";
       }
     }

@@ -35,12 +35,16 @@ Table pick_path(const Paths<Table>& paths, cpu::Isa isa) {
 
 // pick_path for every level, resolved once: for modules whose dispatch sits on a hot path (a bulk
 // conversion of a few elements, a fused layer per row block), the lookup is then an index.
+// Only the levels this machine runs are resolved: a path's table function is compiled with that
+// path's flags, so merely calling kernels_avx512() to read its pointers may execute AVX-512
+// instructions (GCC builds the returned struct in zmm registers), an illegal instruction on an AVX2
+// machine. Levels above the machine's keep an empty table; active_isa() never names them.
 template <class Table>
 class PathTables {
  public:
   explicit PathTables(const Paths<Table>& paths) {
     for (cpu::Isa i : {cpu::Isa::scalar, cpu::Isa::avx2, cpu::Isa::avx512, cpu::Isa::avx512bf16})
-      at_[static_cast<int>(i)] = pick_path(paths, i);
+      if (cpu::supported(i)) at_[static_cast<int>(i)] = pick_path(paths, i);
   }
   const Table& operator()(cpu::Isa isa) const { return at_[static_cast<int>(isa)]; }
 

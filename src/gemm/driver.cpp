@@ -31,7 +31,7 @@ KernelInfo select_kernel(Elem in, cpu::Isa path) {
   // widening when the CPU has it (and tests have not turned it off).
   static constexpr ridge::isa::Paths<KernelInfo> f32_paths{kernel_f32_scalar, kernel_f32_avx2,
                                                            kernel_f32_avx512, nullptr};
-  static constexpr ridge::isa::Paths<KernelInfo> bf16_paths{kernel_f32_scalar, kernel_f32_avx2,
+  static constexpr ridge::isa::Paths<KernelInfo> bf16_paths{kernel_f32_scalar, kernel_bf16_avx2,
                                                             kernel_f32_avx512, kernel_bf16_avx512bf16};
   static constexpr ridge::isa::Paths<KernelInfo> fp8_paths{kernel_fp8_scalar, kernel_fp8_avx2,
                                                            kernel_fp8_avx512, kernel_fp8_avx512bf16};

@@ -134,6 +134,7 @@ struct KernelInfo {
 // the file's ISA flags. The bf16pair kernels exist only in the avx512bf16 files.
 KernelInfo kernel_f32_scalar();
 KernelInfo kernel_f32_avx2();
+KernelInfo kernel_bf16_avx2();  // kernel_f32_avx2 with the bf16 decode path
 KernelInfo kernel_f32_avx512();
 KernelInfo kernel_bf16_avx512bf16();
 KernelInfo kernel_fp8_scalar();

@@ -1,8 +1,13 @@
 // AVX2+FMA fp32 micro-kernel, 6x16: 12 ymm accumulators + 2 B vectors + 1 broadcast fit the 16
-// registers. Also the bf16 path on AVX2 machines (the driver widens bf16 to fp32 while packing).
+// registers. Also the bf16 path on AVX2 machines (the driver widens bf16 to fp32 while packing;
+// decode shapes widen in registers, small_m_avx2.inc).
 #include <immintrin.h>
 
+#include <cstdint>
+#include <cstring>
 #include <utility>
+
+#include "ridge/core/cpu.hpp"
 
 #include "gemm/kernel.hpp"
 
@@ -61,6 +66,9 @@ void ukernel(int64_t kc, const void* a_panel, const void* b_panel, int mr, int n
 
 #include "gemm/ukernel_rows.inc"
 
+#include "simd/scalar.inc"
+#include "gemm/small_m_avx2.inc"
+
 }  // namespace
 
 KernelInfo kernel_f32_avx2() {
@@ -70,7 +78,17 @@ KernelInfo kernel_f32_avx2() {
                     .panel = Panel::f32,
                     .ukernel = &ukernel_dispatch,
                     .pack_a = &pack_dense,
-                    .pack_b = &pack_dense};
+                    .pack_b = &pack_dense,
+                    .small_m = &small_m_f32,
+                    .small_m_elem = Elem::f32};
+}
+
+// The same kernel for bf16 inputs (packing widens them), with the bf16 decode path.
+KernelInfo kernel_bf16_avx2() {
+  KernelInfo k = kernel_f32_avx2();
+  k.small_m = &small_m_bf16;
+  k.small_m_elem = Elem::bf16;
+  return k;
 }
 
 }  // namespace ridge::gemm::detail
