@@ -653,14 +653,19 @@ void encode_text(const Tokenizer::Impl& impl, std::string_view text, int threads
   for (const auto& r : results) out.insert(out.end(), r.begin(), r.end());
 }
 
-// Reads a regular file block by block, calling fn(block) (a view valid until the next call).
-void read_blocks(const std::string& path, const std::string& what, size_t block,
+// Reads a regular file block by block, calling fn(block) (a view valid until the next call). Errors say
+// "LABEL: why" about the function argument `argument` (none when it is empty).
+void read_blocks(const std::string& path, const std::string& argument, const std::string& label, size_t block,
                  const std::function<void(std::string_view)>& fn) {
+  auto fail_read = [&](const std::string& why) {
+    if (argument.empty()) throw Error(label + ": " + why);
+    throw Error(argument, label + ": " + why);
+  };
   struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) fail_arg(what, "'{}': cannot open it: {}", path, std::strerror(errno));
-  check_arg(S_ISREG(st.st_mode), what, "'{}': not a regular file", path);
+  if (::stat(path.c_str(), &st) != 0) fail_read(fmt::format("cannot open it: {}", std::strerror(errno)));
+  if (!S_ISREG(st.st_mode)) fail_read("not a regular file");
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) fail_arg(what, "'{}': cannot open it: {}", path, std::strerror(errno));
+  if (fd < 0) fail_read(fmt::format("cannot open it: {}", std::strerror(errno)));
   struct Closer {
     int fd;
     ~Closer() { ::close(fd); }
@@ -671,7 +676,7 @@ void read_blocks(const std::string& path, const std::string& what, size_t block,
     while (got < block) {
       const ssize_t n = ::read(fd, buf.data() + got, block - got);
       if (n < 0 && errno == EINTR) continue;
-      if (n < 0) fail_arg(what, "'{}': reading it failed: {}", path, std::strerror(errno));
+      if (n < 0) fail_read(fmt::format("reading it failed: {}", std::strerror(errno)));
       if (n == 0) break;
       got += static_cast<size_t>(n);
     }
@@ -681,9 +686,11 @@ void read_blocks(const std::string& path, const std::string& what, size_t block,
   }
 }
 
-std::string read_whole(const std::string& path, const std::string& what) {
+// A whole file; errors "LABEL 'PATH': why".
+std::string read_whole(const std::string& path, const std::string& label) {
   std::string s;
-  read_blocks(path, what, size_t{1} << 20, [&](std::string_view b) { s.append(b); });
+  read_blocks(path, "", fmt::format("{} '{}'", label, path), size_t{1} << 20,
+              [&](std::string_view b) { s.append(b); });
   return s;
 }
 
@@ -1125,11 +1132,12 @@ EncodeFileStats encode_file(const Tokenizer& tokenizer, const std::vector<std::s
         };
         for (const auto& path : texts) {
           EncodeStream stream(tokenizer, nt);
-          read_blocks(path, "texts", size_t{16} << 20, [&](std::string_view block) {
-            stats.bytes += static_cast<int64_t>(block.size());
-            stream.feed(block, ids);
-            flush();
-          });
+          read_blocks(path, "texts", fmt::format("'{}'", path), size_t{16} << 20,
+                      [&](std::string_view block) {
+                        stats.bytes += static_cast<int64_t>(block.size());
+                        stream.feed(block, ids);
+                        flush();
+                      });
           stream.finish(ids);
           flush();
         }
@@ -1315,6 +1323,12 @@ void check_train_args(int64_t vocab_size, const std::vector<std::string>& specia
     check_arg(valid_utf8(s), "special_tokens", "'{}' is not valid UTF-8", shown(s));
     check_arg(seen.insert(s).second, "special_tokens", "'{}' is given twice", shown(s));
   }
+  for (const auto& s : specials)
+    check_arg(
+        s.size() > 1, "special_tokens",
+        "'{}' is one byte, a token of the vocabulary already (the byte itself); a special token needs two "
+        "bytes or more",
+        shown(s));
   const int64_t least = 256 + static_cast<int64_t>(specials.size());
   check_arg(vocab_size >= least, "vocab_size",
             "{} is below 256 bytes + {} special token{} = {}; the vocabulary starts with those", vocab_size,
@@ -1408,7 +1422,7 @@ Tokenizer train_bpe_files(const std::vector<std::string>& texts, int64_t vocab_s
   for (const auto& path : texts) {
     SafeBuffer buf(sp, size_t{32} << 20);
     auto count = [&](std::string_view piece) { count_pretokens(sp, piece, nt, maps, matchers); };
-    read_blocks(path, "texts", size_t{32} << 20, [&](std::string_view block) {
+    read_blocks(path, "texts", fmt::format("'{}'", path), size_t{32} << 20, [&](std::string_view block) {
       st.input_bytes += static_cast<int64_t>(block.size());
       buf.feed(block, count);
     });

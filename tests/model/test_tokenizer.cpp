@@ -99,8 +99,9 @@ std::vector<std::string> ascii_pretokens(const std::string& t) {
     size_t len = 0;
     if (t[i] == '\'' && i + 1 < n && std::string("sdmt").find(t[i + 1]) != std::string::npos) {
       len = 2;
-    } else if (t[i] == '\'' && i + 2 < n && (t.compare(i + 1, 2, "ll") == 0 || t.compare(i + 1, 2, "ve") == 0 ||
-                                             t.compare(i + 1, 2, "re") == 0)) {
+    } else if (t[i] == '\'' && i + 2 < n &&
+               (t.compare(i + 1, 2, "ll") == 0 || t.compare(i + 1, 2, "ve") == 0 ||
+                t.compare(i + 1, 2, "re") == 0)) {
       len = 3;
     }
     for (auto cls : {std::function<bool(char)>(letter), std::function<bool(char)>(digit),
@@ -140,7 +141,8 @@ struct NaiveResult {
   std::vector<std::string> vocab;
   Merges merges;
 };
-NaiveResult naive_train(const std::string& text, size_t vocab_size, const std::vector<std::string>& specials) {
+NaiveResult naive_train(const std::string& text, size_t vocab_size,
+                        const std::vector<std::string>& specials) {
   std::map<std::string, int64_t> counts;
   const std::set<std::string> special_set(specials.begin(), specials.end());
   for (const auto& p : bytes_only(specials).pretokenize(text))
@@ -264,9 +266,10 @@ const Tokenizer& gpt2() {
 // Random text from a mix of scripts, whitespace runs, digits, contractions and (optionally) specials.
 std::string random_text(std::mt19937& rng, size_t pieces, const std::vector<std::string>& specials = {}) {
   static const std::vector<std::string> parts = {
-      "the", " the", "cat", " sat", "'s", "'ll", "'re", " don't", "  ", "   ", "\n", "\n\n", " \n", "\t", "12",
-      " 345", "6789", "!", "?!", " ...", ",", "é", "naïve", " café", "日本語", " 中文", "😀", " 👍🏽", "e\u0301",
-      "\u00a0", "\u2003x", "Ω", " Привет", "ﬁ", "\r\n", "x", "y", "z", "ab", "ba"};
+      "the",     " the", "cat",     " sat",  "'s",     "'ll",   "'re",  " don't",    "  ",      "   ",
+      "\n",      "\n\n", " \n",     "\t",    "12",     " 345",  "6789", "!",         "?!",      " ...",
+      ",",       "é",    "naïve",   " café", "日本語", " 中文", "😀",    " 👍🏽", "e\u0301", "\u00a0",
+      "\u2003x", "Ω",    " Привет", "ﬁ",     "\r\n",   "x",     "y",    "z",         "ab",      "ba"};
   std::string s;
   for (size_t i = 0; i < pieces; ++i) {
     if (!specials.empty() && rng() % 17 == 0)
@@ -293,7 +296,8 @@ TEST(BpePretokenize, MatchesAHandWrittenMatcherOnRandomAscii) {
 TEST(BpePretokenize, UnicodeClassesAndInvalidBytes) {
   const Tokenizer t = bytes_only({"<|endoftext|>"});
   using V = std::vector<std::string>;
-  EXPECT_EQ(as_strings(t.pretokenize("Hello world's  end\n\n")), (V{"Hello", " world", "'s", " ", " end", "\n\n"}));
+  EXPECT_EQ(as_strings(t.pretokenize("Hello world's  end\n\n")),
+            (V{"Hello", " world", "'s", " ", " end", "\n\n"}));
   EXPECT_EQ(as_strings(t.pretokenize("héllo wörld 日本語 text")), (V{"héllo", " wörld", " 日本語", " text"}));
   // No-break space is \s (UCP); a combining acute is neither a letter nor a digit.
   EXPECT_EQ(as_strings(t.pretokenize("x\u00a0y")), (V{"x", "\u00a0", "y"}));
@@ -327,7 +331,8 @@ TEST(BpePretokenize, LongWhitespaceRunsAndLongWords) {
 
 // ---- training ----
 
-void expect_trains_like_naive(const std::string& text, size_t merges, const std::vector<std::string>& specials) {
+void expect_trains_like_naive(const std::string& text, size_t merges,
+                              const std::vector<std::string>& specials) {
   const size_t size = 256 + specials.size() + merges;
   const NaiveResult want = naive_train(text, size, specials);
   for (int threads : {1, 2}) {
@@ -343,7 +348,8 @@ void expect_trains_like_naive(const std::string& text, size_t merges, const std:
 
 TEST(BpeTrain, CS336HandoutExample) {
   // The handout's example (with GPT-2's pattern instead of whitespace splitting).
-  const std::string text = "low low low low low lower lower widest widest widest newest newest newest newest newest newest";
+  const std::string text =
+      "low low low low low lower lower widest widest widest newest newest newest newest newest newest";
   expect_trains_like_naive(text, 12, {"<|endoftext|>"});
   const Tokenizer t = train_bpe(text, 256 + 1 + 3, {"<|endoftext|>"});
   // " newest" x6, " widest" x3: "s"+"t" and "e"+"st" come first; ties go to the greater pair.
@@ -361,7 +367,8 @@ TEST(BpeTrain, MatchesNaiveOnUnicodeDigitsWhitespaceAndSpecials) {
   for (int i = 0; i < 4000; ++i) digits += std::to_string(rng() % 100000) + (rng() % 3 ? " " : "\n");
   expect_trains_like_naive(digits, 120, {});
   std::string ws;
-  for (int i = 0; i < 3000; ++i) ws += std::string(rng() % 6, ' ') + (rng() % 2 ? "\n" : "\t") + "ab"[rng() % 2];
+  for (int i = 0; i < 3000; ++i)
+    ws += std::string(rng() % 6, ' ') + (rng() % 2 ? "\n" : "\t") + "ab"[rng() % 2];
   expect_trains_like_naive(ws, 60, {});
 }
 
@@ -372,7 +379,8 @@ TEST(BpeTrain, TiesAreBrokenByTheGreaterPairOfBytes) {
   expect_trains_like_naive("ab ba cd dc ab ba cd dc xy yx", 12, {});
   std::mt19937 rng(3);
   std::string s;
-  for (int i = 0; i < 5000; ++i) s += std::string(1, "abc"[rng() % 3]) + "abc"[rng() % 3] + (rng() % 4 ? "" : " ");
+  for (int i = 0; i < 5000; ++i)
+    s += std::string(1, "abc"[rng() % 3]) + "abc"[rng() % 3] + (rng() % 4 ? "" : " ");
   expect_trains_like_naive(s, 80, {});
   // Bytes >= 0x80 compare above ASCII (unsigned), as Python compares bytes.
   expect_trains_like_naive("\xc3\xa9z \xc3\xa9z za za", 4, {});
@@ -411,11 +419,14 @@ TEST(BpeTrain, StopsWhenNoPairIsLeft) {
 }
 
 TEST(BpeTrain, BadArgumentsAreOneLine) {
-  expect_error([] { train_bpe("abc", 256, {"<|endoftext|>"}); }, "vocab_size: 256 is below 256 bytes + 1 special token = 257");
+  expect_error([] { train_bpe("abc", 256, {"<|endoftext|>"}); },
+               "vocab_size: 256 is below 256 bytes + 1 special token = 257");
   expect_error([] { train_bpe("abc", 100, {}); }, "vocab_size: 100");
   expect_error([] { train_bpe("abc", 300, {""}); }, "special_tokens: an empty special token");
   expect_error([] { train_bpe("abc", 300, {"<a>", "<a>"}); }, "special_tokens: '<a>' is given twice");
-  expect_error([] { train_bpe_files({"/nonexistent/x.txt"}, 300, {}); }, "'/nonexistent/x.txt': cannot open it");
+  expect_error([] { train_bpe("abc", 300, {"x"}); }, "special_tokens: 'x' is one byte");
+  expect_error([] { train_bpe_files({"/nonexistent/x.txt"}, 300, {}); },
+               "'/nonexistent/x.txt': cannot open it");
 }
 
 // ---- encoding ----
@@ -524,7 +535,8 @@ TEST(BpeEncode, EncodeFileWritesUint16AndRefusesLargeVocabularies) {
   EXPECT_EQ(st.bytes, static_cast<int64_t>(a.size() + b.size()));
   // 65,537 tokens do not fit uint16: refused before anything is read or written.
   std::vector<std::string> specials;
-  for (int i = 0; i < 65537 - 256; ++i) specials.push_back("<" + std::to_string(i) + ">");
+  for (int i = 0; i < 65537 - 256; ++i)
+    specials.push_back(std::string("<").append(std::to_string(i)).append(">"));
   const Tokenizer big(bytes_in_gpt2_order(), {}, specials);
   ridge::test::write_bytes(dir.file("keep.bin"), "kept");
   expect_error([&] { encode_file(big, {dir.file("a.txt")}, dir.file("keep.bin")); },
@@ -541,14 +553,22 @@ TEST(BpeDecode, InvalidUtf8BecomesReplacementCharactersAsPythonDoes) {
   auto ids = [&](const std::string& bytes) { return t.encode(bytes); };
   const std::string r = "\xEF\xBF\xBD";  // U+FFFD
   // Each maximal ill-formed subpart is one U+FFFD (Python's bytes.decode("utf-8", "replace")).
-  EXPECT_EQ(t.decode(ids("a\xff" "b")), "a" + r + "b");
-  EXPECT_EQ(t.decode(ids("a\xe4\xb8" "b")), "a" + r + "b");         // a truncated 3-byte sequence
-  EXPECT_EQ(t.decode(ids("\xed\xa0\x80")), r + r + r);              // a surrogate: three
-  EXPECT_EQ(t.decode(ids("\xf0\x9f\x98")), r);                      // a truncated emoji
-  EXPECT_EQ(t.decode(ids("\xc0\xaf")), r + r);                      // an overlong form
-  EXPECT_EQ(t.decode(ids("\xf4\x90\x80\x80")), r + r + r + r);      // above U+10FFFF
+  EXPECT_EQ(t.decode(ids("a\xff"
+                         "b")),
+            "a" + r + "b");
+  EXPECT_EQ(t.decode(ids("a\xe4\xb8"
+                         "b")),
+            "a" + r + "b");                                     // a truncated 3-byte sequence
+  EXPECT_EQ(t.decode(ids("\xed\xa0\x80")), r + r + r);          // a surrogate: three
+  EXPECT_EQ(t.decode(ids("\xf0\x9f\x98")), r);                  // a truncated emoji
+  EXPECT_EQ(t.decode(ids("\xc0\xaf")), r + r);                  // an overlong form
+  EXPECT_EQ(t.decode(ids("\xf4\x90\x80\x80")), r + r + r + r);  // above U+10FFFF
   EXPECT_EQ(t.decode(ids("caf\xc3\xa9")), "caf\xc3\xa9");
-  expect_error([&] { t.decode(std::vector<int32_t>{3, 256}); }, "ids: ids[1] = 256 is outside the vocabulary (0..255)");
+  expect_error(
+      [&] {
+        t.decode(std::vector<int32_t>{3, 256});
+      },
+      "ids: ids[1] = 256 is outside the vocabulary (0..255)");
   expect_error([&] { t.decode(std::vector<int32_t>{-1}); }, "ids[0] = -1");
 }
 
@@ -601,7 +621,8 @@ TEST(BpeFiles, DefectsAreOneClearError) {
   expect_error([&] { Tokenizer::load(dir.file("absent.json"), merges); }, "absent.json': cannot open it");
   expect_error([&] { Tokenizer::load(vocab, dir.file("absent.txt")); }, "absent.txt': cannot open it");
   ridge::test::write_bytes(dir.file("bad.json"), "{\"a\": 0,");
-  expect_error([&] { Tokenizer::load(dir.file("bad.json"), merges); }, "vocab file '" + dir.file("bad.json") + "': not valid JSON");
+  expect_error([&] { Tokenizer::load(dir.file("bad.json"), merges); },
+               "vocab file '" + dir.file("bad.json") + "': not valid JSON");
   ridge::test::write_bytes(dir.file("arr.json"), "[1, 2]");
   expect_error([&] { Tokenizer::load(dir.file("arr.json"), merges); }, "expected a JSON object");
   ridge::test::write_bytes(dir.file("gap.json"), "{\"a\": 0, \"b\": 2}");
@@ -614,14 +635,19 @@ TEST(BpeFiles, DefectsAreOneClearError) {
   ridge::test::write_bytes(dir.file("few.json"), "{\"a\": 0, \"b\": 1}");
   expect_error([&] { Tokenizer::load(dir.file("few.json"), merges); }, "no token for the byte 0x00");
   ridge::test::write_bytes(dir.file("m1.txt"), "#version: 0.2\nĠ t\nĠt he e\n");
-  expect_error([&] { Tokenizer::load(vocab, dir.file("m1.txt")); }, "merges file '" + dir.file("m1.txt") + "': line 3: 'Ġt he e' is not a merge");
+  expect_error([&] { Tokenizer::load(vocab, dir.file("m1.txt")); },
+               "merges file '" + dir.file("m1.txt") + "': line 3: 'Ġt he e' is not a merge");
   ridge::test::write_bytes(dir.file("m2.txt"), "Ġ t\nĠtttttttttt he\n");
-  expect_error([&] { Tokenizer::load(vocab, dir.file("m2.txt")); }, "line 2: 'Ġtttttttttt' is not a token of the vocabulary");
+  expect_error([&] { Tokenizer::load(vocab, dir.file("m2.txt")); },
+               "line 2: 'Ġtttttttttt' is not a token of the vocabulary");
   ridge::test::write_bytes(dir.file("m3.txt"), "Ġ t\nq zqxjzqxj\n");
   expect_error([&] { Tokenizer::load(vocab, dir.file("m3.txt")); }, "line 2: 'zqxjzqxj' is not a token");
   expect_error([&] { Tokenizer::load_dir(dir.file("absent")); }, "not a directory");
-  expect_error([&] { Tokenizer(bytes_in_gpt2_order(), {{"a", "b"}}, {}); },
-               "merges[0]: the merged token 'ab' is not a token of the vocabulary");
+  expect_error(
+      [&] {
+        Tokenizer(bytes_in_gpt2_order(), {{"a", "b"}}, {});
+      },
+      "merges[0]: the merged token 'ab' is not a token of the vocabulary");
   std::vector<std::string> dup = bytes_in_gpt2_order();
   dup.push_back("a");
   expect_error([&] { Tokenizer(dup, {}, {}); }, "vocab: tokens");

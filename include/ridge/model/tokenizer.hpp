@@ -7,6 +7,10 @@
 //     '(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
 // run by PCRE2 (JIT) in UTF mode with Unicode properties (UCP), the way HF's ByteLevel pre-tokenizer
 // runs it. No merge crosses a pre-token, a special token or the boundary between two input files.
+// \p{L}, \p{N} and \s follow PCRE2's Unicode tables (Unicode 14.0 in Debian 12's PCRE2 10.42): on every
+// code point assigned by Unicode 14 the pieces are HF's (checked on all of them); a character assigned
+// later (CJK Extension H, Egyptian Hieroglyphs Extended-A, ...) is unassigned here and may be cut
+// differently from a library with newer tables (HF `tokenizers` 0.23's Oniguruma has Unicode 16).
 //
 // Invalid UTF-8. Byte-level BPE encodes any bytes. A byte that does not belong to a well-formed UTF-8
 // sequence (the rule Python's decoder applies: each byte of an ill-formed subsequence is one invalid
