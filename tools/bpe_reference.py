@@ -27,6 +27,7 @@ pre-token of its own (ridge's rule, include/ridge/model/tokenizer.hpp; on valid 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import re
 import resource
@@ -189,10 +190,11 @@ class Encoder:
 
 
 # ---------------------------------------------------------------- GPT-2's files
+@functools.lru_cache(maxsize=None)
 def bytes_to_unicode() -> dict[int, str]:
     """GPT-2's printable stand-in for each byte: bytes that print as themselves keep their code point, the
     others (control, space, 0x7f..0xa0, 0xad) take 256, 257, ... in byte order."""
-    keep = [b for b in range(256) if (33 <= b <= 126) or (161 <= b <= 172) or (174 <= b <= 255)]
+    keep = {b for b in range(256) if (33 <= b <= 126) or (161 <= b <= 172) or (174 <= b <= 255)}
     table, extra = {}, 0
     for b in range(256):
         if b in keep:
@@ -214,8 +216,13 @@ def _encode_token(t: bytes) -> str:
     return "".join(table[b] for b in t)
 
 
+@functools.lru_cache(maxsize=None)
+def _unicode_to_bytes() -> dict[str, int]:
+    return {c: b for b, c in bytes_to_unicode().items()}
+
+
 def _decode_token(s: str) -> bytes:
-    inverse = {c: b for b, c in bytes_to_unicode().items()}
+    inverse = _unicode_to_bytes()
     return bytes(inverse[c] for c in s)
 
 
