@@ -204,7 +204,7 @@ std::string self() {
 
 Timed ridge_train(const fs::path& text, int64_t vocab, const fs::path& out) {
   const auto r = process::run({self(), "data", "train-bpe", text.string(), "--vocab-size",
-                               std::to_string(vocab), "--special", kEot, "-o", out.string()});
+                               std::to_string(vocab), "--special", kEot, "-o", out.string(), "--force"});
   Timed t;
   t.max_rss = r.max_rss_bytes;
   if (r.started && r.exit_code == 0)
@@ -356,8 +356,8 @@ void run_tokenizer(bench::Context& ctx) {
       Side ridge_enc{"ridge"}, hf_enc{"HF tokenizers"};
       {
         const auto peak = process::run({self(), "data", "encode", "--tokenizer", out.string(), text.string(),
-                                        "-o", (tmp / "tokens.bin").string()});
-        ridge_enc.max_rss = peak.max_rss_bytes;
+                                        "-o", (tmp / "tokens.bin").string(), "--force"});
+        if (peak.started && peak.exit_code == 0) ridge_enc.max_rss = peak.max_rss_bytes;
       }
       tok.encode(std::string_view(data).substr(0, std::min<size_t>(data.size(), 1 << 20)));  // warm-up
       for (int r = 0; r < g_rounds; ++r) {
