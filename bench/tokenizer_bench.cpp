@@ -257,7 +257,6 @@ void emit(bench::Context& ctx, const std::string& phase, int64_t bytes, int64_t 
   }
   bench::Measurement m;
   m.samples = ridge.seconds;
-  for (auto& s : m.samples) s *= 1e3;
   m.stats = bench::compute_stats(m.samples);
   row.set_time(m);
   row.extra["MB/s"] = one_decimal(mb / median(ridge.seconds));
