@@ -91,13 +91,15 @@ NOT_AN_INTEGER = {"huge", "negative-huge", "fraction", "int64-max+1"}
 
 NAME_MAX = os.pathconf("/", "PC_NAME_MAX") if hasattr(os, "pathconf") else 255
 
-# What makes each command run quickly. {text}, {tokens}, {snapshot}, {chip}, {grid} name input
+# What makes each command run quickly. {text}, {tokens}, {vocab}, {merges}, {snapshot}, {chip}, {grid} name input
 # files made in each case's folder; {out} a fresh output name there. A command absent here runs
 # with no base arguments. A key is the command path; the first matching prefix wins.
 BASE = {
     "train": ["--size", "tiny", "--steps", "2", "--context", "16", "--batch", "2", "--d-model", "32", "--d-ff", "64",
               "--layers", "1", "--heads", "2", "--text", "{text}", "--log-every", "1", "--threads", "1"],
+    "data train-bpe": ["{text}", "--vocab-size", "260", "-o", "{out}", "--threads", "1"],
     "data encode": ["{text}", "-o", "{out}"],
+    "data decode": ["{tokens}", "--tokenizer", "{vocab}", "--merges", "{merges}", "-o", "{out}"],
     "data info": ["{tokens}"],
     "bench stream": ["--quick", "--no-progress", "--grid-file", "{grid}", "--iters", "1", "--warmup", "0"],
     "bench gemm-dense": ["--quick", "--no-progress", "--grid-file", "{grid}", "--iters", "1", "--warmup", "0"],
@@ -455,12 +457,21 @@ def make_fixture(root, binary, command):
     if p.returncode != 0 or not os.path.exists(snap):
         with open(snap, "w") as f:
             json.dump({"format": "ridge-memory-snapshot", "version": 1, "events": []}, f)
+    # A small BPE tokenizer as GPT-2's pair of files (vocab.json, merges.txt), trained on the text.
+    tok = os.path.join(root, "tokenizer.tmp")
+    subprocess.run([binary, "data", "train-bpe", os.path.join(root, "input.txt"), "--vocab-size", "270", "-o", tok,
+                    "--threads", "1"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60,
+                   stdin=subprocess.DEVNULL)
+    for name in ("vocab.json", "merges.txt"):
+        if os.path.exists(os.path.join(tok, name)):
+            shutil.copy(os.path.join(tok, name), os.path.join(root, name))
+    shutil.rmtree(tok, ignore_errors=True)
     with open(os.path.join(root, "garbage.bin"), "wb") as f:
         f.write(bytes(random.Random(1).getrandbits(8) for _ in range(4096)))
 
 
 INPUTS = {"text": "input.txt", "tokens": "tokens.bin", "grid": "grid.json", "shapes": "shapes.json",
-          "chip": "chip.json", "snapshot": "snapshot.json"}
+          "chip": "chip.json", "snapshot": "snapshot.json", "vocab": "vocab.json", "merges": "merges.txt"}
 
 
 def case_env(folder):

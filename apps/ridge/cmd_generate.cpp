@@ -1,6 +1,7 @@
 // `ridge generate`: text from a trained model (a checkpoint) or from random weights of a preset size (for
 // timing): prompts in, sampled tokens streamed to stdout as they come, and a last line on stderr with the
-// prefill and decode speeds against the bandwidth roof of this machine's probed chip.
+// prefill and decode speeds against the bandwidth roof of this machine's probed chip. Text goes in and out
+// through a BPE tokenizer (--tokenizer, or the one the checkpoint records; tokenizer_flag.hpp), else bytes.
 #include <fmt/format.h>
 
 #include <cstdio>
@@ -8,6 +9,7 @@
 #include <optional>
 
 #include "cli.hpp"
+#include "tokenizer_flag.hpp"
 #include "ridge/core.hpp"
 #include "ridge/model/generate.hpp"
 #include "ridge/model/train.hpp"
@@ -20,7 +22,7 @@ namespace {
 using namespace ridge;
 
 struct Args {
-  std::string checkpoint, size, weights = "bf16", head;
+  std::string checkpoint, size, weights = "bf16", head, tokenizer;
   int64_t vocab = 10000, context = 1024, kv_heads = 0;
   std::vector<std::string> prompts, prompt_files;
   int64_t max_tokens = 64, top_k = 0, eos = -1, block_size = 16;
@@ -28,12 +30,63 @@ struct Args {
   uint64_t seed = 0;
   int threads = -1, splits = 0;
   bool json = false;
+  bool eos_given = false;
 };
 
-// Byte-level decoding: ids below 256 are bytes; a larger id (a vocabulary trained beyond bytes, with no
-// tokenizer named) is shown as <id>.
+// The tokenizer text goes through: --tokenizer, else the one the checkpoint records (if it is still where it
+// was, unchanged), else none (bytes).
+std::optional<model::Tokenizer> g_tokenizer;
+
+// A token's bytes. Byte-level without a tokenizer: ids below 256 are bytes; a larger id (a vocabulary
+// trained beyond bytes, with no tokenizer named) is shown as <id>.
 std::string token_text(int32_t t) {
+  if (g_tokenizer) return g_tokenizer->decode_bytes(std::span<const int32_t>(&t, 1));
   return t < 256 ? std::string(1, static_cast<char>(t)) : fmt::format("<{}>", t);
+}
+
+// A sequence's text: through the tokenizer, ill-formed UTF-8 replaced by U+FFFD (Python's errors="replace").
+std::string ids_text(const std::vector<int32_t>& a, const std::vector<int32_t>& b = {}) {
+  std::vector<int32_t> ids = a;
+  ids.insert(ids.end(), b.begin(), b.end());
+  if (g_tokenizer) return g_tokenizer->decode(ids);
+  std::string text;
+  for (int32_t t : ids) text += token_text(t);
+  return text;
+}
+
+void resolve_tokenizer(const Args& a, int64_t vocab) {
+  std::optional<model::TokenizerRecord> recorded;
+  if (!a.checkpoint.empty()) {
+    try {
+      recorded = model::checkpoint_tokenizer(a.checkpoint);
+    } catch (const Error& e) {
+      fail("--checkpoint: {}", e.what());
+    }
+  }
+  std::optional<cli::LoadedTokenizer> tok;
+  if (!a.tokenizer.empty()) {
+    tok = cli::load_tokenizer(a.tokenizer, "--tokenizer");
+    cli::check_same_tokenizer(tok->record, recorded, "--tokenizer", a.checkpoint);
+  } else if (recorded) {
+    std::error_code ec;
+    check(std::filesystem::is_directory(recorded->path, ec),
+          "--tokenizer: checkpoint '{}' was trained through the tokenizer {}, which is not there any more; "
+          "give "
+          "--tokenizer DIR (a copy of it)",
+          a.checkpoint, cli::describe(*recorded));
+    tok = cli::load_tokenizer(recorded->path, "--tokenizer");
+    check(tok->record.hash == recorded->hash,
+          "--tokenizer: the tokenizer at '{}' has changed since checkpoint '{}' was trained (hash {:016x}, "
+          "then "
+          "{:016x}); give --tokenizer DIR with the original",
+          recorded->path, a.checkpoint, tok->record.hash, recorded->hash);
+  }
+  if (!tok) return;
+  check(tok->tokenizer.vocab_size() <= vocab,
+        "--tokenizer: '{}' has {} tokens, more than the model's vocabulary of {}{}", tok->record.path,
+        tok->tokenizer.vocab_size(), vocab,
+        a.checkpoint.empty() ? " (set by --vocab)" : " (the checkpoint's)");
+  g_tokenizer = std::move(tok->tokenizer);
 }
 
 model::TransformerLM<float> load_model(const Args& a) {
@@ -95,6 +148,10 @@ std::vector<std::vector<int32_t>> read_prompts(const Args& a, int64_t vocab) {
   std::vector<std::vector<int32_t>> out;
   for (size_t i = 0; i < texts.size(); ++i) {
     check(!texts[i].empty(), "--prompt: prompt {} is empty; a prompt needs at least one byte", i + 1);
+    if (g_tokenizer) {
+      out.push_back(g_tokenizer->encode(texts[i]));
+      continue;
+    }
     std::vector<int32_t> ids;
     for (unsigned char b : texts[i]) {
       check(b < vocab, "--prompt: prompt {} holds the byte {}, outside this model's vocabulary [0, {}){}",
@@ -124,6 +181,10 @@ void run(const Args& a) {
   // Everything the flags alone decide is checked before the weights are read.
   std::optional<model::TransformerLM<float>> trained(load_model(a));
   const model::ModelConfig cfg = trained->config();
+  resolve_tokenizer(a, cfg.vocab_size);
+  // A tokenizer with <|endoftext|> ends a sequence there unless --eos says otherwise.
+  if (g_tokenizer && !a.eos_given)
+    if (const int32_t id = g_tokenizer->special_id("<|endoftext|>"); id >= 0) go.eos = id;
   const auto prompts = read_prompts(a, cfg.vocab_size);
   check(a.eos < cfg.vocab_size, "--eos: {} is outside this model's vocabulary [0, {}){}", a.eos,
         cfg.vocab_size, source(a, "--vocab"));
@@ -143,10 +204,15 @@ void run(const Args& a) {
   // One prompt streams as it comes; several are printed whole at the end, each after its prompt.
   const bool stream = prompts.size() == 1 && !a.json;
   if (stream) {
-    for (int32_t t : prompts[0]) std::fputs(token_text(t).c_str(), stdout);
+    // Raw bytes, token by token (a character split across two tokens is whole once both are out).
+    const auto put = [](int32_t t) {
+      const std::string s = token_text(t);
+      std::fwrite(s.data(), 1, s.size(), stdout);
+    };
+    for (int32_t t : prompts[0]) put(t);
     std::fflush(stdout);
-    go.on_token = [](size_t, int32_t t) {
-      std::fputs(token_text(t).c_str(), stdout);
+    go.on_token = [put](size_t, int32_t t) {
+      put(t);
       std::fflush(stdout);
     };
   }
@@ -188,9 +254,7 @@ void run(const Args& a) {
   if (a.json) {
     nlohmann::json seqs = nlohmann::json::array();
     for (size_t i = 0; i < out.size(); ++i) {
-      std::string text;
-      for (int32_t t : out[i]) text += token_text(t);
-      seqs.push_back({{"prompt_tokens", prompts[i].size()}, {"tokens", out[i]}, {"text", text}});
+      seqs.push_back({{"prompt_tokens", prompts[i].size()}, {"tokens", out[i]}, {"text", ids_text(out[i])}});
     }
     nlohmann::json j = {{"weights", model::weight_format_name(io.weights)},
                         {"head", model::weight_format_name(im.head_format())},
@@ -218,10 +282,7 @@ void run(const Args& a) {
     std::fputs("\n", stdout);
   } else {
     for (size_t i = 0; i < out.size(); ++i) {
-      std::string text;
-      for (int32_t t : prompts[i]) text += token_text(t);
-      for (int32_t t : out[i]) text += token_text(t);
-      fmt::print("--- {} ---\n{}\n", i + 1, text);
+      fmt::print("--- {} ---\n{}\n", i + 1, ids_text(prompts[i], out[i]));
     }
   }
   std::fflush(stdout);
@@ -254,6 +315,10 @@ void setup(CLI::App& root) {
   cmd->add_option("--kv-heads", a.kv_heads, "with --size: key/value heads (0: as many as heads)")
       ->transform(cli::integer_in(0));
   cmd->add_option("--prompt", a.prompts, "a prompt (repeatable: one sequence each)");
+  cmd->add_option(
+      "--tokenizer", a.tokenizer,
+      "the BPE tokenizer directory prompts and output go through (default: the one the checkpoint "
+      "records; a different one is refused)");
   cmd->add_option("--prompt-file", a.prompt_files, "a file whose bytes are a prompt (repeatable)");
   cmd->add_option("--max-tokens", a.max_tokens, "new tokens per prompt")
       ->capture_default_str()
@@ -270,9 +335,10 @@ void setup(CLI::App& root) {
   cmd->add_option("--seed", a.seed, "sampling seed (and --size's weights)")
       ->capture_default_str()
       ->transform(cli::integer_in(0));
-  cmd->add_option("--eos", a.eos, "a token id that ends a sequence (-1: none)")
+  cmd->add_option("--eos", a.eos, "a token id that ends a sequence (-1: none; default: <|endoftext|>'s id)")
       ->capture_default_str()
-      ->transform(cli::integer_in(-1));
+      ->transform(cli::integer_in(-1))
+      ->each([](const std::string&) { a.eos_given = true; });
   cmd->add_option("--weights", a.weights, "fp32, bf16, fp8 or fp8-ue8m0")->capture_default_str();
   cmd->add_option("--head", a.head, "the lm_head's format (default: as --weights; bf16 with fp8)");
   cmd->add_option("--block-size", a.block_size, "tokens per KV-cache block")

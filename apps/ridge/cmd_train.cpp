@@ -1,6 +1,7 @@
-// `ridge train`: trains the CS336 Transformer LM on a token file, on text encoded on the fly (bytes), or
-// on random tokens (CS336's benchmarking setting), printing step, loss, lr, tokens/s, model FLOPs
-// utilisation against the probed peak and the time left; `--json` prints one object per logged step.
+// `ridge train`: trains the CS336 Transformer LM on a token file, on text encoded on the fly (bytes, or
+// BPE through --tokenizer, which checkpoints then record), or on random tokens (CS336's benchmarking
+// setting), printing step, loss, lr, tokens/s, model FLOPs utilisation against the probed peak and the time
+// left; `--json` prints one object per logged step.
 #include <fmt/format.h>
 
 #include <chrono>
@@ -13,6 +14,7 @@
 
 #include "cli.hpp"
 #include "model_flags.hpp"
+#include "tokenizer_flag.hpp"
 #include "ridge/core.hpp"
 #include "ridge/core/input.hpp"
 #include "ridge/model/data.hpp"
@@ -39,7 +41,7 @@ struct Args {
   std::string size = "tiny";
   int64_t d_model = 0, d_ff = 0, layers = -1, heads = 0, kv_heads = 0, vocab = 0;
   int64_t context = 256, batch = 4, steps = 100, log_every = 10, save_every = 0;
-  std::string data, text, precision = "fp32", attention = "flash", checkpoint, resume, trace;
+  std::string data, text, tokenizer, precision = "fp32", attention = "flash", checkpoint, resume, trace;
   double lr = 1e-3, lr_min = -1, weight_decay = 0.1, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, clip = 1.0;
   int64_t warmup = -1;
   uint64_t seed = 0;
@@ -100,6 +102,8 @@ struct Prepared {
   std::optional<model::TokenFile> file;
   std::vector<uint16_t> text_tokens;
   std::string source;
+  // The tokenizer the data came through (--tokenizer, or the --resume checkpoint's): what checkpoints record.
+  std::optional<model::TokenizerRecord> tokenizer;
 };
 
 Prepared prepare(const Args& a, int world) {
@@ -120,6 +124,24 @@ Prepared prepare(const Args& a, int world) {
   files::check_distinct(outputs, {{"--text", a.text}, {"--data", a.data}});
   files::check_distinct({outputs.begin() + 1, outputs.end()}, {{"--resume", a.resume}});
 
+  // The tokenizer: the one given, which must be the --resume checkpoint's if that records one.
+  std::optional<cli::LoadedTokenizer> tok;
+  if (!a.tokenizer.empty()) tok = cli::load_tokenizer(a.tokenizer, "--tokenizer");
+  std::optional<model::TokenizerRecord> recorded;
+  if (!a.resume.empty()) {
+    try {
+      recorded = model::checkpoint_tokenizer(a.resume);
+    } catch (const Error& e) {
+      fail("--resume: {}", e.what());
+    }
+  }
+  if (tok) cli::check_same_tokenizer(tok->record, recorded, "--tokenizer", a.resume);
+  check(!recorded || tok || a.text.empty(),
+        "--tokenizer: checkpoint '{}' was trained on text read through the tokenizer {}; give --tokenizer "
+        "to read --text through it too",
+        a.resume, recorded ? cli::describe(*recorded) : "");
+  p.tokenizer = tok ? std::optional(tok->record) : recorded;
+
   // Data first: its vocabulary sets the default vocab_size.
   auto& file = p.file;
   auto& text_tokens = p.text_tokens;
@@ -134,13 +156,37 @@ Prepared prepare(const Args& a, int world) {
     }
     data_vocab = file->max_token() + 1;
     source = fmt::format("{} ({} tokens)", a.data, file->size());
+    if (tok) {
+      check(data_vocab <= tok->tokenizer.vocab_size(),
+            "--data: holds the token id {}, beyond the {} tokens of --tokenizer '{}': it was not made with "
+            "that "
+            "tokenizer",
+            data_vocab - 1, tok->tokenizer.vocab_size(), a.tokenizer);
+      data_vocab = tok->tokenizer.vocab_size();
+      source += fmt::format(", made with the tokenizer {}", a.tokenizer);
+    }
+  } else if (!a.text.empty() && tok) {
+    const int64_t n = tok->tokenizer.vocab_size();
+    check(n <= 65536, "--tokenizer: '{}' has {} tokens; --text is held as uint16 tokens (at most 65536)",
+          a.tokenizer, n);
+    const std::string text = read_text(a.text);
+    const std::vector<int32_t> ids = tok->tokenizer.encode(text);
+    text_tokens.assign(ids.begin(), ids.end());
+    data_vocab = n;
+    source = fmt::format("{} ({} bytes, {} tokens through the tokenizer {})", a.text, text.size(),
+                         text_tokens.size(), a.tokenizer);
   } else if (!a.text.empty()) {
     text_tokens = model::encode_bytes(read_text(a.text));
     data_vocab = 256;
     source = fmt::format("{} ({} bytes, byte-level tokens)", a.text, text_tokens.size());
+  } else if (tok) {
+    data_vocab = tok->tokenizer.vocab_size();
   }
 
-  const int64_t vocab = a.vocab > 0 ? a.vocab : (data_vocab > 0 ? (a.text.empty() ? 10000 : 256) : 10000);
+  const int64_t vocab =
+      a.vocab > 0 ? a.vocab : (tok ? data_vocab : (data_vocab > 0 ? (a.text.empty() ? 10000 : 256) : 10000));
+  check(!tok || vocab >= data_vocab, "--vocab: {} is smaller than the {} tokens of --tokenizer '{}'", vocab,
+        data_vocab, a.tokenizer);
   check(vocab >= data_vocab, "--vocab: {} is smaller than the data's largest token id + 1 ({})", vocab,
         data_vocab);
   model::ModelConfig& c = p.c;
@@ -412,6 +458,7 @@ void add_contents(distributed::Fingerprint& fp, const Args& a, const Prepared& p
   if (!a.resume.empty())
     if (std::string id = files::contents_id(a.resume); !id.empty())
       fp.emplace_back("--resume (contents)", id);
+  if (p.tokenizer) fp.emplace_back("--tokenizer (contents)", fmt::format("hash {:016x}", p.tokenizer->hash));
 }
 
 // One rank of `mpirun -np N ridge train --ddp MODE`. An error before MPI starts goes to main(), which
@@ -473,6 +520,7 @@ void run_rank(const Args& a) {
       distributed::DataParallel& dp = *dpo;
       try {
         load_resume(*trainer, a);
+        trainer->set_tokenizer(p->tokenizer);
       } catch (const Error& e) {
         err = e.what();
       }
@@ -514,6 +562,7 @@ void run(const Args& a) {
   if (!a.memory.empty()) memory::record_history();
   model::Trainer trainer = make_trainer(p.c, p.t);
   load_resume(trainer, a);
+  trainer.set_tokenizer(p.tokenizer);
   train_loop(a, p, trainer, nullptr, 0, 1);
 }
 
@@ -533,7 +582,8 @@ void setup(CLI::App& root) {
          "--kv-heads", a.kv_heads,
          "key/value heads, a divisor of the heads (grouped-query attention; default: as many as heads)")
       ->transform(cli::integer_in(1));
-  cmd->add_option("--vocab", a.vocab, "vocabulary size (default: 256 with --text, else 10000)")
+  cmd->add_option("--vocab", a.vocab,
+                  "vocabulary size (default: the --tokenizer's, 256 with --text alone, else 10000)")
       ->transform(cli::integer_in(1));
   cmd->add_option("--context", a.context, "tokens per sequence")
       ->capture_default_str()
@@ -545,7 +595,11 @@ void setup(CLI::App& root) {
       ->capture_default_str()
       ->transform(cli::integer_in(1));
   cmd->add_option("--data", a.data, "token file (uint16, numpy.memmap's layout; see `ridge data encode`)");
-  cmd->add_option("--text", a.text, "a text file, encoded byte by byte on the fly");
+  cmd->add_option("--text", a.text, "a text file, encoded on the fly (bytes, or through --tokenizer)");
+  cmd->add_option(
+      "--tokenizer", a.tokenizer,
+      "a BPE tokenizer directory (`ridge data train-bpe -o DIR`): --text is read through it, --data "
+      "was made with it; checkpoints record it (default vocab: its size)");
   cmd->add_option("--precision", a.precision, "fp32, bf16 or fp16 (fp16 with dynamic loss scaling)")
       ->capture_default_str();
   cmd->add_option("--attention", a.attention, "flash or math")->capture_default_str();

@@ -1,7 +1,8 @@
 """ridge: roofline-guided LLM kernels on the CPU, from Python.
 
 Modules: ridge.gemm (DeepGEMM's names), ridge.attention (flash-attn's flash_attn_func and a CS336
-FlashAttention2 autograd.Function), ridge.model (the Transformer LM), ridge.roofline, ridge.bench.
+FlashAttention2 autograd.Function), ridge.model (the Transformer LM), ridge.data (CS336's byte-level BPE
+tokenizer), ridge.roofline, ridge.bench.
 NumPy arrays (bf16 / fp8 through ml_dtypes) and torch CPU tensors go in and out without copies.
 """
 from . import _ridge

@@ -147,5 +147,6 @@ void bind_roofline(nb::module_& m);
 void bind_bench(nb::module_& m);
 void bind_model(nb::module_& m);
 void bind_generate(nb::module_& m);
+void bind_data(nb::module_& m);
 
 }  // namespace ridge::py

@@ -33,4 +33,6 @@ NB_MODULE(_ridge, m) {
   auto model = m.def_submodule("model");
   ridge::py::bind_model(model);
   ridge::py::bind_generate(model);
+  auto data = m.def_submodule("data");
+  ridge::py::bind_data(data);
 }

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <functional>
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
@@ -230,8 +231,8 @@ int remove_stale_temporaries(const std::string& path) {
   return removed;
 }
 
-void write_bytes(const std::string& path, std::span<const std::span<const std::byte>> pieces,
-                 const std::string& what) {
+void write_streamed(const std::string& path, const std::function<void(const ByteSink&)>& produce,
+                    const std::string& what) {
   check_writable(path, what);
   const fs::path p = resolve(path);
   std::error_code ec;
@@ -243,11 +244,13 @@ void write_bytes(const std::string& path, std::span<const std::span<const std::b
     check_arg(fd >= 0, what, "cannot open '{}': {}", path,
               errno == ENXIO ? "no process reads from it" : std::strerror(errno));
     ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
-    bool ok = true;
-    for (const auto& piece : pieces) ok = ok && write_all(fd, piece);
-    const int err = errno;
-    ::close(fd);
-    check_arg(ok, what, "error writing '{}': {}", path, std::strerror(err));
+    struct Closer {
+      int fd;
+      ~Closer() { ::close(fd); }
+    } closer{fd};
+    produce([&](std::span<const std::byte> piece) {
+      check_arg(write_all(fd, piece), what, "error writing '{}': {}", path, std::strerror(errno));
+    });
     return;
   }
   remove_stale_temporaries(p.string());
@@ -267,9 +270,11 @@ void write_bytes(const std::string& path, std::span<const std::span<const std::b
               std::strerror(err));
   }
   check_arg(tmp && tmp->fd_ >= 0, what, "cannot find a free temporary file name beside '{}'", path);
-  bool ok = true;
-  for (const auto& piece : pieces) ok = ok && write_all(tmp->fd_, piece);
-  ok = ok && ::fsync(tmp->fd_) == 0;
+  // A failed write, or an exception from the producer, unwinds through `tmp`, which removes the temporary.
+  produce([&](std::span<const std::byte> piece) {
+    check_arg(write_all(tmp->fd_, piece), what, "cannot write '{}': {}", path, std::strerror(errno));
+  });
+  bool ok = ::fsync(tmp->fd_) == 0;
   // Keep an existing file's permissions.
   struct stat old {};
   if (ok && ::stat(p.c_str(), &old) == 0) ok = ::fchmod(tmp->fd_, old.st_mode & 07777) == 0;
@@ -284,6 +289,16 @@ void write_bytes(const std::string& path, std::span<const std::span<const std::b
     ::fsync(dfd);
     ::close(dfd);
   }
+}
+
+void write_bytes(const std::string& path, std::span<const std::span<const std::byte>> pieces,
+                 const std::string& what) {
+  write_streamed(
+      path,
+      [&](const ByteSink& sink) {
+        for (const auto& piece : pieces) sink(piece);
+      },
+      what);
 }
 
 void write_text(const std::string& path, const std::string& text, const std::string& what) {

@@ -2,10 +2,12 @@
 
 #include <fcntl.h>
 #include <spawn.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 
 extern char** environ;
 
@@ -29,6 +31,7 @@ Result run(const std::vector<std::string>& argv, bool capture) {
     posix_spawn_file_actions_adddup2(&fa, fds[1], 2);
   }
   pid_t pid = -1;
+  const auto t0 = std::chrono::steady_clock::now();
   const int rc = ::posix_spawnp(&pid, args[0], &fa, nullptr, args.data(), environ);
   posix_spawn_file_actions_destroy(&fa);
   if (capture) ::close(fds[1]);
@@ -48,8 +51,11 @@ Result run(const std::vector<std::string>& argv, bool capture) {
     ::close(fds[0]);
   }
   int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  rusage ru{};
+  while (::wait4(pid, &status, 0, &ru) < 0 && errno == EINTR) {
   }
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  r.max_rss_bytes = static_cast<int64_t>(ru.ru_maxrss) * 1024;  // Linux reports KiB
   // posix_spawnp reports a missing program as exit 127 from the child on glibc.
   if (WIFEXITED(status)) r.exit_code = WEXITSTATUS(status);
   if (r.exit_code == 127 && r.output.empty()) r.started = false;

@@ -283,6 +283,11 @@ void Trainer::save(const std::string& path, std::span<const float> m, std::span<
   w.set_metadata("format", kFormat);
   w.set_metadata("config", cfg.dump());
   w.set_metadata("state", state.dump());
+  if (tokenizer_)
+    w.set_metadata("tokenizer", nlohmann::json{{"path", tokenizer_->path},
+                                               {"hash", fmt::format("{:016x}", tokenizer_->hash)},
+                                               {"vocab_size", tokenizer_->vocab_size}}
+                                    .dump());
   w.write(path);
 }
 
@@ -406,9 +411,36 @@ void load_weights(TransformerLM<float>& model, const std::string& path) {
   copy_params(c.f, model);
 }
 
+namespace {
+
+std::optional<TokenizerRecord> tokenizer_record(const SafetensorsFile& f, const std::string& path) {
+  const auto it = f.metadata().find("tokenizer");
+  if (it == f.metadata().end()) return std::nullopt;
+  TokenizerRecord r;
+  try {
+    const auto j = nlohmann::json::parse(it->second);
+    r.path = j.at("path").get<std::string>();
+    const auto hash = j.at("hash").get<std::string>();
+    check(hash.size() == 16 && hash.find_first_not_of("0123456789abcdef") == std::string::npos,
+          "checkpoint '{}': metadata 'tokenizer': hash '{}' is not 16 hex digits", path, hash);
+    r.hash = std::stoull(hash, nullptr, 16);
+    r.vocab_size = j.at("vocab_size").get<int64_t>();
+  } catch (const nlohmann::json::exception&) {
+    fail("checkpoint '{}': metadata 'tokenizer' is not {{\"path\", \"hash\", \"vocab_size\"}}", path);
+  }
+  return r;
+}
+
+}  // namespace
+
+std::optional<TokenizerRecord> checkpoint_tokenizer(const std::string& path) {
+  return tokenizer_record(SafetensorsFile::load(path), path);
+}
+
 void Trainer::load(const std::string& path) {
   // Everything is checked before anything changes, so a bad file leaves the trainer as it was.
   const CheckedFile checked = check_checkpoint(path, model_, &cfg_.precision, true);
+  auto record = tokenizer_record(checked.f, path);
   const SafetensorsFile& f = checked.f;
   const bool full = checked.full;
   const SavedState& state = checked.state;
@@ -431,6 +463,7 @@ void Trainer::load(const std::string& path) {
     rng_.set_state(state.rng);
     scaler_.restore(state.loss_scale, state.streak, state.skipped);
   }
+  tokenizer_ = std::move(record);
 }
 
 }  // namespace ridge::model

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <iterator>
 #include <cstdio>
+#include <span>
 #include <string>
 
 #include "ridge/core.hpp"
@@ -45,6 +46,31 @@ TEST(Files, RegularFileIsReplacedWholeAndKeepsItsMode) {
       << "no folder is made";
 }
 
+TEST(Files, StreamedOutputIsWholeOrNothing) {
+  TempDir d;
+  const fs::path f = d.path / "t.bin";
+  { std::ofstream(f) << "old"; }
+  const std::string piece(100000, 'x');
+  files::write_streamed(
+      f.string(),
+      [&](const files::ByteSink& sink) {
+        for (int i = 0; i < 5; ++i) sink(std::as_bytes(std::span<const char>(piece)));
+      },
+      "out");
+  EXPECT_EQ(slurp(f), piece + piece + piece + piece + piece);
+  // A producer that fails half way: the old file stays, no temporary is left.
+  EXPECT_THROW(files::write_streamed(
+                   f.string(),
+                   [&](const files::ByteSink& sink) {
+                     sink(std::as_bytes(std::span<const char>(piece)));
+                     throw Error("producer failed");
+                   },
+                   "out"),
+               Error);
+  EXPECT_EQ(slurp(f).size(), 5 * piece.size());
+  EXPECT_EQ(std::distance(fs::directory_iterator(d.path), fs::directory_iterator()), 1)
+      << "no temporary left";
+}
 TEST(Files, SymlinkIsWrittenThroughAndSurvives) {
   TempDir d;
   const fs::path target = d.path / "target.json", link = d.path / "link.json";

@@ -10,7 +10,8 @@ import types
 
 import pytest
 
-MODULES = ["ridge", "ridge.gemm", "ridge.attention", "ridge.model", "ridge.roofline", "ridge.bench"]
+MODULES = ["ridge", "ridge.gemm", "ridge.attention", "ridge.model", "ridge.roofline", "ridge.bench",
+           "ridge.data"]
 
 
 def _stub_path(mod):

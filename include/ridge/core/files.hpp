@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
@@ -30,6 +31,12 @@ void check_name_fits(const std::string& path, const std::string& what);
 void write_bytes(const std::string& path, std::span<const std::span<const std::byte>> pieces,
                  const std::string& what);
 void write_text(const std::string& path, const std::string& text, const std::string& what);
+// The same for output made piece by piece (a file larger than memory): `produce` hands the bytes to
+// its sink in order. An exception from `produce` (or a failed write) leaves the old file as it was and
+// no temporary, and propagates.
+using ByteSink = std::function<void(std::span<const std::byte>)>;
+void write_streamed(const std::string& path, const std::function<void(const ByteSink&)>& produce,
+                    const std::string& what);
 
 // Whether `a` and `b` name one file: the same inode when both exist (links, "./x", "dir/../x"),
 // else the same normalised absolute path (symlinks resolved as far as they exist).

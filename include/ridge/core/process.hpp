@@ -2,15 +2,18 @@
 // arguments are passed as an argv vector, so nothing a user typed is ever interpreted by a shell.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
 namespace ridge::process {
 
 struct Result {
-  bool started = false;  // false: the program could not be run (not found, not executable)
-  int exit_code = -1;    // the exit status; -1 when it ended by a signal or did not start
-  std::string output;    // stdout and stderr together (when captured)
+  bool started = false;       // false: the program could not be run (not found, not executable)
+  int exit_code = -1;         // the exit status; -1 when it ended by a signal or did not start
+  std::string output;         // stdout and stderr together (when captured)
+  double seconds = 0;         // wall time from the start to the end of the program
+  int64_t max_rss_bytes = 0;  // the program's peak resident set (its rusage, from wait4)
 };
 
 // Runs argv[0] (searched on PATH when it has no '/') with argv; waits for it to end.

@@ -15,6 +15,16 @@
 
 namespace ridge::model {
 
+// Which tokenizer made the training data (ridge/model/tokenizer.hpp): its directory and content hash. A
+// checkpoint records it (metadata "tokenizer": {"path", "hash" (16 hex digits), "vocab_size"}) so that text
+// in and text out go through the same one: `ridge generate` and a resumed `ridge train` compare it with the
+// tokenizer they are given.
+struct TokenizerRecord {
+  std::string path;   // absolute, as given when training
+  uint64_t hash = 0;  // Tokenizer::content_hash()
+  int64_t vocab_size = 0;
+};
+
 struct TrainConfig {
   int64_t batch = 4;
   int64_t seq = 256;  // tokens per sequence (<= the model's context_length)
@@ -99,7 +109,13 @@ class Trainer {
   void save(const std::string& path, std::span<const float> exp_avg, std::span<const float> exp_avg_sq) const;
   // Loads a checkpoint written by save() (everything resumes), or a weights-only file (PyTorch's
   // state_dict saved as safetensors): then the optimizer starts fresh. The model's config must match.
+  // The checkpoint's tokenizer record, if any, becomes the trainer's.
   void load(const std::string& path);
+
+  // The tokenizer record save() writes (none: the data were bytes, random tokens, or a token file of
+  // unknown origin).
+  void set_tokenizer(std::optional<TokenizerRecord> t) { tokenizer_ = std::move(t); }
+  const std::optional<TokenizerRecord>& tokenizer() const { return tokenizer_; }
 
  private:
   TrainConfig cfg_;
@@ -111,6 +127,7 @@ class Trainer {
   StepHooks* hooks_ = nullptr;
   std::vector<bool> frozen_;
   int64_t opt_begin_ = 0;
+  std::optional<TokenizerRecord> tokenizer_;
 };
 
 // The model config a checkpoint's metadata records (ridge's checkpoints and weights files written by
@@ -121,5 +138,8 @@ std::optional<ModelConfig> checkpoint_config(const std::string& path);
 // (the config, every tensor's dtype, shape and values) before any is copied; the optimizer state, if
 // any, is not read.
 void load_weights(TransformerLM<float>& model, const std::string& path);
+// The tokenizer record of a checkpoint (nullopt: it has none). ridge::Error for a file that is not
+// safetensors or whose record is malformed.
+std::optional<TokenizerRecord> checkpoint_tokenizer(const std::string& path);
 
 }  // namespace ridge::model
