@@ -43,7 +43,8 @@ const char* kText =
 
 TEST(CliTokenizer, TrainEncodeDecodeAndInfoRoundTrip) {
   TempDir dir;
-  const std::string text = dir.file("t.txt"), tok = dir.file("tok"), ids = dir.file("t.u16"), back = dir.file("b.txt");
+  const std::string text = dir.file("t.txt"), tok = dir.file("tok"), ids = dir.file("t.u16"),
+                    back = dir.file("b.txt");
   write_bytes(text, kText);
   const RunResult t = run("data train-bpe " + text + " --vocab-size 300 --special '<|endoftext|>' -o " + tok +
                           " --threads 1 --json");
@@ -54,7 +55,8 @@ TEST(CliTokenizer, TrainEncodeDecodeAndInfoRoundTrip) {
   const auto vocab = nlohmann::json::parse(read_bytes(tok + "/vocab.json"));
   EXPECT_EQ(vocab.size(), 300u);
   EXPECT_EQ(vocab.at("<|endoftext|>"), 0);
-  EXPECT_EQ(nlohmann::json::parse(read_bytes(tok + "/special_tokens.json")), nlohmann::json({"<|endoftext|>"}));
+  EXPECT_EQ(nlohmann::json::parse(read_bytes(tok + "/special_tokens.json")),
+            nlohmann::json({"<|endoftext|>"}));
 
   const RunResult e = run("data encode " + text + " -o " + ids + " --tokenizer " + tok);
   ASSERT_EQ(e.code, 0) << e.err;
@@ -91,8 +93,8 @@ TEST(CliTokenizer, TrainEncodeDecodeAndInfoRoundTrip) {
 TEST(CliTokenizer, Gpt2FilesGiveGpt2Ids) {
   TempDir dir;
   write_bytes(dir.file("t.txt"), "Hello world<|endoftext|> the");
-  const RunResult e =
-      run("data encode " + dir.file("t.txt") + " -o " + dir.file("t.u16") + " " + kGpt2 + " --special '<|endoftext|>'");
+  const RunResult e = run("data encode " + dir.file("t.txt") + " -o " + dir.file("t.u16") + " " + kGpt2 +
+                          " --special '<|endoftext|>'");
   ASSERT_EQ(e.code, 0) << e.err;
   EXPECT_EQ(read_bytes(dir.file("t.u16")), u16le({15496, 995, 50256, 262}));
   const RunResult d = run("data decode " + dir.file("t.u16") + " " + kGpt2 + " --special '<|endoftext|>'");
@@ -104,38 +106,41 @@ TEST(CliTokenizer, BadInputIsOneLineAndLosesNothing) {
   TempDir dir;
   const std::string text = dir.file("t.txt");
   write_bytes(text, kText);
-  expect_one_line_error(run("data train-bpe " + text + " --vocab-size 256 --special '<|endoftext|>' -o " +
-                            dir.file("tok")),
-                        "--vocab-size: 256 is below 256 bytes + 1 special token = 257");
+  expect_one_line_error(
+      run("data train-bpe " + text + " --vocab-size 256 --special '<|endoftext|>' -o " + dir.file("tok")),
+      "--vocab-size: 256 is below 256 bytes + 1 special token = 257");
   EXPECT_FALSE(std::filesystem::exists(dir.file("tok")));
-  expect_one_line_error(run("data train-bpe " + dir.file("absent.txt") + " --vocab-size 300 -o " + dir.file("tok")),
-                        "absent.txt");
+  expect_one_line_error(
+      run("data train-bpe " + dir.file("absent.txt") + " --vocab-size 300 -o " + dir.file("tok")),
+      "absent.txt");
   expect_one_line_error(run("data train-bpe " + text + " --vocab-size 300 -o " + text), "is not a folder");
   EXPECT_EQ(read_bytes(text), kText);
-  expect_one_line_error(run("data train-bpe " + text + " --vocab-size 300 --special '' -o " + dir.file("tok")),
-                        "--special");
+  expect_one_line_error(
+      run("data train-bpe " + text + " --vocab-size 300 --special '' -o " + dir.file("tok")), "--special");
   expect_one_line_error(run("data train-bpe " + text + " --vocab-size 300 --special 1 -o " + dir.file("tok")),
                         "--special: '1' is one byte");
   EXPECT_FALSE(std::filesystem::exists(dir.file("tok")));
   // A tokenizer folder whose vocab.json is the text: refused even with --force.
   std::filesystem::create_directory(dir.file("tk"));
   write_bytes(dir.file("tk/vocab.json"), kText);
-  expect_one_line_error(
-      run("data train-bpe " + dir.file("tk/vocab.json") + " --vocab-size 300 -o " + dir.file("tk") + " --force"),
-      "would replace the input TEXT");
+  expect_one_line_error(run("data train-bpe " + dir.file("tk/vocab.json") + " --vocab-size 300 -o " +
+                            dir.file("tk") + " --force"),
+                        "would replace the input TEXT");
   EXPECT_EQ(read_bytes(dir.file("tk/vocab.json")), kText);
 
   // Missing and malformed tokenizer files.
   write_bytes(dir.file("out.u16"), "keep");
   const std::string enc = "data encode " + text + " -o " + dir.file("out.u16") + " --force ";
-  expect_one_line_error(run(enc + "--tokenizer " + dir.file("absent")), "--tokenizer: '" + dir.file("absent") + "' does not exist");
+  expect_one_line_error(run(enc + "--tokenizer " + dir.file("absent")),
+                        "--tokenizer: '" + dir.file("absent") + "' does not exist");
   expect_one_line_error(run(enc + "--tokenizer " + kData + "gpt2_vocab.json"), "--merges");
   expect_one_line_error(run(enc + "--tokenizer " + dir.file("tk")), "--tokenizer: vocab file");
   write_bytes(dir.file("m.txt"), "#version: 0.2\nĠ t\nĠt\n");
   expect_one_line_error(run(enc + "--tokenizer " + kData + "gpt2_vocab.json --merges " + dir.file("m.txt")),
                         "--merges: merges file '" + dir.file("m.txt") + "': line 3: 'Ġt' is not a merge");
-  expect_one_line_error(run(enc + "--tokenizer " + kData + "gpt2_vocab.json --merges " + dir.file("absent.txt")),
-                        "--merges: merges file '" + dir.file("absent.txt") + "': cannot open it");
+  expect_one_line_error(
+      run(enc + "--tokenizer " + kData + "gpt2_vocab.json --merges " + dir.file("absent.txt")),
+      "--merges: merges file '" + dir.file("absent.txt") + "': cannot open it");
   write_bytes(dir.file("m2.txt"), "Ġ t\nĠq zqxjzqxj\n");
   expect_one_line_error(run(enc + "--tokenizer " + kData + "gpt2_vocab.json --merges " + dir.file("m2.txt")),
                         "line 2: 'zqxjzqxj' is not a token of the vocabulary");
@@ -163,18 +168,21 @@ TEST(CliTokenizer, BadInputIsOneLineAndLosesNothing) {
 
   // Ids outside the tokenizer's vocabulary.
   write_bytes(dir.file("ids.u16"), u16le({1, 2, 60000}));
-  expect_one_line_error(run("data decode " + dir.file("ids.u16") + " " + kGpt2), "holds the id 60000, outside");
+  expect_one_line_error(run("data decode " + dir.file("ids.u16") + " " + kGpt2),
+                        "holds the id 60000, outside");
   expect_one_line_error(run("data info " + dir.file("ids.u16") + " " + kGpt2), "holds the id 60000");
   // decode's output: never an input, replaced only with --force.
   write_bytes(dir.file("ok.u16"), u16le({15496}));
   expect_one_line_error(run("data decode " + dir.file("ok.u16") + " " + kGpt2 + " -o " + dir.file("ok.u16")),
                         "is the input");
   EXPECT_EQ(read_bytes(dir.file("ok.u16")), u16le({15496}));
-  expect_one_line_error(run("data decode " + dir.file("ok.u16") + " " + kGpt2 + " -o " + text), "pass --force");
+  expect_one_line_error(run("data decode " + dir.file("ok.u16") + " " + kGpt2 + " -o " + text),
+                        "pass --force");
   EXPECT_EQ(read_bytes(text), kText);
   expect_one_line_error(run("data decode " + dir.file("ok.u16")), "--tokenizer");
-  expect_one_line_error(run("data encode " + text + " -o " + dir.file("x.u16") + " --merges " + dir.file("m.txt")),
-                        "pass --tokenizer too");
+  expect_one_line_error(
+      run("data encode " + text + " -o " + dir.file("x.u16") + " --merges " + dir.file("m.txt")),
+      "pass --tokenizer too");
 }
 
 }  // namespace

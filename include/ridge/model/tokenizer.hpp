@@ -47,6 +47,7 @@ namespace ridge::model {
 // and merges.txt (printable Latin-1 bytes stand for themselves, the other 68 for U+0100.. in byte order).
 std::string gpt2_byte_to_unicode(uint8_t b);
 
+// Immutable once built: every const method may be called from several threads at once.
 class Tokenizer {
  public:
   // A tokenizer from its parts (CS336's Tokenizer(vocab, merges, special_tokens)). `vocab[i]` is the
@@ -120,7 +121,8 @@ class Tokenizer {
 // same ids as encoding the concatenation at once: feed() holds back the tail after the last point
 // where the pre-tokenizer is sure to cut (a newline between two printable ASCII characters, a space
 // between an ASCII letter or digit and the next, a special token), finish() encodes what is left.
-// Text that never offers such a point is held until finish() (memory grows with it).
+// Text that never offers such a point is held until finish() (memory grows with it). The tokenizer must
+// outlive the stream.
 class EncodeStream {
  public:
   explicit EncodeStream(const Tokenizer& tokenizer, int threads = 0);
