@@ -27,6 +27,19 @@ std::string memory_level_for(const Chip& chip, const std::string& cache, double 
   return chip.memory.front().level;
 }
 
+// The compute roof a dtype's work runs on: its own peak when the chip has one; otherwise the units its
+// kernels fall back to on such a chip: FP8 on bf16 units, and bf16/fp16 widened to fp32 FMA (an AVX2
+// machine has no bf16 peak; holding its bf16 rows against memory alone printed "0% of bound").
+// "" when the chip has none of them.
+static std::string compute_roof(const Chip& chip, const std::string& dtype) {
+  const bool fp8 = dtype == "fp8_e4m3" || dtype == "fp8_e5m2" || dtype == "fp8";
+  const std::string own = fp8 ? "fp8" : dtype;
+  if (chip.has_peak(own)) return own;
+  if (fp8 && chip.has_peak("bf16")) return "bf16";
+  if ((fp8 || dtype == "bf16" || dtype == "fp16") && chip.has_peak("fp32")) return "fp32";
+  return "";
+}
+
 bool hold_row(bench::Row& row, const Chip& chip) {
   double bw = 0;
   std::string level = row.bound_level;
@@ -63,7 +76,10 @@ bool hold_row(bench::Row& row, const Chip& chip) {
   if (row.flops > 0) {
     double peak = 0;
     try {
-      peak = chip.peak(row.dtype);
+      const std::string roof = compute_roof(chip, row.dtype);
+      peak = roof.empty() ? 0 : chip.peak(roof);
+      if (!roof.empty() && roof != row.dtype)
+        row.extra["compute_roof"] = roof + " (no " + row.dtype + " units)";
     } catch (const std::exception&) {
       peak = 0;
     }
@@ -87,13 +103,15 @@ bool hold_row(bench::Row& row, const Chip& chip) {
 
 void hold_fp8_row(bench::Row& row, const Chip& chip) {
   try {
-    const double peak = chip.has_peak("fp8") ? chip.peak("fp8") : chip.peak("bf16");
+    const std::string roof = compute_roof(chip, "fp8");
+    if (roof.empty()) return;
+    const double peak = chip.peak(roof);
     row.bound_level = memory_level_for(chip, row.cache, row.bytes);
     const double bw = chip.bandwidth(row.bound_level);
     const double bound = std::min(peak, row.flops / row.bytes * bw);
     row.bound_gflops = bound / 1e9;
     row.pct_of_bound = row.gflops() / row.bound_gflops * 100.0;
-    row.extra["compute_roof"] = chip.has_peak("fp8") ? "fp8" : "bf16 (no fp8 units)";
+    row.extra["compute_roof"] = roof == "fp8" ? roof : roof + " (no fp8 units)";
   } catch (const std::exception&) {
   }
 }
@@ -135,9 +153,8 @@ const Chip* probed_chip() {
 }
 
 void hold_against(MeasuredPoint& p, const Chip& chip) {
-  std::string roof = p.dtype;
-  const bool fp8 = roof == "fp8_e4m3" || roof == "fp8_e5m2" || roof == "fp8";
-  if (fp8) roof = chip.has_peak("fp8") ? "fp8" : "bf16";
+  std::string roof = compute_roof(chip, p.dtype);
+  if (roof.empty()) roof = p.dtype;
   p.roof_dtype = roof;
   p.bound_flops = p.pct_of_bound = 0;
   p.above_roof = false;

@@ -34,7 +34,8 @@ inline constexpr double kAboveRoofTolerance = bench::Row::kAboveRoofTolerance;
 // and pct_of_bound. False when the chip gives the row no bound.
 bool hold_row(bench::Row& row, const Chip& chip);
 // hold_row for an fp8 GEMM row: the compute roof is the chip's fp8 peak, or its bf16 peak when it
-// has no fp8 arithmetic (the fp8 GEMM then runs on the bf16 units); extra["compute_roof"] says
+// has no fp8 arithmetic (the fp8 GEMM then runs on the bf16 units), or its fp32 peak when it has
+// neither (AVX2: widened to fp32 FMA; bf16 rows likewise); extra["compute_roof"] says
 // which. A chip without either peak or memory levels leaves the row without a bound.
 void hold_fp8_row(bench::Row& row, const Chip& chip);
 // Where a chip comes from when it is wanted: probed_chip, or a lambda returning a chip the caller holds.
