@@ -59,7 +59,8 @@ def test_flash_attn_func_autograd_gqa(causal):
 def test_custom_op_registered_and_compiles():
     assert hasattr(torch.ops.ridge, "flash_attn_fwd")
     torch.library.opcheck(torch.ops.ridge.flash_attn_fwd.default,
-                          (torch.randn(1, 8, 2, 16), torch.randn(1, 8, 2, 16), torch.randn(1, 8, 2, 16), 0.25, True))
+                          (torch.randn(1, 8, 2, 16), torch.randn(1, 8, 2, 16), torch.randn(1, 8, 2, 16), 0.25, True,
+                           -1, 0, 0.0))
 
     def f(q, k, v):
         return ra.flash_attn_func(q, k, v, causal=True) * 2
