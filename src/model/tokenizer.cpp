@@ -46,6 +46,21 @@ namespace ridge::model {
 namespace {
 
 namespace fs = std::filesystem;
+
+// Replaces every occurrence of the pair (a, b) in s at or after `from`, left to right without overlap,
+// by `merged` (GPT-2's bpe() step, and the trainer's rewrite of a word holding the merged pair).
+void merge_pair(std::vector<int32_t>& s, size_t from, int32_t a, int32_t b, int32_t merged) {
+  size_t w = from;
+  for (size_t i = from; i < s.size();) {
+    if (i + 1 < s.size() && s[i] == a && s[i + 1] == b) {
+      s[w++] = merged;
+      i += 2;
+    } else {
+      s[w++] = s[i++];
+    }
+  }
+  s.resize(w);
+}
 using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t0) {
@@ -564,17 +579,7 @@ class PieceEncoder {
         }
       }
       if (merged < 0) return;
-      const int32_t a = s[at], b = s[at + 1];
-      size_t w = at;
-      for (size_t i = at; i < s.size();) {
-        if (i + 1 < s.size() && s[i] == a && s[i + 1] == b) {
-          s[w++] = merged;
-          i += 2;
-        } else {
-          s[w++] = s[i++];
-        }
-      }
-      s.resize(w);
+      merge_pair(s, at, s[at], s[at + 1], merged);
     }
   }
 
@@ -1275,16 +1280,7 @@ class MergeLoop {
       if (!holds) continue;
       old_.clear();
       for (size_t i = 0; i + 1 < s.size(); ++i) old_.push_back(pair_key(s[i], s[i + 1]));
-      size_t out = 0;
-      for (size_t i = 0; i < s.size();) {
-        if (i + 1 < s.size() && s[i] == a && s[i + 1] == b) {
-          s[out++] = merged;
-          i += 2;
-        } else {
-          s[out++] = s[i++];
-        }
-      }
-      s.resize(out);
+      merge_pair(s, 0, a, b, merged);
       new_.clear();
       for (size_t i = 0; i + 1 < s.size(); ++i) new_.push_back(pair_key(s[i], s[i + 1]));
       std::sort(old_.begin(), old_.end());
