@@ -252,8 +252,11 @@ void run_case(const Flags& flags, const Case& c, bench::Context& ctx, const roof
   row.threads = c.threads;
   row.set_time(meas);
   const auto shape = model::model_shape(c.cfg, c.batch, c.seq, tc.precision, tc.attention);
-  row.flops = c.pass == "forward" ? model::forward_flops(c.cfg, c.batch, c.seq)
-                                  : model::training_flops(c.cfg, c.batch, c.seq);
+  // A doc-masked row owes the scores its documents attend to, not those of whole causal rows.
+  const double share = model::document_attention_share(in.data(), c.batch, c.seq, c.doc_mask ? kEot : -1);
+  row.flops = c.pass == "forward" ? model::forward_flops(c.cfg, c.batch, c.seq, share)
+                                  : model::training_flops(c.cfg, c.batch, c.seq, share);
+  if (c.doc_mask) row.extra["attention_share"] = share;
   const double tokens = static_cast<double>(c.batch * c.seq);
   row.extra["mean_ms"] = meas.stats.mean * 1e3;
   row.extra["std_ms"] = meas.stats.stddev * 1e3;

@@ -293,15 +293,25 @@ void train_loop(const Args& a, const Prepared& p, model::Trainer& trainer, DataP
 
   // The peak model FLOPs utilisation is held against: the probed peak of the dtype the GEMMs run in.
   double peak = 0;
+  std::string peak_key;
   if (roofline::has_probe_result()) {
     try {
-      peak = model::mfu_peak(roofline::load_chip("this"), t.precision);
+      const auto chip = roofline::load_chip("this");
+      peak = model::mfu_peak(chip, t.precision);
+      peak_key = model::mfu_peak_key(chip, t.precision);
     } catch (const Error&) {
       peak = 0;
     }
   }
   const int64_t global_batch = t.batch * world;
-  const double flops_step = model::training_flops(c, global_batch, t.seq);
+  // A document-masked step attends to fewer scores than plain causal rows: its FLOPs count only those
+  // (the share is the batch's; every rank draws the same global batch).
+  const double flops_causal = model::training_flops(c, global_batch, t.seq);
+  auto flops_of_step = [&](const int32_t* tokens) {
+    if (t.eot_id < 0) return flops_causal;
+    return model::training_flops(c, global_batch, t.seq,
+                                 model::document_attention_share(tokens, global_batch, t.seq, t.eot_id));
+  };
   const double tokens_step = static_cast<double>(global_batch * t.seq);
   if (!a.json && print) {
     fmt::print("model     {}: d_model {}, {} layers, {}, d_ff {}, vocab {}, {:.2f}M parameters\n", a.size,
@@ -328,8 +338,8 @@ void train_loop(const Args& a, const Prepared& p, model::Trainer& trainer, DataP
           dp->buckets().size(), distributed::sharding_name(dp->config().sharding));
 #endif
     fmt::print("mfu       against {}\n",
-               peak > 0 ? fmt::format("the probed {} peak, {:.1f} GFLOP/s",
-                                      t.precision == model::Precision::bf16 ? "bf16" : "fp32", peak / 1e9)
+               peak > 0 ? fmt::format("the probed {} peak, {:.1f} GFLOP/s{}", peak_key, peak / 1e9,
+                                      t.eot_id >= 0 ? " (FLOPs of the scores each document attends to)" : "")
                         : std::string("nothing: run `ridge probe` once to measure the peak"));
     if (!a.resume.empty()) fmt::print("resumed   {} at step {}\n", a.resume, trainer.steps());
     fmt::print("{:>7}  {:>8}  {:>9}  {:>9}  {:>9}  {:>6}  {:>8}\n", "step", "loss", "lr", "grad norm",
@@ -343,6 +353,7 @@ void train_loop(const Args& a, const Prepared& p, model::Trainer& trainer, DataP
   const auto start = std::chrono::steady_clock::now();
   auto window_start = start;
   int64_t window_steps = 0;
+  double window_flops = 0;
   double window_loss = 0;
   int64_t window_loss_n = 0;
   const int64_t first = trainer.steps();
@@ -361,6 +372,7 @@ void train_loop(const Args& a, const Prepared& p, model::Trainer& trainer, DataP
     if (dp) r.loss = distributed::mean(r.loss);  // each rank's mean over an equal share of the tokens
 #endif
     ++window_steps;
+    window_flops += flops_of_step(x.data());
     if (std::isfinite(r.loss)) {
       window_loss += r.loss;
       ++window_loss_n;
@@ -371,7 +383,7 @@ void train_loop(const Args& a, const Prepared& p, model::Trainer& trainer, DataP
       const double dt = std::chrono::duration<double>(now - window_start).count();
       const double per_step = dt / static_cast<double>(window_steps);
       const double tok_s = tokens_step / per_step;
-      const double mfu = peak > 0 ? flops_step / per_step / peak : NAN;
+      const double mfu = peak > 0 ? window_flops / dt / peak : NAN;
       const double left = per_step * static_cast<double>(a.steps - s - 1);
       const double mean_loss = window_loss_n ? window_loss / static_cast<double>(window_loss_n) : NAN;
       if (a.json) {
@@ -397,6 +409,7 @@ void train_loop(const Args& a, const Prepared& p, model::Trainer& trainer, DataP
       }
       window_start = std::chrono::steady_clock::now();
       window_steps = 0;
+      window_flops = 0;
       window_loss = 0;
       window_loss_n = 0;
     }

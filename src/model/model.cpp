@@ -840,14 +840,45 @@ int64_t TransformerLM<S>::workspace_bytes() const {
 template class TransformerLM<float>;
 template class TransformerLM<double>;
 
-// The one FLOP count every MFU uses: the roofline's ops of the step, GEMMs and attention summed.
-double forward_flops(const ModelConfig& c, int64_t batch, int64_t seq) {
-  return roofline::model_matmul_flops(model_shape(c, batch, seq, Precision::fp32, AttentionPath::flash),
-                                      "forward");
+// The one FLOP count every MFU uses: the roofline's ops of the step, GEMMs and attention summed, the
+// attention ops scaled by the share of the causal scores the batch attends to.
+namespace {
+double step_flops(const ModelConfig& c, int64_t batch, int64_t seq, double attention_share, bool backward) {
+  check(attention_share >= 0.0 && attention_share <= 1.0, "attention_share: {} (accepted: 0 .. 1)",
+        attention_share);
+  auto m = model_shape(c, batch, seq, Precision::fp32, AttentionPath::flash);
+  m.flash = true;                // model FLOPs do not depend on the implementation
+  long double fwd = 0, bwd = 0;  // summed per pass, as roofline::model_matmul_flops does
+  for (const auto& op : roofline::model_step_ops(m)) {
+    if (op.pass != "forward" && op.pass != "backward") continue;
+    const long double f = op.cost.flops * static_cast<long double>(op.count);
+    const long double add = op.kind == "gemm" ? f : op.kind == "attention" ? f * attention_share : 0;
+    (op.pass == "forward" ? fwd : bwd) += add;
+  }
+  return backward ? static_cast<double>(fwd) + static_cast<double>(bwd) : static_cast<double>(fwd);
 }
-double training_flops(const ModelConfig& c, int64_t batch, int64_t seq) {
-  const auto m = model_shape(c, batch, seq, Precision::fp32, AttentionPath::flash);
-  return roofline::model_matmul_flops(m, "forward") + roofline::model_matmul_flops(m, "backward");
+}  // namespace
+
+double forward_flops(const ModelConfig& c, int64_t batch, int64_t seq, double attention_share) {
+  return step_flops(c, batch, seq, attention_share, false);
+}
+double training_flops(const ModelConfig& c, int64_t batch, int64_t seq, double attention_share) {
+  return step_flops(c, batch, seq, attention_share, true);
+}
+
+double document_attention_share(const int32_t* tokens, int64_t batch, int64_t seq, int32_t eot) {
+  if (eot < 0 || batch <= 0 || seq <= 0) return 1.0;
+  auto tri = [](int64_t n) { return static_cast<double>(n) * static_cast<double>(n + 1) / 2.0; };
+  double visible = 0;
+  for (int64_t b = 0; b < batch; ++b) {
+    int64_t start = 0;
+    for (int64_t t = 0; t < seq; ++t)
+      if (tokens[b * seq + t] == eot || t == seq - 1) {
+        visible += tri(t + 1 - start);
+        start = t + 1;
+      }
+  }
+  return visible / (static_cast<double>(batch) * tri(seq));
 }
 
 }  // namespace ridge::model

@@ -32,10 +32,12 @@ roofline::ModelMemory step_memory(const ModelConfig& c, int64_t batch, int64_t s
   return roofline::model_memory(m);
 }
 
-double mfu_peak(const roofline::Chip& chip, Precision p) {
+const char* mfu_peak_key(const roofline::Chip& chip, Precision p) {
   // fp16 operands are multiplied on the fp32 units (this CPU model has no fp16 dot products).
-  const std::string key = p == Precision::bf16 ? "bf16" : "fp32";
-  return chip.has_peak(key) ? chip.peak(key) : chip.peak("fp32");
+  return p == Precision::bf16 && chip.has_peak("bf16") ? "bf16" : "fp32";
+}
+double mfu_peak(const roofline::Chip& chip, Precision p) {
+  return chip.peak(mfu_peak_key(chip, p));
 }
 
 DType operand_storage(DType operand, const roofline::Chip& chip) {

@@ -3,6 +3,8 @@
 // GEMM, attention as FlashAttention counts it (causal: half the score work).
 #include <gtest/gtest.h>
 
+#include <vector>
+
 #include "model/json.hpp"
 #include "ridge/core/error.hpp"
 #include "ridge/model/config.hpp"
@@ -16,7 +18,8 @@ namespace {
 // w1|w3 and w2 (3 D F) per layer, and the lm_head (D V); attention per layer: QK^T and PV over the
 // causal half, 2 * 2 * B * H * T^2 / 2 * dh forward (H query heads, whatever the kv heads), 2.5x that
 // backward.
-double closed_form(const ModelConfig& c, int64_t B, int64_t T, bool with_backward) {
+// `share` scales the attention part (a document-masked batch's share of the causal scores).
+double closed_form(const ModelConfig& c, int64_t B, int64_t T, bool with_backward, double share = 1.0) {
   const double n = static_cast<double>(B * T), D = static_cast<double>(c.d_model),
                F = static_cast<double>(c.d_ff), V = static_cast<double>(c.vocab_size),
                L = static_cast<double>(c.num_layers), Dkv = static_cast<double>(c.kv_heads() * c.d_head());
@@ -24,7 +27,7 @@ double closed_form(const ModelConfig& c, int64_t B, int64_t T, bool with_backwar
   const double attn_fwd = 2.0 * static_cast<double>(B) * static_cast<double>(c.num_heads) *
                           static_cast<double>(T) * static_cast<double>(T) * static_cast<double>(c.d_head()) *
                           L;
-  return with_backward ? 3 * gemm + 3.5 * attn_fwd : gemm + attn_fwd;
+  return with_backward ? 3 * gemm + 3.5 * attn_fwd * share : gemm + attn_fwd * share;
 }
 }  // namespace
 
@@ -60,6 +63,29 @@ TEST(StepRoofline, GroupedQueryModelFlopsAgreeWithAClosedForm) {
       previous = fwd;
     }
   }
+}
+
+// A document-masked batch owes the scores its documents attend to: its share of the causal score work
+// counted by hand, and the FLOPs' attention part (the closed form's) scaled by it, the GEMMs unchanged.
+TEST(StepRoofline, DocumentMaskedFlopsCountTheVisibleScores) {
+  const int64_t B = 2, T = 8;
+  // Row 0: documents of 3 (eot at 2), 1 (eot at 3) and 4 (cut by the row's end); row 1: one of 8.
+  const std::vector<int32_t> tokens = {5, 6, 0, 0, 7, 8, 9, 4, 1, 2, 3, 4, 5, 6, 7, 8};
+  const double share = document_attention_share(tokens.data(), B, T, 0);
+  const double want = (3.0 * 4 / 2 + 1.0 + 4.0 * 5 / 2 + 8.0 * 9 / 2) / (2 * 8.0 * 9 / 2);
+  EXPECT_DOUBLE_EQ(share, want);
+  EXPECT_EQ(document_attention_share(tokens.data(), B, T, -1), 1.0);
+  EXPECT_EQ(document_attention_share(tokens.data(), B, T, 99), 1.0);  // no eot: whole rows
+  const auto cfg = preset("tiny", 10000, 128);
+  for (double s : {1.0, want, 0.25, 0.0}) {
+    EXPECT_NEAR(forward_flops(cfg, 4, 128, s), closed_form(cfg, 4, 128, false, s),
+                1e-9 * closed_form(cfg, 4, 128, false));
+    EXPECT_NEAR(training_flops(cfg, 4, 128, s), closed_form(cfg, 4, 128, true, s),
+                1e-9 * closed_form(cfg, 4, 128, true));
+  }
+  EXPECT_LT(training_flops(cfg, 4, 128, want), training_flops(cfg, 4, 128));
+  EXPECT_THROW(training_flops(cfg, 4, 128, 1.5), ridge::Error);
+  EXPECT_THROW(forward_flops(cfg, 4, 128, -0.1), ridge::Error);
 }
 
 TEST(StepRoofline, SumsAndFp16Fallback) {

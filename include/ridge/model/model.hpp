@@ -123,7 +123,15 @@ class TransformerLM {
 // prints divides by. The roofline analyzer's count (roofline::model_matmul_flops over the step's ops):
 // 2 per multiply-add of every GEMM (the lm_head included), attention as FlashAttention counts it
 // (causal halves the score work), elementwise work left out.
-double forward_flops(const ModelConfig& c, int64_t batch, int64_t seq);
-double training_flops(const ModelConfig& c, int64_t batch, int64_t seq);  // forward + backward (3x GEMMs)
+// `attention_share` scales the attention part: the share of the causal score work the batch does
+// (document_attention_share for a document-masked batch; 1 for plain causal rows).
+double forward_flops(const ModelConfig& c, int64_t batch, int64_t seq, double attention_share = 1.0);
+double training_flops(const ModelConfig& c, int64_t batch, int64_t seq,
+                      double attention_share = 1.0);  // forward + backward (3x GEMMs)
+
+// The share of plain causal attention's visible scores that a document-masked batch (`tokens`, batch x
+// seq, cut after every `eot` and at each row's end, as set_document_mask does) has: the sum of
+// L(L+1)/2 over its documents of L tokens, over batch x seq(seq+1)/2. 1 when eot < 0 (no mask).
+double document_attention_share(const int32_t* tokens, int64_t batch, int64_t seq, int32_t eot);
 
 }  // namespace ridge::model

@@ -29,6 +29,8 @@ roofline::ModelMemory step_memory(const ModelConfig& c, int64_t batch, int64_t s
 // bf16's for bf16 (fp32's on a chip without a bf16 peak), fp32's for fp32 and for fp16 (ridge
 // multiplies fp16-rounded operands on the fp32 units). ridge::Error when the chip has no fp32 peak.
 double mfu_peak(const roofline::Chip& chip, Precision p);
+// Which of the chip's peaks mfu_peak returns: "bf16" or "fp32" (what a label names).
+const char* mfu_peak_key(const roofline::Chip& chip, Precision p);
 
 // How ridge's model stores operands of dtype `operand` on `chip`: the dtype itself, except fp16 on a
 // chip without an fp16 peak (a CPU: no fp16 arithmetic), where the model emulates fp16 by rounding
