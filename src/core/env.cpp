@@ -46,6 +46,7 @@ Knobs parse_knobs(const char* (*lookup)(const char* name)) {
     k.gemm_no_narrow = parse_switch("RIDGE_GEMM_NO_NARROW", v);
   if (const auto v = get("RIDGE_GEMM_SCALAR_PACK"); !v.empty())
     k.gemm_scalar_pack = parse_switch("RIDGE_GEMM_SCALAR_PACK", v);
+  if (const auto v = get("RIDGE_JIT"); !v.empty()) k.jit = parse_switch("RIDGE_JIT", v);
   // Attention blocks are whole vectors of 16 floats (the widest ISA's register).
   for (auto [name, slot] : {std::pair{"RIDGE_ATTENTION_BLOCK_Q", &k.attention_block_q},
                             std::pair{"RIDGE_ATTENTION_BLOCK_K", &k.attention_block_k}}) {

@@ -1,19 +1,23 @@
 #include "ridge/core/process.hpp"
 
 #include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
 #include <spawn.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <thread>
 
 extern char** environ;
 
 namespace ridge::process {
 
-Result run(const std::vector<std::string>& argv, bool capture) {
+Result run(const std::vector<std::string>& argv, bool capture, int timeout_s) {
   Result r;
   if (argv.empty() || argv[0].empty()) return r;
   std::vector<char*> args;
@@ -30,9 +34,19 @@ Result run(const std::vector<std::string>& argv, bool capture) {
     posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
     posix_spawn_file_actions_adddup2(&fa, fds[1], 2);
   }
+  // With a limit the child leads a new process group (pgid = its pid), so one kill(-pid) reaches
+  // everything it started.
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  if (timeout_s > 0) {
+    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
+    posix_spawnattr_setpgroup(&attr, 0);
+  }
   pid_t pid = -1;
   const auto t0 = std::chrono::steady_clock::now();
-  const int rc = ::posix_spawnp(&pid, args[0], &fa, nullptr, args.data(), environ);
+  const auto deadline = t0 + std::chrono::seconds(timeout_s);
+  const int rc = ::posix_spawnp(&pid, args[0], &fa, &attr, args.data(), environ);
+  posix_spawnattr_destroy(&attr);
   posix_spawn_file_actions_destroy(&fa);
   if (capture) ::close(fds[1]);
   if (rc != 0) {
@@ -40,9 +54,29 @@ Result run(const std::vector<std::string>& argv, bool capture) {
     return r;
   }
   r.started = true;
+  auto ms_left = [&] {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    return static_cast<int>(std::clamp<int64_t>(left.count(), 0, 1 << 30));
+  };
+  auto kill_group = [&] {
+    ::kill(-pid, SIGKILL);
+    r.timed_out = true;
+  };
   if (capture) {
     char buf[4096];
     for (;;) {
+      if (timeout_s > 0) {
+        pollfd p{fds[0], POLLIN, 0};
+        const int n = ::poll(&p, 1, ms_left());
+        if (n < 0 && errno == EINTR) continue;
+        if (n == 0) {
+          // Past the limit: kill the group and stop reading (a grandchild that left the group could
+          // hold the pipe open forever).
+          kill_group();
+          break;
+        }
+      }
       const ssize_t n = ::read(fds[0], buf, sizeof buf);
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0) break;
@@ -52,12 +86,22 @@ Result run(const std::vector<std::string>& argv, bool capture) {
   }
   int status = 0;
   rusage ru{};
-  while (::wait4(pid, &status, 0, &ru) < 0 && errno == EINTR) {
+  for (;;) {
+    // Without a pipe to wait on, a limited run polls for the child's end every few milliseconds.
+    const int options = timeout_s > 0 && !r.timed_out ? WNOHANG : 0;
+    const pid_t w = ::wait4(pid, &status, options, &ru);
+    if (w < 0 && errno == EINTR) continue;
+    if (w != 0) break;
+    if (ms_left() == 0) {
+      kill_group();
+      continue;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   r.max_rss_bytes = static_cast<int64_t>(ru.ru_maxrss) * 1024;  // Linux reports KiB
   // posix_spawnp reports a missing program as exit 127 from the child on glibc.
-  if (WIFEXITED(status)) r.exit_code = WEXITSTATUS(status);
+  if (WIFEXITED(status) && !r.timed_out) r.exit_code = WEXITSTATUS(status);
   if (r.exit_code == 127 && r.output.empty()) r.started = false;
   return r;
 }

@@ -50,6 +50,7 @@ TEST(Env, UnsetAndEmptyMeanTheDefaults) {
     EXPECT_EQ(k.attention_block_q, 0);
     EXPECT_EQ(k.attention_block_k, 0);
     EXPECT_EQ(k.omp_threads, 0);
+    EXPECT_FALSE(k.jit);
   }
 }
 
@@ -62,6 +63,7 @@ TEST(Env, GoodValuesAreParsed) {
                         {"RIDGE_GEMM_SCALAR_PACK", "0"},
                         {"RIDGE_ATTENTION_BLOCK_Q", "32"},
                         {"RIDGE_ATTENTION_BLOCK_K", "1024"},
+                        {"RIDGE_JIT", "1"},
                         {"OMP_NUM_THREADS", "3,2"}});
   EXPECT_EQ(k.isa, static_cast<int>(cpu::Isa::scalar));
   EXPECT_EQ(k.gemm_kc, 512);
@@ -72,6 +74,8 @@ TEST(Env, GoodValuesAreParsed) {
   EXPECT_EQ(k.attention_block_q, 32);
   EXPECT_EQ(k.attention_block_k, 1024);
   EXPECT_EQ(k.omp_threads, 3) << "the first entry of OpenMP's list";
+  EXPECT_TRUE(k.jit);
+  EXPECT_FALSE(parse({{"RIDGE_JIT", "0"}}).jit);
 }
 
 // The test-only fault-injection pair: both parsed, the rank defaulting to 0, junk and a lone rank
@@ -106,6 +110,7 @@ TEST(Env, JunkIsAnErrorNamingTheVariable) {
   for (const char* v : {"yes", "2", "-1", "on"}) {
     expect_rejected("RIDGE_GEMM_NO_NARROW", v);
     expect_rejected("RIDGE_GEMM_SCALAR_PACK", v);
+    expect_rejected("RIDGE_JIT", v);
   }
   for (const char* v : {"0", "-1", "abc", "100000", "1025", "16x"}) expect_rejected("OMP_NUM_THREADS", v);
   expect_rejected("RIDGE_ISA", "bogus");

@@ -1,5 +1,5 @@
 // Every environment variable ridge reads, in one place. The knobs (RIDGE_ISA, RIDGE_GEMM_*,
-// RIDGE_ATTENTION_BLOCK_*, OMP_NUM_THREADS) are parsed and validated once, at first use, and then
+// RIDGE_ATTENTION_BLOCK_*, RIDGE_JIT, OMP_NUM_THREADS) are parsed and validated once, at first use, and then
 // read from memory: kernels never call getenv. A bad value is a ridge::Error that names the variable
 // and says what is accepted, so the CLI prints one line and exits 2.
 #pragma once
@@ -22,6 +22,8 @@ struct Knobs {
   bool gemm_no_narrow = false, gemm_scalar_pack = false;
   // RIDGE_ATTENTION_BLOCK_Q / _K: queries and keys per attention block; 0 when unset.
   int attention_block_q = 0, attention_block_k = 0;
+  // RIDGE_JIT=1: kernels may be compiled at run time (ridge/core/jit.hpp); off by default.
+  bool jit = false;
   // OMP_NUM_THREADS (its first entry): the default thread count; 0 when unset.
   int omp_threads = 0;
   // Test-only fault injection for data-parallel training (never set them in real runs):
@@ -63,8 +65,8 @@ Launcher launcher();
 Launcher parse_launcher(const char* (*lookup)(const char* name));
 
 // A variable that names a path or a program (RIDGE_HOME, RIDGE_HW_DIR, RIDGE_TOOLS_DIR,
-// RIDGE_SHAPES_DIR, RIDGE_PYTHON, HOME, PATH): "" when unset. Read at each call, never in a hot
-// path, so a test or a program that sets one sees it.
+// RIDGE_SHAPES_DIR, RIDGE_PYTHON, RIDGE_JIT_CACHE_DIR, RIDGE_JIT_CXX, XDG_CACHE_HOME, HOME, PATH): "" when
+// unset. Read at each call, never in a hot path, so a test or a program that sets one sees it.
 std::string text(const char* name);
 
 }  // namespace ridge::env
