@@ -50,6 +50,8 @@ nlohmann::json info_json() {
   j["isa_paths"] = paths;
   j["best_isa"] = cpu::isa_name(cpu::best_isa());
   j["active_isa"] = cpu::isa_name(cpu::active_isa());
+  const auto js = jit::settings();
+  j["jit"] = {{"enabled", js.enabled}, {"cache_dir", js.cache_dir}, {"compiler", js.compiler}};
   return j;
 }
 
@@ -77,6 +79,10 @@ void print_table(const nlohmann::json& j) {
   fmt::print("isa paths {}\n", paths);
   fmt::print("active     {} (best {}; set RIDGE_ISA=scalar|avx2|avx512|avx512bf16 to force a lower path)\n",
              j["active_isa"].get<std::string>(), j["best_isa"].get<std::string>());
+  const auto& jit = j["jit"];
+  fmt::print("jit        {} (RIDGE_JIT={}; compiler {}, cache {}; see ridge jit list)\n",
+             jit["enabled"].get<bool>() ? "on" : "off", jit["enabled"].get<bool>() ? 1 : 0,
+             jit["compiler"].get<std::string>(), jit["cache_dir"].get<std::string>());
 }
 
 void setup(CLI::App& root) {

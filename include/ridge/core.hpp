@@ -1,4 +1,4 @@
-// ridge core: errors, numeric formats, CPU facts and ISA selection, memory, views, threads.
+// ridge core: errors, numeric formats, CPU facts and ISA selection, memory, views, threads, the JIT.
 #pragma once
 
 #include "ridge/core/cpu.hpp"
@@ -8,6 +8,7 @@
 #include "ridge/core/format.hpp"
 #include "ridge/core/hash.hpp"
 #include "ridge/core/input.hpp"
+#include "ridge/core/jit.hpp"
 #include "ridge/core/memory.hpp"
 #include "ridge/core/process.hpp"
 #include "ridge/core/tensor.hpp"
