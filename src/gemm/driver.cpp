@@ -18,6 +18,7 @@
 #include <exception>
 
 #include "core/isa_paths.hpp"
+#include "gemm/jit_decode.hpp"
 #include "ridge/core/env.hpp"
 #include "ridge/core/error.hpp"
 #include "ridge/core/memory.hpp"
@@ -401,7 +402,9 @@ void run(const Problem& p) {
   const KernelInfo ki = p.packed_ki ? *p.packed_ki : select_kernel(p.a.elem, cpu::active_isa());
   if (!p.b_panels && !p.b.fp8_panels && !p.a.kmajor && !p.b.kmajor && p.m <= kSmallM && ki.small_m &&
       ki.small_m_elem == p.a.elem) {
-    run_small_m(p, ki.small_m, ki.small_m_cols);
+    // With RIDGE_JIT=1, the same kernel with this call's m and k compiled in, where it serves them.
+    const SmallMKernel jit = jit_small_m(ki, p.m, p.k);
+    run_small_m(p, jit ? jit : ki.small_m, ki.small_m_cols);
     return;
   }
   if (p.b.fp8_panels && p.m <= 4 && !p.a.kmajor && ki.small_m_fp8_panels) {

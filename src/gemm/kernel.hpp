@@ -12,6 +12,7 @@
 
 #include "ridge/core/cpu.hpp"
 #include "ridge/core/format.hpp"
+#include "gemm/abi.hpp"
 
 namespace ridge::gemm::detail {
 
@@ -28,17 +29,6 @@ enum class Elem { f32, bf16, fp8 };
 // functions (pack.cpp), not inline: this header is included by ISA-flagged files.
 size_t panel_elt(Panel p);
 int64_t panel_k(Panel p, int64_t k);
-
-// Where a micro-tile's result goes: dst = (src ? src : 0) + acc, for the first `mr` rows and `nr`
-// columns. src may equal dst (in-place accumulate). Pointers are at the tile's origin.
-struct Tile {
-  const void* src = nullptr;
-  int64_t lds = 0;
-  bool src_bf16 = false;
-  void* dst = nullptr;
-  int64_t ldd = 0;
-  bool dst_bf16 = false;
-};
 
 // FP8's two-level scaling for one micro-kernel call (null `a` for fp32/bf16): a at the tile's first
 // row and the call's first 128-wide K block (row stride lda); b at the tile's 128-column block and the
@@ -78,22 +68,6 @@ struct KernelInfo;
 using PackFn = void (*)(const KernelInfo& ki, const Operand& src, int64_t r0, int64_t count, int64_t p0,
                         int64_t kc, int R, void* dst, bool fast);
 
-// Small-m ("decode") path, for row-major A and B read straight from memory, B streamed once with no
-// packing (the op is memory-bound): D[0:m, n0:n1] into t (at D's origin). n0 is a multiple of the
-// kernel's small_m_cols. Scratch comes from thread_scratch (never allocated per call).
-struct SmallM {
-  int64_t m = 0, k = 0;
-  const void* a = nullptr;
-  int64_t lda = 0;
-  const void* b = nullptr;
-  int64_t ldb = 0;
-  const float* sa = nullptr;  // FP8 scales at D's origin, as in Scales
-  int64_t ldsa = 0;
-  const float* sb = nullptr;
-  int64_t ldsb = 0;
-};
-using SmallMKernel = void (*)(const SmallM& s, int64_t n0, int64_t n1, const Tile& t);
-
 // Packs 32-bit words (fp32 values or bf16 pairs): dst[p * R + r] = word p of row r for r < rows,
 // 0 for rows <= r < R, p < words; row r starts at src + r * ld_bytes. R <= 32.
 using PackWords = void (*)(const void* src, int64_t ld_bytes, int rows, int64_t words, int R, uint32_t* dst);
@@ -113,6 +87,9 @@ struct KernelInfo {
   MicroKernel ukernel = nullptr;
   PackFn pack_a = nullptr, pack_b = nullptr;
   SmallMKernel small_m = nullptr;  // for row-major inputs of element type small_m_elem, when the ISA has one
+  // The JIT's name for small_m's template (jit_decode.cpp), where the JIT serves this kernel's decode
+  // calls with m and k compiled in as constants; nullptr where it does not.
+  const char* small_m_jit = nullptr;
   Elem small_m_elem = Elem::f32;
   int64_t small_m_cols = 4;  // column granule of the small-m split (FP8: 16, within a scale block)
   // The small-m path for FP8 B in PackedFp8B panels (SmallM::b at panel 0, ldb = pairs), 1..4 rows of A,

@@ -52,41 +52,13 @@ void ukernel(int64_t kc, const void* a_panel, const void* b_panel, int /*mr*/, i
 
 #include "gemm/ukernel_rows.inc"
 
-// Decode shapes of 1..4 rows (small_m_blocks): vdpbf16ps works on k-contiguous rows as they are, 32
-// bf16 per step, so nothing is packed.
-struct DotBf16 {
-  using E = uint16_t;
-  static constexpr int kStep = 32;
-  static void step(__m512 acc[4][4], const uint16_t* const ar[4], const uint16_t* const br[4], int64_t p,
-                   int64_t k) {
-    const __mmask32 km = k - p >= 32 ? __mmask32(0xFFFFFFFFu) : __mmask32((1u << (k - p)) - 1);
-    __m512bh bv[4];
-    for (int j = 0; j < 4; ++j) bv[j] = (__m512bh)_mm512_maskz_loadu_epi16(km, br[j] + p);
-    for (int i = 0; i < 4; ++i) {
-      const __m512bh av = (__m512bh)_mm512_maskz_loadu_epi16(km, ar[i] + p);
-      for (int j = 0; j < 4; ++j) acc[i][j] = _mm512_dpbf16_ps(acc[i][j], av, bv[j]);
-    }
-  }
-  static void step1(__m512 acc[8], const uint16_t* a, const uint16_t* const br[8], int64_t p, int64_t k) {
-    const __mmask32 km = k - p >= 32 ? __mmask32(0xFFFFFFFFu) : __mmask32((1u << (k - p)) - 1);
-    const __m512bh av = (__m512bh)_mm512_maskz_loadu_epi16(km, a + p);
-    for (int j = 0; j < 8; ++j) {
-      const __m512bh bv = (__m512bh)_mm512_maskz_loadu_epi16(km, br[j] + p);
-      acc[j] = _mm512_dpbf16_ps(acc[j], av, bv);
-    }
-  }
-  static __m512 dot(__m512 acc, const uint16_t* a, const uint16_t* b) {
-    return _mm512_dpbf16_ps(acc, (__m512bh)_mm512_loadu_si512(a), (__m512bh)_mm512_loadu_si512(b));
-  }
-  static __m512 dot_tail(__m512 acc, const uint16_t* a, const uint16_t* b, int64_t p, int64_t k) {
-    const __mmask32 km = k - p >= 32 ? __mmask32(0xFFFFFFFFu) : __mmask32((1u << (k - p)) - 1);
-    return _mm512_dpbf16_ps(acc, (__m512bh)_mm512_maskz_loadu_epi16(km, a + p),
-                            (__m512bh)_mm512_maskz_loadu_epi16(km, b + p));
-  }
-};
+#include "gemm/dot_bf16_avx512bf16.inc"
+#include "gemm/small_m_avx512.inc"
 
+// Decode shapes of 1..4 rows (small_m_avx512.inc).
 void small_m(const SmallM& s, int64_t n0, int64_t n1, const Tile& t) {
-  small_m_blocks<DotBf16>(s.m, n0, n1, s.k, s.a, s.lda, s.b, s.ldb, t);
+  small_m_blocks<DotBf16>(s.m, n0, n1, s.k, s.a, s.lda, s.b, s.ldb, t,
+                          rows_in_address_order(s.m, s.k, sizeof(uint16_t), sizeof(uint16_t)));
 }
 
 // acc += a . broadcast(*b), the broadcast embedded in the memory operand ({1toN}); GCC's separate

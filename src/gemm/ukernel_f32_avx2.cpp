@@ -69,6 +69,19 @@ void ukernel(int64_t kc, const void* a_panel, const void* b_panel, int mr, int n
 #include "simd/scalar.inc"
 #include "gemm/small_m_avx2.inc"
 
+// Whether the one-row-at-a-time kernel serves m rows of A of k elements (B's element b_bytes wide; A
+// read as fp32): the rule of epilogue_avx512.inc's rows_in_address_order.
+bool rows_in_address_order_avx2(int64_t m, int64_t k, int64_t b_bytes) {
+  return m <= 4 && k * b_bytes <= 4096 && m * k * 4 <= cpu::cache_sizes().l1d / 2;
+}
+
+void small_m_f32(const SmallM& s, int64_t n0, int64_t n1, const Tile& t) {
+  small_m_avx2<BF32, float>(s, n0, n1, t, rows_in_address_order_avx2(s.m, s.k, sizeof(float)));
+}
+void small_m_bf16(const SmallM& s, int64_t n0, int64_t n1, const Tile& t) {
+  small_m_avx2<BBf16, uint16_t>(s, n0, n1, t, rows_in_address_order_avx2(s.m, s.k, sizeof(uint16_t)));
+}
+
 }  // namespace
 
 KernelInfo kernel_f32_avx2() {
@@ -80,6 +93,7 @@ KernelInfo kernel_f32_avx2() {
                     .pack_a = &pack_dense,
                     .pack_b = &pack_dense,
                     .small_m = &small_m_f32,
+                    .small_m_jit = "f32_avx2",
                     .small_m_elem = Elem::f32};
 }
 
@@ -87,6 +101,7 @@ KernelInfo kernel_f32_avx2() {
 KernelInfo kernel_bf16_avx2() {
   KernelInfo k = kernel_f32_avx2();
   k.small_m = &small_m_bf16;
+  k.small_m_jit = "bf16_avx2";
   k.small_m_elem = Elem::bf16;
   return k;
 }

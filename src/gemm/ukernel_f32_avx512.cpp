@@ -52,39 +52,12 @@ void ukernel(int64_t kc, const void* a_panel, const void* b_panel, int /*mr*/, i
 
 #include "gemm/ukernel_rows.inc"
 
-// Decode shapes (small_m_blocks): fp32 FMA over 16 k per step; A stays in L2 (m <= 16).
-struct DotF32 {
-  using E = float;
-  static constexpr int kStep = 16;
-  static void step(__m512 acc[4][4], const float* const ar[4], const float* const br[4], int64_t p,
-                   int64_t k) {
-    const __mmask16 km = k - p >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (k - p)) - 1);
-    __m512 bv[4];
-    for (int j = 0; j < 4; ++j) bv[j] = _mm512_maskz_loadu_ps(km, br[j] + p);
-    for (int i = 0; i < 4; ++i) {
-      const __m512 av = _mm512_maskz_loadu_ps(km, ar[i] + p);
-      for (int j = 0; j < 4; ++j) acc[i][j] = _mm512_fmadd_ps(av, bv[j], acc[i][j]);
-    }
-  }
-  static void step1(__m512 acc[8], const float* a, const float* const br[8], int64_t p, int64_t k) {
-    const __mmask16 km = k - p >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (k - p)) - 1);
-    const __m512 av = _mm512_maskz_loadu_ps(km, a + p);
-    for (int j = 0; j < 8; ++j) {
-      const __m512 bv = _mm512_maskz_loadu_ps(km, br[j] + p);
-      acc[j] = _mm512_fmadd_ps(av, bv, acc[j]);
-    }
-  }
-  static __m512 dot(__m512 acc, const float* a, const float* b) {
-    return _mm512_fmadd_ps(_mm512_loadu_ps(a), _mm512_loadu_ps(b), acc);
-  }
-  static __m512 dot_tail(__m512 acc, const float* a, const float* b, int64_t p, int64_t k) {
-    const __mmask16 km = k - p >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (k - p)) - 1);
-    return _mm512_fmadd_ps(_mm512_maskz_loadu_ps(km, a + p), _mm512_maskz_loadu_ps(km, b + p), acc);
-  }
-};
+#include "gemm/dot_f32_avx512.inc"
+#include "gemm/small_m_avx512.inc"
 
 void small_m(const SmallM& s, int64_t n0, int64_t n1, const Tile& t) {
-  small_m_blocks<DotF32>(s.m, n0, n1, s.k, s.a, s.lda, s.b, s.ldb, t);
+  small_m_blocks<DotF32>(s.m, n0, n1, s.k, s.a, s.lda, s.b, s.ldb, t,
+                         rows_in_address_order(s.m, s.k, sizeof(float), sizeof(float)));
 }
 
 #include "gemm/transpose_avx512.inc"
@@ -119,6 +92,7 @@ KernelInfo kernel_f32_avx512() {
                     .pack_a = &pack_dense,
                     .pack_b = &pack_dense,
                     .small_m = &small_m,
+                    .small_m_jit = "f32_avx512",
                     .small_m_elem = Elem::f32,
                     .pack_words = &pack_words_avx512};
 }

@@ -6,15 +6,20 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <numeric>
 #include <vector>
 
 #include "ridge/core/cpu.hpp"
 #include "ridge/core/error.hpp"
+#include "ridge/core/jit.hpp"
 #include "ridge/core/threads.hpp"
 #include "ridge/model/generate.hpp"
 #include "ridge/model/model.hpp"
 #include "ridge/model/train.hpp"
+#include "gemm/jit_decode.hpp"
+#include "model/tmpdir.hpp"
 
 namespace rm = ridge::model;
 using ridge::cpu::Isa;
@@ -385,5 +390,61 @@ TEST(Generate, WeightAndCacheBytesAreTheRooflinesDecodeBytes) {
                      im.weight_bytes() + 3 * im.embedding_row_bytes());
     EXPECT_DOUBLE_EQ(static_cast<double>(cost.kv_read_bytes()), 3 * 40 * im.kv_bytes_per_token());
     EXPECT_DOUBLE_EQ(static_cast<double>(cost.kv_write_bytes()), 3 * im.kv_bytes_per_token());
+  }
+}
+
+// A batch of 5..16 sequences decodes through the GEMM JIT's kernels on the AVX2 path (docs/jit.md), with
+// m and k compiled in: the logits are the ahead-of-time kernels' bit for bit, fp32 and bf16 weights.
+TEST(Generate, DecodeThroughTheJitIsTheAotDecodeBitForBit) {
+  if (!ridge::cpu::supported(Isa::avx2))
+    GTEST_SKIP() << "the JIT serves the AVX2 decode kernels; no AVX2 here";
+  if (ridge::jit::compiler_signature(ridge::jit::settings()).empty())
+    GTEST_SKIP() << "no C++ compiler on PATH";
+  ridge::cpu::ScopedIsa isa(Isa::avx2);
+  // Its own cache, never the user's (the with-JIT ctest run names one: that one is kept).
+  ridge::test::TempDir dir;
+  struct Unset {
+    bool armed;
+    ~Unset() {
+      if (armed) ::unsetenv("RIDGE_JIT_CACHE_DIR");
+    }
+  } unset{std::getenv("RIDGE_JIT_CACHE_DIR") == nullptr};
+  if (unset.armed) ::setenv("RIDGE_JIT_CACHE_DIR", dir.path().c_str(), 1);
+  rm::ModelConfig c = small_config();
+  rm::TransformerLM<float> m(c);
+  m.init(21);
+  for (auto format : {rm::WeightFormat::fp32, rm::WeightFormat::bf16}) {
+    rm::InferenceOptions o;
+    o.weights = format;
+    o.block_size = 16;
+    const rm::InferenceModel im(m, o);
+    std::vector<std::vector<float>> runs;
+    for (int mode : {0, 1}) {  // the AOT kernels, then the JIT's
+      ridge::gemm::detail::jit_small_m_override(mode);
+      rm::Session s(im, 12);
+      std::vector<std::vector<int32_t>> prompts;
+      for (int i = 0; i < 12; ++i)
+        prompts.push_back(random_tokens(3 + static_cast<size_t>(i), 40 + i, c.vocab_size));
+      const auto ids = s.prefill(prompts);
+      std::vector<float> all;
+      for (int step = 0; step < 3; ++step) {
+        std::vector<int32_t> t(ids.size());
+        for (size_t i = 0; i < t.size(); ++i) t[i] = static_cast<int32_t>((7 * i + step) % c.vocab_size);
+        s.decode(ids, t);
+        for (auto id : ids) {
+          const auto l = s.logits(id);
+          all.insert(all.end(), l.begin(), l.end());
+        }
+      }
+      runs.push_back(std::move(all));
+    }
+    ridge::gemm::detail::jit_small_m_override(-1);
+    ASSERT_EQ(runs[0].size(), runs[1].size());
+    EXPECT_EQ(std::memcmp(runs[0].data(), runs[1].data(), runs[0].size() * sizeof(float)), 0)
+        << (format == rm::WeightFormat::fp32 ? "fp32" : "bf16");
+  }
+  // The JIT did build them (an empty cache would mean both runs took the AOT kernels).
+  if (unset.armed) {
+    EXPECT_GE(ridge::jit::list(ridge::jit::settings()).size(), 2u);
   }
 }
