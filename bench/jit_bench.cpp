@@ -24,6 +24,11 @@
 #include "gemm/jit_decode.hpp"
 #include "gemm/kernel.hpp"
 
+namespace ridge::gemm::detail {
+bool bench_blocks_avx2(int variant, int64_t m, int64_t n, int64_t k, const float* a, const float* b,
+                       float* d);
+}
+
 namespace {
 
 using namespace ridge;
@@ -83,11 +88,12 @@ void run(bench::Context& ctx) {
   const auto dtypes = ctx.grid.values("dtype", {"fp32", "bf16"});
   for (const auto& d : dtypes)
     check(d == "fp32" || d == "bf16", "--set dtype: '{}' is not one of fp32, bf16", d);
-  const std::vector<std::string> phases_all = {"cold", "disk", "lookup", "shape"};
-  const auto phases = ctx.grid.values("phase", phases_all);
+  const std::vector<std::string> phases_all = {"cold", "disk", "lookup", "shape", "blocking"};
+  // blocking is an experiment (docs/jit.md): asked for by name, not in the default sweep.
+  const auto phases = ctx.grid.values("phase", {"cold", "disk", "lookup", "shape"});
   for (const auto& p : phases)
     check(std::find(phases_all.begin(), phases_all.end(), p) != phases_all.end(),
-          "--set phase: '{}' is not one of cold, disk, lookup, shape", p);
+          "--set phase: '{}' is not one of cold, disk, lookup, shape, blocking", p);
   struct Size {
     const char* name;
     int64_t d, dff;
@@ -263,6 +269,45 @@ void run(bench::Context& ctx) {
       }
     }
   }
+  // blocking: the AVX2 decode kernel's row blocks (4 x 2, 6 x 2, 8 x 1) against each other, fp32, one
+  // thread, the rounds interleaved. Needs AVX2.
+  if (std::count(phases.begin(), phases.end(), "blocking")) {
+    check(cpu::supported(cpu::Isa::avx2), "--set phase=blocking: times AVX2 kernels; this CPU has no AVX2");
+    std::mt19937 rng(11);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    const char* names[] = {"4x2", "6x2", "8x1"};
+    for (const auto& s : shapes) {
+      Buffer<float> w(static_cast<size_t>(s.n * s.k));
+      for (auto& v : w) v = u(rng);
+      for (int64_t m : ms) {
+        if (m < 4) continue;  // 1..3 rows have their own blocks
+        Buffer<float> x(static_cast<size_t>(m * s.k)), d(static_cast<size_t>(m * s.n));
+        for (auto& v : x) v = u(rng);
+        std::vector<double> t[3];
+        for (int64_t r = 0; r < repeats; ++r)
+          for (int v = 0; v < 3; ++v)
+            t[v].push_back(
+                bench::measure([&] { gd::bench_blocks_avx2(v, m, s.n, s.k, x.data(), w.data(), d.data()); },
+                               ctx.options)
+                    .median_ms());
+        for (int v = 0; v < 3; ++v) {
+          bench::Row row;
+          row.case_ = {
+              {"phase", "blocking"}, {"size", s.size}, {"op", s.op}, {"m", m}, {"n", s.n}, {"k", s.k},
+              {"blocks", names[v]}};
+          row.dtype = "fp32";
+          row.threads = 1;
+          row.isa = "avx2";
+          row.median_ms = median(t[v]);
+          row.min_ms = *std::min_element(t[v].begin(), t[v].end());
+          row.flops = 2.0 * static_cast<double>(m * s.n * s.k);
+          row.add_peer("4x2", median(t[0]));
+          ctx.emit(std::move(row));
+        }
+        ctx.progress.tick(fmt::format("blocking {} {} m={}", s.size, s.op, m));
+      }
+    }
+  }
   if (!served_here &&
       (std::count(phases.begin(), phases.end(), "cold") || std::count(phases.begin(), phases.end(), "disk") ||
        std::count(phases.begin(), phases.end(), "lookup")))
@@ -271,7 +316,8 @@ void run(bench::Context& ctx) {
 
 }  // namespace
 
-RIDGE_BENCHMARK(jit, "jit",
-                "the GEMM JIT: cold compile, disk-cache hit, warm look-up, and JIT vs AOT decode kernels per "
-                "model shape (axes: phase, dtype, size, op, m, repeats)",
-                run);
+RIDGE_BENCHMARK(
+    jit, "jit",
+    "the GEMM JIT: cold compile, disk-cache hit, warm look-up, and JIT vs AOT decode kernels per "
+    "model shape; phase=blocking times the AVX2 decode blocks (axes: phase, dtype, size, op, m, repeats)",
+    run);

@@ -25,25 +25,8 @@ nlohmann::json info_json() {
                  {"l3_bytes", in.caches.l3},
                  {"l3_shared_by", in.caches.l3_sharing},
                  {"line_bytes", in.caches.line}};
-  j["features"] = {{"sse4.2", f.sse42},
-                   {"avx", f.avx},
-                   {"avx2", f.avx2},
-                   {"fma", f.fma},
-                   {"f16c", f.f16c},
-                   {"bmi2", f.bmi2},
-                   {"avx512f", f.avx512f},
-                   {"avx512bw", f.avx512bw},
-                   {"avx512vl", f.avx512vl},
-                   {"avx512dq", f.avx512dq},
-                   {"avx512cd", f.avx512cd},
-                   {"avx512_vbmi", f.avx512_vbmi},
-                   {"avx512_bf16", f.avx512_bf16},
-                   {"avx512_vnni", f.avx512_vnni},
-                   {"avx512_fp16", f.avx512_fp16},
-                   {"avx_vnni", f.avx_vnni},
-                   {"amx_tile", f.amx_tile},
-                   {"amx_bf16", f.amx_bf16},
-                   {"amx_int8", f.amx_int8}};
+  j["features"] = nlohmann::json::object();
+  for (const auto& [name, has] : cpu::feature_list(f)) j["features"][name] = has;
   j["os_saves"] = {{"avx", f.os_avx}, {"avx512", f.os_avx512}, {"amx", f.os_amx}};
   nlohmann::json paths = nlohmann::json::array();
   for (auto isa : cpu::supported_isas()) paths.push_back(cpu::isa_name(isa));

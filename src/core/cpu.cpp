@@ -203,6 +203,28 @@ std::atomic<int> g_override{kNoOverride};
 
 }  // namespace
 
+std::vector<std::pair<const char*, bool>> feature_list(const Features& f) {
+  return {{"sse4.2", f.sse42},
+          {"avx", f.avx},
+          {"avx2", f.avx2},
+          {"fma", f.fma},
+          {"f16c", f.f16c},
+          {"bmi2", f.bmi2},
+          {"avx512f", f.avx512f},
+          {"avx512bw", f.avx512bw},
+          {"avx512vl", f.avx512vl},
+          {"avx512dq", f.avx512dq},
+          {"avx512cd", f.avx512cd},
+          {"avx512_vbmi", f.avx512_vbmi},
+          {"avx512_bf16", f.avx512_bf16},
+          {"avx512_vnni", f.avx512_vnni},
+          {"avx512_fp16", f.avx512_fp16},
+          {"avx_vnni", f.avx_vnni},
+          {"amx_tile", f.amx_tile},
+          {"amx_bf16", f.amx_bf16},
+          {"amx_int8", f.amx_int8}};
+}
+
 const Info& info() {
   static const Info in = read_info();
   return in;

@@ -749,28 +749,10 @@ std::string cpu_signature() {
   const auto& in = cpu::info();
   const auto& f = in.features;
   std::string s = fmt::format("{} family {} model {}:", in.vendor, in.family, in.model);
-  const std::pair<const char*, bool> features[] = {{"sse4.2", f.sse42},
-                                                   {"avx", f.avx},
-                                                   {"avx2", f.avx2},
-                                                   {"fma", f.fma},
-                                                   {"f16c", f.f16c},
-                                                   {"bmi2", f.bmi2},
-                                                   {"avx512f", f.avx512f},
-                                                   {"avx512bw", f.avx512bw},
-                                                   {"avx512vl", f.avx512vl},
-                                                   {"avx512dq", f.avx512dq},
-                                                   {"avx512cd", f.avx512cd},
-                                                   {"avx512_vbmi", f.avx512_vbmi},
-                                                   {"avx512_bf16", f.avx512_bf16},
-                                                   {"avx512_vnni", f.avx512_vnni},
-                                                   {"avx512_fp16", f.avx512_fp16},
-                                                   {"avx_vnni", f.avx_vnni},
-                                                   {"amx_tile", f.amx_tile},
-                                                   {"amx_bf16", f.amx_bf16},
-                                                   {"amx_int8", f.amx_int8},
-                                                   {"os_avx", f.os_avx},
-                                                   {"os_avx512", f.os_avx512},
-                                                   {"os_amx", f.os_amx}};
+  auto features = cpu::feature_list(f);
+  for (auto os :
+       {std::pair<const char*, bool>{"os_avx", f.os_avx}, {"os_avx512", f.os_avx512}, {"os_amx", f.os_amx}})
+    features.push_back(os);
   for (const auto& [name, on] : features)
     if (on) s += std::string(" ") + name;
   return s;

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace ridge::cpu {
@@ -37,6 +38,11 @@ struct Info {
 
 // Read once and cached.
 const Info& info();
+
+// Each CPU feature of Features (the os_* ones aside) by the name /proc/cpuinfo gives it, in one order:
+// `ridge info` and the JIT's CPU signature (part of its cache key) read this list, so a flag added to
+// Features is added here once.
+std::vector<std::pair<const char*, bool>> feature_list(const Features& f);
 
 // The cache sizes every user blocks by or sizes a benchmark by: what cpuid reports, with one
 // fallback per level for a level it does not report (a hypervisor that hides the cache leaves).
