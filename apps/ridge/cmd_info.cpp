@@ -31,6 +31,14 @@ nlohmann::json info_json() {
   nlohmann::json paths = nlohmann::json::array();
   for (auto isa : cpu::supported_isas()) paths.push_back(cpu::isa_name(isa));
   j["isa_paths"] = paths;
+  nlohmann::json missing = nlohmann::json::array();
+  for (auto isa : {cpu::Isa::scalar, cpu::Isa::avx2, cpu::Isa::avx512, cpu::Isa::avx512bf16, cpu::Isa::amx})
+    if (!cpu::supported(isa)) missing.push_back(cpu::isa_name(isa));
+  j["isa_paths_missing"] = missing;
+  // Why the matrix engine is not used, in words: no AMX in cpuid, or the OS refused it.
+  j["amx"] = cpu::supported(cpu::Isa::amx) ? "on (tiles configured per thread, palette 1)"
+             : !in.amx_refused.empty()     ? "off: " + in.amx_refused
+                                           : std::string("off: cpuid has no amx_tile/amx_bf16 (the hypervisor may mask it)");
   j["best_isa"] = cpu::isa_name(cpu::best_isa());
   j["active_isa"] = cpu::isa_name(cpu::active_isa());
   const auto js = jit::settings();
@@ -59,8 +67,11 @@ void print_table(const nlohmann::json& j) {
              os["avx512"].get<bool>() ? "yes" : "no", os["amx"].get<bool>() ? "yes" : "no");
   std::string paths;
   for (const auto& p : j["isa_paths"]) paths += " " + p.get<std::string>();
-  fmt::print("isa paths {}\n", paths);
-  fmt::print("active     {} (best {}; set RIDGE_ISA=scalar|avx2|avx512|avx512bf16 to force a lower path)\n",
+  std::string missing;
+  for (const auto& p : j["isa_paths_missing"]) missing += " " + p.get<std::string>();
+  fmt::print("isa paths {}{}\n", paths, missing.empty() ? "" : " (not on this machine:" + missing + ")");
+  fmt::print("amx        {}\n", j["amx"].get<std::string>());
+  fmt::print("active     {} (best {}; set RIDGE_ISA=scalar|avx2|avx512|avx512bf16|amx to force a lower path)\n",
              j["active_isa"].get<std::string>(), j["best_isa"].get<std::string>());
   const auto& jit = j["jit"];
   fmt::print("jit        {} (RIDGE_JIT={}; compiler {}, cache {}; see ridge jit list)\n",

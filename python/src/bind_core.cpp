@@ -45,7 +45,7 @@ void bind_core(nb::module_& m) {
         "Sets the thread count for later kernel calls (n >= 1).");
   m.def(
       "get_isa", [] { return std::string(cpu::isa_name(cpu::active_isa())); },
-      "The instruction-set path kernels take: scalar, avx2, avx512 or avx512bf16.");
+      "The instruction-set path kernels take: scalar, avx2, avx512, avx512bf16 or amx.");
   m.def(
       "set_isa", [](const std::string& isa) { cpu::set_isa(cpu::parse_isa(isa, "isa")); }, nb::arg("isa"),
       "Forces an instruction-set path for this process (ValueError if the machine cannot run it).");

@@ -2,11 +2,14 @@
 
 #include <cpuid.h>
 #include <sched.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <charconv>
 #include <cstdlib>
+#include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <set>
@@ -162,6 +165,20 @@ Info read_info() {
   if (!f.os_avx512)
     f.avx512f = f.avx512bw = f.avx512vl = f.avx512dq = f.avx512cd = f.avx512_vbmi = f.avx512_bf16 =
         f.avx512_vnni = f.avx512_fp16 = false;
+  // AMX's tile data (XTILEDATA, 8 KiB) is saved by Linux only for a process that asks first
+  // (arch_prctl ARCH_REQ_XCOMP_PERM, Linux 5.16+); without the grant the first tile instruction
+  // faults. Asked once, here, for the whole process (the grant covers every thread).
+  const bool cpu_amx = f.amx_tile && f.amx_bf16;
+  if (cpu_amx && !f.os_amx)
+    in.amx_refused = "the OS does not save the tile state (XCR0 bits 17-18 clear)";
+  if (cpu_amx && f.os_amx) {
+    constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+    if (syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) != 0) {
+      in.amx_refused = std::string("Linux refused the tile data (arch_prctl ARCH_REQ_XCOMP_PERM: ") +
+                       std::strerror(errno) + ")";
+      f.os_amx = false;
+    }
+  }
   if (!f.os_amx) f.amx_tile = f.amx_bf16 = f.amx_int8 = false;
 
   const unsigned max_ext = cpuid(0x80000000).a;
@@ -240,14 +257,16 @@ const char* isa_name(Isa isa) {
       return "avx512";
     case Isa::avx512bf16:
       return "avx512bf16";
+    case Isa::amx:
+      return "amx";
   }
   return "?";
 }
 
 Isa parse_isa(const std::string& name, const std::string& what) {
-  for (Isa i : {Isa::scalar, Isa::avx2, Isa::avx512, Isa::avx512bf16})
+  for (Isa i : {Isa::scalar, Isa::avx2, Isa::avx512, Isa::avx512bf16, Isa::amx})
     if (name == isa_name(i)) return i;
-  fail("{}: '{}' is not an ISA path (accepted: scalar, avx2, avx512, avx512bf16)", what, name);
+  fail("{}: '{}' is not an ISA path (accepted: scalar, avx2, avx512, avx512bf16, amx)", what, name);
 }
 
 bool supported(Isa isa) {
@@ -263,19 +282,29 @@ bool supported(Isa isa) {
       return avx512;
     case Isa::avx512bf16:
       return avx512 && f.avx512_bf16;
+    case Isa::amx:
+      return avx512 && f.avx512_bf16 && f.amx_tile && f.amx_bf16 && f.amx_int8 && f.os_amx;
   }
   return false;
 }
 
 Isa best_isa() {
-  for (Isa i : {Isa::avx512bf16, Isa::avx512, Isa::avx2})
+  // One notice per process where the CPU has AMX and the OS took it away: the path list says amx is
+  // missing, this says why.
+  static const bool noticed = [] {
+    if (!info().amx_refused.empty())
+      std::fprintf(stderr, "ridge: notice: this CPU has AMX but the amx path is off: %s\n", info().amx_refused.c_str());
+    return true;
+  }();
+  (void)noticed;
+  for (Isa i : {Isa::amx, Isa::avx512bf16, Isa::avx512, Isa::avx2})
     if (supported(i)) return i;
   return Isa::scalar;
 }
 
 std::vector<Isa> supported_isas() {
   std::vector<Isa> out;
-  for (Isa i : {Isa::scalar, Isa::avx2, Isa::avx512, Isa::avx512bf16})
+  for (Isa i : {Isa::scalar, Isa::avx2, Isa::avx512, Isa::avx512bf16, Isa::amx})
     if (supported(i)) out.push_back(i);
   return out;
 }

@@ -20,15 +20,17 @@ struct Paths {
   Table (*avx2)() = nullptr;
   Table (*avx512)() = nullptr;
   Table (*avx512bf16)() = nullptr;
+  Table (*amx)() = nullptr;
 };
 
 // The table of the widest path in `paths` at or below `isa`; a default Table when none is (a module
 // without a scalar table falls back to its own scalar loop).
 template <class Table>
 Table pick_path(const Paths<Table>& paths, cpu::Isa isa) {
-  Table (*const order[])() = {paths.avx512bf16, paths.avx512, paths.avx2, paths.scalar};
-  const cpu::Isa level[] = {cpu::Isa::avx512bf16, cpu::Isa::avx512, cpu::Isa::avx2, cpu::Isa::scalar};
-  for (int i = 0; i < 4; ++i)
+  Table (*const order[])() = {paths.amx, paths.avx512bf16, paths.avx512, paths.avx2, paths.scalar};
+  const cpu::Isa level[] = {cpu::Isa::amx, cpu::Isa::avx512bf16, cpu::Isa::avx512, cpu::Isa::avx2,
+                            cpu::Isa::scalar};
+  for (int i = 0; i < cpu::kIsaCount; ++i)
     if (order[i] && level[i] <= isa) return order[i]();
   return Table{};
 }
@@ -43,13 +45,13 @@ template <class Table>
 class PathTables {
  public:
   explicit PathTables(const Paths<Table>& paths) {
-    for (cpu::Isa i : {cpu::Isa::scalar, cpu::Isa::avx2, cpu::Isa::avx512, cpu::Isa::avx512bf16})
+    for (cpu::Isa i : {cpu::Isa::scalar, cpu::Isa::avx2, cpu::Isa::avx512, cpu::Isa::avx512bf16, cpu::Isa::amx})
       if (cpu::supported(i)) at_[static_cast<int>(i)] = pick_path(paths, i);
   }
   const Table& operator()(cpu::Isa isa) const { return at_[static_cast<int>(isa)]; }
 
  private:
-  Table at_[4];
+  Table at_[cpu::kIsaCount];
 };
 
 }  // namespace ridge::isa

@@ -93,7 +93,7 @@ TEST(CliCore, RidgeIsaForcesALowerPath) {
 TEST(CliCore, BadRidgeIsaIsOneLineNamingTheVariable) {
   expect_one_line_error(run("info", "RIDGE_ISA=bogus"), "RIDGE_ISA");
   expect_one_line_error(run("info", "RIDGE_ISA=AVX2"), "RIDGE_ISA");
-  for (cpu::Isa i : {cpu::Isa::avx2, cpu::Isa::avx512, cpu::Isa::avx512bf16})
+  for (cpu::Isa i : {cpu::Isa::avx2, cpu::Isa::avx512, cpu::Isa::avx512bf16, cpu::Isa::amx})
     if (!cpu::supported(i))
       expect_one_line_error(run("info", std::string("RIDGE_ISA=") + cpu::isa_name(i)), "RIDGE_ISA");
 }

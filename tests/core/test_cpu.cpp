@@ -24,6 +24,15 @@ TEST(Cpu, FeaturesAreConsistentWithTheSupportedPaths) {
   }
   EXPECT_EQ(cpu::supported(Isa::avx2), f.avx2 && f.fma && f.f16c && f.bmi2);
   EXPECT_EQ(cpu::supported(Isa::avx512bf16), cpu::supported(Isa::avx512) && f.avx512_bf16);
+  EXPECT_EQ(cpu::supported(Isa::amx),
+            cpu::supported(Isa::avx512bf16) && f.amx_tile && f.amx_bf16 && f.amx_int8 && f.os_amx);
+  // The amx path is refused for a reason only on a CPU whose cpuid has AMX.
+  if (!cpu::info().amx_refused.empty()) {
+    EXPECT_FALSE(cpu::supported(Isa::amx));
+  }
+  if (cpu::supported(Isa::amx)) {
+    EXPECT_TRUE(cpu::supported(Isa::avx512bf16));
+  }
   // Each path needs every path below it.
   if (cpu::supported(Isa::avx512bf16)) {
     EXPECT_TRUE(cpu::supported(Isa::avx512));
@@ -44,7 +53,7 @@ TEST(Cpu, SupportedIsasAreSortedAndEndAtTheBest) {
   EXPECT_EQ(isas.back(), cpu::best_isa());
   for (size_t i = 1; i < isas.size(); ++i)
     EXPECT_LT(static_cast<int>(isas[i - 1]), static_cast<int>(isas[i]));
-  for (Isa i : {Isa::scalar, Isa::avx2, Isa::avx512, Isa::avx512bf16})
+  for (Isa i : {Isa::scalar, Isa::avx2, Isa::avx512, Isa::avx512bf16, Isa::amx})
     EXPECT_EQ(cpu::supported(i), std::find(isas.begin(), isas.end(), i) != isas.end()) << cpu::isa_name(i);
 }
 
@@ -67,7 +76,7 @@ TEST(Cpu, InfoIsPlausible) {
 }
 
 TEST(Cpu, ParseIsaAcceptsEveryNameAndRejectsOthers) {
-  for (Isa i : {Isa::scalar, Isa::avx2, Isa::avx512, Isa::avx512bf16})
+  for (Isa i : {Isa::scalar, Isa::avx2, Isa::avx512, Isa::avx512bf16, Isa::amx})
     EXPECT_EQ(cpu::parse_isa(cpu::isa_name(i)), i);
   for (const char* bad : {"", "AVX2", "avx", "sse", "avx512 ", "native"}) {
     try {
@@ -76,7 +85,7 @@ TEST(Cpu, ParseIsaAcceptsEveryNameAndRejectsOthers) {
     } catch (const Error& e) {
       const std::string msg = e.what();
       EXPECT_NE(msg.find("RIDGE_ISA"), std::string::npos) << msg;
-      EXPECT_NE(msg.find("scalar, avx2, avx512, avx512bf16"), std::string::npos) << msg;
+      EXPECT_NE(msg.find("scalar, avx2, avx512, avx512bf16, amx"), std::string::npos) << msg;
     }
   }
   try {
@@ -91,7 +100,7 @@ TEST(Cpu, ResolveIsaRequestFollowsRidgeIsaSemantics) {
   EXPECT_EQ(cpu::resolve_isa_request(""), cpu::best_isa());
   for (Isa i : cpu::supported_isas()) EXPECT_EQ(cpu::resolve_isa_request(cpu::isa_name(i)), i);
   EXPECT_THROW(cpu::resolve_isa_request("bogus"), Error);
-  for (Isa i : {Isa::avx2, Isa::avx512, Isa::avx512bf16})
+  for (Isa i : {Isa::avx2, Isa::avx512, Isa::avx512bf16, Isa::amx})
     if (!cpu::supported(i)) {
       EXPECT_THROW(cpu::resolve_isa_request(cpu::isa_name(i)), Error);
     }
@@ -119,13 +128,13 @@ TEST(Cpu, SetIsaOverridesAndScopedIsaRestores) {
 
 TEST(Cpu, SetIsaAboveTheMachineThrowsAndChangesNothing) {
   const Isa before = cpu::active_isa();
-  for (Isa i : {Isa::avx2, Isa::avx512, Isa::avx512bf16}) {
+  for (Isa i : {Isa::avx2, Isa::avx512, Isa::avx512bf16, Isa::amx}) {
     if (cpu::supported(i)) continue;
     EXPECT_THROW(cpu::set_isa(i), Error);
     EXPECT_THROW(cpu::ScopedIsa guard(i), Error);
     EXPECT_EQ(cpu::active_isa(), before);
   }
-  if (cpu::best_isa() == Isa::avx512bf16) GTEST_SKIP() << "this machine runs every path; nothing is above it";
+  if (cpu::best_isa() == Isa::amx) GTEST_SKIP() << "this machine runs every path; nothing is above it";
 }
 
 }  // namespace

@@ -34,6 +34,9 @@ struct Info {
   int cores = 0;         // distinct physical cores among them (SMT siblings counted once)
   Features features;
   Caches caches;
+  // Why the amx path is off on a CPU whose cpuid has AMX (the OS does not save the tile state in XCR0,
+  // or Linux refused this process the tile data: arch_prctl(ARCH_REQ_XCOMP_PERM)); empty otherwise.
+  std::string amx_refused;
 };
 
 // Read once and cached.
@@ -59,11 +62,14 @@ struct CacheSizes {
 };
 CacheSizes cache_sizes();
 
-// Instruction-set paths, lowest first. Each path needs all features of the ones below it.
-enum class Isa : int { scalar = 0, avx2 = 1, avx512 = 2, avx512bf16 = 3 };
+// Instruction-set paths, lowest first. Each path needs all features of the ones below it. amx is
+// avx512bf16 plus Intel's matrix engine (amx_tile, amx_bf16, amx_int8, the OS saving the tile state
+// and Linux granting this process the tile data); a module without AMX code takes its avx512bf16 code.
+enum class Isa : int { scalar = 0, avx2 = 1, avx512 = 2, avx512bf16 = 3, amx = 4 };
+inline constexpr int kIsaCount = 5;
 
 const char* isa_name(Isa isa);
-// Parses "scalar", "avx2", "avx512", "avx512bf16"; throws ridge::Error naming `what` (the flag or
+// Parses "scalar", "avx2", "avx512", "avx512bf16", "amx"; throws ridge::Error naming `what` (the flag or
 // variable the text came from) and the accepted values.
 Isa parse_isa(const std::string& name, const std::string& what = "RIDGE_ISA");
 // Whether this machine (and OS) can run `isa`.
