@@ -47,6 +47,26 @@ float dpbf16_step(float acc, uint16_t a0, uint16_t a1, uint16_t b0, uint16_t b1)
 
 namespace ridge::amx {
 
+// Whether the AMX kernels run on the emulator: RIDGE_AMX_EMULATE=1, or a ScopedEmulation (tests). While
+// on, every module with AMX code takes its emulated twin (an `_amxemu.cpp` file) for the work AMX does,
+// on any machine, and its usual path for the rest.
+bool emulated();
+class ScopedEmulation {
+ public:
+  explicit ScopedEmulation(bool on = true);
+  ~ScopedEmulation();
+  ScopedEmulation(const ScopedEmulation&) = delete;
+  ScopedEmulation& operator=(const ScopedEmulation&) = delete;
+
+ private:
+  int previous_;
+};
+
+// The configuration this thread's tiles hold (on the instructions or on the emulator), as the kernels
+// track it: a kernel loads its configuration (a static object) only when another is in place, and its
+// module releases the tiles when its threads are done (amx_tiles.inc: tile_config, tile_release).
+const TileConfig*& loaded_config(bool hardware);
+
 // One tile instruction on one tile triple, for tests: C (tile 0, m rows x n_bytes) is loaded from `c`,
 // A (tile 4, m x k_bytes) from `a`, B (tile 5, k_bytes / 4 rows x n_bytes) from `b`, each row-major
 // and packed; then TDPBF16PS or TDPBSSD, and C is stored to `out`. On the emulator, or on the

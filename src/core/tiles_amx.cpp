@@ -1,5 +1,9 @@
 // The AMX instructions behind amx::run_one_hardware (core/amx.hpp), for the suite's check of the
 // emulator against the machine. Built with the amx flags; called only where cpu::supported(Isa::amx).
+#include <immintrin.h>
+
+#include <cstdint>
+
 #include "core/amx.hpp"
 #include "core/check.hpp"
 #include "ridge/core/cpu.hpp"

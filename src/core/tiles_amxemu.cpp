@@ -1,11 +1,14 @@
 // The AMX tile emulator (src/core/amx.hpp): plain C++, compiled without ISA flags and without
 // floating-point contraction, so every machine runs the AMX kernels' source and the suite can check
 // them anywhere.
+#include <atomic>
+#include <cstdint>
 #include <cstring>
 
 #include "core/amx.hpp"
 #include "ridge/core/error.hpp"
 #include "core/check.hpp"
+#include "ridge/core/env.hpp"
 
 namespace ridge::amx::emu {
 namespace {
@@ -152,6 +155,27 @@ void tdpbssd(int c, int a, int b) {
 }  // namespace ridge::amx::emu
 
 namespace ridge::amx {
+namespace {
+std::atomic<int> g_emulation{-1};  // -1: RIDGE_AMX_EMULATE decides
+}  // namespace
+
+bool emulated() {
+  const int o = g_emulation.load(std::memory_order_relaxed);
+  return o >= 0 ? o == 1 : env::knobs().amx_emulate;
+}
+ScopedEmulation::ScopedEmulation(bool on) : previous_(g_emulation.load()) {
+  g_emulation.store(on ? 1 : 0);
+}
+ScopedEmulation::~ScopedEmulation() {
+  g_emulation.store(previous_);
+}
+
+const TileConfig*& loaded_config(bool hardware) {
+  thread_local const TileConfig* hw = nullptr;
+  thread_local const TileConfig* emu = nullptr;
+  return hardware ? hw : emu;
+}
+
 namespace {
 #include "core/amx_tiles.inc"
 #include "core/tile_program.inc"

@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <exception>
 
+#include "core/amx.hpp"
 #include "core/isa_paths.hpp"
 #include "gemm/jit_decode.hpp"
 #include "ridge/core/env.hpp"
@@ -30,14 +31,17 @@ KernelInfo select_kernel(Elem in, cpu::Isa path) {
   // What each path provides per input type (the per-ISA convention, core/isa_paths.hpp): bf16 inputs
   // below avx512bf16 take the fp32 kernels (packing widens them); FP8 on avx512bf16 takes the VBMI
   // widening when the CPU has it (and tests have not turned it off).
+  // The amx path runs bf16 and FP8 on the tiles; while amx::emulated() is on, bf16 and FP8 take the
+  // same kernels on the tile emulator on any path.
   static constexpr ridge::isa::Paths<KernelInfo> f32_paths{kernel_f32_scalar, kernel_f32_avx2,
                                                            kernel_f32_avx512, nullptr};
-  static constexpr ridge::isa::Paths<KernelInfo> bf16_paths{kernel_f32_scalar, kernel_bf16_avx2,
-                                                            kernel_f32_avx512, kernel_bf16_avx512bf16};
-  static constexpr ridge::isa::Paths<KernelInfo> fp8_paths{kernel_fp8_scalar, kernel_fp8_avx2,
-                                                           kernel_fp8_avx512, kernel_fp8_avx512bf16};
-  static constexpr ridge::isa::Paths<KernelInfo> vbmi_paths{kernel_fp8_scalar, kernel_fp8_avx2,
-                                                            kernel_fp8_avx512, kernel_fp8_avx512bf16vbmi};
+  static constexpr ridge::isa::Paths<KernelInfo> bf16_paths{kernel_f32_scalar, kernel_bf16_avx2, kernel_f32_avx512,
+                                                            kernel_bf16_avx512bf16, kernel_bf16_amx};
+  static constexpr ridge::isa::Paths<KernelInfo> fp8_paths{kernel_fp8_scalar, kernel_fp8_avx2, kernel_fp8_avx512,
+                                                           kernel_fp8_avx512bf16, kernel_fp8_amx};
+  static constexpr ridge::isa::Paths<KernelInfo> vbmi_paths{kernel_fp8_scalar, kernel_fp8_avx2, kernel_fp8_avx512,
+                                                            kernel_fp8_avx512bf16vbmi, kernel_fp8_amx};
+  if (in != Elem::f32 && amx::emulated()) return in == Elem::fp8 ? kernel_fp8_amxemu() : kernel_bf16_amxemu();
   switch (in) {
     case Elem::fp8:
       return ridge::isa::pick_path(fp8::uses_vbmi() ? vbmi_paths : fp8_paths, path);
@@ -422,6 +426,7 @@ void run(const Problem& p) {
     const int64_t n0 = std::min(p.n, ceil_div(ntiles * ty, tn) * ki.nr);
     const int64_t n1 = std::min(p.n, ceil_div(ntiles * (ty + 1), tn) * ki.nr);
     run_rect(p, ki, bk, m0, m1, n0, n1);
+    if (ki.thread_done) ki.thread_done();
   });
 }
 

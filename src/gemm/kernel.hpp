@@ -20,6 +20,8 @@ namespace ridge::gemm::detail {
 enum class Panel {
   f32,       // one fp32 per (k, row): [k][R]
   bf16pair,  // two bf16 per (k-pair, row), for vdpbf16ps: [k/2][R][2]; K padded to even with 0
+  amx,       // AMX tiles (amx_body.inc): K padded to a multiple of 32 with 0; B as bf16pair, A as
+             // [k/32][R][32] (one 64-byte tile row per row and 32-deep chunk)
 };
 
 // An operand's element type in memory.
@@ -105,6 +107,8 @@ struct KernelInfo {
   bool kc_l1 = false;
   PackWords pack_words = nullptr;               // vector transpose for the dense packer, when the ISA has one
   PackKmajorPairs pack_kmajor_pairs = nullptr;  // for nn/tn/tt bf16 operands, when the ISA has one
+  // Called by each driver thread when its share of a GEMM is done (AMX: releases the tiles), or nullptr.
+  void (*thread_done)() = nullptr;
 };
 
 // One per ISA file, built by designated (aggregate) initialization, so no constructor is compiled with
@@ -119,6 +123,12 @@ KernelInfo kernel_fp8_avx2();
 KernelInfo kernel_fp8_avx512();
 KernelInfo kernel_fp8_avx512bf16();
 KernelInfo kernel_fp8_avx512bf16vbmi();  // the same, widening fp8 with byte permutes (AVX512_VBMI)
+// AMX tiles (amx_body.inc): on the instructions (amx path only) and on the emulator (any machine;
+// taken while amx::emulated() is on).
+KernelInfo kernel_bf16_amx();
+KernelInfo kernel_fp8_amx();
+KernelInfo kernel_bf16_amxemu();
+KernelInfo kernel_fp8_amxemu();
 
 // The kernel the driver uses for an input element type on an ISA path.
 KernelInfo select_kernel(Elem in, cpu::Isa isa);

@@ -14,7 +14,7 @@ size_t panel_elt(Panel p) {
   return p == Panel::f32 ? 4 : 2;
 }
 int64_t panel_k(Panel p, int64_t k) {
-  return p == Panel::f32 ? k : (k + 1) / 2 * 2;
+  return p == Panel::f32 ? k : p == Panel::amx ? (k + 31) / 32 * 32 : (k + 1) / 2 * 2;
 }
 
 namespace {

@@ -14,6 +14,7 @@
 #include "ridge/gemm.hpp"
 #include "gemm/kernel.hpp"
 #include "ridge/gemm_fp8.hpp"
+#include "core/amx.hpp"
 
 namespace {
 
@@ -94,6 +95,7 @@ struct Operands {
 struct Path {
   cpu::Isa isa;
   bool vbmi;
+  bool amx_emulated = false;  // the AMX tile kernels on the emulator (core/amx.hpp), on any machine
 };
 std::vector<Path> isas() {
   std::vector<Path> out;
@@ -101,22 +103,24 @@ std::vector<Path> isas() {
     out.push_back({isa, false});
     if (isa == cpu::Isa::avx512bf16 && cpu::info().features.avx512_vbmi) out.push_back({isa, true});
   }
+  out.push_back({cpu::best_isa(), false, true});
   return out;
 }
 std::string path_name(const Path& p) {
-  return std::string(cpu::isa_name(p.isa)) + (p.vbmi ? "+vbmi" : "");
+  return std::string(p.amx_emulated ? "amx-emulated " : "") + cpu::isa_name(p.isa) + (p.vbmi ? "+vbmi" : "");
 }
 
 // Selects a path for a scope.
 class PathGuard {
  public:
-  explicit PathGuard(const Path& p) : isa_(p.isa) { gemm::fp8::allow_vbmi(p.vbmi); }
+  explicit PathGuard(const Path& p) : isa_(p.isa), emulation_(p.amx_emulated) { gemm::fp8::allow_vbmi(p.vbmi); }
   ~PathGuard() { gemm::fp8::allow_vbmi(true); }
   PathGuard(const PathGuard&) = delete;
   PathGuard& operator=(const PathGuard&) = delete;
 
  private:
   cpu::ScopedIsa isa_;
+  ridge::amx::ScopedEmulation emulation_;
 };
 
 struct Shape {

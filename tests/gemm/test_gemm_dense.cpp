@@ -11,6 +11,7 @@
 
 #include "ridge/core.hpp"
 #include "ridge/gemm.hpp"
+#include "gemm/paths.hpp"
 
 namespace {
 
@@ -18,6 +19,10 @@ using ridge::bf16;
 using ridge::MatrixView;
 namespace cpu = ridge::cpu;
 namespace gemm = ridge::gemm;
+using ridge::test::path_name;
+using ridge::test::ScopedPath;
+using ridge::test::TestPath;
+using ridge::test::test_paths;
 
 bool small() {
   const char* s = std::getenv("RIDGE_TEST_SMALL");
@@ -160,8 +165,8 @@ void gemm_call(const Mat<bf16>& a, const Mat<bf16>& b, Mat<bf16>& d, const Mat<b
   gemm::bf16_gemm_nt(a.cview(), b.cview(), d.view(), c ? c->cview() : MatrixView<const bf16>{});
 }
 
-std::string label(cpu::Isa isa, const Shape& s) {
-  return std::string(cpu::isa_name(isa)) + " m=" + std::to_string(s.m) + " n=" + std::to_string(s.n) +
+std::string label(const TestPath& isa, const Shape& s) {
+  return path_name(isa) + " m=" + std::to_string(s.m) + " n=" + std::to_string(s.n) +
          " k=" + std::to_string(s.k);
 }
 
@@ -169,8 +174,8 @@ std::string label(cpu::Isa isa, const Shape& s) {
 template <typename TA, typename TD>
 void sweep(uint32_t seed) {
   std::mt19937 rng(seed);
-  for (cpu::Isa isa : cpu::supported_isas()) {
-    cpu::ScopedIsa scope(isa);
+  for (const TestPath& isa : test_paths()) {
+    ScopedPath scope(isa);
     for (const Shape& s : shapes()) {
       for (int variant = 0; variant < 3; ++variant) {
         const bool with_c = variant >= 1;
@@ -223,13 +228,13 @@ TEST(GemmDense, ReferenceTwinsAgree) {
     fp64_reference(ab, bb, &c, ref, mag);
     gemm::bf16_gemm_nt_reference(ab.cview(), bb.cview(), r.view(), c.cview());
     expect_close(r, ref, mag, s.k, "bf16 reference");
-    for (cpu::Isa isa : cpu::supported_isas()) {
-      cpu::ScopedIsa scope(isa);
+    for (const TestPath& isa : test_paths()) {
+      ScopedPath scope(isa);
       gemm::bf16_gemm_nt(ab.cview(), bb.cview(), d.view(), c.cview());
       for (int64_t i = 0; i < s.m; ++i)
         for (int64_t j = 0; j < s.n; ++j)
           ASSERT_NEAR(d.at(i, j), r.at(i, j), 2 * tolerance(s.k, mag[i * s.n + j], 0, false))
-              << cpu::isa_name(isa);
+              << path_name(isa);
     }
   }
 }
@@ -237,8 +242,8 @@ TEST(GemmDense, ReferenceTwinsAgree) {
 // C may be D itself: D += A * B^T in place, for both output dtypes.
 TEST(GemmDense, InPlaceAccumulate) {
   std::mt19937 rng(6);
-  for (cpu::Isa isa : cpu::supported_isas()) {
-    cpu::ScopedIsa scope(isa);
+  for (const TestPath& isa : test_paths()) {
+    ScopedPath scope(isa);
     const Shape s{37, 45, small() ? 300 : 700};
     Mat<bf16> a(s.m, s.k), b(s.n, s.k);
     fill(a, rng);
@@ -249,13 +254,13 @@ TEST(GemmDense, InPlaceAccumulate) {
     std::vector<double> ref, mag;
     fp64_reference(a, b, &c0, ref, mag);
     gemm::bf16_gemm_nt(a.cview(), b.cview(), d.view(), d.cview());
-    expect_close(d, ref, mag, s.k, std::string("in-place f32 ") + cpu::isa_name(isa));
+    expect_close(d, ref, mag, s.k, "in-place f32 " + path_name(isa));
     Mat<bf16> db(s.m, s.n, 1);
     fill(db, rng);
     const Mat<bf16> cb = db;
     fp64_reference(a, b, &cb, ref, mag);
     gemm::bf16_gemm_nt(a.cview(), b.cview(), db.view(), db.cview());
-    expect_close(db, ref, mag, s.k, std::string("in-place bf16 ") + cpu::isa_name(isa));
+    expect_close(db, ref, mag, s.k, "in-place bf16 " + path_name(isa));
   }
 }
 
@@ -299,8 +304,8 @@ TEST(GemmDense, InsideParallelRegion) {
 // A packed B gives the same bits as packing per call, for each path.
 TEST(GemmDense, PackedBMatchesUnpacked) {
   std::mt19937 rng(8);
-  for (cpu::Isa isa : cpu::supported_isas()) {
-    cpu::ScopedIsa scope(isa);
+  for (const TestPath& isa : test_paths()) {
+    ScopedPath scope(isa);
     for (const Shape& s : {Shape{1, 7, 33}, Shape{16, 100, 257}, Shape{17, 70, 300}, Shape{65, 2112, 40}}) {
       Mat<bf16> a(s.m, s.k), b(s.n, s.k), d1(s.m, s.n), d2(s.m, s.n);
       fill(a, rng);
@@ -309,7 +314,7 @@ TEST(GemmDense, PackedBMatchesUnpacked) {
       const gemm::PackedB pb = gemm::PackedB::pack(b.cview());
       EXPECT_EQ(pb.n(), s.n);
       EXPECT_EQ(pb.k(), s.k);
-      EXPECT_EQ(pb.isa(), isa);
+      EXPECT_EQ(pb.isa(), isa.isa);
       gemm::bf16_gemm_nt(a.cview(), pb, d2.view());
       // m <= 16 without packing takes the decode path (dot products, another summation order).
       const bool same_path = s.m > 16;
@@ -430,6 +435,45 @@ TEST(GemmDense, BlockingComesFromCaches) {
         EXPECT_LE(b.mc * b.kc * elt, caches.l2) << b.kernel;
       }
     }
+  }
+}
+
+// The emulated path really runs the tile kernels (the sweeps above would pass on any kernel), and
+// the tile kernel's own blocking keeps K blocks whole 32-deep chunks.
+TEST(GemmAmx, EmulationSelectsTheTileKernels) {
+  ridge::amx::ScopedEmulation on;
+  const gemm::Blocking b = gemm::blocking(ridge::DType::bf16, cpu::active_isa(), 1000);
+  EXPECT_STREQ(b.kernel, "bf16_amx_32x32_emulated");
+  EXPECT_EQ(b.mr, 32);
+  EXPECT_EQ(b.nr, 32);
+  EXPECT_EQ(b.kc % 32, 0);
+  EXPECT_EQ(std::string(gemm::blocking(ridge::DType::f32, cpu::active_isa(), 1000).kernel).find("amx"),
+            std::string::npos);  // fp32 keeps its path's kernel
+  ridge::amx::ScopedEmulation off(false);
+  EXPECT_STRNE(gemm::blocking(ridge::DType::bf16, cpu::active_isa(), 1000).kernel, "bf16_amx_32x32_emulated");
+}
+
+// On a machine with AMX: the kernels on the instructions and on the emulator give the same bits (same
+// panels, same tile sequence, same fp32 epilogue), in every layout, with C, bf16 output, tails.
+TEST(GemmAmx, TheInstructionsMatchTheEmulatorBitForBit) {
+  if (!cpu::supported(cpu::Isa::amx))
+    GTEST_SKIP() << "no AMX here (ridge info says why); the emulated kernels are checked against fp64 above";
+  std::mt19937 rng(31);
+  for (const Shape& s : {Shape{17, 33, 31}, Shape{45, 70, 301}, Shape{130, 97, 64}, Shape{64, 256, 1000}}) {
+    Mat<bf16> a(s.m, s.k), b(s.n, s.k);
+    Mat<float> c(s.m, s.n), hw(s.m, s.n), emu(s.m, s.n);
+    fill(a, rng);
+    fill(b, rng);
+    fill(c, rng);
+    {
+      cpu::ScopedIsa isa(cpu::Isa::amx);
+      gemm::bf16_gemm_nt(a.cview(), b.cview(), hw.view(), c.cview());
+    }
+    {
+      ridge::amx::ScopedEmulation on;
+      gemm::bf16_gemm_nt(a.cview(), b.cview(), emu.view(), c.cview());
+    }
+    ASSERT_EQ(hw.v, emu.v) << label(TestPath{cpu::Isa::amx}, s);
   }
 }
 

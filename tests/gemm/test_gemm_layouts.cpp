@@ -13,6 +13,7 @@
 
 #include "ridge/core.hpp"
 #include "ridge/gemm.hpp"
+#include "gemm/paths.hpp"
 
 namespace {
 
@@ -21,6 +22,10 @@ using ridge::MatrixView;
 using gemm_layout = ridge::gemm::Layout;
 namespace cpu = ridge::cpu;
 namespace gemm = ridge::gemm;
+using ridge::test::path_name;
+using ridge::test::ScopedPath;
+using ridge::test::TestPath;
+using ridge::test::test_paths;
 
 constexpr gemm_layout kLayouts[] = {gemm_layout::nt, gemm_layout::nn, gemm_layout::tn, gemm_layout::tt};
 
@@ -169,8 +174,8 @@ void call_named(gemm_layout l, MatrixView<const TA> a, MatrixView<const TA> b, M
   }
 }
 
-std::string label(gemm_layout l, cpu::Isa isa, const Shape& s) {
-  return std::string(gemm::layout_name(l)) + " " + cpu::isa_name(isa) + " m=" + std::to_string(s.m) +
+std::string label(gemm_layout l, const TestPath& isa, const Shape& s) {
+  return std::string(gemm::layout_name(l)) + " " + path_name(isa) + " m=" + std::to_string(s.m) +
          " n=" + std::to_string(s.n) + " k=" + std::to_string(s.k);
 }
 
@@ -208,8 +213,8 @@ void check_one(gemm_layout l, const Shape& s, int variant, std::mt19937& rng, co
 template <typename TA, typename TD>
 void sweep(uint32_t seed) {
   std::mt19937 rng(seed);
-  for (cpu::Isa isa : cpu::supported_isas()) {
-    cpu::ScopedIsa scope(isa);
+  for (const TestPath& isa : test_paths()) {
+    ScopedPath scope(isa);
     for (gemm_layout l : {gemm_layout::nn, gemm_layout::tn, gemm_layout::tt})  // nt: test_gemm_dense.cpp
       for (const Shape& s : shapes())
         for (int variant = 0; variant < 3; ++variant) check_one<TA, TD>(l, s, variant, rng, label(l, isa, s));
@@ -248,8 +253,8 @@ TEST(GemmLayouts, SmallBlocksAllPaths) {
   std::mt19937 rng(15);
   const ScopedBlocking blocks("40", "30", "70");
   const Shape s{small() ? 67 : 211, 151, 133};
-  for (cpu::Isa isa : cpu::supported_isas()) {
-    cpu::ScopedIsa scope(isa);
+  for (const TestPath& isa : test_paths()) {
+    ScopedPath scope(isa);
     for (gemm_layout l : kLayouts) {
       check_one<float, float>(l, s, 2, rng, "blocks f32 " + label(l, isa, s));
       check_one<bf16, float>(l, s, 1, rng, "blocks bf16 " + label(l, isa, s));
@@ -267,7 +272,7 @@ TEST(GemmLayouts, NaturalBlocksBestPath) {
   gemm::set_num_threads(1);  // one thread owns all of M and N, so both are split into blocks
   const Shape s{std::min<int64_t>(2 * bk.mc + 5, 400), std::min<int64_t>(bk.nc + 9, 1300), bk.kc + 17};
   for (gemm_layout l : {gemm_layout::nn, gemm_layout::tn}) {
-    check_one<bf16, float>(l, s, 1, rng, "natural blocks " + label(l, cpu::active_isa(), s));
+    check_one<bf16, float>(l, s, 1, rng, "natural blocks " + label(l, TestPath{cpu::active_isa()}, s));
   }
   gemm::set_num_threads(saved);
 }
@@ -277,8 +282,8 @@ TEST(GemmLayouts, NaturalBlocksBestPath) {
 template <typename TA>
 void layouts_match_nt_bits(uint32_t seed) {
   std::mt19937 rng(seed);
-  for (cpu::Isa isa : cpu::supported_isas()) {
-    cpu::ScopedIsa scope(isa);
+  for (const TestPath& isa : test_paths()) {
+    ScopedPath scope(isa);
     for (const Shape& s : {Shape{17, 33, 31}, Shape{45, 70, 301}, Shape{130, 97, 64}}) {
       Mat<TA> a(s.m, s.k), b(s.n, s.k), at(s.k, s.m), bt(s.k, s.n);
       fill(a, rng);
@@ -311,8 +316,8 @@ TEST(GemmLayouts, Bf16LayoutsMatchNtBits) {
 TEST(GemmLayouts, VectorPackersMatchScalarPacking) {
   std::mt19937 rng(23);
   const ScopedBlocking blocks("40", "30", "70");  // ragged K blocks: odd kc pairs in the middle of K
-  for (cpu::Isa isa : cpu::supported_isas()) {
-    cpu::ScopedIsa scope(isa);
+  for (const TestPath& isa : test_paths()) {
+    ScopedPath scope(isa);
     for (gemm_layout l : kLayouts) {
       for (const Shape& s : {Shape{17, 45, 33}, Shape{75, 100, 101}}) {
         Operands<bf16> o(l, s, 1);
@@ -333,8 +338,8 @@ TEST(GemmLayouts, VectorPackersMatchScalarPacking) {
 TEST(GemmLayouts, InPlaceAccumulate) {
   std::mt19937 rng(19);
   const Shape s{37, 45, small() ? 300 : 700};
-  for (cpu::Isa isa : cpu::supported_isas()) {
-    cpu::ScopedIsa scope(isa);
+  for (const TestPath& isa : test_paths()) {
+    ScopedPath scope(isa);
     for (gemm_layout l : kLayouts) {
       Operands<bf16> o(l, s, 0);
       fill(o.a, rng);

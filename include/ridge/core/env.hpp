@@ -24,6 +24,9 @@ struct Knobs {
   int attention_block_q = 0, attention_block_k = 0;
   // RIDGE_JIT=1: kernels may be compiled at run time (ridge/core/jit.hpp); off by default.
   bool jit = false;
+  // RIDGE_AMX_EMULATE=1: the AMX kernels run on the tile emulator (src/core/amx.hpp), on any machine,
+  // in place of the path's own bf16 and FP8 kernels; slow, for checking. Off by default.
+  bool amx_emulate = false;
   // OMP_NUM_THREADS (its first entry): the default thread count; 0 when unset.
   int omp_threads = 0;
   // Test-only fault injection for data-parallel training (never set them in real runs):
