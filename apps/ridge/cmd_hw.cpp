@@ -1,6 +1,7 @@
 // `ridge hw list` and `ridge hw show CHIP`: the chip database.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <memory>
 
 #include "cli.hpp"
@@ -36,14 +37,17 @@ void setup(CLI::App& root) {
       ridge::cli::print_json({{"location", rr::hardware_location()}, {"chips", j}});
       return;
     }
-    fmt::print("{:<9} {:<30} {:>12} {:>12} {:>12} {:>12} {:>12} {:>10} {:>12} {:>8}\n", "id", "name", "fp32",
-               "bf16", "fp8", "int8", "memory bw", "capacity", "link/dir", "bf16 I*");
+    // The id column fits the longest id (xeon-8480plus), at least the 9 the GPU and TPU ids need.
+    size_t idw = 9;
+    for (const auto& c : chips) idw = std::max(idw, c.id.size());
+    fmt::print("{:<{}} {:<30} {:>12} {:>12} {:>12} {:>12} {:>12} {:>10} {:>12} {:>8}\n", "id", idw, "name",
+               "fp32", "bf16", "fp8", "int8", "memory bw", "capacity", "link/dir", "bf16 I*");
     for (const auto& c : chips) {
       const auto& m = c.memory.front();
       const double ridge_pt = c.has_peak("bf16")   ? c.peak("bf16") / m.bandwidth.value
                               : c.has_peak("fp16") ? c.peak("fp16") / m.bandwidth.value
                                                    : c.peak_flops.begin()->second.value / m.bandwidth.value;
-      fmt::print("{:<9} {:<30} {:>12} {:>12} {:>12} {:>12} {:>12} {:>10} {:>12} {:>8.0f}\n", c.id,
+      fmt::print("{:<{}} {:<30} {:>12} {:>12} {:>12} {:>12} {:>12} {:>10} {:>12} {:>8.0f}\n", c.id, idw,
                  c.name.size() > 30 ? c.name.substr(0, 29) + "~" : c.name, peak_or_dash(c, "fp32"),
                  peak_or_dash(c, "bf16"), peak_or_dash(c, "fp8"), peak_or_dash(c, "int8"),
                  ridge::units::format_rate(m.bandwidth.value),

@@ -35,10 +35,11 @@ void expect_user_error(const std::string& args, const std::string& mention) {
 TEST(CliRoofline, HwListAndShow) {
   const auto r = run("hw list");
   EXPECT_EQ(r.code, 0) << r.err;
-  for (const char* id : {"v100", "a100", "h100", "h200", "b200", "tpu-v5e", "tpu-v5p", "tpu-v6e"})
+  for (const char* id : {"v100", "a100", "h100", "h200", "b200", "tpu-v5e", "tpu-v5p", "tpu-v6e",
+                         "xeon-8480plus", "epyc-9654"})
     EXPECT_NE(r.out.find(id), std::string::npos) << id;
   const auto j = json_of(run("hw list --json"));
-  EXPECT_GE(j["chips"].size(), 8u);
+  EXPECT_GE(j["chips"].size(), 10u);
   const auto h = json_of(run("hw show h100 --json"));
   EXPECT_DOUBLE_EQ(h["peak_flops"]["bf16"]["value"].get<double>(), 9.89e14);
   const auto s = run("hw show a100");

@@ -1,6 +1,7 @@
 // The chip database: every file loads, carries its sources, and holds the corrected figures
 // (not the seed tables' errors); malformed files are rejected naming the file and the field.
 #include "ridge/build_paths.h"  // RIDGE_SOURCE_DIR, RIDGE_BINARY (generated)
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -40,22 +41,35 @@ const char* kGood = R"({"id": "toy", "name": "Toy", "kind": "gpu",
 
 }  // namespace
 
-TEST(Chips, DatabaseHoldsTheEightChips) {
+TEST(Chips, DatabaseHoldsTheTenChips) {
   const auto ids = rr::chip_ids();
-  for (const char* id : {"v100", "a100", "h100", "h200", "b200", "tpu-v5e", "tpu-v5p", "tpu-v6e"})
+  for (const char* id : {"v100", "a100", "h100", "h200", "b200", "tpu-v5e", "tpu-v5p", "tpu-v6e",
+                         "xeon-8480plus", "epyc-9654"})
     EXPECT_NE(std::find(ids.begin(), ids.end(), id), ids.end()) << id;
 }
 
-TEST(Chips, EveryFigureHasASourceAndTheOutermostLevelIsHbm) {
+// GPUs and TPUs: HBM and a chip-to-chip link. CPUs (one socket): DRAM, and no link listed (UPI or
+// Infinity Fabric between sockets is not modelled).
+TEST(Chips, EveryFigureHasASourceAndTheOutermostLevelIsHbmOrDram) {
   for (const auto& id : rr::chip_ids()) {
     const auto c = rr::load_chip(id);
     EXPECT_EQ(c.id, id);
     for (const auto& [k, v] : c.peak_flops) EXPECT_FALSE(v.source.empty()) << id << " " << k;
     ASSERT_FALSE(c.memory.empty());
-    EXPECT_EQ(c.memory[0].level, "hbm") << id;
+    for (const auto& m : c.memory) {
+      EXPECT_FALSE(m.bandwidth.source.empty()) << id << " " << m.level;
+      if (m.capacity) {
+        EXPECT_FALSE(m.capacity->source.empty()) << id << " " << m.level;
+      }
+    }
     ASSERT_TRUE(c.memory[0].capacity.has_value()) << id;
-    ASSERT_TRUE(c.intra_node.has_value()) << id;
-    EXPECT_FALSE(c.intra_node->bandwidth_per_direction.source.empty());
+    if (c.kind == "cpu") {
+      EXPECT_EQ(c.memory[0].level, "dram") << id;
+    } else {
+      EXPECT_EQ(c.memory[0].level, "hbm") << id;
+      ASSERT_TRUE(c.intra_node.has_value()) << id;
+      EXPECT_FALSE(c.intra_node->bandwidth_per_direction.source.empty());
+    }
     // Dense, never "with sparsity": bf16 (or fp16) above fp32 and below fp8/int8 by the usual 2x.
     // (1979 vs 2 x 989 is the vendors' rounding.)
     if (c.has_peak("fp8") && c.has_peak("bf16")) {
@@ -118,10 +132,72 @@ TEST(Chips, CorrectedFiguresNotTheSeedErrors) {
   EXPECT_DOUBLE_EQ(v6e.link_bandwidth(), 9e10);
 }
 
+// The CPU entries: no vendor publishes FLOP/s per SKU, so each peak is cores x base clock x the
+// instruction's per-cycle figure, and DRAM is channels x transfer rate x 8 bytes. The numbers stated
+// here are the ones the files' sources state; the files must hold exactly their products, and the
+// analyzer's ridge point (machine balance) must be peak / DRAM bandwidth.
+TEST(Chips, CpuPeaksAreCoresTimesBaseClockTimesPerCycle) {
+  struct Cpu {
+    const char* id;
+    double cores, clock;               // one socket, base clock in Hz
+    double fp32, bf16, int8;           // FLOP (OP) per cycle per core
+    double channels, transfers_per_s;  // DDR5 channels and MT/s
+    const char* bf16_ridge;            // as `ridge hw show` prints it
+  };
+  // Sapphire Rapids: 2 AVX-512 FMA units x 16 fp32 lanes x 2; AMX TMUL does a full-tile
+  // TDPBF16PS (16 x 16 x 32 multiply-adds) or TDPBUSD (16 x 16 x 64) every 16 cycles.
+  const double amx_bf16 = 16.0 * 16 * 32 * 2 / 16;  // 1024
+  const double amx_int8 = 16.0 * 16 * 64 * 2 / 16;  // 2048
+  // Zen 4: 2 FMA pipes of 256 bits = 8 fp32 lanes each; vdpbf16ps does 2 bf16 multiply-adds per
+  // 32-bit lane (4 FLOP), vpdpbusd 4 int8 ones (8 OP).
+  const Cpu cpus[] = {
+      {"xeon-8480plus", 56, 2.0e9, 2 * 16 * 2, amx_bf16, amx_int8, 8, 4800e6, "373.3"},
+      {"epyc-9654", 96, 2.4e9, 2 * 8 * 2, 2 * 8 * 4, 2 * 8 * 8, 12, 4800e6, "32"},
+  };
+  EXPECT_EQ(amx_bf16, 1024);
+  EXPECT_EQ(amx_int8, 2048);
+  for (const auto& x : cpus) {
+    const auto c = rr::load_chip(x.id);
+    EXPECT_EQ(c.kind, "cpu") << x.id;
+    EXPECT_DOUBLE_EQ(c.peak("fp32"), x.cores * x.clock * x.fp32) << x.id;
+    EXPECT_DOUBLE_EQ(c.peak("bf16"), x.cores * x.clock * x.bf16) << x.id;
+    EXPECT_DOUBLE_EQ(c.peak("int8"), x.cores * x.clock * x.int8) << x.id;
+    EXPECT_DOUBLE_EQ(c.peak("fp64"), x.cores * x.clock * x.fp32 / 2) << x.id;  // half the lanes
+    const double bw = x.channels * x.transfers_per_s * 8;
+    EXPECT_DOUBLE_EQ(c.bandwidth(), bw) << x.id;
+    EXPECT_EQ(c.bandwidth(), c.bandwidth("dram")) << x.id;
+    EXPECT_FALSE(c.has_peak("fp8")) << x.id;  // neither has fp8 arithmetic
+
+    // Machine balance as the analyzer computes and prints it: the bound of a bf16 matmul, the
+    // asymptotic critical batch (bf16 weights: peak / bw x 2 bytes / 2) and `ridge hw show`.
+    const double balance = x.cores * x.clock * x.bf16 / bw;
+    const auto b = rr::bound(rr::matmul(4096, 8192, 8192), c);
+    EXPECT_EQ(b.level, "dram") << x.id;
+    EXPECT_DOUBLE_EQ(b.ridge_intensity, balance) << x.id;
+    EXPECT_DOUBLE_EQ(rr::critical_batch(c, 8192, 8192).asymptotic, balance) << x.id;
+    const auto shown = rr::describe(c);
+    EXPECT_NE(shown.find(fmt::format("  bf16   {} FLOP/B\n", x.bf16_ridge)), std::string::npos) << shown;
+    EXPECT_NE(rr::describe(rr::matmul(64, 4096, 4096), rr::bound(rr::matmul(64, 4096, 4096), c), c)
+                  .find(fmt::format("ridge point of {} at dram: {} FLOP/B", x.id, x.bf16_ridge)),
+              std::string::npos)
+        << x.id;
+  }
+  // The published figures the derivations must agree with: 307.2 GB/s for 8 x DDR5-4800 and AMD's
+  // 460.8 GB/s per socket; 114.7 bf16 TFLOP/s on AMX at base against 7.2 fp32 (16x: AMX is the point).
+  EXPECT_DOUBLE_EQ(rr::load_chip("xeon-8480plus").bandwidth(), 307.2e9);
+  EXPECT_DOUBLE_EQ(rr::load_chip("epyc-9654").bandwidth(), 460.8e9);
+  EXPECT_DOUBLE_EQ(rr::load_chip("xeon-8480plus").peak("bf16") / rr::load_chip("xeon-8480plus").peak("fp32"),
+                   16);
+  EXPECT_DOUBLE_EQ(rr::load_chip("epyc-9654").peak("bf16") / rr::load_chip("epyc-9654").peak("fp32"), 2);
+  EXPECT_FALSE(rr::load_chip("epyc-9654").has_peak("fp16"));  // no AVX512-FP16 on Zen 4
+  // Sapphire Rapids' fp16 is AVX512-FP16 on the same FMA units, twice the lanes of fp32 (no AMX-FP16).
+  EXPECT_DOUBLE_EQ(rr::load_chip("xeon-8480plus").peak("fp16"), 56 * 2.0e9 * 2 * 32 * 2);
+}
+
 TEST(Chips, EmbeddedCopyMatchesTheFiles) {
   size_t n = 0;
   const auto* t = rr::detail::embedded_chips(&n);
-  EXPECT_GE(n, 8u);
+  EXPECT_GE(n, 10u);
   for (size_t i = 0; i < n; ++i) {
     const auto a = rr::parse_chip(nlohmann::json::parse(t[i].json), t[i].id);
     const auto b = rr::load_chip(std::string(RIDGE_SOURCE_DIR) + "/hardware/" + t[i].id + ".json");
