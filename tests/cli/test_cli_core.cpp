@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -40,7 +41,8 @@ TEST(CliCore, InfoPrintsEveryLine) {
   EXPECT_TRUE(r.err.empty()) << r.err;
   const auto l = lines(r.out);
   const std::vector<std::string> starts = {"cpu ",   "cpus ",     "caches ",    "has ",
-                                           "lacks ", "os saves ", "isa paths ", "active "};
+                                           "lacks ", "os saves ", "isa paths ", "amx ",
+                                           "active "};
   for (const auto& s : starts) {
     bool found = false;
     for (const auto& line : l) found = found || line.rfind(s, 0) == 0;
@@ -76,6 +78,12 @@ TEST(CliCore, InfoJsonAgreesWithCpuInfo) {
   std::vector<std::string> paths;
   for (cpu::Isa i : cpu::supported_isas()) paths.push_back(cpu::isa_name(i));
   EXPECT_EQ(j.at("isa_paths").get<std::vector<std::string>>(), paths);
+  // Every path is either here or named as missing; the amx line says on, or off and why.
+  const auto missing = j.at("isa_paths_missing").get<std::vector<std::string>>();
+  EXPECT_EQ(paths.size() + missing.size(), 5u);
+  const bool amx = cpu::supported(cpu::Isa::amx);
+  EXPECT_EQ(std::find(missing.begin(), missing.end(), "amx") == missing.end(), amx);
+  EXPECT_EQ(j.at("amx").get<std::string>().rfind(amx ? "on" : "off: ", 0), 0u) << j.at("amx");
   EXPECT_EQ(j.at("best_isa"), cpu::isa_name(cpu::best_isa()));
   EXPECT_EQ(j.at("active_isa"), cpu::isa_name(cpu::active_isa()));  // same environment as this process
 }
@@ -96,6 +104,10 @@ TEST(CliCore, BadRidgeIsaIsOneLineNamingTheVariable) {
   for (cpu::Isa i : {cpu::Isa::avx2, cpu::Isa::avx512, cpu::Isa::avx512bf16, cpu::Isa::amx})
     if (!cpu::supported(i))
       expect_one_line_error(run("info", std::string("RIDGE_ISA=") + cpu::isa_name(i)), "RIDGE_ISA");
+}
+
+TEST(CliCore, BadAmxEmulateIsOneLineNamingTheVariable) {
+  expect_one_line_error(run("info", "RIDGE_AMX_EMULATE=yes"), "RIDGE_AMX_EMULATE");
 }
 
 TEST(CliCore, BadFlagIsOneLine) {

@@ -64,6 +64,7 @@ TEST(Env, GoodValuesAreParsed) {
                         {"RIDGE_ATTENTION_BLOCK_Q", "32"},
                         {"RIDGE_ATTENTION_BLOCK_K", "1024"},
                         {"RIDGE_JIT", "1"},
+                        {"RIDGE_AMX_EMULATE", "1"},
                         {"OMP_NUM_THREADS", "3,2"}});
   EXPECT_EQ(k.isa, static_cast<int>(cpu::Isa::scalar));
   EXPECT_EQ(k.gemm_kc, 512);
@@ -76,6 +77,9 @@ TEST(Env, GoodValuesAreParsed) {
   EXPECT_EQ(k.omp_threads, 3) << "the first entry of OpenMP's list";
   EXPECT_TRUE(k.jit);
   EXPECT_FALSE(parse({{"RIDGE_JIT", "0"}}).jit);
+  EXPECT_TRUE(k.amx_emulate);
+  EXPECT_FALSE(parse({{"RIDGE_AMX_EMULATE", "0"}}).amx_emulate);
+  EXPECT_FALSE(parse({}).amx_emulate);
 }
 
 // The test-only fault-injection pair: both parsed, the rank defaulting to 0, junk and a lone rank
@@ -111,6 +115,7 @@ TEST(Env, JunkIsAnErrorNamingTheVariable) {
     expect_rejected("RIDGE_GEMM_NO_NARROW", v);
     expect_rejected("RIDGE_GEMM_SCALAR_PACK", v);
     expect_rejected("RIDGE_JIT", v);
+    expect_rejected("RIDGE_AMX_EMULATE", v);
   }
   for (const char* v : {"0", "-1", "abc", "100000", "1025", "16x"}) expect_rejected("OMP_NUM_THREADS", v);
   expect_rejected("RIDGE_ISA", "bogus");
