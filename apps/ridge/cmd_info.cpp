@@ -36,9 +36,11 @@ nlohmann::json info_json() {
     if (!cpu::supported(isa)) missing.push_back(cpu::isa_name(isa));
   j["isa_paths_missing"] = missing;
   // Why the matrix engine is not used, in words: no AMX in cpuid, or the OS refused it.
-  j["amx"] = cpu::supported(cpu::Isa::amx) ? "on (tiles configured per thread, palette 1)"
-             : !in.amx_refused.empty()     ? "off: " + in.amx_refused
-                                           : std::string("off: cpuid has no amx_tile/amx_bf16 (the hypervisor may mask it)");
+  std::string amx = cpu::supported(cpu::Isa::amx) ? "on (bf16 and FP8 GEMM and bf16 attention on the tiles)"
+                    : !in.amx_refused.empty()     ? "off: " + in.amx_refused
+                                                  : "off: cpuid has no amx_tile/amx_bf16 (a hypervisor may mask it)";
+  if (env::knobs().amx_emulate) amx += "; RIDGE_AMX_EMULATE=1: the tile kernels run on the emulator";
+  j["amx"] = amx;
   j["best_isa"] = cpu::isa_name(cpu::best_isa());
   j["active_isa"] = cpu::isa_name(cpu::active_isa());
   const auto js = jit::settings();
@@ -71,7 +73,7 @@ void print_table(const nlohmann::json& j) {
   for (const auto& p : j["isa_paths_missing"]) missing += " " + p.get<std::string>();
   fmt::print("isa paths {}{}\n", paths, missing.empty() ? "" : " (not on this machine:" + missing + ")");
   fmt::print("amx        {}\n", j["amx"].get<std::string>());
-  fmt::print("active     {} (best {}; set RIDGE_ISA=scalar|avx2|avx512|avx512bf16|amx to force a lower path)\n",
+  fmt::print("active     {} (best {}; RIDGE_ISA=scalar|avx2|avx512|avx512bf16|amx takes a path at or below it)\n",
              j["active_isa"].get<std::string>(), j["best_isa"].get<std::string>());
   const auto& jit = j["jit"];
   fmt::print("jit        {} (RIDGE_JIT={}; compiler {}, cache {}; see ridge jit list)\n",
