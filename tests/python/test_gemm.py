@@ -1,4 +1,6 @@
 """ridge.gemm against NumPy references (fp64 products of the same rounded inputs)."""
+import os
+import subprocess
 import sys
 
 import ml_dtypes
@@ -195,3 +197,16 @@ def test_errors_are_python_exceptions(rng):
         rg.per_token_cast_to_fp8(a, use_ue8m0=True)
     with pytest.raises(ValueError, match="isa"):
         ridge.set_isa("sse9")
+
+
+def test_tile_emulator_run():
+    """The package takes the AMX tile kernels wherever ridge does. Here they run on the tile emulator:
+    this file's bf16 and FP8 tests again in a child process with RIDGE_AMX_EMULATE=1, which is read
+    once per process."""
+    if os.environ.get("RIDGE_AMX_EMULATE") == "1":
+        pytest.skip("this is the emulated run")
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", __file__,
+                        "-k", "bf16 or fp8"], env={**os.environ, "RIDGE_AMX_EMULATE": "1"},
+                       capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+    assert " passed" in r.stdout and " failed" not in r.stdout, r.stdout[-2000:]
