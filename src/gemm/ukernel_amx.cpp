@@ -16,37 +16,21 @@ namespace {
 }  // namespace
 
 KernelInfo kernel_bf16_amx() {
+  KernelInfo ki = amx_kernel_info<HwTiles>(Elem::bf16);
   const KernelInfo small = kernel_bf16_avx512bf16();
-  return KernelInfo{.name = "bf16_amx_32x32",
-                    .mr = kAmxMR,
-                    .nr = kAmxNR,
-                    .panel = Panel::amx,
-                    .k_granule = kAmxChunk,
-                    .ukernel = &amx_ukernel_bf16<HwTiles>,
-                    .pack_a = &amx_pack_a,
-                    .pack_b = &amx_pack_b,
-                    .small_m = small.small_m,
-                    .small_m_jit = small.small_m_jit,
-                    .small_m_elem = small.small_m_elem,
-                    .small_m_cols = small.small_m_cols,
-                    .thread_done = &amx_thread_done<HwTiles>};
+  ki.small_m = small.small_m;
+  ki.small_m_jit = small.small_m_jit;
+  ki.small_m_cols = small.small_m_cols;
+  return ki;
 }
 
 KernelInfo kernel_fp8_amx() {
+  KernelInfo ki = amx_kernel_info<HwTiles>(Elem::fp8);
   const KernelInfo small = fp8::uses_vbmi() ? kernel_fp8_avx512bf16vbmi() : kernel_fp8_avx512bf16();
-  return KernelInfo{.name = "fp8_amx_32x32",
-                    .mr = kAmxMR,
-                    .nr = kAmxNR,
-                    .panel = Panel::amx,
-                    .k_granule = 128,
-                    .ukernel = &amx_ukernel_fp8<HwTiles>,
-                    .pack_a = &amx_pack_a,
-                    .pack_b = &amx_pack_b,
-                    .small_m = small.small_m,
-                    .small_m_elem = small.small_m_elem,
-                    .small_m_cols = small.small_m_cols,
-                    .small_m_fp8_panels = small.small_m_fp8_panels,
-                    .thread_done = &amx_thread_done<HwTiles>};
+  ki.small_m = small.small_m;
+  ki.small_m_cols = small.small_m_cols;
+  ki.small_m_fp8_panels = small.small_m_fp8_panels;
+  return ki;
 }
 
 }  // namespace ridge::gemm::detail

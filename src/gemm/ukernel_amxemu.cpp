@@ -14,29 +14,11 @@ namespace {
 }  // namespace
 
 KernelInfo kernel_bf16_amxemu() {
-  return KernelInfo{.name = "bf16_amx_32x32_emulated",
-                    .mr = kAmxMR,
-                    .nr = kAmxNR,
-                    .panel = Panel::amx,
-                    .k_granule = kAmxChunk,
-                    .ukernel = &amx_ukernel_bf16<EmuTiles>,
-                    .pack_a = &amx_pack_a,
-                    .pack_b = &amx_pack_b,
-                    .small_m_elem = Elem::bf16,
-                    .thread_done = &amx_thread_done<EmuTiles>};
+  return amx_kernel_info<EmuTiles>(Elem::bf16);
 }
 
 KernelInfo kernel_fp8_amxemu() {
-  return KernelInfo{.name = "fp8_amx_32x32_emulated",
-                    .mr = kAmxMR,
-                    .nr = kAmxNR,
-                    .panel = Panel::amx,
-                    .k_granule = 128,
-                    .ukernel = &amx_ukernel_fp8<EmuTiles>,
-                    .pack_a = &amx_pack_a,
-                    .pack_b = &amx_pack_b,
-                    .small_m_elem = Elem::fp8,
-                    .thread_done = &amx_thread_done<EmuTiles>};
+  return amx_kernel_info<EmuTiles>(Elem::fp8);
 }
 
 }  // namespace ridge::gemm::detail
