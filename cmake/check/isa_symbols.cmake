@@ -1,5 +1,5 @@
 # Run as a test (cmake -P): the per-ISA convention (docs/core.md) checked on the objects, not kept by
-# comments. A file compiled with ISA flags (name ending in _avx2.cpp, _avx512*.cpp) must define no
+# comments. A file compiled with ISA flags (name ending in _avx2.cpp, _avx512*.cpp, _amx.cpp) must define no
 # weak or unique symbol: each one is an inline function or template instantiation the linker may
 # merge with a copy from another unit, so a plain caller could run code built for AVX-512.
 #   -DNM=<nm> -DOBJECTS=<a;b;...>
@@ -9,7 +9,7 @@ endif()
 set(checked 0)
 set(bad "")
 foreach(obj IN LISTS OBJECTS)
-  if(NOT obj MATCHES "_(avx2|avx512[a-z0-9]*)\\.cpp\\.o(bj)?$")
+  if(NOT obj MATCHES "_(avx2|avx512[a-z0-9]*|amx)\\.cpp\\.o(bj)?$")
     continue()
   endif()
   math(EXPR checked "${checked} + 1")

@@ -5,8 +5,6 @@
 #include <cstdint>
 
 #include "core/amx.hpp"
-#include "core/check.hpp"
-#include "ridge/core/cpu.hpp"
 
 namespace ridge::amx {
 namespace {
@@ -14,9 +12,10 @@ namespace {
 #include "core/tile_program.inc"
 }  // namespace
 
-void run_one_hardware(Op op, int m, int k_bytes, int n_bytes, const void* c, const void* a, const void* b,
-                      void* out) {
-  check(cpu::supported(cpu::Isa::amx), "amx: this machine cannot run AMX instructions (ridge info says why)");
+// Unchecked: run_one_hardware (tiles_amxemu.cpp, no ISA flags) checks the machine first, so nothing
+// that can throw is compiled here (an exception's type would be a mergeable symbol of this unit).
+void run_one_on_the_tiles(Op op, int m, int k_bytes, int n_bytes, const void* c, const void* a, const void* b,
+                          void* out) {
   run_one<HwTiles>(op, m, k_bytes, n_bytes, c, a, b, out);
 }
 

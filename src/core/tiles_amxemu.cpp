@@ -8,6 +8,7 @@
 #include "core/amx.hpp"
 #include "ridge/core/error.hpp"
 #include "core/check.hpp"
+#include "ridge/core/cpu.hpp"
 #include "ridge/core/env.hpp"
 
 namespace ridge::amx::emu {
@@ -180,6 +181,15 @@ namespace {
 #include "core/amx_tiles.inc"
 #include "core/tile_program.inc"
 }  // namespace
+
+void run_one_on_the_tiles(Op op, int m, int k_bytes, int n_bytes, const void* c, const void* a, const void* b,
+                          void* out);  // tiles_amx.cpp
+
+void run_one_hardware(Op op, int m, int k_bytes, int n_bytes, const void* c, const void* a, const void* b,
+                      void* out) {
+  check(cpu::supported(cpu::Isa::amx), "amx: this machine cannot run AMX instructions (ridge info says why)");
+  run_one_on_the_tiles(op, m, k_bytes, n_bytes, c, a, b, out);
+}
 
 void run_one_emulated(Op op, int m, int k_bytes, int n_bytes, const void* c, const void* a, const void* b,
                       void* out) {
