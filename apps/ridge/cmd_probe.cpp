@@ -27,6 +27,15 @@ void print_table(const ridge::probe::ProbeResult& r, const std::string& path) {
     fmt::print("{:<10} {:<24} {:>7} {:>16} {:>16} {:>8.2f}x\n", p.kernel.dtype, p.kernel.instruction,
                p.chains, format_flops(p.one_thread.median()), format_flops(p.all_threads.median()),
                p.one_thread.median() > 0 ? p.all_threads.median() / p.one_thread.median() : 0.0);
+  // bf16 and int8 have two figures where the CPU has AMX; the chip file takes the faster of each.
+  std::string roofs;
+  for (const auto& p : r.peaks) {
+    const auto* roof = ridge::probe::roof_peak(r.peaks, p.kernel.dtype);
+    const std::string one = p.kernel.dtype + ": " + roof->kernel.instruction;
+    if (roof != &p && roofs.find(one) == std::string::npos) roofs += (roofs.empty() ? "" : ", ") + one;
+  }
+  if (!roofs.empty()) fmt::print("roof       {} (the faster instruction, as in the chip file)\n", roofs);
+  fmt::print("amx        {}\n", ridge::probe::amx_status(r));
   for (const auto& p : r.peaks)
     if (p.repeats > 0)
       fmt::print(

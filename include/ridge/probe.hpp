@@ -32,12 +32,16 @@ int64_t min_max_bytes(int threads);
 // One peak kernel: a dtype, the instruction that computes it and the ISA it needs.
 struct PeakKernel {
   std::string dtype;               // chip-file key: "fp64", "fp32", "bf16", "int8"
-  std::string isa;                 // "avx512", "avx512bf16", "avx512vnni", "avx2", "scalar"
-  std::string instruction;         // "vfmadd231ps zmm", ...
+  std::string isa;                 // "amx", "avx512", "avx512bf16", "avx512vnni", "avx2", "scalar"
+  std::string instruction;         // "vfmadd231ps zmm", "tdpbf16ps tmm", ...
   double ops_per_instruction = 0;  // FLOP (OP for int8) per instruction per chain
+  // Independent accumulators the kernel always runs (AMX: 4 tiles); 0 = a vector kernel, whose count
+  // (8, 12, 16 or 24 registers) the probe chooses by measurement.
+  int chains = 0;
 };
 
-// Every peak kernel this machine can run, best ISA first within each dtype.
+// Every peak kernel this machine can run, best ISA first within each dtype (AMX's tile instructions
+// before the vector ones).
 std::vector<PeakKernel> supported_peak_kernels();
 
 // The trials behind one figure. A trial is clean when every thread was on a CPU for at least 95%
@@ -70,7 +74,8 @@ inline constexpr int kMaxPeakRepeats = 2;
 bool needs_repeat(double one_thread, double all_threads, int threads, int cores, int repeats_done,
                   int max_repeats = kMaxPeakRepeats, double min_scaling = 0.8);
 
-// Measures one kernel: `threads` threads each running `chains` chains (8, 12, 16 or 24) for about
+// Measures one kernel: `threads` threads each running `chains` chains (8, 12, 16 or 24; the kernel's
+// own `chains` where it has one, 4 for AMX) for about
 // `seconds` per trial, `trials` trials within about `budget_s`. Throws ridge::Error for a kernel
 // the CPU lacks or a nonsensical count.
 Trials measure_peak(const PeakKernel& k, int chains, int threads, int trials, double seconds,
@@ -119,7 +124,10 @@ struct ProbeResult {
   int trials = 0;
   bool quick = false;
   double seconds = 0;                 // wall time of the whole probe
-  std::vector<PeakResult> peaks;      // best kernel per dtype
+  // Per dtype the best vector kernel, and where the CPU has AMX (cpu::supported(Isa::amx)) the tile
+  // kernel too: bf16 and int8 then have two figures, and the chip file takes the faster (roof_peak).
+  std::vector<PeakResult> peaks;
+  std::string amx_absent;             // why the AMX peaks were not measured; empty when they were
   std::vector<SweepPoint> sweep;      // all threads
   std::vector<SweepPoint> sweep_one;  // one thread (empty in quick runs)
   std::vector<Plateau> plateaus;      // all threads
@@ -129,8 +137,20 @@ struct ProbeResult {
 
 ProbeResult run(const ProbeOptions& opts);
 
-// The chip file (kind "cpu", id "this", peak_flops per dtype, memory levels dram, l3, l2, l1, the
-// details under "measured") as JSON text; the JSON document itself is in the private header
+// The figure the chip file gives `dtype`: of the peaks measured for it, the one with the highest
+// all-threads median, i.e. the fastest instruction the machine has for it (on an AMX machine the tile
+// instruction, unless it measured slower); the first on a tie; nullptr when none was measured.
+const PeakResult* roof_peak(const std::vector<PeakResult>& peaks, const std::string& dtype);
+
+// Why this machine's AMX peaks cannot be measured ("the CPU reports no AMX ...", or what the OS
+// refused); empty where cpu::supported(Isa::amx).
+std::string amx_absent_reason();
+// One line on the AMX figures of a result, for the table and the chip file's measured.amx:
+// "measured: tdpbf16ps and tdpbssd, ..." or "not on this machine: <amx_absent>".
+std::string amx_status(const ProbeResult& r);
+
+// The chip file (kind "cpu", id "this", peak_flops per dtype from roof_peak, memory levels dram, l3,
+// l2, l1, the details under "measured") as JSON text; the JSON document itself is in the private header
 // src/probe/json.hpp (to_chip_json).
 std::string chip_json_text(const ProbeResult& r, int indent = 2);
 

@@ -94,10 +94,15 @@ json to_chip_json(const ProbeResult& r) {
                  (r.threads == 1 ? " thread" : " threads") + " (measured)";
   chip["kind"] = "cpu";
 
+  // Per dtype the fastest instruction measured (AMX's tiles where present, else the vector one); its
+  // source names that instruction, so a reader sees which unit the roof is.
   json peaks = json::object();
-  for (const auto& p : r.peaks)
-    peaks[p.kernel.dtype] = sourced(p.all_threads.median(), measured_by + " (" + p.kernel.instruction + ", " +
-                                                                std::to_string(r.threads) + " threads)");
+  for (const auto& p : r.peaks) {
+    if (peaks.contains(p.kernel.dtype)) continue;
+    const PeakResult& roof = *roof_peak(r.peaks, p.kernel.dtype);
+    const std::string how = " (" + roof.kernel.instruction + ", " + std::to_string(r.threads) + " threads)";
+    peaks[p.kernel.dtype] = sourced(roof.all_threads.median(), measured_by + how);
+  }
   chip["peak_flops"] = peaks;
 
   // Outermost first, as the schema asks; per-core caches' capacities are summed over the threads.
@@ -130,7 +135,9 @@ json to_chip_json(const ProbeResult& r) {
   chip["memory"] = mem;
   chip["notes"] =
       "This machine as measured by `ridge probe`" + std::string(r.quick ? " --quick" : "") + " on " + r.date +
-      ". Peaks: the best of 8-24 independent accumulator chains per dtype, all threads busy; bandwidths: "
+      ". Peaks: the best of 8-24 independent accumulator chains per dtype, all threads busy; bf16 and "
+      "int8: the faster of the vector instruction and, where the CPU has AMX, the tile instruction (four "
+      "accumulator tiles); bandwidths: "
       "median over the sizes inside each level's range of an all-threads read sweep (AVX-512 loads when "
       "present). Shared machines are noisy: see measured for every trial.";
 
@@ -144,6 +151,7 @@ json to_chip_json(const ProbeResult& r) {
   json pk = json::array();
   for (const auto& p : r.peaks)
     pk.push_back({{"dtype", p.kernel.dtype},
+                  {"roof", roof_peak(r.peaks, p.kernel.dtype) == &p},
                   {"isa", p.kernel.isa},
                   {"instruction", p.kernel.instruction},
                   {"ops_per_instruction", p.kernel.ops_per_instruction},
@@ -153,6 +161,7 @@ json to_chip_json(const ProbeResult& r) {
                   {"all_threads_repeats", p.repeats},
                   {"all_threads_first_median", p.first_all_threads}});
   m["peaks"] = pk;
+  m["amx"] = amx_status(r);
   m["bandwidth_kernels"] = {
       {"isa", internal::bandwidth_isa()},
       {"read", "each thread streams its own buffer with vector loads into 8 independent accumulators"},

@@ -47,11 +47,15 @@ bool has_avx2() {
   const auto& f = cpu::info().features;
   return f.avx2 && f.fma;
 }
+bool has_amx() {
+  return cpu::supported(cpu::Isa::amx);  // the CPU's tiles, the OS's tile state and Linux's grant
+}
 bool always() {
   return true;
 }
 
-// Best ISA first within each dtype: the first available entry of a dtype is the probe's roof.
+// Best ISA first within each dtype. The probe measures the first vector entry of each dtype and, where
+// the CPU has AMX, the tile entry too; the chip file takes the faster (roof_peak).
 const std::vector<KernelEntry>& kernel_table() {
   static const std::vector<KernelEntry> t = {
       {{"fp64", "avx512", "vfmadd231pd zmm", 16}, detail::peak_fp64_avx512, has_avx512},
@@ -60,7 +64,9 @@ const std::vector<KernelEntry>& kernel_table() {
       {{"fp32", "avx512", "vfmadd231ps zmm", 32}, detail::peak_fp32_avx512, has_avx512},
       {{"fp32", "avx2", "vfmadd231ps ymm", 16}, detail::peak_fp32_avx2, has_avx2},
       {{"fp32", "scalar", "mulss+addss (baseline x86-64)", 2}, detail::peak_fp32_scalar, always},
+      {{"bf16", "amx", "tdpbf16ps tmm", 16 * 16 * 32 * 2, 4}, detail::peak_bf16_amx, has_amx},
       {{"bf16", "avx512bf16", "vdpbf16ps zmm", 64}, detail::peak_bf16_avx512bf16, has_avx512bf16},
+      {{"int8", "amx", "tdpbssd tmm", 16 * 16 * 64 * 2, 4}, detail::peak_int8_amx, has_amx},
       {{"int8", "avx512vnni", "vpdpbusd zmm", 128}, detail::peak_int8_avx512vnni, has_avx512vnni},
   };
   return t;
@@ -204,10 +210,14 @@ Trials peak_trials(const PeakKernel& k, int chains, int threads, int trials, dou
   check(threads >= 1, "probe: threads must be >= 1 (got {})", threads);
   check(trials >= 1, "probe: trials must be >= 1 (got {})", trials);
   check(seconds > 0 && budget_s >= 0, "probe: trial time must be positive");
-  check(chains == 8 || chains == 12 || chains == 16 || chains == 24,
-        "probe: chains must be 8, 12, 16 or 24 (got {})", chains);
   const KernelEntry& e = find_entry(k);
-  const double per_rep = chains * k.ops_per_instruction;
+  if (e.info.chains > 0)
+    check(chains == e.info.chains, "probe: the {} {} kernel runs {} accumulators (got chains {})", k.dtype,
+          k.isa, e.info.chains, chains);
+  else
+    check(chains == 8 || chains == 12 || chains == 16 || chains == 24,
+          "probe: chains must be 8, 12, 16 or 24 (got {})", chains);
+  const double per_rep = chains * e.info.ops_per_instruction;
   return run_trials(threads, trials, seconds, budget_s, hard_deadline, per_rep,
                     [&](size_t, int64_t reps) { return e.fn(chains, reps); });
 }

@@ -97,9 +97,11 @@ PeakResult measure_dtype(const PeakKernel& k, int threads, const Plan& plan, Sch
   PeakResult r;
   r.kernel = k;
   // Choose the chain count on one thread: enough chains to cover latency x throughput, but not
-  // so many that the accumulators spill out of the register file.
+  // so many that the accumulators spill out of the register file. The AMX kernels run their fixed
+  // four tiles (probe/amx_peak.inc says why).
+  r.chains = k.chains;
   double best = -1;
-  for (int c : plan.chains) {
+  for (int c : k.chains > 0 ? std::vector<int>{} : plan.chains) {
     const double m =
         internal::peak_trials(k, c, 1, 3, plan.scan_trial_s, plan.scan_budget_s, sched.next()).best();
     if (m > best) {
@@ -200,15 +202,21 @@ ProbeResult run(const ProbeOptions& o) {
   r.trials = plan.trials;
   r.hierarchy = hierarchy_for(r.threads);
 
+  // Per dtype the best vector kernel and, where the CPU has AMX, the tile kernel as well: both are
+  // measured and shown, and the chip file takes the faster (roof_peak), so the comparison is made on
+  // measurements rather than assumed.
   std::vector<std::string> seen;
   std::vector<PeakKernel> best;
+  int measurements = 0;
   for (const auto& k : supported_peak_kernels()) {
-    if (std::find(seen.begin(), seen.end(), k.dtype) != seen.end()) continue;  // best ISA only
-    seen.push_back(k.dtype);
+    const std::string unit = k.dtype + (k.isa == "amx" ? " tiles" : " vector");
+    if (std::find(seen.begin(), seen.end(), unit) != seen.end()) continue;  // best ISA only
+    seen.push_back(unit);
     best.push_back(k);
+    measurements += k.chains > 0 ? 2 : static_cast<int>(plan.chains.size()) + 2;
   }
-  Schedule sched{internal::clock_now() + plan.peaks_s,
-                 static_cast<int>(best.size() * (plan.chains.size() + 2))};
+  r.amx_absent = amx_absent_reason();
+  Schedule sched{internal::clock_now() + plan.peaks_s, measurements};
   for (const auto& k : best) {
     say(o, "peak " + k.dtype + " (" + k.instruction + ")");
     r.peaks.push_back(measure_dtype(k, r.threads, plan, sched, o));
@@ -228,6 +236,31 @@ ProbeResult run(const ProbeOptions& o) {
   }
   r.seconds = now() - t0;
   return r;
+}
+
+const PeakResult* roof_peak(const std::vector<PeakResult>& peaks, const std::string& dtype) {
+  const PeakResult* best = nullptr;
+  for (const auto& p : peaks)
+    if (p.kernel.dtype == dtype && (!best || p.all_threads.median() > best->all_threads.median())) best = &p;
+  return best;
+}
+
+std::string amx_absent_reason() {
+  if (cpu::supported(cpu::Isa::amx)) return "";
+  const auto& in = cpu::info();
+  // cpu::info() clears the amx features where the OS took the tiles away, and says why.
+  if (!in.amx_refused.empty()) return "the CPU has AMX, but " + in.amx_refused;
+  const auto& f = in.features;
+  if (!(f.amx_tile && f.amx_bf16 && f.amx_int8))
+    return "the CPU reports no AMX (cpuid: amx_tile, amx_bf16, amx_int8)";
+  return "the amx path needs AVX-512 with AVX512_BF16 as well (ridge info lists what this CPU has)";
+}
+
+std::string amx_status(const ProbeResult& r) {
+  const bool measured =
+      std::any_of(r.peaks.begin(), r.peaks.end(), [](const PeakResult& p) { return p.kernel.isa == "amx"; });
+  if (measured) return "measured: tdpbf16ps and tdpbssd, four accumulator tiles, no loads in the timed loop";
+  return "not on this machine: " + (r.amx_absent.empty() ? std::string("not measured") : r.amx_absent);
 }
 
 // The roofline module owns the rule, so "--hw this" always reads what the probe wrote.

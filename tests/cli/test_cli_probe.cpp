@@ -68,6 +68,27 @@ TEST(CliProbe, TinyRunWritesTheChipFileAndPrintsJson) {
   EXPECT_EQ(j["kind"], "cpu");
   EXPECT_TRUE(j["peak_flops"].contains("fp32"));
   EXPECT_NE(r.err.find(path), std::string::npos);
+  // Every dtype's peak is its fastest measured instruction (AMX's tiles where the CPU has them), and
+  // its source names that instruction; measured.amx says whether the tiles were measured.
+  const bool amx = j["measured"]["amx"].get<std::string>().rfind("measured: ", 0) == 0;
+  if (!amx) {
+    EXPECT_EQ(j["measured"]["amx"].get<std::string>().rfind("not on this machine: ", 0), 0u);
+  }
+  for (const auto& [dtype, peak] : j["peak_flops"].items()) {
+    const nlohmann::json* fastest = nullptr;
+    for (const auto& p : j["measured"]["peaks"]) {
+      const bool faster = !fastest || p["all_threads"]["median"] > (*fastest)["all_threads"]["median"];
+      if (p["dtype"] == dtype && faster) fastest = &p;
+    }
+    ASSERT_NE(fastest, nullptr) << dtype;
+    EXPECT_EQ(peak["value"], (*fastest)["all_threads"]["median"]) << dtype;
+    EXPECT_TRUE((*fastest)["roof"].get<bool>()) << dtype;
+    const auto instruction = (*fastest)["instruction"].get<std::string>();
+    EXPECT_NE(peak["source"].get<std::string>().find("(" + instruction + ", "), std::string::npos) << dtype;
+  }
+  int tiles = 0;
+  for (const auto& p : j["measured"]["peaks"]) tiles += p["isa"] == "amx";
+  EXPECT_EQ(tiles, amx ? 2 : 0);
   std::ifstream f(path);
   ASSERT_TRUE(f.good());
   EXPECT_EQ(nlohmann::json::parse(f), j);
@@ -80,6 +101,15 @@ TEST(CliProbe, TableSaysWhereItWrote) {
   EXPECT_NE(r.out.find("GFLOP/s"), std::string::npos);
   EXPECT_NE(r.out.find("wrote "), std::string::npos);
   EXPECT_NE(r.out.find("this.json"), std::string::npos);
+  // The AMX line: its figures are in the table, or it says why there are none.
+  const bool amx = r.out.find("amx        measured: ") != std::string::npos;
+  if (amx) {
+    EXPECT_NE(r.out.find("tdpbf16ps tmm"), std::string::npos);
+    EXPECT_NE(r.out.find("tdpbssd tmm"), std::string::npos);
+  } else {
+    EXPECT_NE(r.out.find("amx        not on this machine: "), std::string::npos) << r.out;
+    EXPECT_EQ(r.out.find("tdpbf16ps"), std::string::npos);
+  }
 }
 
 }  // namespace

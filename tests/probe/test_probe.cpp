@@ -10,6 +10,7 @@
 #include <fstream>
 #include <random>
 
+#include "core/amx.hpp"
 #include "probe/kernels.hpp"
 #include "ridge/core.hpp"
 #include "ridge/probe.hpp"
@@ -79,6 +80,42 @@ TEST(ProbeKernels, DotProductKernelsComputeTheirSums) {
       const double want = 16.0 * (chains * (chains - 1) / 2.0 - 24.0 * static_cast<double>(iters) * chains);
       EXPECT_EQ(probe::detail::peak_int8_avx512vnni(chains, iters), want);
     }
+  }
+}
+
+// The AMX kernels on the emulator (every machine) and on the instructions (where the CPU has AMX): four
+// accumulator tiles of 256 elements; each TDPBF16PS adds 32 x 2^-4 x 2^-4 = 1/8 to every fp32 element,
+// each TDPBSSD 64 x 3 x -2 = -384 to every int32 element.
+TEST(ProbeKernels, AmxKernelsComputeTheirSums) {
+  for (int64_t iters : {1, 3, 100}) {
+    const double bf16 = 4 * 256 * 0.125 * static_cast<double>(iters);
+    const double int8 = 4 * 256 * -384.0 * static_cast<double>(iters);
+    EXPECT_EQ(probe::detail::peak_bf16_amxemu(4, iters), bf16);
+    EXPECT_EQ(probe::detail::peak_int8_amxemu(4, iters), int8);
+    if (has("amx")) {
+      EXPECT_EQ(probe::detail::peak_bf16_amx(4, iters), bf16);
+      EXPECT_EQ(probe::detail::peak_int8_amx(4, iters), int8);
+    }
+  }
+  // The tiles are released after every call, on the emulator as on the machine.
+  EXPECT_FALSE(amx::emu::configured());
+  EXPECT_EQ(amx::loaded_config(false), nullptr);
+  EXPECT_EQ(amx::loaded_config(true), nullptr);
+}
+
+TEST(ProbeKernels, AmxRunsOnlyWhereTheCpuHasIt) {
+  bool listed = false;
+  for (const auto& k : supported_peak_kernels())
+    if (k.isa == "amx") {
+      listed = true;
+      EXPECT_EQ(k.chains, 4);
+      EXPECT_EQ(k.ops_per_instruction, k.dtype == "bf16" ? 16384.0 : 32768.0);
+      EXPECT_THROW(measure_peak(k, 8, 1, 1, 1e-4), ridge::Error);  // four tiles, no other count
+    }
+  EXPECT_EQ(listed, cpu::supported(cpu::Isa::amx));
+  EXPECT_EQ(amx_absent_reason().empty(), cpu::supported(cpu::Isa::amx));
+  if (!cpu::supported(cpu::Isa::amx)) {
+    EXPECT_THROW(measure_peak({"bf16", "amx", "tdpbf16ps tmm", 16384, 4}, 4, 1, 1, 1e-4), ridge::Error);
   }
 }
 
@@ -189,7 +226,7 @@ TEST(ProbeMeasure, QuickPeakIsPositiveAndFiniteForEverySupportedKernel) {
   for (const auto& k : ks) {
     SCOPED_TRACE(k.dtype + " " + k.isa);
     for (int threads : {1, std::max(1, get_num_threads())}) {
-      const Trials t = measure_peak(k, 8, threads, 1, 2e-4, 0);
+      const Trials t = measure_peak(k, k.chains > 0 ? k.chains : 8, threads, 1, 2e-4, 0);
       ASSERT_EQ(t.rates.size(), 1u);
       EXPECT_GE(t.attempted, 1);
       EXPECT_TRUE(std::isfinite(t.median()) && t.median() > 0);
@@ -267,11 +304,97 @@ TEST(ProbeChip, TinyRunWritesAChipFileThatLoadsBack) {
   EXPECT_EQ(chip.id, "this");
   EXPECT_EQ(chip.kind, "cpu");
   for (const auto& p : r.peaks)
-    EXPECT_DOUBLE_EQ(chip.peak(p.kernel.dtype), p.all_threads.median()) << p.kernel.dtype;
+    EXPECT_DOUBLE_EQ(chip.peak(p.kernel.dtype), roof_peak(r.peaks, p.kernel.dtype)->all_threads.median())
+        << p.kernel.dtype;
+  // The AMX figures are measured exactly where the CPU has AMX, and the file says which.
+  const bool amx = cpu::supported(cpu::Isa::amx);
+  EXPECT_EQ(r.amx_absent.empty(), amx);
+  int amx_peaks = 0;
+  for (const auto& p : r.peaks) amx_peaks += p.kernel.isa == "amx";
+  EXPECT_EQ(amx_peaks, amx ? 2 : 0);
+  const std::string amx_note = j["measured"]["amx"].get<std::string>();
+  EXPECT_EQ(amx_note.rfind(amx ? "measured: " : "not on this machine: ", 0), 0u) << amx_note;
   EXPECT_EQ(chip.memory.front().level, "dram");
   EXPECT_DOUBLE_EQ(chip.bandwidth(), 1e10);
   EXPECT_DOUBLE_EQ(chip.bandwidth("l1"), 1e10);
   std::filesystem::remove_all(std::filesystem::path(path).parent_path());
+}
+
+// A peak figure of the synthetic results below: the same all-threads median in every trial.
+PeakResult synthetic_peak(const std::string& dtype, const std::string& isa, const std::string& instruction,
+                          double ops, double all_threads) {
+  PeakResult p;
+  p.kernel = {dtype, isa, instruction, ops, isa == "amx" ? 4 : 0};
+  p.chains = isa == "amx" ? 4 : 16;
+  p.one_thread.rates = {all_threads / 2};
+  p.all_threads.rates = {all_threads, all_threads};
+  p.one_thread.attempted = p.one_thread.clean = 1;
+  p.all_threads.attempted = p.all_threads.clean = 2;
+  return p;
+}
+
+ProbeResult synthetic_result(bool amx, double amx_bf16, double amx_int8) {
+  ProbeResult r;
+  r.date = "2026-11-30T12:00:00Z";
+  r.threads = 2;
+  r.trials = 3;
+  r.peaks.push_back(synthetic_peak("fp32", "avx512", "vfmadd231ps zmm", 32, 4.7e11));
+  if (amx) r.peaks.push_back(synthetic_peak("bf16", "amx", "tdpbf16ps tmm", 16384, amx_bf16));
+  r.peaks.push_back(synthetic_peak("bf16", "avx512bf16", "vdpbf16ps zmm", 64, 2.3e11));
+  if (amx) r.peaks.push_back(synthetic_peak("int8", "amx", "tdpbssd tmm", 32768, amx_int8));
+  r.peaks.push_back(synthetic_peak("int8", "avx512vnni", "vpdpbusd zmm", 128, 4.6e11));
+  if (!amx) r.amx_absent = "the CPU reports no AMX (cpuid: amx_tile, amx_bf16, amx_int8)";
+  return r;
+}
+
+std::string source_of(const nlohmann::json& chip, const std::string& dtype) {
+  return chip["peak_flops"][dtype]["source"].get<std::string>();
+}
+
+// The chip file's bf16 and int8 are the fastest instruction's, whichever it is, named in the source.
+TEST(ProbeChip, PeakIsTheFastestInstructionPerDtype) {
+  {
+    const ProbeResult r = synthetic_result(true, 5e12, 1e13);
+    EXPECT_EQ(roof_peak(r.peaks, "bf16")->kernel.isa, "amx");
+    EXPECT_EQ(roof_peak(r.peaks, "fp32")->kernel.isa, "avx512");
+    EXPECT_EQ(roof_peak(r.peaks, "fp64"), nullptr);
+    const auto j = to_chip_json(r);
+    EXPECT_EQ(j["peak_flops"]["bf16"]["value"].get<double>(), 5e12);
+    EXPECT_EQ(j["peak_flops"]["int8"]["value"].get<double>(), 1e13);
+    EXPECT_EQ(j["peak_flops"]["fp32"]["value"].get<double>(), 4.7e11);
+    EXPECT_EQ(source_of(j, "bf16"),
+              "measured by ridge probe on 2026-11-30, median of 3 trials (tdpbf16ps tmm, 2 threads)");
+    EXPECT_NE(source_of(j, "int8").find("(tdpbssd tmm, 2 threads)"), std::string::npos);
+    EXPECT_NE(source_of(j, "fp32").find("(vfmadd231ps zmm, 2 threads)"), std::string::npos);
+    // measured.peaks keeps every figure, and marks the one the chip file took.
+    int roofs = 0;
+    for (const auto& p : j["measured"]["peaks"]) {
+      roofs += p["roof"].get<bool>();
+      EXPECT_EQ(p["roof"].get<bool>(), p["isa"] == "amx" || p["dtype"] == "fp32") << p["instruction"];
+    }
+    EXPECT_EQ(roofs, 3);
+    EXPECT_EQ(j["measured"]["amx"].get<std::string>().rfind("measured: ", 0), 0u);
+  }
+  {
+    // No AMX: today's vector figures, as before.
+    const ProbeResult r = synthetic_result(false, 0, 0);
+    const auto j = to_chip_json(r);
+    EXPECT_EQ(j["peak_flops"]["bf16"]["value"].get<double>(), 2.3e11);
+    EXPECT_EQ(j["peak_flops"]["int8"]["value"].get<double>(), 4.6e11);
+    EXPECT_NE(source_of(j, "bf16").find("(vdpbf16ps zmm, 2 threads)"), std::string::npos);
+    EXPECT_NE(source_of(j, "int8").find("(vpdpbusd zmm, 2 threads)"), std::string::npos);
+    EXPECT_EQ(j["measured"]["amx"],
+              "not on this machine: the CPU reports no AMX (cpuid: amx_tile, amx_bf16, amx_int8)");
+    EXPECT_EQ(amx_status(r), j["measured"]["amx"].get<std::string>());
+  }
+  {
+    // A tile figure that came out slower (a throttled or disturbed run) does not lower the roof.
+    const ProbeResult r = synthetic_result(true, 1e11, 1e13);
+    const auto j = to_chip_json(r);
+    EXPECT_EQ(j["peak_flops"]["bf16"]["value"].get<double>(), 2.3e11);
+    EXPECT_NE(source_of(j, "bf16").find("vdpbf16ps zmm"), std::string::npos);
+    EXPECT_NE(source_of(j, "int8").find("tdpbssd tmm"), std::string::npos);
+  }
 }
 
 TEST(ProbeChip, WriteErrorsNameThePath) {
