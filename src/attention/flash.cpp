@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "attention/internal.hpp"
+#include "core/amx.hpp"
 #include "core/isa_paths.hpp"
 #include "ridge/attention.hpp"
 #include "ridge/core/cpu.hpp"
@@ -337,9 +338,13 @@ TensorView<T> dense(Buffer<T>& buf, int64_t a, int64_t b, int64_t c, int64_t d) 
 }
 
 // The path's table, picked once per call from the active ISA (RIDGE_ISA / ScopedIsa may change it).
-detail::Kernels kernels() {
+// While amx::emulated() is on, bf16 work takes the AMX kernels on the tile emulator whatever the
+// path (fp32 has nothing for the tiles and keeps the path's kernels).
+detail::Kernels kernels(bool bf16) {
+  if (bf16 && amx::emulated()) return detail::kernels_amxemu();
   static constexpr isa::Paths<detail::Kernels> paths{detail::kernels_scalar, detail::kernels_avx2,
-                                                     detail::kernels_avx512, detail::kernels_avx512bf16};
+                                                     detail::kernels_avx512, detail::kernels_avx512bf16,
+                                                     detail::kernels_amx};
   return isa::pick_path(paths, cpu::active_isa());
 }
 
@@ -352,7 +357,7 @@ void flash_attention_forward(const TensorView<T>& q, const TensorView<T>& k, con
   check_view(o, "o", p.batch, p.heads, p.n_q, p.d);
   check_no_alias({named("o", o), named("lse", lse)}, {named("q", q), named("k", k), named("v", v)});
   p.o = operand(o);
-  kernels().forward(p);
+  kernels(p.bf16).forward(p);
 }
 
 template <typename T>
@@ -374,7 +379,7 @@ void flash_attention_backward(const TensorView<T>& q, const TensorView<T>& k, co
   p.dq = operand(dq);
   p.dk = operand(dk);
   p.dv = operand(dv);
-  kernels().backward(p);
+  kernels(p.bf16).backward(p);
 }
 
 namespace {
@@ -474,7 +479,7 @@ void flash_attention_varlen_forward(const TensorView<T>& q, const TensorView<T>&
   check_no_alias({named("o", o), named("lse", lse)}, {named("q", q), named("k", k), named("v", v)});
   p.o = packed_operand(o);
   if (q.shape[0] == 0) return;
-  kernels().forward(p);
+  kernels(p.bf16).forward(p);
 }
 
 template <typename T>
@@ -501,7 +506,7 @@ void flash_attention_varlen_backward(const TensorView<T>& q, const TensorView<T>
   p.dk = packed_operand(dk);
   p.dv = packed_operand(dv);
   if (tq == 0 && tk == 0) return;
-  kernels().backward(p);
+  kernels(p.bf16).backward(p);
 }
 
 double attention_visible_scores(int64_t n_q, int64_t n_k, const Options& options) {

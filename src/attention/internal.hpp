@@ -109,6 +109,8 @@ Kernels kernels_scalar();
 Kernels kernels_avx2();
 Kernels kernels_avx512();
 Kernels kernels_avx512bf16();
+Kernels kernels_amx();     // bf16 on AMX tiles (the instructions), fp32 as avx512bf16
+Kernels kernels_amxemu();  // bf16 on AMX tiles over the emulator, any machine (amx::emulated())
 
 void forward_scalar(const Problem& p);
 void backward_scalar(const Problem& p);
@@ -118,6 +120,10 @@ void forward_avx512(const Problem& p);
 void backward_avx512(const Problem& p);
 void forward_avx512bf16(const Problem& p);
 void backward_avx512bf16(const Problem& p);
+void forward_amx(const Problem& p);
+void backward_amx(const Problem& p);
+void forward_amxemu(const Problem& p);
+void backward_amxemu(const Problem& p);
 
 }  // namespace ridge::attention::detail
 

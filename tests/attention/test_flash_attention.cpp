@@ -13,6 +13,7 @@
 
 #include "ridge/attention.hpp"
 #include "ridge/core.hpp"
+#include "core/amx.hpp"
 #include "core/check.hpp"
 
 namespace ridge::attention {
@@ -239,29 +240,43 @@ void check_bf16(const Shape& s) {
   EXPECT_EQ(count_outside(r.dv, ref.dv, 1e-2, 1e-2), 0);
 }
 
-TEST(FlashAttention, Bf16MatchesFp64Reference) {
+// On the path in force; `long_n`: the length of the last, long causal shape.
+void bf16_matches_fp64(int64_t long_n) {
   const std::vector<Shape> shapes = {
       {1, 2, 2, 17, 17, 64, true}, {2, 4, 1, 127, 127, 128, false}, {1, 2, 2, 100, 257, 80, true},
       {1, 1, 1, 1, 300, 16, true}, {1, 2, 2, 64, 64, 256, true},    {1, 2, 1, 33, 1, 32, false},
   };
   for (const auto& s : shapes) check_bf16(s);
-  check_bf16({1, 2, 1, small_tests() ? 256 : 1000, small_tests() ? 256 : 1000, 64, true});
+  check_bf16({1, 2, 1, long_n, long_n, 64, true});
 }
 
-// Every ISA path the machine has gives what the scalar path gives.
+TEST(FlashAttention, Bf16MatchesFp64Reference) {
+  bf16_matches_fp64(small_tests() ? 256 : 1000);
+}
+
+// Every ISA path the machine has gives what the scalar path gives. `paths`: the paths to compare, each
+// an ISA and whether the AMX kernels run on the emulator (amx::emulated()); none: every ISA path.
+struct Path {
+  cpu::Isa isa;
+  bool amx_emulated;
+};
 template <typename T>
-void check_isas(const Shape& s, double tol) {
+void check_isas(const Shape& s, double tol, std::vector<Path> paths = {}) {
   SCOPED_TRACE(describe(s));
   Case<T> base(s, 7);
   {
     cpu::ScopedIsa scalar(cpu::Isa::scalar);
+    amx::ScopedEmulation off(false);
     base.forward();
     base.backward();
   }
-  for (cpu::Isa isa : cpu::supported_isas()) {
-    if (isa == cpu::Isa::scalar) continue;
-    SCOPED_TRACE(cpu::isa_name(isa));
-    cpu::ScopedIsa scoped(isa);
+  if (paths.empty())
+    for (cpu::Isa isa : cpu::supported_isas())
+      if (isa != cpu::Isa::scalar) paths.push_back({isa, false});
+  for (const Path& path : paths) {
+    SCOPED_TRACE(path.amx_emulated ? std::string("amx-emulated") : std::string(cpu::isa_name(path.isa)));
+    cpu::ScopedIsa scoped(path.isa);
+    amx::ScopedEmulation emulation(path.amx_emulated);
     Case<T> r(s, 7);
     r.forward();
     r.backward();
@@ -285,12 +300,16 @@ void check_isas(const Shape& s, double tol) {
   }
 }
 
-TEST(FlashAttention, EveryIsaMatchesScalar) {
-  const std::vector<Shape> shapes = {
+const std::vector<Shape>& isa_shapes() {
+  static const std::vector<Shape> shapes = {
       {1, 2, 1, 17, 17, 64, true},  {2, 2, 2, 129, 77, 80, false}, {1, 4, 2, 200, 200, 16, true},
       {1, 1, 1, 40, 90, 256, true}, {1, 1, 1, 1, 7, 32, false},
   };
-  for (const auto& s : shapes) {
+  return shapes;
+}
+
+TEST(FlashAttention, EveryIsaMatchesScalar) {
+  for (const auto& s : isa_shapes()) {
     check_isas<float>(s, 1e-5);
     check_isas<bf16>(s, 1e-2);
   }
@@ -344,32 +363,43 @@ TEST(FlashAttention, NumericalGradientTinyCase) {
   set_num_threads(threads);
 }
 
-// Causal with n_q > n_k: the first n_q - n_k queries see no key.
+// Causal with n_q > n_k: the first n_q - n_k queries see no key (on the path in force).
+template <typename T>
+void fully_masked_rows() {
+  Shape s{1, 2, 1, 70, 3, 32, true};
+  Case<T> r(s);
+  r.forward();
+  r.backward();
+  for (int64_t h = 0; h < 2; ++h)
+    for (int64_t i = 0; i < 70; ++i) {
+      const bool masked = i < 67;
+      EXPECT_EQ(std::isinf(r.lse[h * 70 + i]) && r.lse[h * 70 + i] < 0, masked) << i;
+      for (int64_t c = 0; c < 32; ++c) {
+        if (masked) {
+          EXPECT_EQ(r.o.get(0, h, i, c), 0.0);
+          EXPECT_EQ(r.dq.get(0, h, i, c), 0.0);
+        }
+        EXPECT_FALSE(std::isnan(r.o.get(0, h, i, c)));
+        EXPECT_FALSE(std::isnan(r.dq.get(0, h, i, c)));
+      }
+    }
+  Reference<T> ref(r);
+  if constexpr (std::is_same_v<T, bf16>) {
+    EXPECT_EQ(count_outside(r.o, ref.o, 1e-2, 1e-2), 0);
+    EXPECT_EQ(count_outside(r.dk, ref.dk, 1e-2, 1e-2), 0);
+    EXPECT_EQ(count_outside(r.dv, ref.dv, 1e-2, 1e-2), 0);
+  } else {
+    EXPECT_LE(rel_error(r.o, ref.o), 1e-5);
+    EXPECT_LE(rel_error(r.dk, ref.dk), 1e-5);
+    EXPECT_LE(rel_error(r.dv, ref.dv), 1e-5);
+  }
+}
+
 TEST(FlashAttention, FullyMaskedRowsGiveZerosNotNaN) {
   for (cpu::Isa isa : cpu::supported_isas()) {
     SCOPED_TRACE(cpu::isa_name(isa));
     cpu::ScopedIsa scoped(isa);
-    Shape s{1, 2, 1, 70, 3, 32, true};
-    Case<float> r(s);
-    r.forward();
-    r.backward();
-    for (int64_t h = 0; h < 2; ++h)
-      for (int64_t i = 0; i < 70; ++i) {
-        const bool masked = i < 67;
-        EXPECT_EQ(std::isinf(r.lse[h * 70 + i]) && r.lse[h * 70 + i] < 0, masked) << i;
-        for (int64_t c = 0; c < 32; ++c) {
-          if (masked) {
-            EXPECT_EQ(r.o.at(0, h, i, c), 0.0f);
-            EXPECT_EQ(r.dq.at(0, h, i, c), 0.0f);
-          }
-          EXPECT_FALSE(std::isnan(r.o.at(0, h, i, c)));
-          EXPECT_FALSE(std::isnan(r.dq.at(0, h, i, c)));
-        }
-      }
-    Reference<float> ref(r);
-    EXPECT_LE(rel_error(r.o, ref.o), 1e-5);
-    EXPECT_LE(rel_error(r.dk, ref.dk), 1e-5);
-    EXPECT_LE(rel_error(r.dv, ref.dv), 1e-5);
+    fully_masked_rows<float>();
   }
 }
 
@@ -447,20 +477,25 @@ void check_scale(float scale, const Shape& s, double input_scale) {
   EXPECT_EQ(count_outside(r.dk, dk, 0.0, bound), 0) << "bound " << bound;
 }
 
-TEST(FlashAttention, HugeAndTinyScalesAgreeOnEveryPath) {
+// On the path in force; fp32 as well unless `bf16_only`.
+void huge_and_tiny_scales(bool bf16_only) {
   const std::vector<Shape> shapes = {{1, 2, 1, 37, 45, 32, false}, {1, 2, 2, 40, 300, 64, true}};
   // 3e38 and FLT_MAX: q and k shrunk so that lse = scale * max score stays below FLT_MAX.
   const std::vector<std::pair<float, double>> scales = {
       {1e9f, 1.0},   {1e30f, 1.0}, {3e38f, 1.0 / 64}, {std::numeric_limits<float>::max(), 1.0 / 64},
       {1e-30f, 1.0}, {1e-8f, 1.0}};
+  for (const auto& s : shapes)
+    for (const auto& [scale, input_scale] : scales) {
+      if (!bf16_only) check_scale<float>(scale, s, input_scale);
+      check_scale<bf16>(scale, s, input_scale);
+    }
+}
+
+TEST(FlashAttention, HugeAndTinyScalesAgreeOnEveryPath) {
   for (cpu::Isa isa : cpu::supported_isas()) {
     SCOPED_TRACE(cpu::isa_name(isa));
     cpu::ScopedIsa scoped(isa);
-    for (const auto& s : shapes)
-      for (const auto& [scale, input_scale] : scales) {
-        check_scale<float>(scale, s, input_scale);
-        check_scale<bf16>(scale, s, input_scale);
-      }
+    huge_and_tiny_scales(false);
   }
 }
 
@@ -698,6 +733,92 @@ TEST(FlashAttention, PackedInterleavedViewsAreNotAliases) {
                       want[w]->at(b, h, i, c))
                 << "output " << w << " at " << b << "," << h << "," << i << "," << c;
           }
+}
+
+// ---- The AMX path (issue #27): bf16 products on tiles, the softmax in fp32. "Emulated": the tile
+// kernels on the tile emulator (amx::ScopedEmulation; any machine, the scalar softmax); "OnAmx": the
+// instructions, where this CPU has them. The emulator runs about 100x slower than the scalar path, so
+// the emulated sweeps keep their long shapes short.
+
+#define RIDGE_NEED_AMX()                                                              \
+  if (!cpu::supported(cpu::Isa::amx))                                                 \
+  GTEST_SKIP() << "no AMX here ("                                                     \
+               << (cpu::info().amx_refused.empty() ? "cpuid has no amx_tile/amx_bf16" \
+                                                   : cpu::info().amx_refused)         \
+               << "); the tile kernels are checked on the emulator by the Emulated tests"
+
+TEST(FlashAttentionAmx, Bf16MatchesFp64ReferenceEmulated) {
+  amx::ScopedEmulation emulation;
+  bf16_matches_fp64(small_tests() ? 130 : 256);
+}
+TEST(FlashAttentionAmx, Bf16MatchesFp64ReferenceOnAmx) {
+  RIDGE_NEED_AMX();
+  cpu::ScopedIsa amx(cpu::Isa::amx);
+  bf16_matches_fp64(small_tests() ? 256 : 1000);
+}
+
+TEST(FlashAttentionAmx, Bf16MatchesScalarEmulated) {
+  for (const auto& s : isa_shapes()) check_isas<bf16>(s, 1e-2, {{cpu::best_isa(), true}});
+}
+TEST(FlashAttentionAmx, Bf16MatchesScalarOnAmx) {
+  RIDGE_NEED_AMX();
+  for (const auto& s : isa_shapes()) check_isas<bf16>(s, 1e-2, {{cpu::Isa::amx, false}});
+}
+
+TEST(FlashAttentionAmx, FullyMaskedRowsGiveZerosNotNaNEmulated) {
+  amx::ScopedEmulation emulation;
+  fully_masked_rows<bf16>();
+}
+TEST(FlashAttentionAmx, FullyMaskedRowsGiveZerosNotNaNOnAmx) {
+  RIDGE_NEED_AMX();
+  cpu::ScopedIsa amx(cpu::Isa::amx);
+  fully_masked_rows<bf16>();
+}
+
+TEST(FlashAttentionAmx, HugeAndTinyScalesAgreeEmulated) {
+  amx::ScopedEmulation emulation;
+  huge_and_tiny_scales(true);
+}
+TEST(FlashAttentionAmx, HugeAndTinyScalesAgreeOnAmx) {
+  RIDGE_NEED_AMX();
+  cpu::ScopedIsa amx(cpu::Isa::amx);
+  huge_and_tiny_scales(false);  // fp32 on the amx path is the avx512bf16 kernels: checked too
+}
+
+// The emulated kernels are what runs (the bits differ from the scalar path's, whose products are fp32
+// with P unrounded), fp32 keeps its path (the same bits as without the emulation), and each thread
+// releases its tiles when its work is done (the calling thread is one of them).
+TEST(FlashAttentionAmx, EmulationTakesBf16OnlyAndReleasesTheTiles) {
+  const Shape s{1, 2, 1, 64, 80, 64, true};
+  Case<bf16> scalar(s, 3), emu(s, 3);
+  {
+    cpu::ScopedIsa isa(cpu::Isa::scalar);
+    scalar.forward();
+    scalar.backward();
+  }
+  {
+    cpu::ScopedIsa isa(cpu::Isa::scalar);
+    amx::ScopedEmulation emulation;
+    emu.forward();
+    EXPECT_FALSE(amx::emu::configured());
+    EXPECT_EQ(amx::loaded_config(false), nullptr);
+    emu.backward();
+    EXPECT_FALSE(amx::emu::configured());
+    EXPECT_EQ(amx::loaded_config(false), nullptr);
+  }
+  EXPECT_GT(count_outside(emu.o, scalar.o, 0.0, 0.0) + count_outside(emu.dq, scalar.dq, 0.0, 0.0), 0);
+  Case<float> plain(s, 3), emulated(s, 3);
+  plain.forward();
+  plain.backward();
+  {
+    amx::ScopedEmulation emulation;
+    emulated.forward();
+    emulated.backward();
+  }
+  EXPECT_EQ(plain.o.data, emulated.o.data);
+  EXPECT_EQ(plain.dq.data, emulated.dq.data);
+  EXPECT_EQ(plain.dk.data, emulated.dk.data);
+  EXPECT_EQ(plain.dv.data, emulated.dv.data);
 }
 
 }  // namespace

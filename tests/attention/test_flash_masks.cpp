@@ -18,6 +18,7 @@
 #include "ridge/attention.hpp"
 #include "ridge/core.hpp"
 #include "attention/internal.hpp"
+#include "core/amx.hpp"
 #include "core/check.hpp"
 
 namespace ridge::attention {
@@ -462,23 +463,27 @@ TEST(FlashAttentionMasks, SampledCrossProductOnEveryPath) {
 }
 
 // Longer sequences, so a window skips whole key blocks, and the backward's slices lowered so each
-// sequence is cut into several (their dQ partials meet in the accumulator).
-TEST(FlashAttentionMasks, LongWindowedAndSlicedSequences) {
-  ScopedSliceScores many(1 << 17);
-  const int64_t n = small_tests() ? 700 : 1500;
+// sequence is cut into several (their dQ partials meet in the accumulator). On the path in force;
+// slices of about `slice_scores` visible scores.
+void long_windowed_and_sliced(int64_t n, double slice_scores, bool bf16_only) {
+  ScopedSliceScores many(slice_scores);
   const std::vector<Config> long_configs = {
       {1, 1, 64, {n}, {n}, true, 128, -1, 0.0f},
       {2, 1, 32, {n}, {n + 40}, false, 64, 64, 30.0f},
       {1, 1, 64, {n}, {n}, true, -1, -1, 0.0f},
   };
+  for (const auto& c : long_configs) {
+    if (!bf16_only) check_config<float>(c);
+    check_config<bf16>(c);
+  }
+}
+
+TEST(FlashAttentionMasks, LongWindowedAndSlicedSequences) {
   for (cpu::Isa isa : cpu::supported_isas()) {
     if (isa == cpu::Isa::scalar && !small_tests()) continue;  // the scalar path is run by the shapes above
     SCOPED_TRACE(cpu::isa_name(isa));
     cpu::ScopedIsa scoped(isa);
-    for (const auto& c : long_configs) {
-      check_config<float>(c);
-      check_config<bf16>(c);
-    }
+    long_windowed_and_sliced(small_tests() ? 700 : 1500, 1 << 17, false);
   }
 }
 
@@ -516,15 +521,17 @@ bool same_bits(const T* a, const T* b, size_t n) {
 // A batch gives, for each sequence, exactly the bits of that sequence run alone, at 1, 2, 3 and 7
 // threads: one long sequence among short ones (its backward cut into slices: 8 query heads on one kv
 // head, 1500 x 1500, causal, are 2 slices at the default slice size) and empty ones.
+// `lq`, `lk`, `thread_counts`: a smaller batch and fewer counts for the tile emulator.
 template <typename T>
-void check_bit_identity(const Options& opt) {
-  const std::vector<int64_t> lq = {5, 1500, 0, 64, 1, 129, 0, 300}, lk = {5, 1500, 9, 64, 3, 127, 0, 280};
+void check_bit_identity(const Options& opt, const std::vector<int64_t>& lq = {5, 1500, 0, 64, 1, 129, 0, 300},
+                        const std::vector<int64_t>& lk = {5, 1500, 9, 64, 3, 127, 0, 280},
+                        const std::vector<int>& thread_counts = {1, 2, 3, 7}) {
   const int threads = get_num_threads();
   Packed<T> base(8, 1, 64, lq, lk, 21);
   set_num_threads(1);
   base.forward(opt);
   base.backward(opt);
-  for (int nt : {1, 2, 3, 7}) {
+  for (int nt : thread_counts) {
     SCOPED_TRACE(fmt::format("{} threads", nt));
     set_num_threads(nt);
     Packed<T> all(8, 1, 64, lq, lk, 21);
@@ -653,6 +660,61 @@ TEST(FlashAttentionMasks, VisibleScoresCountsTheMask) {
         want += (l < 0 || j >= i + nk - nq - l) && (right < 0 || j <= i + nk - nq + right);
     EXPECT_EQ(attention_visible_scores(nq, nk, o), want);
   }
+}
+
+// ---- The AMX path (issue #27): the bf16 sweeps above on the tile kernels. "Emulated": on the tile
+// emulator (any machine; about 100x slower than the scalar path, so the long and sampled sweeps are
+// cut down); "OnAmx": on the instructions, where this CPU has them.
+
+#define RIDGE_NEED_AMX()                                                              \
+  if (!cpu::supported(cpu::Isa::amx))                                                 \
+  GTEST_SKIP() << "no AMX here ("                                                     \
+               << (cpu::info().amx_refused.empty() ? "cpuid has no amx_tile/amx_bf16" \
+                                                   : cpu::info().amx_refused)         \
+               << "); the tile kernels are checked on the emulator by the Emulated tests"
+
+TEST(FlashAttentionAmx, Bf16MeetsFlashAttnRuleEmulated) {
+  amx::ScopedEmulation emulation;
+  for (const auto& c : configs()) check_config<bf16>(c);
+}
+TEST(FlashAttentionAmx, Bf16MeetsFlashAttnRuleOnAmx) {
+  RIDGE_NEED_AMX();
+  cpu::ScopedIsa amx(cpu::Isa::amx);
+  for (const auto& c : configs()) check_config<bf16>(c);
+}
+
+TEST(FlashAttentionAmx, SampledCrossProductEmulated) {
+  amx::ScopedEmulation emulation;
+  for (const auto& c : sampled_configs(small_tests() ? 3 : 6)) check_config<bf16>(c, 17);
+}
+TEST(FlashAttentionAmx, SampledCrossProductOnAmx) {
+  RIDGE_NEED_AMX();
+  cpu::ScopedIsa amx(cpu::Isa::amx);
+  for (const auto& c : sampled_configs(small_tests() ? 6 : 12)) check_config<bf16>(c, 17);
+}
+
+TEST(FlashAttentionAmx, LongWindowedAndSlicedSequencesEmulated) {
+  amx::ScopedEmulation emulation;
+  long_windowed_and_sliced(300, 1 << 13, true);
+}
+TEST(FlashAttentionAmx, LongWindowedAndSlicedSequencesOnAmx) {
+  RIDGE_NEED_AMX();
+  cpu::ScopedIsa amx(cpu::Isa::amx);
+  long_windowed_and_sliced(small_tests() ? 700 : 1500, 1 << 17, true);
+}
+
+TEST(FlashAttentionAmx, EachSequenceAloneBitForBitAtAnyThreadCountEmulated) {
+  amx::ScopedEmulation emulation;
+  ScopedSliceScores many(1 << 13);  // the 150 x 150 sequence in several slices
+  check_bit_identity<bf16>(options_of({1, 1, 64, {}, {}, false, 100, 20, 30.0f}),
+                           {5, 150, 0, 64, 1, 33, 0, 70}, {5, 150, 9, 64, 3, 31, 0, 61}, {3});
+}
+TEST(FlashAttentionAmx, EachSequenceAloneBitForBitAtAnyThreadCountOnAmx) {
+  RIDGE_NEED_AMX();
+  cpu::ScopedIsa amx(cpu::Isa::amx);
+  check_bit_identity<bf16>(options_of({1, 1, 64, {}, {}, false, 100, 20, 30.0f}));
+  ScopedSliceScores many(1 << 14);
+  check_bit_identity<bf16>(options_of({1, 1, 64, {}, {}, true, -1, -1, 0.0f}));
 }
 
 }  // namespace
