@@ -37,8 +37,9 @@ nlohmann::json info_json() {
   j["isa_paths_missing"] = missing;
   // Why the matrix engine is not used, in words: no AMX in cpuid, or the OS refused it.
   std::string amx = cpu::supported(cpu::Isa::amx) ? "on (bf16 and FP8 GEMM and bf16 attention on the tiles)"
-                    : !in.amx_refused.empty()     ? "off: " + in.amx_refused
-                                                  : "off: cpuid has no amx_tile/amx_bf16 (a hypervisor may mask it)";
+                    : !in.amx_refused.empty()
+                        ? "off: " + in.amx_refused
+                        : "off: cpuid has no amx_tile/amx_bf16 (a hypervisor may mask it)";
   if (env::knobs().amx_emulate) amx += "; RIDGE_AMX_EMULATE=1: the tile kernels run on the emulator";
   j["amx"] = amx;
   j["best_isa"] = cpu::isa_name(cpu::best_isa());
@@ -73,8 +74,9 @@ void print_table(const nlohmann::json& j) {
   for (const auto& p : j["isa_paths_missing"]) missing += " " + p.get<std::string>();
   fmt::print("isa paths {}{}\n", paths, missing.empty() ? "" : " (not on this machine:" + missing + ")");
   fmt::print("amx        {}\n", j["amx"].get<std::string>());
-  fmt::print("active     {} (best {}; RIDGE_ISA=scalar|avx2|avx512|avx512bf16|amx takes a path at or below it)\n",
-             j["active_isa"].get<std::string>(), j["best_isa"].get<std::string>());
+  fmt::print(
+      "active     {} (best {}; RIDGE_ISA=scalar|avx2|avx512|avx512bf16|amx takes a path at or below it)\n",
+      j["active_isa"].get<std::string>(), j["best_isa"].get<std::string>());
   const auto& jit = j["jit"];
   fmt::print("jit        {} (RIDGE_JIT={}; compiler {}, cache {}; see ridge jit list)\n",
              jit["enabled"].get<bool>() ? "on" : "off", jit["enabled"].get<bool>() ? 1 : 0,

@@ -123,7 +123,7 @@ struct ProbeResult {
   int threads = 0;
   int trials = 0;
   bool quick = false;
-  double seconds = 0;                 // wall time of the whole probe
+  double seconds = 0;  // wall time of the whole probe
   // Per dtype the best vector kernel, and where the CPU has AMX (cpu::supported(Isa::amx)) the tile
   // kernel too: bf16 and int8 then have two figures, and the chip file takes the faster (roof_peak).
   std::vector<PeakResult> peaks;

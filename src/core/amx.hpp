@@ -70,9 +70,12 @@ const TileConfig*& loaded_config(bool hardware);
 // One tile instruction on one tile triple, for tests: C (tile 0, m rows x n_bytes) is loaded from `c`,
 // A (tile 4, m x k_bytes) from `a`, B (tile 5, k_bytes / 4 rows x n_bytes) from `b`, each row-major
 // and packed; then TDPBF16PS or TDPBSSD, and C is stored to `out`. On the emulator, or on the
-// instructions (only where cpu::supported(Isa::amx); tiles_amx.cpp). The tile configuration is released after.
+// instructions (only where cpu::supported(Isa::amx); tiles_amx.cpp). The tile configuration is released
+// after.
 enum class Op { dpbf16ps, dpbssd };
-void run_one_emulated(Op op, int m, int k_bytes, int n_bytes, const void* c, const void* a, const void* b, void* out);
-void run_one_hardware(Op op, int m, int k_bytes, int n_bytes, const void* c, const void* a, const void* b, void* out);
+void run_one_emulated(Op op, int m, int k_bytes, int n_bytes, const void* c, const void* a, const void* b,
+                      void* out);
+void run_one_hardware(Op op, int m, int k_bytes, int n_bytes, const void* c, const void* a, const void* b,
+                      void* out);
 
 }  // namespace ridge::amx

@@ -169,8 +169,7 @@ Info read_info() {
   // (arch_prctl ARCH_REQ_XCOMP_PERM, Linux 5.16+); without the grant the first tile instruction
   // faults. Asked once, here, for the whole process (the grant covers every thread).
   const bool cpu_amx = f.amx_tile && f.amx_bf16;
-  if (cpu_amx && !f.os_amx)
-    in.amx_refused = "the OS does not save the tile state (XCR0 bits 17-18 clear)";
+  if (cpu_amx && !f.os_amx) in.amx_refused = "the OS does not save the tile state (XCR0 bits 17-18 clear)";
   if (cpu_amx && f.os_amx) {
     constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
     if (syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) != 0) {
@@ -293,7 +292,8 @@ Isa best_isa() {
   // missing, this says why.
   static const bool noticed = [] {
     if (!info().amx_refused.empty())
-      std::fprintf(stderr, "ridge: notice: this CPU has AMX but the amx path is off: %s\n", info().amx_refused.c_str());
+      std::fprintf(stderr, "ridge: notice: this CPU has AMX but the amx path is off: %s\n",
+                   info().amx_refused.c_str());
     return true;
   }();
   (void)noticed;

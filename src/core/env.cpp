@@ -47,7 +47,8 @@ Knobs parse_knobs(const char* (*lookup)(const char* name)) {
   if (const auto v = get("RIDGE_GEMM_SCALAR_PACK"); !v.empty())
     k.gemm_scalar_pack = parse_switch("RIDGE_GEMM_SCALAR_PACK", v);
   if (const auto v = get("RIDGE_JIT"); !v.empty()) k.jit = parse_switch("RIDGE_JIT", v);
-  if (const auto v = get("RIDGE_AMX_EMULATE"); !v.empty()) k.amx_emulate = parse_switch("RIDGE_AMX_EMULATE", v);
+  if (const auto v = get("RIDGE_AMX_EMULATE"); !v.empty())
+    k.amx_emulate = parse_switch("RIDGE_AMX_EMULATE", v);
   // Attention blocks are whole vectors of 16 floats (the widest ISA's register).
   for (auto [name, slot] : {std::pair{"RIDGE_ATTENTION_BLOCK_Q", &k.attention_block_q},
                             std::pair{"RIDGE_ATTENTION_BLOCK_K", &k.attention_block_k}}) {

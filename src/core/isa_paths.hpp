@@ -45,7 +45,8 @@ template <class Table>
 class PathTables {
  public:
   explicit PathTables(const Paths<Table>& paths) {
-    for (cpu::Isa i : {cpu::Isa::scalar, cpu::Isa::avx2, cpu::Isa::avx512, cpu::Isa::avx512bf16, cpu::Isa::amx})
+    for (cpu::Isa i :
+         {cpu::Isa::scalar, cpu::Isa::avx2, cpu::Isa::avx512, cpu::Isa::avx512bf16, cpu::Isa::amx})
       if (cpu::supported(i)) at_[static_cast<int>(i)] = pick_path(paths, i);
   }
   const Table& operator()(cpu::Isa isa) const { return at_[static_cast<int>(isa)]; }

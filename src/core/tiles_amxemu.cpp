@@ -56,8 +56,10 @@ void ldtilecfg(const TileConfig& cfg) {
   }
   for (int t = 0; t < kTiles; ++t) {
     check(cfg.rows[t] <= kMaxRows && cfg.colsb[t] <= kMaxColsb,
-          "amx emulator: tile {} configured {} rows x {} bytes (at most 16 x 64)", t, cfg.rows[t], cfg.colsb[t]);
-    check((cfg.rows[t] == 0) == (cfg.colsb[t] == 0), "amx emulator: tile {} has rows or bytes but not both", t);
+          "amx emulator: tile {} configured {} rows x {} bytes (at most 16 x 64)", t, cfg.rows[t],
+          cfg.colsb[t]);
+    check((cfg.rows[t] == 0) == (cfg.colsb[t] == 0), "amx emulator: tile {} has rows or bytes but not both",
+          t);
   }
   for (int t = kTiles; t < 16; ++t)
     check(cfg.rows[t] == 0 && cfg.colsb[t] == 0, "amx emulator: tile {} configured (palette 1 has 8)", t);

@@ -35,12 +35,12 @@ KernelInfo select_kernel(Elem in, cpu::Isa path) {
   // same kernels on the tile emulator on any path.
   static constexpr ridge::isa::Paths<KernelInfo> f32_paths{kernel_f32_scalar, kernel_f32_avx2,
                                                            kernel_f32_avx512, nullptr};
-  static constexpr ridge::isa::Paths<KernelInfo> bf16_paths{kernel_f32_scalar, kernel_bf16_avx2, kernel_f32_avx512,
-                                                            kernel_bf16_avx512bf16, kernel_bf16_amx};
-  static constexpr ridge::isa::Paths<KernelInfo> fp8_paths{kernel_fp8_scalar, kernel_fp8_avx2, kernel_fp8_avx512,
-                                                           kernel_fp8_avx512bf16, kernel_fp8_amx};
-  static constexpr ridge::isa::Paths<KernelInfo> vbmi_paths{kernel_fp8_scalar, kernel_fp8_avx2, kernel_fp8_avx512,
-                                                            kernel_fp8_avx512bf16vbmi, kernel_fp8_amx};
+  static constexpr ridge::isa::Paths<KernelInfo> bf16_paths{
+      kernel_f32_scalar, kernel_bf16_avx2, kernel_f32_avx512, kernel_bf16_avx512bf16, kernel_bf16_amx};
+  static constexpr ridge::isa::Paths<KernelInfo> fp8_paths{
+      kernel_fp8_scalar, kernel_fp8_avx2, kernel_fp8_avx512, kernel_fp8_avx512bf16, kernel_fp8_amx};
+  static constexpr ridge::isa::Paths<KernelInfo> vbmi_paths{
+      kernel_fp8_scalar, kernel_fp8_avx2, kernel_fp8_avx512, kernel_fp8_avx512bf16vbmi, kernel_fp8_amx};
   if (in != Elem::f32 && amx::emulated()) return in == Elem::fp8 ? kernel_fp8_amxemu() : kernel_bf16_amxemu();
   switch (in) {
     case Elem::fp8:

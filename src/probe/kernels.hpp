@@ -24,9 +24,9 @@ double peak_int8_amx(int tiles, int64_t iters);  // tdpbssd: 16 x 16 x 64 x 2 = 
 // The same kernels on the tile emulator (probe_amxemu.cpp), for tests: any machine, never timed.
 double peak_bf16_amxemu(int tiles, int64_t iters);
 double peak_int8_amxemu(int tiles, int64_t iters);
-double peak_fp32_avx2(int chains, int64_t iters);        // vfmadd231ps ymm: 16 FLOP
-double peak_fp64_avx2(int chains, int64_t iters);        // vfmadd231pd ymm: 8 FLOP
-double peak_fp32_scalar(int chains, int64_t iters);      // separate mul and add, 2 FLOP per chain
+double peak_fp32_avx2(int chains, int64_t iters);    // vfmadd231ps ymm: 16 FLOP
+double peak_fp64_avx2(int chains, int64_t iters);    // vfmadd231pd ymm: 8 FLOP
+double peak_fp32_scalar(int chains, int64_t iters);  // separate mul and add, 2 FLOP per chain
 double peak_fp64_scalar(int chains, int64_t iters);
 
 // Bandwidth kernels walk `bytes` (a multiple of 256, 64-byte aligned) `passes` times.

@@ -40,9 +40,8 @@ TEST(CliCore, InfoPrintsEveryLine) {
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_TRUE(r.err.empty()) << r.err;
   const auto l = lines(r.out);
-  const std::vector<std::string> starts = {"cpu ",   "cpus ",     "caches ",    "has ",
-                                           "lacks ", "os saves ", "isa paths ", "amx ",
-                                           "active "};
+  const std::vector<std::string> starts = {"cpu ",      "cpus ",      "caches ", "has ",   "lacks ",
+                                           "os saves ", "isa paths ", "amx ",    "active "};
   for (const auto& s : starts) {
     bool found = false;
     for (const auto& line : l) found = found || line.rfind(s, 0) == 0;

@@ -79,7 +79,8 @@ TEST(AmxEmulator, Bf16DenormalInputsReadAsZeroAndDenormalResultsAreFlushed) {
   const uint16_t small = bf16_bits(std::ldexp(1.0f, -70));
   EXPECT_EQ(bits(ridge::amx::emu::dpbf16_step(0.0f, small, 0, small, 0)), 0u);
   const uint16_t neg_small = bf16_bits(-std::ldexp(1.0f, -70));
-  EXPECT_EQ(bits(ridge::amx::emu::dpbf16_step(-0.0f, neg_small, 0x8000, small, 0)), 0x80000000u);  // -0 + -0 + -0
+  EXPECT_EQ(bits(ridge::amx::emu::dpbf16_step(-0.0f, neg_small, 0x8000, small, 0)),
+            0x80000000u);  // -0 + -0 + -0
   // A normal result is kept.
   EXPECT_EQ(ridge::amx::emu::dpbf16_step(0.0f, bf16_bits(std::ldexp(1.0f, -50)), 0, small, 0),
             std::ldexp(1.0f, -120));
@@ -113,8 +114,7 @@ TEST(AmxEmulator, LoadsZeroWhatTheConfigurationLeavesOutAndStoresOnlyIt) {
   ridge::amx::emu::tileloadd(3, src.data(), 64);
   ridge::amx::emu::tilestored(3, dst.data(), 16);
   for (int r = 0; r < 16; ++r)
-    for (int c = 0; c < 16; ++c)
-      EXPECT_EQ(dst[r * 16 + c], (r < 2 && c < 8) ? 0xAB : 0xCD) << r << "," << c;
+    for (int c = 0; c < 16; ++c) EXPECT_EQ(dst[r * 16 + c], (r < 2 && c < 8) ? 0xAB : 0xCD) << r << "," << c;
   ridge::amx::emu::tilerelease();
   EXPECT_FALSE(ridge::amx::emu::configured());
 }
@@ -148,7 +148,8 @@ TEST(AmxEmulator, MatchesTheInstructionsBitForBitOnThisMachine) {
   std::uniform_int_distribution<uint32_t> any;
   std::uniform_real_distribution<float> mant(-2.0f, 2.0f);
   std::uniform_int_distribution<int> expo(-140, 40);
-  for (const auto& [m, kb, nb] : {std::tuple{16, 64, 64}, {7, 12, 20}, {16, 32, 64}, {1, 4, 4}, {3, 64, 16}}) {
+  for (const auto& [m, kb, nb] :
+       {std::tuple{16, 64, 64}, {7, 12, 20}, {16, 32, 64}, {1, 4, 4}, {3, 64, 16}}) {
     const int kp = kb / 4, n = nb / 4;
     for (int trial = 0; trial < 20; ++trial) {
       std::vector<uint16_t> a(m * kp * 2), b(kp * n * 2);

@@ -113,7 +113,9 @@ std::string path_name(const Path& p) {
 // Selects a path for a scope.
 class PathGuard {
  public:
-  explicit PathGuard(const Path& p) : isa_(p.isa), emulation_(p.amx_emulated) { gemm::fp8::allow_vbmi(p.vbmi); }
+  explicit PathGuard(const Path& p) : isa_(p.isa), emulation_(p.amx_emulated) {
+    gemm::fp8::allow_vbmi(p.vbmi);
+  }
   ~PathGuard() { gemm::fp8::allow_vbmi(true); }
   PathGuard(const PathGuard&) = delete;
   PathGuard& operator=(const PathGuard&) = delete;

@@ -21,8 +21,8 @@ namespace cpu = ridge::cpu;
 namespace gemm = ridge::gemm;
 using ridge::test::path_name;
 using ridge::test::ScopedPath;
-using ridge::test::TestPath;
 using ridge::test::test_paths;
+using ridge::test::TestPath;
 
 bool small() {
   const char* s = std::getenv("RIDGE_TEST_SMALL");

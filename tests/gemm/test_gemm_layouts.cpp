@@ -24,8 +24,8 @@ namespace cpu = ridge::cpu;
 namespace gemm = ridge::gemm;
 using ridge::test::path_name;
 using ridge::test::ScopedPath;
-using ridge::test::TestPath;
 using ridge::test::test_paths;
+using ridge::test::TestPath;
 
 constexpr gemm_layout kLayouts[] = {gemm_layout::nt, gemm_layout::nn, gemm_layout::tn, gemm_layout::tt};
 
