@@ -15,6 +15,7 @@
 #include "ridge/core.hpp"
 #include "core/amx.hpp"
 #include "core/check.hpp"
+#include "attention/need_amx.hpp"
 
 namespace ridge::attention {
 namespace {
@@ -739,13 +740,6 @@ TEST(FlashAttention, PackedInterleavedViewsAreNotAliases) {
 // kernels on the tile emulator (amx::ScopedEmulation; any machine, the scalar softmax); "OnAmx": the
 // instructions, where this CPU has them. The emulator runs about 100x slower than the scalar path, so
 // the emulated sweeps keep their long shapes short.
-
-#define RIDGE_NEED_AMX()                                                              \
-  if (!cpu::supported(cpu::Isa::amx))                                                 \
-  GTEST_SKIP() << "no AMX here ("                                                     \
-               << (cpu::info().amx_refused.empty() ? "cpuid has no amx_tile/amx_bf16" \
-                                                   : cpu::info().amx_refused)         \
-               << "); the tile kernels are checked on the emulator by the Emulated tests"
 
 TEST(FlashAttentionAmx, Bf16MatchesFp64ReferenceEmulated) {
   amx::ScopedEmulation emulation;

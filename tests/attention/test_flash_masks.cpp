@@ -20,6 +20,7 @@
 #include "attention/internal.hpp"
 #include "core/amx.hpp"
 #include "core/check.hpp"
+#include "attention/need_amx.hpp"
 
 namespace ridge::attention {
 namespace {
@@ -665,13 +666,6 @@ TEST(FlashAttentionMasks, VisibleScoresCountsTheMask) {
 // ---- The AMX path (issue #27): the bf16 sweeps above on the tile kernels. "Emulated": on the tile
 // emulator (any machine; about 100x slower than the scalar path, so the long and sampled sweeps are
 // cut down); "OnAmx": on the instructions, where this CPU has them.
-
-#define RIDGE_NEED_AMX()                                                              \
-  if (!cpu::supported(cpu::Isa::amx))                                                 \
-  GTEST_SKIP() << "no AMX here ("                                                     \
-               << (cpu::info().amx_refused.empty() ? "cpuid has no amx_tile/amx_bf16" \
-                                                   : cpu::info().amx_refused)         \
-               << "); the tile kernels are checked on the emulator by the Emulated tests"
 
 TEST(FlashAttentionAmx, Bf16MeetsFlashAttnRuleEmulated) {
   amx::ScopedEmulation emulation;

@@ -1,0 +1,14 @@
+// The skip of the attention tests that need the AMX instructions (the ...OnAmx twins of the
+// emulated tests), saying why this machine has none.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include "ridge/core/cpu.hpp"
+
+#define RIDGE_NEED_AMX()                                                                     \
+  if (!ridge::cpu::supported(ridge::cpu::Isa::amx))                                          \
+  GTEST_SKIP() << "no AMX here ("                                                            \
+               << (ridge::cpu::info().amx_refused.empty() ? "cpuid has no amx_tile/amx_bf16" \
+                                                          : ridge::cpu::info().amx_refused)  \
+               << "); the tile kernels are checked on the emulator by the Emulated tests"
