@@ -32,8 +32,8 @@ nlohmann::json info_json() {
   for (auto isa : cpu::supported_isas()) paths.push_back(cpu::isa_name(isa));
   j["isa_paths"] = paths;
   nlohmann::json missing = nlohmann::json::array();
-  for (auto isa : {cpu::Isa::scalar, cpu::Isa::avx2, cpu::Isa::avx512, cpu::Isa::avx512bf16, cpu::Isa::amx})
-    if (!cpu::supported(isa)) missing.push_back(cpu::isa_name(isa));
+  for (int i = 0; i < cpu::kIsaCount; ++i)
+    if (!cpu::supported(static_cast<cpu::Isa>(i))) missing.push_back(cpu::isa_name(static_cast<cpu::Isa>(i)));
   j["isa_paths_missing"] = missing;
   // Why the matrix engine is not used, in words: no AMX in cpuid, or the OS refused it.
   std::string amx = cpu::supported(cpu::Isa::amx) ? "on (bf16 and FP8 GEMM and bf16 attention on the tiles)"
@@ -74,9 +74,11 @@ void print_table(const nlohmann::json& j) {
   for (const auto& p : j["isa_paths_missing"]) missing += " " + p.get<std::string>();
   fmt::print("isa paths {}{}\n", paths, missing.empty() ? "" : " (not on this machine:" + missing + ")");
   fmt::print("amx        {}\n", j["amx"].get<std::string>());
-  fmt::print(
-      "active     {} (best {}; RIDGE_ISA=scalar|avx2|avx512|avx512bf16|amx takes a path at or below it)\n",
-      j["active_isa"].get<std::string>(), j["best_isa"].get<std::string>());
+  std::string names;
+  for (int i = 0; i < ridge::cpu::kIsaCount; ++i)
+    names += (i ? "|" : "") + std::string(ridge::cpu::isa_name(static_cast<ridge::cpu::Isa>(i)));
+  fmt::print("active     {} (best {}; RIDGE_ISA={} takes a path at or below it)\n",
+             j["active_isa"].get<std::string>(), j["best_isa"].get<std::string>(), names);
   const auto& jit = j["jit"];
   fmt::print("jit        {} (RIDGE_JIT={}; compiler {}, cache {}; see ridge jit list)\n",
              jit["enabled"].get<bool>() ? "on" : "off", jit["enabled"].get<bool>() ? 1 : 0,

@@ -263,9 +263,12 @@ const char* isa_name(Isa isa) {
 }
 
 Isa parse_isa(const std::string& name, const std::string& what) {
-  for (Isa i : {Isa::scalar, Isa::avx2, Isa::avx512, Isa::avx512bf16, Isa::amx})
-    if (name == isa_name(i)) return i;
-  fail("{}: '{}' is not an ISA path (accepted: scalar, avx2, avx512, avx512bf16, amx)", what, name);
+  std::string accepted;
+  for (int i = 0; i < kIsaCount; ++i) {
+    if (name == isa_name(static_cast<Isa>(i))) return static_cast<Isa>(i);
+    accepted += (i ? ", " : "") + std::string(isa_name(static_cast<Isa>(i)));
+  }
+  fail("{}: '{}' is not an ISA path (accepted: {})", what, name, accepted);
 }
 
 bool supported(Isa isa) {
@@ -297,15 +300,15 @@ Isa best_isa() {
     return true;
   }();
   (void)noticed;
-  for (Isa i : {Isa::amx, Isa::avx512bf16, Isa::avx512, Isa::avx2})
-    if (supported(i)) return i;
+  for (int i = kIsaCount - 1; i > 0; --i)
+    if (supported(static_cast<Isa>(i))) return static_cast<Isa>(i);
   return Isa::scalar;
 }
 
 std::vector<Isa> supported_isas() {
   std::vector<Isa> out;
-  for (Isa i : {Isa::scalar, Isa::avx2, Isa::avx512, Isa::avx512bf16, Isa::amx})
-    if (supported(i)) out.push_back(i);
+  for (int i = 0; i < kIsaCount; ++i)
+    if (supported(static_cast<Isa>(i))) out.push_back(static_cast<Isa>(i));
   return out;
 }
 

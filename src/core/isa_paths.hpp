@@ -45,9 +45,8 @@ template <class Table>
 class PathTables {
  public:
   explicit PathTables(const Paths<Table>& paths) {
-    for (cpu::Isa i :
-         {cpu::Isa::scalar, cpu::Isa::avx2, cpu::Isa::avx512, cpu::Isa::avx512bf16, cpu::Isa::amx})
-      if (cpu::supported(i)) at_[static_cast<int>(i)] = pick_path(paths, i);
+    for (int i = 0; i < cpu::kIsaCount; ++i)
+      if (cpu::supported(static_cast<cpu::Isa>(i))) at_[i] = pick_path(paths, static_cast<cpu::Isa>(i));
   }
   const Table& operator()(cpu::Isa isa) const { return at_[static_cast<int>(isa)]; }
 
