@@ -2,17 +2,20 @@
 // and a plain C++ model of the eight tiles (the emulator), which runs the same kernel source as the
 // real instructions (src/core/amx_tiles.inc) on any machine.
 //
-// The emulator follows Intel's ISA reference (SDM vol. 2, TILELOADD / TILESTORED / TILEZERO /
-// TDPBF16PS / TDPBSSD; LDTILECFG / TILERELEASE): eight tiles of up to 16 rows x 64 bytes, each with
-// its configured rows and bytes per row; a load fills the configured rows and bytes and zeroes the
-// rest of the tile; TDPBF16PS accumulates, per fp32 element, the two bf16 products of each dword pair
-// in order (pair element 0, then 1), each addition rounded to nearest even, bf16 inputs that are
-// denormal read as zero and fp32 results that are denormal written as zero; TDPBSSD adds the four
-// signed byte products of each dword into an int32, wrapping. Shape rules the hardware enforces with
-// #UD (tile not configured, rows or bytes that do not match) are ridge::Error here.
+// The emulator follows Intel's ISA reference, the SDM vol. 2 pseudocode of TILELOADD / TILESTORED /
+// TILEZERO / TDPBF16PS / TDPBSSD and LDTILECFG / TILERELEASE: eight tiles of up to 16 rows x 64 bytes,
+// each with its configured rows and bytes per row; a load fills the configured rows and bytes and zeroes
+// the rest of the tile; TDPBF16PS as dpbf16_element below (two FMA chains, even and odd bf16 of each
+// pair, added together and then to C); TDPBSSD adds the four signed byte products of each dword into an
+// int32, wrapping. Shape rules the hardware enforces with #UD or #GP (tile not configured, rows or bytes
+// that do not match, reserved bytes set) are ridge::Error here. Intel's intrinsics guide describes
+// TDPBF16PS with another order (both products added into C in turn); the two differ only in rounding,
+// and where the order cannot matter (exact sums) the start-up check holds the instructions to the
+// emulator bit for bit.
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 namespace ridge::amx {
 
@@ -38,9 +41,12 @@ void tileloadd(int t, const void* base, int64_t stride);
 void tilestored(int t, void* base, int64_t stride);
 void tdpbf16ps(int c, int a, int b);
 void tdpbssd(int c, int a, int b);
-// One bf16 x bf16 dot-product step as TDPBF16PS performs it: acc + a0 * b0 + a1 * b1, in that order,
-// with the denormal and rounding rules above (exposed for tests).
-float dpbf16_step(float acc, uint16_t a0, uint16_t a1, uint16_t b0, uint16_t b1);
+// One fp32 element of TDPBF16PS, as the SDM's pseudocode computes it (exposed for tests): C plus the
+// dot product of a row of A and a column of B, k_pairs bf16 pairs each (a[2p], a[2p + 1] and b[2p],
+// b[2p + 1]). Two fp32 sums start at zero, one over the first bf16 of each pair and one over the second,
+// each term an FMA in pair order; then the two are added, then C. Every step rounds to nearest even,
+// reads denormal inputs (bf16 and C) as zero and writes denormal results as zero.
+float dpbf16_element(float c, const uint16_t* a, const uint16_t* b, int k_pairs);
 }  // namespace emu
 
 }  // namespace ridge::amx
@@ -77,5 +83,20 @@ void run_one_emulated(Op op, int m, int k_bytes, int n_bytes, const void* c, con
                       void* out);
 void run_one_hardware(Op op, int m, int k_bytes, int n_bytes, const void* c, const void* a, const void* b,
                       void* out);
+// The instructions without the machine check (tiles_amx.cpp): only where the CPU has AMX and Linux
+// granted the tile data (cpu.cpp's read_info, before cpu::supported can answer).
+void run_one_on_the_tiles(Op op, int m, int k_bytes, int n_bytes, const void* c, const void* a, const void* b,
+                          void* out);
+
+// The check of the instructions at start. cpu::info() runs it once per process where the CPU has AMX
+// and the tile data is granted, and offers the amx path only if it passes. Tile programs whose every
+// sum is exact (bf16 operands that are small integers, any int8) run on `run` and on the emulator:
+// full and partial tiles, both dot products, a C loaded first. "" when every bit agrees, else the first
+// difference in one line. Exact sums make the answer independent of the order in which the hardware
+// adds; what is checked is what the kernels' correctness rests on (the configuration, the strides, the
+// shapes and which elements meet), and the kernels themselves are checked on the emulator by the suite.
+using RunOne = void (*)(Op op, int m, int k_bytes, int n_bytes, const void* c, const void* a, const void* b,
+                        void* out);
+std::string differs_from_emulator(RunOne run);
 
 }  // namespace ridge::amx

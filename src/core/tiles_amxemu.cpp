@@ -1,9 +1,14 @@
 // The AMX tile emulator (src/core/amx.hpp): plain C++, compiled without ISA flags and without
 // floating-point contraction, so every machine runs the AMX kernels' source and the suite can check
 // them anywhere.
+#include <fmt/format.h>
+
 #include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <exception>
+#include <string>
+#include <vector>
 
 #include "core/amx.hpp"
 #include "ridge/core/error.hpp"
@@ -63,8 +68,11 @@ void ldtilecfg(const TileConfig& cfg) {
   }
   for (int t = kTiles; t < 16; ++t)
     check(cfg.rows[t] == 0 && cfg.colsb[t] == 0, "amx emulator: tile {} configured (palette 1 has 8)", t);
+  for (uint8_t r : cfg.reserved0)
+    check(r == 0, "amx emulator: a reserved byte of the configuration is not zero");
+  // The hardware resumes an interrupted load or store at start_row; ridge's kernels always give 0.
+  check(cfg.start_row == 0, "amx emulator: start_row {} (the emulator models 0 only)", cfg.start_row);
   g.cfg = cfg;
-  g.cfg.start_row = 0;
   g.configured = true;
   std::memset(g.data, 0, sizeof(g.data));
 }
@@ -97,11 +105,22 @@ void tilestored(int t, void* base, int64_t stride) {
   for (int r = 0; r < g.cfg.rows[t]; ++r) std::memcpy(p + r * stride, g.data[t][r], g.cfg.colsb[t]);
 }
 
-float dpbf16_step(float acc, uint16_t a0, uint16_t a1, uint16_t b0, uint16_t b1) {
-  // Each bf16 x bf16 product is exact in fp32 (8 x 8 significand bits) unless it under- or overflows.
-  acc = flush(acc + flush(bf16_in(a0) * bf16_in(b0)));
-  acc = flush(acc + flush(bf16_in(a1) * bf16_in(b1)));
-  return acc;
+float dpbf16_element(float c, const uint16_t* a, const uint16_t* b, int k_pairs) {
+  // Each term is an FMA with one rounding. A bf16 x bf16 product is exact in double (8 x 8 significand
+  // bits), and so is its sum with an fp32 whenever the two are within 29 binades of each other; further
+  // apart, the smaller is below 2^-29 of the larger, so the double sum cannot land on a midpoint
+  // between two floats and rounding it to float rounds the exact sum. Either way this is fmaf, without
+  // the cost of a software fmaf on machines built without FMA.
+  auto fma_ftz = [](float x, float y, float acc) {
+    return flush(
+        static_cast<float>(static_cast<double>(x) * static_cast<double>(y) + static_cast<double>(acc)));
+  };
+  float even = 0.0f, odd = 0.0f;
+  for (int p = 0; p < k_pairs; ++p) {
+    even = fma_ftz(bf16_in(a[2 * p]), bf16_in(b[2 * p]), even);
+    odd = fma_ftz(bf16_in(a[2 * p + 1]), bf16_in(b[2 * p + 1]), odd);
+  }
+  return flush(flush(c) + flush(even + odd));
 }
 
 namespace {
@@ -122,16 +141,15 @@ void check_shapes(int c, int a, int b, const char* what) {
 void tdpbf16ps(int c, int a, int b) {
   check_shapes(c, a, b, "tdpbf16ps");
   const int m_rows = g.cfg.rows[c], n = g.cfg.colsb[c] / 4, kk = g.cfg.colsb[a] / 4;
-  for (int m = 0; m < m_rows; ++m) {
-    for (int j = 0; j < n; ++j) {
+  uint16_t bcol[2 * kMaxRows];  // column j of B: the pair of each of its kk rows
+  for (int j = 0; j < n; ++j) {
+    for (int k = 0; k < kk; ++k) std::memcpy(&bcol[2 * k], &g.data[b][k][4 * j], 4);
+    for (int m = 0; m < m_rows; ++m) {
+      uint16_t arow[2 * kMaxRows];
+      std::memcpy(arow, g.data[a][m], static_cast<size_t>(4 * kk));
       float acc;
       std::memcpy(&acc, &g.data[c][m][4 * j], 4);
-      for (int k = 0; k < kk; ++k) {
-        uint16_t av[2], bv[2];
-        std::memcpy(av, &g.data[a][m][4 * k], 4);
-        std::memcpy(bv, &g.data[b][k][4 * j], 4);
-        acc = dpbf16_step(acc, av[0], av[1], bv[0], bv[1]);
-      }
+      acc = dpbf16_element(acc, arow, bcol, kk);
       std::memcpy(&g.data[c][m][4 * j], &acc, 4);
     }
   }
@@ -184,9 +202,6 @@ namespace {
 #include "core/tile_program.inc"
 }  // namespace
 
-void run_one_on_the_tiles(Op op, int m, int k_bytes, int n_bytes, const void* c, const void* a, const void* b,
-                          void* out);  // tiles_amx.cpp
-
 void run_one_hardware(Op op, int m, int k_bytes, int n_bytes, const void* c, const void* a, const void* b,
                       void* out) {
   check(cpu::supported(cpu::Isa::amx), "amx: this machine cannot run AMX instructions (ridge info says why)");
@@ -196,6 +211,74 @@ void run_one_hardware(Op op, int m, int k_bytes, int n_bytes, const void* c, con
 void run_one_emulated(Op op, int m, int k_bytes, int n_bytes, const void* c, const void* a, const void* b,
                       void* out) {
   run_one<EmuTiles>(op, m, k_bytes, n_bytes, c, a, b, out);
+}
+
+}  // namespace ridge::amx
+
+namespace ridge::amx {
+
+std::string differs_from_emulator(RunOne run) {
+  struct Shape {
+    Op op;
+    int m, k_bytes, n_bytes;
+  };
+  // Full tiles, partial ones (rows, K and N below the tile's), and the smallest, for both products.
+  const Shape shapes[] = {{Op::dpbf16ps, 16, 64, 64}, {Op::dpbf16ps, 7, 40, 36}, {Op::dpbf16ps, 1, 4, 4},
+                          {Op::dpbssd, 16, 64, 64},   {Op::dpbssd, 5, 24, 52},   {Op::dpbssd, 1, 4, 4}};
+  uint32_t state = 0x2545F491u;
+  auto next = [&state] {
+    state = state * 1664525u + 1013904223u;
+    return state >> 8;
+  };
+  try {
+    for (const Shape& s : shapes) {
+      const int k_rows = s.k_bytes / 4;
+      std::vector<uint8_t> c(static_cast<size_t>(s.m) * s.n_bytes), a(static_cast<size_t>(s.m) * s.k_bytes),
+          b(static_cast<size_t>(k_rows) * s.n_bytes), hw(c.size()), em(c.size());
+      if (s.op == Op::dpbf16ps) {
+        // Integers in [-8, 8] as bf16 (exact), C integers in [-64, 64]: every product and sum is an
+        // integer far below 2^24, so any order of addition gives the same fp32.
+        auto bf16_of = [](int v) {
+          const float f = static_cast<float>(v);
+          uint32_t u;
+          std::memcpy(&u, &f, 4);
+          return static_cast<uint16_t>(u >> 16);
+        };
+        for (size_t i = 0; i + 1 < a.size(); i += 2) {
+          const uint16_t h = bf16_of(static_cast<int>(next() % 17) - 8);
+          std::memcpy(&a[i], &h, 2);
+        }
+        for (size_t i = 0; i + 1 < b.size(); i += 2) {
+          const uint16_t h = bf16_of(static_cast<int>(next() % 17) - 8);
+          std::memcpy(&b[i], &h, 2);
+        }
+        for (size_t i = 0; i + 3 < c.size(); i += 4) {
+          const float f = static_cast<float>(static_cast<int>(next() % 129) - 64);
+          std::memcpy(&c[i], &f, 4);
+        }
+      } else {
+        for (auto& x : a) x = static_cast<uint8_t>(next());
+        for (auto& x : b) x = static_cast<uint8_t>(next());
+        for (auto& x : c) x = static_cast<uint8_t>(next());
+      }
+      run(s.op, s.m, s.k_bytes, s.n_bytes, c.data(), a.data(), b.data(), hw.data());
+      run_one_emulated(s.op, s.m, s.k_bytes, s.n_bytes, c.data(), a.data(), b.data(), em.data());
+      for (size_t i = 0; i + 3 < hw.size(); i += 4) {
+        uint32_t h, e;
+        std::memcpy(&h, &hw[i], 4);
+        std::memcpy(&e, &em[i], 4);
+        if (h != e)
+          return fmt::format(
+              "{} on a {}-row tile, {} B of K, {} B of N: row {} column {} is 0x{:08x}, the "
+              "emulator's 0x{:08x}",
+              s.op == Op::dpbf16ps ? "tdpbf16ps" : "tdpbssd", s.m, s.k_bytes, s.n_bytes, i / s.n_bytes,
+              (i % s.n_bytes) / 4, h, e);
+      }
+    }
+  } catch (const std::exception& e) {
+    return std::string("the check could not run: ") + e.what();
+  }
+  return "";
 }
 
 }  // namespace ridge::amx
