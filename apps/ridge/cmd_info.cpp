@@ -36,10 +36,10 @@ nlohmann::json info_json() {
     if (!cpu::supported(static_cast<cpu::Isa>(i))) missing.push_back(cpu::isa_name(static_cast<cpu::Isa>(i)));
   j["isa_paths_missing"] = missing;
   // Why the matrix engine is not used, in words: no AMX in cpuid, or the OS refused it.
-  std::string amx = cpu::supported(cpu::Isa::amx) ? "on (bf16 and FP8 GEMM and bf16 attention on the tiles)"
-                    : !in.amx_refused.empty()
-                        ? "off: " + in.amx_refused
-                        : "off: cpuid has no amx_tile/amx_bf16 (a hypervisor may mask it)";
+  std::string amx = cpu::supported(cpu::Isa::amx)
+                        ? "on (bf16 and FP8 GEMM and bf16 attention on the tiles; the instructions matched "
+                          "the tile emulator at start)"
+                        : "off: " + cpu::amx_off_reason();
   if (env::knobs().amx_emulate) amx += "; RIDGE_AMX_EMULATE=1: the tile kernels run on the emulator";
   j["amx"] = amx;
   j["best_isa"] = cpu::isa_name(cpu::best_isa());

@@ -142,9 +142,6 @@ ProbeResult run(const ProbeOptions& opts);
 // instruction, unless it measured slower); the first on a tie; nullptr when none was measured.
 const PeakResult* roof_peak(const std::vector<PeakResult>& peaks, const std::string& dtype);
 
-// Why this machine's AMX peaks cannot be measured ("the CPU reports no AMX ...", or what the OS
-// refused); empty where cpu::supported(Isa::amx).
-std::string amx_absent_reason();
 // One line on the AMX figures of a result, for the table and the chip file's measured.amx:
 // "measured: tdpbf16ps and tdpbssd, ..." or "not on this machine: <amx_absent>".
 std::string amx_status(const ProbeResult& r);

@@ -16,9 +16,10 @@
 #include <string>
 #include <utility>
 
+#include "core/amx.hpp"
+#include "core/check.hpp"
 #include "ridge/core/env.hpp"
 #include "ridge/core/error.hpp"
-#include "core/check.hpp"
 
 namespace ridge::cpu {
 namespace {
@@ -178,6 +179,21 @@ Info read_info() {
       f.os_amx = false;
     }
   }
+  // The instructions must agree with the tile emulator, on which the suite checks every AMX kernel,
+  // before ridge runs its kernels on them (amx::differs_from_emulator: microseconds, once). The unit
+  // that holds them is built for avx512bf16 as well, so it runs only where that is present too.
+  const bool avx512bf16 = f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.avx512_bf16 && f.avx2 &&
+                          f.fma && f.f16c && f.bmi2;
+  if (cpu_amx && f.amx_int8 && f.os_amx && avx512bf16) {
+    const std::string differs = amx::differs_from_emulator(amx::run_one_on_the_tiles);
+    if (!differs.empty()) {
+      in.amx_refused =
+          "its tile instructions disagree with ridge's tile emulator, against which the AMX "
+          "kernels are tested (" +
+          differs + ")";
+      f.os_amx = false;
+    }
+  }
   if (!f.os_amx) f.amx_tile = f.amx_bf16 = f.amx_int8 = false;
 
   const unsigned max_ext = cpuid(0x80000000).a;
@@ -303,6 +319,16 @@ Isa best_isa() {
   for (int i = kIsaCount - 1; i > 0; --i)
     if (supported(static_cast<Isa>(i))) return static_cast<Isa>(i);
   return Isa::scalar;
+}
+
+std::string amx_off_reason() {
+  if (supported(Isa::amx)) return "";
+  const Info& in = info();
+  if (!in.amx_refused.empty()) return "the CPU has AMX, but " + in.amx_refused;
+  const Features& f = in.features;
+  if (!(f.amx_tile && f.amx_bf16 && f.amx_int8))
+    return "cpuid has no amx_tile, amx_bf16 and amx_int8 (a hypervisor may mask them)";
+  return "the amx path needs AVX-512 with AVX512_BF16 as well";
 }
 
 std::vector<Isa> supported_isas() {

@@ -215,7 +215,7 @@ ProbeResult run(const ProbeOptions& o) {
     best.push_back(k);
     measurements += k.chains > 0 ? 2 : static_cast<int>(plan.chains.size()) + 2;
   }
-  r.amx_absent = amx_absent_reason();
+  r.amx_absent = cpu::amx_off_reason();
   Schedule sched{internal::clock_now() + plan.peaks_s, measurements};
   for (const auto& k : best) {
     say(o, "peak " + k.dtype + " (" + k.instruction + ")");
@@ -243,17 +243,6 @@ const PeakResult* roof_peak(const std::vector<PeakResult>& peaks, const std::str
   for (const auto& p : peaks)
     if (p.kernel.dtype == dtype && (!best || p.all_threads.median() > best->all_threads.median())) best = &p;
   return best;
-}
-
-std::string amx_absent_reason() {
-  if (cpu::supported(cpu::Isa::amx)) return "";
-  const auto& in = cpu::info();
-  // cpu::info() clears the amx features where the OS took the tiles away, and says why.
-  if (!in.amx_refused.empty()) return "the CPU has AMX, but " + in.amx_refused;
-  const auto& f = in.features;
-  if (!(f.amx_tile && f.amx_bf16 && f.amx_int8))
-    return "the CPU reports no AMX (cpuid: amx_tile, amx_bf16, amx_int8)";
-  return "the amx path needs AVX-512 with AVX512_BF16 as well (ridge info lists what this CPU has)";
 }
 
 std::string amx_status(const ProbeResult& r) {

@@ -6,9 +6,7 @@
 
 #include "ridge/core/cpu.hpp"
 
-#define RIDGE_NEED_AMX()                                                                     \
-  if (!ridge::cpu::supported(ridge::cpu::Isa::amx))                                          \
-  GTEST_SKIP() << "no AMX here ("                                                            \
-               << (ridge::cpu::info().amx_refused.empty() ? "cpuid has no amx_tile/amx_bf16" \
-                                                          : ridge::cpu::info().amx_refused)  \
-               << "); the tile kernels are checked on the emulator by the Emulated tests"
+#define RIDGE_NEED_AMX()                                          \
+  if (!ridge::cpu::supported(ridge::cpu::Isa::amx))               \
+  GTEST_SKIP() << "no AMX here: " << ridge::cpu::amx_off_reason() \
+               << "; the tile kernels are checked on the emulator by the Emulated tests"

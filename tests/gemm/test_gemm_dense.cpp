@@ -457,7 +457,8 @@ TEST(GemmAmx, EmulationSelectsTheTileKernels) {
 // panels, same tile sequence, same fp32 epilogue), in every layout, with C, bf16 output, tails.
 TEST(GemmAmx, TheInstructionsMatchTheEmulatorBitForBit) {
   if (!cpu::supported(cpu::Isa::amx))
-    GTEST_SKIP() << "no AMX here (ridge info says why); the emulated kernels are checked against fp64 above";
+    GTEST_SKIP() << "no AMX here: " << cpu::amx_off_reason()
+                 << "; the emulated kernels are checked against fp64 above";
   std::mt19937 rng(31);
   for (const Shape& s : {Shape{17, 33, 31}, Shape{45, 70, 301}, Shape{130, 97, 64}, Shape{64, 256, 1000}}) {
     Mat<bf16> a(s.m, s.k), b(s.n, s.k);

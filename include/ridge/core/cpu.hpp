@@ -35,7 +35,8 @@ struct Info {
   Features features;
   Caches caches;
   // Why the amx path is off on a CPU whose cpuid has AMX (the OS does not save the tile state in XCR0,
-  // or Linux refused this process the tile data: arch_prctl(ARCH_REQ_XCOMP_PERM)); empty otherwise.
+  // Linux refused this process the tile data: arch_prctl(ARCH_REQ_XCOMP_PERM), or the instructions
+  // disagreed with ridge's tile emulator at start); empty otherwise. amx_off_reason() says it whole.
   std::string amx_refused;
 };
 
@@ -76,6 +77,9 @@ Isa parse_isa(const std::string& name, const std::string& what = "RIDGE_ISA");
 bool supported(Isa isa);
 // The best path this machine supports.
 Isa best_isa();
+// Why the amx path is not offered here, in one line ("" where it is): the one wording `ridge info`,
+// `ridge probe` and the tests' skips give.
+std::string amx_off_reason();
 // Every path the machine supports, lowest first (tests run all of them).
 std::vector<Isa> supported_isas();
 
