@@ -425,8 +425,15 @@ void run(const Problem& p) {
     const int64_t m1 = std::min(p.m, ceil_div(mtiles * (tx + 1), tm) * ki.mr);
     const int64_t n0 = std::min(p.n, ceil_div(ntiles * ty, tn) * ki.nr);
     const int64_t n1 = std::min(p.n, ceil_div(ntiles * (ty + 1), tn) * ki.nr);
+    // The kernel's end-of-thread step (AMX: release the tiles) runs however the thread leaves, so a
+    // throw cannot leave this thread's tile configuration cached as loaded.
+    struct Done {
+      void (*f)();
+      ~Done() {
+        if (f) f();
+      }
+    } done{ki.thread_done};
     run_rect(p, ki, bk, m0, m1, n0, n1);
-    if (ki.thread_done) ki.thread_done();
   });
 }
 
