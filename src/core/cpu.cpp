@@ -34,6 +34,10 @@ Regs cpuid(unsigned leaf, unsigned sub = 0) {
   return r;
 }
 
+// Set by read_info where RIDGE_ISA asks for a path below amx: the amx path is then off, with the CPU's
+// and the OS's facts left as they are.
+bool g_amx_declined = false;
+
 uint64_t xgetbv0() {
   uint32_t lo, hi;
   __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
@@ -170,8 +174,19 @@ Info read_info() {
   // (arch_prctl ARCH_REQ_XCOMP_PERM, Linux 5.16+); without the grant the first tile instruction
   // faults. Asked once, here, for the whole process (the grant covers every thread).
   const bool cpu_amx = f.amx_tile && f.amx_bf16;
+  // RIDGE_ISA naming a path below amx keeps the process off the tiles altogether: Linux is not asked for
+  // the tile data (a grant has side effects, such as larger signal stacks for every thread) and no tile
+  // instruction runs. It is the way out if the start-up check below ever faults, and the A/B switch.
+  // Read raw here: env::knobs() validates RIDGE_ISA against what this function finds.
+  const char* request = std::getenv("RIDGE_ISA");
+  for (int i = 0; request && i < static_cast<int>(Isa::amx); ++i)
+    if (std::strcmp(request, isa_name(static_cast<Isa>(i))) == 0) g_amx_declined = true;
+  if (cpu_amx && g_amx_declined)
+    in.amx_refused = std::string("RIDGE_ISA=") + request +
+                     " keeps this process off the tiles (Linux is not asked for the tile data and no tile "
+                     "instruction runs)";
   if (cpu_amx && !f.os_amx) in.amx_refused = "the OS does not save the tile state (XCR0 bits 17-18 clear)";
-  if (cpu_amx && f.os_amx) {
+  if (cpu_amx && f.os_amx && !g_amx_declined) {
     constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
     if (syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) != 0) {
       in.amx_refused = std::string("Linux refused the tile data (arch_prctl ARCH_REQ_XCOMP_PERM: ") +
@@ -184,7 +199,7 @@ Info read_info() {
   // that holds them is built for avx512bf16 as well, so it runs only where that is present too.
   const bool avx512bf16 = f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.avx512_bf16 && f.avx2 &&
                           f.fma && f.f16c && f.bmi2;
-  if (cpu_amx && f.amx_int8 && f.os_amx && avx512bf16) {
+  if (cpu_amx && f.amx_int8 && f.os_amx && avx512bf16 && !g_amx_declined) {
     const std::string differs = amx::differs_from_emulator(amx::run_one_on_the_tiles);
     if (!differs.empty()) {
       in.amx_refused =
@@ -301,7 +316,7 @@ bool supported(Isa isa) {
     case Isa::avx512bf16:
       return avx512 && f.avx512_bf16;
     case Isa::amx:
-      return avx512 && f.avx512_bf16 && f.amx_tile && f.amx_bf16 && f.amx_int8 && f.os_amx;
+      return avx512 && f.avx512_bf16 && f.amx_tile && f.amx_bf16 && f.amx_int8 && f.os_amx && !g_amx_declined;
   }
   return false;
 }
@@ -310,7 +325,7 @@ Isa best_isa() {
   // One notice per process where the CPU has AMX and the OS took it away: the path list says amx is
   // missing, this says why.
   static const bool noticed = [] {
-    if (!info().amx_refused.empty())
+    if (!info().amx_refused.empty() && !g_amx_declined)
       std::fprintf(stderr, "ridge: notice: this CPU has AMX but the amx path is off: %s\n",
                    info().amx_refused.c_str());
     return true;

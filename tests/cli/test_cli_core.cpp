@@ -97,6 +97,23 @@ TEST(CliCore, RidgeIsaForcesALowerPath) {
   EXPECT_NE(r.out.find("active     scalar"), std::string::npos) << r.out;
 }
 
+// RIDGE_ISA below amx keeps the process off the tiles: no grant asked, no tile instruction, no notice,
+// and `ridge info` says why amx is off. Where the amx path runs, that is the whole check; elsewhere the
+// one thing that holds is the quiet stderr.
+TEST(CliCore, RidgeIsaBelowAmxKeepsTheProcessOffTheTiles) {
+  if (!cpu::supported(cpu::Isa::avx512bf16)) GTEST_SKIP() << "no avx512bf16 path here to ask for";
+  const RunResult r = run("info --json", "RIDGE_ISA=avx512bf16");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  const auto j = nlohmann::json::parse(r.out);
+  for (const auto& p : j.at("isa_paths")) EXPECT_NE(p, "amx");
+  if (cpu::supported(cpu::Isa::amx)) {
+    EXPECT_EQ(j.at("amx").get<std::string>(),
+              "off: the CPU has AMX, but RIDGE_ISA=avx512bf16 keeps this process off the tiles (Linux is not "
+              "asked for the tile data and no tile instruction runs)");
+  }
+}
+
 TEST(CliCore, BadRidgeIsaIsOneLineNamingTheVariable) {
   expect_one_line_error(run("info", "RIDGE_ISA=bogus"), "RIDGE_ISA");
   expect_one_line_error(run("info", "RIDGE_ISA=AVX2"), "RIDGE_ISA");
