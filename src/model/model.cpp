@@ -62,6 +62,17 @@ using rr::Buf;
 
 namespace {
 
+// The one rule of document masking: a batch of B rows of T tokens is cut after every `eot` token and at
+// each row's end. The offsets of the documents in the flattened batch, from 0 to B * T (FlashAttention's
+// cu_seqlens).
+std::vector<int32_t> document_offsets(const int32_t* tokens, int64_t B, int64_t T, int32_t eot) {
+  std::vector<int32_t> cu(1, 0);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t)
+      if (tokens[b * T + t] == eot || t == T - 1) cu.push_back(static_cast<int32_t>(b * T + t + 1));
+  return cu;
+}
+
 // One region of a step's memory (a layer's saved activations, those after the last layer, or the
 // workspace): one block, carved into the buffers that ridge/roofline/model_buffers.hpp places there,
 // at the offsets it gives, tagged with the region's name for the memory profiler.
@@ -275,15 +286,9 @@ struct TransformerLM<S>::Impl {
   }
   // Cuts the batch's rows into documents after every eot token.
   void cut_documents(const int32_t* tokens, int64_t B, int64_t T) {
-    cu.assign(1, 0);
+    cu = document_offsets(tokens, B, T, eot);
     longest = 0;
-    for (int64_t b = 0; b < B; ++b)
-      for (int64_t t = 0; t < T; ++t)
-        if (tokens[b * T + t] == eot || t == T - 1) {
-          const auto end = static_cast<int32_t>(b * T + t + 1);
-          longest = std::max<int64_t>(longest, end - cu.back());
-          cu.push_back(end);
-        }
+    for (size_t x = 0; x + 1 < cu.size(); ++x) longest = std::max<int64_t>(longest, cu[x + 1] - cu[x]);
   }
 };
 
@@ -869,15 +874,9 @@ double training_flops(const ModelConfig& c, int64_t batch, int64_t seq, double a
 double document_attention_share(const int32_t* tokens, int64_t batch, int64_t seq, int32_t eot) {
   if (eot < 0 || batch <= 0 || seq <= 0) return 1.0;
   auto tri = [](int64_t n) { return static_cast<double>(n) * static_cast<double>(n + 1) / 2.0; };
+  const std::vector<int32_t> cu = document_offsets(tokens, batch, seq, eot);
   double visible = 0;
-  for (int64_t b = 0; b < batch; ++b) {
-    int64_t start = 0;
-    for (int64_t t = 0; t < seq; ++t)
-      if (tokens[b * seq + t] == eot || t == seq - 1) {
-        visible += tri(t + 1 - start);
-        start = t + 1;
-      }
-  }
+  for (size_t x = 0; x + 1 < cu.size(); ++x) visible += tri(cu[x + 1] - cu[x]);
   return visible / (static_cast<double>(batch) * tri(seq));
 }
 
