@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/amx.hpp"
+#include "gemm/kernel.hpp"
 #include "ridge/core/cpu.hpp"
 
 namespace ridge::test {
@@ -14,27 +15,38 @@ namespace ridge::test {
 struct TestPath {
   cpu::Isa isa = cpu::Isa::scalar;
   bool amx_emulated = false;
+  // avx512bf16's blocked bf16 kernel: the bf16-pair one (vdpbf16ps) or the fp32 one on widened operands
+  // (gemm::detail::bf16_blocked_on_fma); the suite runs both, whichever this CPU takes.
+  bool bf16_on_fma = false;
 };
 
 inline std::vector<TestPath> test_paths() {
   std::vector<TestPath> out;
-  for (cpu::Isa i : cpu::supported_isas()) out.push_back({i, false});
-  out.push_back({cpu::best_isa(), true});
+  for (cpu::Isa i : cpu::supported_isas()) {
+    out.push_back({i, false, false});
+    if (i == cpu::Isa::avx512bf16) out.push_back({i, false, true});
+  }
+  out.push_back({cpu::best_isa(), true, false});
   return out;
 }
 
 inline std::string path_name(const TestPath& p) {
-  return p.amx_emulated ? std::string("amx-emulated(") + cpu::isa_name(p.isa) + ")" : cpu::isa_name(p.isa);
+  if (p.amx_emulated) return std::string("amx-emulated(") + cpu::isa_name(p.isa) + ")";
+  if (p.isa == cpu::Isa::avx512bf16)
+    return p.bf16_on_fma ? "avx512bf16(bf16 on fma)" : "avx512bf16(vdpbf16ps)";
+  return cpu::isa_name(p.isa);
 }
 
 // Selects a test path for a scope (and turns the emulation off for the others).
 class ScopedPath {
  public:
-  explicit ScopedPath(const TestPath& p) : isa_(p.isa), emulation_(p.amx_emulated) {}
+  explicit ScopedPath(const TestPath& p)
+      : isa_(p.isa), emulation_(p.amx_emulated), bf16_on_fma_(p.bf16_on_fma) {}
 
  private:
   cpu::ScopedIsa isa_;
   amx::ScopedEmulation emulation_;
+  gemm::detail::ScopedBf16OnFma bf16_on_fma_;
 };
 
 }  // namespace ridge::test
