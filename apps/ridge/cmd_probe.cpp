@@ -27,7 +27,7 @@ void print_table(const ridge::probe::ProbeResult& r, const std::string& path) {
     fmt::print("{:<10} {:<24} {:>7} {:>16} {:>16} {:>8.2f}x\n", p.kernel.dtype, p.kernel.instruction,
                p.chains, format_flops(p.one_thread.median()), format_flops(p.all_threads.median()),
                p.one_thread.median() > 0 ? p.all_threads.median() / p.one_thread.median() : 0.0);
-  // bf16 and int8 have two figures where the CPU has AMX; the chip file takes the faster of each.
+  // A dtype with several figures (bf16 widened onto the FMAs, AMX tiles): the chip file takes the fastest.
   std::string roofs;
   for (const auto& p : r.peaks) {
     const auto* roof = ridge::probe::roof_peak(r.peaks, p.kernel.dtype);

@@ -38,10 +38,13 @@ struct PeakKernel {
   // Independent accumulators the kernel always runs (AMX: 4 tiles); 0 = a vector kernel, whose count
   // (8, 12, 16 or 24 registers) the probe chooses by measurement.
   int chains = 0;
+  // bf16 done as ridge's GEMM may do it: operands widened to fp32 as they are packed, products on the
+  // fp32 FMA units (the same instruction as fp32's figure, counted as bf16 work).
+  bool widened = false;
 };
 
-// Every peak kernel this machine can run, best ISA first within each dtype (AMX's tile instructions
-// before the vector ones).
+// Every peak kernel this machine can run, best ISA first within each dtype and way of computing it
+// (AMX's tile instructions, the dtype's own vector instruction, bf16 widened onto the fp32 FMAs).
 std::vector<PeakKernel> supported_peak_kernels();
 
 // The trials behind one figure. A trial is clean when every thread was on a CPU for at least 95%

@@ -54,8 +54,9 @@ bool always() {
   return true;
 }
 
-// Best ISA first within each dtype. The probe measures the first vector entry of each dtype and, where
-// the CPU has AMX, the tile entry too; the chip file takes the faster (roof_peak).
+// Best ISA first within each dtype. The probe measures the first entry of each dtype's ways of computing
+// it: its vector instruction, bf16 widened onto the fp32 FMAs, and where the CPU has AMX the tiles; the
+// chip file takes the fastest (roof_peak).
 const std::vector<KernelEntry>& kernel_table() {
   static const std::vector<KernelEntry> t = {
       {{"fp64", "avx512", "vfmadd231pd zmm", 16}, detail::peak_fp64_avx512, has_avx512},
@@ -66,6 +67,8 @@ const std::vector<KernelEntry>& kernel_table() {
       {{"fp32", "scalar", "mulss+addss (baseline x86-64)", 2}, detail::peak_fp32_scalar, always},
       {{"bf16", "amx", "tdpbf16ps tmm", 16 * 16 * 32 * 2, 4}, detail::peak_bf16_amx, has_amx},
       {{"bf16", "avx512bf16", "vdpbf16ps zmm", 64}, detail::peak_bf16_avx512bf16, has_avx512bf16},
+      {{"bf16", "avx512", "vfmadd231ps zmm, widened", 32, 0, true}, detail::peak_fp32_avx512, has_avx512},
+      {{"bf16", "avx2", "vfmadd231ps ymm, widened", 16, 0, true}, detail::peak_fp32_avx2, has_avx2},
       {{"int8", "amx", "tdpbssd tmm", 16 * 16 * 64 * 2, 4}, detail::peak_int8_amx, has_amx},
       {{"int8", "avx512vnni", "vpdpbusd zmm", 128}, detail::peak_int8_avx512vnni, has_avx512vnni},
   };

@@ -4,6 +4,7 @@
 // loads back.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -394,6 +395,32 @@ TEST(ProbeChip, PeakIsTheFastestInstructionPerDtype) {
     EXPECT_NE(source_of(j, "bf16").find("vdpbf16ps zmm"), std::string::npos);
     EXPECT_NE(source_of(j, "int8").find("tdpbssd tmm"), std::string::npos);
   }
+  {
+    // bf16 widened onto the fp32 FMAs: the roof where it beats vdpbf16ps (Intel's cores), not where
+    // vdpbf16ps is faster (AMD's Zen 4).
+    for (const double widened : {4.6e11, 1.1e11}) {
+      ProbeResult r = synthetic_result(false, 0, 0);
+      r.peaks.push_back(synthetic_peak("bf16", "avx512", "vfmadd231ps zmm, widened", 32, widened));
+      const auto j = to_chip_json(r);
+      EXPECT_EQ(j["peak_flops"]["bf16"]["value"].get<double>(), std::max(widened, 2.3e11));
+      EXPECT_NE(source_of(j, "bf16").find(widened > 2.3e11 ? "(vfmadd231ps zmm, widened, 2 threads)"
+                                                           : "(vdpbf16ps zmm, 2 threads)"),
+                std::string::npos)
+          << source_of(j, "bf16");
+    }
+  }
+}
+
+// The probe measures bf16 widened onto the FMAs wherever the FMA kernels run, as one more bf16 figure.
+TEST(ProbeKernels, Bf16WidenedIsMeasuredWhereTheFmaKernelsRun) {
+  int widened = 0;
+  for (const auto& k : supported_peak_kernels())
+    if (k.widened) {
+      ++widened;
+      EXPECT_EQ(k.dtype, "bf16");
+      EXPECT_TRUE(k.isa == "avx512" || k.isa == "avx2") << k.isa;
+    }
+  EXPECT_EQ(widened, has("avx512") + has("avx2"));
 }
 
 TEST(ProbeChip, WriteErrorsNameThePath) {
