@@ -105,7 +105,8 @@ struct KernelInfo {
   // packed just before use (FP8): K then runs in many blocks, so the A block takes a quarter of L2
   // and the fp32 D block (MC x NC, swept once per K block) half of it.
   bool kc_l1 = false;
-  PackWords pack_words = nullptr;               // vector transpose for the dense packer, when the ISA has one
+  PackWords pack_words = nullptr;       // vector transpose for the dense packer, when the ISA has one
+  PackWords pack_widen_bf16 = nullptr;  // the same for bf16 rows into fp32 panels (words = bf16 elements)
   PackKmajorPairs pack_kmajor_pairs = nullptr;  // for nn/tn/tt bf16 operands, when the ISA has one
   // Called by each driver thread when its share of a GEMM is done (AMX: releases the tiles), or nullptr.
   void (*thread_done)() = nullptr;

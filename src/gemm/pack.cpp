@@ -27,7 +27,7 @@ int64_t ceil_div(int64_t x, int64_t m) {
 // rows: panel q holds rows [q*R, q*R + R) as [k][R] (f32) or [k/2][R][2] (bf16 pairs); rows past
 // `count` and the odd-K pad are zero. Panel stride: R * panel_k(kc) elements.
 void pack_panels(const void* src, bool src_bf16, int64_t ld, int64_t count, int64_t p0, int64_t kc, int R,
-                 Panel panel, void* dst, PackWords pack_words) {
+                 Panel panel, void* dst, PackWords pack_words, PackWords pack_widen) {
   // K is walked in chunks so the R destination rows being transposed into stay in L1 (a whole
   // deep panel does not; experiment 3 in docs/gemm.md, dense GEMM experiments).
   constexpr int64_t kChunk = 64;
@@ -38,6 +38,11 @@ void pack_panels(const void* src, bool src_bf16, int64_t ld, int64_t count, int6
     const int rows = static_cast<int>(std::min<int64_t>(R, count - r0));
     if (pack_words && panel == Panel::f32 && !src_bf16) {
       pack_words(static_cast<const float*>(src) + r0 * ld + p0, ld * 4, rows, kc, R,
+                 reinterpret_cast<uint32_t*>(static_cast<float*>(dst) + q * R * kp));
+      continue;
+    }
+    if (pack_widen && panel == Panel::f32 && src_bf16) {
+      pack_widen(static_cast<const uint16_t*>(src) + r0 * ld + p0, ld * 2, rows, kc, R,
                  reinterpret_cast<uint32_t*>(static_cast<float*>(dst) + q * R * kp));
       continue;
     }
@@ -151,7 +156,8 @@ void pack_dense(const KernelInfo& ki, const Operand& src, int64_t r0, int64_t co
   } else if (src.kmajor) {
     pack_panels_kmajor(b + (p0 * ld + r0) * in_elt, src_bf16, ld, count, kc, R, ki.panel, dst);
   } else {
-    pack_panels(b + r0 * ld * in_elt, src_bf16, ld, count, p0, kc, R, ki.panel, dst, pack_words);
+    pack_panels(b + r0 * ld * in_elt, src_bf16, ld, count, p0, kc, R, ki.panel, dst, pack_words,
+                fast ? ki.pack_widen_bf16 : nullptr);
   }
 }
 
