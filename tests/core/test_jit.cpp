@@ -211,7 +211,7 @@ TEST(Jit, CompilesLoadsThenServesFromMemoryThenDisk) {
   EXPECT_EQ(meta.at("name"), "test_triple");
   EXPECT_EQ(meta.at("symbol"), "f");
   EXPECT_EQ(meta.at("so_sha256"), sha256_hex(slurp(entry / "kernel.so")));
-  EXPECT_EQ(meta.at("ridge_version"), jit::ridge_version());
+  EXPECT_EQ(meta.at("ridge_version"), ridge::version());
   EXPECT_EQ(meta.at("cpu"), jit::cpu_signature());
   EXPECT_EQ(meta.at("compiler"), jit::compiler_signature(s));
   for (const fs::path& d : {t.path / "a", t.path / "a" / "b", fs::path(s.cache_dir)})
