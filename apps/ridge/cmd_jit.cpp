@@ -40,7 +40,7 @@ void setup(CLI::App& root) {
                               {"enabled", s.enabled},
                               {"compiler", compiler},
                               {"cpu", rj::cpu_signature()},
-                              {"ridge_version", rj::ridge_version()},
+                              {"ridge_version", ridge::version()},
                               {"entries", j}});
       return;
     }

@@ -121,7 +121,7 @@ int main(int argc, char** argv) {
   CLI::App app{"ridge: roofline-guided LLM performance engineering (analyzer, probe, benchmarks, kernels)",
                "ridge"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", "ridge 0.1.0");
+  app.set_version_flag("--version", std::string("ridge ") + ridge::version());
   auto& reg = ridge::cli::registry();
   std::sort(reg.begin(), reg.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
   for (const auto& r : reg) r.setup(app);

@@ -1,4 +1,5 @@
-// ridge core: errors, numeric formats, CPU facts and ISA selection, memory, views, threads, the JIT.
+// ridge core: errors, numeric formats, CPU facts and ISA selection, memory, views, threads, the JIT,
+// the version.
 #pragma once
 
 #include "ridge/core/cpu.hpp"
@@ -14,3 +15,4 @@
 #include "ridge/core/tensor.hpp"
 #include "ridge/core/threads.hpp"
 #include "ridge/core/units.hpp"
+#include "ridge/core/version.hpp"

@@ -20,5 +20,5 @@ def set_num_threads(n: int) -> None:
     except ValueError as e:  # the library names its argument 'threads'
         raise ValueError("n:" + str(e).partition(":")[2]) from None
 
-__version__ = "0.1.0"
+__version__ = _ridge.core.version()  # the C++ library's, so there is one place it is written
 __all__ = ["get_num_threads", "set_num_threads", "get_isa", "set_isa", "reset_isa", "supported_isas"]

@@ -6,6 +6,7 @@
 #include "common.hpp"
 #include "ridge/core/cpu.hpp"
 #include "ridge/core/threads.hpp"
+#include "ridge/core/version.hpp"
 #include "core/check.hpp"
 
 namespace ridge::py {
@@ -40,6 +41,8 @@ A relabel(const A& a, const std::string& name) {
 }  // namespace
 
 void bind_core(nb::module_& m) {
+  m.def("version", &version,
+        "ridge's version (CMakeLists.txt's project VERSION), as the package's __version__.");
   m.def("get_num_threads", &get_num_threads, "Threads ridge kernels use.");
   m.def("set_num_threads", &set_num_threads, nb::arg("n"),
         "Sets the thread count for later kernel calls (n >= 1).");

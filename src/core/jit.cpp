@@ -30,11 +30,8 @@
 #include "ridge/core/env.hpp"
 #include "ridge/core/hash.hpp"
 #include "ridge/core/process.hpp"
+#include "ridge/core/version.hpp"
 #include "core/check.hpp"
-
-#ifndef RIDGE_VERSION_STRING
-#error "RIDGE_VERSION_STRING must be the project's VERSION (CMakeLists.txt defines it for this file)"
-#endif
 
 namespace ridge::jit {
 namespace fs = std::filesystem;
@@ -264,7 +261,7 @@ std::string cache_key(const std::string& source, const std::vector<std::string>&
   for (const auto& f : flags) field("flag", f);
   field("compiler", c.compiler);
   field("cpu", c.cpu);
-  field("ridge", RIDGE_VERSION_STRING);
+  field("ridge", ridge::version());
   return h.hex_digest();
 }
 
@@ -377,8 +374,8 @@ Checked check_entry(int cachefd, const std::string& key, const Context& c, bool 
   r.meta = nlohmann::json::parse(text, nullptr, false);
   if (r.meta.is_discarded() || !r.meta.is_object()) return bad("meta.json is not a JSON object");
   if (str(r.meta, "key") != key) return bad("meta.json's key is not the entry's name");
-  if (const auto v = str(r.meta, "ridge_version"); v != RIDGE_VERSION_STRING)
-    return bad(fmt::format("built by ridge '{}' (this is {})", v, RIDGE_VERSION_STRING));
+  if (const auto v = str(r.meta, "ridge_version"); v != ridge::version())
+    return bad(fmt::format("built by ridge '{}' (this is {})", v, ridge::version()));
   if (str(r.meta, "cpu") != c.cpu) return bad("built for another CPU");
   if (c.compiler.empty()) return bad("no compiler here to check it against");
   if (str(r.meta, "compiler") != c.compiler) return bad("built by another compiler");
@@ -558,7 +555,7 @@ std::string build(int cachefd, const std::string& dir, const Kernel& k, const st
   if (so_sha.empty()) return "kernel.so cannot be read back";
   const nlohmann::json meta = {
       {"key", key},       {"name", k.name},         {"symbol", k.symbol},
-      {"flags", k.flags}, {"so_sha256", so_sha},    {"ridge_version", RIDGE_VERSION_STRING},
+      {"flags", k.flags}, {"so_sha256", so_sha},    {"ridge_version", ridge::version()},
       {"cpu", c.cpu},     {"compiler", c.compiler}, {"created", now_utc()}};
   if (auto why = write_new(tfd.fd, "meta.json", meta.dump(2) + "\n"); !why.empty()) return why;
   if (::renameat(cachefd, tmp_name.c_str(), cachefd, key.c_str()) == 0) {
@@ -765,10 +762,6 @@ std::string compiler_signature(const Settings& s) {
 
 const std::vector<std::string>& base_flags() {
   return kernel_base_flags();
-}
-
-const char* ridge_version() {
-  return RIDGE_VERSION_STRING;
 }
 
 }  // namespace ridge::jit

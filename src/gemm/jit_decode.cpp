@@ -100,9 +100,8 @@ std::string jit_small_m_source(const char* jit_template, int64_t m, int64_t k) {
   const Template* t = find_template(jit_template);
   if (!t) return {};
   std::string call = t->call;
-  for (auto [from, to] :
-       {std::pair<std::string, std::string>{"M, K>", std::to_string(m) + ", " + std::to_string(k) + ">"}})
-    call.replace(call.find(from), from.size(), to);
+  const std::string_view mk = "M, K>";
+  call.replace(call.find(mk), mk.size(), std::to_string(m) + ", " + std::to_string(k) + ">");
   std::ostringstream s;
   s << "// ridge JIT unit: the decode kernel " << t->name << " with m = " << m << " and k = " << k
     << " compiled in (src/gemm/jit_decode.cpp).\n"

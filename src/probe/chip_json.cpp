@@ -1,6 +1,10 @@
 // The probe's result as a chip file, in the same schema as the published chips in hardware/.
 #include <unistd.h>
 
+#include <algorithm>
+#include <iterator>
+#include <string_view>
+
 #include "probe/internal.hpp"
 #include "ridge/core.hpp"
 #include "ridge/probe.hpp"
@@ -43,25 +47,18 @@ json plateau_json(const Plateau& p) {
           {"spread", p.spread}};
 }
 
+// The features a chip file lists: a subset of cpu::feature_list(), the one list of the features and
+// their names, picked by name and written in that list's order.
+constexpr std::string_view kChipFeatures[] = {
+    "avx2",        "fma",         "avx512f",     "avx512bw", "avx512vl", "avx512dq", "avx512_vbmi",
+    "avx512_bf16", "avx512_vnni", "avx512_fp16", "avx_vnni", "amx_bf16", "amx_int8"};
+
 json machine_json() {
   const auto& in = cpu::info();
-  const auto& f = in.features;
   json feats = json::array();
-  const std::pair<const char*, bool> list[] = {{"avx2", f.avx2},
-                                               {"fma", f.fma},
-                                               {"avx512f", f.avx512f},
-                                               {"avx512bw", f.avx512bw},
-                                               {"avx512vl", f.avx512vl},
-                                               {"avx512dq", f.avx512dq},
-                                               {"avx512_vbmi", f.avx512_vbmi},
-                                               {"avx512_bf16", f.avx512_bf16},
-                                               {"avx512_vnni", f.avx512_vnni},
-                                               {"avx512_fp16", f.avx512_fp16},
-                                               {"avx_vnni", f.avx_vnni},
-                                               {"amx_bf16", f.amx_bf16},
-                                               {"amx_int8", f.amx_int8}};
-  for (const auto& [name, has] : list)
-    if (has) feats.push_back(name);
+  for (const auto& [name, has] : cpu::feature_list(in.features))
+    if (has && std::ranges::find(kChipFeatures, std::string_view(name)) != std::end(kChipFeatures))
+      feats.push_back(name);
   return {{"vendor", in.vendor},
           {"brand", in.brand},
           {"family", in.family},

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "../model/tmpdir.hpp"
+#include "../common/tmpdir.hpp"
 #include "run.hpp"
 #include "core/json.hpp"
 

@@ -1,7 +1,6 @@
 // `ridge jit list` and `ridge jit clear` on the real binary, over a cache made by jit::get in this
 // process; a bad RIDGE_JIT is the one-line error of every knob.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 #include <algorithm>
@@ -11,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "../common/tmpdir.hpp"
 #include "ridge/core.hpp"
 #include "run.hpp"
 
@@ -20,19 +20,7 @@ namespace fs = std::filesystem;
 using namespace ridge;
 using test::run;
 using test::RunResult;
-
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string t = (fs::temp_directory_path() / "ridge_cli_jit.XXXXXX").string();
-    if (!::mkdtemp(t.data())) throw std::runtime_error("mkdtemp failed");
-    path = t;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
+using test::TempDir;
 
 std::string env_for(const fs::path& cache) {
   return "RIDGE_JIT_CACHE_DIR=" + cache.string();
@@ -40,7 +28,7 @@ std::string env_for(const fs::path& cache) {
 
 TEST(CliJit, ListOfAnEmptyCache) {
   TempDir t;
-  const fs::path cache = t.path / "jit";
+  const fs::path cache = t.path() / "jit";
   RunResult r = run("jit list", env_for(cache));
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("cache     " + cache.string() + " (0 entries)"), std::string::npos) << r.out;
@@ -60,7 +48,7 @@ TEST(CliJit, ListThenClearOneEntry) {
   if (jit::compiler_signature(s).empty()) GTEST_SKIP() << "no C++ compiler ('c++' on PATH)";
   TempDir t;
   s.enabled = true;
-  s.cache_dir = (t.path / "jit").string();
+  s.cache_dir = (t.path() / "jit").string();
   ASSERT_NE(jit::get({"cli_jit_test", "extern \"C\" int f(int x) { return x + 1; }\n", {}, "f"}, s), nullptr);
   RunResult r = run("jit list", env_for(s.cache_dir));
   EXPECT_EQ(r.code, 0) << r.err;
@@ -82,14 +70,14 @@ TEST(CliJit, ListThenClearOneEntry) {
 
 TEST(CliJit, BadSwitchOrCacheIsOneLine) {
   TempDir t;
-  RunResult r = run("jit list", "RIDGE_JIT=yes " + env_for(t.path / "jit"));
+  RunResult r = run("jit list", "RIDGE_JIT=yes " + env_for(t.path() / "jit"));
   EXPECT_EQ(r.code, 2);
   EXPECT_EQ(r.out, "");
   EXPECT_EQ(r.err.rfind("ridge: RIDGE_JIT: 'yes' is not accepted", 0), 0u) << r.err;
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
   // A cache path that is a file.
-  std::ofstream(t.path / "file") << "x";
-  r = run("jit clear", env_for(t.path / "file"));
+  std::ofstream(t.path() / "file") << "x";
+  r = run("jit clear", env_for(t.path() / "file"));
   EXPECT_EQ(r.code, 2);
   EXPECT_EQ(r.err.rfind("ridge: RIDGE_JIT_CACHE_DIR: cache dir '", 0), 0u) << r.err;
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;

@@ -20,6 +20,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/tmpdir.hpp"
 #include "ridge/core.hpp"
 
 extern char** environ;
@@ -28,23 +29,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using namespace ridge;
-
-// A fresh directory, removed (modes restored first) at the end.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string t = (fs::temp_directory_path() / "ridge_jit_test.XXXXXX").string();
-    if (!::mkdtemp(t.data())) throw std::runtime_error("mkdtemp failed");
-    path = t;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    for (auto it = fs::recursive_directory_iterator(path, ec);
-         !ec && it != fs::recursive_directory_iterator(); it.increment(ec))
-      if (it->is_directory(ec) && !it->is_symlink(ec)) fs::permissions(it->path(), fs::perms::owner_all, ec);
-    fs::remove_all(path, ec);
-  }
-};
+using test::TempDir;
 
 jit::Kernel triple() {
   return {"test_triple", "extern \"C\" int f(int x) { return x * 3 + 1; }\n", {}, "f"};
@@ -186,7 +171,7 @@ int wait_child(const Child& c) {
 TEST(Jit, CompilesLoadsThenServesFromMemoryThenDisk) {
   RIDGE_SKIP_WITHOUT_COMPILER();
   TempDir t;
-  const auto s = settings_in(t.path / "a" / "b" / "jit");
+  const auto s = settings_in(t.path() / "a" / "b" / "jit");
   jit::forget_in_process();
   void* p = jit::get(triple(), s);
   ASSERT_NE(p, nullptr);
@@ -211,10 +196,10 @@ TEST(Jit, CompilesLoadsThenServesFromMemoryThenDisk) {
   EXPECT_EQ(meta.at("name"), "test_triple");
   EXPECT_EQ(meta.at("symbol"), "f");
   EXPECT_EQ(meta.at("so_sha256"), sha256_hex(slurp(entry / "kernel.so")));
-  EXPECT_EQ(meta.at("ridge_version"), jit::ridge_version());
+  EXPECT_EQ(meta.at("ridge_version"), ridge::version());
   EXPECT_EQ(meta.at("cpu"), jit::cpu_signature());
   EXPECT_EQ(meta.at("compiler"), jit::compiler_signature(s));
-  for (const fs::path& d : {t.path / "a", t.path / "a" / "b", fs::path(s.cache_dir)})
+  for (const fs::path& d : {t.path() / "a", t.path() / "a" / "b", fs::path(s.cache_dir)})
     EXPECT_EQ(fs::status(d).permissions() & fs::perms::all, fs::perms::owner_all) << d;
   // list() sees it as get() would.
   const auto l = jit::list(s);
@@ -228,7 +213,7 @@ TEST(Jit, CompilesLoadsThenServesFromMemoryThenDisk) {
 TEST(Jit, KeyFollowsSourceAndFlags) {
   RIDGE_SKIP_WITHOUT_COMPILER();
   TempDir t;
-  const auto s = settings_in(t.path / "jit");
+  const auto s = settings_in(t.path() / "jit");
   jit::forget_in_process();
   auto k = triple();
   k.flags = {"-DRIDGE_UNUSED=1"};
@@ -244,7 +229,7 @@ TEST(Jit, KeyFollowsSourceAndFlags) {
 
 TEST(Jit, OffMeansNullptrAndNoFiles) {
   TempDir t;
-  auto s = settings_in(t.path / "jit");
+  auto s = settings_in(t.path() / "jit");
   s.enabled = false;
   EXPECT_EQ(jit::get(triple(), s), nullptr);
   EXPECT_EQ(jit::last_source(), jit::Source::none);
@@ -255,7 +240,7 @@ TEST(Jit, OffMeansNullptrAndNoFiles) {
 
 TEST(Jit, MalformedKernelIsAnErrorNamingTheField) {
   TempDir t;
-  const auto s = settings_in(t.path / "jit");
+  const auto s = settings_in(t.path() / "jit");
   auto k = triple();
   k.symbol = "f(int)";
   try {
@@ -275,12 +260,12 @@ TEST(Jit, MalformedKernelIsAnErrorNamingTheField) {
 TEST(Jit, EightProcessesAtOnceShareOneEntry) {
   RIDGE_SKIP_WITHOUT_COMPILER();
   TempDir t;
-  const fs::path cache = t.path / "jit";
+  const fs::path cache = t.path() / "jit";
   std::vector<Child> kids;
   for (int i = 0; i < 8; ++i)
     kids.push_back(start_child({"RIDGE_JIT_TEST_CHILD=get", "RIDGE_JIT=1",
                                 "RIDGE_JIT_CACHE_DIR=" + cache.string(), "RIDGE_JIT_CXX=c++"},
-                               t.path / ("err" + std::to_string(i))));
+                               t.path() / ("err" + std::to_string(i))));
   for (const auto& c : kids) EXPECT_EQ(wait_child(c), 0) << slurp(c.err);
   only_entry(cache);
   EXPECT_EQ(temporaries(cache), 0) << testing::PrintToString(names(cache));
@@ -324,7 +309,7 @@ TEST(Jit, TruncatedKernelIsRebuilt) {
   RIDGE_SKIP_WITHOUT_COMPILER();
   TempDir t;
   expect_rebuilt(
-      settings_in(t.path / "jit"),
+      settings_in(t.path() / "jit"),
       [](const fs::path& e) {
         const auto so = slurp(e / "kernel.so");
         replace(e / "kernel.so", so.substr(0, so.size() / 2));
@@ -335,7 +320,7 @@ TEST(Jit, TruncatedKernelIsRebuilt) {
 TEST(Jit, EntryOfAnotherVersionIsRebuilt) {
   RIDGE_SKIP_WITHOUT_COMPILER();
   TempDir t;
-  const auto s = settings_in(t.path / "jit");
+  const auto s = settings_in(t.path() / "jit");
   expect_rebuilt(
       s,
       [](const fs::path& e) {
@@ -364,14 +349,14 @@ TEST(Jit, EntryOfAnotherVersionIsRebuilt) {
 TEST(Jit, SymlinksAreNeverFollowed) {
   RIDGE_SKIP_WITHOUT_COMPILER();
   TempDir t;
-  const auto other = settings_in(t.path / "other");
+  const auto other = settings_in(t.path() / "other");
   jit::forget_in_process();
   void* f = jit::get(foreign(), other);
   ASSERT_NE(f, nullptr);
   ASSERT_EQ(call(f, 4), 20);
   const fs::path foreign_so = only_entry(other.cache_dir) / "kernel.so";
   const std::string foreign_sha = sha256_hex(slurp(foreign_so));
-  const auto s = settings_in(t.path / "jit");
+  const auto s = settings_in(t.path() / "jit");
   expect_rebuilt(
       s,
       [&](const fs::path& e) {
@@ -382,7 +367,7 @@ TEST(Jit, SymlinksAreNeverFollowed) {
         set_meta(e, m);
       },
       "kernel.so is a symlink");
-  const fs::path planted = t.path / "planted";
+  const fs::path planted = t.path() / "planted";
   expect_rebuilt(
       s,
       [&](const fs::path& e) {
@@ -413,7 +398,7 @@ TEST(Jit, EntryOfAnotherUserIsRebuilt) {
   if (::geteuid() != 0) GTEST_SKIP() << "only root can give an entry to another user (chown)";
   TempDir t;
   expect_rebuilt(
-      settings_in(t.path / "jit"),
+      settings_in(t.path() / "jit"),
       [](const fs::path& e) {
         ASSERT_EQ(::chown((e / "kernel.so").c_str(), 65534, 65534), 0);
         ASSERT_EQ(::chown(e.c_str(), 65534, 65534), 0);
@@ -427,22 +412,23 @@ TEST(Jit, CachePathThatIsAFileOrSymlinkIsRefused) {
   RIDGE_SKIP_WITHOUT_COMPILER();
   TempDir t;
   jit::forget_in_process();
-  put(t.path / "file", "x");
-  EXPECT_EQ(jit::get(triple(), settings_in(t.path / "file")), nullptr);
+  put(t.path() / "file", "x");
+  EXPECT_EQ(jit::get(triple(), settings_in(t.path() / "file")), nullptr);
   EXPECT_EQ(jit::last_source(), jit::Source::none);
-  EXPECT_THROW(jit::list(settings_in(t.path / "file")), Error);
-  fs::create_directory(t.path / "real", t.path);
-  fs::permissions(t.path / "real", fs::perms::owner_all);
-  fs::create_directory_symlink(t.path / "real", t.path / "link");
-  EXPECT_EQ(jit::get(triple(), settings_in(t.path / "link")), nullptr);
+  EXPECT_THROW(jit::list(settings_in(t.path() / "file")), Error);
+  fs::create_directory(t.path() / "real", t.path());
+  fs::permissions(t.path() / "real", fs::perms::owner_all);
+  fs::create_directory_symlink(t.path() / "real", t.path() / "link");
+  EXPECT_EQ(jit::get(triple(), settings_in(t.path() / "link")), nullptr);
   EXPECT_EQ(jit::last_source(), jit::Source::none);
-  EXPECT_TRUE(names(t.path / "real").empty());
-  EXPECT_EQ(jit::get(triple(), settings_in(t.path / "link/")), nullptr) << "a trailing slash follows no link";
+  EXPECT_TRUE(names(t.path() / "real").empty());
+  EXPECT_EQ(jit::get(triple(), settings_in(t.path() / "link/")), nullptr)
+      << "a trailing slash follows no link";
   // One that others may write into.
-  fs::create_directory(t.path / "open");
-  fs::permissions(t.path / "open", fs::perms::all);
-  EXPECT_EQ(jit::get(triple(), settings_in(t.path / "open")), nullptr);
-  EXPECT_TRUE(names(t.path / "open").empty());
+  fs::create_directory(t.path() / "open");
+  fs::permissions(t.path() / "open", fs::perms::all);
+  EXPECT_EQ(jit::get(triple(), settings_in(t.path() / "open")), nullptr);
+  EXPECT_TRUE(names(t.path() / "open").empty());
 }
 
 TEST(Jit, ReadOnlyCacheIsRefused) {
@@ -450,7 +436,7 @@ TEST(Jit, ReadOnlyCacheIsRefused) {
   if (::geteuid() == 0) GTEST_SKIP() << "running as root, which ignores file modes: a 0500 cache is writable";
   TempDir t;
   jit::forget_in_process();
-  const fs::path cache = t.path / "jit";
+  const fs::path cache = t.path() / "jit";
   fs::create_directory(cache);
   fs::permissions(cache, fs::perms::owner_read | fs::perms::owner_exec);
   EXPECT_EQ(jit::get(triple(), settings_in(cache)), nullptr);
@@ -460,33 +446,34 @@ TEST(Jit, ReadOnlyCacheIsRefused) {
 
 TEST(Jit, FailingOrMissingCompilerIsNullptrAndOneNotice) {
   TempDir t;
-  for (const std::string& cxx : {std::string("/bin/false"), (t.path / "no-such-compiler").string()}) {
+  for (const std::string& cxx : {std::string("/bin/false"), (t.path() / "no-such-compiler").string()}) {
     SCOPED_TRACE(cxx);
     jit::forget_in_process();
-    auto s = settings_in(t.path / "jit");
+    auto s = settings_in(t.path() / "jit");
     s.compiler = cxx;
     EXPECT_EQ(jit::get(triple(), s), nullptr);
     EXPECT_EQ(jit::last_source(), jit::Source::none);
     EXPECT_EQ(jit::compiler_signature(s), "");
     // In a process of its own, to see its stderr: three failures, one notice.
-    const fs::path err = t.path / "err";
-    const Child c = start_child({"RIDGE_JIT_TEST_CHILD=fail_twice", "RIDGE_JIT=1",
-                                 "RIDGE_JIT_CACHE_DIR=" + (t.path / "jit").string(), "RIDGE_JIT_CXX=" + cxx},
-                                err);
+    const fs::path err = t.path() / "err";
+    const Child c =
+        start_child({"RIDGE_JIT_TEST_CHILD=fail_twice", "RIDGE_JIT=1",
+                     "RIDGE_JIT_CACHE_DIR=" + (t.path() / "jit").string(), "RIDGE_JIT_CXX=" + cxx},
+                    err);
     EXPECT_EQ(wait_child(c), 0) << slurp(err);
     const std::string text = slurp(err);
     EXPECT_EQ(text.rfind("ridge: JIT off for this process: ", 0), 0u) << text;
     EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 1) << text;
     EXPECT_NE(text.find("; the ahead-of-time kernels run\n"), std::string::npos) << text;
   }
-  EXPECT_EQ(temporaries(t.path / "jit"), 0);
+  EXPECT_EQ(temporaries(t.path() / "jit"), 0);
 }
 
 TEST(Jit, CompileErrorIsNullptrAndLeavesNothing) {
   RIDGE_SKIP_WITHOUT_COMPILER();
   TempDir t;
   jit::forget_in_process();
-  const auto s = settings_in(t.path / "jit");
+  const auto s = settings_in(t.path() / "jit");
   jit::Kernel bad{"test_bad", "extern \"C\" int f(int x) { return x +; }\n", {}, "f"};
   EXPECT_EQ(jit::get(bad, s), nullptr);
   EXPECT_EQ(jit::last_source(), jit::Source::none);
@@ -503,10 +490,10 @@ TEST(Jit, HangingCompilerIsKilledAtTheTimeout) {
   jit::forget_in_process();
   // Answers --version like a compiler, then hangs in a grandchild (sleep holds the output pipe): the
   // whole process group has to go.
-  const fs::path cxx = t.path / "hang-c++";
+  const fs::path cxx = t.path() / "hang-c++";
   put(cxx, "#!/bin/sh\nif [ \"$1\" = --version ]; then echo 'hang 1.0'; exit 0; fi\nsleep 30\n");
   fs::permissions(cxx, fs::perms::owner_all);
-  auto s = settings_in(t.path / "jit");
+  auto s = settings_in(t.path() / "jit");
   s.compiler = cxx.string();
   s.compile_timeout_s = 1;
   const auto t0 = std::chrono::steady_clock::now();
@@ -545,7 +532,7 @@ TEST(Jit, ClearRemovesEntriesAndStaleTemporaries) {
   RIDGE_SKIP_WITHOUT_COMPILER();
   TempDir t;
   jit::forget_in_process();
-  const auto s = settings_in(t.path / "jit");
+  const auto s = settings_in(t.path() / "jit");
   ASSERT_NE(jit::get(triple(), s), nullptr);
   // A build killed mid-way (its pid no longer runs), and a file that is not ridge's.
   fs::create_directory(fs::path(s.cache_dir) / ".tmp-999999999-abcdef");

@@ -7,11 +7,10 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
 #include <random>
-#include <stdexcept>
 #include <vector>
 
+#include "common/tmpdir.hpp"
 #include "ridge/core.hpp"
 #include "ridge/core/jit.hpp"
 #include "ridge/gemm.hpp"
@@ -23,25 +22,11 @@ namespace {
 using namespace ridge;
 namespace gd = ridge::gemm::detail;
 
-// An empty directory for one test, removed with its contents at the end.
-struct TempDir {
-  std::filesystem::path path;
-  TempDir() {
-    std::string t = (std::filesystem::temp_directory_path() / "ridge_gemm_jit.XXXXXX").string();
-    if (!::mkdtemp(t.data())) throw std::runtime_error("mkdtemp failed for " + t);
-    path = t;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path, ec);
-  }
-};
-
 // Every test here builds into its own empty cache, never the user's.
 class GemmJit : public ::testing::Test {
  protected:
   void SetUp() override {
-    ::setenv("RIDGE_JIT_CACHE_DIR", dir_.path.c_str(), 1);
+    ::setenv("RIDGE_JIT_CACHE_DIR", dir_.path().c_str(), 1);
     gd::jit_small_m_forget();
     if (jit::compiler_signature(jit::settings()).empty())
       GTEST_SKIP() << "no C++ compiler on PATH: the JIT cannot run here";
@@ -51,7 +36,7 @@ class GemmJit : public ::testing::Test {
     gd::jit_small_m_forget();
     ::unsetenv("RIDGE_JIT_CACHE_DIR");
   }
-  TempDir dir_;
+  test::TempDir dir_;
 };
 
 std::vector<float> random_floats(size_t n, uint32_t seed) {

@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "common/tmpdir.hpp"
 #include "model/checkpoint_edit.hpp"
-#include "model/tmpdir.hpp"
 #include "ridge/core/error.hpp"
 #include "ridge/core/format.hpp"
 #include "ridge/model/safetensors.hpp"

@@ -19,7 +19,7 @@
 #include "ridge/model/model.hpp"
 #include "ridge/model/train.hpp"
 #include "gemm/jit_decode.hpp"
-#include "model/tmpdir.hpp"
+#include "common/tmpdir.hpp"
 
 namespace rm = ridge::model;
 using ridge::cpu::Isa;

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "model/tmpdir.hpp"
+#include "common/tmpdir.hpp"
 #include "ridge/model/safetensors.hpp"
 
 namespace {

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "model/tmpdir.hpp"
+#include "common/tmpdir.hpp"
 #include "ridge/build_paths.h"
 #include "ridge/core/error.hpp"
 #include "ridge/model/data.hpp"

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "bench/json.hpp"
-#include "model/tmpdir.hpp"
+#include "common/tmpdir.hpp"
 #include "ridge/bench/trace.hpp"
 #include "ridge/model/ranges.hpp"
 #include "ridge/model/train.hpp"

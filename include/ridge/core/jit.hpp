@@ -66,7 +66,5 @@ std::string compiler_signature(const Settings& s);
 
 // The flags every kernel is compiled with, before Kernel::flags.
 const std::vector<std::string>& base_flags();
-// ridge's version (the CMake project's VERSION), part of every key.
-const char* ridge_version();
 
 }  // namespace ridge::jit

@@ -1,5 +1,6 @@
 // A temporary directory per test (mkdtemp), removed with everything in it when the test ends, so tests
-// that ctest runs at the same time never share a file.
+// that ctest runs at the same time never share a file. The one such helper of every test directory
+// (tests/<module>/ includes it as "common/tmpdir.hpp", tests/cli/ as "../common/tmpdir.hpp").
 #pragma once
 
 #include <cstdlib>
@@ -13,13 +14,19 @@ namespace ridge::test {
 class TempDir {
  public:
   TempDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "ridge_model_test.XXXXXX").string();
+    std::string tmpl = (std::filesystem::temp_directory_path() / "ridge_test.XXXXXX").string();
     if (!::mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed for " + tmpl);
     path_ = tmpl;
   }
+  // Directories' modes are restored first: a test that took a directory's permissions away (the JIT
+  // cache's checks) must not leave it behind.
   ~TempDir() {
+    namespace fs = std::filesystem;
     std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
+    for (auto it = fs::recursive_directory_iterator(path_, ec);
+         !ec && it != fs::recursive_directory_iterator(); it.increment(ec))
+      if (it->is_directory(ec) && !it->is_symlink(ec)) fs::permissions(it->path(), fs::perms::owner_all, ec);
+    fs::remove_all(path_, ec);
   }
   TempDir(const TempDir&) = delete;
   TempDir& operator=(const TempDir&) = delete;
