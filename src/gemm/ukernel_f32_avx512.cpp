@@ -62,51 +62,43 @@ void small_m(const SmallM& s, int64_t n0, int64_t n1, const Tile& t) {
 
 #include "gemm/transpose_avx512.inc"
 
+// Rows of 32-bit words (Widen: of bf16, each widened to the fp32 whose high half it is) into panels of R
+// rows, [word][R], 16 rows by 16 words at a time through transpose16; rows past `rows` are zero.
+template <bool Widen>
+void pack_16x16(const void* src, int64_t ld_bytes, int rows, int64_t words, int R, uint32_t* dst) {
+  const char* base = static_cast<const char*>(src);
+  constexpr int64_t elt = Widen ? 2 : 4;
+  for (int g = 0; g < R; g += 16) {
+    const int gr = static_cast<int>(imax(0, imin(16, rows - g)));
+    const int lanes = static_cast<int>(imin(16, R - g));
+    const __mmask16 sm = lanes >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << lanes) - 1);
+    for (int64_t p0 = 0; p0 < words; p0 += 16) {
+      const int nw = static_cast<int>(imin(16, words - p0));
+      const __mmask16 km = nw >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << nw) - 1);
+      __m512i r[16];
+      for (int i = 0; i < 16; ++i) {
+        const char* row = base + (g + i) * ld_bytes + p0 * elt;
+        if (i >= gr)
+          r[i] = _mm512_setzero_si512();
+        else if constexpr (Widen)
+          r[i] = _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(km, row)), 16);
+        else
+          r[i] = _mm512_maskz_loadu_epi32(km, row);
+      }
+      transpose16(r);
+      for (int w = 0; w < nw; ++w) _mm512_mask_storeu_epi32(dst + (p0 + w) * R + g, sm, r[w]);
+    }
+  }
+}
+
 }  // namespace
 
 void pack_words_avx512(const void* src, int64_t ld_bytes, int rows, int64_t words, int R, uint32_t* dst) {
-  const char* base = static_cast<const char*>(src);
-  for (int g = 0; g < R; g += 16) {
-    const int gr = static_cast<int>(imax(0, imin(16, rows - g)));
-    const int lanes = static_cast<int>(imin(16, R - g));
-    const __mmask16 sm = lanes >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << lanes) - 1);
-    for (int64_t p0 = 0; p0 < words; p0 += 16) {
-      const int nw = static_cast<int>(imin(16, words - p0));
-      const __mmask16 km = nw >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << nw) - 1);
-      __m512i r[16];
-      for (int i = 0; i < 16; ++i)
-        r[i] = i < gr ? _mm512_maskz_loadu_epi32(km, base + (g + i) * ld_bytes + p0 * 4)
-                      : _mm512_setzero_si512();
-      transpose16(r);
-      for (int w = 0; w < nw; ++w) _mm512_mask_storeu_epi32(dst + (p0 + w) * R + g, sm, r[w]);
-    }
-  }
+  pack_16x16<false>(src, ld_bytes, rows, words, R, dst);
 }
 
-// pack_words_avx512 for bf16 rows, widened to fp32 on the way (a bf16 is the high half of its fp32):
-// the fp32 panels of bf16 operands where bf16 runs on the fp32 kernel (driver.cpp, bf16_blocked_on_fma).
-static void pack_widen_bf16_avx512(const void* src, int64_t ld_bytes, int rows, int64_t words, int R,
-                                   uint32_t* dst) {
-  const char* base = static_cast<const char*>(src);
-  for (int g = 0; g < R; g += 16) {
-    const int gr = static_cast<int>(imax(0, imin(16, rows - g)));
-    const int lanes = static_cast<int>(imin(16, R - g));
-    const __mmask16 sm = lanes >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << lanes) - 1);
-    for (int64_t p0 = 0; p0 < words; p0 += 16) {
-      const int nw = static_cast<int>(imin(16, words - p0));
-      const __mmask16 km = nw >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << nw) - 1);
-      __m512i r[16];
-      for (int i = 0; i < 16; ++i)
-        r[i] = i < gr ? _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(
-                                              km, base + (g + i) * ld_bytes + p0 * 2)),
-                                          16)
-                      : _mm512_setzero_si512();
-      transpose16(r);
-      for (int w = 0; w < nw; ++w) _mm512_mask_storeu_epi32(dst + (p0 + w) * R + g, sm, r[w]);
-    }
-  }
-}
-
+// pack_widen_bf16: the fp32 panels of bf16 operands, where bf16 runs on this kernel (driver.cpp,
+// bf16_blocked_on_fma).
 KernelInfo kernel_f32_avx512() {
   return KernelInfo{.name = "f32_avx512_14x32",
                     .mr = kMR,
@@ -119,7 +111,7 @@ KernelInfo kernel_f32_avx512() {
                     .small_m_jit = "f32_avx512",
                     .small_m_elem = Elem::f32,
                     .pack_words = &pack_words_avx512,
-                    .pack_widen_bf16 = &pack_widen_bf16_avx512};
+                    .pack_widen_bf16 = &pack_16x16<true>};
 }
 
 }  // namespace ridge::gemm::detail
