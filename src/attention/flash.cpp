@@ -14,6 +14,7 @@
 
 #include "attention/internal.hpp"
 #include "core/amx.hpp"
+#include "core/bf16_fma.hpp"
 #include "core/isa_paths.hpp"
 #include "ridge/attention.hpp"
 #include "ridge/core/cpu.hpp"
@@ -342,6 +343,10 @@ TensorView<T> dense(Buffer<T>& buf, int64_t a, int64_t b, int64_t c, int64_t d) 
 // path (fp32 has nothing for the tiles and keeps the path's kernels).
 detail::Kernels kernels(bool bf16) {
   if (bf16 && amx::emulated()) return detail::kernels_amxemu();
+  // bf16 on the avx512bf16 path where the fp32 FMAs are the faster (core/bf16_fma.hpp): the avx512
+  // kernels, which widen bf16 operands to fp32 as they load them.
+  if (bf16 && cpu::active_isa() == cpu::Isa::avx512bf16 && cpu::bf16_on_fma())
+    return detail::kernels_avx512();
   static constexpr isa::Paths<detail::Kernels> paths{detail::kernels_scalar, detail::kernels_avx2,
                                                      detail::kernels_avx512, detail::kernels_avx512bf16,
                                                      detail::kernels_amx};

@@ -15,10 +15,10 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <atomic>
 #include <exception>
 
 #include "core/amx.hpp"
+#include "core/bf16_fma.hpp"
 #include "core/isa_paths.hpp"
 #include "gemm/jit_decode.hpp"
 #include "ridge/core/env.hpp"
@@ -27,23 +27,6 @@
 #include "ridge/core/threads.hpp"
 
 namespace ridge::gemm::detail {
-
-namespace {
-std::atomic<int> g_bf16_on_fma{-1};  // -1: the CPU decides
-}  // namespace
-
-bool bf16_blocked_on_fma() {
-  const int o = g_bf16_on_fma.load(std::memory_order_relaxed);
-  if (o >= 0) return o == 1;
-  static const bool intel = cpu::info().vendor == "GenuineIntel";
-  return intel;
-}
-ScopedBf16OnFma::ScopedBf16OnFma(bool on) : previous_(g_bf16_on_fma.load()) {
-  g_bf16_on_fma.store(on ? 1 : 0);
-}
-ScopedBf16OnFma::~ScopedBf16OnFma() {
-  g_bf16_on_fma.store(previous_);
-}
 
 KernelInfo select_kernel(Elem in, cpu::Isa path) {
   // What each path provides per input type (the per-ISA convention, core/isa_paths.hpp): bf16 inputs
@@ -64,7 +47,9 @@ KernelInfo select_kernel(Elem in, cpu::Isa path) {
     case Elem::fp8:
       return ridge::isa::pick_path(fp8::uses_vbmi() ? vbmi_paths : fp8_paths, path);
     case Elem::bf16:
-      if (path == cpu::Isa::avx512bf16 && bf16_blocked_on_fma()) {
+      // Blocked bf16 on the FMAs where they are faster (core/bf16_fma.hpp); decode rows keep the bf16
+      // small-m kernels, and PackedB the panels of the kernel it was packed for.
+      if (path == cpu::Isa::avx512bf16 && cpu::bf16_on_fma()) {
         KernelInfo ki = kernel_f32_avx512();
         const KernelInfo dot = kernel_bf16_avx512bf16();
         ki.name = "f32_avx512_14x32_widened";

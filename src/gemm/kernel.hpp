@@ -124,24 +124,6 @@ KernelInfo kernel_fp8_avx2();
 KernelInfo kernel_fp8_avx512();
 KernelInfo kernel_fp8_avx512bf16();
 KernelInfo kernel_fp8_avx512bf16vbmi();  // the same, widening fp8 with byte permutes (AVX512_VBMI)
-// bf16 on the avx512bf16 path, blocked (m > 16): the bf16-pair kernel (vdpbf16ps) or the fp32 kernel on
-// operands widened to fp32 as they are packed (vfmadd231ps); decode rows keep the bf16 small-m kernels
-// either way. Intel's cores run vdpbf16ps zmm at half the multiply-add rate of vfmadd231ps zmm (probe
-// on Emerald Rapids: 233 against 460 GFLOP/s), AMD's Zen 4 at twice it (458 against 229): so the fp32
-// kernel on Intel, the bf16-pair kernel elsewhere (docs/gemm.md, "bf16 on Intel without AMX").
-bool bf16_blocked_on_fma();
-// Tests: forces the choice for a scope (on: the fp32 kernel, off: vdpbf16ps), whatever the CPU.
-class ScopedBf16OnFma {
- public:
-  explicit ScopedBf16OnFma(bool on);
-  ~ScopedBf16OnFma();
-  ScopedBf16OnFma(const ScopedBf16OnFma&) = delete;
-  ScopedBf16OnFma& operator=(const ScopedBf16OnFma&) = delete;
-
- private:
-  int previous_;
-};
-
 // AMX tiles (amx_body.inc): on the instructions (amx path only) and on the emulator (any machine;
 // taken while amx::emulated() is on).
 KernelInfo kernel_bf16_amx();

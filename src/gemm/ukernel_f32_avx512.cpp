@@ -98,7 +98,7 @@ void pack_words_avx512(const void* src, int64_t ld_bytes, int rows, int64_t word
 }
 
 // pack_widen_bf16: the fp32 panels of bf16 operands, where bf16 runs on this kernel (driver.cpp,
-// bf16_blocked_on_fma).
+// cpu::bf16_on_fma).
 KernelInfo kernel_f32_avx512() {
   return KernelInfo{.name = "f32_avx512_14x32",
                     .mr = kMR,

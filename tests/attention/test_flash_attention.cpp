@@ -14,6 +14,7 @@
 #include "ridge/attention.hpp"
 #include "ridge/core.hpp"
 #include "core/amx.hpp"
+#include "core/bf16_fma.hpp"
 #include "core/check.hpp"
 #include "attention/need_amx.hpp"
 
@@ -260,6 +261,7 @@ TEST(FlashAttention, Bf16MatchesFp64Reference) {
 struct Path {
   cpu::Isa isa;
   bool amx_emulated;
+  bool bf16_on_fma = false;  // avx512bf16 only: the fp32 FMAs (cpu::bf16_on_fma) instead of vdpbf16ps
 };
 template <typename T>
 void check_isas(const Shape& s, double tol, std::vector<Path> paths = {}) {
@@ -272,12 +274,17 @@ void check_isas(const Shape& s, double tol, std::vector<Path> paths = {}) {
     base.backward();
   }
   if (paths.empty())
-    for (cpu::Isa isa : cpu::supported_isas())
+    for (cpu::Isa isa : cpu::supported_isas()) {
       if (isa != cpu::Isa::scalar) paths.push_back({isa, false});
+      if (isa == cpu::Isa::avx512bf16) paths.push_back({isa, false, true});  // both bf16 kernels, any CPU
+    }
   for (const Path& path : paths) {
-    SCOPED_TRACE(path.amx_emulated ? std::string("amx-emulated") : std::string(cpu::isa_name(path.isa)));
+    SCOPED_TRACE(path.amx_emulated
+                     ? std::string("amx-emulated")
+                     : std::string(cpu::isa_name(path.isa)) + (path.bf16_on_fma ? " (fma)" : ""));
     cpu::ScopedIsa scoped(path.isa);
     amx::ScopedEmulation emulation(path.amx_emulated);
+    cpu::ScopedBf16OnFma fma(path.bf16_on_fma);
     Case<T> r(s, 7);
     r.forward();
     r.backward();

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "core/amx.hpp"
-#include "gemm/kernel.hpp"
+#include "core/bf16_fma.hpp"
 #include "ridge/core/cpu.hpp"
 
 namespace ridge::test {
@@ -16,7 +16,7 @@ struct TestPath {
   cpu::Isa isa = cpu::Isa::scalar;
   bool amx_emulated = false;
   // avx512bf16's blocked bf16 kernel: the bf16-pair one (vdpbf16ps) or the fp32 one on widened operands
-  // (gemm::detail::bf16_blocked_on_fma); the suite runs both, whichever this CPU takes.
+  // (cpu::bf16_on_fma); the suite runs both, whichever this CPU takes.
   bool bf16_on_fma = false;
 };
 
@@ -46,7 +46,7 @@ class ScopedPath {
  private:
   cpu::ScopedIsa isa_;
   amx::ScopedEmulation emulation_;
-  gemm::detail::ScopedBf16OnFma bf16_on_fma_;
+  cpu::ScopedBf16OnFma bf16_on_fma_;
 };
 
 }  // namespace ridge::test
