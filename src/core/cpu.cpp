@@ -39,6 +39,26 @@ Regs cpuid(unsigned leaf, unsigned sub = 0) {
 // and the OS's facts left as they are.
 bool g_amx_declined = false;
 
+// Whether features `f` hold everything path `isa` needs: the one rule, for supported() and for read_info
+// (which decides the amx facts before info() can answer).
+bool has_path(const Features& f, Isa isa) {
+  const bool avx2 = f.avx2 && f.fma && f.f16c && f.bmi2;
+  const bool avx512 = avx2 && f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq;
+  switch (isa) {
+    case Isa::scalar:
+      return true;
+    case Isa::avx2:
+      return avx2;
+    case Isa::avx512:
+      return avx512;
+    case Isa::avx512bf16:
+      return avx512 && f.avx512_bf16;
+    case Isa::amx:
+      return avx512 && f.avx512_bf16 && f.amx_tile && f.amx_bf16 && f.amx_int8 && f.os_amx;
+  }
+  return false;
+}
+
 uint64_t xgetbv0() {
   uint32_t lo, hi;
   __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
@@ -197,10 +217,8 @@ Info read_info() {
   }
   // The instructions must agree with the tile emulator, on which the suite checks every AMX kernel,
   // before ridge runs its kernels on them (amx::differs_from_emulator: microseconds, once). The unit
-  // that holds them is built for avx512bf16 as well, so it runs only where that is present too.
-  const bool avx512bf16 = f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.avx512_bf16 && f.avx2 &&
-                          f.fma && f.f16c && f.bmi2;
-  if (cpu_amx && f.amx_int8 && f.os_amx && avx512bf16 && !g_amx_declined) {
+  // that holds them is built for avx512bf16 as well, so it runs only where the whole amx path could.
+  if (has_path(f, Isa::amx) && !g_amx_declined) {
     const std::string differs = amx::differs_from_emulator(amx::run_one_on_the_tiles);
     if (!differs.empty()) {
       in.amx_refused =
@@ -304,22 +322,7 @@ Isa parse_isa(const std::string& name, const std::string& what) {
 }
 
 bool supported(Isa isa) {
-  const Features& f = info().features;
-  const bool avx2 = f.avx2 && f.fma && f.f16c && f.bmi2;
-  const bool avx512 = avx2 && f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq;
-  switch (isa) {
-    case Isa::scalar:
-      return true;
-    case Isa::avx2:
-      return avx2;
-    case Isa::avx512:
-      return avx512;
-    case Isa::avx512bf16:
-      return avx512 && f.avx512_bf16;
-    case Isa::amx:
-      return avx512 && f.avx512_bf16 && f.amx_tile && f.amx_bf16 && f.amx_int8 && f.os_amx && !g_amx_declined;
-  }
-  return false;
+  return has_path(info().features, isa) && !(isa == Isa::amx && g_amx_declined);
 }
 
 Isa best_isa() {
@@ -343,7 +346,8 @@ std::atomic<int> g_bf16_on_fma{-1};  // -1: the CPU decides
 
 bool bf16_on_fma() {
   const int o = g_bf16_on_fma.load(std::memory_order_relaxed);
-  return o >= 0 ? o == 1 : info().vendor == "GenuineIntel";
+  static const bool intel = info().vendor == "GenuineIntel";  // read once: every bf16 GEMM asks
+  return o >= 0 ? o == 1 : intel;
 }
 ScopedBf16OnFma::ScopedBf16OnFma(bool on) : previous_(g_bf16_on_fma.load()) {
   g_bf16_on_fma.store(on ? 1 : 0);
