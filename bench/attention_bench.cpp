@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "compare.hpp"
 #include "ridge/attention.hpp"
 #include "ridge/bench.hpp"
 #include "ridge/build_paths.h"  // RIDGE_SOURCE_DIR, RIDGE_BINARY (generated)
@@ -486,7 +487,17 @@ void run_case(const AttnCase& c, bench::Context& ctx, double peak_of_dtype) {
     row.extra["peak_extra_bytes"] = extra;
     if (peak_of_dtype > 0) row.extra["pct_of_peak"] = 100.0 * row.gflops() * 1e9 / peak_of_dtype;
     std::string note = "extra " + units::format_bytes(extra) + math_note;
-    if (peer) row.add_peer(math_name, ms[1]);
+    if (peer) {
+      row.add_peer(math_name, ms[1]);
+      // The row's result held against the math path's, from one more call of each on the same
+      // inputs: the output O where the pass runs forward, dQ where it runs backward (largest
+      // difference over the reference's largest magnitude).
+      ours();
+      peer();
+      if (has_f) row.extra["max_rel_diff_vs_math"] = bench_compare::max_rel_diff(o.data(), fo.data(), nq);
+      if (has_b)
+        row.extra["max_rel_diff_vs_math_dq"] = bench_compare::max_rel_diff(dq.data(), fdq.data(), nq);
+    }
     if (auto it = torch_ms.find(pass); it != torch_ms.end()) {
       row.add_peer("pytorch sdpa", it->second);
       if (auto im = torch_math_ms.find(pass); im != torch_math_ms.end())

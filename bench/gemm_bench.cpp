@@ -25,6 +25,7 @@ namespace {
 std::string g_dtypes = "fp32,bf16,fp8";
 std::string g_shapes_file;
 bool g_warm = false;
+bool g_check = false;
 
 std::vector<std::string> split(const std::string& s) {
   std::vector<std::string> out;
@@ -159,6 +160,7 @@ void run_gemm(bench::Context& ctx) {
                                                     : "";
           c.peer = peer;
           c.warm = g_warm;
+          c.check = g_check;
           row = run_fp8_case(c, ctx.options, ctx.chip());
         } else {
           GemmCase c;
@@ -169,6 +171,7 @@ void run_gemm(bench::Context& ctx) {
           c.out = dt == "fp32" ? DType::f32 : DType::bf16;
           c.peer = peer;
           c.warm = g_warm;
+          c.check = g_check;
           row = run_dense_case(c, ctx.options);
         }
         row.case_["set"] = it.set;
@@ -188,6 +191,9 @@ void gemm_options(CLI::App& app) {
       "--warm", g_warm,
       "time every call on the same operands (they stay in cache) instead of rotating through copies that "
       "span 4x the last-level cache, so each call reads its operands from DRAM as in a model");
+  app.add_flag("--check", g_check,
+               "also hold each dense row's result against ridge's scalar reference twin on the same operands "
+               "(max_rel_diff_vs_reference: largest difference over the largest magnitude)");
 }
 
 }  // namespace

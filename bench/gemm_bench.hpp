@@ -22,6 +22,8 @@ struct GemmCase {
   // Same operands every call (they stay in cache) instead of rotating through copies that span
   // 4x the last-level cache so each call reads them from DRAM (bench::plan_rotation).
   bool warm = false;
+  // Also compare the result with the scalar reference twin (max_rel_diff_vs_reference).
+  bool check = false;
   // Operands as stored: A [m,k] (nt, nn) or [k,m] (tn, tt), B [n,k] (nt, tt) or [k,n] (nn, tn).
   gemm::Layout layout = gemm::Layout::nt;
 };

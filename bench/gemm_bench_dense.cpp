@@ -6,6 +6,7 @@
 #include <cmath>
 #include <random>
 
+#include "compare.hpp"
 #include "gemm_bench.hpp"
 #include "gemm_peers.hpp"
 #include "bench/registry.hpp"
@@ -28,22 +29,10 @@ void fill_random(Buffer<T>& buf, uint32_t seed) {
   }
 }
 
-float value(float x) {
-  return x;
-}
-float value(bf16 x) {
-  return to_float(x);
-}
-
 // Over the first `count` elements (copy 0 of the outputs).
 template <typename T, typename U>
 double max_rel_diff(const Buffer<T>& x, const Buffer<U>& y, size_t count) {
-  double scale = 0, diff = 0;
-  for (size_t i = 0; i < count; ++i) {
-    scale = std::max(scale, std::fabs(static_cast<double>(value(y[i]))));
-    diff = std::max(diff, std::fabs(static_cast<double>(value(x[i])) - value(y[i])));
-  }
-  return scale > 0 ? diff / scale : diff;
+  return bench_compare::max_rel_diff(x.data(), y.data(), count);
 }
 
 }  // namespace
@@ -235,6 +224,19 @@ bench::Row run_dense_case(const GemmCase& c, const bench::Options& options) {
       else
         diff = out_f32 ? max_rel_diff(ops.d32, dp32, mn) : max_rel_diff(ops.d16, dp16, mn);
       row.extra["max_rel_diff_vs_peer"] = diff;
+    }
+    if (c.check) {
+      // The reference twin on copy 0's operands (every copy holds the same values).
+      Buffer<float> ref(static_cast<size_t>(m * n), "bench.gemm.reference");
+      const MatrixView<float> rv{ref.data(), m, n, n};
+      if constexpr (std::is_same_v<T, float>)
+        gemm::f32_gemm_reference(layout, ops.av(0), ops.bv(0), rv);
+      else
+        gemm::bf16_gemm_reference(layout, ops.av(0), ops.bv(0), rv);
+      ops.run(0, out_f32, c.packed_b);
+      const size_t mn = static_cast<size_t>(m * n);
+      row.extra["max_rel_diff_vs_reference"] =
+          out_f32 ? max_rel_diff(ops.d32, ref, mn) : max_rel_diff(ops.d16, ref, mn);
     }
   };
   if (c.dtype == DType::f32)

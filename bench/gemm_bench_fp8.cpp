@@ -10,6 +10,7 @@
 #include <memory>
 #include <vector>
 
+#include "compare.hpp"
 #include "gemm_peers.hpp"
 #include "bench/result.hpp"
 #include "ridge/core.hpp"
@@ -179,6 +180,15 @@ bench::Row run_fp8_case(const Fp8Case& c, const bench::Options& options, const r
       gemm::fp8_gemm_nt(as[0].q.view(), as[0].q.scale_view(), bs[0].q.view(), bs[0].q.scale_view(), dv(0));
       mm->run(as[0].dequant.data(), bs[0].dequant.data(), dp.data());
       row.extra["calc_diff_vs_peer"] = calc_diff(d, dp, static_cast<size_t>(m * n));
+    }
+    if (c.check) {
+      // The reference twin (same two-level accumulation, fp32 out) on copy 0's operands.
+      Buffer<float> ref(static_cast<size_t>(m * n), "bench.gemm.reference");
+      gemm::fp8_gemm_nt_reference(as[0].q.view(), as[0].q.scale_view(), bs[0].q.view(), bs[0].q.scale_view(),
+                                  MatrixView<float>{ref.data(), m, n, n});
+      gemm::fp8_gemm_nt(as[0].q.view(), as[0].q.scale_view(), bs[0].q.view(), bs[0].q.scale_view(), dv(0));
+      row.extra["max_rel_diff_vs_reference"] =
+          bench_compare::max_rel_diff(d.data(), ref.data(), static_cast<size_t>(m * n));
     }
   } else {
     // B as one [G, n, k] tensor per copy.

@@ -20,7 +20,8 @@ struct Fp8Case {
   int64_t groups = 0;           // 0: dense
   std::string layout;           // "contiguous" or "masked" for grouped runs
   bool peer = true;
-  bool warm = false;  // same operands every call, instead of copies spanning 4x the last-level cache
+  bool check = false;  // also compare with fp8_gemm_nt_reference (dense rows): max_rel_diff_vs_reference
+  bool warm = false;   // same operands every call, instead of copies spanning 4x the last-level cache
 };
 
 // DeepGEMM's byte count: A and B in fp8, D in bf16 (scales are < 1% and left out, as DeepGEMM does).

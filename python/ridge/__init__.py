@@ -22,3 +22,18 @@ def set_num_threads(n: int) -> None:
 
 __version__ = _ridge.core.version()  # the C++ library's, so there is one place it is written
 __all__ = ["get_num_threads", "set_num_threads", "get_isa", "set_isa", "reset_isa", "supported_isas"]
+
+# The submodules, imported on first use (PEP 562, as SciPy does): `import ridge; ridge.gemm` works, and
+# `import ridge` stays as cheap as the extension itself.
+_SUBMODULES = ("attention", "bench", "data", "gemm", "model", "roofline")
+
+
+def __getattr__(name):
+    if name in _SUBMODULES:
+        import importlib
+        return importlib.import_module("." + name, __name__)
+    raise AttributeError(f"module 'ridge' has no attribute '{name}'")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_SUBMODULES))

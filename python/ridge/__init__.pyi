@@ -1,8 +1,12 @@
 """ridge: roofline-guided LLM kernels on the CPU, from Python (type stubs for the package itself).
 
-Submodules: ridge.gemm, ridge.attention, ridge.model, ridge.roofline, ridge.bench.
+Submodules, imported on first use: ridge.gemm, ridge.attention, ridge.model, ridge.data, ridge.roofline,
+ridge.bench.
 """
 from typing import List
+
+from . import attention as attention, bench as bench, data as data, gemm as gemm, model as model
+from . import roofline as roofline
 
 __version__: str
 __all__: List[str]

@@ -242,6 +242,27 @@ class TransformerLM:
         is checked first, so a bad file raises ValueError and leaves the model as it was."""
         self._t.load(_path(path, "path"))
 
+    @classmethod
+    def from_checkpoint(cls, path: str, **kwargs) -> "TransformerLM":
+        """The model a checkpoint of `ridge train` (or save()) holds, built from the config and the
+        training precision its metadata records, then load()ed with the same all-or-nothing checks:
+        weights, optimizer state, step and schedule position resume. kwargs are TransformerLM's other
+        keyword arguments (attention, batch, seq, the optimizer's); precision, if given, must be the
+        checkpoint's. A weights-only file records no config: build TransformerLM(config) and load() it."""
+        path = _path(path, "path")
+        config, precision = _m.checkpoint_info(path)
+        if config is None:
+            raise ValueError(f"path: '{path}' records no model config (a weights-only file); build "
+                             f"TransformerLM(config) and call load('{path}')")
+        if precision is not None and "precision" in kwargs and kwargs["precision"] != precision:
+            raise ValueError(f"precision: '{path}' was written by a {precision} run; leave precision out or "
+                             f"pass '{precision}'")
+        if precision is not None:
+            kwargs["precision"] = precision
+        model = cls(json.loads(config), **kwargs)
+        model.load(path)
+        return model
+
 
 def _prompts(prompts, name="prompts"):
     """A list of token sequences (lists, tuples or 1-D integer arrays; bytes count as byte tokens) as

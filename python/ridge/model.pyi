@@ -64,6 +64,11 @@ class TransformerLM:
         (a PyTorch state_dict; the optimizer then starts fresh). The config and precision must match.
         Every metadata field and tensor is checked first: a damaged file raises ValueError naming the
         file and the field, and leaves the model as it was."""
+    @classmethod
+    def from_checkpoint(cls, path: str, **kwargs: Any) -> "TransformerLM":
+        """The model a checkpoint of `ridge train` (or save()) holds: its config and training precision
+        from the file's metadata, then load(path) with the same all-or-nothing checks. kwargs are the
+        constructor's other keyword arguments; precision, if given, must be the checkpoint's."""
 
 
 class InferenceModel:

@@ -1,6 +1,8 @@
 // ridge.model: the Transformer LM with its trainer (AdamW, clipping, the schedule). Parameters and
 // gradients are handed out as NumPy views of the model's flat buffers (the model stays alive while
 // a view does); state_dict tensors are copied in by name with their shapes checked.
+#include <nanobind/stl/pair.h>
+
 #include <nlohmann/json.hpp>
 
 #include "common.hpp"
@@ -176,6 +178,21 @@ void bind_model(nb::module_& m) {
       },
       nb::arg("name"), nb::arg("vocab"), nb::arg("context"));
   m.def("preset_names", &model::preset_names);
+  // What a checkpoint records of the run that wrote it: the model config (JSON text) and the training
+  // precision, each None where the file has none (a weights-only file). TransformerLM.from_checkpoint.
+  m.def(
+      "checkpoint_info",
+      [](const std::string& path) {
+        std::optional<std::string> config, precision;
+        if (const auto c = model::checkpoint_config(path)) {
+          nlohmann::json j;
+          model::to_json(j, *c);
+          config = j.dump();
+        }
+        if (const auto p = model::checkpoint_precision(path)) precision = model::precision_name(*p);
+        return std::make_pair(config, precision);
+      },
+      nb::arg("path"));
   // The config's checks alone (every field, the fields together, the sizes they imply), before
   // python/ridge/model.py estimates the memory a model of that config needs.
   m.def(

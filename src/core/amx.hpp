@@ -31,6 +31,18 @@ static_assert(sizeof(TileConfig) == 64);
 
 inline constexpr int kTiles = 8, kMaxRows = 16, kMaxColsb = 64;
 
+// Every tile full, 16 rows x 64 bytes: the configuration of ridge's GEMM, attention and probe tiles
+// (C 16 x 16 fp32 or int32, A 16 x 32 bf16 or 64 int8, B 16 rows of dword pairs or quads). constexpr,
+// so an object built with the AMX flags that names it runs no code before main (docs/core.md).
+constexpr TileConfig full_tiles() {
+  TileConfig c;
+  for (int t = 0; t < kTiles; ++t) {
+    c.rows[t] = kMaxRows;
+    c.colsb[t] = kMaxColsb;
+  }
+  return c;
+}
+
 // The emulator: one set of tiles per thread, as the hardware keeps one per logical CPU.
 namespace emu {
 void ldtilecfg(const TileConfig& cfg);  // checks the palette and every tile's rows and bytes

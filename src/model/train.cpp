@@ -406,6 +406,13 @@ std::optional<ModelConfig> checkpoint_config(const std::string& path) {
   }
 }
 
+std::optional<Precision> checkpoint_precision(const std::string& path) {
+  const SafetensorsFile f = SafetensorsFile::load(path);
+  const auto it = f.metadata().find("state");
+  if (it == f.metadata().end()) return std::nullopt;
+  return parse_state(path, it->second).precision;
+}
+
 void load_weights(TransformerLM<float>& model, const std::string& path) {
   const CheckedFile c = check_checkpoint(path, model, nullptr, false);
   copy_params(c.f, model);

@@ -201,3 +201,28 @@ def test_gqa_config_errors_and_multi_head_default(rng):
     # num_kv_heads equal to num_heads is the multi-head model: its config does not mention it.
     assert "num_kv_heads" not in rm.TransformerLM(dict(CFG, num_kv_heads=2)).config
     assert "num_kv_heads" not in rm.preset("tiny", 100, 16)
+
+
+def test_from_checkpoint_builds_the_model_the_file_records(tmp_path, rng):
+    """A checkpoint written by a bf16 run: from_checkpoint takes the config and the precision from the
+    file's metadata, and the model it returns is the saved one (same logits, same next step)."""
+    cfg = dict(CFG)
+    src = rm.TransformerLM(cfg, random_state_dict(rng, cfg), precision="bf16", batch=2, seq=8, lr_max=1e-2)
+    ids = rng.integers(0, cfg["vocab_size"], size=(2, 9))
+    src.step(ids[:, :-1], ids[:, 1:])
+    path = str(tmp_path / "ck.safetensors")
+    src.save(path)
+    m = rm.TransformerLM.from_checkpoint(path, batch=2, seq=8, lr_max=1e-2)
+    assert m.config == src.config
+    np.testing.assert_array_equal(m(ids[:, :-1]), src(ids[:, :-1]))
+    # Precision and the optimizer state came along: the next step is the same step to the bit.
+    a, b = src.step(ids[:, :-1], ids[:, 1:]), m.step(ids[:, :-1], ids[:, 1:])
+    assert a["loss"] == b["loss"] and a["step"] == b["step"]
+    with pytest.raises(ValueError, match="precision: .* was written by a bf16 run"):
+        rm.TransformerLM.from_checkpoint(path, precision="fp32")
+    # A weights-only file records no config; a file that is not safetensors is refused by the library.
+    np.save(tmp_path / "w.npy", np.zeros(3))
+    with pytest.raises(ValueError):
+        rm.TransformerLM.from_checkpoint(str(tmp_path / "w.npy"))
+    with pytest.raises(ValueError):
+        rm.TransformerLM.from_checkpoint(str(tmp_path / "missing.safetensors"))

@@ -134,6 +134,9 @@ class Trainer {
 // ridge), or nullopt for a weights-only file without one (a PyTorch state_dict). ridge::Error for a file
 // that is not safetensors or whose config is malformed.
 std::optional<ModelConfig> checkpoint_config(const std::string& path);
+// The precision of the training run that wrote a full checkpoint (nullopt: a weights-only file).
+// ridge::Error for a file that is not safetensors or whose state record is malformed.
+std::optional<Precision> checkpoint_precision(const std::string& path);
 // The weights of a checkpoint or a weights-only file into `model`, checked as Trainer::load checks them
 // (the config, every tensor's dtype, shape and values) before any is copied; the optimizer state, if
 // any, is not read.
