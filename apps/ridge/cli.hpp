@@ -12,10 +12,12 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <fmt/format.h>
 #include <iostream>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 #include "core/json.hpp"
@@ -167,8 +169,25 @@ inline void say(const std::string& prefix, const std::string& text) {
   std::fflush(stderr);
 }
 
+// Standard output is an output like any file: every write to it is checked. A short write or a failed
+// flush is one line, "stdout: cannot write: REASON" (REASON from the call that failed), exit 2. What
+// fmt::print writes is checked by fmt (it throws std::system_error, which main maps to that line), and
+// main flushes and checks stdout once more before exit, so that what sat in the buffer is checked too.
+inline void write_stdout(std::string_view text) {
+  if (std::fwrite(text.data(), 1, text.size(), stdout) != text.size()) {
+    const int e = errno;
+    throw Error("stdout", std::string("cannot write: ") + std::strerror(e));
+  }
+}
+inline void flush_stdout() {
+  if (std::fflush(stdout) != 0) {
+    const int e = errno;
+    throw Error("stdout", std::string("cannot write: ") + std::strerror(e));
+  }
+}
+
 inline void print_json(const nlohmann::json& j) {
-  std::cout << j.dump(2) << "\n";
+  write_stdout(j.dump(2) + "\n");
 }
 
 }  // namespace ridge::cli

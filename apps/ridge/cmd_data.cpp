@@ -49,23 +49,35 @@ void check_texts(const std::string& cmd, const std::vector<std::string>& texts) 
   }
 }
 
-// An output file: not one of the inputs, replaced only with --force, in a folder that exists.
+// An output file: none of the files the command reads (`inputs`, the one list of them), replaced only
+// with --force, in a folder that exists.
 void check_output(const std::string& cmd, const std::string& flag, const std::string& out,
-                  const std::vector<std::string>& inputs, bool force) {
+                  const files::NamedPaths& inputs, bool force) {
   check(!out.empty(), "{}: {} is required", cmd, flag);
-  for (const auto& t : inputs)
-    check(!files::same_file(t, out), "{}: {} '{}' is the input '{}' itself; choose another path", cmd, flag,
-          out, t);
+  files::check_distinct({{flag, out}}, inputs);
   std::error_code ec;
   const bool exists = fs::exists(fs::symlink_status(out, ec));
   check(!exists || force, "{}: {} '{}' exists; pass --force to replace it", cmd, flag, out);
   files::check_writable(out, flag);
 }
 
+files::NamedPaths named(const std::string& arg, const std::vector<std::string>& paths) {
+  files::NamedPaths v;
+  for (const auto& p : paths) v.emplace_back(arg, p);
+  return v;
+}
+
 struct TokenizerFlags {
   std::string path, merges;
   std::vector<std::string> specials;
   bool given() const { return !path.empty(); }
+  // Every file the tokenizer is read from: a folder's files, or the vocab.json and --merges.
+  files::NamedPaths inputs() const {
+    std::error_code ec;
+    if (!given()) return {};
+    if (fs::is_directory(path, ec)) return named("--tokenizer", model::Tokenizer::dir_files(path));
+    return {{"--tokenizer", path}, {"--merges", merges}};
+  }
 };
 
 void add_tokenizer_flags(CLI::App* c, TokenizerFlags& t, bool required) {
@@ -137,17 +149,16 @@ void train_bpe(const TrainArgs& a) {
   if (fs::exists(fs::symlink_status(dir, ec))) {
     check(fs::is_directory(dir, ec), "-o/--output: '{}' exists and is not a folder; a tokenizer is a folder",
           a.out);
-  } else {
-    files::check_writable(a.out, "-o/--output");  // its parent folder exists and is writable
+    // The folder is replaced as a whole: no TEXT may be in it, under any name.
+    for (auto it = fs::directory_iterator(dir, ec); !ec && it != fs::directory_iterator(); it.increment(ec))
+      for (const auto& t : a.texts)
+        check(!files::same_file(t, it->path().string()),
+              "-o/--output: '{}' would replace the input TEXT '{}'; choose another folder", a.out, t);
+    for (const auto& name : model::Tokenizer::file_names())
+      check(!fs::exists(fs::symlink_status(dir / name, ec)) || a.force,
+            "-o/--output: '{}' holds a tokenizer ({}); pass --force to replace it", a.out, name);
   }
-  for (const char* name : {"vocab.json", "merges.txt", "special_tokens.json"}) {
-    const std::string f = (dir / name).string();
-    for (const auto& t : a.texts)
-      check(!files::same_file(t, f),
-            "-o/--output: '{}' would replace the input TEXT '{}'; choose another folder", a.out, t);
-    check(!fs::exists(fs::symlink_status(f, ec)) || a.force,
-          "-o/--output: '{}' holds a tokenizer ({}); pass --force to replace it", a.out, name);
-  }
+  files::check_folder_writable(a.out, model::Tokenizer::file_names(), "-o/--output");
   set_threads(a.threads);
   model::BpeTrainStats st;
   model::Tokenizer tok = [&] {
@@ -193,16 +204,7 @@ void train_bpe(const TrainArgs& a) {
 // ---- encode ----
 
 void encode_bytes(const std::vector<std::string>& texts, const std::string& out, bool force) {
-  check(!out.empty(), "data encode: -o TOKENS is required");
-  std::error_code ec;
-  const bool exists = fs::exists(fs::symlink_status(out, ec));
-  for (const auto& t : texts) {
-    std::error_code eq;
-    check(!(exists && fs::equivalent(t, out, eq)),
-          "data encode: -o '{}' is the input TEXT '{}' itself; choose another path", out, t);
-  }
-  check(!exists || force, "data encode: -o '{}' exists; pass --force to replace it", out);
-  files::check_writable(out, "-o/--output");
+  check_output("data encode", "-o/--output", out, named("TEXT", texts), force);
   std::string text;
   for (const auto& t : texts) text += read_text(t);
   check(!text.empty(), "data encode: TEXT is empty (no bytes to encode)");
@@ -220,7 +222,9 @@ void encode_bpe(const std::vector<std::string>& texts, const std::string& out, b
                 const TokenizerFlags& tf, int threads) {
   const std::string cmd = "data encode";
   check_texts(cmd, texts);
-  check_output(cmd, "-o/--output", out, texts, force);
+  files::NamedPaths inputs = named("TEXT", texts);
+  for (auto& in : tf.inputs()) inputs.push_back(std::move(in));
+  check_output(cmd, "-o/--output", out, inputs, force);
   const model::Tokenizer tok = load_tokenizer(tf);
   check(tok.vocab_size() <= 65536,
         "--tokenizer: a vocabulary of {} tokens does not fit uint16 token files (at most 65536 ids)",
@@ -256,13 +260,17 @@ std::vector<int32_t> read_ids(const model::TokenFile& f, const model::Tokenizer&
 }
 
 void decode(const std::string& tokens, const std::string& out, bool force, const TokenizerFlags& tf) {
-  if (!out.empty()) check_output("data decode", "-o/--output", out, {tokens}, force);
+  if (!out.empty()) {
+    files::NamedPaths inputs = {{"TOKENS", tokens}};
+    for (auto& in : tf.inputs()) inputs.push_back(std::move(in));
+    check_output("data decode", "-o/--output", out, inputs, force);
+  }
   const model::TokenFile f = model::TokenFile::open(tokens);
   const model::Tokenizer tok = load_tokenizer(tf);
   const std::string text = tok.decode(read_ids(f, tok));
   if (out.empty()) {
-    std::fwrite(text.data(), 1, text.size(), stdout);
-    std::fflush(stdout);
+    cli::write_stdout(text);
+    cli::flush_stdout();
     return;
   }
   files::write_text(out, text, "-o/--output");

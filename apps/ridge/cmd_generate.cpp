@@ -205,15 +205,12 @@ void run(const Args& a) {
   const bool stream = prompts.size() == 1 && !a.json;
   if (stream) {
     // Raw bytes, token by token (a character split across two tokens is whole once both are out).
-    const auto put = [](int32_t t) {
-      const std::string s = token_text(t);
-      std::fwrite(s.data(), 1, s.size(), stdout);
-    };
+    const auto put = [](int32_t t) { cli::write_stdout(token_text(t)); };
     for (int32_t t : prompts[0]) put(t);
-    std::fflush(stdout);
+    cli::flush_stdout();
     go.on_token = [put](size_t, int32_t t) {
       put(t);
-      std::fflush(stdout);
+      cli::flush_stdout();
     };
   }
   model::GenerateStats st;
@@ -275,17 +272,17 @@ void run(const Args& a) {
       j["bandwidth_level"] = roof_name;
       j["roof_fraction"] = bw / roof;
     }
-    std::fputs((j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n").c_str(), stdout);
+    cli::write_stdout(j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
     return;
   }
   if (stream) {
-    std::fputs("\n", stdout);
+    cli::write_stdout("\n");
   } else {
     for (size_t i = 0; i < out.size(); ++i) {
       fmt::print("--- {} ---\n{}\n", i + 1, ids_text(prompts[i], out[i]));
     }
   }
-  std::fflush(stdout);
+  cli::flush_stdout();
   std::string line = fmt::format(
       "prefill {} tokens in {:.3g} s ({:.0f} tokens/s); decode {} tokens in {} steps, {:.3g} s ({:.1f} "
       "tokens/s, "

@@ -106,6 +106,18 @@ struct Prepared {
   std::optional<model::TokenizerRecord> tokenizer;
 };
 
+// Every file the run reads: the data, the checkpoint it resumes, and the files of the tokenizer it
+// reads text through or that checkpoint records (whose files the new checkpoints record in turn).
+files::NamedPaths inputs_of(const Args& a, const std::optional<model::TokenizerRecord>& recorded) {
+  files::NamedPaths in = {{"--text", a.text}, {"--data", a.data}, {"--resume", a.resume}};
+  if (!a.tokenizer.empty())
+    for (const auto& f : model::Tokenizer::dir_files(a.tokenizer)) in.emplace_back("--tokenizer", f);
+  if (recorded)
+    for (const auto& f : model::Tokenizer::dir_files(recorded->path))
+      in.emplace_back("the tokenizer --resume records", f);
+  return in;
+}
+
 Prepared prepare(const Args& a, int world) {
   Prepared p;
   if (a.threads != -1) set_num_threads(a.threads);  // in 1 .. kMaxThreads (its option's transform)
@@ -114,19 +126,7 @@ Prepared prepare(const Args& a, int world) {
   check(a.lr_min < 0 || a.lr_min <= a.lr,
         "--lr-min: {} is above --lr {} (the schedule decays from --lr to --lr-min)", a.lr_min, a.lr);
 
-  // Outputs before any work: each writable, none of them an input of the run or another output (a
-  // checkpoint may be the --resume file: resuming and saving in place is the usual way to continue).
-  files::NamedPaths outputs = {{"--checkpoint", a.checkpoint}, {"--trace", a.trace}};
-  if (!a.memory.empty())
-    for (int r = 0; r < world; ++r) outputs.emplace_back("--memory", per_rank_path(a.memory, r, world));
-  for (const auto& [flag, path] : outputs)
-    if (!path.empty()) files::check_writable(path, flag);
-  files::check_distinct(outputs, {{"--text", a.text}, {"--data", a.data}});
-  files::check_distinct({outputs.begin() + 1, outputs.end()}, {{"--resume", a.resume}});
-
-  // The tokenizer: the one given, which must be the --resume checkpoint's if that records one.
-  std::optional<cli::LoadedTokenizer> tok;
-  if (!a.tokenizer.empty()) tok = cli::load_tokenizer(a.tokenizer, "--tokenizer");
+  // The tokenizer the --resume checkpoint records, if any: one of the run's inputs.
   std::optional<model::TokenizerRecord> recorded;
   if (!a.resume.empty()) {
     try {
@@ -135,6 +135,19 @@ Prepared prepare(const Args& a, int world) {
       fail("--resume: {}", e.what());
     }
   }
+
+  // Outputs before any work: each writable, none of them an input of the run or another output (a
+  // checkpoint may be the --resume file: resuming and saving in place is the usual way to continue).
+  files::NamedPaths outputs = {{"--checkpoint", a.checkpoint}, {"--trace", a.trace}};
+  if (!a.memory.empty())
+    for (int r = 0; r < world; ++r) outputs.emplace_back("--memory", per_rank_path(a.memory, r, world));
+  for (const auto& [flag, path] : outputs)
+    if (!path.empty()) files::check_writable(path, flag);
+  files::check_distinct(outputs, inputs_of(a, recorded), {{"--checkpoint", "--resume"}});
+
+  // The tokenizer: the one given, which must be the --resume checkpoint's if that records one.
+  std::optional<cli::LoadedTokenizer> tok;
+  if (!a.tokenizer.empty()) tok = cli::load_tokenizer(a.tokenizer, "--tokenizer");
   if (tok) cli::check_same_tokenizer(tok->record, recorded, "--tokenizer", a.resume);
   check(!recorded || tok || a.text.empty(),
         "--tokenizer: checkpoint '{}' was trained on text read through the tokenizer {}; give --tokenizer "
@@ -397,7 +410,8 @@ void train_loop(const Args& a, const Prepared& p, model::Trainer& trainer, DataP
                             {"mfu", peak > 0 ? nlohmann::json(mfu) : nlohmann::json(nullptr)},
                             {"skipped", r.skipped},
                             {"loss_scale", r.loss_scale}};
-        std::cout << j.dump() << "\n" << std::flush;
+        cli::write_stdout(j.dump() + "\n");
+        cli::flush_stdout();
       } else {
         fmt::print("{:>7}  {:>8.4f}  {:>9.2e}  {:>9.3f}  {:>9.0f}  {:>6}  {:>8}{}\n", s + 1, r.loss, r.lr,
                    r.grad_norm, tok_s, peak > 0 ? fmt::format("{:.1f}%", 100 * mfu) : std::string("n/a"),
@@ -405,7 +419,7 @@ void train_loop(const Args& a, const Prepared& p, model::Trainer& trainer, DataP
                    r.skipped ? fmt::format("  (skipped: non-finite gradient; loss scale now {})",
                                            trainer.scaler().scale())
                              : std::string());
-        std::fflush(stdout);
+        cli::flush_stdout();
       }
       window_start = std::chrono::steady_clock::now();
       window_steps = 0;

@@ -1,8 +1,13 @@
 // ridge: the command-line program. Parsing and printing only; the work is in the libraries.
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <iostream>
 #include <new>
+#include <system_error>
 
 #include "cli.hpp"
 #include "ridge/core.hpp"
@@ -79,9 +84,35 @@ int finish(Outcome o, const std::string& path) {
 #else
   (void)path;
 #endif
-  if (!o.text.empty()) std::cout << o.text << std::flush;
+  if (!o.text.empty()) std::fwrite(o.text.data(), 1, o.text.size(), stdout);  // checked by stdout_error()
   if (o.code != 0) ridge::cli::say("ridge: ", o.error);
   return o.code;
+}
+
+// Why what went to standard output did not all arrive ("" when it did): the buffer flushed, every
+// earlier write's error flag checked, and a close of a duplicate of the descriptor (where a file system
+// such as NFS reports a write it could not make). The reason is the failing call's own errno; a write
+// that failed earlier without being checked (its errno gone by now) is reported as such.
+std::string stdout_error() {
+  if (std::fflush(stdout) != 0) {
+    const int e = errno;
+    return std::strerror(e);
+  }
+  if (std::ferror(stdout) || std::cout.fail()) return "an earlier write to it failed";
+  const int fd = ::dup(STDOUT_FILENO);
+  if (fd >= 0 && ::close(fd) != 0) {
+    const int e = errno;
+    return std::strerror(e);
+  }
+  return "";
+}
+
+// A write that fmt::print could not make (it throws std::system_error): standard output's, when its
+// error flag is set.
+bool stdout_failed(const std::system_error& e, std::string& why) {
+  if (!std::ferror(stdout)) return false;
+  why = "stdout: cannot write: " + e.code().message();
+  return true;
 }
 
 }  // namespace
@@ -173,8 +204,19 @@ int main(int argc, char** argv) {
     o = {2, one_line(e.what()), "", ""};
   } catch (const std::bad_alloc&) {
     o = {1, "out of memory", "", ""};
+  } catch (const std::system_error& e) {
+    std::string why;
+    o = stdout_failed(e, why) ? Outcome{2, why, "", ""}
+                              : Outcome{1, "internal error: " + one_line(e.what()), "", ""};
   } catch (const std::exception& e) {
     o = {1, "internal error: " + one_line(e.what()), "", ""};
   }
-  return finish(std::move(o), path);
+  const int code = finish(std::move(o), path);
+  // Standard output is an output like any file: what did not arrive is the run's error (one line, exit 2),
+  // unless the run failed already and said so.
+  if (const std::string why = stdout_error(); !why.empty() && code == 0) {
+    ridge::cli::say("ridge: ", "stdout: cannot write: " + why);
+    return 2;
+  }
+  return code;
 }

@@ -158,7 +158,8 @@ class Tokenizer:
         return cls._wrap(_d.Tokenizer.load_dir(_path(directory, "directory")))
 
     def save(self, directory: str | os.PathLike) -> None:
-        """Writes vocab.json, merges.txt and special_tokens.json into `directory` (each file replaced whole)."""
+        """Writes vocab.json, merges.txt and special_tokens.json as `directory`, one set: a new folder, or one
+        holding only a tokenizer's files, replaced whole (a reader never sees a mix of two versions)."""
         self._t.save_dir(_path(directory, "directory"))
 
     @property

@@ -918,7 +918,54 @@ Tokenizer Tokenizer::load(const std::string& vocab_json, const std::string& merg
   return t;
 }
 
+const std::vector<std::string>& Tokenizer::file_names() {
+  static const std::vector<std::string> names = {"vocab.json", "merges.txt", "special_tokens.json"};
+  return names;
+}
+
+std::vector<std::string> Tokenizer::dir_files(const std::string& dir) {
+  std::vector<std::string> v;
+  for (const auto& n : file_names()) v.push_back((fs::path(dir) / n).string());
+  return v;
+}
+
+namespace {
+// The folder a path names (device, inode; zeros when none).
+std::pair<dev_t, ino_t> folder_identity(const std::string& dir) {
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0) return {0, 0};
+  return {st.st_dev, st.st_ino};
+}
+}  // namespace
+
+// save_dir replaces a folder whole (files::write_folder swaps a new folder in, never changes one in
+// place, and never puts an old one back), so files read from `dir` are of one version when `dir` names the
+// same folder after the reading as before it. The folder is held open meanwhile, so that its inode
+// cannot be freed and reused by a newer folder, which would look the same.
 Tokenizer Tokenizer::load_dir(const std::string& dir) {
+  for (int attempt = 1;; ++attempt) {
+    const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return load_dir_files(dir);  // not a folder: its error
+    struct Closer {
+      int fd;
+      ~Closer() { ::close(fd); }
+    } closer{fd};
+    struct stat st {};
+    const std::pair<dev_t, ino_t> held =
+        ::fstat(fd, &st) == 0 ? std::pair(st.st_dev, st.st_ino) : std::pair<dev_t, ino_t>{0, 0};
+    try {
+      Tokenizer t = load_dir_files(dir);
+      if (folder_identity(dir) == held) return t;
+    } catch (const Error&) {
+      if (folder_identity(dir) == held) throw;
+    }
+    check(attempt < 20,
+          "tokenizer '{}': the folder was replaced while being read, {} times over; read it again", dir,
+          attempt);
+  }
+}
+
+Tokenizer Tokenizer::load_dir_files(const std::string& dir) {
   std::error_code ec;
   check(fs::is_directory(dir, ec),
         "tokenizer '{}': not a directory (expected one holding vocab.json, merges.txt "
@@ -945,12 +992,7 @@ Tokenizer Tokenizer::load_dir(const std::string& dir) {
 }
 
 void Tokenizer::save_dir(const std::string& dir) const {
-  std::error_code ec;
-  const fs::path d(dir);
-  if (!fs::exists(d, ec)) {
-    check_arg(fs::create_directory(d, ec), "dir", "cannot create the folder '{}': {}", dir, ec.message());
-  }
-  check_arg(fs::is_directory(d, ec), "dir", "'{}' exists and is not a folder", dir);
+  files::check_folder_writable(dir, file_names(), "dir");  // before the work of building the files
   std::vector<bool> is_special(vocab_.size(), false);
   for (int32_t id : impl_->special_ids) is_special[static_cast<size_t>(id)] = true;
   // Written by hand in id order (GPT-2's layout); nlohmann's ordered_json looks keys up linearly.
@@ -970,9 +1012,9 @@ void Tokenizer::save_dir(const std::string& dir) const {
   std::string m = "#version: 0.2\n";
   for (const auto& [a, b] : merges_) m += encode_gpt2_token(a) + " " + encode_gpt2_token(b) + "\n";
   const nlohmann::json s = specials_;
-  files::write_text((d / "vocab.json").string(), v, "dir");
-  files::write_text((d / "merges.txt").string(), m, "dir");
-  files::write_text((d / "special_tokens.json").string(), s.dump() + "\n", "dir");
+  const auto& names = file_names();
+  files::write_folder(dir, {{names[0], std::move(v)}, {names[1], std::move(m)}, {names[2], s.dump() + "\n"}},
+                      "dir");
 }
 
 int32_t Tokenizer::special_id(std::string_view token) const {

@@ -87,7 +87,7 @@ TEST(CliData, BadInputIsOneLineAndLosesNothing) {
   expect_one_line_error(run("data encode " + dir.file("absent.txt") + " -o " + dir.file("o.u16")),
                         "absent.txt");
   EXPECT_FALSE(std::filesystem::exists(dir.file("o.u16")));
-  expect_one_line_error(run("data encode " + text + " -o " + text + " --force"), "is the input TEXT");
+  expect_one_line_error(run("data encode " + text + " -o " + text + " --force"), "is read as TEXT");
   EXPECT_EQ(read_bytes(text), "hello");
   write_bytes(dir.file("empty.txt"), "");
   expect_one_line_error(run("data encode " + dir.file("empty.txt") + " -o " + dir.file("o.u16")), "empty");
@@ -104,6 +104,28 @@ TEST(CliData, BadInputIsOneLineAndLosesNothing) {
   expect_one_line_error(run("data info " + dir.file("absent.u16")), "absent.u16");
   expect_one_line_error(run("data info " + dir.path().string()), "not a regular file");
   expect_one_line_error(run("data frobnicate"), "subcommand");  // as every command with subcommands
+}
+
+// A write that fails says why, from the call that failed: the reason had been read before the write
+// ("cannot write 'out.bin': Success"). A device is written in place (/dev/full: ENOSPC); a regular file
+// through a temporary, here past the shell's file-size limit (EFBIG, as a full disk gives ENOSPC), which
+// leaves the old file as it was and no temporary.
+TEST(CliData, AWriteThatFailsSaysWhy) {
+  TempDir dir;
+  const std::string text = dir.file("t.txt"), out = dir.file("o.u16");
+  write_bytes(text, std::string(5000, 'a'));
+  expect_one_line_error(
+      run("data encode " + text + " -o /dev/full --force"),
+      "-o/--output: write_tokens '/dev/full': cannot write '/dev/full': No space left on device");
+  write_bytes(out, "keep");
+  expect_one_line_error(ridge::test::run_shell("ulimit -f 1; trap '' XFSZ; " + std::string(RIDGE_BINARY) +
+                                               " data encode " + text + " -o " + out + " --force"),
+                        "cannot write '" + out + "': File too large");
+  EXPECT_EQ(read_bytes(out), "keep");
+  EXPECT_EQ(
+      std::distance(std::filesystem::directory_iterator(dir.path()), std::filesystem::directory_iterator()),
+      2)
+      << "no temporary left";
 }
 
 }  // namespace

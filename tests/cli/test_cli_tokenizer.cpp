@@ -3,6 +3,9 @@
 // ids, and bad input exits 2 with one line and loses nothing.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -174,7 +177,7 @@ TEST(CliTokenizer, BadInputIsOneLineAndLosesNothing) {
   // decode's output: never an input, replaced only with --force.
   write_bytes(dir.file("ok.u16"), u16le({15496}));
   expect_one_line_error(run("data decode " + dir.file("ok.u16") + " " + kGpt2 + " -o " + dir.file("ok.u16")),
-                        "is the input");
+                        "is read as TOKENS");
   EXPECT_EQ(read_bytes(dir.file("ok.u16")), u16le({15496}));
   expect_one_line_error(run("data decode " + dir.file("ok.u16") + " " + kGpt2 + " -o " + text),
                         "pass --force");
@@ -183,6 +186,98 @@ TEST(CliTokenizer, BadInputIsOneLineAndLosesNothing) {
   expect_one_line_error(
       run("data encode " + text + " -o " + dir.file("x.u16") + " --merges " + dir.file("m.txt")),
       "pass --tokenizer too");
+}
+
+// The snapshot of a folder's files, name -> bytes.
+std::map<std::string, std::string> contents(const std::string& dir) {
+  std::map<std::string, std::string> m;
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    m[e.path().filename().string()] =
+        std::filesystem::is_directory(e.path()) ? "(folder)" : read_bytes(e.path());
+  return m;
+}
+
+// A tokenizer's files are inputs of the command that reads them: no output may name one, in any
+// spelling, --force or not (each of these had exited 0 with the tokenizer destroyed).
+TEST(CliTokenizer, TheTokenizersFilesAreInputsThatNoOutputReplaces) {
+  TempDir dir;
+  const std::string text = dir.file("t.txt"), tok = dir.file("tok"), ids = dir.file("t.u16");
+  write_bytes(text, kText);
+  ASSERT_EQ(
+      run("data train-bpe " + text + " --vocab-size 300 --special '<|endoftext|>' --threads 1 -o " + tok)
+          .code,
+      0);
+  ASSERT_EQ(run("data encode " + text + " --tokenizer " + tok + " -o " + ids).code, 0);
+  const auto before = contents(tok);
+  for (const std::string& out :
+       {tok + "/vocab.json", tok + "/./merges.txt", tok + "/../tok/special_tokens.json"}) {
+    SCOPED_TRACE(out);
+    expect_one_line_error(run("data encode " + text + " --tokenizer " + tok + " -o " + out + " --force"),
+                          "-o/--output: '" + out + "' is read as --tokenizer");
+    expect_one_line_error(run("data decode " + ids + " --tokenizer " + tok + " -o " + out + " --force"),
+                          "-o/--output: '" + out + "' is read as --tokenizer");
+  }
+  EXPECT_EQ(contents(tok), before);
+  // GPT-2's pair of files: vocab.json and --merges.
+  std::filesystem::copy_file(kData + "gpt2_vocab.json", dir.file("v.json"));
+  std::filesystem::copy_file(kData + "gpt2_merges.txt", dir.file("m.txt"));
+  const std::string gpt2 = "--tokenizer " + dir.file("v.json") + " --merges " + dir.file("m.txt");
+  expect_one_line_error(run("data encode " + text + " " + gpt2 + " -o " + dir.file("m.txt") + " --force"),
+                        "is read as --merges");
+  expect_one_line_error(run("data decode " + ids + " " + gpt2 + " -o " + dir.file("v.json") + " --force"),
+                        "is read as --tokenizer");
+  EXPECT_EQ(read_bytes(dir.file("m.txt")), read_bytes(kData + "gpt2_merges.txt"));
+  EXPECT_EQ(read_bytes(dir.file("v.json")), read_bytes(kData + "gpt2_vocab.json"));
+}
+
+// `train-bpe -o OLD --force` replaces the folder as one set or not at all: what it cannot replace (a file
+// its owner made read-only, a folder where a file goes, a file that is not the tokenizer's) is refused
+// before any work, the old tokenizer whole (it had replaced vocab.json, then failed on the next file, exit
+// 2, leaving a mix that did not load); two runs at once leave one of their tokenizers, never a mix.
+TEST(CliTokenizer, TrainBpeReplacesTheFolderWholeOrNotAtAll) {
+  TempDir dir;
+  const std::string text = dir.file("t.txt"), tok = dir.file("tok"), ids = dir.file("ids.u16");
+  write_bytes(text, kText);
+  write_bytes(ids, u16le({1, 2, 3}));
+  const std::string train = "data train-bpe " + text + " --special '<|endoftext|>' --threads 1 -o " + tok;
+  ASSERT_EQ(run(train + " --vocab-size 300").code, 0);
+  const auto before = contents(tok);
+  const auto refused = [&](const std::string& words) {
+    expect_one_line_error(run(train + " --vocab-size 280 --force"), words);
+  };
+  std::filesystem::permissions(tok + "/special_tokens.json", std::filesystem::perms::owner_read);
+  refused("'" + tok + "/special_tokens.json' is read-only");
+  std::filesystem::permissions(tok + "/special_tokens.json",
+                               std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+  EXPECT_EQ(contents(tok), before);
+  std::filesystem::rename(tok + "/merges.txt", dir.file("merges.keep"));
+  std::filesystem::create_directory(tok + "/merges.txt");
+  refused("holds a folder 'merges.txt'");
+  std::filesystem::remove(tok + "/merges.txt");
+  std::filesystem::rename(dir.file("merges.keep"), tok + "/merges.txt");
+  EXPECT_EQ(contents(tok), before);
+  write_bytes(tok + "/notes.txt", "mine");
+  refused("holds 'notes.txt', which is not one of vocab.json, merges.txt, special_tokens.json");
+  std::filesystem::remove(tok + "/notes.txt");
+  EXPECT_EQ(contents(tok), before);
+
+  ASSERT_EQ(run(train + " --vocab-size 280 --force").code, 0);
+  EXPECT_EQ(nlohmann::json::parse(read_bytes(tok + "/vocab.json")).size(), 280u);
+  for (int round = 0; round < 6; ++round) {
+    SCOPED_TRACE(round);
+    const std::string bin = RIDGE_BINARY;
+    const RunResult r =
+        ridge::test::run_shell("(" + bin + " " + train + " --vocab-size 290 --force >/dev/null & " + bin +
+                               " " + train + " --vocab-size 300 --force >/dev/null & " + bin + " data info " +
+                               ids + " --tokenizer " + tok + "; wait) >/dev/null");
+    EXPECT_EQ(r.err, "");
+    EXPECT_EQ(run("data info " + ids + " --tokenizer " + tok).code, 0);
+    std::vector<std::string> names;
+    for (const auto& e : std::filesystem::directory_iterator(dir.path()))
+      names.push_back(e.path().filename().string());
+    std::sort(names.begin(), names.end());
+    EXPECT_EQ(names, (std::vector<std::string>{"ids.u16", "t.txt", "tok"})) << "no temporary, no old set";
+  }
 }
 
 }  // namespace

@@ -147,6 +147,33 @@ TEST(CliTrainTokenizer, RefusesAnotherTokenizer) {
                         "not there any more");
 }
 
+// The tokenizer's files are inputs of a run: --checkpoint, --trace and --memory (which replace a file
+// without --force) may not name one, nor one of the tokenizer a --resume checkpoint records (which the
+// new checkpoint records in turn). Each of the first three had exited 0 with the tokenizer destroyed.
+TEST(CliTrainTokenizer, NoOutputReplacesAFileOfTheTokenizer) {
+  Dir d;
+  const std::string tok = d.path("tok"), text = d.file("text.txt", corpus(60)), ck = d.path("ck.safetensors");
+  make_tokenizer(tok, corpus(60), 300);
+  const auto read = [&](const std::string& name) {
+    std::ifstream f(tok + "/" + name, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(f), {});
+  };
+  const std::string vocab = read("vocab.json"), merges = read("merges.txt");
+  const std::string train =
+      std::string("train ") + kTiny + " --steps 2 --text " + text + " --tokenizer " + tok;
+  expect_one_line_error(run(train + " --checkpoint " + tok + "/vocab.json"), "--checkpoint",
+                        "is read as --tokenizer");
+  expect_one_line_error(run(train + " --trace " + tok + "/merges.txt"), "--trace", "is read as --tokenizer");
+  expect_one_line_error(run(train + " --memory " + tok + "/./vocab.json"), "--memory",
+                        "is read as --tokenizer");
+  ASSERT_EQ(run(train + " --checkpoint " + ck).code, 0);
+  expect_one_line_error(run(std::string("train ") + kTiny + " --steps 3 --resume " + ck + " --checkpoint " +
+                            tok + "/merges.txt"),
+                        "--checkpoint", "is read as the tokenizer --resume records");
+  EXPECT_EQ(read("vocab.json"), vocab);
+  EXPECT_EQ(read("merges.txt"), merges);
+}
+
 // A token file with ids beyond the tokenizer's vocabulary was not made with it; a tokenizer larger than
 // the model's vocabulary cannot feed it.
 TEST(CliTrainTokenizer, RefusesDataAndModelsThatDoNotFit) {

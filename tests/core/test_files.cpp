@@ -1,8 +1,11 @@
 // files::write_text: nothing the user had is lost, links and devices are written through.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -27,6 +30,39 @@ struct TempDir {
   TempDir() { fs::create_directories(path); }
   ~TempDir() { fs::remove_all(path); }
 };
+
+// The file-size limit (RLIMIT_FSIZE) lowered for a scope, SIGXFSZ ignored: a write past it fails with
+// EFBIG, as one on a full disk fails with ENOSPC.
+struct FileSizeLimit {
+  rlimit old{};
+  void (*old_handler)(int) = SIG_DFL;
+  explicit FileSizeLimit(rlim_t bytes) {
+    ::getrlimit(RLIMIT_FSIZE, &old);
+    old_handler = std::signal(SIGXFSZ, SIG_IGN);
+    rlimit r = old;
+    r.rlim_cur = bytes;
+    ::setrlimit(RLIMIT_FSIZE, &r);
+  }
+  ~FileSizeLimit() {
+    ::setrlimit(RLIMIT_FSIZE, &old);
+    std::signal(SIGXFSZ, old_handler);
+  }
+};
+
+long entries(const fs::path& dir) {
+  return static_cast<long>(std::distance(fs::directory_iterator(dir), fs::directory_iterator()));
+}
+
+// The message of the ridge::Error `f` throws ("" when it throws none).
+template <typename F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
 
 TEST(Files, RegularFileIsReplacedWholeAndKeepsItsMode) {
   TempDir d;
@@ -98,6 +134,108 @@ TEST(Files, FolderOrEmptyNameIsAnErrorNamingTheArgument) {
       EXPECT_EQ(std::string(e.what()).rfind("--trace: ", 0), 0u) << e.what();
     }
   }
+}
+
+// The reason a write failed is the failing call's own errno (it was read before the write, the order of
+// a call's arguments being unspecified: "cannot write 'out.bin': Success").
+TEST(Files, AFailedWriteSaysWhyFromTheCallThatFailed) {
+  const std::string dev = error_of([] { files::write_text("/dev/full", "x", "out"); });
+  EXPECT_NE(dev.find("No space left on device"), std::string::npos) << dev;
+  TempDir d;
+  const fs::path f = d.path / "big.bin";
+  { std::ofstream(f) << "old"; }
+  std::string big;
+  {
+    FileSizeLimit limit(4096);
+    big = error_of([&] { files::write_text(f.string(), std::string(100000, 'x'), "out"); });
+  }
+  EXPECT_EQ(big.rfind("out: cannot write '" + f.string() + "': File too large", 0), 0u) << big;
+  EXPECT_EQ(slurp(f), "old");
+  EXPECT_EQ(entries(d.path), 1) << "no temporary left";
+}
+
+// A folder of files read as one (a tokenizer) is written as one: a new folder, or the old one replaced
+// whole; a failure part-way leaves the old set whole; what is not ridge's to replace is refused first.
+TEST(Files, FolderIsWrittenAsOneSet) {
+  TempDir d;
+  const fs::path tok = d.path / "tok";
+  using Set = std::vector<std::pair<std::string, std::string>>;
+  const Set one = {{"a.json", "1a"}, {"b.txt", "1b"}}, two = {{"a.json", "2a"}, {"b.txt", "2b"}};
+  files::write_folder(tok.string(), one, "out");
+  EXPECT_EQ(slurp(tok / "a.json"), "1a");
+  EXPECT_EQ(slurp(tok / "b.txt"), "1b");
+  ::chmod(tok.c_str(), 0750);
+  ::chmod((tok / "b.txt").c_str(), 0600);
+  files::write_folder(tok.string() + "/", two, "out");
+  EXPECT_EQ(slurp(tok / "a.json"), "2a");
+  EXPECT_EQ(slurp(tok / "b.txt"), "2b");
+  struct stat st {};
+  ASSERT_EQ(::stat(tok.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0750u) << "the folder's mode is kept";
+  ASSERT_EQ(::stat((tok / "b.txt").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u) << "a file's mode is kept";
+  EXPECT_EQ(entries(d.path), 1) << "no temporary and no old set left";
+  EXPECT_EQ(entries(tok), 2);
+
+  // A symlink to the folder survives and names the new set.
+  fs::create_directory_symlink(tok, d.path / "link");
+  files::write_folder((d.path / "link").string(), one, "out");
+  EXPECT_TRUE(fs::is_symlink(fs::symlink_status(d.path / "link")));
+  EXPECT_EQ(slurp(tok / "a.json"), "1a");
+  EXPECT_EQ(slurp(d.path / "link" / "b.txt"), "1b");
+
+  // The second file fails (past the file-size limit, as on a full disk): the old set stays whole.
+  std::string e;
+  {
+    FileSizeLimit limit(4096);
+    e = error_of([&] {
+      files::write_folder(tok.string(), {{"a.json", "3a"}, {"b.txt", std::string(100000, '3')}}, "out");
+    });
+  }
+  EXPECT_EQ(e, "out: cannot write '" + (tok / "b.txt").string() + "': File too large");
+  EXPECT_EQ(slurp(tok / "a.json"), "1a");
+  EXPECT_EQ(slurp(tok / "b.txt"), "1b");
+  EXPECT_EQ(entries(d.path), 2) << "no temporary left";
+
+  // Refused before anything is written.
+  const auto refused = [&](const fs::path& dir, const std::string& words) {
+    const std::string m = error_of([&] { files::write_folder(dir.string(), two, "-o"); });
+    EXPECT_EQ(m.rfind("-o: ", 0), 0u) << m;
+    EXPECT_NE(m.find(words), std::string::npos) << m;
+  };
+  { std::ofstream(tok / "notes.txt") << "mine"; }
+  refused(tok, "holds 'notes.txt', which is not one of a.json, b.txt");
+  EXPECT_EQ(slurp(tok / "notes.txt"), "mine");
+  fs::remove(tok / "notes.txt");
+  ::chmod((tok / "b.txt").c_str(), 0400);
+  refused(tok, "'" + (tok / "b.txt").string() + "' is read-only");
+  ::chmod((tok / "b.txt").c_str(), 0600);
+  fs::create_directories(d.path / "t2" / "a.json");
+  refused(d.path / "t2", "holds a folder 'a.json'");
+  { std::ofstream(d.path / "file") << "f"; }
+  refused(d.path / "file", "exists and is not a folder");
+  refused(d.path / "no" / "tok", "does not exist");
+  EXPECT_EQ(slurp(tok / "a.json"), "1a");
+  EXPECT_EQ(slurp(tok / "b.txt"), "1b");
+}
+
+// The temporary folder of a writer killed outright is removed by the next write of the folder, unless
+// it holds a file that is not of the set (never ridge's to remove).
+TEST(Files, TemporaryFoldersOfDeadWritersAreRemovedByTheNextWrite) {
+  TempDir d;
+  const pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  ::waitpid(child, nullptr, 0);  // a pid that no longer runs
+  const fs::path stale = d.path / ("tok.tmp." + std::to_string(child) + ".0"),
+                 kept = d.path / ("tok.tmp." + std::to_string(child) + ".1");
+  fs::create_directories(stale);
+  fs::create_directories(kept);
+  { std::ofstream(stale / "a.json") << "partial"; }
+  { std::ofstream(kept / "mine.txt") << "mine"; }
+  files::write_folder((d.path / "tok").string(), {{"a.json", "1"}}, "out");
+  EXPECT_FALSE(fs::exists(stale));
+  EXPECT_EQ(slurp(kept / "mine.txt"), "mine");
+  EXPECT_EQ(slurp(d.path / "tok" / "a.json"), "1");
 }
 
 TEST(Files, SameFileSeesThroughSpellingsAndLinks) {

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -13,6 +14,7 @@
 #include <random>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/tmpdir.hpp"
@@ -601,6 +603,76 @@ TEST(BpeFiles, SaveAndLoadRoundTripInGpt2Format) {
   EXPECT_EQ(g.content_hash(), gpt2().content_hash());
   EXPECT_EQ(g.encode("Hello world<|endoftext|>"), (std::vector<int32_t>{15496, 995, 50256}));
   EXPECT_NE(t.content_hash(), gpt2().content_hash());
+}
+
+// save_dir replaces the folder as one set: a save that cannot finish (a file its owner made read-only,
+// a folder where a file goes) leaves the old tokenizer whole, where saving file by file had replaced
+// vocab.json before failing on the next file and left a mix that loads as neither.
+TEST(BpeFiles, ASaveThatCannotFinishLeavesTheOldFolderWhole) {
+  TempDir dir;
+  std::mt19937 rng(7);
+  const std::string text = random_text(rng, 3000, {"<|endoftext|>"});
+  const Tokenizer a = train_bpe(text, 400, {}), b = train_bpe(text, 300, {"<|endoftext|>"});
+  const std::string tok = dir.file("tok"), special = dir.file("tok/special_tokens.json");
+  a.save_dir(tok);
+  const std::string vocab = ridge::test::read_bytes(tok + "/vocab.json");
+  std::filesystem::permissions(special, std::filesystem::perms::owner_read);
+  expect_error([&] { b.save_dir(tok); }, "dir: '" + special + "' is read-only");
+  EXPECT_EQ(Tokenizer::load_dir(tok).content_hash(), a.content_hash());
+  std::filesystem::permissions(special,
+                               std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+  std::filesystem::remove(tok + "/merges.txt");
+  std::filesystem::create_directory(tok + "/merges.txt");
+  expect_error([&] { b.save_dir(tok); }, "holds a folder 'merges.txt'");
+  EXPECT_TRUE(ridge::test::read_bytes(tok + "/vocab.json") == vocab) << "vocab.json was replaced";
+  std::filesystem::remove(tok + "/merges.txt");
+  b.save_dir(tok);  // a folder missing a file of the set is replaced whole
+  EXPECT_EQ(Tokenizer::load_dir(tok).content_hash(), b.content_hash());
+}
+
+// The files a command reads from a tokenizer folder (its inputs, which no output may name).
+TEST(BpeFiles, DirFilesAreTheFilesOfTheFolder) {
+  EXPECT_EQ(Tokenizer::dir_files("t"),
+            (std::vector<std::string>{"t/vocab.json", "t/merges.txt", "t/special_tokens.json"}));
+}
+
+// A reader loading the folder while it is saved over, again and again, loads one whole version or the
+// other: never a mix of two (which fails to load or, worse, loads as a third tokenizer).
+TEST(BpeFiles, AReaderLoadsOneWholeVersionWhileTheFolderIsSavedOver) {
+  TempDir dir;
+  std::mt19937 rng(5);
+  const std::string text = random_text(rng, 3000, {"<|endoftext|>"});
+  const Tokenizer a = train_bpe(text, 400, {}), b = train_bpe(text, 300, {"<|endoftext|>"});
+  const std::string tok = dir.file("tok");
+  a.save_dir(tok);
+  std::atomic<bool> done{false};
+  std::string writer_error;
+  std::thread writer([&] {
+    try {
+      for (int i = 0; i < 80; ++i) (i % 2 ? a : b).save_dir(tok);
+    } catch (const Error& e) {
+      writer_error = e.what();
+    }
+    done = true;
+  });
+  int loads = 0, mixed = 0;
+  std::string first;
+  while (!done || loads < 20) {
+    ++loads;
+    try {
+      const uint64_t h = Tokenizer::load_dir(tok).content_hash();
+      if (h != a.content_hash() && h != b.content_hash() && ++mixed == 1) first = "a third tokenizer";
+    } catch (const Error& e) {
+      if (++mixed == 1) first = e.what();
+    }
+  }
+  writer.join();
+  EXPECT_EQ(writer_error, "");
+  EXPECT_EQ(mixed, 0) << "of " << loads << " loads; the first: " << first;
+  EXPECT_EQ(
+      std::distance(std::filesystem::directory_iterator(dir.path()), std::filesystem::directory_iterator()),
+      1)
+      << "no temporary and no old set left";
 }
 
 TEST(BpeFiles, ContentHashFollowsTheContent) {

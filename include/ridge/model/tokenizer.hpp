@@ -66,12 +66,19 @@ class Tokenizer {
   // 0..n-1 each once, a merge naming an unknown token.
   static Tokenizer load(const std::string& vocab_json, const std::string& merges_txt,
                         std::vector<std::string> special_tokens = {});
-  // Reads a directory written by save() (vocab.json, merges.txt, special_tokens.json when present).
+  // Reads a directory written by save() (vocab.json, merges.txt, special_tokens.json when present). A
+  // folder replaced while it is read (save_dir swaps it whole) is read again, so the files read are
+  // always of one version.
   static Tokenizer load_dir(const std::string& dir);
-  // Writes vocab.json, merges.txt and special_tokens.json into `dir` (created when missing, its parent
-  // must exist), each file written whole to a temporary and renamed (ridge/core/files.hpp), so a failed
-  // save leaves the old files as they were. ridge::Error naming `dir` when it cannot.
+  // Writes vocab.json, merges.txt and special_tokens.json as the folder `dir`, one set
+  // (files::write_folder): a new folder (its parent must exist), or one that holds only a tokenizer's
+  // files, which is replaced whole; a reader never sees a mix of two versions, and a failed save leaves
+  // the old folder as it was. ridge::Error naming `dir` when it cannot.
   void save_dir(const std::string& dir) const;
+  // The files of a tokenizer folder, in the order save_dir writes them: vocab.json, merges.txt,
+  // special_tokens.json; and their paths in `dir` (every file load_dir may read: a command's inputs).
+  static const std::vector<std::string>& file_names();
+  static std::vector<std::string> dir_files(const std::string& dir);
 
   int64_t vocab_size() const { return static_cast<int64_t>(vocab_.size()); }
   const std::vector<std::string>& vocab() const { return vocab_; }  // id -> bytes
@@ -111,6 +118,7 @@ class Tokenizer {
  private:
   friend class EncodeStream;
   Tokenizer() = default;
+  static Tokenizer load_dir_files(const std::string& dir);  // load_dir's one reading of the files
   std::vector<std::string> vocab_;
   std::vector<std::pair<std::string, std::string>> merges_;
   std::vector<std::string> specials_;
