@@ -40,7 +40,8 @@ std::string slurp(const std::string& path) {
 }
 
 // Exit 2, nothing on stdout, one line on stderr: "ridge: " + `starts` ..., holding each of `holds`.
-void expect_refused(const RunResult& r, const std::string& starts, const std::vector<std::string>& holds = {}) {
+void expect_refused(const RunResult& r, const std::string& starts,
+                    const std::vector<std::string>& holds = {}) {
   EXPECT_EQ(r.code, 2) << r.err;
   EXPECT_TRUE(r.out.empty()) << r.out;
   ASSERT_FALSE(r.err.empty());
@@ -71,9 +72,10 @@ TEST(CliMessages, ACheckpointLargerThanMemoryIsRefusedBeforeLoading) {
   Dir d;
   const std::string text = d.path("t.txt"), ck = d.path("ck.safetensors"), big = d.path("big.safetensors");
   spit(text, std::string(400, 'a') + std::string(400, 'b'));
-  const auto made = run("train --d-model 32 --layers 1 --heads 2 --d-ff 48 --threads 1 --context 16 --batch 2 "
-                        "--steps 1 --text " +
-                        text + " --checkpoint " + ck);
+  const auto made =
+      run("train --d-model 32 --layers 1 --heads 2 --d-ff 48 --threads 1 --context 16 --batch 2 "
+          "--steps 1 --text " +
+          text + " --checkpoint " + ck);
   ASSERT_EQ(made.code, 0) << made.err;
   spit(big, edit_meta(slurp(ck), "config", [](ojson& j) { j["num_layers"] = 1000000; }));
 #if defined(__SANITIZE_ADDRESS__)
@@ -81,7 +83,8 @@ TEST(CliMessages, ACheckpointLargerThanMemoryIsRefusedBeforeLoading) {
 #else
   const std::string ulimit = "ulimit -v 2000000; ";
 #endif
-  const auto r = ridge::test::run_shell(ulimit + RIDGE_BINARY + " generate --threads 1 --prompt hi --checkpoint " + big);
+  const auto r =
+      ridge::test::run_shell(ulimit + RIDGE_BINARY + " generate --threads 1 --prompt hi --checkpoint " + big);
   expect_refused(r, "--checkpoint: '" + big + "' records a model (", {"num_layers 1000000", "memory"});
 }
 
@@ -96,8 +99,8 @@ TEST(CliMessages, PromptFileProblemsNameThePromptFile) {
                  "--prompt-file: '" + empty + "' (prompt 2) is empty");
   expect_refused(run("generate --size tiny --vocab 200 --context 64 --threads 1 --prompt-file " + high),
                  "--prompt-file: '" + high + "' (prompt 1) holds the byte 255", {"(set by --vocab)"});
-  expect_refused(run(kGenerate + "--prompt-file " + lng), "--prompt-file: '" + lng + "' (prompt 1) has 100 tokens",
-                 {"(set by --context)"});
+  expect_refused(run(kGenerate + "--prompt-file " + lng),
+                 "--prompt-file: '" + lng + "' (prompt 1) has 100 tokens", {"(set by --context)"});
   // --prompt's own stay --prompt's.
   expect_refused(run(kGenerate + "--prompt " + std::string(70, 'y')), "--prompt: prompt 1 has 70 tokens");
 }
