@@ -10,6 +10,7 @@
 
 #include "cli.hpp"
 #include "tokenizer_flag.hpp"
+#include "ridge/attention.hpp"
 #include "ridge/core.hpp"
 #include "ridge/model/generate.hpp"
 #include "ridge/model/train.hpp"
@@ -89,6 +90,45 @@ void resolve_tokenizer(const Args& a, int64_t vocab) {
   g_tokenizer = std::move(tok->tokenizer);
 }
 
+// The model --size, --vocab, --context and --kv-heads describe, its errors in the flags' words (the library
+// names ModelConfig's fields: "ModelConfig: context_length ... overflow int64" was printed as it was).
+model::ModelConfig preset_config(const Args& a) {
+  try {
+    model::ModelConfig cfg = model::preset(a.size, a.vocab, a.context);
+    cfg.num_kv_heads = a.kv_heads;
+    cfg.validate();
+    return cfg;
+  } catch (const Error& e) {
+    std::string m = e.what();
+    static const std::pair<const char*, const char*> kWords[] = {
+        {"preset: ", "--size: "},
+        {"ModelConfig: num_kv_heads", "--kv-heads:"},
+        {"ModelConfig: context_length", "--context"},
+        {"ModelConfig: vocab_size", "--vocab"},
+        {"ModelConfig: the parameter count", "--size/--vocab: the parameter count"}};
+    for (const auto& [from, to] : kWords)
+      if (m.rfind(from, 0) == 0) throw Error(to + m.substr(std::string(from).size()));
+    throw;
+  }
+}
+
+// The fp32 model a run builds first (parameters and gradients, 8 bytes a parameter), held against the memory
+// available before anything is allocated: a size that cannot fit is the flags' or the checkpoint's fault,
+// named as such ("parameters: 3.64 PiB asked for" named neither, and a checkpoint recording a million
+// layers took 21 s to lay them out before the allocation failed).
+void check_model_fits(const Args& a, const model::ModelConfig& cfg) {
+  const double params = static_cast<double>(cfg.param_count()), need = 8 * params,
+               avail = static_cast<double>(memory::available_bytes());
+  if (need <= avail) return;
+  const std::string fits = fmt::format(
+      "{} parameters (fp32, with gradients: {}), more than the {} of memory this machine has available",
+      units::format_count(params), units::format_bytes(need), units::format_bytes(avail));
+  if (!a.checkpoint.empty() && a.size.empty())
+    fail("--checkpoint: '{}' records a model (vocab_size {}, num_layers {}, d_model {}, d_ff {}) of {}",
+         a.checkpoint, cfg.vocab_size, cfg.num_layers, cfg.d_model, cfg.d_ff, fits);
+  fail("--size/--vocab: a {} model with a vocabulary of {} has {}", a.size, cfg.vocab_size, fits);
+}
+
 model::TransformerLM<float> load_model(const Args& a) {
   if (!a.checkpoint.empty()) {
     std::optional<model::ModelConfig> c;
@@ -107,10 +147,9 @@ model::TransformerLM<float> load_model(const Args& a) {
             "--checkpoint: '{}' records no model config (a PyTorch state_dict?); give its shape with --size, "
             "--vocab, --context and --kv-heads",
             a.checkpoint);
-      cfg = model::preset(a.size, a.vocab, a.context);
-      cfg.num_kv_heads = a.kv_heads;
-      cfg.validate();
+      cfg = preset_config(a);
     }
+    check_model_fits(a, cfg);
     model::TransformerLM<float> m(cfg);
     try {
       model::load_weights(m, a.checkpoint);
@@ -120,17 +159,8 @@ model::TransformerLM<float> load_model(const Args& a) {
     return m;
   }
   check(!a.size.empty(), "generate: give --checkpoint FILE, or --size NAME for random weights (timing only)");
-  model::ModelConfig cfg;
-  try {
-    cfg = model::preset(a.size, a.vocab, a.context);
-    cfg.num_kv_heads = a.kv_heads;
-    cfg.validate();
-  } catch (const Error& e) {
-    std::string m = e.what();
-    if (m.rfind("preset: ", 0) == 0) m = "--size: " + m.substr(8);
-    if (m.rfind("ModelConfig: num_kv_heads", 0) == 0) m = "--kv-heads:" + m.substr(25);
-    throw Error(m);
-  }
+  const model::ModelConfig cfg = preset_config(a);
+  check_model_fits(a, cfg);
   model::TransformerLM<float> m(cfg);
   m.init(a.seed);
   return m;
@@ -141,21 +171,28 @@ std::string source(const Args& a, const char* flag) {
   return a.checkpoint.empty() ? fmt::format(" (set by {})", flag) : " (the checkpoint's)";
 }
 
+// Prompt i (0-based) as the user gave it: "--prompt: prompt 2", or "--prompt-file: 'p.txt' (prompt 3)" (the
+// --prompt texts come first, then the files). A file's problems were reported as --prompt's.
+std::string prompt_name(const Args& a, size_t i) {
+  if (i < a.prompts.size()) return fmt::format("--prompt: prompt {}", i + 1);
+  return fmt::format("--prompt-file: '{}' (prompt {})", a.prompt_files[i - a.prompts.size()], i + 1);
+}
+
 std::vector<std::vector<int32_t>> read_prompts(const Args& a, int64_t vocab) {
   std::vector<std::string> texts = a.prompts;
   for (const auto& f : a.prompt_files) texts.push_back(input::read_input_file(f, "--prompt-file"));
   check(!texts.empty(), "generate: give at least one --prompt TEXT or --prompt-file FILE");
   std::vector<std::vector<int32_t>> out;
   for (size_t i = 0; i < texts.size(); ++i) {
-    check(!texts[i].empty(), "--prompt: prompt {} is empty; a prompt needs at least one byte", i + 1);
+    check(!texts[i].empty(), "{} is empty; a prompt needs at least one byte", prompt_name(a, i));
     if (g_tokenizer) {
       out.push_back(g_tokenizer->encode(texts[i]));
       continue;
     }
     std::vector<int32_t> ids;
     for (unsigned char b : texts[i]) {
-      check(b < vocab, "--prompt: prompt {} holds the byte {}, outside this model's vocabulary [0, {}){}",
-            i + 1, b, vocab, source(a, "--vocab"));
+      check(b < vocab, "{} holds the byte {}, outside this model's vocabulary [0, {}){}", prompt_name(a, i),
+            b, vocab, source(a, "--vocab"));
       ids.push_back(b);
     }
     out.push_back(std::move(ids));
@@ -190,9 +227,10 @@ void run(const Args& a) {
         cfg.vocab_size, source(a, "--vocab"));
   for (size_t i = 0; i < prompts.size(); ++i) {
     const auto len = static_cast<int64_t>(prompts[i].size());
-    check(len <= cfg.context_length, "--prompt: prompt {} has {} tokens; the model's context_length is {}{}",
-          i + 1, len, cfg.context_length, source(a, "--context"));
-    check(len + a.max_tokens <= cfg.context_length,
+    check(len <= cfg.context_length, "{} has {} tokens; the model's context_length is {}{}",
+          prompt_name(a, i), len, cfg.context_length, source(a, "--context"));
+    // Subtracted, not added: --max-tokens 9223372036854775807 wrapped the sum and passed.
+    check(a.max_tokens <= cfg.context_length - len,
           "--max-tokens: prompt {}'s {} tokens + {} new tokens exceed the model's context_length {}{}; at "
           "most {} "
           "here",
@@ -343,7 +381,7 @@ void setup(CLI::App& root) {
       ->transform(cli::integer_in(1, 1024));
   cmd->add_option("--splits", a.splits, "decode attention's KV splits (0: heuristic)")
       ->capture_default_str()
-      ->transform(cli::integer_in(0, 1024));
+      ->transform(cli::integer_in(0, attention::kMaxKVCacheSplits));
   cmd->add_option("--threads", a.threads, "threads (default: OMP_NUM_THREADS or all CPUs)")
       ->transform(cli::integer_in(1, env::kMaxThreads));
   cmd->add_flag("--json", a.json, "one JSON document: tokens, text and speeds");

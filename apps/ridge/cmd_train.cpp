@@ -675,7 +675,9 @@ void setup(CLI::App& root) {
                   "the end-of-text token of --doc-mask (default 0: the NUL byte of byte-level data, and "
                   "<|endoftext|> of a BPE vocabulary that numbers its special tokens first, as HF's "
                   "BpeTrainer does; GPT-2's is 50256)")
-      ->transform(cli::integer_in(0));
+      // A token id is an int32: 2147483648 under a larger --vocab was narrowed to -2147483648 and then
+      // refused as the trainer's eot_id.
+      ->transform(cli::integer_in(0, std::numeric_limits<int32_t>::max()));
   cmd->add_option("--ddp", a.ddp,
                   "data parallelism under mpirun: naive, flat, overlap or bucketed (--batch is global)");
   cmd->add_option("--bucket-mb", a.bucket_mb, "bucketed: bucket size in MB")

@@ -24,6 +24,13 @@ std::vector<Registration>& registry() {
 
 namespace {
 
+// Before every shared library's constructor (the loader runs an executable's .preinit_array first),
+// libgomp's among them, which reads OMP_NUM_THREADS and warns on stderr about a value it cannot read:
+// a value ridge refuses is taken out of the environment and kept for ridge's own one-line error
+// (env::before_openmp, ridge/core/env.hpp). The only code ridge runs before main.
+[[gnu::used, gnu::section(".preinit_array")]] void (*before_openmp)(int, char**,
+                                                                    char**) = &ridge::env::before_openmp;
+
 // CLI11 messages can span lines; ridge promises one line per error.
 std::string one_line(std::string s) {
   std::replace(s.begin(), s.end(), '\n', ' ');

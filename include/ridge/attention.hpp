@@ -118,10 +118,14 @@ void attention_reference_backward(const TensorView<T>& q, const TensorView<T>& k
 //                 length are never read, so they may hold anything)
 //   lse           [batch, heads, seqlen_q] fp32, or an empty view (data == nullptr) when not wanted
 // T = float or bf16, fp32 accumulation; heads a multiple of kv_heads; d in 16..256; any positive strides.
+// The most ways decode attention splits a sequence's keys (KVCacheOptions::num_splits).
+inline constexpr int kMaxKVCacheSplits = 256;
+
 struct KVCacheOptions {
   float scale = 0.0f;  // 0 means 1/sqrt(d); otherwise finite and > 0
   bool causal = true;  // seqlen_q > 1: query i sees cache positions j <= i + seqlen_k - seqlen_q
-  int num_splits = 0;  // 0: chosen by a heuristic; 1: no split; n (<= 256): each sequence's keys split n ways
+  // 0: chosen by a heuristic; 1: no split; n (<= kMaxKVCacheSplits): each sequence's keys split n ways
+  int num_splits = 0;
 };
 
 template <typename T>

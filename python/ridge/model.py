@@ -330,7 +330,7 @@ class InferenceModel:
                                  real(temperature, "temperature", finite=True), real(top_p, "top_p", finite=True),
                                  integer(top_k, "top_k", 0), integer(seed, "seed", 0, 2**64 - 1),
                                  -1 if eos is None else integer(eos, "eos", 0),
-                                 integer(num_splits, "num_splits", 0, 1024), on_token)
+                                 integer(num_splits, "num_splits", 0, 256), on_token)
         return (out, stats) if boolean(return_stats, "return_stats") else out
 
 
@@ -377,4 +377,4 @@ class Session:
         return self._s.total_blocks()
 
     def set_num_splits(self, n):
-        self._s.set_num_splits(integer(n, "n", 0, 1024))
+        self._s.set_num_splits(integer(n, "n", 0, 256))

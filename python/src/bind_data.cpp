@@ -19,6 +19,19 @@ nb::bytes to_bytes(const std::string& s) {
   return nb::bytes(s.data(), s.size());
 }
 
+// The library names its own arguments (train_bpe_files' `texts`, save_dir's `dir`); Python's are
+// ridge.data's (`input_path`, `directory`). Runs `body` and raises its error again under the Python name.
+template <typename F>
+decltype(auto) named(std::initializer_list<std::pair<const char*, const char*>> names, F&& body) {
+  try {
+    return body();
+  } catch (const Error& e) {
+    for (const auto& [library, python] : names)
+      if (e.argument() == library) throw e.renamed(python);
+    throw;
+  }
+}
+
 nb::list ids_to_list(const std::vector<int32_t>& ids) {
   nb::list out;
   for (int32_t id : ids) out.append(id);
@@ -63,7 +76,7 @@ void bind_data(nb::module_& m) {
           "save_dir",
           [](const Tokenizer& t, const std::string& dir) {
             nb::gil_scoped_release release;
-            t.save_dir(dir);
+            named({{"dir", "directory"}}, [&] { t.save_dir(dir); });
           },
           nb::arg("directory"))
       .def("vocab_size", &Tokenizer::vocab_size)
@@ -143,7 +156,8 @@ void bind_data(nb::module_& m) {
       [](const std::vector<std::string>& paths, int64_t vocab_size,
          const std::vector<std::string>& special_tokens) {
         nb::gil_scoped_release release;
-        return model::train_bpe_files(paths, vocab_size, special_tokens);
+        return named({{"texts", "input_path"}},
+                     [&] { return model::train_bpe_files(paths, vocab_size, special_tokens); });
       },
       nb::arg("input_paths"), nb::arg("vocab_size"), nb::arg("special_tokens"));
 }

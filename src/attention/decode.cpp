@@ -24,7 +24,7 @@ namespace {
 
 constexpr const char* kFn = "flash_attn_with_kvcache";
 constexpr const char* kAppend = "kvcache_append";
-constexpr int kMaxSplits = 256;
+constexpr int kMaxSplits = kMaxKVCacheSplits;
 // The heuristic's figures (docs/attention.md, "Decode attention over a paged KV cache").
 constexpr int64_t kMinSplitKeys = 256;  // no heuristic split shorter than this
 constexpr int64_t kItemsPerThread = 4;

@@ -1,9 +1,9 @@
 #include "ridge/core/env.hpp"
 
-#include <cctype>
 #include <cstdlib>
 #include <limits>
 #include <optional>
+#include <string_view>
 
 #include "ridge/core/cpu.hpp"
 #include "ridge/core/error.hpp"
@@ -13,15 +13,49 @@ namespace ridge::env {
 namespace {
 
 // A whole decimal number in [lo, hi], nothing else: no sign, no spaces, no suffix, no hex, no
-// overflow ("16x", "-1", "0x10", "99999999999" are errors).
+// overflow ("16x", "-1", "0x10", "99999999999" are refused). Allocates nothing and throws nothing: it
+// also runs before main (withhold_openmp_threads).
+bool whole_in(std::string_view v, int64_t lo, int64_t hi, int64_t* out) noexcept {
+  if (v.empty() || v.size() > 18) return false;
+  int64_t x = 0;
+  for (char c : v) {
+    if (c < '0' || c > '9') return false;
+    x = x * 10 + (c - '0');
+  }
+  if (x < lo || x > hi) return false;
+  *out = x;
+  return true;
+}
+
 int64_t parse_int(const char* name, const std::string& v, int64_t lo, int64_t hi, const char* note = "") {
-  bool ok = !v.empty() && v.size() <= 18;
-  for (char c : v) ok = ok && std::isdigit(static_cast<unsigned char>(c));
-  const int64_t x = ok ? std::stoll(v) : 0;
-  if (!ok || x < lo || x > hi)
+  int64_t x = 0;
+  if (!whole_in(v, lo, hi, &x))
     fail("{}: '{}' is not accepted (expected a whole number in {} .. {}{})", name, v, lo, hi, note);
   return x;
 }
+
+// OMP_NUM_THREADS: a whole number in 1 .. kMaxThreads, or a comma-separated list of them (OpenMP's
+// counts for nested levels, "8,2"); every entry is checked, and ridge's count is the first. 0 when
+// refused. Allocates nothing and throws nothing (it also runs before main).
+int64_t openmp_threads(std::string_view v) noexcept {
+  int64_t first = 0;
+  for (size_t at = 0;;) {
+    const size_t comma = v.find(',', at);
+    int64_t x = 0;
+    if (!whole_in(v.substr(at, comma == std::string_view::npos ? std::string_view::npos : comma - at), 1,
+                  kMaxThreads, &x))
+      return 0;
+    if (first == 0) first = x;
+    if (comma == std::string_view::npos) return first;
+    at = comma + 1;
+  }
+}
+
+constexpr std::string_view kOmpNumThreads = "OMP_NUM_THREADS";
+
+// The value before_openmp took out of the environment (it is not there for getenv any more); knobs()
+// refuses it. Constant-initialised: set before main, read after.
+const char* g_withheld_openmp_threads = nullptr;
 
 bool parse_switch(const char* name, const std::string& v) {
   if (v == "1") return true;
@@ -59,9 +93,15 @@ Knobs parse_knobs(const char* (*lookup)(const char* name)) {
       fail("{}: '{}' is not accepted (expected a whole number in 16 .. 1024, a multiple of 16)", name, v);
     *slot = static_cast<int>(x);
   }
-  // OpenMP accepts a list ("8,2") for nested levels; ridge's count is the first entry.
-  if (const auto v = get("OMP_NUM_THREADS"); !v.empty())
-    k.omp_threads = static_cast<int>(parse_int("OMP_NUM_THREADS", v.substr(0, v.find(',')), 1, kMaxThreads));
+  // OpenMP accepts a list ("8,2") for nested levels: every entry is checked, ridge's count is the first.
+  if (const auto v = get("OMP_NUM_THREADS"); !v.empty()) {
+    k.omp_threads = static_cast<int>(openmp_threads(v));
+    if (k.omp_threads == 0)
+      fail(
+          "OMP_NUM_THREADS: '{}' is not accepted (expected a whole number in 1 .. {}, or a comma-separated "
+          "list of them for nested levels, of which ridge uses the first)",
+          v, kMaxThreads);
+  }
   if (const auto v = get("RIDGE_TEST_DIE_AT_STEP"); !v.empty()) {
     k.test_die_at_step = parse_int("RIDGE_TEST_DIE_AT_STEP", v, 1, int64_t{1} << 40, " (test only)");
     k.test_die_rank = 0;
@@ -78,8 +118,35 @@ Knobs parse_knobs(const char* (*lookup)(const char* name)) {
 }
 
 const Knobs& knobs() {
-  static const Knobs k = parse_knobs([](const char* name) -> const char* { return std::getenv(name); });
+  static const Knobs k = parse_knobs([](const char* name) -> const char* {
+    if (g_withheld_openmp_threads && name == kOmpNumThreads) return g_withheld_openmp_threads;
+    return std::getenv(name);
+  });
   return k;
+}
+
+const char* withhold_openmp_threads(char** envp) noexcept {
+  const char* refused = nullptr;
+  if (!envp) return refused;
+  size_t to = 0;
+  for (size_t from = 0; envp[from]; ++from) {
+    const std::string_view entry(envp[from]);
+    const bool ours = entry.size() > kOmpNumThreads.size() &&
+                      entry.substr(0, kOmpNumThreads.size()) == kOmpNumThreads &&
+                      entry[kOmpNumThreads.size()] == '=';
+    const char* value = envp[from] + kOmpNumThreads.size() + 1;
+    if (ours && (*value == '\0' || openmp_threads(value) == 0)) {
+      if (*value != '\0' && !refused) refused = value;
+      continue;  // taken out: the entries after it move up
+    }
+    envp[to++] = envp[from];
+  }
+  envp[to] = nullptr;
+  return refused;
+}
+
+void before_openmp(int, char**, char** envp) noexcept {
+  if (const char* v = withhold_openmp_threads(envp)) g_withheld_openmp_threads = v;
 }
 
 Launcher parse_launcher(const char* (*lookup)(const char* name)) {

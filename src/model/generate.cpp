@@ -57,7 +57,8 @@ void GenerateOptions::validate() const {
   check_arg(max_tokens >= 1, "max_tokens", "{} must be >= 1", max_tokens);
   check_arg(eos >= -1, "eos", "{} must be a token id or -1 (none)", eos);
   check_arg(cache_tokens >= 0, "cache_tokens", "{} must be >= 0 (0: enough for every prompt)", cache_tokens);
-  check_arg(num_splits >= 0, "num_splits", "{} must be >= 0 (0: the kernel's heuristic)", num_splits);
+  check_arg(num_splits >= 0 && num_splits <= attention::kMaxKVCacheSplits, "num_splits",
+            "{} is outside 0..{} (0: the kernel's heuristic)", num_splits, attention::kMaxKVCacheSplits);
 }
 
 namespace {
@@ -793,7 +794,8 @@ int64_t Session::free_blocks() const {
   return static_cast<int64_t>(impl_->free_list.size());
 }
 void Session::set_num_splits(int n) {
-  check_arg(n >= 0, "num_splits", "{} must be >= 0 (0: the kernel's heuristic)", n);
+  check_arg(n >= 0 && n <= attention::kMaxKVCacheSplits, "num_splits",
+            "{} is outside 0..{} (0: the kernel's heuristic)", n, attention::kMaxKVCacheSplits);
   impl_->num_splits = n;
 }
 
@@ -811,8 +813,9 @@ std::vector<std::vector<int32_t>> generate(const InferenceModel& model,
   for (size_t p = 0; p < prompts.size(); ++p) {
     const int64_t len = static_cast<int64_t>(prompts[p].size());
     check_arg(len > 0, "prompts", "prompt {} is empty; a prompt needs at least one token", p);
+    // Subtracted, not added: a max_tokens near 2^63 wrapped the sum and passed.
     check_arg(
-        len + o.max_tokens <= c.context_length, "max_tokens",
+        o.max_tokens <= c.context_length - len, "max_tokens",
         "prompt {}'s {} tokens + max_tokens {} exceed the model's context_length {} (at most {} new tokens)",
         p, len, o.max_tokens, c.context_length, std::max<int64_t>(0, c.context_length - len));
     // Whole blocks per sequence: a pool of the summed tokens could fall short of what each needs.

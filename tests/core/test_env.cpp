@@ -122,6 +122,48 @@ TEST(Env, JunkIsAnErrorNamingTheVariable) {
   expect_rejected("RIDGE_ISA", "AVX2");
 }
 
+// OpenMP's list ("8,2", counts for nested levels): every entry is checked, not only the first that
+// ridge uses ("2,junk" was accepted, and libgomp warned about it).
+TEST(Env, OmpNumThreadsListHasEveryEntryChecked) {
+  EXPECT_EQ(parse({{"OMP_NUM_THREADS", "4,2"}}).omp_threads, 4);
+  EXPECT_EQ(parse({{"OMP_NUM_THREADS", "1024,1,7"}}).omp_threads, 1024);
+  for (const char* v :
+       {"2,junk", "4,0", "4,-1", "2,", ",2", "2,,2", "4,1025", "1e3", "2, 2", "12345678901234567890"})
+    expect_rejected("OMP_NUM_THREADS", v);
+}
+
+// Before main (the ridge executable's .preinit_array): an OMP_NUM_THREADS that knobs() would refuse
+// leaves the environment before libgomp reads it, and is kept for ridge's own error; an empty one
+// leaves too (libgomp warns about it; for ridge it is unset); one ridge accepts stays.
+TEST(Env, WithholdOpenmpThreadsTakesOutWhatRidgeRefuses) {
+  auto withhold = [](std::vector<std::string> entries, std::vector<std::string>* left) {
+    std::vector<char*> envp;
+    for (auto& e : entries) envp.push_back(e.data());
+    envp.push_back(nullptr);
+    const char* refused = env::withhold_openmp_threads(envp.data());
+    left->clear();
+    for (char** p = envp.data(); *p; ++p) left->emplace_back(*p);
+    return refused ? std::string(refused) : std::string("(none)");
+  };
+  std::vector<std::string> left;
+  EXPECT_EQ(withhold({"A=1", "OMP_NUM_THREADS=4,2", "B=2"}, &left), "(none)");
+  EXPECT_EQ(left, (std::vector<std::string>{"A=1", "OMP_NUM_THREADS=4,2", "B=2"}));
+  for (const char* v : {"0", "-1", "junk", "1e3", "12345678901234567890", "2,junk", "1025"}) {
+    SCOPED_TRACE(v);
+    EXPECT_EQ(withhold({"A=1", std::string("OMP_NUM_THREADS=") + v, "B=2"}, &left), v);
+    EXPECT_EQ(left, (std::vector<std::string>{"A=1", "B=2"}));
+  }
+  EXPECT_EQ(withhold({"OMP_NUM_THREADS=", "A=1"}, &left), "(none)");
+  EXPECT_EQ(left, (std::vector<std::string>{"A=1"}));
+  // A second entry of the same name (execve allows it) is checked too; the first refused is reported.
+  EXPECT_EQ(withhold({"OMP_NUM_THREADS=2", "OMP_NUM_THREADS=0", "OMP_NUM_THREADS=x"}, &left), "0");
+  EXPECT_EQ(left, (std::vector<std::string>{"OMP_NUM_THREADS=2"}));
+  // Names that only begin the same are not touched.
+  EXPECT_EQ(withhold({"OMP_NUM_THREADS_ALL=0", "XOMP_NUM_THREADS=0"}, &left), "(none)");
+  EXPECT_EQ(left, (std::vector<std::string>{"OMP_NUM_THREADS_ALL=0", "XOMP_NUM_THREADS=0"}));
+  EXPECT_EQ(env::withhold_openmp_threads(nullptr), nullptr);
+}
+
 env::Launcher launcher(std::map<std::string, std::string> vars) {
   g_vars = std::move(vars);
   return env::parse_launcher(lookup);

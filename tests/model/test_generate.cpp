@@ -9,8 +9,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <numeric>
+#include <limits>
 #include <vector>
 
+#include "ridge/attention.hpp"
 #include "ridge/core/cpu.hpp"
 #include "ridge/core/error.hpp"
 #include "ridge/core/jit.hpp"
@@ -370,6 +372,42 @@ TEST(Generate, BadInputIsRefusedBeforeAnyWork) {
   rm::InferenceOptions bad;
   bad.block_size = 0;
   EXPECT_THROW(rm::InferenceModel(m, bad), ridge::Error);
+}
+
+// Issue 37: a max_tokens near 2^63 wrapped `len + max_tokens` and passed the context check, to fail as
+// "cache_tokens: -9223372036854775792 must be >= 0"; num_splits past the kernel's 256 passed generate's
+// check and failed inside flash_attn_with_kvcache, after the prefill. Both refused up front, named.
+TEST(Generate, MaxTokensThatWrapAndSplitsPastTheKernelAreRefusedUpFront) {
+  rm::TransformerLM<float> m(small_config());
+  m.init(19);
+  const rm::InferenceModel im(m);
+  auto argument_of = [&](const rm::GenerateOptions& o) -> std::string {
+    try {
+      rm::generate(im, {{1, 2, 3}}, o);
+    } catch (const ridge::Error& e) {
+      return e.argument() + " | " + e.what();
+    }
+    return "(accepted)";
+  };
+  for (const int64_t n :
+       {std::numeric_limits<int64_t>::max(), std::numeric_limits<int64_t>::max() - 2, int64_t{1} << 62}) {
+    rm::GenerateOptions g;
+    g.max_tokens = n;
+    EXPECT_EQ(argument_of(g).rfind("max_tokens | ", 0), 0u) << n << ": " << argument_of(g);
+  }
+  rm::GenerateOptions g;
+  g.max_tokens = 2;
+  g.num_splits = ridge::attention::kMaxKVCacheSplits + 1;
+  EXPECT_EQ(argument_of(g).rfind("num_splits | ", 0), 0u) << argument_of(g);
+  g.num_splits = ridge::attention::kMaxKVCacheSplits;
+  EXPECT_EQ(argument_of(g), "(accepted)");
+  rm::Session s(im, 1);
+  try {
+    s.set_num_splits(ridge::attention::kMaxKVCacheSplits + 1);
+    ADD_FAILURE() << "set_num_splits(257) accepted";
+  } catch (const ridge::Error& e) {
+    EXPECT_EQ(e.argument(), "num_splits") << e.what();
+  }
 }
 
 // The bytes the engine's weights occupy are the bytes the roofline's decode step counts for them (one

@@ -343,3 +343,38 @@ def test_a_message_quoting_bytes_that_are_not_utf8_is_still_a_value_error(tmp_pa
     bad.write_bytes(b'{"id": "\xff\xfe"}')
     with pytest.raises(ValueError, match=r"chip file .*\\xff"):
         rr.load_chip(str(bad))
+
+
+# Issue 37: a library's name for an argument reached Python as it was (train_bpe's missing file was
+# "texts: ...", Tokenizer.save to a file "dir: ..."); a max_tokens near 2**63 wrapped past the context
+# check to fail as "cache_tokens: -9223372036854775792 ..."; num_splits past the kernel's 256 passed and
+# failed inside flash_attn_with_kvcache after the prefill.
+def test_library_errors_name_the_python_argument(tmp_path):
+    import ridge.data as rd
+
+    with pytest.raises(ValueError, match=r"^input_path: .*nonexistent\.txt"):
+        rd.train_bpe(str(tmp_path / "nonexistent.txt"), 300, [])
+    with pytest.raises(ValueError, match=r"^input_path: "):
+        rd.train_bpe([str(tmp_path / "nonexistent.txt")], 300, [])
+    f = tmp_path / "a_file"
+    f.write_text("x")
+    tok = rd.Tokenizer({i: bytes([i]) for i in range(256)}, [])
+    with pytest.raises(ValueError, match=r"^directory: "):
+        tok.save(f)
+    assert f.read_text() == "x"
+
+
+@pytest.mark.parametrize("max_tokens", [2**63 - 1, 2**63 - 3, 2**62])
+def test_max_tokens_that_would_wrap_is_refused_naming_it(max_tokens):
+    m = model()
+    with pytest.raises(ValueError, match=r"^max_tokens: "):
+        m.generate([[1, 2]], max_tokens=max_tokens)
+
+
+def test_num_splits_past_the_kernels_limit_is_refused_up_front():
+    im = model().inference()
+    with pytest.raises(ValueError, match=r"^num_splits: 257 is out of range"):
+        im.generate([[1, 2]], max_tokens=2, num_splits=257)
+    with pytest.raises(ValueError, match=r"^n: 257 is out of range"):
+        im.session(max_sequences=1).set_num_splits(257)
+    assert len(im.generate([[1, 2]], max_tokens=2, num_splits=256)[0]) == 2

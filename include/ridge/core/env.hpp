@@ -27,7 +27,8 @@ struct Knobs {
   // RIDGE_AMX_EMULATE=1: the AMX kernels run on the tile emulator (src/core/amx.hpp), on any machine,
   // in place of the path's own bf16 and FP8 kernels; slow, for checking. Off by default.
   bool amx_emulate = false;
-  // OMP_NUM_THREADS (its first entry): the default thread count; 0 when unset.
+  // OMP_NUM_THREADS: the default thread count; 0 when unset. A list ("8,2", OpenMP's counts for nested
+  // levels) has every entry checked against 1 .. kMaxThreads, and this is its first.
   int omp_threads = 0;
   // Test-only fault injection for data-parallel training (never set them in real runs):
   // RIDGE_TEST_DIE_AT_STEP=N (N >= 1) makes rank RIDGE_TEST_DIE_RANK (default 0) exit with status 3
@@ -44,6 +45,20 @@ const Knobs& knobs();
 
 // Parses the knobs from a lookup function instead of the process environment (tests).
 Knobs parse_knobs(const char* (*lookup)(const char* name));
+
+// OpenMP's runtime (libgomp) reads OMP_NUM_THREADS in its own constructor, before main, and prints a
+// warning of its own about a value it cannot read, before ridge can say anything. So the ridge
+// executable runs before_openmp from its .preinit_array (apps/ridge/main.cpp), which the loader calls
+// before any shared library's constructor: it takes an OMP_NUM_THREADS that knobs() would refuse out of
+// the environment, so libgomp never sees it, and keeps it, so that knobs() refuses it with ridge's one
+// line; an empty one (the default, as unset) is taken out too. A value knobs() accepts is left alone.
+// Neither allocates nor throws: nothing of the C++ runtime is set up yet when it runs.
+//
+// withhold_openmp_threads does the work on `envp` (a null-terminated array, changed in place: the
+// entries after one taken out move up) and returns the first refused value (nullptr when none was);
+// before_openmp calls it on the process's environment and keeps what it returns for knobs().
+const char* withhold_openmp_threads(char** envp) noexcept;
+void before_openmp(int argc, char** argv, char** envp) noexcept;
 
 // What the MPI launcher told this process, read before MPI_Init from the variables mpirun sets:
 // Open MPI's OMPI_COMM_WORLD_SIZE / OMPI_COMM_WORLD_RANK, MPICH and Hydra's PMI_SIZE / PMI_RANK,

@@ -125,7 +125,8 @@ class Session {
   int64_t block_size() const;
   int64_t total_blocks() const;
   int64_t free_blocks() const;
-  // Splits of decode attention (attention::KVCacheOptions::num_splits; 0: the kernel's heuristic).
+  // Splits of decode attention (attention::KVCacheOptions::num_splits: 0, the kernel's heuristic, to
+  // attention::kMaxKVCacheSplits; checked here, not first inside the kernel mid-generation).
   void set_num_splits(int n);
 
   struct Impl;
@@ -140,7 +141,7 @@ struct GenerateOptions {
   uint64_t seed = 0;  // draw k of prompt i uses sampling_rng(seed, i, k): the same tokens at any thread count
   int64_t eos = -1;   // a token id that ends its sequence (it is still emitted), or -1
   int64_t cache_tokens = 0;  // Session's pool (0: enough for every prompt's whole generation)
-  int num_splits = 0;
+  int num_splits = 0;        // as Session::set_num_splits: 0 .. attention::kMaxKVCacheSplits
   // Called for each new token as soon as it is sampled: (prompt index, token).
   std::function<void(size_t, int32_t)> on_token;
   void validate() const;
