@@ -316,7 +316,9 @@ std::map<std::string, double> torch_peer(const AttnCase& c, int threads, const b
   const auto pos = text.find_last_of('{');
   json j;
   try {
-    j = json::parse(text.substr(text.rfind('\n', pos) == std::string::npos ? 0 : text.rfind('\n', pos) + 1));
+    j = input::parse_json(
+        text.substr(text.rfind('\n', pos) == std::string::npos ? 0 : text.rfind('\n', pos) + 1),
+        "peer output");
   } catch (const std::exception&) {
     why = fmt::format("PyTorch peer failed (exit {}): {}", rc, text.substr(0, 200));
     return out;

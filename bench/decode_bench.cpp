@@ -26,6 +26,7 @@
 #include "ridge/model/train.hpp"
 #include "ridge/roofline/decode.hpp"
 #include "core/check.hpp"
+#include "core/json.hpp"
 
 namespace ridge {
 namespace {
@@ -97,7 +98,7 @@ std::vector<PeerResult> run_peer(const std::string& script, const std::vector<st
   const auto brace = text.rfind("\n{");
   json j;
   try {
-    j = json::parse(text.substr(brace == std::string::npos ? 0 : brace + 1));
+    j = input::parse_json(text.substr(brace == std::string::npos ? 0 : brace + 1), "peer output");
   } catch (const std::exception&) {
     return all(fmt::format("failed (exit {}): {}", run.exit_code, text.substr(0, 160)));
   }

@@ -21,6 +21,7 @@
 #include "bench/json.hpp"
 #include "bench/registry.hpp"
 #include "core/check.hpp"
+#include "core/json.hpp"
 #include "ridge/bench.hpp"
 #include "ridge/build_paths.h"  // RIDGE_SOURCE_DIR (generated)
 #include "ridge/core.hpp"
@@ -77,7 +78,7 @@ TorchResult torch_peer(const Flags& flags, const std::string& weights, const mod
   const auto nl = text.find_last_of('\n', text.size() >= 2 ? text.size() - 2 : 0);
   json j;
   try {
-    j = json::parse(text.substr(nl == std::string::npos ? 0 : nl + 1));
+    j = input::parse_json(text.substr(nl == std::string::npos ? 0 : nl + 1), "peer output");
   } catch (const std::exception&) {
     r.why = fmt::format("PyTorch peer failed (exit {}): {}", rc, text.substr(0, 160));
     return r;

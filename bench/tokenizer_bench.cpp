@@ -47,6 +47,7 @@
 #include "ridge/core/process.hpp"
 #include "ridge/model/tokenizer.hpp"
 #include "core/check.hpp"
+#include "core/json.hpp"
 
 namespace ridge {
 namespace {
@@ -182,7 +183,8 @@ Timed run_python(const std::string& script, std::vector<std::string> args) {
   }
   const auto brace = r.output.rfind("\n{");
   try {
-    const json j = json::parse(r.output.substr(brace == std::string::npos ? 0 : brace + 1));
+    const json j =
+        input::parse_json(r.output.substr(brace == std::string::npos ? 0 : brace + 1), "peer output");
     if (j.contains("error")) {
       t.why = j["error"].get<std::string>();
     } else {

@@ -203,8 +203,26 @@ void train_bpe(const TrainArgs& a) {
 
 // ---- encode ----
 
+// Byte-level encoding holds the whole text (read into a growing string: up to twice its size) and one
+// uint16 per byte: about 4 bytes of memory per byte of TEXT, checked from the files' sizes before any is
+// read.
+void check_byte_encode_fits(const std::vector<std::string>& texts) {
+  double bytes = 0;
+  for (const auto& t : texts) {
+    struct stat st {};
+    if (::stat(t.c_str(), &st) == 0 && S_ISREG(st.st_mode)) bytes += static_cast<double>(st.st_size);
+  }
+  const double need = 4 * bytes;
+  const auto avail = static_cast<double>(memory::available_bytes());
+  check(need <= avail,
+        "TEXT: encoding {} of text byte by byte needs about {}, more than the {} of memory available; encode "
+        "fewer or smaller files at a time",
+        units::format_bytes(bytes), units::format_bytes(need), units::format_bytes(avail));
+}
+
 void encode_bytes(const std::vector<std::string>& texts, const std::string& out, bool force) {
   check_output("data encode", "-o/--output", out, named("TEXT", texts), force);
+  check_byte_encode_fits(texts);
   std::string text;
   for (const auto& t : texts) text += read_text(t);
   check(!text.empty(), "data encode: TEXT is empty (no bytes to encode)");

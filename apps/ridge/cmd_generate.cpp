@@ -186,7 +186,8 @@ std::vector<std::vector<int32_t>> read_prompts(const Args& a, int64_t vocab) {
   for (size_t i = 0; i < texts.size(); ++i) {
     check(!texts[i].empty(), "{} is empty; a prompt needs at least one byte", prompt_name(a, i));
     if (g_tokenizer) {
-      out.push_back(g_tokenizer->encode(texts[i]));
+      // The tokenizer's memory check (a pre-token too long to encode) is about the prompt.
+      out.push_back(cli::with_flags({{"text", "--prompt"}}, [&] { return g_tokenizer->encode(texts[i]); }));
       continue;
     }
     std::vector<int32_t> ids;
@@ -198,6 +199,29 @@ std::vector<std::vector<int32_t>> read_prompts(const Args& a, int64_t vocab) {
     out.push_back(std::move(ids));
   }
   return out;
+}
+
+// The memory the run will take, before any of it is allocated: the weights and RoPE's tables for the
+// whole context (the inference model), and the KV cache for every prompt's whole generation, in blocks
+// as generate() sizes it. Refused naming the flag behind the larger part.
+void check_memory(const Args& a, const model::ModelConfig& cfg, const model::InferenceOptions& io,
+                  const std::vector<std::vector<int32_t>>& prompts) {
+  int64_t tokens = 0;
+  for (const auto& p : prompts)
+    tokens +=
+        (static_cast<int64_t>(p.size()) + a.max_tokens + a.block_size - 1) / a.block_size * a.block_size;
+  const model::InferenceMemory need = model::inference_memory(cfg, io, tokens);
+  const auto avail = static_cast<double>(memory::available_bytes());
+  if (need.total() <= avail) return;
+  const bool model_alone = need.weights + need.rope > avail;
+  const char* flag = model_alone ? (a.checkpoint.empty() ? "--context" : "--checkpoint") : "--max-tokens";
+  fail(
+      "{}: this run needs {}, more than the {} of memory available: RoPE's tables {} for a context of {} "
+      "tokens{}, the weights {}, the KV cache {} for {} prompt{} + --max-tokens {}; use a smaller {}",
+      flag, units::format_bytes(need.total()), units::format_bytes(avail), units::format_bytes(need.rope),
+      cfg.context_length, source(a, "--context"), units::format_bytes(need.weights),
+      units::format_bytes(need.kv_cache), prompts.size(), prompts.size() == 1 ? "" : "s", a.max_tokens,
+      model_alone ? (a.checkpoint.empty() ? "--context" : "model") : "--max-tokens or fewer prompts");
 }
 
 void run(const Args& a) {
@@ -236,6 +260,7 @@ void run(const Args& a) {
           "here",
           i + 1, len, a.max_tokens, cfg.context_length, source(a, "--context"), cfg.context_length - len);
   }
+  check_memory(a, cfg, io, prompts);
   const model::InferenceModel im =
       cli::with_flags({{"block_size", "--block-size"}}, [&] { return model::InferenceModel(*trained, io); });
   trained.reset();  // the fp32 master copy is not needed any more

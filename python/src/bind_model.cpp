@@ -8,6 +8,7 @@
 #include "common.hpp"
 #include "ridge/model/train.hpp"
 #include "core/check.hpp"
+#include "core/json.hpp"
 #include "model/json.hpp"
 
 namespace ridge::py {
@@ -21,7 +22,7 @@ Trainer make(const std::string& config_json, const std::string& precision, const
              int64_t cosine_steps, double weight_decay, double beta1, double beta2, double eps,
              double max_grad_norm, uint64_t seed) {
   model::ModelConfig cfg;
-  model::from_json(nlohmann::json::parse(config_json), cfg);
+  model::from_json(input::parse_json(config_json, "config_json"), cfg);
   model::TrainConfig t;
   t.batch = batch;
   t.seq = seq;
@@ -199,7 +200,7 @@ void bind_model(nb::module_& m) {
       "validate_config",
       [](const std::string& config_json) {
         model::ModelConfig cfg;
-        model::from_json(nlohmann::json::parse(config_json), cfg);
+        model::from_json(input::parse_json(config_json, "config_json"), cfg);
       },
       nb::arg("config_json"));
 }

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -150,6 +151,49 @@ nlohmann::json read_json_file(const std::string& path, const std::string& what, 
 
 std::string plain_json_error(const nlohmann::json::exception& e) {
   return plain_message(e.what());
+}
+
+namespace {
+
+// The JSON text of the first bytes of `s` (enough for an excerpt of `limit` characters).
+std::string string_excerpt(const std::string& s, size_t limit) {
+  const nlohmann::json cut = s.size() > limit + 1 ? s.substr(0, limit + 1) : s;
+  return cut.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+// Appends v's JSON text to `out` until `out` holds more than `limit` characters; containers deeper than
+// kMaxDepth below the value are shown as "...", so the recursion is bounded whatever the value.
+void append_excerpt(const nlohmann::json& v, std::string& out, size_t limit, int depth) {
+  constexpr int kMaxDepth = 8;
+  if (v.is_object() || v.is_array()) {
+    const bool obj = v.is_object();
+    out += obj ? '{' : '[';
+    bool first = true;
+    for (auto it = v.begin(); it != v.end() && out.size() <= limit; ++it) {
+      if (!first) out += ',';
+      first = false;
+      if (obj) out += string_excerpt(it.key(), limit) + ':';
+      if (depth >= kMaxDepth && (it->is_object() || it->is_array()))
+        out += "...";
+      else
+        append_excerpt(*it, out, limit, depth + 1);
+    }
+    out += obj ? '}' : ']';
+  } else if (v.is_string()) {
+    out += string_excerpt(v.get_ref<const std::string&>(), limit);
+  } else {
+    out += v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  }
+}
+
+}  // namespace
+
+std::string excerpt(const nlohmann::json& v, size_t max_chars) {
+  max_chars = std::max<size_t>(max_chars, 4);
+  std::string out;
+  append_excerpt(v, out, max_chars, 0);
+  if (out.size() > max_chars) out = out.substr(0, max_chars - 3) + "...";
+  return out;
 }
 
 const nlohmann::json& field(const nlohmann::json& obj, const std::string& key, const std::string& path,

@@ -16,6 +16,7 @@
 #include <atomic>
 #include <cctype>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
@@ -32,6 +33,7 @@
 #include "ridge/core/process.hpp"
 #include "ridge/core/version.hpp"
 #include "core/check.hpp"
+#include "core/json.hpp"
 
 namespace ridge::jit {
 namespace fs = std::filesystem;
@@ -371,8 +373,12 @@ Checked check_entry(int cachefd, const std::string& key, const Context& c, bool 
 
   std::string text;
   if (auto why = read_ours(dir.fd, "meta.json", text, &r.bytes); !why.empty()) return bad(why);
-  r.meta = nlohmann::json::parse(text, nullptr, false);
-  if (r.meta.is_discarded() || !r.meta.is_object()) return bad("meta.json is not a JSON object");
+  try {
+    r.meta = input::parse_json(text, "meta.json");  // its depth limit: the file may have been planted
+  } catch (const Error&) {
+    return bad("meta.json is not a JSON object");
+  }
+  if (!r.meta.is_object()) return bad("meta.json is not a JSON object");
   if (str(r.meta, "key") != key) return bad("meta.json's key is not the entry's name");
   if (const auto v = str(r.meta, "ridge_version"); v != ridge::version())
     return bad(fmt::format("built by ridge '{}' (this is {})", v, ridge::version()));
@@ -436,8 +442,12 @@ struct Slot {
   void* fn = nullptr;
 };
 struct State {
-  std::mutex m;  // map
+  std::mutex m;  // map, off
   std::unordered_map<uint64_t, std::vector<Slot>> map;
+  // Set by the first failure (no compiler, a compile that failed or ran past its deadline, an unusable
+  // cache): from then on the JIT is off for the process, as the notice says, and no request starts
+  // another compile. A compiler that hangs thus costs one deadline, not one per kernel.
+  bool off = false;
   std::mutex build;  // one build at a time in this process; warm lookups never wait for it
   std::map<std::pair<uint64_t, uint64_t>, void*> loaded;  // (st_dev, st_ino) of each loaded .so
 };
@@ -586,8 +596,15 @@ void* obtain(const Kernel& k, const Settings& s, Source& src, std::string& why) 
   if (why = open_cache_dir(s.cache_dir, true, cache); !why.empty()) return nullptr;
   Context c;
   c.cpu = cpu_signature();
+  // One deadline covers the compiler's first `--version` (remembered afterwards) and the compile, so a
+  // compiler that answers slowly and then hangs still costs one deadline, not two.
+  const auto t0 = std::chrono::steady_clock::now();
   c.compiler = probe_compiler(s, c.compiler_path, why);
   if (c.compiler.empty()) return nullptr;
+  Settings left = s;
+  const auto spent = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() - t0);
+  if (s.compile_timeout_s > 0)
+    left.compile_timeout_s = std::max(1, s.compile_timeout_s - static_cast<int>(spent.count()));
   const std::string key = cache_key(k.source, k.flags, c);
   void* fn = nullptr;
   Checked e = check_entry(cache.fd, key, c, false);
@@ -597,7 +614,7 @@ void* obtain(const Kernel& k, const Settings& s, Source& src, std::string& why) 
     return fn;
   }
   if (!e.absent) discard_entry(cache.fd, s.cache_dir, key);  // never loaded: moved aside and removed
-  if (why = build(cache.fd, s.cache_dir, k, key, c, s); !why.empty()) return nullptr;
+  if (why = build(cache.fd, s.cache_dir, k, key, c, left); !why.empty()) return nullptr;
   e = check_entry(cache.fd, key, c, false);
   if (!e.ok) {
     why = "the entry just built (or another process's) failed its check: " + e.why;
@@ -650,6 +667,11 @@ void* get(const Kernel& k, const Settings& s) {
       t_last = slot->fn ? Source::memory : Source::none;
       return slot->fn;
     }
+    if (st.off) {  // an earlier failure turned the JIT off: no new compile, no new notice
+      st.map[h].push_back({Request{k.name, k.source, k.symbol, s.cache_dir, s.compiler, k.flags}, nullptr});
+      t_last = Source::none;
+      return nullptr;
+    }
   }
   Source src = Source::none;
   std::string why;
@@ -667,6 +689,7 @@ void* get(const Kernel& k, const Settings& s) {
   {
     std::lock_guard lock(st.m);
     st.map[h].push_back({Request{k.name, k.source, k.symbol, s.cache_dir, s.compiler, k.flags}, fn});
+    if (!fn) st.off = true;
   }
   t_last = src;
   return fn;
@@ -698,6 +721,7 @@ void forget_in_process() {
   auto& st = state();
   std::lock_guard lock(st.m);
   st.map.clear();
+  st.off = false;
 }
 
 std::vector<Entry> list(const Settings& s) {

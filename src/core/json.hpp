@@ -23,6 +23,12 @@ nlohmann::json read_json_file(const std::string& path, const std::string& what,
 // A JSON library error in plain words, without its "[json.exception.type_error.302]" code.
 std::string plain_json_error(const nlohmann::json::exception& e);
 
+// A JSON value as a message shows it: its JSON text when that is at most `max_chars` characters, else
+// the first max_chars - 3 and "...". Never a dump() of the whole value: the walk stops once the excerpt
+// is full and goes at most a few levels deep, so a value nested 300,000 deep or megabytes long costs
+// what the excerpt costs (a recursive dump() of such a value ran out of stack).
+std::string excerpt(const nlohmann::json& v, size_t max_chars = 40);
+
 // Typed access that names the field's path ("events[3].bytes") when it is missing or of the wrong
 // type. `what` is the input's name as in parse_json.
 const nlohmann::json& field(const nlohmann::json& obj, const std::string& key, const std::string& path,

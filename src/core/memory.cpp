@@ -8,9 +8,11 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <deque>
 #include <mutex>
 #include <new>
+#include <string>
 #include <unordered_map>
 
 #include "ridge/core/error.hpp"
@@ -135,15 +137,98 @@ int64_t physical_bytes() {
   return total;
 }
 
-int64_t available_bytes() {
-  std::FILE* f = std::fopen("/proc/meminfo", "r");
-  if (!f) return physical_bytes();
-  char line[256];
-  int64_t kib = -1;
-  while (std::fgets(line, sizeof line, f))
-    if (std::sscanf(line, "MemAvailable: %ld kB", &kib) == 1) break;
+namespace {
+
+// The number on the first line of a file (a cgroup's limit or usage); -1 when unreadable or not a number
+// ("max": no limit).
+int64_t number_in(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "r");
+  if (!f) return -1;
+  long long v = -1;
+  if (std::fscanf(f, "%lld", &v) != 1) v = -1;
   std::fclose(f);
-  return kib >= 0 ? std::min(kib * 1024, physical_bytes()) : physical_bytes();
+  return v;
+}
+
+// A field of a cgroup's memory.stat ("file 123"); 0 when absent.
+int64_t stat_field(const std::string& path, const char* key) {
+  std::FILE* f = std::fopen(path.c_str(), "r");
+  if (!f) return 0;
+  char name[128];
+  long long v = 0;
+  int64_t found = 0;
+  while (std::fscanf(f, "%127s %lld", name, &v) == 2)
+    if (std::strcmp(name, key) == 0) {
+      found = v;
+      break;
+    }
+  std::fclose(f);
+  return found;
+}
+
+// What this process's memory cgroup still lets it take: its limit less its usage, the page cache not
+// counted (the kernel reclaims it before it refuses memory); -1 where it has no limit or none can be read.
+// Its cgroup is looked up in /proc/self/cgroup (v2 "0::/path", v1 "N:memory:/path"), then at the mount's
+// root, which is the process's own cgroup inside a container's namespace.
+int64_t cgroup_headroom() {
+  std::string v2 = "/", v1 = "/";
+  if (std::FILE* f = std::fopen("/proc/self/cgroup", "r")) {
+    char line[4096];
+    while (std::fgets(line, sizeof line, f)) {
+      std::string l(line);
+      while (!l.empty() && (l.back() == '\n' || l.back() == '\r')) l.pop_back();
+      if (l.rfind("0::", 0) == 0) v2 = l.substr(3);
+      const auto m = l.find(":memory:");
+      if (m != std::string::npos) v1 = l.substr(m + 8);
+    }
+    std::fclose(f);
+  }
+  constexpr int64_t kNoLimit = int64_t{1} << 60;  // v1 writes "no limit" as about 2^63
+  for (const std::string& dir : {"/sys/fs/cgroup" + v2, std::string("/sys/fs/cgroup")}) {
+    const int64_t max = number_in(dir + "/memory.max"), cur = number_in(dir + "/memory.current");
+    if (max >= 0 && cur >= 0)
+      return std::max<int64_t>(0, max - (cur - stat_field(dir + "/memory.stat", "file")));
+  }
+  for (const std::string& dir : {"/sys/fs/cgroup/memory" + v1, std::string("/sys/fs/cgroup/memory")}) {
+    const int64_t max = number_in(dir + "/memory.limit_in_bytes"),
+                  cur = number_in(dir + "/memory.usage_in_bytes");
+    if (max >= 0 && max < kNoLimit && cur >= 0)
+      return std::max<int64_t>(0, max - (cur - stat_field(dir + "/memory.stat", "total_cache")));
+  }
+  return -1;
+}
+
+// What RLIMIT_AS (`ulimit -v`) still lets the process map: the limit less its virtual size now; -1 when
+// there is no limit.
+int64_t address_space_headroom() {
+  rlimit rl{};
+  if (::getrlimit(RLIMIT_AS, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return -1;
+  long long pages = 0;
+  if (std::FILE* f = std::fopen("/proc/self/statm", "r")) {
+    if (std::fscanf(f, "%lld", &pages) != 1) pages = 0;
+    std::fclose(f);
+  }
+  const int64_t used = static_cast<int64_t>(pages) * ::sysconf(_SC_PAGE_SIZE);
+  const auto limit = static_cast<int64_t>(std::min<rlim_t>(rl.rlim_cur, INT64_MAX));
+  return std::max<int64_t>(0, limit - used);
+}
+
+}  // namespace
+
+int64_t available_bytes() {
+  int64_t avail = physical_bytes();
+  if (std::FILE* f = std::fopen("/proc/meminfo", "r")) {
+    char line[256];
+    int64_t kib = -1;
+    while (std::fgets(line, sizeof line, f))
+      if (std::sscanf(line, "MemAvailable: %ld kB", &kib) == 1) break;
+    std::fclose(f);
+    if (kib >= 0) avail = std::min(kib * 1024, avail);
+  }
+  // A container's memory limit, or `ulimit -v`, can be below what the machine has free.
+  for (const int64_t h : {cgroup_headroom(), address_space_headroom()})
+    if (h >= 0) avail = std::min(avail, h);
+  return avail;
 }
 
 void check_fits(double bytes, const std::string& what) {

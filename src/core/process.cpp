@@ -63,30 +63,56 @@ Result run(const std::vector<std::string>& argv, bool capture, int timeout_s) {
     ::kill(-pid, SIGKILL);
     r.timed_out = true;
   };
+  int status = 0;
+  rusage ru{};
+  bool reaped = false;
+  // Reaps the program if it has ended (never blocks); true once it has.
+  auto reap = [&] {
+    if (reaped) return true;
+    for (;;) {
+      const pid_t w = ::wait4(pid, &status, WNOHANG, &ru);
+      if (w < 0 && errno == EINTR) continue;
+      reaped = w != 0;  // its pid, or an error (no such child): either way there is nothing to wait for
+      return reaped;
+    }
+  };
   if (capture) {
+    // Reads until the pipe's end, or until the program itself has ended: a process it left behind (a
+    // compiler driver's daemon, `sleep &`) may hold the pipe's write end for ever, and its output is
+    // not the program's. Polled in slices of 50 ms so that the end is seen without the pipe closing.
     char buf[4096];
     for (;;) {
-      if (timeout_s > 0) {
-        pollfd p{fds[0], POLLIN, 0};
-        const int n = ::poll(&p, 1, ms_left());
-        if (n < 0 && errno == EINTR) continue;
-        if (n == 0) {
-          // Past the limit: kill the group and stop reading (a grandchild that left the group could
-          // hold the pipe open forever).
-          kill_group();
-          break;
-        }
-      }
-      const ssize_t n = ::read(fds[0], buf, sizeof buf);
+      const int slice = timeout_s > 0 ? std::min(50, ms_left()) : 50;
+      pollfd p{fds[0], POLLIN, 0};
+      const int n = ::poll(&p, 1, slice);
       if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) break;
-      r.output.append(buf, static_cast<size_t>(n));
+      if (n > 0) {
+        const ssize_t got = ::read(fds[0], buf, sizeof buf);
+        if (got < 0 && errno == EINTR) continue;
+        if (got <= 0) break;  // the pipe's end: every writer closed it
+        r.output.append(buf, static_cast<size_t>(got));
+      }
+      if (reap()) {
+        // What the program wrote before it ended is in the pipe already: take it without waiting.
+        ::fcntl(fds[0], F_SETFL, ::fcntl(fds[0], F_GETFL) | O_NONBLOCK);
+        for (size_t drained = 0; drained < (size_t{1} << 20);) {
+          const ssize_t got = ::read(fds[0], buf, sizeof buf);
+          if (got < 0 && errno == EINTR) continue;
+          if (got <= 0) break;
+          r.output.append(buf, static_cast<size_t>(got));
+          drained += static_cast<size_t>(got);
+        }
+        break;
+      }
+      if (timeout_s > 0 && ms_left() == 0) {
+        // Past the limit: kill the group and stop reading.
+        kill_group();
+        break;
+      }
     }
     ::close(fds[0]);
   }
-  int status = 0;
-  rusage ru{};
-  for (;;) {
+  while (!reaped) {
     // Without a pipe to wait on, a limited run polls for the child's end every few milliseconds.
     const int options = timeout_s > 0 && !r.timed_out ? WNOHANG : 0;
     const pid_t w = ::wait4(pid, &status, options, &ru);

@@ -9,6 +9,7 @@
 #include "bench/json.hpp"
 #include "ridge/bench/trace.hpp"
 #include "core/check.hpp"
+#include "core/json.hpp"
 #include "ridge/core/error.hpp"
 #include "ridge/core/files.hpp"
 #include "ridge/distributed.hpp"
@@ -95,8 +96,9 @@ nlohmann::json gather_trace() {
     try {
       std::vector<nlohmann::json> docs;
       for (int r = 0; r < world; ++r)
-        docs.push_back(nlohmann::json::parse(all.substr(static_cast<size_t>(displs[static_cast<size_t>(r)]),
-                                                        static_cast<size_t>(lens[static_cast<size_t>(r)]))));
+        docs.push_back(input::parse_json(all.substr(static_cast<size_t>(displs[static_cast<size_t>(r)]),
+                                                    static_cast<size_t>(lens[static_cast<size_t>(r)])),
+                                         fmt::format("rank {}'s trace", r)));
       merged = merge_rank_traces(docs);
     } catch (const std::exception& e) {
       err = fmt::format("trace: merging the ranks' events failed: {}", e.what());

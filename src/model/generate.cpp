@@ -18,6 +18,7 @@
 #include "ridge/core/error.hpp"
 #include "ridge/core/memory.hpp"
 #include "ridge/core/threads.hpp"
+#include "ridge/core/units.hpp"
 #include "ridge/model/roofline.hpp"
 #include "ridge/gemm.hpp"
 #include "ridge/gemm_fp8.hpp"
@@ -59,6 +60,29 @@ void GenerateOptions::validate() const {
   check_arg(cache_tokens >= 0, "cache_tokens", "{} must be >= 0 (0: enough for every prompt)", cache_tokens);
   check_arg(num_splits >= 0 && num_splits <= attention::kMaxKVCacheSplits, "num_splits",
             "{} is outside 0..{} (0: the kernel's heuristic)", num_splits, attention::kMaxKVCacheSplits);
+}
+
+namespace {
+
+bool is_fp8(WeightFormat f);
+
+}  // namespace
+
+InferenceMemory inference_memory(const ModelConfig& c, const InferenceOptions& o, int64_t cache_tokens) {
+  const double D = static_cast<double>(c.d_model), F = static_cast<double>(c.d_ff),
+               V = static_cast<double>(c.vocab_size), L = static_cast<double>(c.num_layers),
+               H = static_cast<double>(c.num_heads), KV = static_cast<double>(c.kv_heads()),
+               dh = static_cast<double>(c.d_head());
+  // Bytes per weight: FP8's are one, and its cast holds another copy while it packs them.
+  auto per = [](WeightFormat f) { return f == WeightFormat::fp32 ? 4.0 : 2.0; };
+  const WeightFormat head = o.head ? *o.head : (is_fp8(o.weights) ? WeightFormat::bf16 : o.weights);
+  InferenceMemory m;
+  m.weights = L * ((H + 2 * KV) * dh * D + D * H * dh + 2 * F * D + D * F) * per(o.weights) +
+              V * D * per(head) + 4 * V * D + 4 * (2 * L + 1) * D;
+  m.rope = 4.0 * static_cast<double>(c.context_length) * dh;  // cos and sin: [context, dh / 2] floats each
+  m.kv_cache =
+      static_cast<double>(cache_tokens) * 2 * L * KV * dh * (o.weights == WeightFormat::fp32 ? 4 : 2);
+  return m;
 }
 
 namespace {
@@ -190,6 +214,14 @@ struct InferenceModel::Impl {
         "d_head = d_model / num_heads = {}; inference runs FlashAttention and decode attention, which take "
         "16..256",
         c.d_head());
+    // Before anything is allocated: the tables alone grow with context_length (12.8 GB at 10^8 tokens).
+    const InferenceMemory need = inference_memory(c, o);
+    const auto avail = static_cast<double>(memory::available_bytes());
+    check_arg(need.weights + need.rope <= avail, "config",
+              "the weights ({}) and RoPE's tables for context_length {} ({}) need {}, more than the {} of "
+              "memory available",
+              units::format_bytes(need.weights), c.context_length, units::format_bytes(need.rope),
+              units::format_bytes(need.weights + need.rope), units::format_bytes(avail));
     cfg = c;
     opt = o;
     head_fmt = o.head ? *o.head : (is_fp8(o.weights) ? WeightFormat::bf16 : o.weights);

@@ -38,8 +38,11 @@
 #include "ridge/core/error.hpp"
 #include "ridge/core/files.hpp"
 #include "ridge/core/hash.hpp"
+#include "ridge/core/memory.hpp"
 #include "ridge/core/threads.hpp"
+#include "ridge/core/units.hpp"
 #include "core/check.hpp"
+#include "core/json.hpp"
 
 namespace ridge::model {
 
@@ -62,6 +65,47 @@ void merge_pair(std::vector<int32_t>& s, size_t from, int32_t a, int32_t b, int3
   s.resize(w);
 }
 using Clock = std::chrono::steady_clock;
+
+// ---- memory, checked before it is taken ----
+// Bytes of memory per byte of text, from what the code holds and checked against the peak resident set
+// on one long pre-token (the case where they are largest). Training one holds its text twice (the
+// stream's buffer and the count map's key), its symbols (4 bytes each) and the list of words each pair
+// is in (4), and each merge rewrites the word through its old and new pair lists (8 + 8): 22; measured
+// 21 (`ridge data train-bpe` on 64 MiB of "a") and 23 (8 MiB of random letters), so 28 with a margin.
+// Encoding one holds the text, its symbols (4), the chunk's ids (4, doubled while that vector grows) and
+// the output's (4): 16; measured 11 (64 MiB of "a").
+constexpr double kTrainBytesPerPretokenByte = 28, kTrainBytesPerDistinctByte = 8;
+constexpr double kEncodeBytesPerPretokenByte = 16;
+// A pre-token at least this long is checked before it is copied or encoded; shorter ones cost less
+// than the block a stream reads at once.
+constexpr size_t kCheckedPretoken = size_t{16} << 20;
+
+// ridge::Error about `argument` when `bytes` are more than the memory available now:
+// "ARGUMENT: WHAT needs about X, more than the Y of memory available; HINT".
+void check_memory(double bytes, const std::string& argument, const std::string& what, const char* hint) {
+  const auto avail = static_cast<double>(memory::available_bytes());
+  if (bytes <= avail) return;
+  throw Error(argument, fmt::format("{} needs about {}, more than the {} of memory available; {}", what,
+                                    units::format_bytes(bytes), units::format_bytes(avail), hint));
+}
+
+constexpr const char* kLongPretokenHint =
+    "a pre-token is a run of letters, of digits, of other symbols or of spaces, so break the run (a space, "
+    "a newline)";
+
+// A stream's buffer holds text up to its last safe cut; text that offers none is held whole. Checked
+// once it reaches `next` (64 MiB at first, then each quarter more): the buffer, and the copy twice its
+// size that a growing std::string makes, must fit.
+constexpr size_t kFirstHeldCheck = size_t{64} << 20;
+void check_held(size_t held, size_t& next, const std::string& argument, const std::string& where) {
+  if (held < next) return;
+  next = held + held / 4;
+  check_memory(
+      3.0 * static_cast<double>(held), argument,
+      fmt::format("{}holding {} of text with no point where pre-tokens surely end", where,
+                  units::format_bytes(static_cast<double>(held))),
+      "break the text with newlines between ASCII characters, or spaces after ASCII letters or digits");
+}
 
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
@@ -549,6 +593,11 @@ class PieceEncoder {
         return;
       }
     }
+    if (piece.size() >= kCheckedPretoken)
+      check_memory(
+          kEncodeBytesPerPretokenByte * static_cast<double>(piece.size()), "text",
+          fmt::format("encoding a pre-token of {}", units::format_bytes(static_cast<double>(piece.size()))),
+          kLongPretokenHint);
     sym_.resize(piece.size());
     for (size_t i = 0; i < piece.size(); ++i) sym_[i] = impl_.byte_id[u[i]];
     apply_merges(sym_);
@@ -699,12 +748,25 @@ std::string read_whole(const std::string& path, const std::string& label) {
   return s;
 }
 
+// A JSON file of a tokenizer, parsed by input::parse_json (nesting deeper than input::kMaxJsonDepth is
+// refused before the JSON library walks it); errors "WHAT: why", WHAT being "LABEL 'PATH'".
+nlohmann::json parse_json_file(const std::string& path, const std::string& label, const std::string& what) {
+  const std::string text = read_whole(path, label);
+  try {
+    return input::parse_json(text, what);
+  } catch (const Error& e) {
+    throw Error(e.what());  // about the file, not a function argument
+  }
+}
+
 // Splits a stream of text into pieces that end at safe cuts: feed() returns the prefix of everything
 // fed so far that can be encoded now (ending at the last safe cut, once at least `min_block` bytes are
 // pending), finish() the rest.
 class SafeBuffer {
  public:
-  SafeBuffer(const Specials& sp, size_t min_block) : sp_(sp), min_block_(min_block) {}
+  // `argument` names the text in the error when it offers no cut for longer than memory can hold.
+  SafeBuffer(const Specials& sp, size_t min_block, std::string argument, std::string where)
+      : sp_(sp), min_block_(min_block), argument_(std::move(argument)), where_(std::move(where)) {}
   // Appends `text`; calls ready(prefix) when a prefix can be handed on (then drops it).
   template <class F>
   void feed(std::string_view text, F&& ready) {
@@ -715,11 +777,13 @@ class SafeBuffer {
     if (cut == std::string::npos) {
       // Nothing in [checked_, end - margin) can be a cut later either: its neighbours are all here.
       checked_ = pending_.size() > margin ? pending_.size() - margin : 0;
+      check_held(pending_.size(), next_check_, argument_, where_);  // before the next block is appended
       return;
     }
     ready(std::string_view(pending_).substr(0, cut));
     pending_.erase(0, cut);
     checked_ = 0;
+    next_check_ = kFirstHeldCheck;
   }
   template <class F>
   void finish(F&& ready) {
@@ -731,6 +795,8 @@ class SafeBuffer {
  private:
   const Specials& sp_;
   size_t min_block_;
+  std::string argument_, where_;
+  size_t next_check_ = kFirstHeldCheck;
   std::string pending_;
   size_t checked_ = 0;
 };
@@ -851,12 +917,8 @@ Tokenizer Tokenizer::load(const std::string& vocab_json, const std::string& merg
   const std::string mwhat = fmt::format("merges file '{}'", merges_txt);
   Loaded l;
   {
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(read_whole(vocab_json, "vocab file"));
-    } catch (const nlohmann::json::exception& e) {
-      fail("{}: not valid JSON ({})", vwhat, e.what());
-    }
+    // Through input::parse_json: its depth limit and its messages (line, column, what was wrong).
+    const nlohmann::json j = parse_json_file(vocab_json, "vocab file", vwhat);
     check(j.is_object() && !j.empty(), "{}: expected a JSON object {{\"token\": id, ...}}", vwhat);
     const size_t n = j.size();
     std::unordered_set<std::string_view> raw_special(special_tokens.begin(), special_tokens.end());
@@ -865,7 +927,7 @@ Tokenizer Tokenizer::load(const std::string& vocab_json, const std::string& merg
     std::string bytes, why;
     for (const auto& [key, value] : j.items()) {
       check(value.is_number_integer(), "{}: token '{}' has the id {}; ids are integers", vwhat, shown(key),
-            value.dump());
+            input::excerpt(value));
       const auto id = value.get<int64_t>();
       check(id >= 0 && static_cast<size_t>(id) < n && !seen[static_cast<size_t>(id)],
             "{}: token '{}' has the id {}; the {} ids must be 0..{}, each once", vwhat, shown(key), id, n,
@@ -974,16 +1036,12 @@ Tokenizer Tokenizer::load_dir_files(const std::string& dir) {
   std::vector<std::string> specials;
   const std::string sp = (fs::path(dir) / "special_tokens.json").string();
   if (fs::exists(sp, ec)) {
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(read_whole(sp, "special tokens file"));
-    } catch (const nlohmann::json::exception& e) {
-      fail("special tokens file '{}': not valid JSON ({})", sp, e.what());
-    }
+    const nlohmann::json j =
+        parse_json_file(sp, "special tokens file", fmt::format("special tokens file '{}'", sp));
     check(j.is_array(), "special tokens file '{}': expected a JSON array of strings", sp);
     for (const auto& s : j) {
       check(s.is_string(), "special tokens file '{}': expected a JSON array of strings, found {}", sp,
-            s.dump());
+            input::excerpt(s));
       specials.push_back(s.get<std::string>());
     }
   }
@@ -1143,17 +1201,20 @@ void EncodeStream::feed(std::string_view text, std::vector<int32_t>& out) {
   const size_t cut = cut_backward(pending_, checked_, margin, sp);
   if (cut == std::string::npos) {
     checked_ = pending_.size() > margin ? pending_.size() - margin : 0;
+    check_held(pending_.size(), next_check_, "text", "");
     return;
   }
   encode_text(*tok_.impl_, std::string_view(pending_).substr(0, cut), threads_, out);
   pending_.erase(0, cut);
   checked_ = 0;
+  next_check_ = kFirstHeldCheck;
 }
 
 void EncodeStream::finish(std::vector<int32_t>& out) {
   encode_text(*tok_.impl_, pending_, threads_, out);
   pending_.clear();
   checked_ = 0;
+  next_check_ = kFirstHeldCheck;
 }
 
 EncodeFileStats encode_file(const Tokenizer& tokenizer, const std::vector<std::string>& texts,
@@ -1179,13 +1240,19 @@ EncodeFileStats encode_file(const Tokenizer& tokenizer, const std::vector<std::s
         };
         for (const auto& path : texts) {
           EncodeStream stream(tokenizer, nt);
-          read_blocks(path, "texts", fmt::format("'{}'", path), size_t{16} << 20,
-                      [&](std::string_view block) {
-                        stats.bytes += static_cast<int64_t>(block.size());
-                        stream.feed(block, ids);
-                        flush();
-                      });
-          stream.finish(ids);
+          try {
+            read_blocks(path, "texts", fmt::format("'{}'", path), size_t{16} << 20,
+                        [&](std::string_view block) {
+                          stats.bytes += static_cast<int64_t>(block.size());
+                          stream.feed(block, ids);
+                          flush();
+                        });
+            stream.finish(ids);
+          } catch (const Error& e) {
+            // The stream's memory checks are about its `text`: here, this file.
+            if (e.argument() != "text") throw;
+            throw Error("texts", fmt::format("'{}': {}", path, std::string(e.what()).substr(6)));
+          }
           flush();
         }
         check_arg(stats.tokens > 0, "texts", "no text to encode (the files are empty)");
@@ -1202,8 +1269,11 @@ namespace {
 using CountMap = std::unordered_map<std::string, int64_t, StringHash, std::equal_to<>>;
 
 // Counts the pre-tokens of `text` (special tokens skipped) into per-thread maps.
+// A pre-token of kCheckedPretoken or more is checked against the memory training it would take before
+// it is copied (ridge::Error about `argument`, its message starting with `where`).
 void count_pretokens(const Specials& sp, std::string_view text, int threads, std::vector<CountMap>& maps,
-                     std::vector<std::unique_ptr<Matcher>>& matchers) {
+                     std::vector<std::unique_ptr<Matcher>>& matchers, const std::string& argument,
+                     const std::string& where) {
   constexpr size_t kMinChunk = size_t{1} << 18;
   const size_t parts =
       threads <= 1
@@ -1220,10 +1290,16 @@ void count_pretokens(const Specials& sp, std::string_view text, int threads, std
         [&](std::string_view plain) {
           matchers[t]->split_plain(plain, [&](std::string_view p) {
             const auto it = m.find(p);
-            if (it != m.end())
+            if (it != m.end()) {
               ++it->second;
-            else
-              m.emplace(std::string(p), 1);
+              return;
+            }
+            if (p.size() >= kCheckedPretoken)
+              check_memory(kTrainBytesPerPretokenByte * static_cast<double>(p.size()), argument,
+                           fmt::format("{}training on a pre-token of {}", where,
+                                       units::format_bytes(static_cast<double>(p.size()))),
+                           kLongPretokenHint);
+            m.emplace(std::string(p), 1);
           });
         },
         [](size_t, size_t) {});
@@ -1381,7 +1457,8 @@ int64_t peak_rss() {
 }
 
 Tokenizer train_counted(std::vector<CountMap>& maps, int64_t vocab_size,
-                        const std::vector<std::string>& specials, BpeTrainStats& st) {
+                        const std::vector<std::string>& specials, BpeTrainStats& st,
+                        const std::string& argument) {
   // Sum the per-thread counts into the first map.
   CountMap& all = maps[0];
   for (size_t t = 1; t < maps.size(); ++t) {
@@ -1405,6 +1482,20 @@ Tokenizer train_counted(std::vector<CountMap>& maps, int64_t vocab_size,
     st.pretokens += c;
   }
   std::sort(sorted.begin(), sorted.end());
+  // The merge loop's memory, from what was counted, before any of it is allocated: every distinct
+  // pre-token's symbols and pair lists, and the longest one's rewrite on each merge.
+  double distinct_bytes = 0, longest = 0;
+  for (const auto& [k, c] : sorted) {
+    distinct_bytes += static_cast<double>(k.size());
+    longest = std::max(longest, static_cast<double>(k.size()));
+  }
+  check_memory(kTrainBytesPerDistinctByte * distinct_bytes +
+                   (kTrainBytesPerPretokenByte - kTrainBytesPerDistinctByte) * longest +
+                   64.0 * static_cast<double>(sorted.size()),
+               argument,
+               fmt::format("training on {} distinct pre-tokens of {} in all (the longest {})", sorted.size(),
+                           units::format_bytes(distinct_bytes), units::format_bytes(longest)),
+               "train on less text");
   for (const auto& [k, c] : sorted) {
     Word w{{}, c};
     w.sym.reserve(k.size());
@@ -1437,10 +1528,10 @@ Tokenizer train_bpe(std::string_view text, int64_t vocab_size, const std::vector
   const Specials sp(special_tokens, ids);
   std::vector<CountMap> maps(static_cast<size_t>(nt));
   std::vector<std::unique_ptr<Matcher>> matchers(static_cast<size_t>(nt));
-  count_pretokens(sp, text, nt, maps, matchers);
+  count_pretokens(sp, text, nt, maps, matchers, "text", "");
   st.input_bytes = static_cast<int64_t>(text.size());
   st.pretokenize_seconds = seconds_since(t0);
-  Tokenizer t = train_counted(maps, vocab_size, special_tokens, st);
+  Tokenizer t = train_counted(maps, vocab_size, special_tokens, st, "text");
   if (stats) *stats = st;
   return t;
 }
@@ -1458,8 +1549,11 @@ Tokenizer train_bpe_files(const std::vector<std::string>& texts, int64_t vocab_s
   std::vector<CountMap> maps(static_cast<size_t>(nt));
   std::vector<std::unique_ptr<Matcher>> matchers(static_cast<size_t>(nt));
   for (const auto& path : texts) {
-    SafeBuffer buf(sp, size_t{32} << 20);
-    auto count = [&](std::string_view piece) { count_pretokens(sp, piece, nt, maps, matchers); };
+    const std::string where = fmt::format("'{}': ", path);
+    SafeBuffer buf(sp, size_t{32} << 20, "texts", where);
+    auto count = [&](std::string_view piece) {
+      count_pretokens(sp, piece, nt, maps, matchers, "texts", where);
+    };
     read_blocks(path, "texts", fmt::format("'{}'", path), size_t{32} << 20, [&](std::string_view block) {
       st.input_bytes += static_cast<int64_t>(block.size());
       buf.feed(block, count);
@@ -1467,7 +1561,7 @@ Tokenizer train_bpe_files(const std::vector<std::string>& texts, int64_t vocab_s
     buf.finish(count);
   }
   st.pretokenize_seconds = seconds_since(t0);
-  Tokenizer t = train_counted(maps, vocab_size, special_tokens, st);
+  Tokenizer t = train_counted(maps, vocab_size, special_tokens, st, "texts");
   if (stats) *stats = st;
   return t;
 }

@@ -182,21 +182,29 @@ struct SavedState {
   Precision precision = Precision::fp32;
 };
 
-// A metadata value as a message shows it: JSON text, cut short (a hostile file may hold megabytes).
-std::string shown(const std::string& text) {
-  return text.size() <= 40 ? text : text.substr(0, 37) + "...";
-}
+// A metadata value as a message shows it: JSON text, cut short (a hostile file may hold megabytes), and
+// never a dump() of the whole value, which may be megabytes or deep.
 std::string shown(const nlohmann::json& j) {
-  return shown(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+  return input::excerpt(j, 40);
+}
+
+// A metadata value parsed as JSON through input::parse_json, whose depth limit keeps a hostile value
+// (nested 300,000 deep) from exhausting the stack; "checkpoint 'PATH': metadata 'KEY' is not JSON"
+// otherwise, or says how deep it nests.
+nlohmann::json parse_metadata(const std::string& path, const char* key, const std::string& text) {
+  try {
+    return input::parse_json(text, "metadata");
+  } catch (const Error& e) {
+    const std::string why = e.what();
+    const std::string deep = "metadata: nested deeper";
+    if (why.rfind(deep, 0) == 0)
+      fail("checkpoint '{}': metadata '{}' is {}", path, key, why.substr(std::string("metadata: ").size()));
+    fail("checkpoint '{}': metadata '{}' is not JSON", path, key);
+  }
 }
 
 SavedState parse_state(const std::string& path, const std::string& text) {
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception&) {
-    fail("checkpoint '{}': metadata 'state' is not JSON", path);
-  }
+  const nlohmann::json j = parse_metadata(path, "state", text);
   check(j.is_object(), "checkpoint '{}': metadata 'state' is not a JSON object", path);
   auto field = [&](const char* key) -> const nlohmann::json& {
     check(j.contains(key), "checkpoint '{}': metadata 'state' has no '{}'", path, key);
@@ -324,8 +332,9 @@ CheckedFile check_checkpoint(const std::string& path, const TransformerLM<float>
   }
   if (auto it = md.find("config"); it != md.end()) {
     ModelConfig c;
+    const nlohmann::json j = parse_metadata(path, "config", it->second);
     try {
-      c = nlohmann::json::parse(it->second).get<ModelConfig>();
+      c = j.get<ModelConfig>();
     } catch (const nlohmann::json::exception&) {
       fail("checkpoint '{}': metadata 'config' is not JSON", path);
     } catch (const Error& e) {
@@ -397,8 +406,9 @@ std::optional<ModelConfig> checkpoint_config(const std::string& path) {
   const SafetensorsFile f = SafetensorsFile::load(path);
   const auto it = f.metadata().find("config");
   if (it == f.metadata().end()) return std::nullopt;
+  const nlohmann::json j = parse_metadata(path, "config", it->second);
   try {
-    return nlohmann::json::parse(it->second).get<ModelConfig>();
+    return j.get<ModelConfig>();
   } catch (const nlohmann::json::exception&) {
     fail("checkpoint '{}': metadata 'config' is not JSON", path);
   } catch (const Error& e) {
@@ -425,7 +435,7 @@ std::optional<TokenizerRecord> tokenizer_record(const SafetensorsFile& f, const 
   if (it == f.metadata().end()) return std::nullopt;
   TokenizerRecord r;
   try {
-    const auto j = nlohmann::json::parse(it->second);
+    const auto j = parse_metadata(path, "tokenizer", it->second);
     r.path = j.at("path").get<std::string>();
     const auto hash = j.at("hash").get<std::string>();
     check(hash.size() == 16 && hash.find_first_not_of("0123456789abcdef") == std::string::npos,

@@ -244,7 +244,7 @@ nlohmann::json to_json(const Chip& self) {
     if (self.inter_node) j["links"]["inter_node"] = lj(*self.inter_node);
   }
   if (!self.notes.empty()) j["notes"] = self.notes;
-  if (!self.measured.empty()) j["measured"] = nlohmann::json::parse(self.measured);
+  if (!self.measured.empty()) j["measured"] = input::parse_json(self.measured, "chip 'measured'");
   return j;
 }
 

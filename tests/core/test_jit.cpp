@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -416,14 +417,17 @@ TEST(Jit, CachePathThatIsAFileOrSymlinkIsRefused) {
   EXPECT_EQ(jit::get(triple(), settings_in(t.path() / "file")), nullptr);
   EXPECT_EQ(jit::last_source(), jit::Source::none);
   EXPECT_THROW(jit::list(settings_in(t.path() / "file")), Error);
+  jit::forget_in_process();  // each case below on its own: a failure turns the JIT off for the process
   fs::create_directory(t.path() / "real", t.path());
   fs::permissions(t.path() / "real", fs::perms::owner_all);
   fs::create_directory_symlink(t.path() / "real", t.path() / "link");
   EXPECT_EQ(jit::get(triple(), settings_in(t.path() / "link")), nullptr);
   EXPECT_EQ(jit::last_source(), jit::Source::none);
   EXPECT_TRUE(names(t.path() / "real").empty());
+  jit::forget_in_process();
   EXPECT_EQ(jit::get(triple(), settings_in(t.path() / "link/")), nullptr)
       << "a trailing slash follows no link";
+  jit::forget_in_process();
   // One that others may write into.
   fs::create_directory(t.path() / "open");
   fs::permissions(t.path() / "open", fs::perms::all);
@@ -480,8 +484,11 @@ TEST(Jit, CompileErrorIsNullptrAndLeavesNothing) {
   EXPECT_EQ(jit::get(bad, s), nullptr) << "remembered: no second compile";
   EXPECT_EQ(jit::last_source(), jit::Source::none);
   EXPECT_TRUE(names(s.cache_dir).empty()) << testing::PrintToString(names(s.cache_dir));
-  // A symbol the unit does not define: built and cached, but no function.
+  // A symbol the unit does not define: built and cached, but no function. (The failure above turned
+  // the JIT off for the process; forgetting it turns it on again.)
+  jit::forget_in_process();
   EXPECT_EQ(jit::get({"test_nosym", triple().source, {}, "g"}, s), nullptr);
+  EXPECT_EQ(names(s.cache_dir).size(), 1u) << "built, so it was tried";
 }
 
 TEST(Jit, HangingCompilerIsKilledAtTheTimeout) {
@@ -508,6 +515,79 @@ TEST(Jit, HangingCompilerIsKilledAtTheTimeout) {
   const auto t1 = std::chrono::steady_clock::now();
   EXPECT_EQ(jit::get(foreign(), s), nullptr);
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count(), 5.0);
+}
+
+// A compiler (RIDGE_JIT_CXX) that answers --version and then hangs: the first kernel costs one
+// deadline, and the JIT is then off for the process, as its notice says, so no later kernel starts a
+// compile (before, each kernel waited out its own deadline: four kernels of `generate` took 241 s).
+// Counted through the file the script appends to, not timed.
+TEST(Jit, AHangingCompilerCostsOneDeadlineThenTheJitIsOff) {
+  TempDir t;
+  jit::forget_in_process();
+  const fs::path cxx = t.path() / "hang-c++", calls = t.path() / "calls";
+  put(cxx, "#!/bin/sh\nif [ \"$1\" = --version ]; then echo version >> '" + calls.string() +
+               "'; echo 'hang 1.0'; exit 0; fi\necho compile >> '" + calls.string() + "'\nexec sleep 30\n");
+  fs::permissions(cxx, fs::perms::owner_all);
+  auto s = settings_in(t.path() / "jit");
+  s.compiler = cxx.string();
+  s.compile_timeout_s = 1;
+  const jit::Kernel kernels[] = {
+      triple(), foreign(), {"test_third", "extern \"C\" int f(int x) { return x; }\n", {}, "f"}};
+  for (const auto& k : kernels) {
+    EXPECT_EQ(jit::get(k, s), nullptr) << k.name;
+    EXPECT_EQ(jit::last_source(), jit::Source::none);
+  }
+  EXPECT_EQ(slurp(calls), "version\ncompile\n") << "one compile for the process, not one per kernel";
+  EXPECT_TRUE(names(s.cache_dir).empty()) << testing::PrintToString(names(s.cache_dir));
+  // Asked again: still off, still no compile.
+  EXPECT_EQ(jit::get(triple(), s), nullptr);
+  EXPECT_EQ(slurp(calls), "version\ncompile\n");
+  jit::forget_in_process();
+}
+
+// A compiler whose driver leaves a process behind that holds its output (`sleep &` inheriting stdout
+// and stderr) and then compiles: the kernel is served. Before, ridge read the pipe until every writer
+// had closed it, so the successful compile ran into the deadline and was reported as a hang.
+TEST(Jit, ACompilerThatLeavesAChildHoldingItsOutputStillServes) {
+  RIDGE_SKIP_WITHOUT_COMPILER();
+  TempDir t;
+  jit::forget_in_process();
+  const fs::path cxx = t.path() / "fork-c++", pid = t.path() / "pid";
+  put(cxx, "#!/bin/sh\nif [ \"$1\" = --version ]; then exec c++ --version; fi\nsleep 60 &\necho $! > '" +
+               pid.string() + "'\nexec c++ \"$@\"\n");
+  fs::permissions(cxx, fs::perms::owner_all);
+  auto s = settings_in(t.path() / "jit");
+  s.compiler = cxx.string();
+  s.compile_timeout_s = 20;
+  void* p = jit::get(triple(), s);
+  const std::string child = slurp(pid);
+  if (!child.empty()) ::kill(std::stoi(child), SIGKILL);  // the test's own leftover
+  ASSERT_NE(p, nullptr) << "the compile succeeded; the process it left behind is not the compiler";
+  EXPECT_EQ(jit::last_source(), jit::Source::compiled);
+  EXPECT_EQ(call(p, 4), 13);
+  jit::forget_in_process();
+}
+
+TEST(Jit, ProcessRunDoesNotWaitForAProcessItsProgramLeftBehind) {
+  TempDir t;
+  const fs::path pid = t.path() / "pid";
+  // The program ends at once; its child keeps the output pipe open for a minute.
+  const std::string script = "sleep 60 & echo $! > '" + pid.string() + "'; echo hi; exit 3";
+  auto kill_child = [&] {
+    const std::string child = slurp(pid);
+    if (!child.empty()) ::kill(std::stoi(child), SIGKILL);
+  };
+  const auto r = process::run({"/bin/sh", "-c", script}, true, 20);
+  kill_child();
+  const auto q = process::run({"/bin/sh", "-c", script}, true, 0);  // no limit: the same
+  kill_child();
+  EXPECT_TRUE(r.started);
+  EXPECT_FALSE(r.timed_out) << "the program ended; its leftover child is not waited for";
+  EXPECT_EQ(r.exit_code, 3);
+  EXPECT_EQ(r.output, "hi\n");
+  EXPECT_FALSE(q.timed_out);
+  EXPECT_EQ(q.exit_code, 3);
+  EXPECT_EQ(q.output, "hi\n");
 }
 
 TEST(Jit, ProcessRunTimeoutKillsTheGroup) {

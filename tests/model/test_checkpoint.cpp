@@ -201,6 +201,27 @@ TEST_F(CheckpointLoad, DamagedOrMissingMetadataIsRefused) {
                "integer)"));
 }
 
+// Metadata JSON nested 300,000 deep went past the JSON library unchecked, and the message about a bad
+// field dump()ed the value, which recursed until the stack ran out (SIGSEGV). Now every metadata value
+// goes through input::parse_json's depth limit, and messages show an excerpt.
+TEST_F(CheckpointLoad, DeeplyNestedMetadataIsRefusedNotACrash) {
+  auto meta = [&](const std::string& key, const std::string& text) {
+    return edit_header(good_, [&](ojson& h) { h["__metadata__"][key] = text; });
+  };
+  const std::string deep = std::string(300000, '[') + std::string(300000, ']');
+  EXPECT_EQ(
+      refused(meta("state", "{\"step\": " + deep + "}")),
+      ck("metadata 'state' is nested deeper than 256 levels at line 1, column 265 (not a ridge input)"));
+  EXPECT_EQ(
+      refused(meta("config", deep)),
+      ck("metadata 'config' is nested deeper than 256 levels at line 1, column 257 (not a ridge input)"));
+  // Deep within the limit and long: the message shows a few levels of it.
+  const std::string long_value =
+      std::string(200, '[') + "\"" + std::string(1 << 20, 'x') + "\"" + std::string(200, ']');
+  EXPECT_EQ(refused(edit_meta(good_, "state", [&](ojson& j) { j["step"] = ojson::parse(long_value); })),
+            ck("state 'step' is [[[[[[[[[...]]]]]]]]]; it must be an integer in 0..2^53"));
+}
+
 // A config field that differs is an error about that field (the CLI names its flag from it), with both
 // values.
 TEST_F(CheckpointLoad, AModelThatDiffersNamesTheField) {

@@ -4,6 +4,9 @@
 // weights stay within DeepGEMM's calc_diff; sampling is seeded per sequence; bad input is refused.
 #include <gtest/gtest.h>
 
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -412,6 +415,48 @@ TEST(Generate, MaxTokensThatWrapAndSplitsPastTheKernelAreRefusedUpFront) {
 
 // The bytes the engine's weights occupy are the bytes the roofline's decode step counts for them (one
 // definition each: the engine's buffers, the roofline's formula), for every format and a batch of 3.
+// RoPE's tables for the whole context_length were built before any memory check (12.6 GB and a minute
+// at 10^8 tokens, then the OOM killer): the InferenceModel now checks its weights and tables against the
+// memory available first. A 2 GiB address-space room (RLIMIT_AS, which available_bytes() honours) makes
+// this the same on every machine; the tables here would be 128 GB.
+TEST(Generate, AContextLargerThanMemoryIsRefusedBeforeItsTablesAreBuilt) {
+  rm::ModelConfig c = small_config();
+  c.d_model = 32;
+  c.num_heads = 2;  // d_head 16
+  c.context_length = 2'000'000'000;
+  c.validate();
+  const rm::InferenceMemory need = rm::inference_memory(c, {}, 1000);
+  EXPECT_EQ(need.rope, 4.0 * 2e9 * 16);
+  EXPECT_EQ(need.kv_cache, 1000.0 * 2 * 2 * 2 * 16 * 2);  // bf16 cache: 2 bytes
+  EXPECT_GT(need.weights, 0);
+  const std::vector<float> params(static_cast<size_t>(c.param_count()), 0.01f);
+  rlimit was{};
+  ASSERT_EQ(::getrlimit(RLIMIT_AS, &was), 0);
+  long long pages = 0;
+  if (std::FILE* f = std::fopen("/proc/self/statm", "r")) {
+    ASSERT_EQ(std::fscanf(f, "%lld", &pages), 1);
+    std::fclose(f);
+  }
+  const auto vsz = static_cast<rlim_t>(pages) * static_cast<rlim_t>(::sysconf(_SC_PAGE_SIZE));
+  const rlim_t room = rlim_t{2} << 30;
+  if (was.rlim_max != RLIM_INFINITY && was.rlim_max < vsz + room) GTEST_SKIP() << "the hard limit is lower";
+  rlimit lower = was;
+  lower.rlim_cur = vsz + room;
+  ASSERT_EQ(::setrlimit(RLIMIT_AS, &lower), 0);
+  std::string what = "(no error)", argument;
+  try {
+    const rm::InferenceModel im(c, params);
+  } catch (const ridge::Error& e) {
+    what = e.what();
+    argument = e.argument();
+  } catch (const std::bad_alloc&) {
+    what = "std::bad_alloc";
+  }
+  ASSERT_EQ(::setrlimit(RLIMIT_AS, &was), 0);
+  EXPECT_EQ(argument, "config") << what;
+  EXPECT_NE(what.find("RoPE's tables for context_length 2000000000 (119 GiB)"), std::string::npos) << what;
+}
+
 TEST(Generate, WeightAndCacheBytesAreTheRooflinesDecodeBytes) {
   rm::ModelConfig c = small_config(2);
   c.d_model = 256;

@@ -725,4 +725,43 @@ TEST(BpeFiles, DefectsAreOneClearError) {
   expect_error([&] { Tokenizer(dup, {}, {}); }, "vocab: tokens");
 }
 
+// A tokenizer's JSON nested 300,000 deep (a token's id, vocab.json itself, special_tokens.json) was a
+// SIGSEGV: the message about the bad value called dump() on it, which recursed until the stack ran out,
+// and these files skipped input::parse_json's depth limit. Now one error each, and a value deep or long
+// but within the limit is shown as a short excerpt.
+TEST(BpeFiles, NestingPastTheLimitIsOneErrorNotACrash) {
+  TempDir dir;
+  const std::string merges = kData + "gpt2_merges.txt";
+  const std::string deep = std::string(300000, '[') + std::string(300000, ']');
+  auto folder = [&](const std::string& name, const std::string& vocab, const std::string& specials) {
+    std::filesystem::create_directory(dir.file(name));
+    ridge::test::write_bytes(dir.file(name + "/vocab.json"), vocab);
+    ridge::test::write_bytes(dir.file(name + "/merges.txt"), "#version: 0.2\n");
+    if (!specials.empty()) ridge::test::write_bytes(dir.file(name + "/special_tokens.json"), specials);
+    return dir.file(name);
+  };
+  const std::string id = folder("id", "{\"a\": " + deep + "}", "");
+  expect_error([&] { Tokenizer::load_dir(id); },
+               "vocab file '" + id + "/vocab.json': nested deeper than 256 levels at line 1, column 262");
+  const std::string whole = folder("whole", deep, "");
+  expect_error([&] { Tokenizer::load_dir(whole); }, "vocab file '" + whole + "/vocab.json': nested deeper");
+  const std::string sp = folder("sp", "{\"a\": 0}", "[" + deep + "]");
+  expect_error([&] { Tokenizer::load_dir(sp); },
+               "special tokens file '" + sp + "/special_tokens.json': nested deeper than 256 levels");
+  // Within the limit, but deep and megabytes long: the message shows 40 characters of it.
+  const std::string long_value =
+      std::string(200, '[') + "1, \"" + std::string(4 << 20, 'x') + "\"" + std::string(200, ']');
+  for (const std::string& d : {folder("long_id", "{\"a\": " + long_value + "}", ""),
+                               folder("long_sp", "{\"a\": 0}", "[" + long_value + "]")}) {
+    try {
+      Tokenizer::load_dir(d);
+      ADD_FAILURE() << "accepted " << d;
+    } catch (const Error& e) {
+      const std::string msg = e.what();
+      EXPECT_LT(msg.size(), 300u) << msg.substr(0, 400);
+      EXPECT_NE(msg.find("[[[[[[[["), std::string::npos) << msg.substr(0, 400);
+    }
+  }
+}
+
 }  // namespace

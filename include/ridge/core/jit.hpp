@@ -30,8 +30,10 @@ struct Kernel {
 
 // The address of k.symbol, compiled and cached as needed; nullptr when the JIT is off or cannot build
 // it (no compiler, compile error, timeout, unusable cache dir): then one notice per process on stderr,
-// "ridge: JIT off for this process: <why>; the ahead-of-time kernels run" (only the first failure
-// prints). A failure is remembered for that kernel, so asking again costs a lookup, not a compile.
+// "ridge: JIT off for this process: <why>; the ahead-of-time kernels run". And off it is: after the
+// first failure every request not already served answers nullptr without starting a compile (until
+// forget_in_process()), so a compiler that hangs costs one deadline (compile_timeout_s, which also
+// covers its first `--version`), not one per kernel.
 // ridge::Error only for a malformed `k` (empty source, a symbol that is not a C identifier, a flag
 // that does not start with '-'). Thread-safe; the loaded code stays mapped for the life of the process.
 void* get(const Kernel& k, const Settings& s);
@@ -41,8 +43,9 @@ enum class Source { memory, disk, compiled, none };
 const char* source_name(Source s);  // "memory", "disk", "compiled", "none"
 // How this thread's last get() was served (for benchmarks and tests).
 Source last_source();
-// Drops the in-process map (remembered failures too), so the next get() reads the disk cache again
-// (a benchmark times a disk hit; tests). Loaded code stays loaded.
+// Drops the in-process map (remembered failures too, which turns the JIT back on after a failure), so
+// the next get() reads the disk cache again (a benchmark times a disk hit; tests). Loaded code stays
+// loaded.
 void forget_in_process();
 
 struct Entry {

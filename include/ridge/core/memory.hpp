@@ -26,8 +26,9 @@ inline constexpr size_t kDefaultAlignment = 64;
 void* allocate(size_t bytes, const char* tag = nullptr, size_t alignment = kDefaultAlignment);
 void deallocate(void* p) noexcept;
 
-// This machine's physical memory, and what /proc/meminfo says is available now (MemAvailable;
-// the physical size where that is unreadable). Bytes.
+// This machine's physical memory, and what this process can still take now: /proc/meminfo's
+// MemAvailable (the physical size where that is unreadable), lowered to what the process's memory
+// cgroup (a container's limit) and RLIMIT_AS (`ulimit -v`) still allow. Bytes.
 int64_t physical_bytes();
 int64_t available_bytes();
 // An up-front check for a run that will need `bytes` at once: ridge::Error, one line starting

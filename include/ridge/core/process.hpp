@@ -18,7 +18,8 @@ struct Result {
 };
 
 // Runs argv[0] (searched on PATH when it has no '/') with argv; waits for it to end.
-// capture: collect stdout and stderr into Result::output; otherwise they go to ridge's own.
+// capture: collect stdout and stderr into Result::output; otherwise they go to ridge's own. Reading
+// stops when the program ends, even while a process it left behind still holds the pipe open.
 // timeout_s > 0: the program runs in a process group of its own, and the whole group (a compiler
 // driver and the cc1plus/as/ld it started) is killed with SIGKILL once it has run that long, so a
 // hung helper never hangs ridge. 0: no limit, and the program stays in ridge's group (Ctrl-C reaches it).

@@ -58,6 +58,18 @@ struct InferenceOptions {
 // The model's shape as the roofline's cost of generation takes it.
 roofline::InferenceShape inference_shape(const ModelConfig& c);
 
+// What inference allocates, in bytes, known before anything is: an InferenceModel's weights in their
+// format (and the embedding and norms, fp32) and RoPE's cos/sin tables for the whole context_length, and
+// a Session's KV cache for `cache_tokens` tokens. InferenceModel's constructor checks weights + rope
+// against the memory available before it allocates; a caller that knows the cache it will ask for
+// (`ridge generate`) checks total() first.
+struct InferenceMemory {
+  double weights = 0, rope = 0, kv_cache = 0;
+  double total() const { return weights + rope + kv_cache; }
+};
+InferenceMemory inference_memory(const ModelConfig& config, const InferenceOptions& options,
+                                 int64_t cache_tokens = 0);
+
 class InferenceModel {
  public:
   // From a trained model (its fp32 parameters), or from flat fp32 parameters in the order

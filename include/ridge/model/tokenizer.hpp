@@ -129,7 +129,8 @@ class Tokenizer {
 // same ids as encoding the concatenation at once: feed() holds back the tail after the last point
 // where the pre-tokenizer is sure to cut (a newline between two printable ASCII characters, a space
 // between an ASCII letter or digit and the next, a special token), finish() encodes what is left.
-// Text that never offers such a point is held until finish() (memory grows with it). The tokenizer must
+// Text that never offers such a point is held until finish() (memory grows with it, checked against the
+// memory available as it grows: ridge::Error about `text` when it would not fit). The tokenizer must
 // outlive the stream.
 class EncodeStream {
  public:
@@ -141,7 +142,8 @@ class EncodeStream {
   const Tokenizer& tok_;
   int threads_;
   std::string pending_;
-  size_t checked_ = 0;  // no safe cut in pending_[0, checked_)
+  size_t checked_ = 0;                    // no safe cut in pending_[0, checked_)
+  size_t next_check_ = size_t{64} << 20;  // pending_'s size at which memory is checked next
 };
 
 struct EncodeFileStats {
