@@ -193,7 +193,7 @@ INPUT_BASES = {
 }
 # Commands whose ordinary runs take longer than --timeout (bench model --predict fits efficiencies
 # first, ~50 s): seconds allowed to each of their cases.
-TIMEOUTS = {"bench model": 120.0}
+TIMEOUTS = {"bench model": 120.0, "bench jit": 60.0}
 
 # The sweep of each benchmark's --grid-file: the smallest case that still runs.
 GRIDS = {
@@ -692,7 +692,7 @@ def cross_cases(command, options, fixture):
         tokenizers = [i.path for i in ins if i.is_dir]
         tag = f"[{ci}] " if len(configs) > 1 else ""
         for o in outs:
-            folder_out = o.name.endswith("-dir") or bool(re.search(r"\b(folder|directory)\b", o.desc))
+            folder_out = is_folder_output(o)
             # An output named without its extension (report --out X writes X.png, X.svg, X.json): the
             # input without its extension, so that what it adds lands on the input.
             stem_out = "without extension" in o.desc
@@ -1708,7 +1708,7 @@ def judge(cases, leaves):
         if is_num:
             if c.kind in NOT_A_NUMBER:
                 brk(c, "accepted", f"'{value_of(c.kind)}' accepted where a number is expected")
-            elif c.kind in ("negative", "negative-huge"):
+            elif c.kind in ("negative", "negative-huge") and not documents_negative(opt):
                 brk(c, "accepted", "a negative number accepted")
             elif c.kind in NOT_AN_INTEGER and is_int:
                 brk(c, "accepted", f"'{value_of(c.kind)}' accepted where an integer is expected")
@@ -1720,7 +1720,9 @@ def judge(cases, leaves):
                     if ten.result["rc"] != 0 or (r["stdout"] == eight.result["stdout"]
                                                  and r["stdout"] != ten.result["stdout"]):
                         brk(c, "accepted", "'010' read as octal 8")
-        if opt.is_path() and c.kind in ("directory", "too-long-name", "fifo", "trailing-slash") + \
+        folder_kinds = ("directory", "trailing-slash") if is_folder_output(opt) else ()
+        if opt.is_path() and c.kind in tuple(k for k in ("directory", "too-long-name", "fifo", "trailing-slash")
+                                             if k not in folder_kinds) + \
                 (("dangling-symlink", "missing-folder") if not opt.is_output() else ()):
             wrote = [f for f in r["created"] if not f.startswith("out/")]
             # An output the command says it could not write ('plot: not written: ...') is reported.
@@ -1828,6 +1830,16 @@ def judge_attacks(cases):
         print(f"hostile: not a break: {c.command} {c.option} ({c.kind}) was still printing progress at the timeout",
               file=sys.stderr)
     return breaks
+
+
+def documents_negative(opt):
+    """An option whose default or help gives a negative value a meaning (generate --eos: '-1: none')."""
+    return (opt.default or "").startswith("-") or bool(re.search(r"(^|[\s(])-1\b", opt.desc))
+
+
+def is_folder_output(opt):
+    """An output that is a folder (data train-bpe -o, bench tokenizer --cache-dir): a directory is its due."""
+    return opt.is_output() and (opt.name.endswith("-dir") or bool(re.search(r"\b(folder|directory)\b", opt.desc)))
 
 
 def value_of(kind):
