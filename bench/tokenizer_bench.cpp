@@ -308,6 +308,15 @@ void run_tokenizer(bench::Context& ctx) {
   } cleanup{tmp};
 
   // The inputs: cut from the English corpus into the cache (once), or from --text into the temporary folder.
+  check(g_text.empty() || g_cache_dir.empty(),
+        "--cache-dir: '{}' is not used with --text (the text's inputs are cut into a temporary folder); pass "
+        "one or the other",
+        g_cache_dir);
+  if (!g_cache_dir.empty()) {
+    std::error_code ec;
+    check(!fs::exists(g_cache_dir, ec) || fs::is_directory(g_cache_dir, ec),
+          "--cache-dir: '{}' exists and is not a folder", g_cache_dir);
+  }
   std::string base;
   const fs::path dir = g_text.empty() ? (g_cache_dir.empty() ? default_cache() : fs::path(g_cache_dir)) : tmp;
   fs::create_directories(dir);

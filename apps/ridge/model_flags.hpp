@@ -135,8 +135,14 @@ struct ModelFlags {
   // The shape of a step of `cfg` on batch_times x --batch sequences of --context tokens, at --precision
   // with --attention (roofline ddp: batch_times = ranks for the global batch).
   roofline::ModelShape shape(const model::ModelConfig& cfg, int64_t batch_times = 1) const {
+    const int64_t b = count(batch, "--batch");
+    // The analyzer takes batches up to 2^40; past that, the flag the user typed is named (the product
+    // with the ranks, where there are ranks, cannot wrap: both are at most 2^40 and 2^20).
+    check(b <= (int64_t{1} << 40) / batch_times,
+          "--batch: {} sequences x {} rank(s) is past the 2^40 sequences the analyzer takes (1 to 2^40)", b,
+          batch_times);
     return in_flag_words([&] {
-      return model::model_shape(cfg, count(batch, "--batch") * batch_times, count(context, "--context"),
+      return model::model_shape(cfg, b * batch_times, count(context, "--context"),
                                 model::parse_precision(precision), model::parse_attention_path(attention));
     });
   }
