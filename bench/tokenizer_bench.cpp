@@ -317,6 +317,12 @@ void run_tokenizer(bench::Context& ctx) {
     check(!fs::exists(g_cache_dir, ec) || fs::is_directory(g_cache_dir, ec),
           "--cache-dir: '{}' exists and is not a folder", g_cache_dir);
   }
+  if (!g_text.empty()) {
+    // A regular file that opens (a FIFO would block the read: the harness's sweep hung on one).
+    std::error_code ec;
+    check(fs::is_regular_file(g_text, ec) && std::ifstream(g_text, std::ios::binary).good(),
+          "--text: '{}' is not a readable file (expected a text file to train and encode)", g_text);
+  }
   std::string base;
   const fs::path dir = g_text.empty() ? (g_cache_dir.empty() ? default_cache() : fs::path(g_cache_dir)) : tmp;
   fs::create_directories(dir);

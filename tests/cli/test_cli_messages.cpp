@@ -2,6 +2,7 @@
 // real binary, exit 2, nothing on stdout, one line on stderr naming the flag the user typed (never the
 // library's field: "parameters:", "ModelConfig:", "cache_tokens:", "eot_id:", "flash_attn_with_kvcache:").
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -128,6 +129,28 @@ TEST(CliMessages, SplitsPastTheKernelsLimitIsRefusedByTheParser) {
 TEST(CliMessages, EotIdPastInt32IsRefusedNamingIt) {
   expect_refused(run("train --size tiny --steps 1 --doc-mask --eot-id 2147483648 --vocab 2147483649"),
                  "--eot-id: '2147483648' is out of range", {"0 .. 2147483647"});
+}
+
+}  // namespace
+
+namespace {
+
+// Found by the harness's sweep and cross attacks after issue 37's fixes: `roofline ddp --batch 1e12` was
+// "model shape: batch = 8000000000000 ..." (batch x ranks, named for the analyzer's field); `bench
+// tokenizer --text 1` was "bench tokenizer: cannot read '1'", a FIFO as --text hung, and --cache-dir onto
+// an input was accepted.
+TEST(CliMessages, RooflineDdpBatchAndTokenizerBenchFilesNameTheirFlags) {
+  expect_refused(run("roofline ddp --hw h100 --batch 1000000000000"), "--batch: ", {"1000000000000", "2^40"});
+  Dir d;
+  spit(d.path("in.txt"), "some text to train on\n");
+  ASSERT_EQ(::mkfifo(d.path("fifo").c_str(), 0600), 0);
+  const std::string bench =
+      "bench tokenizer --quick --no-progress --no-hf --no-python-ref --iters 1 --warmup 0 ";
+  expect_refused(run(bench + "--text " + d.path("missing.txt")), "--text: ", {"missing.txt"});
+  expect_refused(run(bench + "--text " + d.path("fifo")), "--text: ", {"fifo"});
+  expect_refused(run(bench + "--text " + d.path("in.txt") + " --cache-dir " + d.path("in.txt")),
+                 "--cache-dir: ");
+  EXPECT_EQ(slurp(d.path("in.txt")), "some text to train on\n");
 }
 
 }  // namespace
