@@ -655,7 +655,7 @@ TEST(BpeFiles, AReaderLoadsOneWholeVersionWhileTheFolderIsSavedOver) {
     }
     done = true;
   });
-  int loads = 0, mixed = 0;
+  int loads = 0, mixed = 0, outrun = 0;
   std::string first;
   while (!done || loads < 20) {
     ++loads;
@@ -663,9 +663,15 @@ TEST(BpeFiles, AReaderLoadsOneWholeVersionWhileTheFolderIsSavedOver) {
       const uint64_t h = Tokenizer::load_dir(tok).content_hash();
       if (h != a.content_hash() && h != b.content_hash() && ++mixed == 1) first = "a third tokenizer";
     } catch (const Error& e) {
-      if (++mixed == 1) first = e.what();
+      // A reader outrun by a writer that never pauses (swapped 20 times within one load: under
+      // AddressSanitizer a load is that slow) says so and loads nothing: a clean error, not a mix.
+      if (std::string(e.what()).find("was replaced while being read") != std::string::npos)
+        ++outrun;
+      else if (++mixed == 1)
+        first = e.what();
     }
   }
+  EXPECT_LT(outrun, loads) << "no load got through";
   writer.join();
   EXPECT_EQ(writer_error, "");
   EXPECT_EQ(mixed, 0) << "of " << loads << " loads; the first: " << first;
