@@ -1337,26 +1337,19 @@ def case_env(folder):
     return env
 
 
+# The fixed files of a case's folder, by placeholder.
+FIXED_NAMES = {"out": "out/result", "dir": "adir", "fifo": "afifo", "dangling": "dangling.json",
+               "readonly": "readonly.json", "emptyfile": "empty.json", "garbage": "garbage.bin"}
+
+
 def resolve(a, folder):
     """Replaces the {placeholders} of one argument (an input's name, {out}, a spelling of a path)."""
     def repl(m):
         key = m.group(1)
         if key in INPUTS:
             return INPUTS[key]
-        if key == "out":
-            return "out/result"
-        if key == "dir":
-            return "adir"
-        if key == "fifo":
-            return "afifo"
-        if key == "dangling":
-            return "dangling.json"
-        if key == "readonly":
-            return "readonly.json"
-        if key == "emptyfile":
-            return "empty.json"
-        if key == "garbage":
-            return "garbage.bin"
+        if key in FIXED_NAMES:
+            return FIXED_NAMES[key]
         if key == "abs":
             return folder
         kind, _, name = key.partition(":")
