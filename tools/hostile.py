@@ -1668,15 +1668,7 @@ def judge(cases, leaves):
         if rc is not None and rc < 0:
             brk(c, "signal", f"killed by signal {signal.Signals(-rc).name if -rc in signal.valid_signals() else -rc}")
             continue
-        if "internal error" in r["stdout"] or "internal error" in r["stderr"]:
-            brk(c, "internal-error", "'internal error' in the output")
-        if rc not in (0, 2):
-            brk(c, "exit-code", f"exit {rc}")
-        if rc == 2 and (len(err_lines) != 1 or not err_lines[0].startswith("ridge:")):
-            brk(c, "stderr", f"exit 2 with {len(err_lines)} stderr lines" if len(err_lines) != 1
-                else "the line does not start with 'ridge:'")
-        if r["changed"]:
-            brk(c, "input-changed", ", ".join(r["changed"]))
+        judge_contract(brk, c, r, rc, err_lines)
         if rc == 2 and c.option and len(err_lines) == 1 and err_lines[0] != base_line.get(c.command):
             opt = opts.get((c.command, c.option.split()[0]))
             if opt is not None and not opt.positional and c.kind != "base":
@@ -1729,6 +1721,21 @@ def judge(cases, leaves):
     return breaks
 
 
+def judge_contract(brk, c, r, rc, err_lines, exit_judged=False):
+    """The checks every run is held to, by the sweep and by the attacks alike: no 'internal error', exit 0
+    or 2 (unless the caller judged the exit already), an exit 2 with one line starting 'ridge:', and every
+    input as it was."""
+    if "internal error" in r["stdout"] or "internal error" in r["stderr"]:
+        brk(c, "internal-error", "'internal error' in the output")
+    if not exit_judged and rc not in (0, 2):
+        brk(c, "exit-code", f"exit {rc}")
+    if rc == 2 and (len(err_lines) != 1 or not err_lines[0].startswith("ridge:")):
+        brk(c, "stderr", f"exit 2 with {len(err_lines)} stderr lines" if len(err_lines) != 1
+            else "the line does not start with 'ridge:'")
+    if r["changed"]:
+        brk(c, "input-changed", ", ".join(r["changed"]))
+
+
 def judge_attacks(cases):
     """Breaks of the attack families (ATTACKS); see the module's docstring for the causes."""
     breaks = []
@@ -1776,19 +1783,11 @@ def judge_attacks(cases):
             brk(c, "signal", f"killed by signal {signal.Signals(-rc).name if -rc in signal.valid_signals() else -rc}"
                 + (f" (peak RSS {r['rss'] >> 20} MiB)" if r.get("rss") else ""))
             continue
-        if "internal error" in r["stdout"] or "internal error" in r["stderr"]:
-            brk(c, "internal-error", "'internal error' in the output")
         oom = rc == 1 and "out of memory" in r["stderr"]
         if oom and c.as_limit:
             brk(c, "memory", f"out of memory under a {gib:.0f} GiB address-space limit: not refused before "
                              f"allocating (peak RSS {r['rss'] >> 20} MiB)")
-        elif rc not in (0, 2):
-            brk(c, "exit-code", f"exit {rc}")
-        if rc == 2 and (len(err_lines) != 1 or not err_lines[0].startswith("ridge:")):
-            brk(c, "stderr", f"exit 2 with {len(err_lines)} stderr lines" if len(err_lines) != 1
-                else "the line does not start with 'ridge:'")
-        if r["changed"]:
-            brk(c, "input-changed", ", ".join(r["changed"]))
+        judge_contract(brk, c, r, rc, err_lines, exit_judged=oom and bool(c.as_limit))
         for p in r.get("post", []):
             brk(c, "tokenizer-broken", p)
         if c.max_rss and r.get("rss", 0) > c.max_rss:
