@@ -56,14 +56,8 @@ std::string ids_text(const std::vector<int32_t>& a, const std::vector<int32_t>& 
 }
 
 void resolve_tokenizer(const Args& a, int64_t vocab) {
-  std::optional<model::TokenizerRecord> recorded;
-  if (!a.checkpoint.empty()) {
-    try {
-      recorded = model::checkpoint_tokenizer(a.checkpoint);
-    } catch (const Error& e) {
-      fail("--checkpoint: {}", e.what());
-    }
-  }
+  const std::optional<model::TokenizerRecord> recorded =
+      cli::recorded_tokenizer(a.checkpoint, "--checkpoint");
   std::optional<cli::LoadedTokenizer> tok;
   if (!a.tokenizer.empty()) {
     tok = cli::load_tokenizer(a.tokenizer, "--tokenizer");

@@ -127,14 +127,7 @@ Prepared prepare(const Args& a, int world) {
         "--lr-min: {} is above --lr {} (the schedule decays from --lr to --lr-min)", a.lr_min, a.lr);
 
   // The tokenizer the --resume checkpoint records, if any: one of the run's inputs.
-  std::optional<model::TokenizerRecord> recorded;
-  if (!a.resume.empty()) {
-    try {
-      recorded = model::checkpoint_tokenizer(a.resume);
-    } catch (const Error& e) {
-      fail("--resume: {}", e.what());
-    }
-  }
+  const std::optional<model::TokenizerRecord> recorded = cli::recorded_tokenizer(a.resume, "--resume");
 
   // Outputs before any work: each writable, none of them an input of the run or another output (a
   // checkpoint may be the --resume file: resuming and saving in place is the usual way to continue).

@@ -45,6 +45,18 @@ inline LoadedTokenizer load_tokenizer(const std::string& dir, const std::string&
   }
 }
 
+// The tokenizer checkpoint `path` records (none when `path` is empty or it records none), errors naming
+// `flag` (the checkpoint's option: --resume of train, --checkpoint of generate).
+inline std::optional<model::TokenizerRecord> recorded_tokenizer(const std::string& path,
+                                                                const std::string& flag) {
+  if (path.empty()) return std::nullopt;
+  try {
+    return model::checkpoint_tokenizer(path);
+  } catch (const Error& e) {
+    fail("{}: {}", flag, e.what());
+  }
+}
+
 inline std::string describe(const model::TokenizerRecord& r) {
   return fmt::format("'{}' (hash {:016x}, {} tokens)", r.path, r.hash, r.vocab_size);
 }

@@ -10,6 +10,7 @@
 
 #include "core/json.hpp"
 #include "ridge/core.hpp"
+#include "common/address_space.hpp"
 
 namespace {
 
@@ -59,22 +60,12 @@ TEST(Resources, ParseJsonRefusesNestingPastItsLimitNamingTheInput) {
 // `ulimit -v` (RLIMIT_AS) lowers what available_bytes() answers, so that a size checked against it is
 // refused (ridge::Error, exit 2) where the allocation would fail (std::bad_alloc, exit 1).
 TEST(Resources, AvailableBytesHonoursTheAddressSpaceLimit) {
-  rlimit was{};
-  ASSERT_EQ(::getrlimit(RLIMIT_AS, &was), 0);
   const int64_t before = memory::available_bytes();
   EXPECT_GT(before, 0);
   EXPECT_LE(before, memory::physical_bytes());
-  long long pages = 0;
-  if (std::FILE* f = std::fopen("/proc/self/statm", "r")) {
-    ASSERT_EQ(std::fscanf(f, "%lld", &pages), 1);
-    std::fclose(f);
-  }
-  const auto vsz = static_cast<rlim_t>(pages) * static_cast<rlim_t>(::sysconf(_SC_PAGE_SIZE));
   const rlim_t room = rlim_t{512} << 20;
-  if (was.rlim_max != RLIM_INFINITY && was.rlim_max < vsz + room) GTEST_SKIP() << "the hard limit is lower";
-  rlimit lower = was;
-  lower.rlim_cur = vsz + room;
-  ASSERT_EQ(::setrlimit(RLIMIT_AS, &lower), 0);
+  test::AddressSpaceRoom limit(room);
+  if (!limit.applied()) GTEST_SKIP() << "the hard limit is lower";
   const int64_t limited = memory::available_bytes();
   std::string refused;
   try {
@@ -82,7 +73,7 @@ TEST(Resources, AvailableBytesHonoursTheAddressSpaceLimit) {
   } catch (const Error& e) {
     refused = e.what();
   }
-  ASSERT_EQ(::setrlimit(RLIMIT_AS, &was), 0);
+  ASSERT_TRUE(limit.restore());
   EXPECT_LE(limited, static_cast<int64_t>(room));
   EXPECT_GT(limited, 0);
   EXPECT_EQ(refused.rfind("a gigabyte: needs ", 0), 0u) << refused;

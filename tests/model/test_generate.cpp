@@ -24,6 +24,7 @@
 #include "ridge/model/model.hpp"
 #include "ridge/model/train.hpp"
 #include "gemm/jit_decode.hpp"
+#include "common/address_space.hpp"
 #include "common/tmpdir.hpp"
 
 namespace rm = ridge::model;
@@ -430,19 +431,8 @@ TEST(Generate, AContextLargerThanMemoryIsRefusedBeforeItsTablesAreBuilt) {
   EXPECT_EQ(need.kv_cache, 1000.0 * 2 * 2 * 2 * 16 * 2);  // bf16 cache: 2 bytes
   EXPECT_GT(need.weights, 0);
   const std::vector<float> params(static_cast<size_t>(c.param_count()), 0.01f);
-  rlimit was{};
-  ASSERT_EQ(::getrlimit(RLIMIT_AS, &was), 0);
-  long long pages = 0;
-  if (std::FILE* f = std::fopen("/proc/self/statm", "r")) {
-    ASSERT_EQ(std::fscanf(f, "%lld", &pages), 1);
-    std::fclose(f);
-  }
-  const auto vsz = static_cast<rlim_t>(pages) * static_cast<rlim_t>(::sysconf(_SC_PAGE_SIZE));
-  const rlim_t room = rlim_t{2} << 30;
-  if (was.rlim_max != RLIM_INFINITY && was.rlim_max < vsz + room) GTEST_SKIP() << "the hard limit is lower";
-  rlimit lower = was;
-  lower.rlim_cur = vsz + room;
-  ASSERT_EQ(::setrlimit(RLIMIT_AS, &lower), 0);
+  ridge::test::AddressSpaceRoom limit(rlim_t{2} << 30);
+  if (!limit.applied()) GTEST_SKIP() << "the hard limit is lower";
   std::string what = "(no error)", argument;
   try {
     const rm::InferenceModel im(c, params);
@@ -452,7 +442,7 @@ TEST(Generate, AContextLargerThanMemoryIsRefusedBeforeItsTablesAreBuilt) {
   } catch (const std::bad_alloc&) {
     what = "std::bad_alloc";
   }
-  ASSERT_EQ(::setrlimit(RLIMIT_AS, &was), 0);
+  ASSERT_TRUE(limit.restore());
   EXPECT_EQ(argument, "config") << what;
   EXPECT_NE(what.find("RoPE's tables for context_length 2000000000 (119 GiB)"), std::string::npos) << what;
 }
