@@ -57,6 +57,7 @@ KernelInfo select_kernel(Elem in, cpu::Isa path) {
         ki.small_m_jit = dot.small_m_jit;
         ki.small_m_elem = dot.small_m_elem;
         ki.small_m_cols = dot.small_m_cols;
+        ki.small_m_rows = dot.small_m_rows;
         return ki;
       }
       return ridge::isa::pick_path(bf16_paths, path);
@@ -417,8 +418,8 @@ void run(const Problem& p) {
     return;
   }
   const KernelInfo ki = p.packed_ki ? *p.packed_ki : select_kernel(p.a.elem, cpu::active_isa());
-  if (!p.b_panels && !p.b.fp8_panels && !p.a.kmajor && !p.b.kmajor && p.m <= kSmallM && ki.small_m &&
-      ki.small_m_elem == p.a.elem) {
+  if (!p.b_panels && !p.b.fp8_panels && !p.a.kmajor && !p.b.kmajor &&
+      p.m <= std::min(kSmallM, ki.small_m_rows) && ki.small_m && ki.small_m_elem == p.a.elem) {
     // With RIDGE_JIT=1, the same kernel with this call's m and k compiled in, where it serves them.
     const SmallMKernel jit = jit_small_m(ki, p.m, p.k);
     run_small_m(p, jit ? jit : ki.small_m, ki.small_m_cols);

@@ -93,7 +93,8 @@ struct KernelInfo {
   // calls with m and k compiled in as constants; nullptr where it does not.
   const char* small_m_jit = nullptr;
   Elem small_m_elem = Elem::f32;
-  int64_t small_m_cols = 4;  // column granule of the small-m split (FP8: 16, within a scale block)
+  int64_t small_m_cols = 4;   // column granule of the small-m split (FP8: 16, within a scale block)
+  int64_t small_m_rows = 16;  // the most rows of A small_m takes (at most the driver's 16); more: blocked
   // The small-m path for FP8 B in PackedFp8B panels (SmallM::b at panel 0, ldb = pairs), 1..4 rows of A,
   // split in whole panels (kFp8PanelRows columns); nullptr: the blocked path.
   SmallMKernel small_m_fp8_panels = nullptr;

@@ -21,6 +21,7 @@ KernelInfo kernel_bf16_amx() {
   ki.small_m = small.small_m;
   ki.small_m_jit = small.small_m_jit;
   ki.small_m_cols = small.small_m_cols;
+  ki.small_m_rows = small.small_m_rows;
   return ki;
 }
 
@@ -29,6 +30,7 @@ KernelInfo kernel_fp8_amx() {
   const KernelInfo small = fp8::uses_vbmi() ? kernel_fp8_avx512bf16vbmi() : kernel_fp8_avx512bf16();
   ki.small_m = small.small_m;
   ki.small_m_cols = small.small_m_cols;
+  ki.small_m_rows = small.small_m_rows;
   ki.small_m_fp8_panels = small.small_m_fp8_panels;
   return ki;
 }

@@ -430,6 +430,35 @@ TEST(Fp8Gemm, Bf16OutputAcrossKBlocksWithCEveryPath) {
   gemm::set_num_threads(saved);
 }
 
+// The vector FP8 packers (AVX2: raw rows through an 8 x 8 transpose, PackedFp8B panels through a byte
+// shuffle) against the table that RIDGE_GEMM_SCALAR_PACK=1 selects: the same panels, so the same bits,
+// for raw and packed B, with rows, K and columns that end mid-group.
+TEST(Fp8Gemm, VectorPackersMatchTheTable) {
+  for (const auto& sh : std::vector<Shape>{{20, 37, 300}, {45, 100, 257}, {17, 16, 129}}) {
+    Operands op(sh.m, sh.n, sh.k, 91);
+    const auto packed = gemm::PackedFp8B::pack(op.b.view(), op.b.scale_view());
+    for (const auto& path : isas()) {
+      PathGuard guard(path);
+      SCOPED_TRACE(path_name(path) + " m=" + std::to_string(sh.m) + " n=" + std::to_string(sh.n));
+      std::vector<float> raw[2], pk[2];
+      for (int scalar = 0; scalar < 2; ++scalar) {
+        if (scalar) setenv("RIDGE_GEMM_SCALAR_PACK", "1", 1);
+        raw[scalar].assign(static_cast<size_t>(sh.m * sh.n), NAN);
+        pk[scalar].assign(static_cast<size_t>(sh.m * sh.n), NAN);
+        gemm::fp8_gemm_nt(op.a.view(), op.a.scale_view(), op.b.view(), op.b.scale_view(),
+                          MatrixView<float>{raw[scalar].data(), sh.m, sh.n, sh.n});
+        gemm::fp8_gemm_nt(op.a.view(), op.a.scale_view(), packed,
+                          MatrixView<float>{pk[scalar].data(), sh.m, sh.n, sh.n});
+        unsetenv("RIDGE_GEMM_SCALAR_PACK");
+      }
+      for (size_t i = 0; i < raw[0].size(); ++i) {
+        ASSERT_EQ(raw[0][i], raw[1][i]) << "raw B at " << i;
+        ASSERT_EQ(pk[0][i], pk[1][i]) << "packed B at " << i;
+      }
+    }
+  }
+}
+
 // The FP8 blocking does not depend on the thread count, so neither do the bits: every thread takes
 // the same K blocks whichever path (narrow, one row block, several) its rectangle falls to.
 TEST(Fp8Gemm, ThreadCountDoesNotChangeBits) {

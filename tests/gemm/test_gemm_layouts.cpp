@@ -311,27 +311,35 @@ TEST(GemmLayouts, Bf16LayoutsMatchNtBits) {
   layouts_match_nt_bits<bf16>(18);
 }
 
-// The vector packers (the nt transpose, avx512bf16's K-major pair interleave) against the plain
-// loops that RIDGE_GEMM_SCALAR_PACK=1 selects: same panels, so the same bits, in every layout.
-TEST(GemmLayouts, VectorPackersMatchScalarPacking) {
-  std::mt19937 rng(23);
+// The vector packers (the nt transposes of AVX2 and AVX-512, fp32 and bf16 widened, and avx512bf16's
+// K-major pair interleave) against the plain loops that RIDGE_GEMM_SCALAR_PACK=1 selects: same panels,
+// so the same bits, in every layout. The shapes have row counts and K that end mid-group (8 and 16
+// rows, 8 and 16 words) and AVX2's A panels of 6 rows, whose last word is stored masked.
+template <typename T>
+void vector_packers_match_scalar_packing(uint32_t seed) {
+  std::mt19937 rng(seed);
   const ScopedBlocking blocks("40", "30", "70");  // ragged K blocks: odd kc pairs in the middle of K
   for (const TestPath& isa : test_paths()) {
     ScopedPath scope(isa);
     for (gemm_layout l : kLayouts) {
-      for (const Shape& s : {Shape{17, 45, 33}, Shape{75, 100, 101}}) {
-        Operands<bf16> o(l, s, 1);
+      for (const Shape& s : {Shape{17, 45, 33}, Shape{75, 100, 101}, Shape{20, 9, 7}}) {
+        Operands<T> o(l, s, 1);
         fill(o.a, rng);
         fill(o.b, rng);
         Mat<float> d1(s.m, s.n), d2(s.m, s.n);
-        gemm::bf16_gemm(l, o.a.cview(), o.b.cview(), d1.view());
+        call_named<T, float>(l, o.a.cview(), o.b.cview(), d1.view(), {});
         setenv("RIDGE_GEMM_SCALAR_PACK", "1", 1);
-        gemm::bf16_gemm(l, o.a.cview(), o.b.cview(), d2.view());
+        call_named<T, float>(l, o.a.cview(), o.b.cview(), d2.view(), {});
         unsetenv("RIDGE_GEMM_SCALAR_PACK");
         ASSERT_EQ(d1.v, d2.v) << label(l, isa, s);
       }
     }
   }
+}
+
+TEST(GemmLayouts, VectorPackersMatchScalarPacking) {
+  vector_packers_match_scalar_packing<bf16>(23);
+  vector_packers_match_scalar_packing<float>(24);
 }
 
 // C may be D itself: D += op(A) op(B) in place, both output dtypes, every layout.
