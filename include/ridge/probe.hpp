@@ -43,7 +43,8 @@ struct PeakKernel {
   bool widened = false;
 };
 
-// Every peak kernel this machine can run, best ISA first within each dtype and way of computing it
+// Every peak kernel this machine can run on the active path (RIDGE_ISA: a lower path leaves out the
+// kernels above it, so its roof is its own), best ISA first within each dtype and way of computing it
 // (AMX's tile instructions, the dtype's own vector instruction, bf16 widened onto the fp32 FMAs).
 std::vector<PeakKernel> supported_peak_kernels();
 

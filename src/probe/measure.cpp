@@ -33,22 +33,29 @@ struct KernelEntry {
   bool (*available)();
 };
 
+// Each kernel runs where the CPU has its instructions and the active path (RIDGE_ISA, default the best)
+// is at or above its tier: `RIDGE_ISA=avx2 ridge probe` measures the roof of the AVX2 tier on any host,
+// so the AVX2 kernels are held to their own peak, not to the wider units' one.
+bool at_or_below_active(cpu::Isa isa) {
+  return static_cast<int>(isa) <= static_cast<int>(cpu::active_isa());
+}
 bool has_avx512() {
   const auto& f = cpu::info().features;
-  return f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq;
+  return f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && at_or_below_active(cpu::Isa::avx512);
 }
 bool has_avx512bf16() {
-  return has_avx512() && cpu::info().features.avx512_bf16;
+  return has_avx512() && cpu::info().features.avx512_bf16 && at_or_below_active(cpu::Isa::avx512bf16);
 }
 bool has_avx512vnni() {
   return has_avx512() && cpu::info().features.avx512_vnni;
 }
 bool has_avx2() {
   const auto& f = cpu::info().features;
-  return f.avx2 && f.fma;
+  return f.avx2 && f.fma && at_or_below_active(cpu::Isa::avx2);
 }
 bool has_amx() {
-  return cpu::supported(cpu::Isa::amx);  // the CPU's tiles, the OS's tile state and Linux's grant
+  // the CPU's tiles, the OS's tile state and Linux's grant
+  return cpu::supported(cpu::Isa::amx) && at_or_below_active(cpu::Isa::amx);
 }
 bool always() {
   return true;
@@ -78,7 +85,8 @@ const std::vector<KernelEntry>& kernel_table() {
 const KernelEntry& find_entry(const PeakKernel& k) {
   for (const auto& e : kernel_table())
     if (e.info.dtype == k.dtype && e.info.isa == k.isa) {
-      check(e.available(), "probe: this CPU cannot run the {} {} kernel", k.dtype, k.isa);
+      check(e.available(), "probe: this CPU, or the path RIDGE_ISA chose, cannot run the {} {} kernel",
+            k.dtype, k.isa);
       return e;
     }
   fail("probe: no {} kernel for isa '{}'", k.dtype, k.isa);

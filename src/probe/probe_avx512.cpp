@@ -19,7 +19,6 @@ struct Fp32 {
   struct Const {
     R a, b;
   };
-  static constexpr int kMaxChains = 24;
   static Const constants() { return {_mm512_set1_ps(0.999999f), _mm512_set1_ps(1e-3f)}; }
   static R init(int i) { return _mm512_set1_ps(1.0f + 0.01f * static_cast<float>(i)); }
   static R step(R acc, const Const& c) { return _mm512_fmadd_ps(acc, c.a, c.b); }
@@ -32,7 +31,6 @@ struct Fp64 {
   struct Const {
     R a, b;
   };
-  static constexpr int kMaxChains = 24;
   static Const constants() { return {_mm512_set1_pd(0.999999), _mm512_set1_pd(1e-3)}; }
   static R init(int i) { return _mm512_set1_pd(1.0 + 0.01 * i); }
   static R step(R acc, const Const& c) { return _mm512_fmadd_pd(acc, c.a, c.b); }

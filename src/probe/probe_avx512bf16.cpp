@@ -19,7 +19,6 @@ struct Bf16Dot {
   struct Const {
     __m512bh x, y;
   };
-  static constexpr int kMaxChains = 24;
   static Const constants() {
     const __m512i bits = _mm512_set1_epi16(0x3D80);
     Const c;

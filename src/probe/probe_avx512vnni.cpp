@@ -18,7 +18,6 @@ struct Int8Dot {
   struct Const {
     R u, s;
   };
-  static constexpr int kMaxChains = 24;
   static Const constants() { return {_mm512_set1_epi8(3), _mm512_set1_epi8(-2)}; }
   static R init(int i) { return _mm512_set1_epi32(i); }
   static R step(R acc, const Const& c) { return _mm512_dpbusd_epi32(acc, c.u, c.s); }

@@ -18,7 +18,6 @@ struct Mad {
   struct Const {
     T a, b;
   };
-  static constexpr int kMaxChains = 24;
   static Const constants() { return {T(0.999999), T(1e-3)}; }
   static R init(int i) { return T(1) + T(0.01) * static_cast<T>(i); }
   static R step(R acc, const Const& c) { return acc * c.a + c.b; }

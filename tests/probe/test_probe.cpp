@@ -51,10 +51,11 @@ TEST(ProbeKernels, FmaKernelsComputeTheirRecurrence) {
     EXPECT_NEAR(probe::detail::peak_fp64_scalar(chains, iters),
                 fma_reference<double>(chains, iters, 1, false), 1e-9);
     if (has("avx2")) {
-      const int c = chains > 12 ? 14 : chains;  // the ymm kernels cap at 14 chains
-      EXPECT_NEAR(probe::detail::peak_fp32_avx2(chains, iters), fma_reference<float>(c, iters, 8, true),
+      // Exactly the chains asked for: the probe counts chains x lanes x 2 FLOP per step (the ymm kernels
+      // once capped at 14 and were counted at 16 and 24).
+      EXPECT_NEAR(probe::detail::peak_fp32_avx2(chains, iters), fma_reference<float>(chains, iters, 8, true),
                   1e-2);
-      EXPECT_NEAR(probe::detail::peak_fp64_avx2(chains, iters), fma_reference<double>(c, iters, 4, true),
+      EXPECT_NEAR(probe::detail::peak_fp64_avx2(chains, iters), fma_reference<double>(chains, iters, 4, true),
                   1e-9);
     }
     if (has("avx512")) {
@@ -219,6 +220,28 @@ TEST(ProbePlateaus, UnknownLevelsAreSkippedAndEmptyRangesDropped) {
   const auto pl2 = find_plateaus(short_sweep, h);
   for (const auto& p : pl2) EXPECT_NE(p.level, "dram");
   EXPECT_TRUE(find_plateaus({}, h).empty());
+}
+
+// A lower path (RIDGE_ISA) leaves the kernels above it out, so `RIDGE_ISA=avx2 ridge probe` writes the
+// AVX2 tier's own roof on a host with wider units; every path keeps its own tier and those below it.
+TEST(ProbeMeasure, TheActivePathBoundsTheKernels) {
+  const auto tier = [](const std::string& isa) {
+    if (isa == "scalar") return cpu::Isa::scalar;
+    if (isa == "avx2") return cpu::Isa::avx2;
+    if (isa == "amx") return cpu::Isa::amx;
+    if (isa == "avx512bf16") return cpu::Isa::avx512bf16;
+    return cpu::Isa::avx512;  // avx512, avx512vnni
+  };
+  for (const cpu::Isa path : cpu::supported_isas()) {
+    const cpu::ScopedIsa scope(path);
+    SCOPED_TRACE(cpu::isa_name(path));
+    bool own_tier = false;
+    for (const auto& k : supported_peak_kernels()) {
+      EXPECT_LE(static_cast<int>(tier(k.isa)), static_cast<int>(path)) << k.dtype << " " << k.isa;
+      own_tier = own_tier || tier(k.isa) == path;
+    }
+    EXPECT_TRUE(own_tier) << "no kernel of the path's own tier";
+  }
 }
 
 TEST(ProbeMeasure, QuickPeakIsPositiveAndFiniteForEverySupportedKernel) {
