@@ -41,6 +41,7 @@
 #include <utility>
 
 #include "bench/registry.hpp"
+#include "cli.hpp"
 #include "ridge/build_paths.h"
 #include "ridge/core.hpp"
 #include "ridge/core/files.hpp"
@@ -454,10 +455,12 @@ void tokenizer_options(CLI::App& app) {
                  "English corpus (fortunes + GCIDE)");
   app.add_option("--cache-dir", g_cache_dir,
                  "where the English inputs are written once (default $XDG_CACHE_HOME/ridge/tokenizer-bench)");
+  // Through the CLI's number options, as every other count and time: CLI11 alone took "0x10" (the harness).
   app.add_option("--rounds", g_rounds, "rounds of ridge, HF, Python (the medians are compared; default 1)")
-      ->check(CLI::Range(1, 100));
+      ->transform(ridge::cli::integer_in(1, 100));
   app.add_option("--python-time-limit", g_python_limit, "seconds before the Python peer's training gives up")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->transform(ridge::cli::number_in(0, 86400, true));
   app.add_flag("--no-hf", g_no_hf, "skip the HF tokenizers peer");
   app.add_flag("--no-python-ref", g_no_python_ref, "skip the Python peer (tools/bpe_reference.py)");
   app.add_option("--python", g_python,

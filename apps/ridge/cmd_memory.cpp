@@ -92,12 +92,17 @@ void plot(const std::string& path, const std::string& out) {
   check(!fs::exists(o, ec) || fs::is_regular_file(o, ec), "-o: '{}' exists and is not a regular file", out);
   memory::load_snapshot(path);  // validate first, so a bad file gets ridge's one-line error
   std::string script;
-  if (const auto d = ridge::env::text("RIDGE_TOOLS_DIR"); !d.empty())
-    script = d + "/plot_memory.py";
+  const auto tools = ridge::env::text("RIDGE_TOOLS_DIR");
+  if (!tools.empty())
+    script = tools + "/plot_memory.py";
   else
     script = std::string(RIDGE_SOURCE_DIR) + "/tools/plot_memory.py";
-  check(fs::exists(script), "memory plot: cannot find {} (set RIDGE_TOOLS_DIR to ridge's tools/ folder)",
-        script);
+  // The error_code form: a RIDGE_TOOLS_DIR whose name is too long (or unreadable) is the same one line,
+  // not a filesystem_error (the harness: "internal error: ... File name too long").
+  check(fs::is_regular_file(script, ec),
+        "memory plot: cannot find {}{} (set RIDGE_TOOLS_DIR to ridge's tools/ folder)",
+        tools.empty() ? script : "RIDGE_TOOLS_DIR's plot_memory.py, '" + script + "'",
+        ec ? fmt::format(": {}", ec.message()) : std::string());
   // scripts/setup installs matplotlib as a Debian package, i.e. for /usr/bin/python3, which a
   // pyenv or venv python3 earlier on PATH would not see. RIDGE_PYTHON overrides.
   std::string python = "python3";

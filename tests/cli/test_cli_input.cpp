@@ -244,6 +244,12 @@ TEST(CliInput, MemoryPlotChecksTheOutputPathFirst) {
   const auto snap = d.file("s.json", snapshot(event(1, "alloc", "0x1", "100", "a")));
   expect_error(run("memory plot " + snap + " -o " + d / "no/such/dir/x.png"), "does not exist");
   expect_error(run("memory plot " + snap + " -o " + d / "x.txt"), ".png");
+  // A RIDGE_TOOLS_DIR whose name is past NAME_MAX is one line naming it, not an internal error (the
+  // hostile harness, 2026-11-28: filesystem::exists threw).
+  const auto r =
+      run("memory plot " + snap + " -o " + d / "x.png", "RIDGE_TOOLS_DIR=" + d / std::string(300, 'x'));
+  expect_error(r, "RIDGE_TOOLS_DIR");
+  EXPECT_EQ(r.err.find("internal error"), std::string::npos) << r.err;
 }
 
 // --python names a program, never a shell command line: "echo X; false" is not run by a shell.

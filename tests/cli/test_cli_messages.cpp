@@ -153,4 +153,18 @@ TEST(CliMessages, RooflineDdpBatchAndTokenizerBenchFilesNameTheirFlags) {
   EXPECT_EQ(slurp(d.path("in.txt")), "some text to train on\n");
 }
 
+// bench tokenizer's --rounds and --python-time-limit go through the CLI's number options like every other
+// count and time: CLI11's own conversion took "0x10" (the hostile harness, 2026-11-28).
+TEST(CliMessages, BenchTokenizerNumbersAreTheCliNumbers) {
+  Dir d;
+  spit(d.path("in.txt"), "some text to train on\n");
+  const std::string bench =
+      "bench tokenizer --quick --no-progress --no-hf --no-python-ref --iters 1 --warmup 0 --text " +
+      d.path("in.txt") + " ";
+  expect_refused(run(bench + "--rounds=0x10"), "--rounds: ", {"0x10", "decimal integer 1 .. 100"});
+  expect_refused(run(bench + "--rounds=010x"), "--rounds: ", {"010x"});
+  expect_refused(run(bench + "--python-time-limit=0x10"), "--python-time-limit: ", {"0x10", "(0, 86400]"});
+  expect_refused(run(bench + "--python-time-limit=nan"), "--python-time-limit: ", {"nan"});
+}
+
 }  // namespace
