@@ -853,13 +853,19 @@ def write_deep_json(rel, kind):
     return setup
 
 
-def write_deep_checkpoint(rel, kind):
+def edit_header(rel, edit):
+    """A case's setup that rewrites the safetensors header of the file `rel`: edit(header dict) gives the
+    new header's text (a file without a readable header is left as it is)."""
     def setup(folder):
         path = os.path.join(folder, rel)
         got = read_header(path)
-        if not got:
-            return
-        h, _ = got
+        if got:
+            write_header(path, edit(got[0]).encode())
+    return setup
+
+
+def write_deep_checkpoint(rel, kind):
+    def edit(h):
         depth = SETTINGS["deep_depth"]
         deep_obj = '{"a":' * depth + "1" + "}" * depth
         meta = h.setdefault("__metadata__", {})
@@ -884,9 +890,8 @@ def write_deep_checkpoint(rel, kind):
                     v["shape"] = "__DEEP__"
                     break
         text = json.dumps(h, separators=(",", ":"))
-        text = text.replace('"__DEEP__"', "[" * depth + "1" + "]" * depth, 1)
-        write_header(path, text.encode())
-    return setup
+        return text.replace('"__DEEP__"', "[" * depth + "1" + "]" * depth, 1)
+    return edit_header(rel, edit)
 
 
 DEEP_JSON = ["document", "object", "first value"]
@@ -971,17 +976,12 @@ def huge_common(**kw):
 
 
 def write_config_value(rel, key, value):
-    def setup(folder):
-        path = os.path.join(folder, rel)
-        got = read_header(path)
-        if not got:
-            return
-        h, _ = got
+    def edit(h):
         cfg = json.loads(h["__metadata__"]["config"])
         cfg[key] = value
         h["__metadata__"]["config"] = json.dumps(cfg, separators=(",", ":"))
-        write_header(path, json.dumps(h, separators=(",", ":")).encode())
-    return setup
+        return json.dumps(h, separators=(",", ":"))
+    return edit_header(rel, edit)
 
 
 def write_pretoken(rel):
@@ -1922,6 +1922,13 @@ def main():
     args = ap.parse_args()
 
     binary = os.path.abspath(args.binary)
+    # The checkout's commit when the run starts (a commit made during a long run is not the binary's).
+    commit = ""
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], stdout=subprocess.PIPE,
+                                stderr=subprocess.DEVNULL, cwd=os.path.dirname(binary)).stdout.decode().strip()
+    except OSError:
+        pass
     if not os.access(binary, os.X_OK):
         ap.error(f"--binary: '{args.binary}' is not an executable")
     if args.workers < 1 or args.workers > 64:
@@ -2065,12 +2072,6 @@ def main():
     by_cause = {}
     for b in breaks:
         by_cause.setdefault(b["cause"], []).append(b)
-    commit = ""
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], stdout=subprocess.PIPE,
-                                stderr=subprocess.DEVNULL, cwd=os.path.dirname(binary)).stdout.decode().strip()
-    except OSError:
-        pass
     runs = {}
     for c in cases:
         runs.setdefault(c.command, {f: 0 for f in families})[c.family] += 1
