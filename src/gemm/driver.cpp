@@ -292,7 +292,9 @@ void run_rect(const Problem& p, const KernelInfo& ki, const Blocking& bk, int64_
   const bool need_scratch = p.d_bf16 && p.k > bk.kc;
   const bool fast = !env::knobs().gemm_scalar_pack;
   const bool direct_b = p.b_panels != nullptr;
-  if (!direct_b && mblocks == 1 && !env::knobs().gemm_no_narrow &&
+  const bool a_in_l2 = ki.narrow_a_in_l2 && !env::knobs().gemm_mc &&
+                       (m1 - m0) * kp_full * static_cast<int64_t>(elt) <= cpu::cache_sizes().l2;
+  if (!direct_b && (mblocks == 1 || a_in_l2) && !env::knobs().gemm_no_narrow &&
       (ki.narrow_max_rows == 0 || m1 - m0 <= ki.narrow_max_rows)) {
     run_rect_narrow(p, ki, bk, m0, m1, n0, n1, fast);
     return;

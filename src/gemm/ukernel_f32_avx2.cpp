@@ -135,6 +135,7 @@ KernelInfo kernel_f32_avx2() {
                     .small_m = &small_m_f32,
                     .small_m_jit = "f32_avx2",
                     .small_m_elem = Elem::f32,
+                    .narrow_a_in_l2 = true,
                     .pack_words = &pack_8x8<false>,
                     .pack_widen_bf16 = &pack_8x8<true>};
 }

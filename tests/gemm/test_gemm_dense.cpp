@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <random>
@@ -278,6 +279,30 @@ TEST(GemmDense, ThreadCountDoesNotChangeBits) {
   gemm::f32_gemm_nt(a.cview(), b.cview(), d3.view());
   gemm::set_num_threads(saved);
   EXPECT_EQ(d1.v, d3.v);
+}
+
+// A kernel with narrow_a_in_l2 (AVX2) takes the narrow path for a thread of several row blocks whose packed
+// A fits in L2: the same K blocks, so the same bits as the general path (RIDGE_GEMM_NO_NARROW=1). The
+// shape is made from this machine's L2: K = 1024 (one K block), so a row block (MC) is an eighth of L2 and
+// A, just under L2, is about two of them (1 MiB L2: 252 rows, MC 126).
+TEST(GemmDense, NarrowPathWithAInL2IsTheGeneralPathsBits) {
+  std::mt19937 rng(8);
+  const int saved = gemm::get_num_threads();
+  const int64_t l2 = ridge::cpu::cache_sizes().l2;
+  const Shape s{std::max<int64_t>(12, l2 / (4 * 1024) / 6 * 6), 40, 1024};
+  Mat<float> a(s.m, s.k), b(s.n, s.k), d1(s.m, s.n), d2(s.m, s.n);
+  fill(a, rng);
+  fill(b, rng);
+  gemm::set_num_threads(1);
+  for (const TestPath& isa : test_paths()) {
+    ScopedPath scope(isa);
+    gemm::f32_gemm_nt(a.cview(), b.cview(), d1.view());
+    setenv("RIDGE_GEMM_NO_NARROW", "1", 1);
+    gemm::f32_gemm_nt(a.cview(), b.cview(), d2.view());
+    unsetenv("RIDGE_GEMM_NO_NARROW");
+    EXPECT_EQ(d1.v, d2.v) << path_name(isa) << " m=" << s.m;
+  }
+  gemm::set_num_threads(saved);
 }
 
 // Called from inside another parallel region (nested teams get one thread), every rectangle of D
