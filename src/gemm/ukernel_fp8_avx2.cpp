@@ -359,7 +359,8 @@ KernelInfo kernel_fp8_avx2() {
                     .small_m_cols = 16,
                     .small_m_rows = 4,
                     .small_m_fp8_panels = &small_m_panels,
-                    .narrow_max_rows = 32};
+                    .narrow_max_rows = 0,
+                    .narrow_a_in_l2 = true};
 }
 
 }  // namespace ridge::gemm::detail
