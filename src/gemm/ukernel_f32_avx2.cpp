@@ -14,28 +14,32 @@
 namespace ridge::gemm::detail {
 namespace {
 
+// The tile: kMR rows of A broadcast against kNV vectors of B, kMR x kNV accumulators. 4 x 24 (OpenBLAS's
+// Haswell sgemm) is the same code with these two constants; against 6 x 16 it was within this VM's noise
+// (docs/gemm.md, the AVX2 tier: 0.96-1.07x by shape), so 6 x 16 stays.
 constexpr int kMR = 6;
 constexpr int kNR = 16;
+constexpr int kNV = kNR / 8;  // B vectors per k
 
 template <int M>
 void ukernel(int64_t kc, const void* a_panel, const void* b_panel, int mr, int nr, const Scales&,
              const Tile& t) {
   const float* a = static_cast<const float*>(a_panel);
   const float* b = static_cast<const float*>(b_panel);
-  __m256 c0[M], c1[M];
+  __m256 c[M][kNV];
 #pragma GCC unroll 6
-  for (int i = 0; i < M; ++i) {
-    c0[i] = _mm256_setzero_ps();
-    c1[i] = _mm256_setzero_ps();
-  }
+  for (int i = 0; i < M; ++i)
+#pragma GCC unroll 3
+    for (int v = 0; v < kNV; ++v) c[i][v] = _mm256_setzero_ps();
   for (int64_t p = 0; p < kc; ++p) {
-    const __m256 b0 = _mm256_load_ps(b);
-    const __m256 b1 = _mm256_load_ps(b + 8);
+    __m256 bv[kNV];
+#pragma GCC unroll 3
+    for (int v = 0; v < kNV; ++v) bv[v] = _mm256_load_ps(b + 8 * v);
 #pragma GCC unroll 6
     for (int i = 0; i < M; ++i) {
       const __m256 ai = _mm256_broadcast_ss(a + i);
-      c0[i] = _mm256_fmadd_ps(ai, b0, c0[i]);
-      c1[i] = _mm256_fmadd_ps(ai, b1, c1[i]);
+#pragma GCC unroll 3
+      for (int v = 0; v < kNV; ++v) c[i][v] = _mm256_fmadd_ps(ai, bv[v], c[i][v]);
     }
     a += kMR;
     b += kNR;
@@ -44,23 +48,18 @@ void ukernel(int64_t kc, const void* a_panel, const void* b_panel, int mr, int n
 #pragma GCC unroll 6
     for (int i = 0; i < M; ++i) {
       float* d = static_cast<float*>(t.dst) + i * t.ldd;
-      __m256 v0 = c0[i], v1 = c1[i];
-      if (t.src) {
-        const float* s = static_cast<const float*>(t.src) + i * t.lds;
-        v0 = _mm256_add_ps(v0, _mm256_loadu_ps(s));
-        v1 = _mm256_add_ps(v1, _mm256_loadu_ps(s + 8));
-      }
-      _mm256_storeu_ps(d, v0);
-      _mm256_storeu_ps(d + 8, v1);
+      const float* s = t.src ? static_cast<const float*>(t.src) + i * t.lds : nullptr;
+#pragma GCC unroll 3
+      for (int v = 0; v < kNV; ++v)
+        _mm256_storeu_ps(d + 8 * v, s ? _mm256_add_ps(c[i][v], _mm256_loadu_ps(s + 8 * v)) : c[i][v]);
     }
     return;
   }
   alignas(32) float acc[kMR][kNR];
 #pragma GCC unroll 6
-  for (int i = 0; i < M; ++i) {
-    _mm256_store_ps(acc[i], c0[i]);
-    _mm256_store_ps(acc[i] + 8, c1[i]);
-  }
+  for (int i = 0; i < M; ++i)
+#pragma GCC unroll 3
+    for (int v = 0; v < kNV; ++v) _mm256_store_ps(acc[i] + 8 * v, c[i][v]);
   store_tile_generic(&acc[0][0], kNR, mr, nr, t);
 }
 
