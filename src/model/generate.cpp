@@ -424,7 +424,8 @@ struct Session::Impl {
       const auto& L = m->layers[static_cast<size_t>(l)];
       {
         RIDGE_RANGE("norm+qkv+rope");
-        layers::rmsnorm_forward<float, float>(x.data(), L.ln1.data(), rows, D, 1e-5f, rstd.data(), h.data(),
+        layers::rmsnorm_forward<float, float>(x.data(), L.ln1.data(), rows, D,
+                                              static_cast<float>(kRmsNormEps), rstd.data(), h.data(),
                                               Round::none);
         L.qkv.apply(h.data(), rows, qkv.data(), nullptr, scratch);
         rope_rows<A>(rows, pos);
@@ -444,7 +445,8 @@ struct Session::Impl {
       }
       {
         RIDGE_RANGE("norm+w13+swiglu");
-        layers::rmsnorm_forward<float, float>(x.data(), L.ln2.data(), rows, D, 1e-5f, rstd.data(), h.data(),
+        layers::rmsnorm_forward<float, float>(x.data(), L.ln2.data(), rows, D,
+                                              static_cast<float>(kRmsNormEps), rstd.data(), h.data(),
                                               Round::none);
         L.w13.apply(h.data(), rows, ab.data(), nullptr, scratch);
         swiglu(rows);
@@ -481,8 +483,9 @@ struct Session::Impl {
     reserve_logits(n);
     for (int64_t i = 0; i < n; ++i)
       std::copy_n(x.data() + rows_idx[static_cast<size_t>(i)] * D, D, last_h.data() + i * D);
-    layers::rmsnorm_forward<float, float>(last_h.data(), m->ln_final.data(), n, D, 1e-5f, rstd.data(),
-                                          last_h.data(), layers::Round::none);
+    layers::rmsnorm_forward<float, float>(last_h.data(), m->ln_final.data(), n, D,
+                                          static_cast<float>(kRmsNormEps), rstd.data(), last_h.data(),
+                                          layers::Round::none);
     m->head.apply(last_h.data(), n, logits_buf.data(), nullptr, scratch);
   }
 

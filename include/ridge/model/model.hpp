@@ -31,6 +31,10 @@
 
 namespace ridge::model {
 
+// RMSNorm's epsilon: x * rsqrt(mean(x^2) + eps) * w, in training, generation and the checkpoints' readers
+// (tools/ridge_checkpoint.py and tools/make_model_reference.py write the same number for their own use).
+inline constexpr double kRmsNormEps = 1e-5;  // S(kRmsNormEps) in the precision of the computation
+
 enum class Precision { fp32, bf16, fp16 };
 // "fp32|f32", "bf16", "fp16|f16"; ridge::Error listing them otherwise.
 Precision parse_precision(const std::string& name);
