@@ -89,36 +89,21 @@ void small_m_bf16(const SmallM& s, int64_t n0, int64_t n1, const Tile& t) {
 // pace of the m = 64..128 shapes (docs/gemm.md, AVX2).
 template <bool Widen>
 void pack_8x8(const void* src, int64_t ld_bytes, int rows, int64_t words, int R, uint32_t* dst) {
-  const char* base = static_cast<const char*>(src);
-  constexpr int64_t elt = Widen ? 2 : 4;
-  for (int g = 0; g < R; g += 8) {
-    const int gr = static_cast<int>(imax(0, imin(8, rows - g)));
-    for (int64_t p0 = 0; p0 < words; p0 += 8) {
-      const int nw = static_cast<int>(imin(8, words - p0));
-      __m256 r[8];
-      for (int i = 0; i < 8; ++i) {
-        const char* row = base + (g + i) * ld_bytes + p0 * elt;
-        if (i >= gr) {
-          r[i] = _mm256_setzero_ps();
-        } else if constexpr (Widen) {
-          __m128i h;
-          if (nw == 8) {
-            h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row));
-          } else {
-            alignas(16) uint16_t tmp[8] = {};
-            std::memcpy(tmp, row, static_cast<size_t>(nw) * 2);
-            h = _mm_load_si128(reinterpret_cast<const __m128i*>(tmp));
-          }
-          r[i] = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-        } else {
-          r[i] = nw == 8 ? _mm256_loadu_ps(reinterpret_cast<const float*>(row))
-                         : _mm256_maskload_ps(reinterpret_cast<const float*>(row), lanes_mask(nw));
-        }
-      }
-      transpose8(r);
-      store_words8(r, nw, p0, words, R, g, reinterpret_cast<float*>(dst));
+  const auto load = [](const char* row, int nw) {
+    if constexpr (Widen) {
+      const auto widen = [](__m128i h) {
+        return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+      };
+      if (nw == 8) return widen(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row)));
+      alignas(16) uint16_t tmp[8] = {};
+      std::memcpy(tmp, row, static_cast<size_t>(nw) * 2);
+      return widen(_mm_load_si128(reinterpret_cast<const __m128i*>(tmp)));
+    } else {
+      return nw == 8 ? _mm256_loadu_ps(reinterpret_cast<const float*>(row))
+                     : _mm256_maskload_ps(reinterpret_cast<const float*>(row), lanes_mask(nw));
     }
-  }
+  };
+  pack_rows8<Widen ? 2 : 4>(src, ld_bytes, rows, words, R, reinterpret_cast<float*>(dst), load);
 }
 
 }  // namespace

@@ -73,6 +73,25 @@ void ukernel(int64_t kc, const void* a_panel, const void* b_panel, int mr, int n
 [[gnu::always_inline]] inline __m256 e4m3x8(const uint8_t* p) {
   return e4m3x8(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
 }
+// The first n (1..8) codes at p, the rest read as 0 (bytes past p + n are not touched).
+[[gnu::always_inline]] inline __m256 e4m3x8(const uint8_t* p, int64_t n) {
+  if (n >= 8) return e4m3x8(p);
+  uint8_t tail[8] = {};
+  std::memcpy(tail, p, static_cast<size_t>(n));
+  return e4m3x8(tail);
+}
+
+// The m rows of A (row stride lda) widened into the thread's scratch: rows of kpad floats (kpad >= k, a
+// multiple of 8), zero past k. For the small-m kernels, which widen A once per call.
+float* widen_a_rows(const SmallM& p, int64_t m, int64_t kpad) {
+  auto* aw = reinterpret_cast<float*>(thread_scratch(static_cast<size_t>(m * kpad) * sizeof(float)));
+  const auto* a = static_cast<const uint8_t*>(p.a);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t kk = 0; kk < kpad; kk += 8)
+      _mm256_storeu_ps(aw + i * kpad + kk,
+                       kk < p.k ? e4m3x8(a + i * p.lda + kk, p.k - kk) : _mm256_setzero_ps());
+  return aw;
+}
 
 // 16 e4m3 codes -> 16 floats times 2^-8, exactly: the code's bits moved into an fp16 (sign to bit
 // 15, the 7 magnitude bits to 13..7) are the same number x 2^-8 for every finite code, e4m3's
@@ -102,20 +121,8 @@ template <int M, int G>
 void small_m_panel_rows(const SmallM& p, int64_t n0, int64_t n1, const Tile& t) {
   constexpr int64_t R = kFp8PanelRows, line = kFp8PanelPairBytes;
   const int64_t nkb = (p.k + 127) / 128, kpad = nkb * 128, pairs = p.ldb;
-  const auto* a = static_cast<const uint8_t*>(p.a);
   const auto* b = static_cast<const uint8_t*>(p.b);
-  auto* aw = reinterpret_cast<float*>(thread_scratch(static_cast<size_t>(M * kpad) * sizeof(float)));
-  for (int i = 0; i < M; ++i) {
-    int64_t kk = 0;
-    for (; kk + 8 <= p.k; kk += 8) _mm256_storeu_ps(aw + i * kpad + kk, e4m3x8(a + i * p.lda + kk));
-    uint8_t tail[8] = {};
-    if (kk < p.k) {
-      std::memcpy(tail, a + i * p.lda + kk, static_cast<size_t>(p.k - kk));
-      _mm256_storeu_ps(aw + i * kpad + kk, e4m3x8(tail));
-      kk += 8;
-    }
-    for (; kk < kpad; kk += 8) _mm256_storeu_ps(aw + i * kpad + kk, _mm256_setzero_ps());
-  }
+  const float* aw = widen_a_rows(p, M, kpad);
   for (int64_t j0 = n0; j0 < n1; j0 += R) {
     const uint8_t* panel = b + (j0 / R) * pairs * line;
     const float* sbrow = p.sb + (j0 / 128) * p.ldsb;
@@ -184,14 +191,15 @@ inline float hsum8(__m256 v) {
 // K for one (row, column); a K block's sum (its lanes added) is promoted with sa[i][kb] * sb[j / 128][kb]
 // into the total as the blocked kernel promotes its own (a multiply, then fused multiply-adds), so where a
 // block's sum is exact in fp32 the two give the same bits (Fp8Gemm.Bf16OutputAcrossKBlocksWithCEveryPath).
+constexpr int kRawRows = 4;  // the kernel's small_m_rows
+
 template <int MI, int NJ>
 void small_m_raw_blocks(const SmallM& p, const float* aw, int64_t kpad, int64_t n0, int64_t n1,
                         const Tile& t) {
-  constexpr int kMaxRows = 4;  // the kernel's small_m_rows
   const int64_t nkb = kpad / 128;
   const auto* b = static_cast<const uint8_t*>(p.b);
   alignas(32) float wb[NJ][128];
-  float tot[kMaxRows][NJ];
+  float tot[kRawRows][NJ];
   for (int64_t j0 = n0; j0 < n1; j0 += NJ) {
     const int nj = static_cast<int>(imin(NJ, n1 - j0));
     const uint8_t* br[NJ];
@@ -254,19 +262,7 @@ void small_m_raw_blocks(const SmallM& p, const float* aw, int64_t kpad, int64_t 
 // with as many rows of B as the 16 registers hold (m x NJ accumulators, NJ of B, one of A).
 void small_m_raw(const SmallM& p, int64_t n0, int64_t n1, const Tile& t) {
   const int64_t kpad = (p.k + 127) / 128 * 128;
-  auto* aw = reinterpret_cast<float*>(thread_scratch(static_cast<size_t>(p.m * kpad) * sizeof(float)));
-  const auto* a = static_cast<const uint8_t*>(p.a);
-  for (int64_t i = 0; i < p.m; ++i) {
-    int64_t kk = 0;
-    for (; kk + 8 <= p.k; kk += 8) _mm256_storeu_ps(aw + i * kpad + kk, e4m3x8(a + i * p.lda + kk));
-    if (kk < p.k) {
-      uint8_t tail[8] = {};
-      std::memcpy(tail, a + i * p.lda + kk, static_cast<size_t>(p.k - kk));
-      _mm256_storeu_ps(aw + i * kpad + kk, e4m3x8(tail));
-      kk += 8;
-    }
-    for (; kk < kpad; kk += 8) _mm256_storeu_ps(aw + i * kpad + kk, _mm256_setzero_ps());
-  }
+  const float* aw = widen_a_rows(p, p.m, kpad);
   if (p.m == 1) return small_m_raw_blocks<1, 6>(p, aw, kpad, n0, n1, t);
   if (p.m == 2) return small_m_raw_blocks<2, 4>(p, aw, kpad, n0, n1, t);
   if (p.m == 3) return small_m_raw_blocks<3, 3>(p, aw, kpad, n0, n1, t);
@@ -315,31 +311,9 @@ void pack_fp8_avx2(const KernelInfo& ki, const Operand& src, int64_t r0, int64_t
   }
   for (int64_t q = 0; q < npanels; ++q) {
     const int64_t base = q * R;
-    const int rows = static_cast<int>(imin(R, count - base));
-    float* o = out + q * R * kc;
-    for (int g = 0; g < R; g += 8) {
-      const int gr = static_cast<int>(imax(0, imin(8, rows - g)));
-      for (int64_t c0 = 0; c0 < kc; c0 += 8) {
-        const int nw = static_cast<int>(imin(8, kc - c0));
-        __m256 r[8];
-        for (int i = 0; i < 8; ++i) {
-          if (i >= gr) {
-            r[i] = _mm256_setzero_ps();
-            continue;
-          }
-          const uint8_t* row = bytes + (r0 + base + g + i) * src.ld + p0 + c0;
-          if (nw == 8) {
-            r[i] = e4m3x8(row);
-          } else {
-            uint8_t tail[8] = {};
-            std::memcpy(tail, row, static_cast<size_t>(nw));
-            r[i] = e4m3x8(tail);
-          }
-        }
-        transpose8(r);
-        store_words8(r, nw, c0, kc, R, g, o);
-      }
-    }
+    pack_rows8<1>(bytes + (r0 + base) * src.ld + p0, src.ld, static_cast<int>(imin(R, count - base)), kc, R,
+                  out + q * R * kc,
+                  [](const char* row, int nw) { return e4m3x8(reinterpret_cast<const uint8_t*>(row), nw); });
   }
 }
 
@@ -357,7 +331,7 @@ KernelInfo kernel_fp8_avx2() {
                     .small_m = &small_m_raw,
                     .small_m_elem = Elem::fp8,
                     .small_m_cols = 16,
-                    .small_m_rows = 4,
+                    .small_m_rows = kRawRows,
                     .small_m_fp8_panels = &small_m_panels,
                     .narrow_max_rows = 0,
                     .narrow_a_in_l2 = true};
