@@ -16,7 +16,7 @@ namespace {
 
 // The tile: kMR rows of A broadcast against kNV vectors of B, kMR x kNV accumulators. 4 x 24 (OpenBLAS's
 // Haswell sgemm) is the same code with these two constants; against 6 x 16 it was within this VM's noise
-// (docs/gemm.md, the AVX2 tier: 0.96-1.07x by shape), so 6 x 16 stays.
+// (docs/gemm.md, the AVX2 tier: 0.93-1.07x by shape), so 6 x 16 stays.
 constexpr int kMR = 6;
 constexpr int kNR = 16;
 constexpr int kNV = kNR / 8;  // B vectors per k
