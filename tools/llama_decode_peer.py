@@ -43,6 +43,18 @@ KV_TYPES = {"f32": 0, "f16": 1, "bf16": 30}  # ggml_type
 FLASH = {"auto": -1, "off": 0, "on": 1}  # llama_flash_attn_type
 
 
+def build_isa(llama_cpp):
+    """The widest x86 vector ISA this llama.cpp build uses, from its own system info ("AVX512 = 1 | ...")."""
+    try:
+        info = llama_cpp.llama_print_system_info().decode()
+    except Exception:
+        return "isa unknown"
+    for name in ("AMX_INT8", "AVX512", "AVX2", "AVX"):
+        if f"{name} = 1" in info:
+            return name.lower().replace("_int8", "") + " build"
+    return "no x86 vector ISA"
+
+
 class LlamaError(RuntimeError):
     pass
 
@@ -237,7 +249,7 @@ def main():
     if not os.path.isfile(a.gguf):
         print(f"llama_decode_peer: --gguf {a.gguf}: no such file", file=sys.stderr)
         return 2
-    version = "llama-cpp-python " + llama_cpp.__version__
+    version = "llama-cpp-python " + llama_cpp.__version__ + " (" + build_isa(llama_cpp) + ")"
     ftype = file_type(a.gguf)
     gen = np.random.default_rng(a.seed)
     base = {"peer": "llama.cpp", "version": version, "type": ftype, "threads": a.threads, "kv_type": a.kv_type,
