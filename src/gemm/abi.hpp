@@ -33,6 +33,7 @@ struct SmallM {
   int64_t ldsa = 0;
   const float* sb = nullptr;
   int64_t ldsb = 0;
+  bool b_finite = false;  // FP8 B holds no NaN code (Operand::fp8_finite): widening may skip the NaN fix
 };
 
 using SmallMKernel = void (*)(const SmallM& s, int64_t n0, int64_t n1, const Tile& t);

@@ -96,6 +96,7 @@ void fp8_gemm_nt(MatrixView<const fp8_e4m3> a, MatrixView<const float> sa, Matri
 
 struct PackedFp8B::Impl {
   int64_t n = 0, k = 0, pairs = 0, panels = 0;
+  bool finite = false;   // no NaN code (magnitude 0x7F): the kernels may widen without the NaN fix
   Buffer<uint8_t> data;  // [panels][pairs][32 rows][2]
   Buffer<float> scales;  // [ceil(n/128), ceil(k/128)]
 };
@@ -119,11 +120,16 @@ PackedFp8B PackedFp8B::pack(MatrixView<const fp8_e4m3> b, MatrixView<const float
   im.panels = (b.rows + rows - 1) / rows;
   im.data = Buffer<uint8_t>(static_cast<size_t>(im.panels * im.pairs * line), "gemm.fp8.packed_b");
   std::memset(im.data.data(), 0, im.data.size());
+  bool nan = false;
   for (int64_t j = 0; j < im.n; ++j) {
     uint8_t* panel = im.data.data() + (j / rows) * im.pairs * line + (j % rows) * 2;
     const uint8_t* row = reinterpret_cast<const uint8_t*>(b.data + j * b.ld);
-    for (int64_t kk = 0; kk < im.k; ++kk) panel[(kk / 2) * line + (kk & 1)] = row[kk];
+    for (int64_t kk = 0; kk < im.k; ++kk) {
+      panel[(kk / 2) * line + (kk & 1)] = row[kk];
+      nan |= (row[kk] & 0x7F) == 0x7F;
+    }
   }
+  im.finite = !nan;
   im.scales = Buffer<float>(static_cast<size_t>(sb.rows * sb.cols), "gemm.fp8.packed_b_scales");
   for (int64_t r = 0; r < sb.rows; ++r)
     for (int64_t cc = 0; cc < sb.cols; ++cc) im.scales[r * sb.cols + cc] = sb(r, cc);
@@ -159,6 +165,7 @@ void dense_packed(MatrixView<const fp8_e4m3> a, MatrixView<const float> sa, cons
   set_b(p, reinterpret_cast<const fp8_e4m3*>(im.data.data()), im.pairs, im.scales.data(),
         fp8_scale_blocks(im.k));
   p.b.fp8_panels = true;
+  p.b.fp8_finite = im.finite;
   detail::run(p);
 }
 

@@ -397,6 +397,7 @@ void run_small_m(const Problem& p, SmallMKernel kernel, int64_t g) {
   s.ldsa = p.ldsa;
   s.sb = p.sb;
   s.ldsb = p.ldsb;
+  s.b_finite = p.b.fp8_finite;
   const int used =
       static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(get_num_threads(), ceil_div(p.n, 64))));
   const int64_t blocks = ceil_div(p.n, g);

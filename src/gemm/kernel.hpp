@@ -56,6 +56,7 @@ struct Operand {
   int64_t rows = 0, k = 0;  // the whole operand's rows (m or n) and depth, for prefetch bounds
   bool kmajor = false;      // stored [k, rows] (A of tn/tt, B of nn/tn)
   bool fp8_panels = false;  // a PackedFp8B: data = [panels][pairs][32 rows][2] bytes, ld = pairs
+  bool fp8_finite = false;  // fp8 codes known to hold no NaN (a PackedFp8B checks when it packs)
 };
 
 // FP8 PackedFp8B panels: rows per panel and bytes per k-pair (32 rows x 2 fp8 = one cache line).

@@ -97,16 +97,23 @@ float* widen_a_rows(const SmallM& p, int64_t m, int64_t kpad) {
 // 15, the 7 magnitude bits to 13..7) are the same number x 2^-8 for every finite code, e4m3's
 // subnormals landing on fp16's with the same ratio (sign-extending to 16 bits and shifting left 7
 // puts the sign in bits 15 and 14; the AND clears 14); vcvtph2ps widens exactly. Half the
-// instructions of e4m3x8 per value, for B's lines (callers fold 2^8 into the scale). The magnitude
-// 0x7F (NaN) reads 1.875 and is made NaN as in e4m3x8.
+// instructions of e4m3x8 per value, for B's lines (callers fold 2^8 into the scale). A NaN code
+// (magnitude 0x7F, either sign) has all of bits 13..7 set; those lanes get fp16's exponent 0x1F and a
+// mantissa bit (OR 0x7E00), a quiet NaN of the code's sign, before widening. Until 2026-11-28 the fix was
+// a compare of the widened value with +1.875 (0x7F x 2^-8), which missed the negative NaN 0xFF: it read
+// -1.875 (Fp8Gemm.PackedWeightsKeepNanCodesAndFiniteOnesBitForBit). Codes known to hold no NaN (a
+// PackedFp8B that found none when it packed: kNaN false) skip the fix, 3 of 9 instructions per 16 codes.
+template <bool kNaN = true>
 [[gnu::always_inline]] inline void e4m3x16_scaled(const uint8_t* p, __m256& lo, __m256& hi) {
   const __m256i s = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-  const __m256i h =
-      _mm256_and_si256(_mm256_slli_epi16(s, 7), _mm256_set1_epi16(static_cast<int16_t>(0xBFFF)));
+  __m256i h = _mm256_and_si256(_mm256_slli_epi16(s, 7), _mm256_set1_epi16(static_cast<int16_t>(0xBFFF)));
+  if constexpr (kNaN) {
+    const __m256i mag = _mm256_set1_epi16(0x3F80);
+    const __m256i nan = _mm256_cmpeq_epi16(_mm256_and_si256(h, mag), mag);
+    h = _mm256_or_si256(h, _mm256_and_si256(nan, _mm256_set1_epi16(0x7E00)));
+  }
   lo = _mm256_cvtph_ps(_mm256_castsi256_si128(h));
   hi = _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1));
-  lo = _mm256_or_ps(lo, _mm256_cmp_ps(lo, _mm256_set1_ps(1.875f), _CMP_EQ_OQ));
-  hi = _mm256_or_ps(hi, _mm256_cmp_ps(hi, _mm256_set1_ps(1.875f), _CMP_EQ_OQ));
 }
 
 // 1..4 rows of A against B in PackedFp8B panels (decode steps with FP8 weights), as the AVX-512 path's
@@ -117,7 +124,7 @@ float* widen_a_rows(const SmallM& p, int64_t m, int64_t kpad) {
 // (about 2 GB/s of weights). G of the 8 vectors per pass over the panel keep M x G accumulators in registers
 // (G = 8 for one row; the passes re-read the panel from L1/L2). Each 128-wide K block is promoted by
 // sa[i][kb] * sb[j / 128][kb] into an L1 total.
-template <int M, int G>
+template <int M, int G, bool kNaN>
 void small_m_panel_rows(const SmallM& p, int64_t n0, int64_t n1, const Tile& t) {
   constexpr int64_t R = kFp8PanelRows, line = kFp8PanelPairBytes;
   const int64_t nkb = (p.k + 127) / 128, kpad = nkb * 128, pairs = p.ldb;
@@ -143,7 +150,7 @@ void small_m_panel_rows(const SmallM& p, int64_t n0, int64_t n1, const Tile& t) 
           }
           for (int g = 0; g < G; g += 2) {
             __m256 w0, w1;
-            e4m3x16_scaled(ln + g * 8, w0, w1);
+            e4m3x16_scaled<kNaN>(ln + g * 8, w0, w1);
             for (int i = 0; i < M; ++i) {
               c[i][g] = _mm256_fmadd_ps(av[i], w0, c[i][g]);
               c[i][g + 1] = _mm256_fmadd_ps(av[i], w1, c[i][g + 1]);
@@ -168,11 +175,17 @@ void small_m_panel_rows(const SmallM& p, int64_t n0, int64_t n1, const Tile& t) 
   }
 }
 
+template <bool kNaN>
+void small_m_panels_as(const SmallM& s, int64_t n0, int64_t n1, const Tile& t) {
+  if (s.m == 1) return small_m_panel_rows<1, 8, kNaN>(s, n0, n1, t);
+  if (s.m == 2) return small_m_panel_rows<2, 4, kNaN>(s, n0, n1, t);
+  if (s.m == 3) return small_m_panel_rows<3, 4, kNaN>(s, n0, n1, t);
+  small_m_panel_rows<4, 2, kNaN>(s, n0, n1, t);
+}
+
 void small_m_panels(const SmallM& s, int64_t n0, int64_t n1, const Tile& t) {
-  if (s.m == 1) return small_m_panel_rows<1, 8>(s, n0, n1, t);
-  if (s.m == 2) return small_m_panel_rows<2, 4>(s, n0, n1, t);
-  if (s.m == 3) return small_m_panel_rows<3, 4>(s, n0, n1, t);
-  small_m_panel_rows<4, 2>(s, n0, n1, t);
+  if (s.b_finite) return small_m_panels_as<false>(s, n0, n1, t);
+  small_m_panels_as<true>(s, n0, n1, t);
 }
 
 inline float hsum8(__m256 v) {

@@ -208,6 +208,42 @@ TEST(Fp8Gemm, WideningIsExactForEveryCode) {
   }
 }
 
+// A PackedFp8B records whether its codes hold a NaN (magnitude 0x7F); where none does, the AVX2 decode
+// kernel widens without the NaN fix. B with two NaN codes (columns 5 and 64) against the same B with those
+// codes 0: the NaN columns are NaN in every row on every path, packed and raw, and every other column is
+// the same bits whether its packed B held a NaN (the NaN-aware widening) or not (the one without).
+TEST(Fp8Gemm, PackedWeightsKeepNanCodesAndFiniteOnesBitForBit) {
+  const int64_t n = 70, k = 301;
+  for (const int64_t m : {1, 2, 3, 4, 7}) {
+    Operands op(m, n, k, static_cast<uint32_t>(31 + m));
+    op.b.values[5 * k + 200] = fp8_e4m3{0};
+    op.b.values[64 * k + 3] = fp8_e4m3{0};
+    const auto clean = gemm::PackedFp8B::pack(op.b.view(), op.b.scale_view());
+    op.b.values[5 * k + 200] = fp8_e4m3{0x7F};
+    op.b.values[64 * k + 3] = fp8_e4m3{0xFF};
+    const auto with_nan = gemm::PackedFp8B::pack(op.b.view(), op.b.scale_view());
+    for (const auto& path : isas()) {
+      PathGuard guard(path);
+      SCOPED_TRACE(path_name(path) + " m=" + std::to_string(m));
+      std::vector<float> raw(static_cast<size_t>(m * n)), pn(raw.size()), pc(raw.size());
+      gemm::fp8_gemm_nt(op.a.view(), op.a.scale_view(), op.b.view(), op.b.scale_view(),
+                        MatrixView<float>{raw.data(), m, n, n});
+      gemm::fp8_gemm_nt(op.a.view(), op.a.scale_view(), with_nan, MatrixView<float>{pn.data(), m, n, n});
+      gemm::fp8_gemm_nt(op.a.view(), op.a.scale_view(), clean, MatrixView<float>{pc.data(), m, n, n});
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j) {
+          const bool nan_column = j == 5 || j == 64;
+          ASSERT_EQ(std::isnan(pn[i * n + j]), nan_column) << "packed, row " << i << " column " << j;
+          ASSERT_EQ(std::isnan(raw[i * n + j]), nan_column) << "raw, row " << i << " column " << j;
+          ASSERT_FALSE(std::isnan(pc[i * n + j])) << "row " << i << " column " << j;
+          if (!nan_column) {
+            ASSERT_EQ(pn[i * n + j], pc[i * n + j]) << "row " << i << " column " << j;
+          }
+        }
+    }
+  }
+}
+
 TEST(Fp8Gemm, CalcDiffAgainstUnquantizedProduct) {
   const std::vector<Shape> s = small() ? std::vector<Shape>{{16, 64, 576}, {1, 130, 512}}
                                        : std::vector<Shape>{{64, 256, 1024}, {129, 300, 576}, {4, 2112, 512}};
