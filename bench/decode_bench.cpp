@@ -18,6 +18,7 @@
 #include <optional>
 
 #include "bench/registry.hpp"
+#include "cli.hpp"
 #include "ridge/build_paths.h"
 #include "ridge/core.hpp"
 #include "ridge/core/process.hpp"
@@ -342,17 +343,9 @@ void run_decode(bench::Context& ctx) {
 void decode_options(CLI::App& app) {
   app.add_option("--size", g_size, "model preset (random weights): tiny, small, medium, ...")
       ->capture_default_str();
-  // Decimal only, as every count of the CLI (cli::decimal_integer): CLI11 alone reads "010" as 8.
   app.add_option("--steps", g_steps, "decode steps per timed sample (1 .. 4096)")
       ->capture_default_str()
-      ->check(CLI::Validator(
-          [](std::string& v) -> std::string {
-            const bool ok = !v.empty() && v.size() <= 4 &&
-                            v.find_first_not_of("0123456789") == std::string::npos && v[0] != '0' &&
-                            std::stoll(v) <= 4096;
-            return ok ? std::string() : "'" + v + "' is not a step count (a decimal count, 1 .. 4096)";
-          },
-          ""));
+      ->transform(cli::integer_in(1, 4096));
   app.add_flag("--no-llama", g_no_llama, "skip the llama.cpp peer");
   app.add_flag("--no-torch", g_no_torch, "skip the PyTorch peer");
   app.add_option("--python", g_python,

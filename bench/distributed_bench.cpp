@@ -13,10 +13,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <map>
 #include <optional>
 #include <random>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <vector>
 
@@ -246,16 +248,9 @@ std::vector<Mode> parse_modes(const std::vector<std::string>& v) {
           "bench ddp: mode '{}' (accepted: single, naive, flat, overlap, bucketed:MB, cs336, zero1)", s);
     if (colon != std::string::npos) {
       check(m.name == "bucketed", "bench ddp: mode '{}': only bucketed takes a size (bucketed:MB)", s);
-      size_t used = 0;
-      double mb = 0;
-      try {
-        mb = std::stod(s.substr(colon + 1), &used);
-      } catch (const std::exception&) {
-        used = 0;
-      }
-      check(used > 0 && used == s.size() - colon - 1 && std::isfinite(mb) && mb > 0,
-            "bench ddp: mode '{}': the bucket size must be a number of MB > 0 (bucketed:25)", s);
-      m.bucket_mb = mb;
+      m.bucket_mb = numbers::parse_real(
+          std::string_view(s).substr(colon + 1), "bench ddp: mode '" + s + "'",
+          {0, std::numeric_limits<double>::infinity(), true, false, "MB, as in bucketed:25"});
     }
     out.push_back(m);
   }

@@ -76,7 +76,7 @@ struct Item {
 int64_t get(const nlohmann::json& j, const char* key, const std::string& set) {
   check(j.contains(key) && j[key].is_number_integer() && j[key].get<int64_t>() > 0,
         "gemm shapes: an entry of '{}' lacks a positive integer '{}'", set, key);
-  // The limit --set sizes have (units::parse_count): a k of 2^62 would wrap the blocking's products.
+  // The limit --set sizes have (numbers::kCount): a k of 2^62 would wrap the blocking's products.
   check(j[key].get<int64_t>() <= (int64_t{1} << 40),
         "gemm shapes: '{}' = {} in '{}' is too large (at most 2^40)", key, j[key].get<int64_t>(), set);
   return j[key].get<int64_t>();

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -20,6 +21,7 @@
 
 #include "bench/json.hpp"
 #include "bench/registry.hpp"
+#include "cli.hpp"
 #include "core/check.hpp"
 #include "core/json.hpp"
 #include "ridge/bench.hpp"
@@ -467,17 +469,8 @@ void model_options(CLI::App& app) {
       "predict each case from the roofline and per-class efficiencies (fitted on disjoint kernel shapes, "
       "saved beside the probe's chip file)");
   app.add_flag("--refit", g_flags.refit, "with --predict: measure the efficiencies again");
-  // Decimal only, as every count of the CLI (cli::decimal_integer): CLI11 alone reads "010" as 8.
   app.add_option("--vocab", g_flags.vocab, "vocabulary size (default 10000, as CS336)")
-      ->check(CLI::Validator(
-          [](std::string& v) -> std::string {
-            const bool ok = !v.empty() && v.size() <= 10 &&
-                            v.find_first_not_of("0123456789") == std::string::npos && v[0] != '0' &&
-                            std::stoll(v) < (int64_t{1} << 31);
-            return ok ? std::string()
-                      : "'" + v + "' is not a vocabulary size (a decimal count, 1 .. 2^31 - 1)";
-          },
-          ""));
+      ->transform(cli::integer_in(1, std::numeric_limits<int32_t>::max()));
   app.add_option("--python", g_flags.python, "python interpreter for the PyTorch peer (default python3)");
 }
 

@@ -69,6 +69,9 @@ Breaks, by cause:
   memory           peak RSS above --huge-rss-mib, or 'out of memory' under the address-space limit:
                    a size not refused before allocating (huge)
   slow             answered, but after the time allowed (huge: --huge-seconds; jit: twice the deadline)
+  spelling         one value spelled two ways answered two ways: '+1' not as '1', '010' not as '10' (a
+                   knob: '016' not as '16'), and on an option that takes reals '1e1' not as '10'; one
+                   parser reads every number (docs/contract.md), so a spelling means the same everywhere
 
 Standard library only. Two workers at most by default (the machine has two cores).
 """
@@ -125,7 +128,11 @@ CALIBRATION = [("one", "1"), ("two", "2"), ("eight", "8"), ("ten", "10")]
 # (' 1' and '1,2' are run but not judged: a leading space is harmless, a list is the syntax of some.)
 NOT_A_NUMBER = {"empty", "nan", "inf", "-inf", "1e400", "wrong-type", "trailing-junk", "hex", "NaN", "Infinity",
                 "long"}
-NOT_AN_INTEGER = {"huge", "negative-huge", "fraction", "int64-max+1"}
+NOT_AN_INTEGER = {"huge", "negative-huge", "fraction", "int64-max+1", "exponent"}
+# One value spelled two ways, which every option that takes a number answers alike (exit 0 for both or
+# for neither): a sign, a leading zero (decimal, never octal) and, where reals are taken, an exponent.
+SAME_VALUE = {"plus": "one", "octal": "ten"}
+SAME_VALUE_REAL = {"exponent": "ten"}
 
 NAME_MAX = os.pathconf("/", "PC_NAME_MAX") if hasattr(os, "pathconf") else 255
 
@@ -1064,9 +1071,11 @@ def huge_cases(command, options, fixture):
 # (kind, value, must be refused by a knob): the issue's six first.
 ENV_VALUES = [("zero", "0", None), ("negative", "-1", True), ("junk", "junk", True), ("exponent", "1e3", True),
               ("20 digits", "9" * 20, True), ("list with junk", "2,junk", True), ("hex", "0x10", True),
-              ("trailing junk", "4x", True), ("plus", "+1", True), ("nan", "nan", True),
+              ("trailing junk", "4x", True), ("plus", "+1", False), ("octal", "016", False), ("nan", "nan", True),
               ("int64-max", "9223372036854775807", True), ("space", " 1", False), ("newline", "1\n", False),
               ("empty", "", False)]
+# A knob reads a number as every option does: these spellings answer as their calibration does.
+ENV_SAME_VALUE = {"plus": "one", "octal": "sixteen"}
 ENV_BRIEF = 6  # the first six are tried on every command; the rest on ENV_FULL
 ENV_CALIBRATION = [("one", "1"), ("two", "2"), ("sixteen", "16"), ("list", "2,1")]
 PATH_VALUES = [("missing folder", "{abs}/missing/folder"), ("a file", "{abs}/input.txt"),
@@ -1679,6 +1688,7 @@ def judge(cases, leaves):
                 if not any(w in line for w in words) and \
                         not any(re.search(r"(^|\W)" + re.escape(n) + r"\b", line) for n in opt.names):
                     brk(c, "unnamed-flag", f"the line does not name {c.option}")
+        spelling_break(brk, c, by_key, opts, base_ok, numeric)
         if rc != 0 or not c.option or not base_ok.get(c.command, False):
             continue
         # Exit 0: was the value one that must be refused?
@@ -1721,6 +1731,22 @@ def judge(cases, leaves):
     return breaks
 
 
+def spelling_break(brk, c, by_key, opts, base_ok, numeric):
+    """A sweep case whose value is another spelling of a calibration's (SAME_VALUE) and was answered
+    otherwise than it, on an option that takes a number."""
+    opt = opts.get((c.command, c.option.split()[0])) if c.option else None
+    if opt is None or opt.is_flag or not base_ok.get(c.command, False):
+        return
+    is_num, is_int = numeric(c.command, c.option)
+    twin_kind = SAME_VALUE.get(c.kind) or (SAME_VALUE_REAL.get(c.kind) if not is_int else None)
+    twin = by_key.get((c.command, c.option, twin_kind)) if is_num and twin_kind else None
+    if twin is None or twin.result["hung"] or twin.result["rc"] not in (0, 2) or c.result["rc"] not in (0, 2):
+        return
+    if (c.result["rc"] == 0) != (twin.result["rc"] == 0):
+        brk(c, "spelling", f"'{value_of(c.kind)}' answered exit {c.result['rc']}, "
+                           f"'{value_of(twin_kind)}' exit {twin.result['rc']}")
+
+
 def judge_contract(brk, c, r, rc, err_lines, exit_judged=False):
     """The checks every run is held to, by the sweep and by the attacks alike: no 'internal error', exit 0
     or 2 (unless the caller judged the exit already), an exit 2 with one line starting 'ridge:', and every
@@ -1758,6 +1784,7 @@ def judge_attacks(cases):
         if c.judge == "knob-calibration" and c.kind in ("one", "two"):
             switch.setdefault(c.option, {})[c.kind] = c.result["rc"]
     is_switch = {k: v.get("one") == 0 and v.get("two") == 2 for k, v in switch.items()}
+    env_by = {(c.command, c.option, c.kind): c for c in ran if c.family == "env"}
 
     for c in ran:
         r = c.result
@@ -1790,6 +1817,12 @@ def judge_attacks(cases):
         judge_contract(brk, c, r, rc, err_lines, exit_judged=oom and bool(c.as_limit))
         for p in r.get("post", []):
             brk(c, "tokenizer-broken", p)
+        twin = env_by.get((c.command, c.option, ENV_SAME_VALUE.get(c.kind))) if c.family == "env" else None
+        if twin is not None and not twin.result["hung"] and rc in (0, 2) and twin.result["rc"] in (0, 2) \
+                and (rc == 0) != (twin.result["rc"] == 0):
+            value = r.get("env", {}).get(c.option, "")
+            brk(c, "spelling", f"{c.option}={value!r} answered exit {rc}, "
+                               f"{c.option}={twin.result.get('env', {}).get(c.option, '')!r} exit {twin.result['rc']}")
         if c.max_rss and r.get("rss", 0) > c.max_rss:
             brk(c, "memory", f"peak RSS {r['rss'] >> 20} MiB, above the {c.max_rss >> 20} MiB allowed")
         if c.max_seconds and r["seconds"] > c.max_seconds:

@@ -23,6 +23,7 @@
 #include "core/json.hpp"
 
 #include "ridge/core/error.hpp"
+#include "ridge/core/numbers.hpp"
 
 namespace ridge::cli {
 
@@ -38,92 +39,35 @@ struct Register {
   Register(const char* name, Setup setup) { registry().push_back({name, setup}); }
 };
 
-// Accepts only a plain decimal integer ("16", "-1"); CLI11 alone would also take "0x10" or "0b1",
-// and read "010" as octal 8, so a leading zero is refused too (a check cannot rewrite the value).
-inline CLI::Validator decimal_integer() {
-  return CLI::Validator(
-      [](std::string& s) -> std::string {
-        size_t i = !s.empty() && (s[0] == '-' || s[0] == '+') ? 1 : 0;
-        if (i == s.size()) return "'" + s + "' is not a decimal integer";
-        for (size_t j = i; j < s.size(); ++j)
-          if (s[j] < '0' || s[j] > '9') return "'" + s + "' is not a decimal integer";
-        if (s[i] == '0' && i + 1 < s.size())
-          return "'" + s + "' has a leading zero (write it without; 010 would be read as octal 8)";
-        return {};
-      },
-      "");
-}
+// Number options: transforms (`option->transform(cli::integer_in(1))`; `check` would not let them rewrite
+// the text) over core's one parser (ridge/core/numbers.hpp), which every number a user types goes through.
+// Each runs on the text before CLI11 converts it, refuses what the parser refuses (naming the range), and
+// rewrites the text to canonical decimal, so that CLI11's own conversion, which reads "010" as octal,
+// takes "0x10" and saturates on overflow, sees only the value checked here.
 
-// Number options. Each is a transform (`option->transform(cli::integer_in(1))`; `check` would not let it
-// rewrite the text): it runs on the text before CLI11 converts it, refuses anything but a plain decimal
-// number in range (naming the range), and rewrites the text to canonical decimal, so that CLI11's own
-// conversion, which reads "010" as octal and saturates on overflow, sees only the value checked here.
-// Every number option of every command goes through one of these.
-namespace detail {
-inline std::string range_text(int64_t lo, int64_t hi) {
-  return hi == std::numeric_limits<int64_t>::max() ? ">= " + std::to_string(lo)
-                                                   : std::to_string(lo) + " .. " + std::to_string(hi);
-}
-}  // namespace detail
-
-// A decimal integer in [lo, hi].
+// A decimal integer in [lo, hi] (numbers::IntegerRule; "010" is ten, "+5" is five).
 inline CLI::Validator integer_in(int64_t lo, int64_t hi = std::numeric_limits<int64_t>::max()) {
   return CLI::Validator(
-      [lo, hi](std::string& s) -> std::string {
-        const std::string accepted = "(accepted: a decimal integer " + detail::range_text(lo, hi) + ")";
-        const char* b = s.data() + (!s.empty() && s[0] == '+' ? 1 : 0);
-        int64_t v = 0;
-        const auto [end, ec] = std::from_chars(b, s.data() + s.size(), v, 10);
-        if (s.empty() || ec == std::errc::invalid_argument || end != s.data() + s.size() ||
-            (b != s.data() && *b == '-'))
-          return "'" + s + "' is not a decimal integer " + accepted;
-        if (ec == std::errc::result_out_of_range || v < lo || v > hi)
-          return "'" + s + "' is out of range " + accepted;
-        s = std::to_string(v);
+      [rule = numbers::IntegerRule{lo, hi}](std::string& s) -> std::string {
+        const auto r = numbers::read_integer(s, rule);
+        if (r.fault != numbers::Fault::none) return numbers::refusal(s, r.fault, rule);
+        s = std::to_string(r.value);
         return {};
       },
       "INT");
 }
 
-// A finite decimal number in [lo, hi] (open_low, open_high: without that end): nan, inf, hexadecimal
-// floats, values that overflow a double and trailing junk are refused.
+// A finite decimal number in [lo, hi] (open_low, open_high: without that end; numbers::RealRule): nan,
+// inf, hexadecimal floats, values that overflow a double and trailing junk are refused.
 inline CLI::Validator number_in(double lo, double hi, bool open_low = false, bool open_high = false) {
   return CLI::Validator(
-      [lo, hi, open_low, open_high](std::string& s) -> std::string {
-        const std::string range = std::isinf(lo)   ? std::string("of any size")
-                                  : std::isinf(hi) ? fmt::format("{} {}", open_low ? ">" : ">=", lo)
-                                                   : fmt::format("in {}{}, {}{}", open_low ? "(" : "[", lo,
-                                                                 hi, open_high ? ")" : "]");
-        const std::string accepted = "(accepted: a finite decimal number " + range + ")";
-        const char* b = s.data() + (!s.empty() && s[0] == '+' ? 1 : 0);
-        double v = 0;
-        const auto [end, ec] = std::from_chars(b, s.data() + s.size(), v, std::chars_format::general);
-        if (s.empty() || ec == std::errc::invalid_argument || end != s.data() + s.size() ||
-            (b != s.data() && *b == '-') || (ec == std::errc() && !std::isfinite(v)))
-          return "'" + s + "' is not a finite decimal number " + accepted;
-        if (ec == std::errc::result_out_of_range) return "'" + s + "' is out of range " + accepted;
-        if (v < lo || v > hi || (open_low && v == lo) || (open_high && v == hi))
-          return "'" + s + "' is out of range " + accepted;
-        s = fmt::format("{}", v);  // the shortest text that reads back as exactly v
+      [rule = numbers::RealRule{lo, hi, open_low, open_high}](std::string& s) -> std::string {
+        const auto r = numbers::read_real(s, rule);
+        if (r.fault != numbers::Fault::none) return numbers::refusal(s, r.fault, rule);
+        s = fmt::format("{}", r.value);  // the shortest text that reads back as exactly r.value
         return {};
       },
       "FLOAT");
-}
-
-// A plain decimal number that is finite as a double ("0.5", "-2", "1e-3", ".5"): no nan, inf, hex
-// ("0x1p3"), empty text, trailing junk or overflow ("1e400"), all of which CLI11 alone (strtod) would
-// take. For `check()` (the text is not rewritten) and parse_finite.
-inline CLI::Validator finite_number() {
-  return number_in(-std::numeric_limits<double>::infinity(), std::numeric_limits<double>::infinity());
-}
-
-// The number in `text`, given as `flag`: a finite decimal (finite_number's rules), else a
-// ridge::Error naming the flag. For options held as text and parsed later.
-inline double parse_finite(const std::string& text, const std::string& flag) {
-  std::string s = text;
-  const std::string why = finite_number()(s);
-  if (!why.empty()) throw ridge::Error(flag, why);
-  return std::strtod(text.c_str(), nullptr);
 }
 
 // Library errors name the function argument a value was passed as (ridge::Error::argument);

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <limits>
 #include <utility>
 #include <optional>
 
@@ -19,6 +20,8 @@
 namespace {
 
 using namespace ridge;
+
+constexpr int kIntMax = std::numeric_limits<int>::max();
 
 struct Common {
   std::vector<std::string> set;
@@ -40,20 +43,21 @@ void add_common(CLI::App* cmd) {
   cmd->add_option("--grid-file", g.grid_file, "JSON file {\"key\": [values], ...}; --set overrides its axes");
   cmd->add_flag("--quick", g.quick, "a short sweep that still runs every path");
   cmd->add_option("--threads", g.threads, "threads for ridge kernels (default: OMP_NUM_THREADS or all CPUs)")
-      ->check(cli::decimal_integer());
+      ->transform(cli::integer_in(1, env::kMaxThreads));
   cmd->add_flag("--json", g.json, "one JSON object per result row (JSON lines)");
   cmd->add_flag("--csv", g.csv, "CSV with a header row");
   cmd->add_option("--trace", g.trace_file, "write a Chrome trace (Perfetto, chrome://tracing) to FILE");
   cmd->add_option("--memory", g.memory_file, "write a memory snapshot to FILE (see 'ridge memory show')");
   cmd->add_option("--memory-entries", g.memory_entries, "allocation events kept by --memory (newest)")
-      ->check(cli::decimal_integer());
+      ->transform(cli::integer_in(1, int64_t{1} << 30));
   cmd->add_option("--warmup", g.warmup, "untimed calls before timing (benchmark default if unset)")
-      ->check(cli::decimal_integer());
-  cmd->add_option("--iters", g.iters, "minimum timed calls per case")->check(cli::decimal_integer());
+      ->transform(cli::integer_in(0, kIntMax));
+  cmd->add_option("--iters", g.iters, "minimum timed calls per case")->transform(cli::integer_in(1, kIntMax));
+  // An hour bounds a case's timing: past it a typo (1e9) would run until killed.
   cmd->add_option("--min-time", g.min_time, "minimum timed seconds per case (0 .. 3600)")
-      ->check(cli::finite_number());
+      ->transform(cli::number_in(0, 3600));
   cmd->add_option("--max-time", g.max_time, "stop timing a case after this many seconds (0 .. 3600)")
-      ->check(cli::finite_number());
+      ->transform(cli::number_in(0, 3600));
   cmd->add_flag("--no-progress", g.no_progress, "no progress lines on stderr");
 }
 
@@ -74,13 +78,7 @@ std::vector<std::string> input_files(const CLI::App& sub) {
 void run(const std::string& name, const std::vector<std::string>& inputs) {
   const auto& b = bench::find_benchmark(name);
   check(!(g.json && g.csv), "bench: --json and --csv are exclusive; choose one");
-  if (g.threads) {
-    check(*g.threads >= 1 && *g.threads <= env::kMaxThreads,
-          "--threads: {} is not accepted (expected a thread count in 1 .. {})", *g.threads, env::kMaxThreads);
-    set_num_threads(*g.threads);
-  }
-  check(g.memory_entries >= 1 && g.memory_entries <= (int64_t{1} << 30),
-        "--memory-entries: {} is not accepted (expected 1 .. 2^30 allocation events)", g.memory_entries);
+  if (g.threads) set_num_threads(*g.threads);
   bench::Grid grid;
   if (!g.grid_file.empty())
     grid = cli::with_flags({{"path", "--grid-file"}}, [] { return bench::Grid::from_file(g.grid_file); });
@@ -91,13 +89,6 @@ void run(const std::string& name, const std::vector<std::string>& inputs) {
     opt.warmup = 1;
     opt.iters = 3;
   }
-  check(!g.warmup || *g.warmup >= 0, "--warmup: {} must be >= 0", g.warmup.value_or(0));
-  check(!g.iters || *g.iters >= 1, "--iters: {} must be >= 1", g.iters.value_or(0));
-  // An hour bounds a case's timing: past it a typo (1e9) would run until killed.
-  check(!g.min_time || (std::isfinite(*g.min_time) && *g.min_time >= 0 && *g.min_time <= 3600),
-        "--min-time: {} is not accepted (expected seconds in 0 .. 3600)", g.min_time.value_or(0));
-  check(!g.max_time || (std::isfinite(*g.max_time) && *g.max_time >= 0 && *g.max_time <= 3600),
-        "--max-time: {} is not accepted (expected seconds in 0 .. 3600)", g.max_time.value_or(0));
   if (g.warmup) opt.warmup = *g.warmup;
   if (g.iters) opt.iters = *g.iters;
   if (g.min_time) opt.min_time_s = *g.min_time;

@@ -102,15 +102,12 @@ void setup(CLI::App& root) {
   static std::string out, max_bytes;
   cmd->add_flag("--quick", quick, "a shorter run (at most ~15 s) with fewer trials and sweep points");
   cmd->add_option("--threads", threads, "threads for the all-threads figures (default: ridge's thread count)")
-      ->check(ridge::cli::decimal_integer())
-      ->check(CLI::Range(1, 4096));
+      ->transform(ridge::cli::integer_in(1, 4096));
   cmd->add_option("--trials", trials,
                   "trials per figure, of which the median is reported (default 5 quick, 11)")
-      ->check(ridge::cli::decimal_integer())
-      ->check(CLI::Range(1, 1000));
+      ->transform(ridge::cli::integer_in(1, 1000));
   cmd->add_option("--max-seconds", max_seconds, "time limit of the run (default ~12 s quick, ~50 s)")
-      ->check(ridge::cli::finite_number())
-      ->check(CLI::Range(0.1, 3600.0));
+      ->transform(ridge::cli::number_in(0.1, 3600));
   cmd->add_option("--max-bytes", max_bytes,
                   "largest total working set of the sweep, e.g. 256MiB (default 4x the last-level cache, 8x "
                   "without --quick)");
@@ -118,8 +115,6 @@ void setup(CLI::App& root) {
       "-o,--output", out, "chip file to write (default: $RIDGE_HOME/this.json or ~/.cache/ridge/this.json)");
   cmd->add_flag("--json", json, "print the chip file as one JSON document instead of the table");
   cmd->callback([out_opt] {
-    ridge::check(std::isfinite(max_seconds),
-                 "--max-seconds: {} is not a number of seconds (expected 0.1 .. 3600)", max_seconds);
     ridge::check(out_opt->count() == 0 || !out.empty(),
                  "-o/--output: empty path (expected a chip file to write)");
     const int cpus = ridge::cpu::info().logical_cpus;
@@ -136,7 +131,7 @@ void setup(CLI::App& root) {
     o.trials = trials;
     o.max_seconds = max_seconds;
     if (!max_bytes.empty()) {
-      o.max_bytes = ridge::units::parse_bytes(max_bytes, "--max-bytes");
+      o.max_bytes = ridge::numbers::parse_bytes(max_bytes, "--max-bytes");
       const int t = threads > 0 ? threads : ridge::get_num_threads();
       const int64_t least = ridge::probe::min_max_bytes(t);
       ridge::check(o.max_bytes >= least, "--max-bytes: '{}' is too small (at least {} for {} threads)",

@@ -61,7 +61,7 @@ void add_common(CLI::App* c, Common& o) {
 }
 
 int64_t count(const std::string& text, const char* what) {
-  return ridge::units::parse_count(text, what);
+  return ridge::numbers::parse_integer(text, what, ridge::numbers::kCount);
 }
 
 // A dtype given as `flag`: its error names the flag (ridge::parse_dtype names its argument, dtype).
@@ -250,12 +250,13 @@ void setup_ops(CLI::App* r) {
       [](CLI::App* c, VecOpts& o) {
         c->add_option("--n", o.n, "elements")->capture_default_str();
         c->add_option("--dtype", o.dtype, "dtype")->capture_default_str();
+        // The ranges roofline::elementwise takes.
         c->add_option("--inputs", o.inputs, "input tensors read")
             ->capture_default_str()
-            ->check(ridge::cli::decimal_integer());
+            ->transform(ridge::cli::integer_in(1, 16));
         c->add_option("--flops-per-element", o.fpe, "FLOPs per output element")
             ->capture_default_str()
-            ->check(ridge::cli::finite_number());
+            ->transform(ridge::cli::number_in(0, 1e6));
       },
       [](const VecOpts& o) {
         return rr::elementwise(count(o.n, "--n"), dtype_flag(o.dtype, "--dtype"), o.inputs, o.fpe);
@@ -339,12 +340,8 @@ void setup_ops(CLI::App* r) {
           ridge::fail("--layout: '{}' is not a layout (accepted: contiguous, masked)", o.layout);
         if (!o.valid.empty()) {
           rows.clear();
-          for (const auto& v : split(o.valid)) {
-            const double x = std::strtod(v.c_str(), nullptr);
-            ridge::check(v.find_first_not_of("0123456789") == std::string::npos && x <= 0x1p40,
-                         "--valid: '{}' is not a row count", v);
-            rows.push_back(static_cast<int64_t>(x));
-          }
+          for (const auto& v : split(o.valid))
+            rows.push_back(ridge::numbers::parse_integer(v, "--valid", {0, int64_t{1} << 40}));
           ridge::check(static_cast<int64_t>(rows.size()) == G, "--valid: {} counts for {} groups",
                        rows.size(), G);
         }
@@ -357,7 +354,7 @@ void setup_ops(CLI::App* r) {
   };
   auto coll = [](const char* which) {
     return [which](const CollOpts& o) {
-      const auto S = ridge::units::parse_bytes(o.bytes, "--bytes");
+      const auto S = ridge::numbers::parse_bytes(o.bytes, "--bytes");
       const auto t = dtype_flag(o.dtype, "--dtype");
       const std::string w = which;
       const auto n = count(o.chips, "--chips");  // checked for send too, though a send involves two chips

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <sstream>
@@ -24,6 +25,8 @@ namespace ridge::cli {
 namespace rr = ridge::roofline;
 
 namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
 
 struct Opts : ridge::cli::ModelFlags {
   std::string hw = "h100", level;
@@ -69,16 +72,11 @@ rr::DdpLink make_link(const Opts& o, const rr::Chip& chip, int64_t ranks) {
   } else {
     fail("--link: '{}' is not a link (accepted: nvlink, ib, intra_node, inter_node; or --link-gbps)", which);
   }
-  if (o.link_gbps) {
-    check(std::isfinite(*o.link_gbps) && *o.link_gbps > 0,
-          "--link-gbps: {} is not a bandwidth (GB/s one way, finite and > 0)", *o.link_gbps);
+  if (o.link_gbps) {  // finite and > 0 (its number_in)
     l.bandwidth = *o.link_gbps * 1e9;
     l.source = fmt::format("bandwidth: --link-gbps {:g}; ", *o.link_gbps) + l.source;
   }
-  if (o.link_latency_us) {
-    check(std::isfinite(*o.link_latency_us) && *o.link_latency_us >= 0,
-          "--link-latency-us: {} is not a latency (microseconds per ring step, finite and >= 0)",
-          *o.link_latency_us);
+  if (o.link_latency_us) {  // finite and >= 0 (its number_in)
     l.hop_latency_s = *o.link_latency_us * 1e-6;
     l.source = fmt::format("per-step latency: --link-latency-us {:g}; ", *o.link_latency_us) + l.source;
   }
@@ -90,14 +88,9 @@ std::vector<double> parse_buckets(const std::string& s) {
   if (s.empty()) return rr::default_bucket_candidates();
   std::vector<double> out;
   std::stringstream ss(s);
-  for (std::string item; std::getline(ss, item, ',');) {
-    std::string text = item;
-    const bool decimal = finite_number()(text).empty();  // no hex, nan, inf or junk, as every number
-    const double v = decimal ? std::strtod(item.c_str(), nullptr) : 0.0;
-    check(decimal && v > 0,
-          "--buckets: '{}' is not a bucket size (MB, a number > 0, as in --buckets 1,10,100)", item);
-    out.push_back(v);
-  }
+  for (std::string item; std::getline(ss, item, ',');)
+    out.push_back(
+        numbers::parse_real(item, "--buckets", {0, kInf, true, false, "MB, as in --buckets 1,10,100"}));
   return out;
 }
 
@@ -118,16 +111,15 @@ void setup_roofline_ddp(CLI::App* parent) {
                 "nvlink, ib (H100 presets), intra_node or inter_node (the --hw chip's figure; default "
                 "intra_node)");
   c->add_option("--link-gbps", o->link_gbps, "link bandwidth, GB/s one way per rank (overrides --link's)")
-      ->check(finite_number());
+      ->transform(number_in(0, kInf, true));
   c->add_option("--link-latency-us", o->link_latency_us, "latency per ring step in microseconds (overrides)")
-      ->check(finite_number());
+      ->transform(number_in(0, kInf));
   c->add_option("--buckets", o->buckets, "bucket sizes to try, MB (default 1,2,5,10,25,50,100,250,1000)");
   c->add_flag("--json", o->json, "print one JSON document");
   c->callback([o] {
     bool custom = false;
     const auto cfg = o->config(custom);
-    const int64_t ranks = ridge::units::parse_count(o->ranks, "--ranks");
-    check(ranks <= (int64_t{1} << 20), "--ranks: {} is too many (at most 2^20)", ranks);
+    const int64_t ranks = numbers::parse_integer(o->ranks, "--ranks", {1, 1 << 20, numbers::Suffix::count});
     const auto shape = o->shape(cfg), global = o->shape(cfg, ranks);
     const int64_t batch = shape.batch, ctx = shape.seq;
     const auto chip = with_flags(chip_flags("--hw"), [&] { return rr::load_chip(o->hw); });

@@ -9,7 +9,7 @@
 
 #include "cli.hpp"
 #include "core/check.hpp"
-#include "ridge/core/units.hpp"
+#include "ridge/core/numbers.hpp"
 #include "ridge/model/config.hpp"
 #include "ridge/model/roofline.hpp"
 
@@ -102,7 +102,9 @@ struct ModelFlags {
         "heads)");
   }
 
-  int64_t count(const std::string& v, const char* flag) const { return units::parse_count(v, flag); }
+  int64_t count(const std::string& v, const char* flag) const {
+    return numbers::parse_integer(v, flag, numbers::kCount);
+  }
   // The preset at --vocab and --context with --d-model/--d-ff/--layers/--heads/--kv-heads applied;
   // `custom` says whether any override was given (the label then reads "SIZE (modified)").
   model::ModelConfig config(bool& custom) const {

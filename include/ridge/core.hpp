@@ -1,5 +1,5 @@
-// ridge core: errors, numeric formats, CPU facts and ISA selection, memory, views, threads, the JIT,
-// the version.
+// ridge core: errors, the numbers a user types, numeric formats, CPU facts and ISA selection, memory,
+// views, threads, the JIT, the version.
 #pragma once
 
 #include "ridge/core/cpu.hpp"
@@ -11,6 +11,7 @@
 #include "ridge/core/input.hpp"
 #include "ridge/core/jit.hpp"
 #include "ridge/core/memory.hpp"
+#include "ridge/core/numbers.hpp"
 #include "ridge/core/process.hpp"
 #include "ridge/core/tensor.hpp"
 #include "ridge/core/threads.hpp"

@@ -11,7 +11,7 @@
 
 #include "ridge/core/error.hpp"
 #include "ridge/core/input.hpp"
-#include "ridge/core/units.hpp"
+#include "ridge/core/numbers.hpp"
 #include "core/check.hpp"
 #include "core/json.hpp"
 
@@ -112,35 +112,23 @@ std::vector<std::string> Grid::values(const std::string& key, std::vector<std::s
 std::vector<int64_t> Grid::counts(const std::string& key, std::vector<int64_t> fallback) const {
   if (!has(key)) return fallback;
   std::vector<int64_t> out;
-  for (const auto& v : values(key)) {
-    // "1M" means 2^20 elements here, the way array sizes are usually written in sweeps; the range
-    // (at most 2^40) is checked after the multiplier, so "4294967296G" cannot wrap.
-    out.push_back(units::parse_count(v, "grid " + key));
-  }
+  // "1M" means 2^20 elements here, the way array sizes are usually written in sweeps; the range
+  // (at most 2^40) is checked after the multiplier, so "4294967296G" cannot wrap.
+  for (const auto& v : values(key)) out.push_back(numbers::parse_integer(v, "grid " + key, numbers::kCount));
   return out;
 }
 
 std::vector<int64_t> Grid::bytes(const std::string& key, std::vector<int64_t> fallback) const {
   if (!has(key)) return fallback;
   std::vector<int64_t> out;
-  for (const auto& v : values(key)) out.push_back(units::parse_bytes(v, "grid " + key));
+  for (const auto& v : values(key)) out.push_back(numbers::parse_bytes(v, "grid " + key));
   return out;
 }
 
 std::vector<double> Grid::numbers(const std::string& key, std::vector<double> fallback) const {
   if (!has(key)) return fallback;
   std::vector<double> out;
-  for (const auto& v : values(key)) {
-    size_t used = 0;
-    double x = 0;
-    try {
-      x = std::stod(v, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    check_arg(used == v.size() && std::isfinite(x), "grid " + key, "'{}' is not a number", v);
-    out.push_back(x);
-  }
+  for (const auto& v : values(key)) out.push_back(numbers::parse_real(v, "grid " + key, {}));
   return out;
 }
 

@@ -55,7 +55,8 @@ class Grid {
   bool empty() const { return axes_.empty(); }
   // Raw values of an axis, or `fallback` when the grid does not set it.
   std::vector<std::string> values(const std::string& key, std::vector<std::string> fallback = {}) const;
-  // Values parsed as counts ("4096", "4k", "1M" = 2^20, "1e6") or byte sizes ("64KiB", "1GB");
+  // Values parsed as counts ("4096", "4k", "1M" = 2^20: numbers::kCount), byte sizes ("64KiB", "1GB",
+  // numbers::parse_bytes) or reals ("0.5", "1e-3"; numbers::parse_real);
   // ridge::Error naming the axis on a bad value.
   std::vector<int64_t> counts(const std::string& key, std::vector<int64_t> fallback = {}) const;
   std::vector<int64_t> bytes(const std::string& key, std::vector<int64_t> fallback = {}) const;

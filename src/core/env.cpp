@@ -7,45 +7,37 @@
 
 #include "ridge/core/cpu.hpp"
 #include "ridge/core/error.hpp"
+#include "ridge/core/numbers.hpp"
 #include "core/check.hpp"
 
 namespace ridge::env {
 namespace {
 
-// A whole decimal number in [lo, hi], nothing else: no sign, no spaces, no suffix, no hex, no
-// overflow ("16x", "-1", "0x10", "99999999999" are refused). Allocates nothing and throws nothing: it
-// also runs before main (withhold_openmp_threads).
-bool whole_in(std::string_view v, int64_t lo, int64_t hi, int64_t* out) noexcept {
-  if (v.empty() || v.size() > 18) return false;
-  int64_t x = 0;
-  for (char c : v) {
-    if (c < '0' || c > '9') return false;
-    x = x * 10 + (c - '0');
-  }
-  if (x < lo || x > hi) return false;
-  *out = x;
-  return true;
+// A knob's integer, read by core's one parser (ridge/core/numbers.hpp) and refused in its words.
+int64_t parse_int(const char* name, const std::string& v, int64_t lo, int64_t hi,
+                  const char* note = nullptr) {
+  return numbers::parse_integer(v, name, {lo, hi, numbers::Suffix::none, 1, note});
 }
 
-int64_t parse_int(const char* name, const std::string& v, int64_t lo, int64_t hi, const char* note = "") {
-  int64_t x = 0;
-  if (!whole_in(v, lo, hi, &x))
-    fail("{}: '{}' is not accepted (expected a whole number in {} .. {}{})", name, v, lo, hi, note);
-  return x;
-}
+// OMP_NUM_THREADS: a thread count, or a comma-separated list of them (OpenMP's counts for nested levels,
+// "8,2"); every entry is checked, and ridge's count is the first.
+constexpr numbers::IntegerRule kOmpThreads{
+    1, kMaxThreads, numbers::Suffix::none, 1,
+    "or a comma-separated list of them for nested levels, of which ridge uses the first"};
 
-// OMP_NUM_THREADS: a whole number in 1 .. kMaxThreads, or a comma-separated list of them (OpenMP's
-// counts for nested levels, "8,2"); every entry is checked, and ridge's count is the first. 0 when
-// refused. Allocates nothing and throws nothing (it also runs before main).
-int64_t openmp_threads(std::string_view v) noexcept {
+// The first entry of OMP_NUM_THREADS, or 0 when an entry is refused (*fault says why). Allocates
+// nothing and throws nothing (it also runs before main).
+int64_t openmp_threads(std::string_view v, numbers::Fault* fault = nullptr) noexcept {
   int64_t first = 0;
   for (size_t at = 0;;) {
     const size_t comma = v.find(',', at);
-    int64_t x = 0;
-    if (!whole_in(v.substr(at, comma == std::string_view::npos ? std::string_view::npos : comma - at), 1,
-                  kMaxThreads, &x))
+    const auto r = numbers::read_integer(
+        v.substr(at, comma == std::string_view::npos ? std::string_view::npos : comma - at), kOmpThreads);
+    if (r.fault != numbers::Fault::none) {
+      if (fault) *fault = r.fault;
       return 0;
-    if (first == 0) first = x;
+    }
+    if (first == 0) first = r.value;
     if (comma == std::string_view::npos) return first;
     at = comma + 1;
   }
@@ -57,10 +49,9 @@ constexpr std::string_view kOmpNumThreads = "OMP_NUM_THREADS";
 // refuses it. Constant-initialised: set before main, read after.
 const char* g_withheld_openmp_threads = nullptr;
 
+// A 0/1 switch: the integer 0 or 1, read as every number is ("+1" and "01" are 1).
 bool parse_switch(const char* name, const std::string& v) {
-  if (v == "1") return true;
-  if (v == "0") return false;
-  fail("{}: '{}' is not accepted (expected 1 to switch it on or 0 for off)", name, v);
+  return parse_int(name, v, 0, 1, "1 to switch it on or 0 for off") == 1;
 }
 
 }  // namespace
@@ -88,22 +79,16 @@ Knobs parse_knobs(const char* (*lookup)(const char* name)) {
                             std::pair{"RIDGE_ATTENTION_BLOCK_K", &k.attention_block_k}}) {
     const auto v = get(name);
     if (v.empty()) continue;
-    const auto x = parse_int(name, v, 16, 1024, ", a multiple of 16");
-    if (x % 16 != 0)
-      fail("{}: '{}' is not accepted (expected a whole number in 16 .. 1024, a multiple of 16)", name, v);
-    *slot = static_cast<int>(x);
+    *slot = static_cast<int>(numbers::parse_integer(v, name, {16, 1024, numbers::Suffix::none, 16}));
   }
   // OpenMP accepts a list ("8,2") for nested levels: every entry is checked, ridge's count is the first.
   if (const auto v = get("OMP_NUM_THREADS"); !v.empty()) {
-    k.omp_threads = static_cast<int>(openmp_threads(v));
-    if (k.omp_threads == 0)
-      fail(
-          "OMP_NUM_THREADS: '{}' is not accepted (expected a whole number in 1 .. {}, or a comma-separated "
-          "list of them for nested levels, of which ridge uses the first)",
-          v, kMaxThreads);
+    numbers::Fault fault = numbers::Fault::none;
+    k.omp_threads = static_cast<int>(openmp_threads(v, &fault));
+    if (k.omp_threads == 0) throw Error("OMP_NUM_THREADS", numbers::refusal(v, fault, kOmpThreads));
   }
   if (const auto v = get("RIDGE_TEST_DIE_AT_STEP"); !v.empty()) {
-    k.test_die_at_step = parse_int("RIDGE_TEST_DIE_AT_STEP", v, 1, int64_t{1} << 40, " (test only)");
+    k.test_die_at_step = parse_int("RIDGE_TEST_DIE_AT_STEP", v, 1, int64_t{1} << 40, "test only");
     k.test_die_rank = 0;
   }
   if (const auto v = get("RIDGE_TEST_DIE_RANK"); !v.empty()) {
@@ -112,7 +97,7 @@ Knobs parse_knobs(const char* (*lookup)(const char* name)) {
           "RIDGE_TEST_DIE_RANK: '{}' is not accepted alone (expected RIDGE_TEST_DIE_AT_STEP with it; test "
           "only)",
           v);
-    k.test_die_rank = static_cast<int>(parse_int("RIDGE_TEST_DIE_RANK", v, 0, 1 << 20, " (test only)"));
+    k.test_die_rank = static_cast<int>(parse_int("RIDGE_TEST_DIE_RANK", v, 0, 1 << 20, "test only"));
   }
   return k;
 }
@@ -157,7 +142,7 @@ Launcher parse_launcher(const char* (*lookup)(const char* name)) {
   };
   auto number = [&](const char* name, int lo) -> std::optional<int> {
     if (!set(name)) return std::nullopt;
-    return static_cast<int>(parse_int(name, lookup(name), lo, 1 << 24, ", as an MPI launcher sets it"));
+    return static_cast<int>(parse_int(name, lookup(name), lo, 1 << 24, "as an MPI launcher sets it"));
   };
   Launcher l;
   for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS"})

@@ -331,9 +331,9 @@ TEST(RowBytes, FromJsonDefaultsAndErrors) {
 }
 
 TEST(Grid, ParsesCommandLineAxes) {
-  const Grid g = Grid::parse({"n=1M,4k,100", "kernel=copy,triad", "n=2M,1e3"});
+  const Grid g = Grid::parse({"n=1M,4k,100", "kernel=copy,triad", "n=2M,010"});
   ASSERT_EQ(g.axes().size(), 2u);
-  EXPECT_EQ(g.counts("n"), (std::vector<int64_t>{2 << 20, 1000}));  // a repeated key replaces
+  EXPECT_EQ(g.counts("n"), (std::vector<int64_t>{2 << 20, 10}));  // a repeated key replaces; 010 is ten
   EXPECT_EQ(g.values("kernel"), (std::vector<std::string>{"copy", "triad"}));
   EXPECT_EQ(g.counts("missing", {7}), (std::vector<int64_t>{7}));
   const auto cases = g.cases();
@@ -350,6 +350,10 @@ TEST(Grid, RejectsBadInput) {
   EXPECT_THROW(Grid::parse({"n=1,,2"}), ridge::Error);
   EXPECT_THROW(Grid::parse({"n=abc"}).counts("n"), ridge::Error);
   EXPECT_THROW(Grid::parse({"x=1y"}).numbers("x"), ridge::Error);
+  // A count is an integer (numbers::kCount) and a number a finite decimal, as every number a user types.
+  EXPECT_THROW(Grid::parse({"n=1e3"}).counts("n"), ridge::Error);
+  EXPECT_THROW(Grid::parse({"x=0x1p3"}).numbers("x"), ridge::Error);
+  EXPECT_THROW(Grid::parse({"x=inf"}).numbers("x"), ridge::Error);
   try {
     Grid::parse({"nn=1"}).check_keys({"n", "kernel"}, "stream");
     FAIL();

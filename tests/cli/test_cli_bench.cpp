@@ -137,7 +137,7 @@ TEST(CliBench, BadInputIsOneLineAndExit2) {
 // and --grid-file in their place, with the library's message after them.
 TEST(CliBench, GridErrorsNameTheFlags) {
   const std::vector<std::pair<std::string, std::string>> cases = {
-      {"bench stream --set n=abc", "ridge: --set n: 'abc' is not a number"},
+      {"bench stream --set n=abc", "ridge: --set n: 'abc' is not a decimal integer (accepted: "},
       {"bench stream --set nn=4k", "ridge: --set nn: benchmark 'stream' has no sweep axis 'nn'"},
       {"bench stream --set n", "ridge: --set: 'n' is not key=value"},
       {"bench stream --grid-file /nonexistent.json",

@@ -12,6 +12,7 @@
 #include <iterator>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "run.hpp"
@@ -88,19 +89,54 @@ TEST(CliContractNumbers, BenchTimesAreBoundedByAnHour) {
   }
 }
 
-// CLI11 reads "010" as octal 8: a leading zero is refused wherever an integer is taken.
-TEST(CliContractNumbers, OctalLookingIntegersAreRefusedNotReadAsEight) {
-  expect_refused(run("roofline elementwise --inputs 010"), "--inputs");
-  expect_refused(run("probe --quick --trials 010"), "--trials");
-  expect_refused(run("probe --quick --threads 01"), "--threads");
-  expect_refused(run(std::string(kBench) + "--iters 010"), "--iters");
-  expect_refused(run("bench model --quick --no-torch --vocab 010"), "--vocab");
-  // Plain decimals still work, and the analyzer's sizes read 010 as ten.
-  const auto ten = run("roofline elementwise --inputs 10 --json");
-  EXPECT_EQ(ten.code, 0) << ten.err;
-  const auto sized = run("roofline matmul --b 010 --json");
-  ASSERT_EQ(sized.code, 0) << sized.err;
-  EXPECT_NE(sized.out.find("\"flops\": 1342177280.0"), std::string::npos) << "B=10: 2*10*8192*8192";
+// One rule for every integer (ridge/core/numbers.hpp): "010" is ten (a leading zero is decimal, as strtol in
+// base 10 and Python's int() read it; CLI11 alone would read octal 8), "+10" is ten, and "1e1" is not an
+// integer. Before, some options read "010" as ten, others refused it, and the sizes took "1e1".
+TEST(CliContractNumbers, OneSpellingOneAnswerOnEveryIntegerOption) {
+  const std::vector<std::pair<std::string, std::string>> sized = {
+      {"roofline elementwise --json --inputs ", "--inputs"},
+      {"roofline matmul --json --b ", "--b"},
+      {"roofline ddp --size tiny --json --ranks ", "--ranks"},
+      {"bench stream --quick --no-progress --set kernel=copy --iters 1 --warmup 0 --json --set n=",
+       "--set n"}};
+  for (const auto& [args, flag] : sized) {
+    SCOPED_TRACE(args);
+    const auto ten = run(args + "10");
+    ASSERT_EQ(ten.code, 0) << ten.err;
+    for (const char* v : {"010", "+10", "0010"}) {
+      const auto r = run(args + v);
+      EXPECT_EQ(r.code, 0) << v << ": " << r.err;
+      if (flag != "--set n") {  // bench rows carry their timings
+        EXPECT_EQ(r.out, ten.out) << v;
+      }
+    }
+    for (const char* v : {"1e1", "0x0a", "10.0"}) expect_refused(run(args + v), flag);
+  }
+  TempDir t("octal");
+  const std::string snap = t / "snap.json";
+  ASSERT_EQ(run("bench trace-overhead --quick --no-progress --set calls=10 --memory " + q(snap)).code, 0);
+  const auto top = run("memory show " + q(snap) + " --top 2");
+  ASSERT_EQ(top.code, 0) << top.err;
+  EXPECT_EQ(run("memory show " + q(snap) + " --top 02").out, top.out);
+  EXPECT_EQ(run("memory show " + q(snap) + " --top +2").out, top.out);
+  expect_refused(run("memory show " + q(snap) + " --top 1e1"), "--top");
+  // Options whose run is long: "01" passes their parser and the run stops at a later error, about another
+  // flag; "1e1" is refused naming theirs.
+  const std::vector<std::pair<std::string, std::string>> parsed = {
+      {"probe --quick -o /proc/ridge-no-such-dir/x.json --trials ", "--trials"},
+      {"probe --quick -o /proc/ridge-no-such-dir/x.json --threads ", "--threads"},
+      {"bench stream --quick --no-progress --set n=4K --set kernel=copy --set nn=1 --iters ", "--iters"},
+      {"bench model --quick --no-torch --set bogus=1 --vocab ", "--vocab"},
+      {"bench decode --quick --no-llama --no-torch --set bogus=1 --steps ", "--steps"}};
+  for (const auto& [args, flag] : parsed) {
+    SCOPED_TRACE(args);
+    for (const char* v : {"01", "+1", "001"}) {
+      const auto r = run(args + v);
+      EXPECT_EQ(r.code, 2) << v;
+      EXPECT_EQ(r.err.find(flag), std::string::npos) << v << ": " << r.err;
+    }
+    expect_refused(run(args + "1e1"), flag);
+  }
 }
 
 TEST(CliContractNumbers, NegativeHexAndHugeCountsAreRefused) {

@@ -181,8 +181,9 @@ TEST(CliDistAgree, ErrorBeforeTheAgreementIsOneLinePerJob) {
                   "ridge: rank 1: The following argument was not expected: --bogus");
   expect_one_line(np2(kTrain + "--ddp ring"), "ridge: --ddp: mode: 'ring' is not a data-parallel mode");
   expect_one_line(np2(kAllreduce + "--set op=ring"), "ridge: bench allreduce: op 'ring'");
-  expect_one_line(mpmd(kAllreduce + "--set size=1M", kAllreduce + "--set size=1M --iters 0"),
-                  "ridge: rank 1: --iters: 0 must be >= 1");
+  expect_one_line(
+      mpmd(kAllreduce + "--set size=1M", kAllreduce + "--set size=1M --iters 0"),
+      "ridge: rank 1: --iters: '0' is out of range (accepted: a decimal integer 1 .. 2147483647)");
   expect_one_line(mpmd(kTrain + "--steps 2", kTrain + "--steps 2 --help"),
                   "ridge: rank 1: --help: given here but not given on rank 0");
   const RunResult help = np2(kTrain + "--help");

@@ -135,7 +135,7 @@ TEST(CliDistBench, ALoneProcessOrABadLauncherVariableIsOneLine) {
   const Case cases[] = {
       {"bench allreduce --quick", "", "bench allreduce: needs at least 2 MPI ranks"},
       {"bench ddp --quick", "OMPI_COMM_WORLD_SIZE=1", "bench ddp: needs at least 2 MPI ranks"},
-      {"bench ddp --quick", "PMI_SIZE=abc", "PMI_SIZE: 'abc' is not accepted"},
+      {"bench ddp --quick", "PMI_SIZE=abc", "PMI_SIZE: 'abc' is not a decimal integer"},
       {"bench allreduce --quick", "OMPI_COMM_WORLD_SIZE=2 OMPI_COMM_WORLD_RANK=x",
        "OMPI_COMM_WORLD_RANK: 'x'"},
   };

@@ -73,7 +73,7 @@ TEST(CliJit, BadSwitchOrCacheIsOneLine) {
   RunResult r = run("jit list", "RIDGE_JIT=yes " + env_for(t.path() / "jit"));
   EXPECT_EQ(r.code, 2);
   EXPECT_EQ(r.out, "");
-  EXPECT_EQ(r.err.rfind("ridge: RIDGE_JIT: 'yes' is not accepted", 0), 0u) << r.err;
+  EXPECT_EQ(r.err.rfind("ridge: RIDGE_JIT: 'yes' is not a decimal integer", 0), 0u) << r.err;
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
   // A cache path that is a file.
   std::ofstream(t.path() / "file") << "x";

@@ -91,7 +91,7 @@ TEST(CliRoofline, AllReduce) {
 
 TEST(CliRoofline, EveryOpPrintsJson) {
   for (const char* args :
-       {"dot --n 1000", "elementwise --n 1e6", "softmax --rows 8 --cols 4096",
+       {"dot --n 1000", "elementwise --n 1M", "softmax --rows 8 --cols 4096",
         "attention --impl naive --seq 4096", "attention --impl flash --seq 4096 --causal --backward",
         "fp8-gemm --m 128 --n 7168 --k 2048", "grouped-gemm --layout contiguous --groups 4",
         "grouped-gemm --layout masked --groups 2 --m-per-group 512 --valid 100,0",
@@ -113,6 +113,7 @@ TEST(CliRoofline, BadInputIsOneLineExit2) {
   expect_user_error("roofline matmul --b 0 --hw h100", "--b");
   expect_user_error("roofline matmul --b -4 --hw h100", "--b");
   expect_user_error("roofline matmul --b 1e30 --hw h100", "--b");
+  expect_user_error("roofline matmul --b 1e3 --hw h100", "is not a decimal integer");  // a size is an integer
   expect_user_error("roofline matmul --b 1099511627776 --d 1099511627776", "2^60");
   expect_user_error("roofline matmul --dtype bf17", "bf17");
   expect_user_error("roofline matmul --hw v100", "bf16");

@@ -205,9 +205,9 @@ TEST(CliTrain, ALauncherVariableThatIsNotANumberIsOneLine) {
     std::string env, expect;
   };
   const Case cases[] = {
-      {"OMPI_COMM_WORLD_SIZE=abc", "OMPI_COMM_WORLD_SIZE: 'abc' is not accepted"},
-      {"PMI_SIZE=2x", "PMI_SIZE: '2x' is not accepted"},
-      {"OMPI_COMM_WORLD_SIZE=1 OMPI_COMM_WORLD_RANK=-1", "OMPI_COMM_WORLD_RANK: '-1' is not accepted"},
+      {"OMPI_COMM_WORLD_SIZE=abc", "OMPI_COMM_WORLD_SIZE: 'abc' is not a decimal integer"},
+      {"PMI_SIZE=2x", "PMI_SIZE: '2x' is not a decimal integer"},
+      {"OMPI_COMM_WORLD_SIZE=1 OMPI_COMM_WORLD_RANK=-1", "OMPI_COMM_WORLD_RANK: '-1' is out of range"},
       {"PMI_SIZE=2 PMI_RANK=2", "PMI_RANK: rank 2 is not accepted"},
   };
   for (const Case& c : cases) {

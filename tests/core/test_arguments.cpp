@@ -35,7 +35,7 @@ TEST(ArgumentErrors, NameTheArgumentAndCanBeRenamedByTheCaller) {
   }
   // Core's parsers and readers raise about the name they were given.
   try {
-    units::parse_count("abc", "n");
+    numbers::parse_integer("abc", "n", numbers::kCount);
     FAIL() << "no error";
   } catch (const Error& e) {
     EXPECT_EQ(e.argument(), "n");

@@ -106,7 +106,7 @@ TEST(Env, JunkIsAnErrorNamingTheVariable) {
     expect_rejected("RIDGE_ATTENTION_BLOCK_Q", v);
     expect_rejected("RIDGE_ATTENTION_BLOCK_K", v);
   }
-  for (const char* v : {"0", "-1", "abc", "16x", "99999999999", "999999999999999999999", "+8"}) {
+  for (const char* v : {"0", "-1", "abc", "16x", "99999999999", "999999999999999999999", "0x8", "1e3"}) {
     expect_rejected("RIDGE_GEMM_KC", v);
     expect_rejected("RIDGE_GEMM_MC", v);
     expect_rejected("RIDGE_GEMM_NC", v);
@@ -120,6 +120,25 @@ TEST(Env, JunkIsAnErrorNamingTheVariable) {
   for (const char* v : {"0", "-1", "abc", "100000", "1025", "16x"}) expect_rejected("OMP_NUM_THREADS", v);
   expect_rejected("RIDGE_ISA", "bogus");
   expect_rejected("RIDGE_ISA", "AVX2");
+}
+
+// A knob's number (a switch's 0 or 1 too) is read as every number a user types (ridge/core/numbers.hpp): a
+// sign is allowed and a leading zero is decimal, as strtol in base 10 (and libgomp, for OMP_NUM_THREADS)
+// reads them.
+TEST(Env, KnobsReadNumbersByTheOneRule) {
+  EXPECT_EQ(parse({{"RIDGE_GEMM_KC", "+8"}}).gemm_kc, 8);
+  EXPECT_EQ(parse({{"RIDGE_GEMM_MC", "010"}}).gemm_mc, 10);
+  EXPECT_EQ(parse({{"RIDGE_ATTENTION_BLOCK_Q", "032"}}).attention_block_q, 32);
+  EXPECT_EQ(parse({{"OMP_NUM_THREADS", "+3,02"}}).omp_threads, 3);
+  EXPECT_TRUE(parse({{"RIDGE_JIT", "+1"}}).jit);  // a switch is the integer 0 or 1
+  EXPECT_FALSE(parse({{"RIDGE_GEMM_NO_NARROW", "00"}}).gemm_no_narrow);
+  try {
+    parse({{"RIDGE_GEMM_KC", "1e3"}});
+    ADD_FAILURE() << "1e3 was accepted";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(),
+                 "RIDGE_GEMM_KC: '1e3' is not a decimal integer (accepted: a decimal integer 1 .. 16384)");
+  }
 }
 
 // OpenMP's list ("8,2", counts for nested levels): every entry is checked, not only the first that
@@ -215,7 +234,8 @@ TEST(Env, LauncherJunkIsAnErrorNamingTheVariable) {
       ADD_FAILURE() << name << "='" << value << "' was accepted";
     } catch (const Error& e) {
       const std::string msg = e.what();
-      EXPECT_EQ(msg.rfind(name + ": '" + value + "' is not accepted (expected a whole number", 0), 0u) << msg;
+      EXPECT_EQ(msg.rfind(name + ": '" + value + "' is ", 0), 0u) << msg;
+      EXPECT_NE(msg.find("(accepted: a decimal integer "), std::string::npos) << msg;
       EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
     }
   };
