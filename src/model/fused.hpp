@@ -13,7 +13,8 @@
 
 namespace ridge::model::fused {
 
-// g = silu(a) * b from ab = [n, 2f] (a | b); ab_saved gets the operand-type copy of ab.
+// g = silu(a) * b from ab = [n, 2f] (a | b), a and b rounded to the operand type first; ab_saved gets
+// that operand-type copy of ab, or is null (generation keeps none).
 bool swiglu_forward(const float* ab, int64_t n, int64_t f, bf16* ab_saved, bf16* g);
 bool swiglu_forward(const float* ab, int64_t n, int64_t f, float* ab_saved, float* g);
 // dab = [dg * b * silu'(a) | dg * silu(a)].

@@ -57,27 +57,52 @@ template <typename O, bool F16 = false>
     return v;
   }
 }
+// The operand-type value as a float, stored nowhere (store's value without the store).
+template <typename O, bool F16 = false>
+[[gnu::always_inline]] inline __m512 rounded(__m512 v) {
+  if constexpr (F16)
+    return round_fp16_ps(v);
+  else if constexpr (std::is_same_v<O, bf16>)
+    return from_bf16_ps(to_bf16_ps(v));
+  else
+    return v;
+}
 inline __mmask16 tail(int64_t left) {
   return left >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << left) - 1);
 }
 
-template <typename O, bool F16 = false>
-void swiglu_fwd(const float* ab, int64_t n, int64_t f, O* ab_saved, O* g) {
+// Save: ab_saved is written (training); without, a and b are only rounded (generation).
+template <typename O, bool F16, bool Save>
+void swiglu_fwd_rows(const float* ab, int64_t n, int64_t f, O* ab_saved, O* g) {
   const int nt = get_num_threads();
 #pragma omp parallel for num_threads(nt) schedule(static) if (n * f >= kParallelMin)
   for (int64_t i = 0; i < n; ++i) {
     const float* a = ab + i * 2 * f;
     const float* b = a + f;
-    O* sa = ab_saved + i * 2 * f;
+    O* sa = Save ? ab_saved + i * 2 * f : nullptr;
     O* gi = g + i * f;
     for (int64_t j = 0; j < f; j += 16) {
       const __mmask16 m = tail(f - j);
       // g is formed from the rounded a and b, the values backward reads.
-      const __m512 av = store<O, F16>(sa + j, _mm512_maskz_loadu_ps(m, a + j), m);
-      const __m512 bv = store<O, F16>(sa + f + j, _mm512_maskz_loadu_ps(m, b + j), m);
+      const __m512 ai = _mm512_maskz_loadu_ps(m, a + j), bi = _mm512_maskz_loadu_ps(m, b + j);
+      __m512 av, bv;
+      if constexpr (Save) {
+        av = store<O, F16>(sa + j, ai, m);
+        bv = store<O, F16>(sa + f + j, bi, m);
+      } else {
+        av = rounded<O, F16>(ai);
+        bv = rounded<O, F16>(bi);
+      }
       store<O, F16>(gi + j, _mm512_mul_ps(_mm512_mul_ps(av, sigmoid_ps(av)), bv), m);
     }
   }
+}
+template <typename O, bool F16 = false>
+void swiglu_fwd(const float* ab, int64_t n, int64_t f, O* ab_saved, O* g) {
+  if (ab_saved)
+    swiglu_fwd_rows<O, F16, true>(ab, n, f, ab_saved, g);
+  else
+    swiglu_fwd_rows<O, F16, false>(ab, n, f, ab_saved, g);
 }
 
 template <typename O, bool F16 = false>

@@ -1,6 +1,6 @@
 // Inference for the Transformer LM: weights in their format, the paged KV cache, prefill, decode and
 // generation (ridge/model/generate.hpp). The math is the training forward's (src/model/model.cpp), row by
-// row, with each row at its own position.
+// row, with each row at its own position, through the training layers themselves (model/layers.hpp).
 #include "ridge/model/generate.hpp"
 
 #include <algorithm>
@@ -17,7 +17,6 @@
 #include "ridge/bench/trace.hpp"
 #include "ridge/core/error.hpp"
 #include "ridge/core/memory.hpp"
-#include "ridge/core/threads.hpp"
 #include "ridge/core/units.hpp"
 #include "ridge/model/roofline.hpp"
 #include "ridge/gemm.hpp"
@@ -164,8 +163,7 @@ struct Linear {
       case WeightFormat::bf16: {
         bf16* a = Scratch::room(s.b16, static_cast<size_t>(rows * k), "inference/activations");
         convert(x, a, static_cast<size_t>(rows * k));
-        gemm::bf16_gemm_nt(MatrixView<const bf16>{a, rows, k, k}, MatrixView<const bf16>{w16.data(), n, k, k},
-                           d, c);
+        apply(a, rows, y, residual);
         return;
       }
       default: {
@@ -181,6 +179,14 @@ struct Linear {
         return;
       }
     }
+  }
+  // The same from an x already rounded to bf16 (bf16 weights only).
+  void apply(const bf16* x, int64_t rows, float* y, const float* residual) const {
+    check(fmt == WeightFormat::bf16, "Linear::apply: bf16 activations need bf16 weights");
+    if (rows == 0) return;
+    gemm::bf16_gemm_nt(MatrixView<const bf16>{x, rows, k, k}, MatrixView<const bf16>{w16.data(), n, k, k},
+                       MatrixView<float>{y, rows, n, n},
+                       residual ? MatrixView<const float>{residual, rows, n, n} : MatrixView<const float>{});
   }
 };
 
@@ -347,6 +353,7 @@ struct Session::Impl {
 
   // Step buffers (rows: the step's tokens), grown as needed.
   Buffer<float> x, h, qkv, o32, ab, g, rstd, lse, logits_buf, last_h;
+  Buffer<bf16> g16;              // SwiGLU's output for bf16 weights: the w2 operand, as training's
   Buffer<std::byte> qkv_a, o_a;  // attention's operands in the cache's type
   Scratch scratch;
   int64_t rows_cap = 0, logit_rows_cap = 0;
@@ -361,7 +368,10 @@ struct Session::Impl {
     qkv = Buffer<float>(r * W, "inference/activations");
     o32 = Buffer<float>(r * HD, "inference/activations");
     ab = Buffer<float>(r * 2 * F, "inference/activations");
-    g = Buffer<float>(r * F, "inference/activations");
+    if (m->opt.weights == WeightFormat::bf16)
+      g16 = Buffer<bf16>(r * F, "inference/activations");
+    else
+      g = Buffer<float>(r * F, "inference/activations");
     rstd = Buffer<float>(r, "inference/activations");
     lse = Buffer<float>(r * m->H(), "inference/activations");
     qkv_a = Buffer<std::byte>(r * W * m->kv_elem(), "inference/activations");
@@ -390,35 +400,13 @@ struct Session::Impl {
                                      {num_blocks, block_size, m->KV(), m->dh()});
   }
 
-  // RoPE at each row's own position on q and k, then q|k|v rounded into the attention operand type.
-  template <typename A>
-  void rope_rows(int64_t rows, const int64_t* pos) {
-    const int64_t H = m->H(), KV = m->KV(), dh = m->dh(), W = m->qkv_width(), half = dh / 2;
-    A* out = reinterpret_cast<A*>(qkv_a.data());
-    const int nt = get_num_threads();
-#pragma omp parallel for num_threads(nt) schedule(static) if (rows * W >= layers::kParallelMin)
-    for (int64_t i = 0; i < rows; ++i) {
-      float* in = qkv.data() + i * W;
-      const float* c = m->rope_cos.data() + pos[i] * half;
-      const float* s = m->rope_sin.data() + pos[i] * half;
-      for (int64_t hd = 0; hd < (H + KV) * dh; hd += dh)  // q and k heads: rotate adjacent pairs
-        for (int64_t p = 0; p < half; ++p) {
-          const float x0 = in[hd + 2 * p], x1 = in[hd + 2 * p + 1];
-          in[hd + 2 * p] = x0 * c[p] - x1 * s[p];
-          in[hd + 2 * p + 1] = x0 * s[p] + x1 * c[p];
-        }
-      if constexpr (std::is_same_v<A, bf16>)
-        convert(in, out + i * W, static_cast<size_t>(W));
-      else
-        std::copy_n(in, W, out + i * W);
-    }
-  }
-
   // One pass of the layers over `rows` tokens at positions pos (x holds their embeddings). `attend`
-  // runs attention for layer l: K/V of the rows into the cache, o_a from q.
+  // runs attention for layer l: K/V of the rows into the cache, o_a from q. RMSNorm, RoPE and SwiGLU are
+  // the training layers (model/layers.hpp), fused paths included: a fix or a faster path reaches both.
   template <typename A, typename Attend>
   void layers_pass(int64_t rows, const int64_t* pos, Attend&& attend) {
-    const int64_t D = m->cfg.d_model, HD = m->H() * m->dh();
+    const int64_t D = m->cfg.d_model, F = m->cfg.d_ff, HD = m->H() * m->dh(), dh = m->dh(),
+                  W = m->qkv_width();
     using layers::Round;
     for (int64_t l = 0; l < m->cfg.num_layers; ++l) {
       const auto& L = m->layers[static_cast<size_t>(l)];
@@ -428,7 +416,10 @@ struct Session::Impl {
                                               static_cast<float>(kRmsNormEps), rstd.data(), h.data(),
                                               Round::none);
         L.qkv.apply(h.data(), rows, qkv.data(), nullptr, scratch);
-        rope_rows<A>(rows, pos);
+        // q and k rotated at each row's own position, q|k|v into the attention operand type.
+        layers::rope_forward<float, A>(qkv.data(), reinterpret_cast<A*>(qkv_a.data()), rows, pos,
+                                       (m->H() + m->KV()) * dh, W, dh, m->rope_cos.data(), m->rope_sin.data(),
+                                       Round::none);
       }
       {
         RIDGE_RANGE("attention");
@@ -449,30 +440,19 @@ struct Session::Impl {
                                               static_cast<float>(kRmsNormEps), rstd.data(), h.data(),
                                               Round::none);
         L.w13.apply(h.data(), rows, ab.data(), nullptr, scratch);
-        swiglu(rows);
+        // With bf16 weights g is formed from bf16 a and b and rounded to bf16, as the bf16 training
+        // forward forms it; fp32 and FP8 weights take it in fp32 (FP8's per-token cast quantizes it).
+        if (m->opt.weights == WeightFormat::bf16)
+          layers::swiglu_forward<float, bf16>(ab.data(), rows, F, nullptr, g16.data(), Round::none);
+        else
+          layers::swiglu_forward<float, float>(ab.data(), rows, F, nullptr, g.data(), Round::none);
       }
       {
         RIDGE_RANGE("w2");
-        L.w2.apply(g.data(), rows, x.data(), x.data(), scratch);
-      }
-    }
-  }
-
-  // g = silu(a) * b; with bf16 weights a and b are rounded to bf16 first, as the bf16 training forward
-  // rounds them (its swiglu reads the saved bf16 copies).
-  void swiglu(int64_t rows) {
-    const int64_t F = m->cfg.d_ff;
-    const bool round = m->opt.weights == WeightFormat::bf16;
-    const int nt = get_num_threads();
-#pragma omp parallel for num_threads(nt) schedule(static) if (rows * F >= layers::kParallelMin)
-    for (int64_t i = 0; i < rows; ++i) {
-      const float* a = ab.data() + i * 2 * F;
-      const float* b = a + F;
-      float* gi = g.data() + i * F;
-      for (int64_t j = 0; j < F; ++j) {
-        const float av = round ? to_float(to_bf16(a[j])) : a[j];
-        const float bv = round ? to_float(to_bf16(b[j])) : b[j];
-        gi[j] = av * layers::sigmoid(av) * bv;
+        if (m->opt.weights == WeightFormat::bf16)
+          L.w2.apply(g16.data(), rows, x.data(), x.data());
+        else
+          L.w2.apply(g.data(), rows, x.data(), x.data(), scratch);
       }
     }
   }

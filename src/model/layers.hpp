@@ -207,30 +207,37 @@ void rmsnorm_backward(const S* dy, const S* x, const S* w, const S* rstd, int64_
 // ---- RoPE on q and k inside a fused q|k|v row (v untouched) ----
 // A row of `row` elements holds q's heads, k's heads and v's heads, each dh wide: the first `rot`
 // elements (q and k: d_model + kv heads * dh; 2 d_model without grouped-query attention) rotate, the
-// rest (v) is copied. Token i sits at position i % seq. Pair (2p, 2p+1) of each head rotates by
-// pos * theta^(-2p / dh). cos/sin tables are [seq, dh / 2].
+// rest (v) is copied. Row i sits at position pos[i]: training's rows are batch x seq, so pos[i] =
+// i % seq (rope_positions); generation gives each row its own sequence's position. Pair (2p, 2p+1) of
+// each head rotates by pos * theta^(-2p / dh). cos/sin tables are [positions, dh / 2], every pos[i]
+// below `positions`.
 template <typename S>
-void rope_tables(int64_t seq, int64_t dh, double theta, std::vector<S>& cos_t, std::vector<S>& sin_t) {
+void rope_tables(int64_t positions, int64_t dh, double theta, std::vector<S>& cos_t, std::vector<S>& sin_t) {
   const int64_t half = dh / 2;
-  cos_t.resize(static_cast<size_t>(seq * half));
-  sin_t.resize(static_cast<size_t>(seq * half));
-  for (int64_t t = 0; t < seq; ++t)
+  cos_t.resize(static_cast<size_t>(positions * half));
+  sin_t.resize(static_cast<size_t>(positions * half));
+  for (int64_t t = 0; t < positions; ++t)
     for (int64_t p = 0; p < half; ++p) {
       const double angle = static_cast<double>(t) * std::pow(theta, -2.0 * static_cast<double>(p) / dh);
       cos_t[static_cast<size_t>(t * half + p)] = static_cast<S>(std::cos(angle));
       sin_t[static_cast<size_t>(t * half + p)] = static_cast<S>(std::sin(angle));
     }
 }
+// The positions of n = batch x seq rows of training: row i at i % seq.
+inline void rope_positions(int64_t n, int64_t seq, std::vector<int64_t>& pos) {
+  pos.resize(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) pos[static_cast<size_t>(i)] = i % seq;
+}
 // src is the fp32 GEMM output [n, row]; dst the operand copy for attention: q and k rotated, v copied.
 template <typename S, typename O>
-void rope_forward(const S* src, O* dst, int64_t n, int64_t seq, int64_t rot, int64_t row, int64_t dh,
+void rope_forward(const S* src, O* dst, int64_t n, const int64_t* pos, int64_t rot, int64_t row, int64_t dh,
                   const S* cos_t, const S* sin_t, Round r) {
   const int64_t half = dh / 2;
   const int nt = get_num_threads();
 #pragma omp parallel for num_threads(nt) schedule(static) if (n * row >= kParallelMin)
   for (int64_t i = 0; i < n; ++i) {
-    const S* c = cos_t + (i % seq) * half;
-    const S* s = sin_t + (i % seq) * half;
+    const S* c = cos_t + pos[i] * half;
+    const S* s = sin_t + pos[i] * half;
     const S* in = src + i * row;
     O* out = dst + i * row;
     if constexpr (row_types<S, O>) {
@@ -247,26 +254,26 @@ void rope_forward(const S* src, O* dst, int64_t n, int64_t seq, int64_t rot, int
         continue;
       }
     }
-    for (int64_t j = 0; j < rot; j += 2) {  // q and k: every head's pairs
-      const int64_t p = (j % dh) / 2;
-      const S x0 = in[j], x1 = in[j + 1];
-      out[j] = to_op<O>(x0 * c[p] - x1 * s[p], r);
-      out[j + 1] = to_op<O>(x0 * s[p] + x1 * c[p], r);
-    }
+    for (int64_t h = 0; h < rot; h += dh)  // q and k: every head's pairs
+      for (int64_t p = 0; p < half; ++p) {
+        const S x0 = in[h + 2 * p], x1 = in[h + 2 * p + 1];
+        out[h + 2 * p] = to_op<O>(x0 * c[p] - x1 * s[p], r);
+        out[h + 2 * p + 1] = to_op<O>(x0 * s[p] + x1 * c[p], r);
+      }
     for (int64_t j = rot; j < row; ++j) out[j] = to_op<O>(in[j], r);
   }
 }
-// The transpose of the rotation, from attention's dq|dk|dv (type G) to the GEMM operand dst (rows as
-// rope_forward's).
+// The transpose of the rotation, from attention's dq|dk|dv (type G) to the GEMM operand dst (rows and
+// positions as rope_forward's).
 template <typename S, typename G, typename O>
-void rope_backward(const G* src, O* dst, int64_t n, int64_t seq, int64_t rot, int64_t row, int64_t dh,
+void rope_backward(const G* src, O* dst, int64_t n, const int64_t* pos, int64_t rot, int64_t row, int64_t dh,
                    const S* cos_t, const S* sin_t, Round r) {
   const int64_t half = dh / 2;
   const int nt = get_num_threads();
 #pragma omp parallel for num_threads(nt) schedule(static) if (n * row >= kParallelMin)
   for (int64_t i = 0; i < n; ++i) {
-    const S* c = cos_t + (i % seq) * half;
-    const S* s = sin_t + (i % seq) * half;
+    const S* c = cos_t + pos[i] * half;
+    const S* s = sin_t + pos[i] * half;
     const G* in = src + i * row;
     O* out = dst + i * row;
     if constexpr (row_types<S, O> && (std::is_same_v<G, bf16> || std::is_same_v<G, float>)) {
@@ -312,7 +319,9 @@ template <typename S>
 inline S sigmoid(S x) {
   return S(1) / (S(1) + std::exp(-x));
 }
-// ab: the GEMM output (S); ab_saved: its operand-type copy kept for backward; g: the w2 operand.
+// ab: the GEMM output (S); ab_saved: its operand-type copy kept for backward, or null where no backward
+// follows (generation); g: the w2 operand. a and b are rounded to O before the product either way: with
+// bf16 operands, silu(a) * b is formed from the bf16 a and b, in training and in generation alike.
 template <typename S, typename O>
 void swiglu_forward(const S* ab, int64_t n, int64_t f, O* ab_saved, O* g, Round r) {
   if constexpr (std::is_same_v<S, float> && (std::is_same_v<O, float> || std::is_same_v<O, bf16>)) {
@@ -325,13 +334,15 @@ void swiglu_forward(const S* ab, int64_t n, int64_t f, O* ab_saved, O* g, Round 
   for (int64_t i = 0; i < n; ++i) {
     const S* a = ab + i * 2 * f;
     const S* b = a + f;
-    O* sa = ab_saved + i * 2 * f;
+    O* sa = ab_saved ? ab_saved + i * 2 * f : nullptr;
     O* gi = g + i * f;
     for (int64_t j = 0; j < f; ++j) {
       // What backward sees is the rounded a and b, so g is formed from the same values.
       const O ao = to_op<O>(a[j], r), bo = to_op<O>(b[j], r);
-      sa[j] = ao;
-      sa[f + j] = bo;
+      if (sa) {
+        sa[j] = ao;
+        sa[f + j] = bo;
+      }
       const S av = from_op<S>(ao), bv = from_op<S>(bo);
       gi[j] = to_op<O>(av * sigmoid(av) * bv, r);
     }

@@ -175,7 +175,8 @@ struct TransformerLM<S>::Impl {
   bool logits_only = false;
   std::vector<Region> layer_acts;  // one per layer
   Region final_acts, work;
-  std::vector<S> rope_cos, rope_sin;
+  std::vector<S> rope_cos, rope_sin;     // [seq, d_head / 2]
+  std::vector<int64_t> rope_pos;         // row i of the batch at position i % seq
   std::vector<int32_t> inputs, targets;  // copies of the last forward's tokens
   // Document masking: attention stops at every token `eot` (-1: off). cu holds the last forward's
   // documents as the varlen kernels take them: the batch's rows packed one after the other, each cut
@@ -307,6 +308,7 @@ void TransformerLM<S>::Impl::allocate(int64_t B, int64_t T) {
   final_acts.allocate(rr::Region::final, m, sizeof(S), sizeof(O), rr::region_tag(rr::Region::final));
   work.allocate(rr::Region::workspace, m, sizeof(S), sizeof(O), rr::region_tag(rr::Region::workspace));
   layers::rope_tables<S>(T, cfg.d_head(), cfg.rope_theta, rope_cos, rope_sin);
+  layers::rope_positions(B * T, T, rope_pos);
 }
 
 template <typename S>
@@ -405,8 +407,8 @@ void TransformerLM<S>::Impl::attention_backward(const LayerActs<S, O>& s, const 
             packed(s.o, D, H), packed(d_o, D, H), TensorView<float>::contiguous(s.lse, {H, N}), cu, cu,
             longest, longest, packed(w.dqkv, QKV, H), packed(w.dqkv + D, QKV, KV),
             packed(w.dqkv + D + Dkv, QKV, KV), opt);
-        layers::rope_backward<S>(w.dqkv, dqkv, N, seq, D + Dkv, QKV, dh, rope_cos.data(), rope_sin.data(),
-                                 round());
+        layers::rope_backward<S>(w.dqkv, dqkv, N, rope_pos.data(), D + Dkv, QKV, dh, rope_cos.data(),
+                                 rope_sin.data(), round());
         return;
       }
     }
@@ -417,8 +419,8 @@ void TransformerLM<S>::Impl::attention_backward(const LayerActs<S, O>& s, const 
           doc(s.qkv + D + Dkv, QKV, KV, t0, len), doc(d_o, D, H, t0, len), doc(w.dattn, QKV, H, t0, len),
           doc(w.dattn + D, QKV, KV, t0, len), doc(w.dattn + D + Dkv, QKV, KV, t0, len), opt);
     }
-    layers::rope_backward<S>(w.dattn, dqkv, N, seq, D + Dkv, QKV, dh, rope_cos.data(), rope_sin.data(),
-                             round());
+    layers::rope_backward<S>(w.dattn, dqkv, N, rope_pos.data(), D + Dkv, QKV, dh, rope_cos.data(),
+                             rope_sin.data(), round());
     return;
   }
   if constexpr (kFlashInstance<S, O>) {
@@ -427,16 +429,16 @@ void TransformerLM<S>::Impl::attention_backward(const LayerActs<S, O>& s, const 
       attention::flash_attention_backward<O>(q, k, v, heads(s.o, D, H), dO, lse, heads(w.dqkv, QKV, H),
                                              heads(w.dqkv + D, QKV, KV), heads(w.dqkv + D + Dkv, QKV, KV),
                                              opt);
-      layers::rope_backward<S>(w.dqkv, dqkv, N, seq, D + Dkv, QKV, dh, rope_cos.data(), rope_sin.data(),
-                               round());
+      layers::rope_backward<S>(w.dqkv, dqkv, N, rope_pos.data(), D + Dkv, QKV, dh, rope_cos.data(),
+                               rope_sin.data(), round());
       return;
     }
   }
   attention::attention_reference_backward<O, S>(q, k, v, dO, heads(w.dattn, QKV, H),
                                                 heads(w.dattn + D, QKV, KV),
                                                 heads(w.dattn + D + Dkv, QKV, KV), opt);
-  layers::rope_backward<S>(w.dattn, dqkv, N, seq, D + Dkv, QKV, dh, rope_cos.data(), rope_sin.data(),
-                           round());
+  layers::rope_backward<S>(w.dattn, dqkv, N, rope_pos.data(), D + Dkv, QKV, dh, rope_cos.data(),
+                           rope_sin.data(), round());
 }
 
 template <typename S>
@@ -465,8 +467,10 @@ void TransformerLM<S>::Impl::forward_pass(const int32_t* tokens, int64_t B, int6
       // q|k|v = h1 [Wq; Wk; Wv]^T: the three weights are adjacent, one [D + 2 Dkv, D] matrix.
       in(ranges::gemm_qkv,
          [&] { linear::forward(mat(s.h1, N, D), mat(W + t.wq, QKV, D), mat(w.gemm, N, QKV)); });
-      in(ranges::rope,
-         [&] { rope_forward(w.gemm, s.qkv, N, T, D + Dkv, QKV, dh, rope_cos.data(), rope_sin.data(), r); });
+      in(ranges::rope, [&] {
+        rope_forward(w.gemm, s.qkv, N, rope_pos.data(), D + Dkv, QKV, dh, rope_cos.data(), rope_sin.data(),
+                     r);
+      });
       in(ranges::attention, [&] { attention_forward<O>(s, w); });
       // x_mid = x + o Wo^T: the residual add in the GEMM's epilogue.
       in(ranges::gemm_out,

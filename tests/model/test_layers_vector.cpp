@@ -1,7 +1,7 @@
 // The vector paths of the model's elementwise layers (model/fused.hpp) against their scalar twins in
-// layers.hpp, run under ScopedIsa(scalar): SwiGLU forward and backward and the cross-entropy rows, in
-// fp32 and with bf16 operands, at widths with a masked tail and with inputs that saturate the
-// sigmoid and the exponent range.
+// layers.hpp, run under ScopedIsa(scalar): SwiGLU forward (with and without the saved copy) and backward
+// and the cross-entropy rows, in fp32 and with bf16 operands, at widths with a masked tail and with
+// inputs that saturate the sigmoid and the exponent range.
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -64,6 +64,13 @@ void check_swiglu(int64_t n, int64_t f, double tol, Round r = Round::none) {
   layers::swiglu_forward(ab.data(), n, f, sa1.data(), g1.data(), r);
   layers::swiglu_backward(dg.data(), sa0.data(), n, f, dab1.data(), r);
   EXPECT_EQ(max_rel(sa1, sa0, 0.0), 0.0);  // the saved copy is a plain rounding: bit for bit
+  // Without the saved copy (generation), each path forms the same g from the same rounded a and b.
+  for (bool scalar : {true, false}) {
+    cpu::ScopedIsa isa(scalar ? cpu::Isa::scalar : cpu::active_isa());
+    std::vector<O> g2(ng);
+    layers::swiglu_forward(ab.data(), n, f, static_cast<O*>(nullptr), g2.data(), r);
+    EXPECT_EQ(max_rel(g2, scalar ? g0 : g1, 0.0), 0.0) << (scalar ? "scalar" : "vector");
+  }
   // Relative to the values' scale (~1) near zero: d a = g b s (1 + a (1 - s)) cancels near a = -1.28,
   // where a few ulps of s are a large part of a tiny result.
   EXPECT_LE(max_rel(g1, g0, 1e-2), tol);
@@ -125,11 +132,11 @@ namespace {
 // RoPE's rows are q|k|v with k and v `dkv` wide: d (multi-head) or fewer (grouped-query attention).
 template <typename O>
 void check_rounded_rows(Round r, int64_t dkv) {
-  const int64_t n = 6, seq = 3, dh = 8, d = 16, rot = d + dkv, row = d + 2 * dkv;
+  const int64_t n = 6, positions = 5, dh = 8, d = 16, rot = d + dkv, row = d + 2 * dkv;
   const auto x = sample(static_cast<size_t>(n * row), 3.0f, 11);
   const auto w = sample(static_cast<size_t>(d), 1.0f, 12);
   std::vector<float> cos_t, sin_t;
-  layers::rope_tables<float>(seq, dh, 10000.0, cos_t, sin_t);
+  layers::rope_tables<float>(positions, dh, 10000.0, cos_t, sin_t);
   auto op = [&](float v) { return layers::to_op<O>(v, r); };
   auto same = [](O a, O b) {
     if constexpr (std::is_same_v<O, bf16>)
@@ -152,11 +159,14 @@ void check_rounded_rows(Round r, int64_t dkv) {
 
   // RoPE forward from the fp32 q|k|v rows, and backward from fp32 gradients.
   std::vector<O> q(x.size()), g(x.size());
-  layers::rope_forward(x.data(), q.data(), n, seq, rot, row, dh, cos_t.data(), sin_t.data(), r);
-  layers::rope_backward<float>(x.data(), g.data(), n, seq, rot, row, dh, cos_t.data(), sin_t.data(), r);
+  // Each row at a position of its own, out of order (as generation's rows of several sequences).
+  const std::vector<int64_t> pos = {1, 4, 2, 0, 3, 1};
+  layers::rope_forward(x.data(), q.data(), n, pos.data(), rot, row, dh, cos_t.data(), sin_t.data(), r);
+  layers::rope_backward<float>(x.data(), g.data(), n, pos.data(), rot, row, dh, cos_t.data(), sin_t.data(),
+                               r);
   for (int64_t i = 0; i < n; ++i) {
-    const float* c = cos_t.data() + (i % seq) * dh / 2;
-    const float* s = sin_t.data() + (i % seq) * dh / 2;
+    const float* c = cos_t.data() + pos[static_cast<size_t>(i)] * dh / 2;
+    const float* s = sin_t.data() + pos[static_cast<size_t>(i)] * dh / 2;
     const float* in = x.data() + i * row;
     for (int64_t j = 0; j < row; ++j) {
       const size_t at = static_cast<size_t>(i * row + j);
