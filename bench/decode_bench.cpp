@@ -1,10 +1,10 @@
-// `ridge bench decode`: generation speed of the Transformer LM (ridge/model/generate.hpp) with fp32, bf16 and
-// FP8 weights: prefill tokens/s of one prompt and decode tokens/s of a batch of sequences at a context, each
-// row held against its roofline bound (roofline::inference_bound at the memory level the bytes come from:
-// the weights of the default size are larger than a CPU's last-level cache, so DRAM) and against llama.cpp
-// (tools/llama_decode_peer.py on the same weights written as GGUF: bf16 and q8_0) and PyTorch eager with a
-// KV cache (tools/torch_decode_peer.py), run in the same rounds, interleaved: ridge, then each peer, round
-// after round, and the medians compared. A peer that is not installed says so in the row's note.
+// `ridge bench decode`: generation speed of the Transformer LM (ridge/generate/generate.hpp) with fp32, bf16
+// and FP8 weights: prefill tokens/s of one prompt and decode tokens/s of a batch of sequences at a context,
+// each row held against its roofline bound (roofline::inference_bound at the memory level the bytes come
+// from: the weights of the default size are larger than a CPU's last-level cache, so DRAM) and against
+// llama.cpp (tools/llama_decode_peer.py on the same weights written as GGUF: bf16 and q8_0) and PyTorch eager
+// with a KV cache (tools/torch_decode_peer.py), run in the same rounds, interleaved: ridge, then each peer,
+// round after round, and the medians compared. A peer that is not installed says so in the row's note.
 #include <fmt/format.h>
 #include <unistd.h>
 
@@ -22,7 +22,7 @@
 #include "ridge/build_paths.h"
 #include "ridge/core.hpp"
 #include "ridge/core/process.hpp"
-#include "ridge/model/generate.hpp"
+#include "ridge/generate/generate.hpp"
 #include "ridge/model/safetensors.hpp"
 #include "ridge/model/train.hpp"
 #include "ridge/roofline/decode.hpp"
@@ -124,19 +124,19 @@ double median(std::vector<double> v) {
 // ---------------------------------------------------------------- ridge's side
 // Seconds of one sample of a case: a prefill of the prompt, or g_steps decode steps of the batch from the
 // context on (the cache filled synthetically first, not timed).
-double ridge_sample(const model::InferenceModel& im, const Case& c, uint64_t seed) {
+double ridge_sample(const generate::InferenceModel& im, const Case& c, uint64_t seed) {
   using clock = std::chrono::steady_clock;
   const int64_t V = im.config().vocab_size;
-  model::Rng rng(seed);
+  text::Rng rng(seed);
   if (c.phase == "prefill") {
     std::vector<int32_t> prompt(static_cast<size_t>(c.prompt));
     for (auto& t : prompt) t = static_cast<int32_t>(rng.below(static_cast<uint64_t>(V)));
-    model::Session s(im, 1, c.prompt);
+    generate::Session s(im, 1, c.prompt);
     const auto t0 = clock::now();
     s.prefill({prompt});
     return std::chrono::duration<double>(clock::now() - t0).count();
   }
-  model::Session s(im, c.batch, c.batch * (c.context + g_steps));
+  generate::Session s(im, c.batch, c.batch * (c.context + g_steps));
   const std::vector<int64_t> lengths(static_cast<size_t>(c.batch), c.context - 1);
   const auto ids = s.prefill_synthetic(lengths, seed);
   std::vector<int32_t> tokens(static_cast<size_t>(c.batch));
@@ -151,7 +151,7 @@ double ridge_sample(const model::InferenceModel& im, const Case& c, uint64_t see
 void run_decode(bench::Context& ctx) {
   ctx.grid.check_keys({"phase", "weights", "batch", "context", "prompt"}, "decode");
   std::vector<std::string> weights = ctx.grid.values("weights", {"fp32", "bf16", "fp8"});
-  for (const auto& w : weights) model::parse_weight_format(w, "grid weights");
+  for (const auto& w : weights) generate::parse_weight_format(w, "grid weights");
   std::vector<Case> cases;
   if (ctx.grid.has("batch") || ctx.grid.has("context") || ctx.grid.has("prompt") || ctx.grid.has("phase")) {
     const auto phases = ctx.grid.values("phase", {"prefill", "decode"});
@@ -187,7 +187,7 @@ void run_decode(bench::Context& ctx) {
   model::TransformerLM<float> trained(cfg);
   trained.init(0);
   const roofline::Chip* chip = ctx.chip();
-  const roofline::InferenceShape shape = model::inference_shape(cfg);
+  const roofline::InferenceShape shape = generate::inference_shape(cfg);
 
   // The weights as files the peers load (written once per run, in a temporary folder).
   const std::filesystem::path dir = std::filesystem::temp_directory_path() /
@@ -215,9 +215,9 @@ void run_decode(bench::Context& ctx) {
   // warm-up (ridge's warm-up is the first round's extra run).
   const int rounds = 2;
   for (const auto& w : weights) {
-    model::InferenceOptions io;
-    io.weights = model::parse_weight_format(w, "grid weights");
-    const model::InferenceModel im(trained, io);
+    generate::InferenceOptions io;
+    io.weights = generate::parse_weight_format(w, "grid weights");
+    const generate::InferenceModel im(trained, io);
     std::vector<Case> mine;
     for (const auto& c : cases)
       if (c.weights == w) mine.push_back(c);

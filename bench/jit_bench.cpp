@@ -17,7 +17,7 @@
 
 #include "ridge/bench.hpp"
 #include "ridge/core.hpp"
-#include "ridge/core/jit.hpp"
+#include "ridge/jit.hpp"
 #include "ridge/gemm.hpp"
 #include "bench/registry.hpp"
 #include "core/check.hpp"

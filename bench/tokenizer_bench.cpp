@@ -1,4 +1,4 @@
-// `ridge bench tokenizer`: byte-level BPE training and encoding (ridge/model/tokenizer.hpp) on English text,
+// `ridge bench tokenizer`: byte-level BPE training and encoding (ridge/text/tokenizer.hpp) on English text,
 // against HF `tokenizers` (Rust; tools/hf_bpe_peer.py: BpeTrainer and encode_batch, GPT-2's byte-level
 // pre-tokenizer) and the straightforward Python implementation of CS336's algorithm (tools/bpe_reference.py:
 // every pair recounted at every step, merges applied by rank), in the same run, interleaved: each round runs
@@ -46,7 +46,7 @@
 #include "ridge/core.hpp"
 #include "ridge/core/files.hpp"
 #include "ridge/core/process.hpp"
-#include "ridge/model/tokenizer.hpp"
+#include "ridge/text/tokenizer.hpp"
 #include "core/check.hpp"
 #include "core/json.hpp"
 
@@ -368,7 +368,7 @@ void run_tokenizer(bench::Context& ctx) {
       if (!first_tokenizer) first_tokenizer = out;
 
       // Encoding, with the tokenizer ridge just trained.
-      const auto tok = model::Tokenizer::load_dir(out.string());
+      const auto tok = text::Tokenizer::load_dir(out.string());
       const std::string data = read_file(text);
       Side ridge_enc{"ridge"}, hf_enc{"HF tokenizers"};
       {
@@ -422,7 +422,7 @@ void run_tokenizer(bench::Context& ctx) {
   }
   if (first_tokenizer) {
     const fs::path out = *first_tokenizer;
-    const auto tok = model::Tokenizer::load_dir(out.string());
+    const auto tok = text::Tokenizer::load_dir(out.string());
     const std::string data = read_file(encode_slice);
     Side ridge{"ridge"}, hf{"HF tokenizers"}, py{"Python (CS336, simple)"};
     for (int r = 0; r < g_rounds; ++r) {

@@ -16,7 +16,7 @@ vocabulary has vocab_size entries or no pair is left.
 
 Bytes that are not UTF-8 (only files have them: a str cannot) are read with Python's surrogateescape, each
 invalid byte a lone surrogate U+DC80..U+DCFF; a run of them cuts the text as a special token does, and is one
-pre-token of its own (ridge's rule, include/ridge/model/tokenizer.hpp; on valid UTF-8 it changes nothing).
+pre-token of its own (ridge's rule, include/ridge/text/tokenizer.hpp; on valid UTF-8 it changes nothing).
 
     python3 tools/bpe_reference.py train TEXT --vocab-size N [--special TOK]... --vocab V.json --merges M.txt
     python3 tools/bpe_reference.py encode TEXT --vocab V.json --merges M.txt [--special TOK]...   (ids, one a line)

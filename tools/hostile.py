@@ -31,7 +31,7 @@ the attack families (--attacks, default all):
   jit     RIDGE_JIT=1 RIDGE_ISA=avx2 with a RIDGE_JIT_CXX that hangs (answers --version then sleeps; leaves
           a child holding the output pipes, also in a session of its own; hangs on --version) on
           `generate` with several prompts and on `jit list`: done within twice the compile deadline
-          (compile_timeout_s, include/ridge/core/jit.hpp), never a deadline per kernel.
+          (compile_timeout_s, include/ridge/jit.hpp), never a deadline per kernel.
   deep    every JSON input (and each JSON file of a tokenizer folder; a checkpoint's metadata config,
           tokenizer record, header and a tensor's shape) nested --deep-depth (300,000) deep: exit 2.
   huge    sizes under an address-space limit (prlimit --as): every integer option that sizes something
@@ -1895,7 +1895,7 @@ def shell_line(binary, argv):
 
 
 def default_jit_deadline():
-    """The JIT's compile deadline, from include/ridge/core/jit.hpp (compile_timeout_s), else 60 s."""
+    """The JIT's compile deadline, from include/ridge/jit.hpp (compile_timeout_s), else 60 s."""
     here = os.path.dirname(os.path.abspath(__file__))
     try:
         with open(os.path.join(here, "..", "include", "ridge", "core", "jit.hpp")) as f:
@@ -1938,7 +1938,7 @@ def main():
     ap.add_argument("--timeout", type=float, default=15.0, help="seconds before a run counts as a hang")
     ap.add_argument("--jit-deadline", type=float, default=0.0,
                     help="the JIT's compile deadline in seconds (default: compile_timeout_s of "
-                         "include/ridge/core/jit.hpp, else 60); a jit attack may take twice that")
+                         "include/ridge/jit.hpp, else 60); a jit attack may take twice that")
     ap.add_argument("--deep-depth", type=int, default=300000, help="nesting of the deep JSON (default 300000)")
     ap.add_argument("--huge-as-gib", type=float, default=8.0,
                     help="address-space limit of each huge case, GiB (default 8: prlimit --as)")

@@ -18,8 +18,8 @@
 
 #include "cli.hpp"
 #include "ridge/core.hpp"
-#include "ridge/model/data.hpp"
-#include "ridge/model/tokenizer.hpp"
+#include "ridge/text/data.hpp"
+#include "ridge/text/tokenizer.hpp"
 #include "core/check.hpp"
 
 namespace {
@@ -75,7 +75,7 @@ struct TokenizerFlags {
   files::NamedPaths inputs() const {
     std::error_code ec;
     if (!given()) return {};
-    if (fs::is_directory(path, ec)) return named("--tokenizer", model::Tokenizer::dir_files(path));
+    if (fs::is_directory(path, ec)) return named("--tokenizer", text::Tokenizer::dir_files(path));
     return {{"--tokenizer", path}, {"--merges", merges}};
   }
 };
@@ -89,7 +89,7 @@ void add_tokenizer_flags(CLI::App* c, TokenizerFlags& t, bool required) {
 }
 
 // The tokenizer named by the flags; its library errors carry the --tokenizer flag.
-model::Tokenizer load_tokenizer(const TokenizerFlags& t) {
+text::Tokenizer load_tokenizer(const TokenizerFlags& t) {
   std::error_code ec;
   check(fs::exists(t.path, ec),
         "--tokenizer: '{}' does not exist (expected a tokenizer folder, or a vocab.json with "
@@ -104,13 +104,13 @@ model::Tokenizer load_tokenizer(const TokenizerFlags& t) {
             "drop "
             "--special",
             t.path);
-      return model::Tokenizer::load_dir(t.path);
+      return text::Tokenizer::load_dir(t.path);
     }
     check(!t.merges.empty(),
           "--tokenizer: '{}' is not a folder; name a tokenizer folder, or a vocab.json with --merges "
           "MERGES.txt",
           t.path);
-    return model::Tokenizer::load(t.path, t.merges, t.specials);
+    return text::Tokenizer::load(t.path, t.merges, t.specials);
   } catch (const Error& e) {
     const std::string msg = e.what();
     if (msg.rfind("--", 0) == 0) throw;
@@ -154,16 +154,16 @@ void train_bpe(const TrainArgs& a) {
       for (const auto& t : a.texts)
         check(!files::same_file(t, it->path().string()),
               "-o/--output: '{}' would replace the input TEXT '{}'; choose another folder", a.out, t);
-    for (const auto& name : model::Tokenizer::file_names())
+    for (const auto& name : text::Tokenizer::file_names())
       check(!fs::exists(fs::symlink_status(dir / name, ec)) || a.force,
             "-o/--output: '{}' holds a tokenizer ({}); pass --force to replace it", a.out, name);
   }
-  files::check_folder_writable(a.out, model::Tokenizer::file_names(), "-o/--output");
+  files::check_folder_writable(a.out, text::Tokenizer::file_names(), "-o/--output");
   set_threads(a.threads);
-  model::BpeTrainStats st;
-  model::Tokenizer tok = [&] {
+  text::BpeTrainStats st;
+  text::Tokenizer tok = [&] {
     try {
-      return model::train_bpe_files(a.texts, a.vocab_size, a.specials, 0, &st);
+      return text::train_bpe_files(a.texts, a.vocab_size, a.specials, 0, &st);
     } catch (const Error& e) {
       if (e.argument() == "vocab_size") throw e.renamed("--vocab-size");
       if (e.argument() == "special_tokens") throw e.renamed("--special");
@@ -226,9 +226,9 @@ void encode_bytes(const std::vector<std::string>& texts, const std::string& out,
   std::string text;
   for (const auto& t : texts) text += read_text(t);
   check(!text.empty(), "data encode: TEXT is empty (no bytes to encode)");
-  const auto tokens = model::encode_bytes(text);
+  const auto tokens = text::encode_bytes(text);
   try {
-    model::write_tokens(out, tokens);
+    text::write_tokens(out, tokens);
   } catch (const Error& e) {
     fail("-o/--output: {}", e.what());
   }
@@ -243,14 +243,14 @@ void encode_bpe(const std::vector<std::string>& texts, const std::string& out, b
   files::NamedPaths inputs = named("TEXT", texts);
   for (auto& in : tf.inputs()) inputs.push_back(std::move(in));
   check_output(cmd, "-o/--output", out, inputs, force);
-  const model::Tokenizer tok = load_tokenizer(tf);
+  const text::Tokenizer tok = load_tokenizer(tf);
   check(tok.vocab_size() <= 65536,
         "--tokenizer: a vocabulary of {} tokens does not fit uint16 token files (at most 65536 ids)",
         tok.vocab_size());
   set_threads(threads);
-  model::EncodeFileStats st;
+  text::EncodeFileStats st;
   try {
-    st = model::encode_file(tok, texts, out);
+    st = text::encode_file(tok, texts, out);
   } catch (const Error& e) {
     if (e.argument() == "texts") throw e.renamed("TEXT");
     if (e.argument() == "out") throw e.renamed("-o/--output");
@@ -265,7 +265,7 @@ void encode_bpe(const std::vector<std::string>& texts, const std::string& out, b
 
 // ---- decode ----
 
-std::vector<int32_t> read_ids(const model::TokenFile& f, const model::Tokenizer& tok) {
+std::vector<int32_t> read_ids(const text::TokenFile& f, const text::Tokenizer& tok) {
   check(
       f.max_token() < tok.vocab_size(),
       "TOKENS '{}': holds the id {}, outside the tokenizer's vocabulary (0..{}); was it encoded with another "
@@ -283,8 +283,8 @@ void decode(const std::string& tokens, const std::string& out, bool force, const
     for (auto& in : tf.inputs()) inputs.push_back(std::move(in));
     check_output("data decode", "-o/--output", out, inputs, force);
   }
-  const model::TokenFile f = model::TokenFile::open(tokens);
-  const model::Tokenizer tok = load_tokenizer(tf);
+  const text::TokenFile f = text::TokenFile::open(tokens);
+  const text::Tokenizer tok = load_tokenizer(tf);
   const std::string text = tok.decode(read_ids(f, tok));
   if (out.empty()) {
     cli::write_stdout(text);
@@ -298,12 +298,12 @@ void decode(const std::string& tokens, const std::string& out, bool force, const
 // ---- info ----
 
 void info(const std::string& path, bool json, const TokenizerFlags& tf) {
-  const model::TokenFile f = model::TokenFile::open(path);
-  const model::TokenStats s = model::token_stats(f);
+  const text::TokenFile f = text::TokenFile::open(path);
+  const text::TokenStats s = text::token_stats(f);
   int64_t text_bytes = -1, vocab = -1;
   uint64_t hash = 0;
   if (tf.given()) {
-    const model::Tokenizer tok = load_tokenizer(tf);
+    const text::Tokenizer tok = load_tokenizer(tf);
     text_bytes = static_cast<int64_t>(tok.decode_bytes(read_ids(f, tok)).size());
     vocab = tok.vocab_size();
     hash = tok.content_hash();

@@ -12,7 +12,7 @@
 #include "tokenizer_flag.hpp"
 #include "ridge/attention.hpp"
 #include "ridge/core.hpp"
-#include "ridge/model/generate.hpp"
+#include "ridge/generate/generate.hpp"
 #include "ridge/model/train.hpp"
 #include "ridge/roofline.hpp"
 #include "ridge/roofline/decode.hpp"
@@ -36,7 +36,7 @@ struct Args {
 
 // The tokenizer text goes through: --tokenizer, else the one the checkpoint records (if it is still where it
 // was, unchanged), else none (bytes).
-std::optional<model::Tokenizer> g_tokenizer;
+std::optional<text::Tokenizer> g_tokenizer;
 
 // A token's bytes. Byte-level without a tokenizer: ids below 256 are bytes; a larger id (a vocabulary
 // trained beyond bytes, with no tokenizer named) is shown as <id>.
@@ -198,13 +198,13 @@ std::vector<std::vector<int32_t>> read_prompts(const Args& a, int64_t vocab) {
 // The memory the run will take, before any of it is allocated: the weights and RoPE's tables for the
 // whole context (the inference model), and the KV cache for every prompt's whole generation, in blocks
 // as generate() sizes it. Refused naming the flag behind the larger part.
-void check_memory(const Args& a, const model::ModelConfig& cfg, const model::InferenceOptions& io,
+void check_memory(const Args& a, const model::ModelConfig& cfg, const generate::InferenceOptions& io,
                   const std::vector<std::vector<int32_t>>& prompts) {
   int64_t tokens = 0;
   for (const auto& p : prompts)
     tokens +=
         (static_cast<int64_t>(p.size()) + a.max_tokens + a.block_size - 1) / a.block_size * a.block_size;
-  const model::InferenceMemory need = model::inference_memory(cfg, io, tokens);
+  const generate::InferenceMemory need = generate::inference_memory(cfg, io, tokens);
   const auto avail = static_cast<double>(memory::available_bytes());
   if (need.total() <= avail) return;
   const bool model_alone = need.weights + need.rope > avail;
@@ -220,11 +220,11 @@ void check_memory(const Args& a, const model::ModelConfig& cfg, const model::Inf
 
 void run(const Args& a) {
   if (a.threads != -1) set_num_threads(a.threads);
-  model::InferenceOptions io;
-  io.weights = model::parse_weight_format(a.weights, "--weights");
-  if (!a.head.empty()) io.head = model::parse_weight_format(a.head, "--head");
+  generate::InferenceOptions io;
+  io.weights = generate::parse_weight_format(a.weights, "--weights");
+  if (!a.head.empty()) io.head = generate::parse_weight_format(a.head, "--head");
   io.block_size = a.block_size;
-  model::GenerateOptions go;
+  generate::GenerateOptions go;
   go.sampling.temperature = a.temperature;
   go.sampling.top_p = a.top_p;
   go.sampling.top_k = a.top_k;
@@ -255,8 +255,8 @@ void run(const Args& a) {
           i + 1, len, a.max_tokens, cfg.context_length, source(a, "--context"), cfg.context_length - len);
   }
   check_memory(a, cfg, io, prompts);
-  const model::InferenceModel im =
-      cli::with_flags({{"block_size", "--block-size"}}, [&] { return model::InferenceModel(*trained, io); });
+  const generate::InferenceModel im = cli::with_flags({{"block_size", "--block-size"}},
+                                                      [&] { return generate::InferenceModel(*trained, io); });
   trained.reset();  // the fp32 master copy is not needed any more
   // One prompt streams as it comes; several are printed whole at the end, each after its prompt.
   const bool stream = prompts.size() == 1 && !a.json;
@@ -270,13 +270,13 @@ void run(const Args& a) {
       cli::flush_stdout();
     };
   }
-  model::GenerateStats st;
+  generate::GenerateStats st;
   const auto out = cli::with_flags({{"max_tokens", "--max-tokens"},
                                     {"temperature", "--temperature"},
                                     {"top_p", "--top-p"},
                                     {"top_k", "--top-k"},
                                     {"num_splits", "--splits"}},
-                                   [&] { return model::generate(im, prompts, go, &st); });
+                                   [&] { return generate::generate(im, prompts, go, &st); });
 
   double roof = 0;
   std::string roof_name;
@@ -289,10 +289,10 @@ void run(const Args& a) {
       int64_t keys = 0;
       for (size_t i = 0; i < prompts.size(); ++i)
         keys += static_cast<int64_t>(prompts[i].size() + out[i].size() / 2);
-      const auto b =
-          roofline::inference_bound(roofline::decode_cost(model::inference_shape(cfg), im.roofline_dtypes(),
-                                                          batch, std::max<int64_t>(1, keys / batch)),
-                                    chip, "auto");
+      const auto b = roofline::inference_bound(
+          roofline::decode_cost(generate::inference_shape(cfg), im.roofline_dtypes(), batch,
+                                std::max<int64_t>(1, keys / batch)),
+          chip, "auto");
       roof = b.bandwidth;
       roof_name = chip.memory_level(b.level).name;
     } catch (const Error&) {
@@ -310,8 +310,8 @@ void run(const Args& a) {
     for (size_t i = 0; i < out.size(); ++i) {
       seqs.push_back({{"prompt_tokens", prompts[i].size()}, {"tokens", out[i]}, {"text", ids_text(out[i])}});
     }
-    nlohmann::json j = {{"weights", model::weight_format_name(io.weights)},
-                        {"head", model::weight_format_name(im.head_format())},
+    nlohmann::json j = {{"weights", generate::weight_format_name(io.weights)},
+                        {"head", generate::weight_format_name(im.head_format())},
                         {"kv_dtype", dtype_name(im.kv_dtype())},
                         {"threads", get_num_threads()},
                         {"sequences", seqs},
@@ -350,7 +350,8 @@ void run(const Args& a) {
     line += fmt::format(" = {:.0f}% of the {} roof, {:.1f} GB/s)", 100 * bw / roof, roof_name, roof / 1e9);
   else
     line += "; run 'ridge probe' for this machine's bandwidth roof)";
-  line += fmt::format(", {} weights, {} threads", model::weight_format_name(io.weights), get_num_threads());
+  line +=
+      fmt::format(", {} weights, {} threads", generate::weight_format_name(io.weights), get_num_threads());
   cli::say("ridge generate: ", line);
 }
 

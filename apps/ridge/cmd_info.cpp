@@ -3,6 +3,7 @@
 
 #include "cli.hpp"
 #include "ridge/core.hpp"
+#include "ridge/jit.hpp"
 #include "core/check.hpp"
 #include "core/json.hpp"
 

@@ -1,8 +1,9 @@
-// `ridge jit list` and `ridge jit clear`: the cache of kernels compiled at run time (ridge/core/jit.hpp).
+// `ridge jit list` and `ridge jit clear`: the cache of kernels compiled at run time (ridge/jit.hpp).
 #include <fmt/format.h>
 
 #include "cli.hpp"
 #include "ridge/core.hpp"
+#include "ridge/jit.hpp"
 #include "core/check.hpp"
 
 namespace {

@@ -17,7 +17,7 @@
 #include "tokenizer_flag.hpp"
 #include "ridge/core.hpp"
 #include "ridge/core/input.hpp"
-#include "ridge/model/data.hpp"
+#include "ridge/text/data.hpp"
 #include "ridge/bench/memory.hpp"
 #include "ridge/bench/trace.hpp"
 #include "ridge/core/files.hpp"
@@ -99,7 +99,7 @@ std::string duration(double s) {
 struct Prepared {
   model::ModelConfig c;
   model::TrainConfig t;  // t.batch: this rank's share
-  std::optional<model::TokenFile> file;
+  std::optional<text::TokenFile> file;
   std::vector<uint16_t> text_tokens;
   std::string source;
   // The tokenizer the data came through (--tokenizer, or the --resume checkpoint's): what checkpoints record.
@@ -111,9 +111,9 @@ struct Prepared {
 files::NamedPaths inputs_of(const Args& a, const std::optional<model::TokenizerRecord>& recorded) {
   files::NamedPaths in = {{"--text", a.text}, {"--data", a.data}, {"--resume", a.resume}};
   if (!a.tokenizer.empty())
-    for (const auto& f : model::Tokenizer::dir_files(a.tokenizer)) in.emplace_back("--tokenizer", f);
+    for (const auto& f : text::Tokenizer::dir_files(a.tokenizer)) in.emplace_back("--tokenizer", f);
   if (recorded)
-    for (const auto& f : model::Tokenizer::dir_files(recorded->path))
+    for (const auto& f : text::Tokenizer::dir_files(recorded->path))
       in.emplace_back("the tokenizer --resume records", f);
   return in;
 }
@@ -156,7 +156,7 @@ Prepared prepare(const Args& a, int world) {
   int64_t data_vocab = 0;
   if (!a.data.empty()) {
     try {
-      file = model::TokenFile::open(a.data);
+      file = text::TokenFile::open(a.data);
     } catch (const Error& e) {
       fail("--data: {}", e.what());
     }
@@ -182,7 +182,7 @@ Prepared prepare(const Args& a, int world) {
     source = fmt::format("{} ({} bytes, {} tokens through the tokenizer {})", a.text, text.size(),
                          text_tokens.size(), a.tokenizer);
   } else if (!a.text.empty()) {
-    text_tokens = model::encode_bytes(read_text(a.text));
+    text_tokens = text::encode_bytes(read_text(a.text));
     data_vocab = 256;
     source = fmt::format("{} ({} bytes, byte-level tokens)", a.text, text_tokens.size());
   } else if (tok) {
@@ -352,10 +352,10 @@ void train_loop(const Args& a, const Prepared& p, model::Trainer& trainer, DataP
                "tokens/s", "mfu", "left");
   }
 
-  model::Rng& rng = trainer.rng();
+  text::Rng& rng = trainer.rng();
   std::vector<int32_t> x(static_cast<size_t>(global_batch * t.seq)), y(x.size());
   const size_t slice = static_cast<size_t>(rank * t.batch * t.seq);
-  const model::BatchSource source{file ? &*file : nullptr, text_tokens, c.vocab_size};
+  const text::BatchSource source{file ? &*file : nullptr, text_tokens, c.vocab_size};
   const auto start = std::chrono::steady_clock::now();
   auto window_start = start;
   int64_t window_steps = 0;

@@ -1,7 +1,7 @@
 // `--tokenizer DIR` of `ridge train` and `ridge generate`: a tokenizer directory (`ridge data train-bpe -o
 // DIR`: vocab.json, merges.txt, special_tokens.json), and its agreement with the one a checkpoint records.
 //
-// The rule (docs/data.md): a checkpoint trained through a tokenizer records its path and content hash. A
+// The rule (docs/text.md): a checkpoint trained through a tokenizer records its path and content hash. A
 // run given a different tokenizer (another hash) is refused, exit 2: the model's ids would mean other
 // tokens, and text in or out would be silently wrong. Equal contents at another path are the same
 // tokenizer. `ridge generate` without --tokenizer uses the recorded one when it is still there, unchanged.
@@ -14,14 +14,14 @@
 #include <string>
 
 #include "ridge/core/error.hpp"
-#include "ridge/model/tokenizer.hpp"
+#include "ridge/text/tokenizer.hpp"
 #include "ridge/model/train.hpp"
 #include "core/check.hpp"
 
 namespace ridge::cli {
 
 struct LoadedTokenizer {
-  model::Tokenizer tokenizer;
+  text::Tokenizer tokenizer;
   model::TokenizerRecord record;
 };
 
@@ -33,7 +33,7 @@ inline LoadedTokenizer load_tokenizer(const std::string& dir, const std::string&
         "merges.txt, special_tokens.json)",
         flag, dir);
   try {
-    model::Tokenizer t = model::Tokenizer::load_dir(dir);
+    text::Tokenizer t = text::Tokenizer::load_dir(dir);
     model::TokenizerRecord r;
     r.path = std::filesystem::absolute(dir, ec).lexically_normal().string();
     if (ec) r.path = dir;

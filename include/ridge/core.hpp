@@ -1,5 +1,5 @@
 // ridge core: errors, the numbers a user types, numeric formats, CPU facts and ISA selection, memory,
-// views, threads, the JIT, the version.
+// views, threads, the version.
 #pragma once
 
 #include "ridge/core/cpu.hpp"
@@ -9,7 +9,6 @@
 #include "ridge/core/format.hpp"
 #include "ridge/core/hash.hpp"
 #include "ridge/core/input.hpp"
-#include "ridge/core/jit.hpp"
 #include "ridge/core/memory.hpp"
 #include "ridge/core/numbers.hpp"
 #include "ridge/core/process.hpp"

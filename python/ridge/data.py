@@ -6,7 +6,7 @@
     text = tok.decode(ids)
     for i in tok.encode_iterable(open("big.txt")): ...                    # lazily, memory-bounded
 
-The algorithm, the files and the ids: include/ridge/model/tokenizer.hpp and docs/data.md.
+The algorithm, the files and the ids: include/ridge/text/tokenizer.hpp and docs/text.md.
 """
 from __future__ import annotations
 

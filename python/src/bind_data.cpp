@@ -1,16 +1,16 @@
-// ridge.data: the byte-level BPE tokenizer (ridge/model/tokenizer.hpp). Tokens cross as bytes (a token is
+// ridge.data: the byte-level BPE tokenizer (ridge/text/tokenizer.hpp). Tokens cross as bytes (a token is
 // any bytes, not text), ids as int32 arrays; python/ridge/data.py checks the Python types and turns str into
 // bytes, the library checks the values and names the argument. The GIL is released around training, encoding
 // and decoding.
 #include <nanobind/stl/pair.h>
 
 #include "common.hpp"
-#include "ridge/model/tokenizer.hpp"
+#include "ridge/text/tokenizer.hpp"
 
 namespace ridge::py {
 namespace {
 
-using model::Tokenizer;
+using text::Tokenizer;
 
 std::string to_string(const nb::bytes& b) {
   return std::string(b.c_str(), b.size());
@@ -128,11 +128,11 @@ void bind_data(nb::module_& m) {
           nb::arg("ids"));
 
   // CS336's encode_iterable: pieces in, the ids that are final so far out, the rest held until finish().
-  nb::class_<model::EncodeStream>(m, "EncodeStream")
+  nb::class_<text::EncodeStream>(m, "EncodeStream")
       .def(nb::init<const Tokenizer&>(), nb::arg("tokenizer"), nb::keep_alive<1, 2>())
       .def(
           "feed",
-          [](model::EncodeStream& s, const nb::bytes& text) {
+          [](text::EncodeStream& s, const nb::bytes& text) {
             const std::string_view view(text.c_str(), text.size());
             std::vector<int32_t> ids;
             {
@@ -142,7 +142,7 @@ void bind_data(nb::module_& m) {
             return ids_to_list(ids);
           },
           nb::arg("text"))
-      .def("finish", [](model::EncodeStream& s) {
+      .def("finish", [](text::EncodeStream& s) {
         std::vector<int32_t> ids;
         {
           nb::gil_scoped_release release;
@@ -157,7 +157,7 @@ void bind_data(nb::module_& m) {
          const std::vector<std::string>& special_tokens) {
         nb::gil_scoped_release release;
         return named({{"texts", "input_path"}},
-                     [&] { return model::train_bpe_files(paths, vocab_size, special_tokens); });
+                     [&] { return text::train_bpe_files(paths, vocab_size, special_tokens); });
       },
       nb::arg("input_paths"), nb::arg("vocab_size"), nb::arg("special_tokens"));
 }

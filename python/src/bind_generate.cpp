@@ -4,22 +4,22 @@
 #include <functional>
 
 #include "common.hpp"
-#include "ridge/model/generate.hpp"
+#include "ridge/generate/generate.hpp"
 #include "ridge/model/train.hpp"
 #include "core/check.hpp"
 
 namespace ridge::py {
 namespace {
 
-using model::InferenceModel;
-using model::Session;
+using generate::InferenceModel;
+using generate::Session;
 using Prompts = std::vector<std::vector<int32_t>>;
 
-model::InferenceOptions options(const std::string& weights, const std::optional<std::string>& head,
-                                int64_t block_size) {
-  model::InferenceOptions o;
-  o.weights = model::parse_weight_format(weights, "weights");
-  if (head) o.head = model::parse_weight_format(*head, "head");
+generate::InferenceOptions options(const std::string& weights, const std::optional<std::string>& head,
+                                   int64_t block_size) {
+  generate::InferenceOptions o;
+  o.weights = generate::parse_weight_format(weights, "weights");
+  if (head) o.head = generate::parse_weight_format(*head, "head");
   o.block_size = block_size;
   return o;
 }
@@ -38,8 +38,8 @@ void bind_generate(nb::module_& m) {
           },
           nb::arg("trainer"), nb::arg("weights"), nb::arg("head").none(), nb::arg("block_size"))
       .def("weights",
-           [](const InferenceModel& im) { return model::weight_format_name(im.options().weights); })
-      .def("head", [](const InferenceModel& im) { return model::weight_format_name(im.head_format()); })
+           [](const InferenceModel& im) { return generate::weight_format_name(im.options().weights); })
+      .def("head", [](const InferenceModel& im) { return generate::weight_format_name(im.head_format()); })
       .def("kv_dtype", [](const InferenceModel& im) { return std::string(dtype_name(im.kv_dtype())); })
       .def("weight_bytes", &InferenceModel::weight_bytes)
       .def("kv_bytes_per_token", &InferenceModel::kv_bytes_per_token);
@@ -88,7 +88,7 @@ void bind_generate(nb::module_& m) {
       [](const InferenceModel& im, const Prompts& prompts, int64_t max_tokens, double temperature,
          double top_p, int64_t top_k, uint64_t seed, int64_t eos, int num_splits,
          std::optional<nb::callable> on_token) {
-        model::GenerateOptions o;
+        generate::GenerateOptions o;
         o.sampling.temperature = temperature;
         o.sampling.top_p = top_p;
         o.sampling.top_k = top_k;
@@ -102,11 +102,11 @@ void bind_generate(nb::module_& m) {
             cb(p, t);
           };
         }
-        model::GenerateStats st;
+        generate::GenerateStats st;
         Prompts out;
         {
           nb::gil_scoped_release release;
-          out = model::generate(im, prompts, o, &st);
+          out = generate::generate(im, prompts, o, &st);
         }
         nb::dict d;
         d["prefill_tokens"] = st.prefill_tokens;

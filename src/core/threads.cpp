@@ -29,4 +29,9 @@ void set_num_threads(int n) {
   g_threads.store(n, std::memory_order_relaxed);
 }
 
+int resolve_threads(int threads) {
+  check_arg(threads >= 0, "threads", "{} is negative; pass 0 for ridge's default or a count >= 1", threads);
+  return threads == 0 ? get_num_threads() : threads;
+}
+
 }  // namespace ridge

@@ -8,7 +8,7 @@
 #include <tuple>
 
 #include "ridge/core/env.hpp"
-#include "ridge/core/jit.hpp"
+#include "ridge/jit.hpp"
 
 namespace ridge::gemm::detail {
 namespace {

@@ -1,5 +1,5 @@
 // The GEMM JIT in use (docs/jit.md): decode calls whose m and k are compiled in as constants, by the
-// system compiler at run time (ridge/core/jit.hpp builds, caches and loads the unit), from the very
+// system compiler at run time (ridge/jit.hpp builds, caches and loads the unit), from the very
 // templates the ahead-of-time kernel is built from (small_m_avx512.inc), so both give the same bits.
 #pragma once
 
@@ -21,7 +21,7 @@ inline constexpr int64_t kJitMinM = 5, kJitMaxM = 16;
 bool jit_serves(const KernelInfo& ki, int64_t m);
 
 // The specialised decode kernel for (ki, m, k) when RIDGE_JIT=1 and the JIT serves it, else nullptr
-// (the ahead-of-time kernel runs; when the JIT cannot build, ridge/core/jit.hpp's one notice says why).
+// (the ahead-of-time kernel runs; when the JIT cannot build, ridge/jit.hpp's one notice says why).
 // A warm call costs a look-up in the calling thread's last few shapes.
 SmallMKernel jit_small_m(const KernelInfo& ki, int64_t m, int64_t k);
 

@@ -162,11 +162,11 @@ StepResult Trainer::step(const int32_t* inputs, const int32_t* targets) {
   return r;
 }
 
-StepResult Trainer::step(const TokenFile& data) {
+StepResult Trainer::step(const text::TokenFile& data) {
   check(data.max_token() < model_.config().vocab_size,
         "data: token file '{}' holds token id {}, beyond the model's vocab_size {}", data.path(),
         data.max_token(), model_.config().vocab_size);
-  sample_batch(data, cfg_.batch, cfg_.seq, rng_, inputs_.data(), targets_.data());
+  text::sample_batch(data, cfg_.batch, cfg_.seq, rng_, inputs_.data(), targets_.data());
   return step(inputs_.data(), targets_.data());
 }
 
@@ -176,7 +176,7 @@ constexpr const char* kFormat = "ridge-checkpoint-1";
 // The trainer's state a checkpoint's 'state' metadata holds, checked field by field.
 struct SavedState {
   int64_t step = 0;
-  Rng::State rng{};
+  text::Rng::State rng{};
   double loss_scale = 1;
   int64_t streak = 0, skipped = 0;
   Precision precision = Precision::fp32;
@@ -231,8 +231,8 @@ SavedState parse_state(const std::string& path, const std::string& text) {
           std::all_of(rng.begin(), rng.end(), [](const nlohmann::json& x) { return x.is_number_unsigned(); }),
       "checkpoint '{}': state 'rng' must be 4 unsigned 64-bit integers (the generator's state)", path);
   for (size_t i = 0; i < 4; ++i) s.rng[i] = rng[i].get<uint64_t>();
-  check(s.rng != Rng::State{}, "checkpoint '{}': state 'rng' is all zeros, which is not a generator state",
-        path);
+  check(s.rng != text::Rng::State{},
+        "checkpoint '{}': state 'rng' is all zeros, which is not a generator state", path);
   const auto& ls = field("loss_scale");
   // The range the dynamic loss scaler keeps to (its back-off floor and growth ceiling).
   check(ls.is_number() && ls.get<double>() >= 1.0 / 65536.0 && ls.get<double>() <= 1e30,

@@ -12,6 +12,7 @@
 
 #include "../common/tmpdir.hpp"
 #include "ridge/core.hpp"
+#include "ridge/jit.hpp"
 #include "run.hpp"
 
 namespace {

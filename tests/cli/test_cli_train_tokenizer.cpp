@@ -14,7 +14,7 @@
 
 #include "run.hpp"
 #include "ridge/model/safetensors.hpp"
-#include "ridge/model/tokenizer.hpp"
+#include "ridge/text/tokenizer.hpp"
 
 namespace fs = std::filesystem;
 using ridge::test::run;
@@ -44,8 +44,8 @@ std::string corpus(int repeats) {
 }
 
 // A tokenizer trained by the library (not through the CLI under test), saved as `ridge data train-bpe` does.
-ridge::model::Tokenizer make_tokenizer(const std::string& dir, const std::string& text, int64_t vocab) {
-  auto t = ridge::model::train_bpe(text, vocab, {kEot}, 1);
+ridge::text::Tokenizer make_tokenizer(const std::string& dir, const std::string& text, int64_t vocab) {
+  auto t = ridge::text::train_bpe(text, vocab, {kEot}, 1);
   t.save_dir(dir);
   return t;
 }

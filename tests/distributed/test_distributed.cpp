@@ -67,7 +67,7 @@ struct Batches {
 };
 Batches make_batches(int64_t vocab, int steps) {
   Batches b;
-  rm::Rng rng(11);
+  ridge::text::Rng rng(11);
   for (int s = 0; s < steps; ++s) {
     std::vector<int32_t> x(static_cast<size_t>(kGlobalBatch * kSeq)), y(x.size());
     for (size_t i = 0; i < x.size(); ++i) {

@@ -12,7 +12,7 @@
 
 #include "common/tmpdir.hpp"
 #include "ridge/core.hpp"
-#include "ridge/core/jit.hpp"
+#include "ridge/jit.hpp"
 #include "ridge/gemm.hpp"
 #include "gemm/jit_decode.hpp"
 #include "gemm/kernel.hpp"

@@ -65,7 +65,7 @@ void train_two_steps(rm::Trainer& t, uint32_t seed) {
 struct Snapshot {
   std::vector<float> params, m, v;
   int64_t steps;
-  rm::Rng::State rng;
+  ridge::text::Rng::State rng;
   double scale;
   int64_t streak, skipped;
   explicit Snapshot(rm::Trainer& t)

@@ -205,8 +205,8 @@ TEST(Checkpoint, ResumeContinuesBitForBit) {
   for (auto& v : data) v = static_cast<uint16_t>(gen() % c.vocab_size);
   const fs::path dir = temp_dir();
   const std::string tok = (dir / "data.bin").string(), ck = (dir / "ck.safetensors").string();
-  rm::write_tokens(tok, data);
-  const rm::TokenFile f = rm::TokenFile::open(tok);
+  ridge::text::write_tokens(tok, data);
+  const ridge::text::TokenFile f = ridge::text::TokenFile::open(tok);
 
   rm::Trainer straight(c, t);
   for (int i = 0; i < 6; ++i) straight.step(f);

@@ -11,7 +11,7 @@
 
 Invalid UTF-8. A str cannot hold bytes that are not UTF-8; ridge.data takes them as the lone surrogates
 U+DC80..U+DCFF that Python's surrogateescape makes of them, and encodes the original bytes. ridge's rule
-(include/ridge/model/tokenizer.hpp): a run of invalid bytes cuts the text as a special token does and is one
+(include/ridge/text/tokenizer.hpp): a run of invalid bytes cuts the text as a special token does and is one
 pre-token of its own. HF cannot take such text at all (its str is Rust's, always UTF-8), so the comparison
 splits the text the same way first: HF encodes each valid piece, and HF's BPE model (models.BPE.tokenize, the
 merge step alone) encodes each invalid run written in GPT-2's byte alphabet. The reference encoder applies the

@@ -22,7 +22,7 @@ struct Knobs {
   bool gemm_no_narrow = false, gemm_scalar_pack = false;
   // RIDGE_ATTENTION_BLOCK_Q / _K: queries and keys per attention block; 0 when unset.
   int attention_block_q = 0, attention_block_k = 0;
-  // RIDGE_JIT=1: kernels may be compiled at run time (ridge/core/jit.hpp); off by default.
+  // RIDGE_JIT=1: kernels may be compiled at run time (ridge/jit.hpp); off by default.
   bool jit = false;
   // RIDGE_AMX_EMULATE=1: the AMX kernels run on the tile emulator (src/core/amx.hpp), on any machine,
   // in place of the path's own bf16 and FP8 kernels; slow, for checking. Off by default.

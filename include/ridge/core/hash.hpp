@@ -1,7 +1,7 @@
 // The hashes ridge uses. FNV-1a (64-bit) compares configurations and data (between MPI ranks, a token
 // file's content): fast, not cryptographic, equal inputs give equal values on every machine. SHA-256
 // (FIPS 180-4) names what must not collide even when someone tries: the JIT cache's keys and the
-// checksum of each cached kernel (ridge/core/jit.hpp).
+// checksum of each cached kernel (ridge/jit.hpp).
 #pragma once
 
 #include <array>

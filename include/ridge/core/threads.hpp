@@ -8,5 +8,8 @@ namespace ridge {
 int get_num_threads();
 // Sets the count for all later kernel calls; n must be in 1 .. env::kMaxThreads (ridge::Error otherwise).
 void set_num_threads(int n);
+// A call's `threads` argument: 0 means get_num_threads(), a count >= 1 is taken as it is; a negative count
+// is refused (ridge::Error naming the argument `threads`).
+int resolve_threads(int threads);
 
 }  // namespace ridge

@@ -9,13 +9,13 @@
 #include <string>
 #include <vector>
 
-#include "ridge/model/data.hpp"
+#include "ridge/text/data.hpp"
 #include "ridge/model/model.hpp"
 #include "ridge/model/optim.hpp"
 
 namespace ridge::model {
 
-// Which tokenizer made the training data (ridge/model/tokenizer.hpp): its directory and content hash. A
+// Which tokenizer made the training data (ridge/text/tokenizer.hpp): its directory and content hash. A
 // checkpoint records it (metadata "tokenizer": {"path", "hash" (16 hex digits), "vocab_size"}) so that text
 // in and text out go through the same one: `ridge generate` and a resumed `ridge train` compare it with the
 // tokenizer they are given.
@@ -79,7 +79,7 @@ class Trainer {
   TransformerLM<float>& model() { return model_; }
   AdamW<float>& optimizer() { return adamw_; }
   LossScaler& scaler() { return scaler_; }
-  Rng& rng() { return rng_; }
+  text::Rng& rng() { return rng_; }
   const TrainConfig& config() const { return cfg_; }
   int64_t steps() const { return adamw_.steps(); }
   double lr_at(int64_t t) const;
@@ -87,7 +87,7 @@ class Trainer {
   // Forward, backward, checks, clipping and AdamW on one batch of [batch, seq] tokens.
   StepResult step(const int32_t* inputs, const int32_t* targets);
   // A batch drawn from the token file with the trainer's generator, then step().
-  StepResult step(const TokenFile& data);
+  StepResult step(const text::TokenFile& data);
 
   // Data parallelism: hooks called by step() (nullptr: none; the hooks must outlive their use).
   void set_hooks(StepHooks* hooks) { hooks_ = hooks; }
@@ -122,7 +122,7 @@ class Trainer {
   TransformerLM<float> model_;
   AdamW<float> adamw_;
   LossScaler scaler_;
-  Rng rng_;
+  text::Rng rng_;
   std::vector<int32_t> inputs_, targets_;
   StepHooks* hooks_ = nullptr;
   std::vector<bool> frozen_;

@@ -12,12 +12,12 @@
 
 #include "common/tmpdir.hpp"
 #include "ridge/core/error.hpp"
-#include "ridge/model/data.hpp"
+#include "ridge/text/data.hpp"
 
 namespace {
 
 using namespace ridge;
-using namespace ridge::model;
+using namespace ridge::text;
 using ridge::test::TempDir;
 
 void expect_error(const std::function<void()>& f, const std::string& part) {

@@ -37,10 +37,10 @@
 #include "ridge/core/format.hpp"
 #include "ridge/model/config.hpp"
 #include "ridge/model/model.hpp"
-#include "ridge/model/sample.hpp"
+#include "ridge/generate/sample.hpp"
 #include "ridge/roofline/decode.hpp"
 
-namespace ridge::model {
+namespace ridge::generate {
 
 enum class WeightFormat { fp32, bf16, fp8, fp8_ue8m0 };
 // "fp32", "bf16", "fp8", "fp8-ue8m0"; ridge::Error naming `what` and listing them otherwise.
@@ -56,7 +56,7 @@ struct InferenceOptions {
 };
 
 // The model's shape as the roofline's cost of generation takes it.
-roofline::InferenceShape inference_shape(const ModelConfig& c);
+roofline::InferenceShape inference_shape(const model::ModelConfig& c);
 
 // What inference allocates, in bytes, known before anything is: an InferenceModel's weights in their
 // format (and the embedding and norms, fp32) and RoPE's cos/sin tables for the whole context_length, and
@@ -67,21 +67,21 @@ struct InferenceMemory {
   double weights = 0, rope = 0, kv_cache = 0;
   double total() const { return weights + rope + kv_cache; }
 };
-InferenceMemory inference_memory(const ModelConfig& config, const InferenceOptions& options,
+InferenceMemory inference_memory(const model::ModelConfig& config, const InferenceOptions& options,
                                  int64_t cache_tokens = 0);
 
 class InferenceModel {
  public:
   // From a trained model (its fp32 parameters), or from flat fp32 parameters in the order
   // model_parameters() gives (TransformerLM::params()). The weights are copied into their format.
-  InferenceModel(const TransformerLM<float>& model, const InferenceOptions& options = {});
-  InferenceModel(const ModelConfig& config, std::span<const float> params,
+  InferenceModel(const model::TransformerLM<float>& model, const InferenceOptions& options = {});
+  InferenceModel(const model::ModelConfig& config, std::span<const float> params,
                  const InferenceOptions& options = {});
   ~InferenceModel();
   InferenceModel(InferenceModel&&) noexcept;
   InferenceModel& operator=(InferenceModel&&) noexcept;
 
-  const ModelConfig& config() const;
+  const model::ModelConfig& config() const;
   const InferenceOptions& options() const;
   WeightFormat head_format() const;
   DType kv_dtype() const;  // f32 for fp32 weights, bf16 otherwise
@@ -172,4 +172,4 @@ std::vector<std::vector<int32_t>> generate(const InferenceModel& model,
                                            const std::vector<std::vector<int32_t>>& prompts,
                                            const GenerateOptions& options, GenerateStats* stats = nullptr);
 
-}  // namespace ridge::model
+}  // namespace ridge::generate

@@ -20,13 +20,13 @@
 #include "common/tmpdir.hpp"
 #include "ridge/build_paths.h"
 #include "ridge/core/error.hpp"
-#include "ridge/model/data.hpp"
-#include "ridge/model/tokenizer.hpp"
+#include "ridge/text/data.hpp"
+#include "ridge/text/tokenizer.hpp"
 
 namespace {
 
 using namespace ridge;
-using namespace ridge::model;
+using namespace ridge::text;
 using ridge::test::TempDir;
 using Merges = std::vector<std::pair<std::string, std::string>>;
 

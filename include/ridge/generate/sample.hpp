@@ -7,9 +7,9 @@
 #include <cstdint>
 #include <span>
 
-#include "ridge/model/data.hpp"
+#include "ridge/text/data.hpp"
 
-namespace ridge::model {
+namespace ridge::generate {
 
 struct SamplingParams {
   double temperature = 1.0;  // 0: greedy (the argmax; ties to the lowest index)
@@ -26,7 +26,7 @@ struct SamplingParams {
 // rng state. The logits must be finite or -inf (a masked token, never drawn); ridge::Error naming `logits`
 // for +inf, NaN, no logits, every logit -inf, or more than 2^31 - 1 of them, and what validate() refuses.
 // Orders tokens (partial sorts) only when top-k or top-p is on; one pass of exp otherwise.
-int32_t sample_token(std::span<const float> logits, const SamplingParams& p, Rng& rng);
+int32_t sample_token(std::span<const float> logits, const SamplingParams& p, text::Rng& rng);
 
 // The probabilities sample_token draws from: after temperature, top-k and top-p, renormalised, zero outside
 // the kept set (one-hot at the argmax for temperature 0). `probs` holds logits.size() values (ridge::Error
@@ -35,6 +35,6 @@ void sampling_distribution(std::span<const float> logits, const SamplingParams& 
 
 // The generator of draw `step` of sequence `sequence` under `seed`: a counter-based stream (the three numbers
 // mixed by splitmix64 into the seed of a fresh Rng), so any draw can be made alone, on any thread.
-Rng sampling_rng(uint64_t seed, uint64_t sequence, uint64_t step);
+text::Rng sampling_rng(uint64_t seed, uint64_t sequence, uint64_t step);
 
-}  // namespace ridge::model
+}  // namespace ridge::generate

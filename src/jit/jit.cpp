@@ -1,7 +1,7 @@
-// The JIT's cache (ridge/core/jit.hpp). Every entry is reached through file descriptors opened with
+// The JIT's cache (ridge/jit.hpp). Every entry is reached through file descriptors opened with
 // O_NOFOLLOW from the cache directory's own descriptor, so what was checked (owner, type, checksum) is
 // what gets loaded: the .so is hashed from the descriptor dlopen then maps (/proc/self/fd/N).
-#include "ridge/core/jit.hpp"
+#include "ridge/jit.hpp"
 
 #include <dirent.h>
 #include <dlfcn.h>

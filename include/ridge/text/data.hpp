@@ -12,7 +12,7 @@
 #include <string_view>
 #include <vector>
 
-namespace ridge::model {
+namespace ridge::text {
 
 // A token file, read through its descriptor (pread), never mapped: a file that another program
 // truncates while ridge reads it (during training) is a ridge::Error naming the file, not a SIGBUS.
@@ -108,4 +108,4 @@ TokenStats token_stats(std::span<const uint16_t> tokens);
 TokenStats token_stats(const TokenFile& file);
 double unigram_entropy_bits(std::span<const uint16_t> tokens);
 
-}  // namespace ridge::model
+}  // namespace ridge::text

@@ -1,4 +1,4 @@
-// Sampling (ridge/model/sample.hpp) against references written here: the argmax, top-k by a stable sort,
+// Sampling (ridge/generate/sample.hpp) against references written here: the argmax, top-k by a stable sort,
 // top-p's smallest set by enumerating every subset of a small vocabulary, and the frequencies of 10^5 draws
 // against softmax(logits / T) (filtered where top-k or top-p is on) by a chi-square test at p = 0.001.
 #include <gtest/gtest.h>
@@ -13,16 +13,17 @@
 #include <vector>
 
 #include "ridge/core/error.hpp"
-#include "ridge/model/sample.hpp"
+#include "ridge/generate/sample.hpp"
 
-namespace rm = ridge::model;
+namespace rg = ridge::generate;
+namespace rt = ridge::text;
 
 namespace {
 
 constexpr float kMasked = -std::numeric_limits<float>::infinity();
 
-rm::SamplingParams params(double t, double top_p = 1.0, int64_t top_k = 0) {
-  rm::SamplingParams p;
+rg::SamplingParams params(double t, double top_p = 1.0, int64_t top_k = 0) {
+  rg::SamplingParams p;
   p.temperature = t;
   p.top_p = top_p;
   p.top_k = top_k;
@@ -50,7 +51,7 @@ std::vector<int> by_rank(const std::vector<float>& l) {
 
 // The reference distribution: softmax, then the first k by rank, then the shortest prefix by rank whose mass
 // (of the top-k renormalised) reaches top_p; renormalised. Prefix sums over the rank order.
-std::vector<long double> reference(const std::vector<float>& l, const rm::SamplingParams& p) {
+std::vector<long double> reference(const std::vector<float>& l, const rg::SamplingParams& p) {
   const auto q = softmax(l, p.temperature);
   auto ids = by_rank(l);
   if (p.top_k > 0 && static_cast<size_t>(p.top_k) < ids.size()) ids.resize(static_cast<size_t>(p.top_k));
@@ -68,9 +69,9 @@ std::vector<long double> reference(const std::vector<float>& l, const rm::Sampli
   return r;
 }
 
-std::vector<double> distribution(const std::vector<float>& l, const rm::SamplingParams& p) {
+std::vector<double> distribution(const std::vector<float>& l, const rg::SamplingParams& p) {
   std::vector<double> probs(l.size());
-  rm::sampling_distribution(l, p, probs);
+  rg::sampling_distribution(l, p, probs);
   return probs;
 }
 
@@ -90,12 +91,12 @@ double chi_square_critical(int k, double alpha = 0.001) {
 // Draws n tokens with one generator and tests their frequencies against `expect` (which sums to 1): bins with
 // an expected count below 5 pooled into one; the statistic against the critical value for (bins - 1) degrees
 // of freedom. Also checks that no token outside the support is ever drawn.
-void chi_square(const std::vector<float>& l, const rm::SamplingParams& p,
+void chi_square(const std::vector<float>& l, const rg::SamplingParams& p,
                 const std::vector<long double>& expect, uint64_t seed, int n = 100000) {
-  rm::Rng rng(seed);
+  rt::Rng rng(seed);
   std::vector<int64_t> count(l.size(), 0);
   for (int i = 0; i < n; ++i) {
-    const int32_t t = rm::sample_token(l, p, rng);
+    const int32_t t = rg::sample_token(l, p, rng);
     ASSERT_GE(t, 0);
     ASSERT_LT(static_cast<size_t>(t), l.size());
     ASSERT_GT(expect[t], 0) << "token " << t << " is outside the kept set";
@@ -151,26 +152,26 @@ TEST(Sample, ChiSquareCriticalValue) {
 }
 
 TEST(Sample, TemperatureZeroIsTheArgmaxTiesToTheLowestIndex) {
-  rm::Rng rng(1);
+  rt::Rng rng(1);
   for (uint64_t s = 0; s < 50; ++s) {
     auto l = normal_logits(1 + s % 37, 1.0, s);
     const auto ids = by_rank(l);
-    EXPECT_EQ(rm::sample_token(l, params(0), rng), ids[0]);
+    EXPECT_EQ(rg::sample_token(l, params(0), rng), ids[0]);
     const auto d = distribution(l, params(0, 0.3, 5));  // top-k and top-p change nothing for greedy
     for (size_t i = 0; i < l.size(); ++i) EXPECT_EQ(d[i], static_cast<int>(i) == ids[0] ? 1.0 : 0.0);
   }
   const std::vector<float> ties{1, 3, kMasked, 3, -2, 3};
-  EXPECT_EQ(rm::sample_token(ties, params(0), rng), 1);
+  EXPECT_EQ(rg::sample_token(ties, params(0), rng), 1);
   const std::vector<float> masked_first{kMasked, kMasked, -5, -5};
-  EXPECT_EQ(rm::sample_token(masked_first, params(0), rng), 2);
+  EXPECT_EQ(rg::sample_token(masked_first, params(0), rng), 2);
   // A greedy draw uses one uniform like any other, so the generator advances alike whatever the parameters.
-  rm::Rng a(7), b(7);
-  rm::sample_token(ties, params(0), a);
+  rt::Rng a(7), b(7);
+  rg::sample_token(ties, params(0), a);
   b.uniform();
   EXPECT_EQ(a.state(), b.state());
   // A temperature so small that every other weight underflows: the argmax, every time.
   for (int i = 0; i < 100; ++i)
-    EXPECT_EQ(rm::sample_token(std::vector<float>{0.5f, 0.5001f, 0.2f}, params(1e-30), rng), 1);
+    EXPECT_EQ(rg::sample_token(std::vector<float>{0.5f, 0.5001f, 0.2f}, params(1e-30), rng), 1);
 }
 
 // Every subset of an 8-token vocabulary: the kept set is as small as any set whose mass reaches top_p,
@@ -293,12 +294,12 @@ TEST(Sample, LargeVocabularyDistributionMatchesTheReference) {
 TEST(Sample, SameSeedSameTokensAtAnyThreadCount) {
   const auto l = normal_logits(300, 1.5, 5);
   const auto p = params(0.9, 0.95, 100);
-  rm::Rng a(42), b(42), c(43);
+  rt::Rng a(42), b(42), c(43);
   std::vector<int32_t> x, y, z;
   for (int i = 0; i < 2000; ++i) {
-    x.push_back(rm::sample_token(l, p, a));
-    y.push_back(rm::sample_token(l, p, b));
-    z.push_back(rm::sample_token(l, p, c));
+    x.push_back(rg::sample_token(l, p, a));
+    y.push_back(rg::sample_token(l, p, b));
+    z.push_back(rg::sample_token(l, p, c));
   }
   EXPECT_EQ(x, y);
   EXPECT_NE(x, z);
@@ -308,25 +309,25 @@ TEST(Sample, SameSeedSameTokensAtAnyThreadCount) {
   std::vector<int32_t> serial(S * T), parallel(S * T);
   for (int s = 0; s < S; ++s)
     for (int t = 0; t < T; ++t) {
-      rm::Rng r = rm::sampling_rng(9, static_cast<uint64_t>(s), static_cast<uint64_t>(t));
-      serial[s * T + t] = rm::sample_token(l, p, r);
+      rt::Rng r = rg::sampling_rng(9, static_cast<uint64_t>(s), static_cast<uint64_t>(t));
+      serial[s * T + t] = rg::sample_token(l, p, r);
     }
 #pragma omp parallel for schedule(dynamic, 1) num_threads(4)
   for (int k = S * T - 1; k >= 0; --k) {
-    rm::Rng r = rm::sampling_rng(9, static_cast<uint64_t>(k / T), static_cast<uint64_t>(k % T));
-    parallel[k] = rm::sample_token(l, p, r);
+    rt::Rng r = rg::sampling_rng(9, static_cast<uint64_t>(k / T), static_cast<uint64_t>(k % T));
+    parallel[k] = rg::sample_token(l, p, r);
   }
   EXPECT_EQ(serial, parallel);
   // Distinct (seed, sequence, step) give distinct streams.
-  EXPECT_NE(rm::sampling_rng(9, 0, 1).state(), rm::sampling_rng(9, 1, 0).state());
-  EXPECT_NE(rm::sampling_rng(9, 0, 0).state(), rm::sampling_rng(10, 0, 0).state());
+  EXPECT_NE(rg::sampling_rng(9, 0, 1).state(), rg::sampling_rng(9, 1, 0).state());
+  EXPECT_NE(rg::sampling_rng(9, 0, 0).state(), rg::sampling_rng(10, 0, 0).state());
 }
 
 TEST(Sample, BadParametersAndLogitsNameTheArgument) {
   const std::vector<float> l{0, 1, 2};
-  rm::Rng rng(0);
-  auto draw = [&](rm::SamplingParams p, std::vector<float> x = {0, 1, 2}) {
-    return arg_of([&] { rm::sample_token(x, p, rng); });
+  rt::Rng rng(0);
+  auto draw = [&](rg::SamplingParams p, std::vector<float> x = {0, 1, 2}) {
+    return arg_of([&] { rg::sample_token(x, p, rng); });
   };
   EXPECT_EQ(draw(params(-0.5)), "temperature");
   EXPECT_EQ(draw(params(std::nan(""))), "temperature");
@@ -341,9 +342,9 @@ TEST(Sample, BadParametersAndLogitsNameTheArgument) {
   EXPECT_EQ(draw(params(1), {kMasked, kMasked}), "logits");
   EXPECT_EQ(draw(params(1), {}), "logits");
   std::vector<double> probs(2);
-  EXPECT_EQ(arg_of([&] { rm::sampling_distribution(l, params(1), probs); }), "probs");
+  EXPECT_EQ(arg_of([&] { rg::sampling_distribution(l, params(1), probs); }), "probs");
   try {
-    rm::sample_token(std::vector<float>{0, 1, NAN}, params(1), rng);
+    rg::sample_token(std::vector<float>{0, 1, NAN}, params(1), rng);
   } catch (const ridge::Error& e) {
     EXPECT_NE(std::string(e.what()).find("logits[2]"), std::string::npos) << e.what();
   }

@@ -41,7 +41,7 @@
 #include <utility>
 #include <vector>
 
-namespace ridge::model {
+namespace ridge::text {
 
 // GPT-2's byte-to-unicode table: the UTF-8 text of the character that stands for byte `b` in vocab.json
 // and merges.txt (printable Latin-1 bytes stand for themselves, the other 68 for U+0100.. in byte order).
@@ -186,4 +186,4 @@ Tokenizer train_bpe_files(const std::vector<std::string>& texts, int64_t vocab_s
                           const std::vector<std::string>& special_tokens, int threads = 0,
                           BpeTrainStats* stats = nullptr);
 
-}  // namespace ridge::model
+}  // namespace ridge::text

@@ -1,8 +1,8 @@
-// Sampling (ridge/model/sample.hpp). Weights w_i = exp((l_i - max) / T) in double, so a temperature near 0
+// Sampling (ridge/generate/sample.hpp). Weights w_i = exp((l_i - max) / T) in double, so a temperature near 0
 // or a logit far below the maximum underflows to 0 instead of overflowing. Tokens are ordered by logit
 // (equal to ordering by probability, since exp is monotone) and then by index, exactly: ties are equal
 // logits, never an artefact of rounding in exp.
-#include "ridge/model/sample.hpp"
+#include "ridge/generate/sample.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -13,7 +13,9 @@
 #include "ridge/core/error.hpp"
 #include "core/check.hpp"
 
-namespace ridge::model {
+namespace ridge::generate {
+
+using text::Rng;
 namespace {
 
 uint64_t mix64(uint64_t x) {
@@ -245,4 +247,4 @@ Rng sampling_rng(uint64_t seed, uint64_t sequence, uint64_t step) {
   return Rng(mix64(mix64(mix64(seed) ^ sequence) ^ step));
 }
 
-}  // namespace ridge::model
+}  // namespace ridge::generate

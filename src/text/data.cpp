@@ -1,4 +1,4 @@
-#include "ridge/model/data.hpp"
+#include "ridge/text/data.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -16,7 +16,7 @@
 #include "ridge/core/hash.hpp"
 #include "core/check.hpp"
 
-namespace ridge::model {
+namespace ridge::text {
 
 // ---- TokenFile ----
 
@@ -271,4 +271,4 @@ double unigram_entropy_bits(std::span<const uint16_t> tokens) {
   return token_stats(tokens).entropy_bits;
 }
 
-}  // namespace ridge::model
+}  // namespace ridge::text

@@ -1,7 +1,7 @@
 // Inference for the Transformer LM: weights in their format, the paged KV cache, prefill, decode and
-// generation (ridge/model/generate.hpp). The math is the training forward's (src/model/model.cpp), row by
+// generation (ridge/generate/generate.hpp). The math is the training forward's (src/model/model.cpp), row by
 // row, with each row at its own position, through the training layers themselves (model/layers.hpp).
-#include "ridge/model/generate.hpp"
+#include "ridge/generate/generate.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -24,7 +24,10 @@
 #include "ridge/roofline/model_buffers.hpp"
 #include "core/check.hpp"
 
-namespace ridge::model {
+namespace ridge::generate {
+
+using namespace ridge::model;  // generation runs over the model's own layers and shapes
+using text::Rng;
 
 WeightFormat parse_weight_format(const std::string& name, const char* what) {
   if (name == "fp32" || name == "f32") return WeightFormat::fp32;
@@ -896,4 +899,4 @@ std::vector<std::vector<int32_t>> generate(const InferenceModel& model,
   return out;
 }
 
-}  // namespace ridge::model
+}  // namespace ridge::generate

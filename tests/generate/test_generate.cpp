@@ -1,4 +1,4 @@
-// Inference (ridge/model/generate.hpp) against the training model's full forward pass, an independent
+// Inference (ridge/generate/generate.hpp) against the training model's full forward pass, an independent
 // computation of the same math (no cache, every position at once, the training kernels): prefill and every
 // decode step give the logits the full forward gives at that position; split-KV equals one split; FP8
 // weights stay within DeepGEMM's calc_diff; sampling is seeded per sequence; bad input is refused.
@@ -18,9 +18,9 @@
 #include "ridge/attention.hpp"
 #include "ridge/core/cpu.hpp"
 #include "ridge/core/error.hpp"
-#include "ridge/core/jit.hpp"
+#include "ridge/jit.hpp"
 #include "ridge/core/threads.hpp"
-#include "ridge/model/generate.hpp"
+#include "ridge/generate/generate.hpp"
 #include "ridge/model/model.hpp"
 #include "ridge/model/train.hpp"
 #include "gemm/jit_decode.hpp"
@@ -28,6 +28,8 @@
 #include "common/tmpdir.hpp"
 
 namespace rm = ridge::model;
+namespace rg = ridge::generate;
+namespace rt = ridge::text;
 using ridge::cpu::Isa;
 
 namespace {
@@ -46,7 +48,7 @@ rm::ModelConfig small_config(int64_t kv_heads = 0) {
 }
 
 std::vector<int32_t> random_tokens(size_t n, uint64_t seed, int64_t vocab) {
-  rm::Rng r(seed);
+  rt::Rng r(seed);
   std::vector<int32_t> t(n);
   for (auto& x : t) x = static_cast<int32_t>(r.below(static_cast<uint64_t>(vocab)));
   return t;
@@ -83,12 +85,12 @@ double calc_diff(std::span<const float> x, std::span<const float> y) {
 // `steps` steps; after each step every sequence's logits are held against the full forward over its
 // whole text. `compare(got, want)` asserts.
 template <typename F>
-void decode_against_full(rm::TransformerLM<float>& ref, const rm::InferenceModel& im, int steps, F&& compare,
+void decode_against_full(rm::TransformerLM<float>& ref, const rg::InferenceModel& im, int steps, F&& compare,
                          int splits = 0) {
   const int64_t V = ref.config().vocab_size;
   std::vector<std::vector<int32_t>> text = {random_tokens(5, 1, V), random_tokens(17, 2, V),
                                             random_tokens(1, 3, V), random_tokens(8, 4, V)};
-  rm::Session s(im, 4);
+  rg::Session s(im, 4);
   s.set_num_splits(splits);
   const auto ids = s.prefill(text);
   for (size_t i = 0; i < text.size(); ++i) {
@@ -115,10 +117,10 @@ TEST(Generate, Fp32DecodeEqualsTheFullForwardAtEveryPosition) {
     ridge::cpu::ScopedIsa scoped(isa);
     rm::TransformerLM<float> m(small_config());
     m.init(7);
-    rm::InferenceOptions o;
-    o.weights = rm::WeightFormat::fp32;
+    rg::InferenceOptions o;
+    o.weights = rg::WeightFormat::fp32;
     o.block_size = 4;
-    const rm::InferenceModel im(m, o);
+    const rg::InferenceModel im(m, o);
     EXPECT_EQ(im.kv_dtype(), ridge::DType::f32);
     decode_against_full(m, im, 12, [](std::span<const float> got, const std::vector<float>& want) {
       ASSERT_LE(rel_diff(got, want), 1e-5);
@@ -131,10 +133,10 @@ TEST(Generate, GroupedQueryDecodeEqualsTheFullForward) {
     SCOPED_TRACE("kv_heads " + std::to_string(kv));
     rm::TransformerLM<float> m(small_config(kv));
     m.init(21);
-    rm::InferenceOptions o;
-    o.weights = rm::WeightFormat::fp32;
+    rg::InferenceOptions o;
+    o.weights = rg::WeightFormat::fp32;
     o.block_size = 4;
-    const rm::InferenceModel im(m, o);
+    const rg::InferenceModel im(m, o);
     // K/V hold kv heads only: the cache is heads / kv smaller per token.
     EXPECT_EQ(im.kv_bytes_per_token(), 2.0 * 2 * kv * 16 * 4);
     decode_against_full(m, im, 8, [](std::span<const float> got, const std::vector<float>& want) {
@@ -151,10 +153,10 @@ TEST(Generate, Bf16DecodeMatchesTheBf16ForwardWithinItsRounding) {
   // position, head or block gives differences of the logits' own size.
   rm::TransformerLM<float> m(small_config(), rm::Precision::bf16);
   m.init(8);
-  rm::InferenceOptions o;
-  o.weights = rm::WeightFormat::bf16;
+  rg::InferenceOptions o;
+  o.weights = rg::WeightFormat::bf16;
   o.block_size = 4;
-  const rm::InferenceModel im(m, o);
+  const rg::InferenceModel im(m, o);
   EXPECT_EQ(im.kv_dtype(), ridge::DType::bf16);
   double worst = 0;
   decode_against_full(m, im, 10, [&](std::span<const float> got, const std::vector<float>& want) {
@@ -186,10 +188,10 @@ TEST(Generate, PrefillIsTheTrainingForwardBitForBit) {
         c.d_ff = 104;
         rm::TransformerLM<float> m(c, precision);
         m.init(31);
-        rm::InferenceOptions o;
-        o.weights = fp32 ? rm::WeightFormat::fp32 : rm::WeightFormat::bf16;
+        rg::InferenceOptions o;
+        o.weights = fp32 ? rg::WeightFormat::fp32 : rg::WeightFormat::bf16;
         o.block_size = 4;
-        const rm::InferenceModel im(m, o);
+        const rg::InferenceModel im(m, o);
         constexpr int64_t P = 20, T = 11;
         std::vector<std::vector<int32_t>> prompts;
         std::vector<int32_t> batch;
@@ -197,7 +199,7 @@ TEST(Generate, PrefillIsTheTrainingForwardBitForBit) {
           prompts.push_back(random_tokens(T, 60 + static_cast<uint64_t>(p), c.vocab_size));
           batch.insert(batch.end(), prompts.back().begin(), prompts.back().end());
         }
-        rm::Session s(im, P);
+        rg::Session s(im, P);
         const auto ids = s.prefill(prompts);  // one group: 220 tokens <= prefill_tokens
         m.forward(batch.data(), nullptr, P, T);
         const auto want = m.logits();
@@ -215,14 +217,14 @@ TEST(Generate, SplitKvEqualsOneSplit) {
   c.context_length = 300;
   rm::TransformerLM<float> m(c);
   m.init(9);
-  rm::InferenceOptions o;
-  o.weights = rm::WeightFormat::fp32;
+  rg::InferenceOptions o;
+  o.weights = rg::WeightFormat::fp32;
   o.block_size = 16;
-  const rm::InferenceModel im(m, o);
+  const rg::InferenceModel im(m, o);
   const auto prompt = random_tokens(200, 5, c.vocab_size);
   std::vector<std::vector<float>> logits;
   for (int splits : {1, 2, 3, 7}) {
-    rm::Session s(im, 1);
+    rg::Session s(im, 1);
     s.set_num_splits(splits);
     const auto ids = s.prefill({prompt});
     const int32_t t = 11;
@@ -236,11 +238,11 @@ TEST(Generate, SplitKvEqualsOneSplit) {
 TEST(Generate, ReleasedBlocksAreReusedAndTheNewSequenceIsRight) {
   rm::TransformerLM<float> m(small_config());
   m.init(10);
-  rm::InferenceOptions o;
-  o.weights = rm::WeightFormat::fp32;
+  rg::InferenceOptions o;
+  o.weights = rg::WeightFormat::fp32;
   o.block_size = 4;
-  const rm::InferenceModel im(m, o);
-  rm::Session s(im, 2, 40);  // 10 blocks
+  const rg::InferenceModel im(m, o);
+  rg::Session s(im, 2, 40);  // 10 blocks
   EXPECT_EQ(s.total_blocks(), 10);
   const auto a = random_tokens(30, 11, 97), b = random_tokens(6, 12, 97);
   const auto ids = s.prefill({a, b});
@@ -274,24 +276,24 @@ TEST(Generate, ReleasedBlocksAreReusedAndTheNewSequenceIsRight) {
 // steps, docs/generate.md). One layer with the default bf16 head holds the bound the issue sets, 1e-3, over a
 // prefill and 8 decode steps, for both scale recipes.
 TEST(Generate, Fp8WeightsStayWithinDeepGemmsCalcDiffOfFp32) {
-  for (auto f : {rm::WeightFormat::fp8, rm::WeightFormat::fp8_ue8m0})
+  for (auto f : {rg::WeightFormat::fp8, rg::WeightFormat::fp8_ue8m0})
     for (bool fp8_head : {false, true}) {
-      SCOPED_TRACE(std::string(rm::weight_format_name(f)) + (fp8_head ? ", fp8 head" : ", default head"));
+      SCOPED_TRACE(std::string(rg::weight_format_name(f)) + (fp8_head ? ", fp8 head" : ", default head"));
       rm::ModelConfig c = small_config();
       c.d_model = 256;  // two 128-wide K blocks in every GEMM, partial N blocks in the vocabulary's
       c.num_layers = 1;
       c.d_ff = 640;
       rm::TransformerLM<float> m(c);
       m.init(12);
-      rm::InferenceOptions o32, o8;
-      o32.weights = rm::WeightFormat::fp32;
+      rg::InferenceOptions o32, o8;
+      o32.weights = rg::WeightFormat::fp32;
       o8.weights = f;
-      if (fp8_head) o8.head = rm::WeightFormat::fp8;
-      const rm::InferenceModel a(m, o32), b(m, o8);
+      if (fp8_head) o8.head = rg::WeightFormat::fp8;
+      const rg::InferenceModel a(m, o32), b(m, o8);
       EXPECT_EQ(b.head_format(),
-                fp8_head ? rm::WeightFormat::fp8 : rm::WeightFormat::bf16);  // bf16: the default
+                fp8_head ? rg::WeightFormat::fp8 : rg::WeightFormat::bf16);  // bf16: the default
       const auto prompt = random_tokens(20, 13, c.vocab_size);
-      rm::Session sa(a, 1), sb(b, 1);
+      rg::Session sa(a, 1), sb(b, 1);
       const auto ia = sa.prefill({prompt}), ib = sb.prefill({prompt});
       double worst = calc_diff(sa.logits(ia[0]), sb.logits(ib[0]));
       for (int step = 0; step < 8; ++step) {
@@ -311,14 +313,14 @@ TEST(Generate, Fp8WeightsStayWithinDeepGemmsCalcDiffOfFp32) {
 TEST(Generate, GreedyIsTheArgmaxChainOfTheFullForward) {
   rm::TransformerLM<float> m(small_config());
   m.init(14);
-  rm::InferenceOptions o;
-  o.weights = rm::WeightFormat::fp32;
-  const rm::InferenceModel im(m, o);
-  rm::GenerateOptions g;
+  rg::InferenceOptions o;
+  o.weights = rg::WeightFormat::fp32;
+  const rg::InferenceModel im(m, o);
+  rg::GenerateOptions g;
   g.sampling.temperature = 0;
   g.max_tokens = 12;
   const auto prompt = random_tokens(9, 15, 97);
-  const auto out = rm::generate(im, {prompt}, g);
+  const auto out = rg::generate(im, {prompt}, g);
   ASSERT_EQ(out.size(), 1u);
   ASSERT_EQ(out[0].size(), 12u);
   auto text = prompt;
@@ -332,8 +334,8 @@ TEST(Generate, GreedyIsTheArgmaxChainOfTheFullForward) {
 TEST(Generate, SameSeedSameTokensAtAnyThreadCountAndEosEnds) {
   rm::TransformerLM<float> m(small_config());
   m.init(16);
-  const rm::InferenceModel im(m);  // bf16 default
-  rm::GenerateOptions g;
+  const rg::InferenceModel im(m);  // bf16 default
+  rg::GenerateOptions g;
   g.sampling.temperature = 1.0;
   g.sampling.top_p = 0.9;
   g.max_tokens = 20;
@@ -341,24 +343,24 @@ TEST(Generate, SameSeedSameTokensAtAnyThreadCountAndEosEnds) {
   const std::vector<std::vector<int32_t>> prompts = {random_tokens(3, 17, 97), random_tokens(11, 18, 97)};
   const int saved = ridge::get_num_threads();
   ridge::set_num_threads(1);
-  const auto one = rm::generate(im, prompts, g);
+  const auto one = rg::generate(im, prompts, g);
   ridge::set_num_threads(2);
-  const auto two = rm::generate(im, prompts, g);
+  const auto two = rg::generate(im, prompts, g);
   ridge::set_num_threads(saved);
   EXPECT_EQ(one, two);
   g.seed = 1235;
-  EXPECT_NE(rm::generate(im, prompts, g), one);
+  EXPECT_NE(rg::generate(im, prompts, g), one);
   // eos: the sequence stops at its first eos (emitted), the other runs on.
   g.seed = 1234;
   g.eos = one[0][4];
-  const auto cut = rm::generate(im, prompts, g);
+  const auto cut = rg::generate(im, prompts, g);
   const auto first = std::find(one[0].begin(), one[0].end(), g.eos) - one[0].begin();
   EXPECT_EQ(cut[0], std::vector<int32_t>(one[0].begin(), one[0].begin() + first + 1));
   // Streaming sees every token, in order per prompt.
   std::vector<std::vector<int32_t>> seen(2);
   g.eos = -1;
   g.on_token = [&](size_t p, int32_t t) { seen[p].push_back(t); };
-  EXPECT_EQ(rm::generate(im, prompts, g), seen);
+  EXPECT_EQ(rg::generate(im, prompts, g), seen);
 }
 
 // generate() sizes its pool in whole blocks per sequence: three prompts of 17 tokens each need two 16-token
@@ -366,26 +368,26 @@ TEST(Generate, SameSeedSameTokensAtAnyThreadCountAndEosEnds) {
 TEST(Generate, ThePoolHoldsEveryPromptsWholeBlocks) {
   rm::TransformerLM<float> m(small_config());
   m.init(22);
-  rm::InferenceOptions o;
-  o.weights = rm::WeightFormat::fp32;
+  rg::InferenceOptions o;
+  o.weights = rg::WeightFormat::fp32;
   o.block_size = 16;
-  const rm::InferenceModel im(m, o);
-  rm::GenerateOptions g;
+  const rg::InferenceModel im(m, o);
+  rg::GenerateOptions g;
   g.max_tokens = 7;
   const std::vector<std::vector<int32_t>> prompts(3, random_tokens(10, 23, 97));
-  const auto out = rm::generate(im, prompts, g);
+  const auto out = rg::generate(im, prompts, g);
   for (const auto& t : out) EXPECT_EQ(t.size(), 7u);
 }
 
 TEST(Generate, BadInputIsRefusedBeforeAnyWork) {
   rm::TransformerLM<float> m(small_config());
   m.init(19);
-  const rm::InferenceModel im(m);
-  rm::GenerateOptions g;
-  auto refuses = [&](const std::vector<std::vector<int32_t>>& p, const rm::GenerateOptions& o,
+  const rg::InferenceModel im(m);
+  rg::GenerateOptions g;
+  auto refuses = [&](const std::vector<std::vector<int32_t>>& p, const rg::GenerateOptions& o,
                      const char* arg) {
     try {
-      rm::generate(im, p, o);
+      rg::generate(im, p, o);
       ADD_FAILURE() << "accepted; expected an error about " << arg;
     } catch (const ridge::Error& e) {
       EXPECT_EQ(e.argument(), arg) << e.what();
@@ -415,12 +417,12 @@ TEST(Generate, BadInputIsRefusedBeforeAnyWork) {
   rm::ModelConfig big = small_config();
   big.context_length = int64_t{1} << 16;
   rm::TransformerLM<float> mb(big);
-  const rm::InferenceModel ib(mb);
-  EXPECT_GT(rm::Session::cache_bytes(ib, int64_t{1} << 30), 1e11);
-  EXPECT_THROW(rm::Session(ib, int64_t{1} << 14), ridge::Error);  // 2^30 tokens: 512 GB
-  rm::InferenceOptions bad;
+  const rg::InferenceModel ib(mb);
+  EXPECT_GT(rg::Session::cache_bytes(ib, int64_t{1} << 30), 1e11);
+  EXPECT_THROW(rg::Session(ib, int64_t{1} << 14), ridge::Error);  // 2^30 tokens: 512 GB
+  rg::InferenceOptions bad;
   bad.block_size = 0;
-  EXPECT_THROW(rm::InferenceModel(m, bad), ridge::Error);
+  EXPECT_THROW(rg::InferenceModel(m, bad), ridge::Error);
 }
 
 // Issue 37: a max_tokens near 2^63 wrapped `len + max_tokens` and passed the context check, to fail as
@@ -429,10 +431,10 @@ TEST(Generate, BadInputIsRefusedBeforeAnyWork) {
 TEST(Generate, MaxTokensThatWrapAndSplitsPastTheKernelAreRefusedUpFront) {
   rm::TransformerLM<float> m(small_config());
   m.init(19);
-  const rm::InferenceModel im(m);
-  auto argument_of = [&](const rm::GenerateOptions& o) -> std::string {
+  const rg::InferenceModel im(m);
+  auto argument_of = [&](const rg::GenerateOptions& o) -> std::string {
     try {
-      rm::generate(im, {{1, 2, 3}}, o);
+      rg::generate(im, {{1, 2, 3}}, o);
     } catch (const ridge::Error& e) {
       return e.argument() + " | " + e.what();
     }
@@ -440,17 +442,17 @@ TEST(Generate, MaxTokensThatWrapAndSplitsPastTheKernelAreRefusedUpFront) {
   };
   for (const int64_t n :
        {std::numeric_limits<int64_t>::max(), std::numeric_limits<int64_t>::max() - 2, int64_t{1} << 62}) {
-    rm::GenerateOptions g;
+    rg::GenerateOptions g;
     g.max_tokens = n;
     EXPECT_EQ(argument_of(g).rfind("max_tokens | ", 0), 0u) << n << ": " << argument_of(g);
   }
-  rm::GenerateOptions g;
+  rg::GenerateOptions g;
   g.max_tokens = 2;
   g.num_splits = ridge::attention::kMaxKVCacheSplits + 1;
   EXPECT_EQ(argument_of(g).rfind("num_splits | ", 0), 0u) << argument_of(g);
   g.num_splits = ridge::attention::kMaxKVCacheSplits;
   EXPECT_EQ(argument_of(g), "(accepted)");
-  rm::Session s(im, 1);
+  rg::Session s(im, 1);
   try {
     s.set_num_splits(ridge::attention::kMaxKVCacheSplits + 1);
     ADD_FAILURE() << "set_num_splits(257) accepted";
@@ -471,7 +473,7 @@ TEST(Generate, AContextLargerThanMemoryIsRefusedBeforeItsTablesAreBuilt) {
   c.num_heads = 2;  // d_head 16
   c.context_length = 2'000'000'000;
   c.validate();
-  const rm::InferenceMemory need = rm::inference_memory(c, {}, 1000);
+  const rg::InferenceMemory need = rg::inference_memory(c, {}, 1000);
   EXPECT_EQ(need.rope, 4.0 * 2e9 * 16);
   EXPECT_EQ(need.kv_cache, 1000.0 * 2 * 2 * 2 * 16 * 2);  // bf16 cache: 2 bytes
   EXPECT_GT(need.weights, 0);
@@ -480,7 +482,7 @@ TEST(Generate, AContextLargerThanMemoryIsRefusedBeforeItsTablesAreBuilt) {
   if (!limit.applied()) GTEST_SKIP() << "the hard limit is lower";
   std::string what = "(no error)", argument;
   try {
-    const rm::InferenceModel im(c, params);
+    const rg::InferenceModel im(c, params);
   } catch (const ridge::Error& e) {
     what = e.what();
     argument = e.argument();
@@ -498,12 +500,12 @@ TEST(Generate, WeightAndCacheBytesAreTheRooflinesDecodeBytes) {
   c.d_ff = 640;
   rm::TransformerLM<float> m(c);
   m.init(3);
-  for (auto f : {rm::WeightFormat::fp32, rm::WeightFormat::bf16, rm::WeightFormat::fp8}) {
-    SCOPED_TRACE(rm::weight_format_name(f));
-    rm::InferenceOptions o;
+  for (auto f : {rg::WeightFormat::fp32, rg::WeightFormat::bf16, rg::WeightFormat::fp8}) {
+    SCOPED_TRACE(rg::weight_format_name(f));
+    rg::InferenceOptions o;
     o.weights = f;
-    const rm::InferenceModel im(m, o);
-    const auto cost = ridge::roofline::decode_cost(rm::inference_shape(c), im.roofline_dtypes(), 3, 40);
+    const rg::InferenceModel im(m, o);
+    const auto cost = ridge::roofline::decode_cost(rg::inference_shape(c), im.roofline_dtypes(), 3, 40);
     EXPECT_DOUBLE_EQ(static_cast<double>(cost.weight_bytes()),
                      im.weight_bytes() + 3 * im.embedding_row_bytes());
     EXPECT_DOUBLE_EQ(static_cast<double>(cost.kv_read_bytes()), 3 * 40 * im.kv_bytes_per_token());
@@ -531,15 +533,15 @@ TEST(Generate, DecodeThroughTheJitIsTheAotDecodeBitForBit) {
   rm::ModelConfig c = small_config();
   rm::TransformerLM<float> m(c);
   m.init(21);
-  for (auto format : {rm::WeightFormat::fp32, rm::WeightFormat::bf16}) {
-    rm::InferenceOptions o;
+  for (auto format : {rg::WeightFormat::fp32, rg::WeightFormat::bf16}) {
+    rg::InferenceOptions o;
     o.weights = format;
     o.block_size = 16;
-    const rm::InferenceModel im(m, o);
+    const rg::InferenceModel im(m, o);
     std::vector<std::vector<float>> runs;
     for (int mode : {0, 1}) {  // the AOT kernels, then the JIT's
       ridge::gemm::detail::jit_small_m_override(mode);
-      rm::Session s(im, 12);
+      rg::Session s(im, 12);
       std::vector<std::vector<int32_t>> prompts;
       for (int i = 0; i < 12; ++i)
         prompts.push_back(random_tokens(3 + static_cast<size_t>(i), 40 + i, c.vocab_size));
@@ -559,7 +561,7 @@ TEST(Generate, DecodeThroughTheJitIsTheAotDecodeBitForBit) {
     ridge::gemm::detail::jit_small_m_override(-1);
     ASSERT_EQ(runs[0].size(), runs[1].size());
     EXPECT_EQ(std::memcmp(runs[0].data(), runs[1].data(), runs[0].size() * sizeof(float)), 0)
-        << (format == rm::WeightFormat::fp32 ? "fp32" : "bf16");
+        << (format == rg::WeightFormat::fp32 ? "fp32" : "bf16");
   }
   // The JIT did build them (an empty cache would mean both runs took the AOT kernels).
   if (unset.armed) {

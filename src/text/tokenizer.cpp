@@ -1,4 +1,4 @@
-// Byte-level BPE (see include/ridge/model/tokenizer.hpp for the rules and the file format).
+// Byte-level BPE (see include/ridge/text/tokenizer.hpp for the rules and the file format).
 //
 // Encoding: special tokens are found first (leftmost, longest), the text between them is cut into
 // well-formed UTF-8 runs and runs of invalid bytes, the UTF-8 runs are cut by GPT-2's regex (PCRE2's
@@ -11,13 +11,12 @@
 // a binary heap of (count, pair) with lazy invalidation gives the most frequent pair, ties broken by
 // comparing the pairs' byte strings. A merge rewrites only the words on its pair's list and applies
 // the difference between each word's old and new pairs.
-#include "ridge/model/tokenizer.hpp"
+#include "ridge/text/tokenizer.hpp"
 
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <fcntl.h>
 #include <omp.h>
 #include <pcre2.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -42,9 +41,10 @@
 #include "ridge/core/threads.hpp"
 #include "ridge/core/units.hpp"
 #include "core/check.hpp"
+#include "core/parallel.hpp"
 #include "core/json.hpp"
 
-namespace ridge::model {
+namespace ridge::text {
 
 namespace {
 
@@ -109,11 +109,6 @@ void check_held(size_t held, size_t& next, const std::string& argument, const st
 
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-int resolve_threads(int threads) {
-  check_arg(threads >= 0, "threads", "{} is negative; pass 0 for ridge's default or a count >= 1", threads);
-  return threads == 0 ? get_num_threads() : threads;
 }
 
 // ---- GPT-2's byte-to-unicode alphabet ----
@@ -647,24 +642,6 @@ void for_each_piece(const Tokenizer::Impl& impl, Matcher& m, std::string_view te
   impl.specials.split(
       text, [&](std::string_view plain) { m.split_plain(plain, [&](std::string_view p) { emit(p, -1); }); },
       [&](size_t k, size_t) { emit(std::string_view(), impl.specials.id(k)); });
-}
-
-// Runs body(i) for i in [0, n) on `threads` threads (dynamic schedule); the first exception is
-// rethrown on the caller's thread once all have stopped.
-template <class F>
-void parallel_for(int64_t n, int threads, F&& body) {
-  std::exception_ptr error;
-  std::mutex mu;
-#pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
-  for (int64_t i = 0; i < n; ++i) {
-    try {
-      body(i);
-    } catch (...) {
-      std::lock_guard<std::mutex> lock(mu);
-      if (!error) error = std::current_exception();
-    }
-  }
-  if (error) std::rethrow_exception(error);
 }
 
 // Encodes a whole text in parallel chunks when it is large.
@@ -1450,12 +1427,6 @@ void check_train_args(int64_t vocab_size, const std::vector<std::string>& specia
   check_arg(vocab_size <= INT32_MAX - 1, "vocab_size", "{} is above 2^31 - 2", vocab_size);
 }
 
-int64_t peak_rss() {
-  struct rusage ru {};
-  ::getrusage(RUSAGE_SELF, &ru);
-  return static_cast<int64_t>(ru.ru_maxrss) * 1024;
-}
-
 Tokenizer train_counted(std::vector<CountMap>& maps, int64_t vocab_size,
                         const std::vector<std::string>& specials, BpeTrainStats& st,
                         const std::string& argument) {
@@ -1511,7 +1482,7 @@ Tokenizer train_counted(std::vector<CountMap>& maps, int64_t vocab_size,
   st.merges = static_cast<int64_t>(merges.size());
   st.merge_seconds = seconds_since(t0);
   Tokenizer t(std::move(vocab), std::move(merges), specials);
-  st.peak_rss_bytes = peak_rss();
+  st.peak_rss_bytes = memory::peak_rss_bytes();
   return t;
 }
 
@@ -1566,4 +1537,4 @@ Tokenizer train_bpe_files(const std::vector<std::string>& texts, int64_t vocab_s
   return t;
 }
 
-}  // namespace ridge::model
+}  // namespace ridge::text
