@@ -1,0 +1,347 @@
+// Mixture-of-Experts routing and the grouped layouts (include/ridge/model/moe.hpp). A token's choice,
+// its gate weights and their gradients read that token's row alone, so every result is the same at any
+// thread count; the counts and layouts are built in token order on one thread.
+#include "ridge/model/moe.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+
+#include "ridge/core/error.hpp"
+#include "ridge/core/threads.hpp"
+#include "core/check.hpp"
+
+namespace ridge::model::moe {
+namespace {
+
+// Parallel over tokens only when there is enough work to pay for the team.
+int threads_for(int64_t tokens, int64_t per_token) {
+  return tokens * per_token >= (int64_t{1} << 15) ? get_num_threads() : 1;
+}
+
+double sigmoid(double x) {
+  return 1.0 / (1.0 + std::exp(-x));
+}
+
+// The gate's distribution over all E experts for one token, in double: softmax p, or sigmoid s (its
+// own scores; `normalised` divides them by their sum, the aux loss's q).
+void gate_scores(const float* l, int64_t e, Gate gate, bool normalised, double* q) {
+  if (gate == Gate::softmax) {
+    const double m = *std::max_element(l, l + e);
+    double sum = 0;
+    for (int64_t i = 0; i < e; ++i) sum += (q[i] = std::exp(static_cast<double>(l[i]) - m));
+    for (int64_t i = 0; i < e; ++i) q[i] /= sum;
+    return;
+  }
+  double sum = 0;
+  for (int64_t i = 0; i < e; ++i) sum += (q[i] = sigmoid(l[i]));
+  if (normalised)
+    for (int64_t i = 0; i < e; ++i) q[i] /= sum;
+}
+
+void check_routing(const Routing& r, std::span<const float> logits) {
+  check_arg(static_cast<int64_t>(logits.size()) == r.tokens * r.experts, "logits",
+            "{} values for {} tokens x {} experts", logits.size(), r.tokens, r.experts);
+  check(static_cast<int64_t>(r.expert.size()) == r.tokens * r.top_k &&
+            static_cast<int64_t>(r.weight.size()) == r.tokens * r.top_k,
+        "routing: {} choices and {} weights for {} tokens x top-k {}", r.expert.size(), r.weight.size(),
+        r.tokens, r.top_k);
+}
+
+}  // namespace
+
+Gate parse_gate(const std::string& name, const char* what) {
+  if (name == "softmax") return Gate::softmax;
+  if (name == "sigmoid") return Gate::sigmoid;
+  fail_arg(what, "'{}' is not a gate (accepted: softmax, sigmoid)", name);
+}
+
+const char* gate_name(Gate g) {
+  return g == Gate::softmax ? "softmax" : "sigmoid";
+}
+
+Balance parse_balance(const std::string& name, const char* what) {
+  if (name == "aux") return Balance::aux;
+  if (name == "bias") return Balance::bias;
+  fail_arg(what, "'{}' is not a balance (accepted: aux, bias)", name);
+}
+
+const char* balance_name(Balance b) {
+  return b == Balance::aux ? "aux" : "bias";
+}
+
+double Routing::load_imbalance() const {
+  if (tokens == 0 || count.empty()) return 1.0;
+  const double mean = static_cast<double>(tokens * top_k) / static_cast<double>(experts);
+  return static_cast<double>(*std::max_element(count.begin(), count.end())) / mean;
+}
+
+void route(std::span<const float> logits, int64_t tokens, int64_t experts, int64_t top_k, Gate gate,
+           std::span<const float> bias, Routing& out) {
+  check_arg(experts >= 1, "experts", "{} is not accepted (expected 1 or more)", experts);
+  check_arg(top_k >= 1 && top_k <= experts, "top_k", "{} is not accepted (expected 1 .. experts = {})", top_k,
+            experts);
+  check_arg(tokens >= 0, "tokens", "{} is negative", tokens);
+  check_arg(static_cast<int64_t>(logits.size()) == tokens * experts, "logits",
+            "{} values for {} tokens x {} experts", logits.size(), tokens, experts);
+  check_arg(bias.empty() || static_cast<int64_t>(bias.size()) == experts, "bias", "{} values for {} experts",
+            bias.size(), experts);
+  for (size_t i = 0; i < bias.size(); ++i)
+    check_arg(std::isfinite(bias[i]), "bias", "expert {} has {}, not a finite number", i, bias[i]);
+  for (int64_t i = 0; i < tokens * experts; ++i)
+    check_arg(std::isfinite(logits[static_cast<size_t>(i)]), "logits",
+              "token {} expert {} is {}, not a finite number", i / experts, i % experts,
+              logits[static_cast<size_t>(i)]);
+  out.tokens = tokens;
+  out.experts = experts;
+  out.top_k = top_k;
+  out.gate = gate;
+  out.expert.assign(static_cast<size_t>(tokens * top_k), 0);
+  out.weight.assign(static_cast<size_t>(tokens * top_k), 0.0f);
+  out.count.assign(static_cast<size_t>(experts), 0);
+
+#pragma omp parallel num_threads(threads_for(tokens, experts))
+  {
+    std::vector<double> q(static_cast<size_t>(experts)), key(static_cast<size_t>(experts));
+    std::vector<int32_t> order(static_cast<size_t>(experts));
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < tokens; ++t) {
+      gate_scores(logits.data() + t * experts, experts, gate, false, q.data());
+      for (int64_t i = 0; i < experts; ++i)
+        key[static_cast<size_t>(i)] =
+            q[static_cast<size_t>(i)] + (bias.empty() ? 0.0 : bias[static_cast<size_t>(i)]);
+      std::iota(order.begin(), order.end(), 0);
+      // Best first; equal keys by expert id, lower first.
+      std::partial_sort(order.begin(), order.begin() + top_k, order.end(), [&](int32_t a, int32_t b) {
+        const double ka = key[static_cast<size_t>(a)], kb = key[static_cast<size_t>(b)];
+        return ka > kb || (ka == kb && a < b);
+      });
+      double sum = 0;
+      for (int64_t j = 0; j < top_k; ++j) sum += q[static_cast<size_t>(order[static_cast<size_t>(j)])];
+      for (int64_t j = 0; j < top_k; ++j) {
+        const int32_t e = order[static_cast<size_t>(j)];
+        out.expert[static_cast<size_t>(t * top_k + j)] = e;
+        out.weight[static_cast<size_t>(t * top_k + j)] = static_cast<float>(q[static_cast<size_t>(e)] / sum);
+      }
+    }
+  }
+  for (const int32_t e : out.expert) ++out.count[static_cast<size_t>(e)];
+}
+
+void gate_backward(std::span<const float> logits, const Routing& r, std::span<const float> dweight,
+                   std::span<float> dlogits) {
+  check_routing(r, logits);
+  const int64_t t_n = r.tokens, e_n = r.experts, k = r.top_k;
+  check_arg(static_cast<int64_t>(dweight.size()) == t_n * k, "dweight", "{} values for {} tokens x top-k {}",
+            dweight.size(), t_n, k);
+  check_arg(static_cast<int64_t>(dlogits.size()) == t_n * e_n, "dlogits",
+            "{} values for {} tokens x {} experts", dlogits.size(), t_n, e_n);
+  std::fill(dlogits.begin(), dlogits.end(), 0.0f);
+#pragma omp parallel num_threads(threads_for(t_n, e_n))
+  {
+    std::vector<double> u(static_cast<size_t>(k));
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < t_n; ++t) {
+      const float* l = logits.data() + t * e_n;
+      const int32_t* ex = r.expert.data() + t * k;
+      const float* dw = dweight.data() + t * k;
+      // The weights again in double, from the logits: g_j = u_j / sum_i u_i over the chosen experts, with
+      // u = exp(l - max) (softmax: the normalised top-k of a softmax is a softmax over the top-k) or
+      // u = sigmoid(l).
+      double* uj = u.data();
+      double m = -INFINITY;
+      for (int64_t j = 0; j < k; ++j) m = std::max(m, static_cast<double>(l[ex[j]]));
+      double sum = 0;
+      for (int64_t j = 0; j < k; ++j)
+        sum += (uj[j] = r.gate == Gate::softmax ? std::exp(static_cast<double>(l[ex[j]]) - m)
+                                                : sigmoid(l[ex[j]]));
+      double gdg = 0;
+      for (int64_t j = 0; j < k; ++j) gdg += uj[j] / sum * dw[j];
+      for (int64_t j = 0; j < k; ++j) {
+        const double g = uj[j] / sum;
+        double d = dw[j] - gdg;  // dL/du_j * sum
+        if (r.gate == Gate::softmax) {
+          d *= g;  // dL/dl_j = g_j (dg_j - sum_i g_i dg_i)
+        } else {
+          d = d / sum * uj[j] * (1.0 - uj[j]);  // dL/ds_j = (dg_j - sum_i g_i dg_i) / S, ds/dl = s (1 - s)
+        }
+        dlogits[static_cast<size_t>(t * e_n + ex[j])] = static_cast<float>(d);
+      }
+    }
+  }
+}
+
+double aux_loss(std::span<const float> logits, const Routing& r, double coef) {
+  check_routing(r, logits);
+  const int64_t t_n = r.tokens, e_n = r.experts;
+  if (t_n == 0) return 0.0;
+  std::vector<double> p(static_cast<size_t>(e_n), 0.0), q(static_cast<size_t>(e_n));
+  for (int64_t t = 0; t < t_n; ++t) {
+    gate_scores(logits.data() + t * e_n, e_n, r.gate, true, q.data());
+    for (int64_t e = 0; e < e_n; ++e) p[static_cast<size_t>(e)] += q[static_cast<size_t>(e)];
+  }
+  double s = 0;
+  for (int64_t e = 0; e < e_n; ++e)
+    s += static_cast<double>(r.count[static_cast<size_t>(e)]) / static_cast<double>(t_n) *
+         (p[static_cast<size_t>(e)] / static_cast<double>(t_n));
+  return coef * static_cast<double>(e_n) * s;
+}
+
+void aux_loss_backward(std::span<const float> logits, const Routing& r, double coef, double scale,
+                       std::span<float> dlogits) {
+  check_routing(r, logits);
+  const int64_t t_n = r.tokens, e_n = r.experts;
+  check_arg(static_cast<int64_t>(dlogits.size()) == t_n * e_n, "dlogits",
+            "{} values for {} tokens x {} experts", dlogits.size(), t_n, e_n);
+  if (t_n == 0) return;
+  // dL/dq_{t,e} = a_e = scale * coef * E * c_e / T^2, the same for every token.
+  std::vector<double> a(static_cast<size_t>(e_n));
+  const double tt = static_cast<double>(t_n);
+  for (int64_t e = 0; e < e_n; ++e)
+    a[static_cast<size_t>(e)] = scale * coef * static_cast<double>(e_n) *
+                                static_cast<double>(r.count[static_cast<size_t>(e)]) / (tt * tt);
+#pragma omp parallel num_threads(threads_for(t_n, e_n))
+  {
+    std::vector<double> s(static_cast<size_t>(e_n));
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < t_n; ++t) {
+      const float* l = logits.data() + t * e_n;
+      float* dl = dlogits.data() + t * e_n;
+      gate_scores(l, e_n, r.gate, false, s.data());  // softmax p, or raw sigmoid s
+      double sum = 0;
+      if (r.gate == Gate::sigmoid)
+        for (int64_t e = 0; e < e_n; ++e) sum += s[static_cast<size_t>(e)];
+      double qa = 0;
+      for (int64_t e = 0; e < e_n; ++e) {
+        const double q =
+            r.gate == Gate::softmax ? s[static_cast<size_t>(e)] : s[static_cast<size_t>(e)] / sum;
+        qa += q * a[static_cast<size_t>(e)];
+      }
+      for (int64_t e = 0; e < e_n; ++e) {
+        const double se = s[static_cast<size_t>(e)], d = a[static_cast<size_t>(e)] - qa;
+        const double g = r.gate == Gate::softmax ? se * d : d / sum * se * (1.0 - se);
+        dl[e] = static_cast<float>(static_cast<double>(dl[e]) + g);
+      }
+    }
+  }
+}
+
+void update_bias(const Routing& r, double speed, std::span<float> bias) {
+  check_arg(std::isfinite(speed) && speed > 0, "speed", "{} is not accepted (expected a finite number > 0)",
+            speed);
+  check_arg(static_cast<int64_t>(bias.size()) == r.experts, "bias", "{} values for {} experts", bias.size(),
+            r.experts);
+  const double mean = static_cast<double>(r.tokens * r.top_k) / static_cast<double>(r.experts);
+  for (int64_t e = 0; e < r.experts; ++e) {
+    const double c = static_cast<double>(r.count[static_cast<size_t>(e)]);
+    const double sign = c < mean ? 1.0 : c > mean ? -1.0 : 0.0;
+    bias[static_cast<size_t>(e)] = static_cast<float>(bias[static_cast<size_t>(e)] + speed * sign);
+  }
+}
+
+ContiguousLayout contiguous_layout(const Routing& r, int64_t alignment) {
+  check_arg(alignment >= 1, "alignment", "{} is not accepted (expected 1 or more)", alignment);
+  ContiguousLayout c;
+  c.alignment = alignment;
+  c.offset.assign(static_cast<size_t>(r.experts + 1), 0);
+  for (int64_t e = 0; e < r.experts; ++e) {
+    const int64_t n = r.count[static_cast<size_t>(e)];
+    c.offset[static_cast<size_t>(e + 1)] =
+        c.offset[static_cast<size_t>(e)] + (n + alignment - 1) / alignment * alignment;
+  }
+  c.rows = c.offset.back();
+  c.m_indices.assign(static_cast<size_t>(c.rows), -1);
+  for (int64_t e = 0; e < r.experts; ++e)
+    std::fill_n(c.m_indices.begin() + c.offset[static_cast<size_t>(e)], r.count[static_cast<size_t>(e)],
+                static_cast<int32_t>(e));
+  std::vector<int64_t> next(c.offset.begin(), c.offset.end() - 1);
+  c.row.resize(r.expert.size());
+  for (size_t i = 0; i < r.expert.size(); ++i) c.row[i] = next[static_cast<size_t>(r.expert[i])]++;
+  return c;
+}
+
+MaskedLayout masked_layout(const Routing& r, int64_t max_m) {
+  const int64_t most = r.count.empty() ? 0 : *std::max_element(r.count.begin(), r.count.end());
+  check_arg(max_m >= most, "max_m", "{} is below the {} tokens routed to one expert", max_m, most);
+  MaskedLayout m;
+  m.max_m = max_m;
+  m.masked_m.resize(static_cast<size_t>(r.experts));
+  for (int64_t e = 0; e < r.experts; ++e)
+    m.masked_m[static_cast<size_t>(e)] = static_cast<int32_t>(r.count[static_cast<size_t>(e)]);
+  std::vector<int64_t> next(static_cast<size_t>(r.experts), 0);
+  m.row.resize(r.expert.size());
+  for (size_t i = 0; i < r.expert.size(); ++i) {
+    const int64_t e = r.expert[i];
+    m.row[i] = e * max_m + next[static_cast<size_t>(e)]++;
+  }
+  return m;
+}
+
+void permute_rows(const float* x, int64_t ldx, std::span<const int64_t> row, const Routing& r, int64_t d,
+                  float* dst, int64_t ldd) {
+  check(static_cast<int64_t>(row.size()) == r.tokens * r.top_k, "permute_rows: {} rows for {} choices",
+        row.size(), r.tokens * r.top_k);
+  const int64_t k = r.top_k;
+#pragma omp parallel for num_threads(threads_for(r.tokens, d* k)) schedule(static)
+  for (int64_t t = 0; t < r.tokens; ++t)
+    for (int64_t j = 0; j < k; ++j)
+      std::memcpy(dst + row[static_cast<size_t>(t * k + j)] * ldd, x + t * ldx,
+                  static_cast<size_t>(d) * sizeof(float));
+}
+
+void combine_rows(const float* src, int64_t lds, std::span<const int64_t> row, std::span<const float> weight,
+                  const Routing& r, int64_t d, float* y, int64_t ldy, bool accumulate) {
+  const int64_t k = r.top_k;
+  check(static_cast<int64_t>(row.size()) == r.tokens * k, "combine_rows: {} rows for {} choices", row.size(),
+        r.tokens * k);
+  check(weight.empty() || static_cast<int64_t>(weight.size()) == r.tokens * k,
+        "combine_rows: {} weights for {} choices", weight.size(), r.tokens * k);
+#pragma omp parallel for num_threads(threads_for(r.tokens, d* k)) schedule(static)
+  for (int64_t t = 0; t < r.tokens; ++t) {
+    float* yt = y + t * ldy;
+    if (!accumulate) std::fill_n(yt, d, 0.0f);
+    for (int64_t j = 0; j < k; ++j) {
+      const float w = weight.empty() ? 1.0f : weight[static_cast<size_t>(t * k + j)];
+      const float* s = src + row[static_cast<size_t>(t * k + j)] * lds;
+      for (int64_t i = 0; i < d; ++i) yt[i] += w * s[i];
+    }
+  }
+}
+
+void combine_rows_backward(const float* dy, int64_t lddy, const float* src, int64_t lds,
+                           std::span<const int64_t> row, const Routing& r, int64_t d, float* dsrc,
+                           int64_t ldds, std::span<float> dweight) {
+  const int64_t k = r.top_k;
+  check(static_cast<int64_t>(row.size()) == r.tokens * k &&
+            static_cast<int64_t>(dweight.size()) == r.tokens * k,
+        "combine_rows_backward: {} rows and {} weight gradients for {} choices", row.size(), dweight.size(),
+        r.tokens * k);
+#pragma omp parallel for num_threads(threads_for(r.tokens, d* k)) schedule(static)
+  for (int64_t t = 0; t < r.tokens; ++t) {
+    const float* g = dy + t * lddy;
+    for (int64_t j = 0; j < k; ++j) {
+      const size_t c = static_cast<size_t>(t * k + j);
+      const float w = r.weight[c];
+      const float* s = src + row[c] * lds;
+      float* ds = dsrc + row[c] * ldds;
+      double dot = 0;
+      for (int64_t i = 0; i < d; ++i) {
+        ds[i] = w * g[i];
+        dot += static_cast<double>(g[i]) * s[i];
+      }
+      dweight[c] = static_cast<float>(dot);
+    }
+  }
+}
+
+double expected_distinct_experts(int64_t experts, int64_t top_k, int64_t batch) {
+  check_arg(experts >= 1, "experts", "{} is not accepted (expected 1 or more)", experts);
+  check_arg(top_k >= 1 && top_k <= experts, "top_k", "{} is not accepted (expected 1 .. experts = {})", top_k,
+            experts);
+  check_arg(batch >= 0, "batch", "{} is negative", batch);
+  const double e = static_cast<double>(experts);
+  return e * (1.0 - std::pow(1.0 - static_cast<double>(top_k) / e, static_cast<double>(batch)));
+}
+
+}  // namespace ridge::model::moe
