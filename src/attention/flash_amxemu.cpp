@@ -20,6 +20,7 @@ namespace {
 #include "attention/vec_scalar.inc"
 #include "attention/flash_body.inc"
 #include "core/amx_tiles.inc"
+#include "core/amx_micro.inc"
 #include "attention/blocks_amx.inc"
 
 }  // namespace

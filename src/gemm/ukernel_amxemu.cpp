@@ -10,6 +10,7 @@
 namespace ridge::gemm::detail {
 namespace {
 #include "core/amx_tiles.inc"
+#include "core/amx_micro.inc"
 #include "gemm/amx_body.inc"
 }  // namespace
 
