@@ -21,8 +21,9 @@
 #include "ridge/gemm.hpp"
 #include "bench/registry.hpp"
 #include "core/check.hpp"
+#include "core/dispatch.hpp"
+#include "gemm/driver.hpp"
 #include "gemm/jit_decode.hpp"
-#include "gemm/kernel.hpp"
 
 namespace ridge::gemm::detail {
 bool bench_blocks_avx2(int variant, int64_t m, int64_t n, int64_t k, const float* a, const float* b,
@@ -123,7 +124,7 @@ void run(bench::Context& ctx) {
   }
 
   // cold, disk and lookup time the fp32 kernel of this path (its template, whether the table keeps it).
-  const gd::KernelInfo ki = gd::select_kernel(gd::Elem::f32, cpu::active_isa());
+  const gd::KernelInfo ki = gd::select_kernel(gd::Elem::f32, dispatch::Work::small_m, cpu::active_isa());
   const bool served_here = ki.small_m_jit != nullptr;
   const std::string why_not =
       fmt::format("the {} path's fp32 decode kernel has no JIT template", cpu::isa_name(cpu::active_isa()));
@@ -170,17 +171,15 @@ void run(bench::Context& ctx) {
 
   // lookup: what a warm decode call adds to find its kernel (the thread's memo), per call.
   if (served_here && std::count(phases.begin(), phases.end(), "lookup")) {
-    gd::jit_small_m_override(2);
-    check(gd::jit_small_m(ki, 8, 768) != nullptr,
+    check(gd::jit_small_m(ki, 8, 768, dispatch::Jit::every) != nullptr,
           "bench jit: the JIT could not build its kernel (see the notice above)");
     const int64_t calls = 1'000'000;
     const auto m = bench::measure(
         [&] {
           for (int64_t i = 0; i < calls; ++i)
-            bench::do_not_optimize(gd::jit_small_m(ki, 8 + (i & 1) * 4, 768));
+            bench::do_not_optimize(gd::jit_small_m(ki, 8 + (i & 1) * 4, 768, dispatch::Jit::every));
         },
         ctx.options);
-    gd::jit_small_m_override(-1);
     bench::Row row;
     row.case_ = {{"phase", "lookup"}, {"calls", calls}};
     row.dtype = "fp32";
@@ -193,14 +192,15 @@ void run(bench::Context& ctx) {
   }
 
   // shape: the public API with the JIT kernel and with the AOT one, alternated `repeats` times, each a
-  // measure(); the JIT side takes every template (override 2), so the rows of a template the decision
+  // measure(); the JIT side takes every template (Jit::every), so the rows of a template the decision
   // table did not keep are measured too, and say so.
   if (std::count(phases.begin(), phases.end(), "shape")) {
     std::mt19937 rng(7);
     std::uniform_real_distribution<float> u(-1.0f, 1.0f);
     for (const auto& dtype : dtypes) {
       const bool bf = dtype == "bf16";
-      const gd::KernelInfo kd = gd::select_kernel(bf ? gd::Elem::bf16 : gd::Elem::f32, cpu::active_isa());
+      const gd::KernelInfo kd =
+          gd::select_kernel(bf ? gd::Elem::bf16 : gd::Elem::f32, dispatch::Work::small_m, cpu::active_isa());
       for (const auto& s : shapes) {
         Buffer<float> w(static_cast<size_t>(s.n * s.k));
         for (auto& v : w) v = u(rng);
@@ -212,8 +212,7 @@ void run(bench::Context& ctx) {
           for (auto& v : x) v = u(rng);
           Buffer<bf16> x16(x.size());
           for (size_t i = 0; i < x.size(); ++i) x16[i] = to_bf16(x[i]);
-          auto call = [&](int mode, Buffer<float>& d) {
-            gd::jit_small_m_override(mode);
+          auto call = [&](Buffer<float>& d) {
             const MatrixView<float> out{d.data(), m, s.n, s.n};
             if (bf)
               gemm::bf16_gemm_nt(MatrixView<const bf16>{x16.data(), m, s.k, s.k},
@@ -222,7 +221,15 @@ void run(bench::Context& ctx) {
               gemm::f32_gemm_nt(MatrixView<const float>{x.data(), m, s.k, s.k},
                                 MatrixView<const float>{w.data(), s.n, s.k, s.k}, out);
           };
-          call(2, d_jit);  // builds (or loads) the kernel outside the clock
+          // The median of one measure() with the JIT switch at `mode`.
+          auto time = [&](dispatch::Jit mode, Buffer<float>& d) {
+            const dispatch::ScopedPath jit({.jit = mode});
+            return bench::measure([&] { call(d); }, ctx.options).median_ms();
+          };
+          {
+            const dispatch::ScopedPath jit({.jit = dispatch::Jit::every});
+            call(d_jit);  // builds (or loads) the kernel outside the clock
+          }
           // Each round times the two kernels back to back, so both see the same machine: this VM slows
           // down ~2x for seconds at a time, and the ratio of two adjacent timings is steadier than the
           // ratio of two medians. paired_ratio is the median of the rounds' ratios.
@@ -230,14 +237,13 @@ void run(bench::Context& ctx) {
           for (int64_t r = 0; r < repeats; ++r) {
             const bool aot_first = r % 2 == 0;  // alternate the order too
             double a = 0, j = 0;
-            if (aot_first) a = bench::measure([&] { call(0, d_aot); }, ctx.options).median_ms();
-            j = bench::measure([&] { call(2, d_jit); }, ctx.options).median_ms();
-            if (!aot_first) a = bench::measure([&] { call(0, d_aot); }, ctx.options).median_ms();
+            if (aot_first) a = time(dispatch::Jit::off, d_aot);
+            j = time(dispatch::Jit::every, d_jit);
+            if (!aot_first) a = time(dispatch::Jit::off, d_aot);
             ta.push_back(a);
             tj.push_back(j);
             ratio.push_back(a / j);
           }
-          gd::jit_small_m_override(-1);
           bench::Row row;
           row.case_ = {{"phase", "shape"}, {"size", s.size}, {"op", s.op}, {"m", m}, {"n", s.n}, {"k", s.k}};
           row.dtype = dtype;

@@ -13,8 +13,7 @@
 #include <vector>
 
 #include "attention/internal.hpp"
-#include "core/amx.hpp"
-#include "core/bf16_fma.hpp"
+#include "core/dispatch.hpp"
 #include "core/isa_paths.hpp"
 #include "ridge/attention.hpp"
 #include "ridge/core/cpu.hpp"
@@ -338,19 +337,17 @@ TensorView<T> dense(Buffer<T>& buf, int64_t a, int64_t b, int64_t c, int64_t d) 
   return TensorView<T>::contiguous(buf.data(), {a, b, c, d});
 }
 
-// The path's table, picked once per call from the active ISA (RIDGE_ISA / ScopedIsa may change it).
-// While amx::emulated() is on, bf16 work takes the AMX kernels on the tile emulator whatever the
-// path (fp32 has nothing for the tiles and keeps the path's kernels).
+// The kernels the dispatch policy chooses (core/dispatch.hpp), picked once per call: the path's table
+// (bf16 on the FMAs: avx512's, whose kernels widen bf16 operands to fp32 as they load them), or the AMX
+// kernels on the tile emulator.
 detail::Kernels kernels(bool bf16) {
-  if (bf16 && amx::emulated()) return detail::kernels_amxemu();
-  // bf16 on the avx512bf16 path where the fp32 FMAs are the faster (core/bf16_fma.hpp): the avx512
-  // kernels, which widen bf16 operands to fp32 as they load them.
-  if (bf16 && cpu::active_isa() == cpu::Isa::avx512bf16 && cpu::bf16_on_fma())
-    return detail::kernels_avx512();
+  const dispatch::Choice c =
+      dispatch::choose(bf16 ? dispatch::Dtype::bf16 : dispatch::Dtype::f32, dispatch::Work::blocked);
+  if (c.family == dispatch::Family::amx_emulated) return detail::kernels_amxemu();
   static constexpr isa::Paths<detail::Kernels> paths{detail::kernels_scalar, detail::kernels_avx2,
                                                      detail::kernels_avx512, detail::kernels_avx512bf16,
                                                      detail::kernels_amx};
-  return isa::pick_path(paths, cpu::active_isa());
+  return isa::pick_path(paths, c.isa);
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
 // FlashAttention-2 on AMX tiles, on the tile emulator (no ISA flags: any machine): the kernels of
 // flash_amx.cpp's bf16 path with EmuTiles, and the scalar vector traits for the softmax (so this
-// file's fp32 code is the scalar path's). flash.cpp takes them for bf16 operands while
-// amx::emulated() is on (RIDGE_AMX_EMULATE=1, amx::ScopedEmulation in tests); fp32 keeps its path.
+// file's fp32 code is the scalar path's). flash.cpp takes them for bf16 operands while the dispatch
+// policy's amx_emulated switch is on (RIDGE_AMX_EMULATE=1, dispatch::ScopedPath in tests); fp32 keeps
+// its path.
 #include <cmath>
 #include <cstdint>
 #include <cstring>

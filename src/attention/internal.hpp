@@ -110,7 +110,7 @@ Kernels kernels_avx2();
 Kernels kernels_avx512();
 Kernels kernels_avx512bf16();
 Kernels kernels_amx();     // bf16 on AMX tiles (the instructions), fp32 as avx512bf16
-Kernels kernels_amxemu();  // bf16 on AMX tiles over the emulator, any machine (amx::emulated())
+Kernels kernels_amxemu();  // bf16 on AMX tiles over the emulator, any machine (the amx_emulated switch)
 
 void forward_scalar(const Problem& p);
 void backward_scalar(const Problem& p);

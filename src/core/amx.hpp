@@ -65,20 +65,9 @@ float dpbf16_element(float c, const uint16_t* a, const uint16_t* b, int k_pairs)
 
 namespace ridge::amx {
 
-// Whether the AMX kernels run on the emulator: RIDGE_AMX_EMULATE=1, or a ScopedEmulation (tests). While
-// on, every module with AMX code takes its emulated twin (an `_amxemu.cpp` file) for the work AMX does,
-// on any machine, and its usual path for the rest.
-bool emulated();
-class ScopedEmulation {
- public:
-  explicit ScopedEmulation(bool on = true);
-  ~ScopedEmulation();
-  ScopedEmulation(const ScopedEmulation&) = delete;
-  ScopedEmulation& operator=(const ScopedEmulation&) = delete;
-
- private:
-  int previous_;
-};
+// Whether the AMX kernels run on the emulator (RIDGE_AMX_EMULATE=1) is a switch of the dispatch policy,
+// core/dispatch.hpp: while it is on, every module with AMX code takes its emulated twin (an
+// `_amxemu.cpp` file) for the work AMX does, on any machine, and its usual path for the rest.
 
 // The configuration this thread's tiles hold (on the instructions or on the emulator), as the kernels
 // track it: a kernel loads its configuration (a static object) only when another is in place, and its

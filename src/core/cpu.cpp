@@ -17,7 +17,6 @@
 #include <utility>
 
 #include "core/amx.hpp"
-#include "core/bf16_fma.hpp"
 #include "core/check.hpp"
 #include "ridge/core/env.hpp"
 #include "ridge/core/error.hpp"
@@ -338,22 +337,6 @@ Isa best_isa() {
   for (int i = kIsaCount - 1; i > 0; --i)
     if (supported(static_cast<Isa>(i))) return static_cast<Isa>(i);
   return Isa::scalar;
-}
-
-namespace {
-std::atomic<int> g_bf16_on_fma{-1};  // -1: the CPU decides
-}  // namespace
-
-bool bf16_on_fma() {
-  const int o = g_bf16_on_fma.load(std::memory_order_relaxed);
-  static const bool intel = info().vendor == "GenuineIntel";  // read once: every bf16 GEMM asks
-  return o >= 0 ? o == 1 : intel;
-}
-ScopedBf16OnFma::ScopedBf16OnFma(bool on) : previous_(g_bf16_on_fma.load()) {
-  g_bf16_on_fma.store(on ? 1 : 0);
-}
-ScopedBf16OnFma::~ScopedBf16OnFma() {
-  g_bf16_on_fma.store(previous_);
 }
 
 std::string amx_off_reason() {

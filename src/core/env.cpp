@@ -74,6 +74,15 @@ Knobs parse_knobs(const char* (*lookup)(const char* name)) {
   if (const auto v = get("RIDGE_JIT"); !v.empty()) k.jit = parse_switch("RIDGE_JIT", v);
   if (const auto v = get("RIDGE_AMX_EMULATE"); !v.empty())
     k.amx_emulate = parse_switch("RIDGE_AMX_EMULATE", v);
+  if (const auto v = get("RIDGE_BF16_ON_FMA"); !v.empty())
+    k.bf16_on_fma = parse_switch("RIDGE_BF16_ON_FMA", v) ? 1 : 0;
+  if (const auto v = get("RIDGE_FP8_VBMI"); !v.empty()) {
+    k.fp8_vbmi = parse_switch("RIDGE_FP8_VBMI", v) ? 1 : 0;
+    check(k.fp8_vbmi == 0 || cpu::info().features.avx512_vbmi,
+          "RIDGE_FP8_VBMI: '{}' asks for the byte-permute widening, but this CPU has no AVX512_VBMI "
+          "(accepted: 0, or 1 on a CPU with AVX512_VBMI)",
+          v);
+  }
   // Attention blocks are whole vectors of 16 floats (the widest ISA's register).
   for (auto [name, slot] : {std::pair{"RIDGE_ATTENTION_BLOCK_Q", &k.attention_block_q},
                             std::pair{"RIDGE_ATTENTION_BLOCK_K", &k.attention_block_k}}) {

@@ -3,7 +3,6 @@
 // them anywhere.
 #include <fmt/format.h>
 
-#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <exception>
@@ -14,7 +13,6 @@
 #include "ridge/core/error.hpp"
 #include "core/check.hpp"
 #include "ridge/core/cpu.hpp"
-#include "ridge/core/env.hpp"
 
 namespace ridge::amx::emu {
 namespace {
@@ -176,21 +174,6 @@ void tdpbssd(int c, int a, int b) {
 }  // namespace ridge::amx::emu
 
 namespace ridge::amx {
-namespace {
-std::atomic<int> g_emulation{-1};  // -1: RIDGE_AMX_EMULATE decides
-}  // namespace
-
-bool emulated() {
-  const int o = g_emulation.load(std::memory_order_relaxed);
-  return o >= 0 ? o == 1 : env::knobs().amx_emulate;
-}
-ScopedEmulation::ScopedEmulation(bool on) : previous_(g_emulation.load()) {
-  g_emulation.store(on ? 1 : 0);
-}
-ScopedEmulation::~ScopedEmulation() {
-  g_emulation.store(previous_);
-}
-
 const TileConfig*& loaded_config(bool hardware) {
   thread_local const TileConfig* hw = nullptr;
   thread_local const TileConfig* emu = nullptr;

@@ -96,7 +96,8 @@ PackedB::Impl* pack_impl(MatrixView<const TB> b) {
   impl->k = b.cols;
   impl->dtype = dtype_of<TB>();
   impl->isa = cpu::active_isa();
-  impl->ki = detail::select_kernel(std::is_same_v<TB, bf16> ? Elem::bf16 : Elem::f32, impl->isa);
+  impl->ki = detail::select_kernel(std::is_same_v<TB, bf16> ? Elem::bf16 : Elem::f32, dispatch::Work::blocked,
+                                   impl->isa);
   impl->kp = detail::panel_k(impl->ki.panel, b.cols);
   const int64_t npanels = ceil_div(b.rows, impl->ki.nr);
   const size_t panel_bytes = static_cast<size_t>(impl->ki.nr * impl->kp) * detail::panel_elt(impl->ki.panel);
@@ -298,7 +299,8 @@ Blocking blocking(DType input, cpu::Isa isa, int64_t k) {
         "gemm::blocking: input dtype {} (expected f32, bf16 or fp8_e4m3)", dtype_name(input));
   check(k >= 0, "gemm::blocking: k = {} (expected >= 0)", k);
   const Elem in = input == DType::bf16 ? Elem::bf16 : input == DType::fp8_e4m3 ? Elem::fp8 : Elem::f32;
-  return detail::derive_blocking(detail::select_kernel(in, isa), std::max<int64_t>(k, 1));
+  return detail::derive_blocking(detail::select_kernel(in, dispatch::Work::blocked, isa),
+                                 std::max<int64_t>(k, 1));
 }
 
 int get_num_threads() {

@@ -1,7 +1,6 @@
 // Public FP8 GEMM entry points (dense and packed B): argument checks (check.hpp), the packed-weights
-// type, and the validated problem handed to the one driver (driver.cpp), which picks the FP8 kernel
-// for the active ISA path.
-#include <atomic>
+// type, and the validated problem handed to the one driver (driver.cpp), which takes the FP8 kernels
+// the dispatch policy chooses.
 #include <cstring>
 #include <memory>
 #include <type_traits>
@@ -15,21 +14,6 @@ namespace ridge::gemm {
 int64_t m_alignment_for_contiguous_layout() {
   return 64;
 }
-
-namespace fp8 {
-
-namespace {
-std::atomic<bool> g_allow_vbmi{true};
-}
-
-void allow_vbmi(bool allowed) {
-  g_allow_vbmi.store(allowed);
-}
-bool uses_vbmi() {
-  return g_allow_vbmi.load(std::memory_order_relaxed) && cpu::info().features.avx512_vbmi;
-}
-
-}  // namespace fp8
 
 namespace {
 

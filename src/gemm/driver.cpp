@@ -1,7 +1,8 @@
 // The one GEMM driver, for fp32, bf16 and FP8 alike: cache blocking from the machine's cache sizes,
 // the thread grid, the per-thread workspace, the loops around the micro-kernel, the narrow and
 // small-m paths, threaded with OpenMP. What a dtype supplies (packers, micro-kernel, K granule,
-// small-m kernel) is data in its KernelInfo (kernel.hpp).
+// small-m kernel) is data in its KernelInfo (kernel.hpp); which KernelInfo serves the blocked work and
+// which the small-m work is the dispatch policy's choice (core/dispatch.hpp), one each.
 //
 // Loop order per thread (each thread owns a rectangle of D, so threads never synchronise):
 //   jc (NC columns of B, packed over all of K)  ->  ic (MC rows of A)  ->  pc (KC deep, A block
@@ -17,8 +18,7 @@
 #include <algorithm>
 #include <exception>
 
-#include "core/amx.hpp"
-#include "core/bf16_fma.hpp"
+#include "core/dispatch.hpp"
 #include "core/isa_paths.hpp"
 #include "gemm/jit_decode.hpp"
 #include "ridge/core/env.hpp"
@@ -28,42 +28,41 @@
 
 namespace ridge::gemm::detail {
 
-KernelInfo select_kernel(Elem in, cpu::Isa path) {
+namespace {
+
+dispatch::Dtype dtype_of(Elem e) {
+  return e == Elem::fp8    ? dispatch::Dtype::fp8
+         : e == Elem::bf16 ? dispatch::Dtype::bf16
+                           : dispatch::Dtype::f32;
+}
+
+}  // namespace
+
+KernelInfo kernel_for(Elem in, const dispatch::Choice& c) {
   // What each path provides per input type (the per-ISA convention, core/isa_paths.hpp): bf16 inputs
-  // below avx512bf16 take the fp32 kernels (packing widens them); FP8 on avx512bf16 takes the VBMI
-  // widening when the CPU has it (and tests have not turned it off).
-  // The amx path runs bf16 and FP8 on the tiles; while amx::emulated() is on, bf16 and FP8 take the
-  // same kernels on the tile emulator on any path.
+  // below avx512bf16 take the fp32 kernels (packing widens them).
   static constexpr ridge::isa::Paths<KernelInfo> f32_paths{kernel_f32_scalar, kernel_f32_avx2,
                                                            kernel_f32_avx512, nullptr};
   static constexpr ridge::isa::Paths<KernelInfo> bf16_paths{
       kernel_f32_scalar, kernel_bf16_avx2, kernel_f32_avx512, kernel_bf16_avx512bf16, kernel_bf16_amx};
   static constexpr ridge::isa::Paths<KernelInfo> fp8_paths{
       kernel_fp8_scalar, kernel_fp8_avx2, kernel_fp8_avx512, kernel_fp8_avx512bf16, kernel_fp8_amx};
-  static constexpr ridge::isa::Paths<KernelInfo> vbmi_paths{
-      kernel_fp8_scalar, kernel_fp8_avx2, kernel_fp8_avx512, kernel_fp8_avx512bf16vbmi, kernel_fp8_amx};
-  if (in != Elem::f32 && amx::emulated()) return in == Elem::fp8 ? kernel_fp8_amxemu() : kernel_bf16_amxemu();
-  switch (in) {
-    case Elem::fp8:
-      return ridge::isa::pick_path(fp8::uses_vbmi() ? vbmi_paths : fp8_paths, path);
-    case Elem::bf16:
-      // Blocked bf16 on the FMAs where they are faster (core/bf16_fma.hpp); decode rows keep the bf16
-      // small-m kernels, and PackedB the panels of the kernel it was packed for.
-      if (path == cpu::Isa::avx512bf16 && cpu::bf16_on_fma()) {
-        KernelInfo ki = kernel_f32_avx512();
-        const KernelInfo dot = kernel_bf16_avx512bf16();
-        ki.name = "f32_avx512_14x32_widened";
-        ki.small_m = dot.small_m;
-        ki.small_m_jit = dot.small_m_jit;
-        ki.small_m_elem = dot.small_m_elem;
-        ki.small_m_cols = dot.small_m_cols;
-        ki.small_m_rows = dot.small_m_rows;
-        return ki;
-      }
-      return ridge::isa::pick_path(bf16_paths, path);
-    default:
-      return ridge::isa::pick_path(f32_paths, path);
-  }
+  if (c.family == dispatch::Family::amx_emulated)
+    return in == Elem::fp8 ? kernel_fp8_amxemu() : kernel_bf16_amxemu();
+  if (c.family == dispatch::Family::vbmi) return kernel_fp8_avx512bf16vbmi();
+  KernelInfo ki = ridge::isa::pick_path(in == Elem::fp8    ? fp8_paths
+                                        : in == Elem::bf16 ? bf16_paths
+                                                           : f32_paths,
+                                        c.isa);
+  // bf16 on the FMAs: avx512's fp32 kernel (c.isa), whose packers widen bf16 operands.
+  if (c.family == dispatch::Family::bf16_on_fma) ki.name = "f32_avx512_14x32_widened";
+  return ki;
+}
+
+KernelInfo select_kernel(Elem in, dispatch::Work work, cpu::Isa isa) {
+  dispatch::Switches s = dispatch::current();
+  s.isa = isa;
+  return kernel_for(in, dispatch::choose(dtype_of(in), work, s));
 }
 
 namespace {
@@ -420,18 +419,26 @@ void run(const Problem& p) {
     fill_k0(p);
     return;
   }
-  const KernelInfo ki = p.packed_ki ? *p.packed_ki : select_kernel(p.a.elem, cpu::active_isa());
-  if (!p.b_panels && !p.b.fp8_panels && !p.a.kmajor && !p.b.kmajor &&
-      p.m <= std::min(kSmallM, ki.small_m_rows) && ki.small_m && ki.small_m_elem == p.a.elem) {
-    // With RIDGE_JIT=1, the same kernel with this call's m and k compiled in, where it serves them.
-    const SmallMKernel jit = jit_small_m(ki, p.m, p.k);
-    run_small_m(p, jit ? jit : ki.small_m, ki.small_m_cols);
-    return;
+  // The small-m and the blocked kernels, each as the dispatch policy chooses it (core/dispatch.hpp).
+  const dispatch::Switches path = dispatch::current();
+  if (!p.b_panels && !p.a.kmajor && p.m <= kSmallM) {
+    const dispatch::Choice c = dispatch::choose(dtype_of(p.a.elem), dispatch::Work::small_m, path);
+    const KernelInfo sm = kernel_for(p.a.elem, c);
+    if (!p.b.fp8_panels && !p.b.kmajor && p.m <= sm.small_m_rows && sm.small_m &&
+        sm.small_m_elem == p.a.elem) {
+      // With the JIT on, the same kernel with this call's m and k compiled in, where it serves them.
+      const SmallMKernel jit = jit_small_m(sm, p.m, p.k, c.jit);
+      run_small_m(p, jit ? jit : sm.small_m, sm.small_m_cols);
+      return;
+    }
+    if (p.b.fp8_panels && p.m <= 4 && sm.small_m_fp8_panels) {
+      run_small_m(p, sm.small_m_fp8_panels, kFp8PanelRows);
+      return;
+    }
   }
-  if (p.b.fp8_panels && p.m <= 4 && !p.a.kmajor && ki.small_m_fp8_panels) {
-    run_small_m(p, ki.small_m_fp8_panels, kFp8PanelRows);
-    return;
-  }
+  const KernelInfo ki =
+      p.packed_ki ? *p.packed_ki
+                  : kernel_for(p.a.elem, dispatch::choose(dtype_of(p.a.elem), dispatch::Work::blocked, path));
   const Blocking bk = derive_blocking(ki, p.k);
   const int64_t mtiles = ceil_div(p.m, ki.mr), ntiles = ceil_div(p.n, ki.nr);
   int tm = 1, tn = 1;

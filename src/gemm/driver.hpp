@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "core/dispatch.hpp"
 #include "gemm/kernel.hpp"
 #include "ridge/gemm.hpp"
 
@@ -30,8 +31,14 @@ struct Problem {
   const KernelInfo* packed_ki = nullptr;
 };
 
-// Runs p on the kernel for its input element type on the active ISA path (or packed_ki).
+// Runs p on the kernels the dispatch policy chooses for its input element type, the small-m one for
+// decode rows and the blocked one (or packed_ki) for the rest.
 void run(const Problem& p);
+
+// The kernel description for work of an input element type as the policy chose it.
+KernelInfo kernel_for(Elem in, const dispatch::Choice& c);
+// The kernel for `work` of input type `in` on path `isa`, the policy's other switches as they stand.
+KernelInfo select_kernel(Elem in, dispatch::Work work, cpu::Isa isa);
 
 // The blocking the driver derives for a kernel and depth k from the cache sizes.
 Blocking derive_blocking(const KernelInfo& ki, int64_t k);

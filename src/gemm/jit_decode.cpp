@@ -7,7 +7,6 @@
 #include <string_view>
 #include <tuple>
 
-#include "ridge/core/env.hpp"
 #include "ridge/jit.hpp"
 
 namespace ridge::gemm::detail {
@@ -75,7 +74,6 @@ using Entry = SmallMKernel (*)(const JitHooks*);
 std::mutex g_mutex;
 std::map<std::tuple<std::string, int64_t, int64_t>, SmallMKernel> g_built;
 std::atomic<uint64_t> g_generation{1};
-std::atomic<int> g_override{-1};
 
 struct Memo {
   const char* tmpl = nullptr;
@@ -140,7 +138,7 @@ SmallMKernel jit_small_m_build(const KernelInfo& ki, int64_t m, int64_t k) {
   unit.symbol = "ridge_jit_entry";
   SmallMKernel fn = nullptr;
   jit::Settings js = jit::settings();
-  js.enabled = true;  // asked for explicitly: RIDGE_JIT decides only whether jit_small_m asks
+  js.enabled = true;  // asked for explicitly: the JIT switch decides only whether jit_small_m asks
   if (void* p = jit::get(unit, js)) {
     static const JitHooks hooks{&store_tile_generic, &tile_at, &thread_scratch};
     fn = reinterpret_cast<Entry>(p)(&hooks);
@@ -149,11 +147,9 @@ SmallMKernel jit_small_m_build(const KernelInfo& ki, int64_t m, int64_t k) {
   return fn;
 }
 
-SmallMKernel jit_small_m(const KernelInfo& ki, int64_t m, int64_t k) {
-  const int o = g_override.load(std::memory_order_relaxed);
-  if (o == 0 || !ki.small_m_jit || m < kJitMinM || m > kJitMaxM) return nullptr;
-  if (o < 0 && !env::knobs().jit) return nullptr;  // the default: one cached flag read
-  if (o != 2 && !jit_serves(ki, m)) return nullptr;
+SmallMKernel jit_small_m(const KernelInfo& ki, int64_t m, int64_t k, dispatch::Jit mode) {
+  if (mode == dispatch::Jit::off || !ki.small_m_jit || m < kJitMinM || m > kJitMaxM) return nullptr;
+  if (mode != dispatch::Jit::every && !jit_serves(ki, m)) return nullptr;
   thread_local ThreadMemo memo;
   const uint64_t gen = g_generation.load(std::memory_order_acquire);
   if (memo.generation != gen) {
@@ -166,10 +162,6 @@ SmallMKernel jit_small_m(const KernelInfo& ki, int64_t m, int64_t k) {
   memo.slot[memo.next] = Memo{ki.small_m_jit, m, k, fn};
   memo.next = (memo.next + 1) % kMemo;
   return fn;
-}
-
-void jit_small_m_override(int mode) {
-  g_override.store(mode < 0 ? -1 : mode > 2 ? 2 : mode, std::memory_order_relaxed);
 }
 
 void jit_small_m_forget() {

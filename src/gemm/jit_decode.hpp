@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 
+#include "core/dispatch.hpp"
 #include "gemm/kernel.hpp"
 
 namespace ridge::gemm::detail {
@@ -20,15 +21,12 @@ inline constexpr int64_t kJitMinM = 5, kJitMaxM = 16;
 // one the decision table kept (the AVX2 decode kernels, fp32 and bf16), and 5 <= m <= 16.
 bool jit_serves(const KernelInfo& ki, int64_t m);
 
-// The specialised decode kernel for (ki, m, k) when RIDGE_JIT=1 and the JIT serves it, else nullptr
-// (the ahead-of-time kernel runs; when the JIT cannot build, ridge/jit.hpp's one notice says why).
-// A warm call costs a look-up in the calling thread's last few shapes.
-SmallMKernel jit_small_m(const KernelInfo& ki, int64_t m, int64_t k);
-
-// Overrides RIDGE_JIT for this process's decode calls (the benchmark times both kernels through the
-// public API, interleaved): 1 on, 0 off, 2 on for every template, those the decision table did not
-// keep included (to measure them), -1 back to RIDGE_JIT.
-void jit_small_m_override(int mode);
+// The specialised decode kernel for (ki, m, k) when the policy's JIT switch is on (`mode`, RIDGE_JIT=1
+// or dispatch::ScopedPath; core/dispatch.hpp) and the JIT serves it (Jit::every: any template, those the
+// decision table did not keep included, for the benchmark to measure them), else nullptr (the
+// ahead-of-time kernel runs; when the JIT cannot build, ridge/jit.hpp's one notice says why). A
+// warm call costs a look-up in the calling thread's last few shapes.
+SmallMKernel jit_small_m(const KernelInfo& ki, int64_t m, int64_t k, dispatch::Jit mode);
 
 // The specialised kernel for any kernel with a JIT template (served or not), whatever RIDGE_JIT says
 // (the benchmark and the tests ask for it explicitly); nullptr when the unit cannot be built.

@@ -1,7 +1,8 @@
 // What a dtype supplies to the one GEMM driver (driver.cpp): a kernel description (KernelInfo) with
 // its micro-tile, panel format, K granule, packers, micro-kernel and optional small-m kernel. fp32,
 // bf16 and FP8 differ only in these data; the loops, blocking, thread grid, workspace and epilogue
-// are the driver's.
+// are the driver's. Which description serves the blocked work and which the small-m work is the
+// dispatch policy's (core/dispatch.hpp; driver.hpp: select_kernel).
 //
 // Per-ISA files keep everything in anonymous namespaces and expose only the plain functions declared
 // here (ODR: no inline function compiled with wide-ISA flags may be merged into a plain x86-64 caller).
@@ -89,7 +90,9 @@ struct KernelInfo {
   int64_t k_granule = 8;  // K blocks are multiples of it (FP8: 128, so scale blocks never straddle one)
   MicroKernel ukernel = nullptr;
   PackFn pack_a = nullptr, pack_b = nullptr;
-  SmallMKernel small_m = nullptr;  // for row-major inputs of element type small_m_elem, when the ISA has one
+  // The small-m kernel, for row-major inputs of element type small_m_elem, where the ISA has one; the
+  // driver reads it from the description the policy chose for small-m work, the rest from the blocked one.
+  SmallMKernel small_m = nullptr;
   // The JIT's name for small_m's template (jit_decode.cpp), where the JIT serves this kernel's decode
   // calls with m and k compiled in as constants; nullptr where it does not.
   const char* small_m_jit = nullptr;
@@ -129,15 +132,12 @@ KernelInfo kernel_fp8_avx2();
 KernelInfo kernel_fp8_avx512();
 KernelInfo kernel_fp8_avx512bf16();
 KernelInfo kernel_fp8_avx512bf16vbmi();  // the same, widening fp8 with byte permutes (AVX512_VBMI)
-// AMX tiles (amx_body.inc): on the instructions (amx path only) and on the emulator (any machine;
-// taken while amx::emulated() is on).
+// AMX tiles (amx_body.inc), blocked work only: on the instructions (amx path only) and on the emulator
+// (any machine; taken while the policy's amx_emulated switch is on).
 KernelInfo kernel_bf16_amx();
 KernelInfo kernel_fp8_amx();
 KernelInfo kernel_bf16_amxemu();
 KernelInfo kernel_fp8_amxemu();
-
-// The kernel the driver uses for an input element type on an ISA path.
-KernelInfo select_kernel(Elem in, cpu::Isa isa);
 
 // The packers (pack.cpp): fp32/bf16 operands (row-major or K-major) into either panel format, and
 // fp8 operands (raw or PackedFp8B panels) widened to fp32 panels through the e4m3 table.
@@ -162,10 +162,5 @@ namespace ridge::gemm::fp8 {
 
 // fp8 e4m3 -> float for all 256 codes (NaN codes give NaN).
 const float* e4m3_table();
-
-// Whether the avx512bf16 FP8 kernel may use its VBMI variant when the CPU has VBMI (default yes).
-// Tests turn it off to check the generic widening on a machine that has both.
-void allow_vbmi(bool allowed);
-bool uses_vbmi();  // allowed, and the CPU has it
 
 }  // namespace ridge::gemm::fp8

@@ -1,6 +1,6 @@
-// GEMM on AMX tiles, the instructions (amx_body.inc with HwTiles): the amx path's bf16 and FP8
-// kernels. Decode shapes (m <= 16 rows, row-major) keep the avx512bf16 small-m kernels, which read B
-// once at the memory roof; the tiles take everything the blocked driver runs.
+// GEMM on AMX tiles, the instructions (amx_body.inc with HwTiles): the amx path's blocked bf16 and FP8
+// kernels. Decode shapes (m <= 16 rows, row-major) are not theirs: the dispatch policy sends them to the
+// avx512bf16 small-m kernels, which read B once at the memory roof (core/dispatch.hpp).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -17,23 +17,11 @@ namespace {
 }  // namespace
 
 KernelInfo kernel_bf16_amx() {
-  KernelInfo ki = amx_kernel_info<HwTiles>(Elem::bf16);
-  const KernelInfo small = kernel_bf16_avx512bf16();
-  ki.small_m = small.small_m;
-  ki.small_m_jit = small.small_m_jit;
-  ki.small_m_cols = small.small_m_cols;
-  ki.small_m_rows = small.small_m_rows;
-  return ki;
+  return amx_kernel_info<HwTiles>(Elem::bf16);
 }
 
 KernelInfo kernel_fp8_amx() {
-  KernelInfo ki = amx_kernel_info<HwTiles>(Elem::fp8);
-  const KernelInfo small = fp8::uses_vbmi() ? kernel_fp8_avx512bf16vbmi() : kernel_fp8_avx512bf16();
-  ki.small_m = small.small_m;
-  ki.small_m_cols = small.small_m_cols;
-  ki.small_m_rows = small.small_m_rows;
-  ki.small_m_fp8_panels = small.small_m_fp8_panels;
-  return ki;
+  return amx_kernel_info<HwTiles>(Elem::fp8);
 }
 
 }  // namespace ridge::gemm::detail

@@ -1,6 +1,7 @@
 // GEMM on AMX tiles, on the tile emulator (amx_body.inc with EmuTiles; no ISA flags): the same
-// kernels as ukernel_amx.cpp, on any machine, taken for bf16 and FP8 while amx::emulated() is on
-// (RIDGE_AMX_EMULATE=1, tests). No small-m kernel: every shape, decode included, runs on the tiles.
+// kernels as ukernel_amx.cpp, on any machine, taken for bf16 and FP8 while the dispatch policy's
+// amx_emulated switch is on (RIDGE_AMX_EMULATE=1, tests; core/dispatch.hpp), decode rows included:
+// every shape runs on the tiles.
 #include <algorithm>
 #include <cstring>
 

@@ -17,6 +17,7 @@
 #include "ridge/attention.hpp"
 #include "ridge/core.hpp"
 #include "core/check.hpp"
+#include "core/dispatch.hpp"
 
 namespace ridge::attention {
 namespace {
@@ -273,7 +274,7 @@ void check_everywhere(const Spec& s, float scale = 0.0f, int splits = 0) {
   c.run_reference(opt);
   expect_close(c, e, "reference twin");
   for (cpu::Isa isa : cpu::supported_isas()) {
-    cpu::ScopedIsa scoped(isa);
+    dispatch::ScopedPath scoped({.isa = isa});
     std::fill(c.o.data.begin(), c.o.data.end(), make<T>(99.0f));
     std::fill(c.lse.begin(), c.lse.end(), 99.0f);
     c.run(opt);
@@ -355,7 +356,7 @@ TEST(DecodeAttention, CustomHugeAndTinyScales) {
   const KVCacheOptions opt{3e38f, true, 2};
   const Expected e = expected(c, opt.scale);
   for (cpu::Isa isa : cpu::supported_isas()) {
-    cpu::ScopedIsa scoped(isa);
+    dispatch::ScopedPath scoped({.isa = isa});
     c.run(opt);
     expect_close(c, e, cpu::isa_name(isa));
   }
@@ -369,7 +370,7 @@ void check_splits(const Spec& s) {
   SCOPED_TRACE(describe(s));
   for (cpu::Isa isa : cpu::supported_isas()) {
     SCOPED_TRACE(cpu::isa_name(isa));
-    cpu::ScopedIsa scoped(isa);
+    dispatch::ScopedPath scoped({.isa = isa});
     Paged<T> one(s, 3);
     one.run({0.0f, s.causal, 1});
     double top = 0.0;

@@ -14,8 +14,8 @@
 #include "ridge/attention.hpp"
 #include "ridge/core.hpp"
 #include "core/amx.hpp"
-#include "core/bf16_fma.hpp"
 #include "core/check.hpp"
+#include "core/dispatch.hpp"
 #include "attention/need_amx.hpp"
 
 namespace ridge::attention {
@@ -256,35 +256,24 @@ TEST(FlashAttention, Bf16MatchesFp64Reference) {
   bf16_matches_fp64(small_tests() ? 256 : 1000);
 }
 
-// Every ISA path the machine has gives what the scalar path gives. `paths`: the paths to compare, each
-// an ISA and whether the AMX kernels run on the emulator (amx::emulated()); none: every ISA path.
-struct Path {
-  cpu::Isa isa;
-  bool amx_emulated;
-  bool bf16_on_fma = false;  // avx512bf16 only: the fp32 FMAs (cpu::bf16_on_fma) instead of vdpbf16ps
-};
+// Every path the machine has gives what the scalar path gives. `paths`: the paths to compare; none:
+// every path of the one list (core/dispatch.hpp) but the scalar one and the emulated tiles (which
+// have tests of their own, on shorter shapes).
 template <typename T>
-void check_isas(const Shape& s, double tol, std::vector<Path> paths = {}) {
+void check_isas(const Shape& s, double tol, std::vector<dispatch::Path> paths = {}) {
   SCOPED_TRACE(describe(s));
   Case<T> base(s, 7);
   {
-    cpu::ScopedIsa scalar(cpu::Isa::scalar);
-    amx::ScopedEmulation off(false);
+    dispatch::ScopedPath scalar({.isa = cpu::Isa::scalar, .amx_emulated = false});
     base.forward();
     base.backward();
   }
   if (paths.empty())
-    for (cpu::Isa isa : cpu::supported_isas()) {
-      if (isa != cpu::Isa::scalar) paths.push_back({isa, false});
-      if (isa == cpu::Isa::avx512bf16) paths.push_back({isa, false, true});  // both bf16 kernels, any CPU
-    }
-  for (const Path& path : paths) {
-    SCOPED_TRACE(path.amx_emulated
-                     ? std::string("amx-emulated")
-                     : std::string(cpu::isa_name(path.isa)) + (path.bf16_on_fma ? " (fma)" : ""));
-    cpu::ScopedIsa scoped(path.isa);
-    amx::ScopedEmulation emulation(path.amx_emulated);
-    cpu::ScopedBf16OnFma fma(path.bf16_on_fma);
+    for (const dispatch::Path& p : dispatch::paths({dispatch::Dtype::f32, dispatch::Dtype::bf16}))
+      if (*p.isa != cpu::Isa::scalar && !*p.amx_emulated) paths.push_back(p);
+  for (const dispatch::Path& path : paths) {
+    SCOPED_TRACE(dispatch::name(path));
+    dispatch::ScopedPath scoped(path);
     Case<T> r(s, 7);
     r.forward();
     r.backward();
@@ -406,7 +395,7 @@ void fully_masked_rows() {
 TEST(FlashAttention, FullyMaskedRowsGiveZerosNotNaN) {
   for (cpu::Isa isa : cpu::supported_isas()) {
     SCOPED_TRACE(cpu::isa_name(isa));
-    cpu::ScopedIsa scoped(isa);
+    dispatch::ScopedPath scoped({.isa = isa});
     fully_masked_rows<float>();
   }
 }
@@ -502,7 +491,7 @@ void huge_and_tiny_scales(bool bf16_only) {
 TEST(FlashAttention, HugeAndTinyScalesAgreeOnEveryPath) {
   for (cpu::Isa isa : cpu::supported_isas()) {
     SCOPED_TRACE(cpu::isa_name(isa));
-    cpu::ScopedIsa scoped(isa);
+    dispatch::ScopedPath scoped({.isa = isa});
     huge_and_tiny_scales(false);
   }
 }
@@ -511,7 +500,7 @@ TEST(FlashAttention, HugeAndTinyScalesAgreeOnEveryPath) {
 TEST(FlashAttention, NegativeHugeScaleIsRefusedOnEveryPath) {
   for (cpu::Isa isa : cpu::supported_isas()) {
     SCOPED_TRACE(cpu::isa_name(isa));
-    cpu::ScopedIsa scoped(isa);
+    dispatch::ScopedPath scoped({.isa = isa});
     Case<float> r({1, 1, 1, 8, 8, 16, false});
     for (float scale : {-1e9f, -std::numeric_limits<float>::max(), std::numeric_limits<float>::infinity()}) {
       const Options opt{false, scale};
@@ -744,45 +733,47 @@ TEST(FlashAttention, PackedInterleavedViewsAreNotAliases) {
 }
 
 // ---- The AMX path (issue #27): bf16 products on tiles, the softmax in fp32. "Emulated": the tile
-// kernels on the tile emulator (amx::ScopedEmulation; any machine, the scalar softmax); "OnAmx": the
-// instructions, where this CPU has them. The emulator runs about 100x slower than the scalar path, so
-// the emulated sweeps keep their long shapes short.
+// kernels on the tile emulator (dispatch::ScopedPath with amx_emulated; any machine, the scalar softmax);
+// "OnAmx": the instructions, where this CPU has them. The emulator runs about 100x slower than the scalar
+// path, so the emulated sweeps keep their long shapes short.
 
 TEST(FlashAttentionAmx, Bf16MatchesFp64ReferenceEmulated) {
-  amx::ScopedEmulation emulation;
+  dispatch::ScopedPath emulation({.amx_emulated = true});
   bf16_matches_fp64(small_tests() ? 130 : 256);
 }
 TEST(FlashAttentionAmx, Bf16MatchesFp64ReferenceOnAmx) {
   RIDGE_NEED_AMX();
-  cpu::ScopedIsa amx(cpu::Isa::amx);
+  dispatch::ScopedPath amx({.isa = cpu::Isa::amx});
   bf16_matches_fp64(small_tests() ? 256 : 1000);
 }
 
 TEST(FlashAttentionAmx, Bf16MatchesScalarEmulated) {
-  for (const auto& s : isa_shapes()) check_isas<bf16>(s, 1e-2, {{cpu::best_isa(), true}});
+  for (const auto& s : isa_shapes())
+    check_isas<bf16>(s, 1e-2, {{.isa = cpu::best_isa(), .amx_emulated = true}});
 }
 TEST(FlashAttentionAmx, Bf16MatchesScalarOnAmx) {
   RIDGE_NEED_AMX();
-  for (const auto& s : isa_shapes()) check_isas<bf16>(s, 1e-2, {{cpu::Isa::amx, false}});
+  for (const auto& s : isa_shapes())
+    check_isas<bf16>(s, 1e-2, {{.isa = cpu::Isa::amx, .amx_emulated = false}});
 }
 
 TEST(FlashAttentionAmx, FullyMaskedRowsGiveZerosNotNaNEmulated) {
-  amx::ScopedEmulation emulation;
+  dispatch::ScopedPath emulation({.amx_emulated = true});
   fully_masked_rows<bf16>();
 }
 TEST(FlashAttentionAmx, FullyMaskedRowsGiveZerosNotNaNOnAmx) {
   RIDGE_NEED_AMX();
-  cpu::ScopedIsa amx(cpu::Isa::amx);
+  dispatch::ScopedPath amx({.isa = cpu::Isa::amx});
   fully_masked_rows<bf16>();
 }
 
 TEST(FlashAttentionAmx, HugeAndTinyScalesAgreeEmulated) {
-  amx::ScopedEmulation emulation;
+  dispatch::ScopedPath emulation({.amx_emulated = true});
   huge_and_tiny_scales(true);
 }
 TEST(FlashAttentionAmx, HugeAndTinyScalesAgreeOnAmx) {
   RIDGE_NEED_AMX();
-  cpu::ScopedIsa amx(cpu::Isa::amx);
+  dispatch::ScopedPath amx({.isa = cpu::Isa::amx});
   huge_and_tiny_scales(false);  // fp32 on the amx path is the avx512bf16 kernels: checked too
 }
 
@@ -793,13 +784,13 @@ TEST(FlashAttentionAmx, EmulationTakesBf16OnlyAndReleasesTheTiles) {
   const Shape s{1, 2, 1, 64, 80, 64, true};
   Case<bf16> scalar(s, 3), emu(s, 3);
   {
-    cpu::ScopedIsa isa(cpu::Isa::scalar);
+    dispatch::ScopedPath isa({.isa = cpu::Isa::scalar});
     scalar.forward();
     scalar.backward();
   }
   {
-    cpu::ScopedIsa isa(cpu::Isa::scalar);
-    amx::ScopedEmulation emulation;
+    dispatch::ScopedPath isa({.isa = cpu::Isa::scalar});
+    dispatch::ScopedPath emulation({.amx_emulated = true});
     emu.forward();
     EXPECT_FALSE(amx::emu::configured());
     EXPECT_EQ(amx::loaded_config(false), nullptr);
@@ -812,7 +803,7 @@ TEST(FlashAttentionAmx, EmulationTakesBf16OnlyAndReleasesTheTiles) {
   plain.forward();
   plain.backward();
   {
-    amx::ScopedEmulation emulation;
+    dispatch::ScopedPath emulation({.amx_emulated = true});
     emulated.forward();
     emulated.backward();
   }

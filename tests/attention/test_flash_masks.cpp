@@ -20,6 +20,7 @@
 #include "attention/internal.hpp"
 #include "core/amx.hpp"
 #include "core/check.hpp"
+#include "core/dispatch.hpp"
 #include "attention/need_amx.hpp"
 
 namespace ridge::attention {
@@ -403,7 +404,7 @@ std::vector<Config> configs() {
 TEST(FlashAttentionMasks, Fp32MatchesFp64OnEveryPath) {
   for (cpu::Isa isa : cpu::supported_isas()) {
     SCOPED_TRACE(cpu::isa_name(isa));
-    cpu::ScopedIsa scoped(isa);
+    dispatch::ScopedPath scoped({.isa = isa});
     for (const auto& c : configs()) check_config<float>(c);
   }
 }
@@ -411,7 +412,7 @@ TEST(FlashAttentionMasks, Fp32MatchesFp64OnEveryPath) {
 TEST(FlashAttentionMasks, Bf16MeetsFlashAttnRuleOnEveryPath) {
   for (cpu::Isa isa : cpu::supported_isas()) {
     SCOPED_TRACE(cpu::isa_name(isa));
-    cpu::ScopedIsa scoped(isa);
+    dispatch::ScopedPath scoped({.isa = isa});
     for (const auto& c : configs()) check_config<bf16>(c);
   }
 }
@@ -455,7 +456,7 @@ TEST(FlashAttentionMasks, SampledCrossProductOnEveryPath) {
   const std::vector<Config> sample = sampled_configs(small_tests() ? 6 : 12);
   for (cpu::Isa isa : cpu::supported_isas()) {
     SCOPED_TRACE(cpu::isa_name(isa));
-    cpu::ScopedIsa scoped(isa);
+    dispatch::ScopedPath scoped({.isa = isa});
     for (const auto& c : sample) {
       check_config<float>(c, 17);
       check_config<bf16>(c, 17);
@@ -483,7 +484,7 @@ TEST(FlashAttentionMasks, LongWindowedAndSlicedSequences) {
   for (cpu::Isa isa : cpu::supported_isas()) {
     if (isa == cpu::Isa::scalar && !small_tests()) continue;  // the scalar path is run by the shapes above
     SCOPED_TRACE(cpu::isa_name(isa));
-    cpu::ScopedIsa scoped(isa);
+    dispatch::ScopedPath scoped({.isa = isa});
     long_windowed_and_sliced(small_tests() ? 700 : 1500, 1 << 17, false);
   }
 }
@@ -492,7 +493,7 @@ TEST(FlashAttentionMasks, LongWindowedAndSlicedSequences) {
 TEST(FlashAttentionMasks, DenseEqualsVarlenOfOneSequence) {
   for (cpu::Isa isa : cpu::supported_isas()) {
     SCOPED_TRACE(cpu::isa_name(isa));
-    cpu::ScopedIsa scoped(isa);
+    dispatch::ScopedPath scoped({.isa = isa});
     const Config c{4, 2, 64, {100}, {77}, false, 20, 3, 30.0f};
     const Options opt = options_of(c);
     Packed<float> r(c.heads, c.kv_heads, c.d, c.lq, c.lk, 9);
@@ -573,14 +574,14 @@ TEST(FlashAttentionVarlen, EachSequenceAloneBitForBitAtAnyThreadCount) {
   for (cpu::Isa isa : cpu::supported_isas()) {
     if (isa == cpu::Isa::scalar) continue;  // slow there; the same body is checked below on one config
     SCOPED_TRACE(cpu::isa_name(isa));
-    cpu::ScopedIsa scoped(isa);
+    dispatch::ScopedPath scoped({.isa = isa});
     check_bit_identity<float>(options_of({1, 1, 64, {}, {}, true, -1, -1, 0.0f}));
     check_bit_identity<bf16>(options_of({1, 1, 64, {}, {}, false, 100, 20, 30.0f}));
     // Every sequence of 64 tokens and more cut into slices, up to the cap of 64 a unit.
     ScopedSliceScores many(1 << 14);
     check_bit_identity<float>(options_of({1, 1, 64, {}, {}, false, 200, -1, 5.0f}));
   }
-  cpu::ScopedIsa scalar(cpu::Isa::scalar);
+  dispatch::ScopedPath scalar({.isa = cpu::Isa::scalar});
   check_bit_identity<float>(options_of({1, 1, 64, {}, {}, false, 64, 0, 5.0f}));
 }
 
@@ -668,44 +669,44 @@ TEST(FlashAttentionMasks, VisibleScoresCountsTheMask) {
 // cut down); "OnAmx": on the instructions, where this CPU has them.
 
 TEST(FlashAttentionAmx, Bf16MeetsFlashAttnRuleEmulated) {
-  amx::ScopedEmulation emulation;
+  dispatch::ScopedPath emulation({.amx_emulated = true});
   for (const auto& c : configs()) check_config<bf16>(c);
 }
 TEST(FlashAttentionAmx, Bf16MeetsFlashAttnRuleOnAmx) {
   RIDGE_NEED_AMX();
-  cpu::ScopedIsa amx(cpu::Isa::amx);
+  dispatch::ScopedPath amx({.isa = cpu::Isa::amx});
   for (const auto& c : configs()) check_config<bf16>(c);
 }
 
 TEST(FlashAttentionAmx, SampledCrossProductEmulated) {
-  amx::ScopedEmulation emulation;
+  dispatch::ScopedPath emulation({.amx_emulated = true});
   for (const auto& c : sampled_configs(small_tests() ? 3 : 6)) check_config<bf16>(c, 17);
 }
 TEST(FlashAttentionAmx, SampledCrossProductOnAmx) {
   RIDGE_NEED_AMX();
-  cpu::ScopedIsa amx(cpu::Isa::amx);
+  dispatch::ScopedPath amx({.isa = cpu::Isa::amx});
   for (const auto& c : sampled_configs(small_tests() ? 6 : 12)) check_config<bf16>(c, 17);
 }
 
 TEST(FlashAttentionAmx, LongWindowedAndSlicedSequencesEmulated) {
-  amx::ScopedEmulation emulation;
+  dispatch::ScopedPath emulation({.amx_emulated = true});
   long_windowed_and_sliced(300, 1 << 13, true);
 }
 TEST(FlashAttentionAmx, LongWindowedAndSlicedSequencesOnAmx) {
   RIDGE_NEED_AMX();
-  cpu::ScopedIsa amx(cpu::Isa::amx);
+  dispatch::ScopedPath amx({.isa = cpu::Isa::amx});
   long_windowed_and_sliced(small_tests() ? 700 : 1500, 1 << 17, true);
 }
 
 TEST(FlashAttentionAmx, EachSequenceAloneBitForBitAtAnyThreadCountEmulated) {
-  amx::ScopedEmulation emulation;
+  dispatch::ScopedPath emulation({.amx_emulated = true});
   ScopedSliceScores many(1 << 13);  // the 150 x 150 sequence in several slices
   check_bit_identity<bf16>(options_of({1, 1, 64, {}, {}, false, 100, 20, 30.0f}),
                            {5, 150, 0, 64, 1, 33, 0, 70}, {5, 150, 9, 64, 3, 31, 0, 61}, {3});
 }
 TEST(FlashAttentionAmx, EachSequenceAloneBitForBitAtAnyThreadCountOnAmx) {
   RIDGE_NEED_AMX();
-  cpu::ScopedIsa amx(cpu::Isa::amx);
+  dispatch::ScopedPath amx({.isa = cpu::Isa::amx});
   check_bit_identity<bf16>(options_of({1, 1, 64, {}, {}, false, 100, 20, 30.0f}));
   ScopedSliceScores many(1 << 14);
   check_bit_identity<bf16>(options_of({1, 1, 64, {}, {}, true, -1, -1, 0.0f}));

@@ -122,6 +122,26 @@ TEST(Env, JunkIsAnErrorNamingTheVariable) {
   expect_rejected("RIDGE_ISA", "AVX2");
 }
 
+// The dispatch policy's switches (src/core/dispatch.hpp) have one knob each: RIDGE_BF16_ON_FMA and
+// RIDGE_FP8_VBMI beside RIDGE_ISA, RIDGE_AMX_EMULATE and RIDGE_JIT. Unset is -1 (the CPU decides); 1 for
+// VBMI on a CPU without it is refused, never silently ignored.
+TEST(Env, DispatchSwitchesHaveOneKnobEach) {
+  EXPECT_EQ(parse({}).bf16_on_fma, -1);
+  EXPECT_EQ(parse({}).fp8_vbmi, -1);
+  EXPECT_EQ(parse({{"RIDGE_BF16_ON_FMA", ""}}).bf16_on_fma, -1);
+  EXPECT_EQ(parse({{"RIDGE_BF16_ON_FMA", "1"}}).bf16_on_fma, 1);
+  EXPECT_EQ(parse({{"RIDGE_BF16_ON_FMA", "0"}}).bf16_on_fma, 0);
+  EXPECT_EQ(parse({{"RIDGE_FP8_VBMI", "0"}}).fp8_vbmi, 0);
+  for (const char* v : {"yes", "2", "-1", "on", "1x"}) {
+    expect_rejected("RIDGE_BF16_ON_FMA", v);
+    expect_rejected("RIDGE_FP8_VBMI", v);
+  }
+  if (cpu::info().features.avx512_vbmi)
+    EXPECT_EQ(parse({{"RIDGE_FP8_VBMI", "1"}}).fp8_vbmi, 1);
+  else
+    expect_rejected("RIDGE_FP8_VBMI", "1");
+}
+
 // A knob's number (a switch's 0 or 1 too) is read as every number a user types (ridge/core/numbers.hpp): a
 // sign is allowed and a leading zero is decimal, as strtol in base 10 (and libgomp, for OMP_NUM_THREADS)
 // reads them.

@@ -12,9 +12,8 @@
 
 #include "ridge/core.hpp"
 #include "ridge/gemm.hpp"
-#include "gemm/kernel.hpp"
 #include "ridge/gemm_fp8.hpp"
-#include "core/amx.hpp"
+#include "core/dispatch.hpp"
 
 namespace {
 
@@ -24,6 +23,7 @@ using ridge::MatrixView;
 using ridge::TensorView;
 namespace cpu = ridge::cpu;
 namespace gemm = ridge::gemm;
+namespace dispatch = ridge::dispatch;
 
 bool small() {
   const char* s = std::getenv("RIDGE_TEST_SMALL");
@@ -90,40 +90,12 @@ struct Operands {
   double tol_factor() const { return (128.0 + double((k + 127) / 128) + 4.0) * std::ldexp(1.0, -24); }
 };
 
-// Every path this machine can run: each ISA, and on avx512bf16 both fp8 widenings (byte permutes
-// with VBMI, arithmetic without) when the CPU has VBMI.
-struct Path {
-  cpu::Isa isa;
-  bool vbmi;
-  bool amx_emulated = false;  // the AMX tile kernels on the emulator (core/amx.hpp), on any machine
-};
-std::vector<Path> isas() {
-  std::vector<Path> out;
-  for (auto isa : cpu::supported_isas()) {
-    out.push_back({isa, false});
-    if (isa == cpu::Isa::avx512bf16 && cpu::info().features.avx512_vbmi) out.push_back({isa, true});
-  }
-  out.push_back({cpu::best_isa(), false, true});
-  return out;
+// Every path this machine runs whose FP8 kernels differ (core/dispatch.hpp): each ISA, on avx512bf16
+// (and amx's decode rows) both fp8 widenings (byte permutes with VBMI, arithmetic without) when the
+// CPU has VBMI, and the AMX tile kernels on the emulator.
+std::vector<dispatch::Path> isas() {
+  return dispatch::paths({dispatch::Dtype::fp8});
 }
-std::string path_name(const Path& p) {
-  return std::string(p.amx_emulated ? "amx-emulated " : "") + cpu::isa_name(p.isa) + (p.vbmi ? "+vbmi" : "");
-}
-
-// Selects a path for a scope.
-class PathGuard {
- public:
-  explicit PathGuard(const Path& p) : isa_(p.isa), emulation_(p.amx_emulated) {
-    gemm::fp8::allow_vbmi(p.vbmi);
-  }
-  ~PathGuard() { gemm::fp8::allow_vbmi(true); }
-  PathGuard(const PathGuard&) = delete;
-  PathGuard& operator=(const PathGuard&) = delete;
-
- private:
-  cpu::ScopedIsa isa_;
-  ridge::amx::ScopedEmulation emulation_;
-};
 
 struct Shape {
   int64_t m, n, k;
@@ -169,7 +141,7 @@ TEST(Fp8Gemm, EveryIsaMatchesReferenceAndExactProduct) {
       ASSERT_NEAR(ref[i], ex[i], tf * abssum[i] + 1e-30)
           << "reference m=" << sh.m << " n=" << sh.n << " k=" << sh.k;
     for (const auto& path : isas()) {
-      PathGuard guard(path);
+      dispatch::ScopedPath guard(path);
       std::vector<float> d(static_cast<size_t>(sh.m * sh.n), NAN);
       gemm::fp8_gemm_nt(op.a.view(), op.a.scale_view(), op.b.view(), op.b.scale_view(),
                         MatrixView<float>{d.data(), sh.m, sh.n, sh.n});
@@ -178,12 +150,12 @@ TEST(Fp8Gemm, EveryIsaMatchesReferenceAndExactProduct) {
                         MatrixView<bf16>{db.data(), sh.m, sh.n, sh.n});
       for (size_t i = 0; i < d.size(); ++i) {
         const double t = tf * abssum[i] + 1e-30;
-        ASSERT_NEAR(d[i], ex[i], t) << path_name(path) << " m=" << sh.m << " n=" << sh.n << " k=" << sh.k
+        ASSERT_NEAR(d[i], ex[i], t) << dispatch::name(path) << " m=" << sh.m << " n=" << sh.n << " k=" << sh.k
                                     << " at " << i;
-        ASSERT_NEAR(d[i], ref[i], 2 * t) << path_name(path);
+        ASSERT_NEAR(d[i], ref[i], 2 * t) << dispatch::name(path);
         // bf16 output: one rounding of the fp32 result.
         ASSERT_NEAR(ridge::to_float(db[i]), ex[i], std::fabs(ex[i]) * std::ldexp(1.0, -8) + t)
-            << path_name(path) << " bf16 out";
+            << dispatch::name(path) << " bf16 out";
       }
     }
   }
@@ -197,14 +169,14 @@ TEST(Fp8Gemm, WideningIsExactForEveryCode) {
   for (int64_t j = 0; j < n; ++j) b[j * k + j] = ridge::to_fp8_e4m3(1.0f);
   std::vector<float> sa(2, 1.0f), sb(4, 1.0f);
   for (const auto& path : isas()) {
-    PathGuard guard(path);
+    dispatch::ScopedPath guard(path);
     std::vector<float> d(n, NAN);
     gemm::fp8_gemm_nt(MatrixView<const fp8_e4m3>{a.data(), 1, k, k},
                       MatrixView<const float>{sa.data(), 1, 2, 2},
                       MatrixView<const fp8_e4m3>{b.data(), n, k, k},
                       MatrixView<const float>{sb.data(), 2, 2, 2}, MatrixView<float>{d.data(), 1, n, n});
     for (int64_t j = 0; j < n; ++j)
-      ASSERT_EQ(d[j], ridge::to_float(a[j])) << path_name(path) << " code " << j;
+      ASSERT_EQ(d[j], ridge::to_float(a[j])) << dispatch::name(path) << " code " << j;
   }
 }
 
@@ -223,8 +195,8 @@ TEST(Fp8Gemm, PackedWeightsKeepNanCodesAndFiniteOnesBitForBit) {
     op.b.values[64 * k + 3] = fp8_e4m3{0xFF};
     const auto with_nan = gemm::PackedFp8B::pack(op.b.view(), op.b.scale_view());
     for (const auto& path : isas()) {
-      PathGuard guard(path);
-      SCOPED_TRACE(path_name(path) + " m=" + std::to_string(m));
+      dispatch::ScopedPath guard(path);
+      SCOPED_TRACE(dispatch::name(path) + " m=" + std::to_string(m));
       std::vector<float> raw(static_cast<size_t>(m * n)), pn(raw.size()), pc(raw.size());
       gemm::fp8_gemm_nt(op.a.view(), op.a.scale_view(), op.b.view(), op.b.scale_view(),
                         MatrixView<float>{raw.data(), m, n, n});
@@ -258,14 +230,14 @@ TEST(Fp8Gemm, CalcDiffAgainstUnquantizedProduct) {
         truth[i * sh.n + j] = acc;
       }
     for (const auto& path : isas()) {
-      PathGuard guard(path);
+      dispatch::ScopedPath guard(path);
       std::vector<bf16> d(static_cast<size_t>(sh.m * sh.n));
       gemm::fp8_gemm_nt(op.a.view(), op.a.scale_view(), op.b.view(), op.b.scale_view(),
                         MatrixView<bf16>{d.data(), sh.m, sh.n, sh.n});
       std::vector<double> got(d.size());
       for (size_t i = 0; i < d.size(); ++i) got[i] = ridge::to_float(d[i]);
       const double diff = calc_diff(got, truth);
-      EXPECT_LT(diff, 1e-3) << path_name(path) << " m=" << sh.m << " n=" << sh.n << " k=" << sh.k;
+      EXPECT_LT(diff, 1e-3) << dispatch::name(path) << " m=" << sh.m << " n=" << sh.n << " k=" << sh.k;
       EXPECT_GE(diff, 0.0);
     }
   }
@@ -290,8 +262,8 @@ TEST(Fp8Gemm, AccumulateStridesAndPackedWeights) {
     EXPECT_EQ(packed.k(), k);
     EXPECT_LE(packed.bytes(), size_t((n + 31) / 32 * 32) * size_t(k + 1));  // still one byte per element
     for (const auto& path : isas()) {
-      PathGuard guard(path);
-      SCOPED_TRACE(path_name(path) + " m=" + std::to_string(m));
+      dispatch::ScopedPath guard(path);
+      SCOPED_TRACE(dispatch::name(path) + " m=" + std::to_string(m));
       std::vector<float> d(static_cast<size_t>(m * ldd), -7.0f);
       gemm::fp8_gemm_nt(MatrixView<const fp8_e4m3>{as.data(), m, k, lda}, op.a.scale_view(), op.b.view(),
                         op.b.scale_view(), MatrixView<float>{d.data(), m, n, ldd},
@@ -359,7 +331,7 @@ TEST(Fp8Grouped, ContiguousLayoutGroupByGroup) {
                                 MatrixView<float>{refs[g].data(), m_sum, n, n});
   const bf16 sentinel = ridge::to_bf16(12345.0f);
   for (const auto& path : isas()) {
-    PathGuard guard(path);
+    dispatch::ScopedPath guard(path);
     std::vector<bf16> d(static_cast<size_t>(m_sum * n), sentinel);
     gemm::m_grouped_fp8_gemm_nt_contiguous(a.a.view(), a.a.scale_view(), bt, sbt,
                                            MatrixView<bf16>{d.data(), m_sum, n, n}, idx);
@@ -372,7 +344,7 @@ TEST(Fp8Grouped, ContiguousLayoutGroupByGroup) {
       const float* ref = &refs[g][r * n];
       for (int64_t j = 0; j < n; ++j)
         ASSERT_NEAR(ridge::to_float(d[r * n + j]), ref[j], std::fabs(ref[j]) * 0.0079 + 1e-4)
-            << path_name(path) << " row " << r << " group " << g;
+            << dispatch::name(path) << " row " << r << " group " << g;
     }
   }
 }
@@ -396,7 +368,7 @@ TEST(Fp8Grouped, MaskedLayoutLeavesRowsPastTheMaskUntouched) {
                                 MatrixView<float>{refs[g].data(), G * m_max, n, n});
   const bf16 sentinel = ridge::to_bf16(-999.0f);
   for (const auto& path : isas()) {
-    PathGuard guard(path);
+    dispatch::ScopedPath guard(path);
     std::vector<bf16> d(static_cast<size_t>(G * m_max * n), sentinel);
     gemm::m_grouped_fp8_gemm_nt_masked(
         TensorView<const fp8_e4m3>::contiguous(a.a.values.data(), {G, m_max, k}),
@@ -414,7 +386,7 @@ TEST(Fp8Grouped, MaskedLayoutLeavesRowsPastTheMaskUntouched) {
         const float* ref = &refs[g][row * n];
         for (int64_t j = 0; j < n; ++j)
           ASSERT_NEAR(ridge::to_float(d[row * n + j]), ref[j], std::fabs(ref[j]) * 0.0079 + 1e-4)
-              << path_name(path) << " group " << g << " row " << r;
+              << dispatch::name(path) << " group " << g << " row " << r;
       }
   }
 }
@@ -440,8 +412,9 @@ TEST(Fp8Gemm, Bf16OutputAcrossKBlocksWithCEveryPath) {
     for (const int threads : {1, 3}) {
       gemm::set_num_threads(threads);
       for (const auto& path : isas()) {
-        PathGuard guard(path);
-        SCOPED_TRACE(path_name(path) + " m=" + std::to_string(m) + " threads=" + std::to_string(threads));
+        dispatch::ScopedPath guard(path);
+        SCOPED_TRACE(dispatch::name(path) + " m=" + std::to_string(m) +
+                     " threads=" + std::to_string(threads));
         std::vector<bf16> db(static_cast<size_t>(m * n)), dp(static_cast<size_t>(m * n));
         std::vector<float> df(static_cast<size_t>(m * n));
         gemm::fp8_gemm_nt(op.a.view(), op.a.scale_view(), op.b.view(), op.b.scale_view(),
@@ -474,8 +447,8 @@ TEST(Fp8Gemm, VectorPackersMatchTheTable) {
     Operands op(sh.m, sh.n, sh.k, 91);
     const auto packed = gemm::PackedFp8B::pack(op.b.view(), op.b.scale_view());
     for (const auto& path : isas()) {
-      PathGuard guard(path);
-      SCOPED_TRACE(path_name(path) + " m=" + std::to_string(sh.m) + " n=" + std::to_string(sh.n));
+      dispatch::ScopedPath guard(path);
+      SCOPED_TRACE(dispatch::name(path) + " m=" + std::to_string(sh.m) + " n=" + std::to_string(sh.n));
       std::vector<float> raw[2], pk[2];
       for (int scalar = 0; scalar < 2; ++scalar) {
         if (scalar) setenv("RIDGE_GEMM_SCALAR_PACK", "1", 1);

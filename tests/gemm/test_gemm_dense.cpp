@@ -12,7 +12,8 @@
 
 #include "ridge/core.hpp"
 #include "ridge/gemm.hpp"
-#include "gemm/paths.hpp"
+#include "core/dispatch.hpp"
+#include "gemm/driver.hpp"
 
 namespace {
 
@@ -20,10 +21,9 @@ using ridge::bf16;
 using ridge::MatrixView;
 namespace cpu = ridge::cpu;
 namespace gemm = ridge::gemm;
-using ridge::test::path_name;
-using ridge::test::ScopedPath;
-using ridge::test::test_paths;
-using ridge::test::TestPath;
+namespace dispatch = ridge::dispatch;
+using dispatch::Path;
+using dispatch::ScopedPath;
 
 bool small() {
   const char* s = std::getenv("RIDGE_TEST_SMALL");
@@ -166,8 +166,8 @@ void gemm_call(const Mat<bf16>& a, const Mat<bf16>& b, Mat<bf16>& d, const Mat<b
   gemm::bf16_gemm_nt(a.cview(), b.cview(), d.view(), c ? c->cview() : MatrixView<const bf16>{});
 }
 
-std::string label(const TestPath& isa, const Shape& s) {
-  return path_name(isa) + " m=" + std::to_string(s.m) + " n=" + std::to_string(s.n) +
+std::string label(const Path& isa, const Shape& s) {
+  return dispatch::name(isa) + " m=" + std::to_string(s.m) + " n=" + std::to_string(s.n) +
          " k=" + std::to_string(s.k);
 }
 
@@ -175,7 +175,7 @@ std::string label(const TestPath& isa, const Shape& s) {
 template <typename TA, typename TD>
 void sweep(uint32_t seed) {
   std::mt19937 rng(seed);
-  for (const TestPath& isa : test_paths()) {
+  for (const Path& isa : dispatch::paths({dispatch::Dtype::f32, dispatch::Dtype::bf16})) {
     ScopedPath scope(isa);
     for (const Shape& s : shapes()) {
       for (int variant = 0; variant < 3; ++variant) {
@@ -229,13 +229,13 @@ TEST(GemmDense, ReferenceTwinsAgree) {
     fp64_reference(ab, bb, &c, ref, mag);
     gemm::bf16_gemm_nt_reference(ab.cview(), bb.cview(), r.view(), c.cview());
     expect_close(r, ref, mag, s.k, "bf16 reference");
-    for (const TestPath& isa : test_paths()) {
+    for (const Path& isa : dispatch::paths({dispatch::Dtype::f32, dispatch::Dtype::bf16})) {
       ScopedPath scope(isa);
       gemm::bf16_gemm_nt(ab.cview(), bb.cview(), d.view(), c.cview());
       for (int64_t i = 0; i < s.m; ++i)
         for (int64_t j = 0; j < s.n; ++j)
           ASSERT_NEAR(d.at(i, j), r.at(i, j), 2 * tolerance(s.k, mag[i * s.n + j], 0, false))
-              << path_name(isa);
+              << dispatch::name(isa);
     }
   }
 }
@@ -243,7 +243,7 @@ TEST(GemmDense, ReferenceTwinsAgree) {
 // C may be D itself: D += A * B^T in place, for both output dtypes.
 TEST(GemmDense, InPlaceAccumulate) {
   std::mt19937 rng(6);
-  for (const TestPath& isa : test_paths()) {
+  for (const Path& isa : dispatch::paths({dispatch::Dtype::f32, dispatch::Dtype::bf16})) {
     ScopedPath scope(isa);
     const Shape s{37, 45, small() ? 300 : 700};
     Mat<bf16> a(s.m, s.k), b(s.n, s.k);
@@ -255,13 +255,13 @@ TEST(GemmDense, InPlaceAccumulate) {
     std::vector<double> ref, mag;
     fp64_reference(a, b, &c0, ref, mag);
     gemm::bf16_gemm_nt(a.cview(), b.cview(), d.view(), d.cview());
-    expect_close(d, ref, mag, s.k, "in-place f32 " + path_name(isa));
+    expect_close(d, ref, mag, s.k, "in-place f32 " + dispatch::name(isa));
     Mat<bf16> db(s.m, s.n, 1);
     fill(db, rng);
     const Mat<bf16> cb = db;
     fp64_reference(a, b, &cb, ref, mag);
     gemm::bf16_gemm_nt(a.cview(), b.cview(), db.view(), db.cview());
-    expect_close(db, ref, mag, s.k, "in-place bf16 " + path_name(isa));
+    expect_close(db, ref, mag, s.k, "in-place bf16 " + dispatch::name(isa));
   }
 }
 
@@ -294,13 +294,13 @@ TEST(GemmDense, NarrowPathWithAInL2IsTheGeneralPathsBits) {
   fill(a, rng);
   fill(b, rng);
   gemm::set_num_threads(1);
-  for (const TestPath& isa : test_paths()) {
+  for (const Path& isa : dispatch::paths({dispatch::Dtype::f32, dispatch::Dtype::bf16})) {
     ScopedPath scope(isa);
     gemm::f32_gemm_nt(a.cview(), b.cview(), d1.view());
     setenv("RIDGE_GEMM_NO_NARROW", "1", 1);
     gemm::f32_gemm_nt(a.cview(), b.cview(), d2.view());
     unsetenv("RIDGE_GEMM_NO_NARROW");
-    EXPECT_EQ(d1.v, d2.v) << path_name(isa) << " m=" << s.m;
+    EXPECT_EQ(d1.v, d2.v) << dispatch::name(isa) << " m=" << s.m;
   }
   gemm::set_num_threads(saved);
 }
@@ -329,7 +329,7 @@ TEST(GemmDense, InsideParallelRegion) {
 // A packed B gives the same bits as packing per call, for each path.
 TEST(GemmDense, PackedBMatchesUnpacked) {
   std::mt19937 rng(8);
-  for (const TestPath& isa : test_paths()) {
+  for (const Path& isa : dispatch::paths({dispatch::Dtype::f32, dispatch::Dtype::bf16})) {
     ScopedPath scope(isa);
     for (const Shape& s : {Shape{1, 7, 33}, Shape{16, 100, 257}, Shape{17, 70, 300}, Shape{65, 2112, 40}}) {
       Mat<bf16> a(s.m, s.k), b(s.n, s.k), d1(s.m, s.n), d2(s.m, s.n);
@@ -436,10 +436,10 @@ TEST(GemmDense, BadInputIsAnError) {
   const auto isas = cpu::supported_isas();
   if (isas.size() > 1) {
     const gemm::PackedB pb_best = [&] {
-      cpu::ScopedIsa scope(isas.back());
+      dispatch::ScopedPath scope({.isa = isas.back()});
       return gemm::PackedB::pack(CV{p, 3, 8, 8});
     }();
-    cpu::ScopedIsa scope(isas.front());
+    dispatch::ScopedPath scope({.isa = isas.front()});
     expect_error([&] { gemm::f32_gemm_nt(CV{p, 4, 8, 8}, pb_best, V{q, 4, 3, 3}); }, "pack again");
   }
   expect_error([] { gemm::set_num_threads(0); }, "threads");
@@ -466,7 +466,7 @@ TEST(GemmDense, BlockingComesFromCaches) {
 // The emulated path really runs the tile kernels (the sweeps above would pass on any kernel), and
 // the tile kernel's own blocking keeps K blocks whole 32-deep chunks.
 TEST(GemmAmx, EmulationSelectsTheTileKernels) {
-  ridge::amx::ScopedEmulation on;
+  ScopedPath on({.amx_emulated = true});
   const gemm::Blocking b = gemm::blocking(ridge::DType::bf16, cpu::active_isa(), 1000);
   EXPECT_STREQ(b.kernel, "bf16_amx_32x32_emulated");
   EXPECT_EQ(b.mr, 32);
@@ -474,8 +474,54 @@ TEST(GemmAmx, EmulationSelectsTheTileKernels) {
   EXPECT_EQ(b.kc % 32, 0);
   EXPECT_EQ(std::string(gemm::blocking(ridge::DType::f32, cpu::active_isa(), 1000).kernel).find("amx"),
             std::string::npos);  // fp32 keeps its path's kernel
-  ridge::amx::ScopedEmulation off(false);
+  ScopedPath off({.amx_emulated = false});
   EXPECT_STRNE(gemm::blocking(ridge::DType::bf16, cpu::active_isa(), 1000).kernel, "bf16_amx_32x32_emulated");
+}
+
+// The blocked and the small-m kernels are the policy's two choices (core/dispatch.hpp), neither spliced
+// into the other: with bf16 on the FMAs, blocked bf16 takes avx512's fp32 kernel on widened operands
+// while decode rows keep the bf16 small-m kernel, so a decode GEMM gives the same bits either way and
+// a blocked one other bits; on the amx path (where there is one) the tiles and avx512bf16's small-m kernel.
+TEST(GemmDispatch, BlockedAndSmallMKernelsAreChosenApart) {
+  namespace gd = ridge::gemm::detail;
+  if (!cpu::supported(cpu::Isa::avx512bf16))
+    GTEST_SKIP() << "no avx512bf16 path here: bf16 has one kernel family below it";
+  const gd::KernelInfo dot = gd::kernel_bf16_avx512bf16();
+  for (bool on_fma : {false, true}) {
+    ScopedPath path({.isa = cpu::Isa::avx512bf16, .amx_emulated = false, .bf16_on_fma = on_fma});
+    const gd::KernelInfo blocked =
+        gd::select_kernel(gd::Elem::bf16, dispatch::Work::blocked, cpu::Isa::avx512bf16);
+    const gd::KernelInfo small =
+        gd::select_kernel(gd::Elem::bf16, dispatch::Work::small_m, cpu::Isa::avx512bf16);
+    EXPECT_STREQ(blocked.name, on_fma ? "f32_avx512_14x32_widened" : dot.name);
+    EXPECT_EQ(small.small_m, dot.small_m) << "on_fma " << on_fma;
+    EXPECT_EQ(small.small_m_elem, gd::Elem::bf16);
+  }
+  std::mt19937 rng(5);
+  for (const Shape& s : {Shape{4, 70, 300}, Shape{40, 70, 300}}) {
+    Mat<bf16> a(s.m, s.k), b(s.n, s.k);
+    Mat<float> dot_d(s.m, s.n), fma_d(s.m, s.n);
+    fill(a, rng);
+    fill(b, rng);
+    {
+      ScopedPath path({.isa = cpu::Isa::avx512bf16, .amx_emulated = false, .bf16_on_fma = false});
+      gemm::bf16_gemm_nt(a.cview(), b.cview(), dot_d.view());
+    }
+    {
+      ScopedPath path({.isa = cpu::Isa::avx512bf16, .amx_emulated = false, .bf16_on_fma = true});
+      gemm::bf16_gemm_nt(a.cview(), b.cview(), fma_d.view());
+    }
+    if (s.m <= 16)
+      EXPECT_EQ(dot_d.v, fma_d.v) << "decode rows: one small-m kernel whatever the blocked choice";
+    else
+      EXPECT_NE(dot_d.v, fma_d.v) << "blocked: vdpbf16ps and the FMAs round differently";
+  }
+  if (cpu::supported(cpu::Isa::amx)) {
+    ScopedPath path({.isa = cpu::Isa::amx, .amx_emulated = false});
+    EXPECT_STREQ(gd::select_kernel(gd::Elem::bf16, dispatch::Work::blocked, cpu::Isa::amx).name,
+                 "bf16_amx_32x32");
+    EXPECT_EQ(gd::select_kernel(gd::Elem::bf16, dispatch::Work::small_m, cpu::Isa::amx).small_m, dot.small_m);
+  }
 }
 
 // On a machine with AMX: the kernels on the instructions and on the emulator give the same bits (same
@@ -492,14 +538,14 @@ TEST(GemmAmx, TheInstructionsMatchTheEmulatorBitForBit) {
     fill(b, rng);
     fill(c, rng);
     {
-      cpu::ScopedIsa isa(cpu::Isa::amx);
+      dispatch::ScopedPath isa({.isa = cpu::Isa::amx});
       gemm::bf16_gemm_nt(a.cview(), b.cview(), hw.view(), c.cview());
     }
     {
-      ridge::amx::ScopedEmulation on;
+      ScopedPath on({.amx_emulated = true});
       gemm::bf16_gemm_nt(a.cview(), b.cview(), emu.view(), c.cview());
     }
-    ASSERT_EQ(hw.v, emu.v) << label(TestPath{cpu::Isa::amx}, s);
+    ASSERT_EQ(hw.v, emu.v) << label(Path{cpu::Isa::amx}, s);
   }
 }
 

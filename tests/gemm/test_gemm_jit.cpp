@@ -14,8 +14,9 @@
 #include "ridge/core.hpp"
 #include "ridge/jit.hpp"
 #include "ridge/gemm.hpp"
+#include "core/dispatch.hpp"
+#include "gemm/driver.hpp"
 #include "gemm/jit_decode.hpp"
-#include "gemm/kernel.hpp"
 
 namespace {
 
@@ -32,7 +33,6 @@ class GemmJit : public ::testing::Test {
       GTEST_SKIP() << "no C++ compiler on PATH: the JIT cannot run here";
   }
   void TearDown() override {
-    gd::jit_small_m_override(-1);
     gd::jit_small_m_forget();
     ::unsetenv("RIDGE_JIT_CACHE_DIR");
   }
@@ -47,6 +47,16 @@ std::vector<float> random_floats(size_t n, uint32_t seed) {
   return v;
 }
 
+// D = A B^T (m x n, depth k, fp32) through the public API, with the JIT switch at `mode`.
+std::vector<float> gemm_with_jit(dispatch::Jit mode, const std::vector<float>& a, const std::vector<float>& b,
+                                 int64_t m, int64_t n, int64_t k) {
+  const dispatch::ScopedPath jit({.jit = mode});
+  std::vector<float> d(static_cast<size_t>(m * n));
+  gemm::f32_gemm_nt(MatrixView<const float>{a.data(), m, k, k}, MatrixView<const float>{b.data(), n, k, k},
+                    MatrixView<float>{d.data(), m, n, n});
+  return d;
+}
+
 TEST_F(GemmJit, DecodeKernelIsTheAotKernelBitForBitOnEveryPath) {
   struct MK {
     int64_t m, k;
@@ -57,11 +67,11 @@ TEST_F(GemmJit, DecodeKernelIsTheAotKernelBitForBitOnEveryPath) {
   int paths = 0;
   for (cpu::Isa isa : cpu::supported_isas())
     for (gd::Elem elem : {gd::Elem::f32, gd::Elem::bf16}) {
-      const gd::KernelInfo ki = gd::select_kernel(elem, isa);
+      const gd::KernelInfo ki = gd::select_kernel(elem, dispatch::Work::small_m, isa);
       if (!ki.small_m_jit || ki.small_m_elem != elem) continue;
       ++paths;
       const bool bf = elem == gd::Elem::bf16;
-      cpu::ScopedIsa scope(isa);
+      dispatch::ScopedPath scope({.isa = isa});
       for (const auto& s : shapes) {
         const gd::SmallMKernel fn = gd::jit_small_m_build(ki, s.m, s.k);
         ASSERT_NE(fn, nullptr) << "the JIT could not build m=" << s.m << " k=" << s.k;
@@ -137,9 +147,9 @@ TEST_F(GemmJit, DecodeKernelIsTheAotKernelBitForBitOnEveryPath) {
 
 TEST_F(GemmJit, ServesOnlyTheDecodeRowsOfItsTable) {
   for (cpu::Isa isa : cpu::supported_isas()) {
-    const gd::KernelInfo f32 = gd::select_kernel(gd::Elem::f32, isa);
-    const gd::KernelInfo bf16k = gd::select_kernel(gd::Elem::bf16, isa);
-    const gd::KernelInfo fp8 = gd::select_kernel(gd::Elem::fp8, isa);
+    const gd::KernelInfo f32 = gd::select_kernel(gd::Elem::f32, dispatch::Work::small_m, isa);
+    const gd::KernelInfo bf16k = gd::select_kernel(gd::Elem::bf16, dispatch::Work::small_m, isa);
+    const gd::KernelInfo fp8 = gd::select_kernel(gd::Elem::fp8, dispatch::Work::small_m, isa);
     // The decision table (docs/jit.md): the AVX2 decode kernels at 5..16 rows; AVX-512's is built on
     // request only.
     const bool avx2 = isa == cpu::Isa::avx2;
@@ -151,27 +161,21 @@ TEST_F(GemmJit, ServesOnlyTheDecodeRowsOfItsTable) {
       EXPECT_EQ(gd::jit_small_m_build(f32, m, 64) != nullptr, f32.small_m_jit != nullptr && rows)
           << cpu::isa_name(isa) << " m=" << m;
     }
-    gd::jit_small_m_override(1);
-    EXPECT_EQ(gd::jit_small_m(f32, 8, 64) != nullptr, avx2) << cpu::isa_name(isa);
-    gd::jit_small_m_override(0);
-    EXPECT_EQ(gd::jit_small_m(f32, 8, 64), nullptr);  // off: never served, even when built
+    EXPECT_EQ(gd::jit_small_m(f32, 8, 64, dispatch::Jit::on) != nullptr, avx2) << cpu::isa_name(isa);
+    EXPECT_EQ(gd::jit_small_m(f32, 8, 64, dispatch::Jit::off),
+              nullptr);  // off: never served, even when built
   }
 }
 
 TEST_F(GemmJit, ThePublicGemmWithTheJitOnIsTheSameGemmWithItOff) {
   // The whole call (threads splitting the columns, the driver's choice of path) with the JIT on and off.
   for (cpu::Isa isa : cpu::supported_isas()) {
-    cpu::ScopedIsa scope(isa);
+    dispatch::ScopedPath scope({.isa = isa});
     for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{9, 301, 97}, {16, 1024, 768}}) {
       const auto a = random_floats(static_cast<size_t>(m * k), 4),
                  b = random_floats(static_cast<size_t>(n * k), 5);
-      std::vector<float> d_on(static_cast<size_t>(m * n)), d_off(d_on.size());
-      gd::jit_small_m_override(2);
-      gemm::f32_gemm_nt(MatrixView<const float>{a.data(), m, k, k},
-                        MatrixView<const float>{b.data(), n, k, k}, MatrixView<float>{d_on.data(), m, n, n});
-      gd::jit_small_m_override(0);
-      gemm::f32_gemm_nt(MatrixView<const float>{a.data(), m, k, k},
-                        MatrixView<const float>{b.data(), n, k, k}, MatrixView<float>{d_off.data(), m, n, n});
+      const auto d_on = gemm_with_jit(dispatch::Jit::every, a, b, m, n, k);
+      const auto d_off = gemm_with_jit(dispatch::Jit::off, a, b, m, n, k);
       EXPECT_EQ(std::memcmp(d_on.data(), d_off.data(), d_on.size() * sizeof(float)), 0)
           << cpu::isa_name(isa) << " m=" << m << " n=" << n << " k=" << k;
     }
@@ -180,18 +184,13 @@ TEST_F(GemmJit, ThePublicGemmWithTheJitOnIsTheSameGemmWithItOff) {
 
 TEST_F(GemmJit, WithoutACompilerTheAotKernelRuns) {
   ::setenv("RIDGE_JIT_CXX", "/nonexistent/ridge-test-cxx", 1);
-  const gd::KernelInfo ki = gd::select_kernel(gd::Elem::f32, cpu::active_isa());
+  const gd::KernelInfo ki = gd::select_kernel(gd::Elem::f32, dispatch::Work::small_m, cpu::active_isa());
   EXPECT_EQ(gd::jit_small_m_build(ki, 8, 33), nullptr);
   const int64_t m = 8, n = 50, k = 33;
   const auto a = random_floats(static_cast<size_t>(m * k), 6),
              b = random_floats(static_cast<size_t>(n * k), 7);
-  std::vector<float> d_on(static_cast<size_t>(m * n)), d_off(d_on.size());
-  gd::jit_small_m_override(2);
-  gemm::f32_gemm_nt(MatrixView<const float>{a.data(), m, k, k}, MatrixView<const float>{b.data(), n, k, k},
-                    MatrixView<float>{d_on.data(), m, n, n});
-  gd::jit_small_m_override(0);
-  gemm::f32_gemm_nt(MatrixView<const float>{a.data(), m, k, k}, MatrixView<const float>{b.data(), n, k, k},
-                    MatrixView<float>{d_off.data(), m, n, n});
+  const auto d_on = gemm_with_jit(dispatch::Jit::every, a, b, m, n, k);
+  const auto d_off = gemm_with_jit(dispatch::Jit::off, a, b, m, n, k);
   ::unsetenv("RIDGE_JIT_CXX");
   EXPECT_EQ(std::memcmp(d_on.data(), d_off.data(), d_on.size() * sizeof(float)), 0);
 }

@@ -13,7 +13,7 @@
 
 #include "ridge/core.hpp"
 #include "ridge/gemm.hpp"
-#include "gemm/paths.hpp"
+#include "core/dispatch.hpp"
 
 namespace {
 
@@ -22,10 +22,9 @@ using ridge::MatrixView;
 using gemm_layout = ridge::gemm::Layout;
 namespace cpu = ridge::cpu;
 namespace gemm = ridge::gemm;
-using ridge::test::path_name;
-using ridge::test::ScopedPath;
-using ridge::test::test_paths;
-using ridge::test::TestPath;
+namespace dispatch = ridge::dispatch;
+using dispatch::Path;
+using dispatch::ScopedPath;
 
 constexpr gemm_layout kLayouts[] = {gemm_layout::nt, gemm_layout::nn, gemm_layout::tn, gemm_layout::tt};
 
@@ -174,8 +173,8 @@ void call_named(gemm_layout l, MatrixView<const TA> a, MatrixView<const TA> b, M
   }
 }
 
-std::string label(gemm_layout l, const TestPath& isa, const Shape& s) {
-  return std::string(gemm::layout_name(l)) + " " + path_name(isa) + " m=" + std::to_string(s.m) +
+std::string label(gemm_layout l, const Path& isa, const Shape& s) {
+  return std::string(gemm::layout_name(l)) + " " + dispatch::name(isa) + " m=" + std::to_string(s.m) +
          " n=" + std::to_string(s.n) + " k=" + std::to_string(s.k);
 }
 
@@ -213,7 +212,7 @@ void check_one(gemm_layout l, const Shape& s, int variant, std::mt19937& rng, co
 template <typename TA, typename TD>
 void sweep(uint32_t seed) {
   std::mt19937 rng(seed);
-  for (const TestPath& isa : test_paths()) {
+  for (const Path& isa : dispatch::paths({dispatch::Dtype::f32, dispatch::Dtype::bf16})) {
     ScopedPath scope(isa);
     for (gemm_layout l : {gemm_layout::nn, gemm_layout::tn, gemm_layout::tt})  // nt: test_gemm_dense.cpp
       for (const Shape& s : shapes())
@@ -253,7 +252,7 @@ TEST(GemmLayouts, SmallBlocksAllPaths) {
   std::mt19937 rng(15);
   const ScopedBlocking blocks("40", "30", "70");
   const Shape s{small() ? 67 : 211, 151, 133};
-  for (const TestPath& isa : test_paths()) {
+  for (const Path& isa : dispatch::paths({dispatch::Dtype::f32, dispatch::Dtype::bf16})) {
     ScopedPath scope(isa);
     for (gemm_layout l : kLayouts) {
       check_one<float, float>(l, s, 2, rng, "blocks f32 " + label(l, isa, s));
@@ -272,7 +271,7 @@ TEST(GemmLayouts, NaturalBlocksBestPath) {
   gemm::set_num_threads(1);  // one thread owns all of M and N, so both are split into blocks
   const Shape s{std::min<int64_t>(2 * bk.mc + 5, 400), std::min<int64_t>(bk.nc + 9, 1300), bk.kc + 17};
   for (gemm_layout l : {gemm_layout::nn, gemm_layout::tn}) {
-    check_one<bf16, float>(l, s, 1, rng, "natural blocks " + label(l, TestPath{cpu::active_isa()}, s));
+    check_one<bf16, float>(l, s, 1, rng, "natural blocks " + label(l, Path{cpu::active_isa()}, s));
   }
   gemm::set_num_threads(saved);
 }
@@ -282,7 +281,7 @@ TEST(GemmLayouts, NaturalBlocksBestPath) {
 template <typename TA>
 void layouts_match_nt_bits(uint32_t seed) {
   std::mt19937 rng(seed);
-  for (const TestPath& isa : test_paths()) {
+  for (const Path& isa : dispatch::paths({dispatch::Dtype::f32, dispatch::Dtype::bf16})) {
     ScopedPath scope(isa);
     for (const Shape& s : {Shape{17, 33, 31}, Shape{45, 70, 301}, Shape{130, 97, 64}}) {
       Mat<TA> a(s.m, s.k), b(s.n, s.k), at(s.k, s.m), bt(s.k, s.n);
@@ -319,7 +318,7 @@ template <typename T>
 void vector_packers_match_scalar_packing(uint32_t seed) {
   std::mt19937 rng(seed);
   const ScopedBlocking blocks("40", "30", "70");  // ragged K blocks: odd kc pairs in the middle of K
-  for (const TestPath& isa : test_paths()) {
+  for (const Path& isa : dispatch::paths({dispatch::Dtype::f32, dispatch::Dtype::bf16})) {
     ScopedPath scope(isa);
     for (gemm_layout l : kLayouts) {
       for (const Shape& s : {Shape{17, 45, 33}, Shape{75, 100, 101}, Shape{20, 9, 7}}) {
@@ -346,7 +345,7 @@ TEST(GemmLayouts, VectorPackersMatchScalarPacking) {
 TEST(GemmLayouts, InPlaceAccumulate) {
   std::mt19937 rng(19);
   const Shape s{37, 45, small() ? 300 : 700};
-  for (const TestPath& isa : test_paths()) {
+  for (const Path& isa : dispatch::paths({dispatch::Dtype::f32, dispatch::Dtype::bf16})) {
     ScopedPath scope(isa);
     for (gemm_layout l : kLayouts) {
       Operands<bf16> o(l, s, 0);

@@ -23,7 +23,7 @@
 #include "ridge/generate/generate.hpp"
 #include "ridge/model/model.hpp"
 #include "ridge/model/train.hpp"
-#include "gemm/jit_decode.hpp"
+#include "core/dispatch.hpp"
 #include "common/address_space.hpp"
 #include "common/tmpdir.hpp"
 
@@ -539,8 +539,9 @@ TEST(Generate, DecodeThroughTheJitIsTheAotDecodeBitForBit) {
     o.block_size = 16;
     const rg::InferenceModel im(m, o);
     std::vector<std::vector<float>> runs;
-    for (int mode : {0, 1}) {  // the AOT kernels, then the JIT's
-      ridge::gemm::detail::jit_small_m_override(mode);
+    for (auto mode :
+         {ridge::dispatch::Jit::off, ridge::dispatch::Jit::on}) {  // the AOT kernels, then the JIT's
+      const ridge::dispatch::ScopedPath jit({.jit = mode});
       rg::Session s(im, 12);
       std::vector<std::vector<int32_t>> prompts;
       for (int i = 0; i < 12; ++i)
@@ -558,7 +559,6 @@ TEST(Generate, DecodeThroughTheJitIsTheAotDecodeBitForBit) {
       }
       runs.push_back(std::move(all));
     }
-    ridge::gemm::detail::jit_small_m_override(-1);
     ASSERT_EQ(runs[0].size(), runs[1].size());
     EXPECT_EQ(std::memcmp(runs[0].data(), runs[1].data(), runs[0].size() * sizeof(float)), 0)
         << (format == rg::WeightFormat::fp32 ? "fp32" : "bf16");

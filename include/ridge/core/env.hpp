@@ -1,6 +1,7 @@
 // Every environment variable ridge reads, in one place. The knobs (RIDGE_ISA, RIDGE_GEMM_*,
-// RIDGE_ATTENTION_BLOCK_*, RIDGE_JIT, OMP_NUM_THREADS) are parsed and validated once, at first use, and then
-// read from memory: kernels never call getenv. A bad value is a ridge::Error that names the variable
+// RIDGE_ATTENTION_BLOCK_*, RIDGE_JIT, RIDGE_AMX_EMULATE, RIDGE_BF16_ON_FMA, RIDGE_FP8_VBMI,
+// OMP_NUM_THREADS) are parsed and validated once, at first use, and then read from memory: kernels
+// never call getenv. A bad value is a ridge::Error that names the variable
 // and says what is accepted, so the CLI prints one line and exits 2.
 #pragma once
 
@@ -27,6 +28,11 @@ struct Knobs {
   // RIDGE_AMX_EMULATE=1: the AMX kernels run on the tile emulator (src/core/amx.hpp), on any machine,
   // in place of the path's own bf16 and FP8 kernels; slow, for checking. Off by default.
   bool amx_emulate = false;
+  // RIDGE_BF16_ON_FMA=0|1: blocked bf16 on the avx512bf16 path on vdpbf16ps (0) or on the fp32 FMAs (1);
+  // -1 when unset (by the CPU's vendor). RIDGE_FP8_VBMI=0|1: FP8's widening with byte permutes off or on
+  // (1 only on a CPU with AVX512_VBMI); -1 when unset (on where the CPU has it). What each switch
+  // decides is src/core/dispatch.hpp's.
+  int bf16_on_fma = -1, fp8_vbmi = -1;
   // OMP_NUM_THREADS: the default thread count; 0 when unset. A list ("8,2", OpenMP's counts for nested
   // levels) has every entry checked against 1 .. kMaxThreads, and this is its first.
   int omp_threads = 0;
