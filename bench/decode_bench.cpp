@@ -187,7 +187,6 @@ void run_decode(bench::Context& ctx) {
   model::TransformerLM<float> trained(cfg);
   trained.init(0);
   const roofline::Chip* chip = ctx.chip();
-  const roofline::InferenceShape shape = generate::inference_shape(cfg);
 
   // The weights as files the peers load (written once per run, in a temporary folder).
   const std::filesystem::path dir = std::filesystem::temp_directory_path() /
@@ -274,8 +273,8 @@ void run_decode(bench::Context& ctx) {
       const Case& c = mine[i];
       const auto dt = im.roofline_dtypes();
       const roofline::InferenceCost cost = c.phase == "prefill"
-                                               ? roofline::prefill_cost(shape, dt, 1, c.prompt)
-                                               : roofline::decode_cost(shape, dt, c.batch, c.context);
+                                               ? roofline::prefill_cost(cfg, dt, 1, c.prompt)
+                                               : roofline::decode_cost(cfg, dt, c.batch, c.context);
       const double tokens =
           c.phase == "prefill" ? static_cast<double>(c.prompt) : static_cast<double>(c.batch * g_steps);
       const double calls = c.phase == "prefill" ? 1.0 : static_cast<double>(g_steps);

@@ -19,6 +19,7 @@
 #include "ridge/core.hpp"
 #include "ridge/jit.hpp"
 #include "ridge/gemm.hpp"
+#include "ridge/model/config.hpp"
 #include "bench/registry.hpp"
 #include "core/check.hpp"
 #include "core/dispatch.hpp"
@@ -95,12 +96,8 @@ void run(bench::Context& ctx) {
   for (const auto& p : phases)
     check(std::find(phases_all.begin(), phases_all.end(), p) != phases_all.end(),
           "--set phase: '{}' is not one of cold, disk, lookup, shape, blocking", p);
-  struct Size {
-    const char* name;
-    int64_t d, dff;
-  };
-  const std::vector<Size> sizes_all = {
-      {"small", 768, 3072}, {"medium", 1024, 4096}, {"large", 1280, 5120}, {"xl", 1600, 6400}};
+  // The sizes' numbers are the model presets' (bench/shapes/model-sizes.json).
+  const std::vector<std::string> sizes_all = {"small", "medium", "large", "xl"};
   const auto size_names = ctx.grid.values(
       "size", ctx.quick ? std::vector<std::string>{"small"} : std::vector<std::string>{"small", "medium"});
   const std::vector<std::string> ops_all = {"qkv", "out", "w1|w3", "w2", "lm_head"};
@@ -117,9 +114,10 @@ void run(bench::Context& ctx) {
   const int64_t repeats = reps_v[0];
   std::vector<Shape> shapes;
   for (const auto& sn : size_names) {
-    auto it = std::find_if(sizes_all.begin(), sizes_all.end(), [&](const Size& s) { return sn == s.name; });
-    check(it != sizes_all.end(), "--set size: '{}' is not one of small, medium, large, xl", sn);
-    for (const auto& s : model_shapes(it->name, it->d, it->dff, 10000))
+    check(std::find(sizes_all.begin(), sizes_all.end(), sn) != sizes_all.end(),
+          "--set size: '{}' is not one of small, medium, large, xl", sn);
+    const model::ModelConfig c = model::preset(sn, 10000, 256);
+    for (const auto& s : model_shapes(sn, c.d_model, c.d_ff, c.vocab_size))
       if (std::find(ops.begin(), ops.end(), s.op) != ops.end()) shapes.push_back(s);
   }
 

@@ -396,7 +396,7 @@ void run_model(bench::Context& ctx) {
                   if (g.has("layers")) c.cfg.num_layers = g.counts("layers")[0], c.size += "*";
                   if (g.has("heads")) c.cfg.num_heads = g.counts("heads")[0], c.size += "*";
                   if (g.has("kv_heads")) c.cfg.num_kv_heads = g.counts("kv_heads")[0], c.size += "*";
-                  check(c.cfg.num_kv_heads == 0 || c.cfg.num_heads % c.cfg.num_kv_heads == 0,
+                  check(c.cfg.num_heads % c.cfg.kv_heads() == 0,
                         "bench model: kv_heads {} does not divide heads {} (accepted: a divisor of {})",
                         c.cfg.num_kv_heads, c.cfg.num_heads, c.cfg.num_heads);
                   c.cfg.validate();

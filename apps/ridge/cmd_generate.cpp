@@ -290,9 +290,8 @@ void run(const Args& a) {
       for (size_t i = 0; i < prompts.size(); ++i)
         keys += static_cast<int64_t>(prompts[i].size() + out[i].size() / 2);
       const auto b = roofline::inference_bound(
-          roofline::decode_cost(generate::inference_shape(cfg), im.roofline_dtypes(), batch,
-                                std::max<int64_t>(1, keys / batch)),
-          chip, "auto");
+          roofline::decode_cost(cfg, im.roofline_dtypes(), batch, std::max<int64_t>(1, keys / batch)), chip,
+          "auto");
       roof = b.bandwidth;
       roof_name = chip.memory_level(b.level).name;
     } catch (const Error&) {

@@ -217,17 +217,10 @@ void setup_roofline_decode(CLI::App* parent) {
     if (!o->embedding.empty()) dt.embedding = dtype_flag(o->embedding, "--embedding", {"fp32", "bf16"});
     dt.kv = o->kv.empty() ? (dt.weights == DType::f32 ? DType::f32 : DType::bf16)
                           : dtype_flag(o->kv, "--kv", {"fp32", "bf16"});
-    rr::InferenceShape shape;
-    shape.vocab = cfg.vocab_size;
-    shape.d_model = cfg.d_model;
-    shape.layers = cfg.num_layers;
-    shape.heads = cfg.num_heads;
-    shape.kv_heads = cfg.kv_heads();
-    shape.d_ff = cfg.d_ff;
     const auto chip = with_flags(chip_flags("--hw"), [&] { return rr::load_chip(o->hw); });
     const auto report = with_flags(
         {{"level", "--level"}, {"shape", "--batch/--context-length/--prompt-length"}},
-        [&] { return rr::decode_report(shape, dt, batch, context, chip, o->level, prompt, o->sweep); });
+        [&] { return rr::decode_report(cfg, dt, batch, context, chip, o->level, prompt, o->sweep); });
     if (o->json) {
       auto j = rr::to_json(report);
       j["model"] = label;

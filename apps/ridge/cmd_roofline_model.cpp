@@ -34,7 +34,7 @@ std::string ms(double s) {
 void print_text(const ridge::model::StepRoofline& r, const Opts& o) {
   const auto& m = r.shape;
   fmt::print("{}: d_model {}, d_ff {}, {} layers, {}, vocab {} ({:.3g} M parameters)\n", r.label, m.d_model,
-             m.d_ff, m.layers, heads_text(m.heads, m.kv_head_count()), m.vocab, r.params / 1e6);
+             m.d_ff, m.num_layers, heads_text(m.num_heads, m.kv_heads()), m.vocab_size, r.params / 1e6);
   fmt::print("batch {} x context {} = {} tokens, {} operands, {} attention\n", m.batch, m.seq,
              m.batch * m.seq, ridge::dtype_name(m.operand), m.flash ? "flash" : "math");
   fmt::print("chip {} ({}): {}\n", r.chip.id, r.chip.name, r.roofs);

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "ridge/core/tensor.hpp"
+#include "ridge/roofline/model_arch.hpp"
 
 namespace ridge::roofline {
 
@@ -212,13 +213,9 @@ CriticalSplit critical_split_d(const Chip& chip, int64_t chips, const MatmulDtyp
 // RMSNorm, RoPE, causal attention, SwiGLU, untied lm_head, AdamW). Pure arithmetic on sizes, so the
 // analyzer answers for any chip and any size, including ones that do not fit on the machine at hand.
 
-struct ModelShape {
-  int64_t vocab = 10000, d_model = 768, layers = 12, heads = 12, d_ff = 3072;
+// The architecture (ModelArch: ModelConfig's numbers) and one training step's settings.
+struct ModelShape : ModelArch {
   int64_t batch = 4, seq = 256;
-  // Key/value heads: grouped-query attention when fewer than `heads` (k_proj and v_proj then have
-  // kv_heads * d_head rows, not d_model); 0 = heads, multi-head attention.
-  int64_t kv_heads = 0;
-  int64_t kv_head_count() const { return kv_heads > 0 ? kv_heads : heads; }
   // Operand dtype of the GEMMs and attention: f32, bf16 or fp16 (master weights, gradients,
   // optimizer state, the residual stream, norms and the loss stay fp32, as mixed precision keeps them).
   DType operand = DType::f32;
@@ -241,15 +238,15 @@ struct ModelOp {
 
 // Every operation of forward, backward and the optimizer step (zero_grad, gradient norm, AdamW), in
 // execution order, with ops inside a block listed once with count = layers. ridge::Error naming the
-// field for a non-positive size, d_model not a multiple of heads, kv_heads negative or not dividing
+// field for a non-positive size, d_model not a multiple of heads, num_kv_heads negative or not dividing
 // heads, or an operand dtype other than f32, bf16, fp16.
 std::vector<ModelOp> model_step_ops(const ModelShape& m);
 // FLOPs of the GEMMs and attention only (what MFU counts): forward, backward.
 double model_matmul_flops(const ModelShape& m, const std::string& pass);
-// Parameter count of the shape (V*D embedding + L*(2*D*D + 2*D*Dkv + 3*D*F + 2*D) + D + V*D lm_head,
-// Dkv = kv heads * d_head, = D without grouped-query attention), summed over the tensors
+// Parameter count of the architecture (V*D embedding + L*(2*D*D + 2*D*Dkv + 3*D*F + 2*D) + D + V*D
+// lm_head, Dkv = kv heads * d_head, = D without grouped-query attention), summed over the tensors
 // ridge/roofline/model_buffers.hpp lists, in long double: no size overflows it.
-long double model_param_count(const ModelShape& m);
+long double model_param_count(const ModelArch& m);
 
 // ---------------------------------------------------------------------------------------------
 // Bounds as text for the CLI.

@@ -180,12 +180,12 @@ void bind_roofline(nb::module_& m) {
          int64_t batch, int64_t context, const std::string& weights, const std::string& head,
          const std::string& embedding, const std::string& kv, const rl::Chip& chip, const std::string& level,
          int64_t prompt, bool sweep) {
-        rl::InferenceShape s;
-        s.vocab = vocab;
+        rl::ModelArch s;
+        s.vocab_size = vocab;
         s.d_model = d_model;
-        s.layers = layers;
-        s.heads = heads;
-        s.kv_heads = kv_heads;
+        s.num_layers = layers;
+        s.num_heads = heads;
+        s.num_kv_heads = kv_heads;
         s.d_ff = d_ff;
         rl::InferenceDtypes dt;
         dt.weights = decode_dtype(weights, "weights", {"fp32", "bf16", "fp8", "fp8_e4m3"});

@@ -71,16 +71,16 @@ bool is_fp8(WeightFormat f);
 }  // namespace
 
 InferenceMemory inference_memory(const ModelConfig& c, const InferenceOptions& o, int64_t cache_tokens) {
-  const double D = static_cast<double>(c.d_model), F = static_cast<double>(c.d_ff),
-               V = static_cast<double>(c.vocab_size), L = static_cast<double>(c.num_layers),
-               H = static_cast<double>(c.num_heads), KV = static_cast<double>(c.kv_heads()),
+  const double L = static_cast<double>(c.num_layers), KV = static_cast<double>(c.kv_heads()),
                dh = static_cast<double>(c.d_head());
   // Bytes per weight: FP8's are one, and its cast holds another copy while it packs them.
   auto per = [](WeightFormat f) { return f == WeightFormat::fp32 ? 4.0 : 2.0; };
   const WeightFormat head = o.head ? *o.head : (is_fp8(o.weights) ? WeightFormat::bf16 : o.weights);
+  // The linears in their format, lm_head in its own, the embedding table and the norms in fp32.
+  const roofline::ParamGroups w = roofline::model_param_groups(c);
   InferenceMemory m;
-  m.weights = L * ((H + 2 * KV) * dh * D + D * H * dh + 2 * F * D + D * F) * per(o.weights) +
-              V * D * per(head) + 4 * V * D + 4 * (2 * L + 1) * D;
+  m.weights = static_cast<double>(w.linears) * per(o.weights) + static_cast<double>(w.head) * per(head) +
+              4 * static_cast<double>(w.embedding) + 4 * static_cast<double>(w.norms);
   m.rope = 4.0 * static_cast<double>(c.context_length) * dh;  // cos and sin: [context, dh / 2] floats each
   m.kv_cache =
       static_cast<double>(cache_tokens) * 2 * L * KV * dh * (o.weights == WeightFormat::fp32 ? 4 : 2);
@@ -94,6 +94,11 @@ constexpr int kSplitThreads = 16;
 
 bool is_fp8(WeightFormat f) {
   return f == WeightFormat::fp8 || f == WeightFormat::fp8_ue8m0;
+}
+
+// The dtype the roofline counts a format as: FP8 with either kind of scale is fp8_e4m3 with fp32 scales.
+DType weight_dtype(WeightFormat f) {
+  return f == WeightFormat::fp32 ? DType::f32 : (f == WeightFormat::bf16 ? DType::bf16 : DType::fp8_e4m3);
 }
 
 // Per-call scratch of the linears: the activations in the weights' operand type.
@@ -140,17 +145,11 @@ struct Linear {
       }
     }
   }
-  // Bytes one call reads of the weights (with FP8, the 128x128 blocks' fp32 scales too).
+  // Bytes one call reads of the weights (with FP8, the 128x128 blocks' fp32 scales too), as the decode
+  // roofline counts them.
   double bytes() const {
-    const double e = static_cast<double>(n) * static_cast<double>(k);
-    switch (fmt) {
-      case WeightFormat::fp32:
-        return 4 * e;
-      case WeightFormat::bf16:
-        return 2 * e;
-      default:
-        return e + 4.0 * static_cast<double>(gemm::fp8_scale_blocks(n) * gemm::fp8_scale_blocks(k));
-    }
+    return static_cast<double>(
+        roofline::weight_bytes(static_cast<long double>(n), static_cast<long double>(k), weight_dtype(fmt)));
   }
   // y[rows, n] = (residual +) x[rows, k] w^T; residual may be y itself.
   void apply(const float* x, int64_t rows, float* y, const float* residual, Scratch& s) const {
@@ -235,10 +234,9 @@ struct InferenceModel::Impl {
     opt = o;
     head_fmt = o.head ? *o.head : (is_fp8(o.weights) ? WeightFormat::bf16 : o.weights);
     // The tensors' offsets in the flat order the model's description gives.
-    const roofline::ModelShape m = model_shape(c, 1, 1, Precision::fp32, AttentionPath::flash);
     std::map<std::string, std::pair<int64_t, std::vector<int64_t>>> at;
     int64_t off = 0;
-    for (const auto& p : roofline::model_parameters(m)) {
+    for (const auto& p : roofline::model_parameters(c)) {
       int64_t n = 1;
       for (int64_t d : p.shape) n *= d;
       at[p.name] = {off, p.shape};
@@ -296,23 +294,10 @@ WeightFormat InferenceModel::head_format() const {
 DType InferenceModel::kv_dtype() const {
   return impl_->kv_bf16() ? DType::bf16 : DType::f32;
 }
-roofline::InferenceShape inference_shape(const ModelConfig& c) {
-  roofline::InferenceShape s;
-  s.vocab = c.vocab_size;
-  s.d_model = c.d_model;
-  s.layers = c.num_layers;
-  s.heads = c.num_heads;
-  s.kv_heads = c.kv_heads();
-  s.d_ff = c.d_ff;
-  return s;
-}
 roofline::InferenceDtypes InferenceModel::roofline_dtypes() const {
-  auto dt = [](WeightFormat f) {
-    return f == WeightFormat::fp32 ? DType::f32 : (f == WeightFormat::bf16 ? DType::bf16 : DType::fp8_e4m3);
-  };
   roofline::InferenceDtypes d;
-  d.weights = dt(impl_->opt.weights);
-  d.head = dt(impl_->head_fmt);
+  d.weights = weight_dtype(impl_->opt.weights);
+  d.head = weight_dtype(impl_->head_fmt);
   d.embedding = DType::f32;
   d.kv = kv_dtype();
   return d;
@@ -416,7 +401,7 @@ struct Session::Impl {
       {
         RIDGE_RANGE("norm+qkv+rope");
         layers::rmsnorm_forward<float, float>(x.data(), L.ln1.data(), rows, D,
-                                              static_cast<float>(kRmsNormEps), rstd.data(), h.data(),
+                                              static_cast<float>(m->cfg.rms_norm_eps), rstd.data(), h.data(),
                                               Round::none);
         L.qkv.apply(h.data(), rows, qkv.data(), nullptr, scratch);
         // q and k rotated at each row's own position, q|k|v into the attention operand type.
@@ -440,7 +425,7 @@ struct Session::Impl {
       {
         RIDGE_RANGE("norm+w13+swiglu");
         layers::rmsnorm_forward<float, float>(x.data(), L.ln2.data(), rows, D,
-                                              static_cast<float>(kRmsNormEps), rstd.data(), h.data(),
+                                              static_cast<float>(m->cfg.rms_norm_eps), rstd.data(), h.data(),
                                               Round::none);
         L.w13.apply(h.data(), rows, ab.data(), nullptr, scratch);
         // With bf16 weights g is formed from bf16 a and b and rounded to bf16, as the bf16 training
@@ -467,7 +452,7 @@ struct Session::Impl {
     for (int64_t i = 0; i < n; ++i)
       std::copy_n(x.data() + rows_idx[static_cast<size_t>(i)] * D, D, last_h.data() + i * D);
     layers::rmsnorm_forward<float, float>(last_h.data(), m->ln_final.data(), n, D,
-                                          static_cast<float>(kRmsNormEps), rstd.data(), last_h.data(),
+                                          static_cast<float>(m->cfg.rms_norm_eps), rstd.data(), last_h.data(),
                                           layers::Round::none);
     m->head.apply(last_h.data(), n, logits_buf.data(), nullptr, scratch);
   }
@@ -876,7 +861,6 @@ std::vector<std::vector<int32_t>> generate(const InferenceModel& model,
   std::vector<size_t> all(prompts.size());
   for (size_t i = 0; i < all.size(); ++i) all[i] = i;
   sample_all(all);
-  const roofline::InferenceShape shape = inference_shape(c);
   const roofline::InferenceDtypes dtypes = model.roofline_dtypes();
   t0 = clock::now();
   while (!step_ids.empty()) {
@@ -888,7 +872,7 @@ std::vector<std::vector<int32_t>> generate(const InferenceModel& model,
     }
     const auto n = static_cast<int64_t>(step_ids.size());
     st.decode_bytes +=
-        static_cast<double>(roofline::decode_cost(shape, dtypes, n, (keys + n / 2) / n).memory_bytes());
+        static_cast<double>(roofline::decode_cost(c, dtypes, n, (keys + n / 2) / n).memory_bytes());
     session.decode(step_ids, step_tokens);
     st.decode_steps += 1;
     st.decode_tokens += static_cast<int64_t>(step_ids.size());

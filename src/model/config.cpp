@@ -28,14 +28,7 @@ bool mul(int64_t a, int64_t b, int64_t* out) {
 // The parameter count from the model's description of its tensors (ridge/roofline/model_buffers.hpp),
 // with overflow detection; false when it overflows.
 bool count_params(const ModelConfig& c, int64_t* out) {
-  roofline::ModelShape m;
-  m.vocab = c.vocab_size;
-  m.d_model = c.d_model;
-  m.layers = c.num_layers;
-  m.d_ff = c.d_ff;
-  m.heads = c.num_heads;
-  m.kv_heads = c.kv_heads();
-  const auto n = roofline::try_model_parameter_elements(m);
+  const auto n = roofline::try_model_parameter_elements(c);
   if (n) *out = *n;
   return n.has_value();
 }
@@ -57,6 +50,8 @@ void ModelConfig::validate() const {
         d_head());
   check(std::isfinite(rope_theta) && rope_theta > 1,
         "ModelConfig: rope_theta is {}; it must be finite and > 1", rope_theta);
+  check(std::isfinite(rms_norm_eps) && rms_norm_eps > 0,
+        "ModelConfig: rms_norm_eps is {}; it must be finite and > 0", rms_norm_eps);
   int64_t n;
   check(
       count_params(*this, &n),
@@ -73,7 +68,7 @@ void ModelConfig::validate() const {
 bool ModelConfig::operator==(const ModelConfig& o) const {
   return vocab_size == o.vocab_size && context_length == o.context_length && d_model == o.d_model &&
          num_layers == o.num_layers && num_heads == o.num_heads && d_ff == o.d_ff &&
-         rope_theta == o.rope_theta && kv_heads() == o.kv_heads();
+         rope_theta == o.rope_theta && kv_heads() == o.kv_heads() && rms_norm_eps == o.rms_norm_eps;
 }
 
 int64_t ModelConfig::param_count() const {
@@ -112,6 +107,8 @@ void to_json(nlohmann::json& j, const ModelConfig& c) {
        {"rope_theta", c.rope_theta}};
   // Written only for grouped-query models, so a multi-head model's JSON is what it always was.
   if (c.kv_heads() != c.num_heads) j["num_kv_heads"] = c.kv_heads();
+  // Likewise an epsilon other than the default: every model before this field keeps its JSON.
+  if (c.rms_norm_eps != roofline::kDefaultRmsNormEps) j["rms_norm_eps"] = c.rms_norm_eps;
 }
 
 void from_json(const nlohmann::json& j, ModelConfig& c) {
@@ -131,10 +128,12 @@ void from_json(const nlohmann::json& j, ModelConfig& c) {
   r.num_heads = integer("num_heads");
   r.d_ff = integer("d_ff");
   if (j.contains("num_kv_heads")) r.num_kv_heads = integer("num_kv_heads");
-  if (j.contains("rope_theta")) {
-    check(j.at("rope_theta").is_number(), "ModelConfig JSON: 'rope_theta' is not a number");
-    r.rope_theta = j.at("rope_theta").get<double>();
-  }
+  for (auto [key, field] : {std::pair{"rope_theta", &ModelConfig::rope_theta},
+                            std::pair{"rms_norm_eps", &ModelConfig::rms_norm_eps}})
+    if (j.contains(key)) {
+      check(j.at(key).is_number(), "ModelConfig JSON: '{}' is not a number", key);
+      r.*field = j.at(key).get<double>();
+    }
   r.validate();
   c = r;
 }

@@ -463,7 +463,7 @@ void TransformerLM<S>::Impl::forward_pass(const int32_t* tokens, int64_t B, int6
     // Later layers find their input already in s.x, written by the layer before.
     if (l == 0) in(ranges::embedding, [&] { embedding_forward(tokens, N, P + off_embedding, V, D, s.x); });
     in(ranges::attention_block, [&] {
-      in(ranges::norm, [&] { rmsnorm_forward(s.x, P + t.ln1, N, D, S(kRmsNormEps), s.rstd1, s.h1, r); });
+      in(ranges::norm, [&] { rmsnorm_forward(s.x, P + t.ln1, N, D, S(cfg.rms_norm_eps), s.rstd1, s.h1, r); });
       // q|k|v = h1 [Wq; Wk; Wv]^T: the three weights are adjacent, one [D + 2 Dkv, D] matrix.
       in(ranges::gemm_qkv,
          [&] { linear::forward(mat(s.h1, N, D), mat(W + t.wq, QKV, D), mat(w.gemm, N, QKV)); });
@@ -477,7 +477,8 @@ void TransformerLM<S>::Impl::forward_pass(const int32_t* tokens, int64_t B, int6
          [&] { linear::forward(mat(s.o, N, D), mat(W + t.wo, D, D), mat(s.x_mid, N, D), s.x); });
     });
     in(ranges::ffn_block, [&] {
-      in(ranges::norm, [&] { rmsnorm_forward(s.x_mid, P + t.ln2, N, D, S(kRmsNormEps), s.rstd2, s.h2, r); });
+      in(ranges::norm,
+         [&] { rmsnorm_forward(s.x_mid, P + t.ln2, N, D, S(cfg.rms_norm_eps), s.rstd2, s.h2, r); });
       in(ranges::gemm_w1_w3,
          [&] { linear::forward(mat(s.h2, N, D), mat(W + t.w1, 2 * F, D), mat(w.gemm, N, 2 * F)); });
       in(ranges::swiglu, [&] { swiglu_forward(w.gemm, N, F, s.ab, s.g, r); });
@@ -489,7 +490,7 @@ void TransformerLM<S>::Impl::forward_pass(const int32_t* tokens, int64_t B, int6
   }
   if (cfg.num_layers == 0) embedding_forward(tokens, N, P + off_embedding, V, D, f.x);
   in(ranges::final_norm,
-     [&] { rmsnorm_forward(f.x, P + off_ln_final, N, D, S(kRmsNormEps), f.rstd, f.h, r); });
+     [&] { rmsnorm_forward(f.x, P + off_ln_final, N, D, S(cfg.rms_norm_eps), f.rstd, f.h, r); });
   in(ranges::gemm_lm_head,
      [&] { linear::forward(mat(f.h, N, D), mat(W + off_lm_head, V, D), mat(f.logits, N, V)); });
   if (with_loss)

@@ -13,12 +13,7 @@ namespace ridge::model {
 roofline::ModelShape model_shape(const ModelConfig& c, int64_t batch, int64_t seq, Precision p,
                                  AttentionPath a) {
   roofline::ModelShape s;
-  s.vocab = c.vocab_size;
-  s.d_model = c.d_model;
-  s.layers = c.num_layers;
-  s.heads = c.num_heads;
-  s.kv_heads = c.kv_heads();
-  s.d_ff = c.d_ff;
+  static_cast<roofline::ModelArch&>(s) = c;
   s.batch = batch;
   s.seq = seq;
   s.operand = p == Precision::fp32 ? DType::f32 : p == Precision::bf16 ? DType::bf16 : DType::fp16;
@@ -115,11 +110,11 @@ nlohmann::json to_json(const StepRoofline& self) {
   };
   nlohmann::json j;
   j["size"] = self.label;
-  j["shape"] = {{"vocab", self.shape.vocab},
+  j["shape"] = {{"vocab", self.shape.vocab_size},
                 {"d_model", self.shape.d_model},
-                {"layers", self.shape.layers},
-                {"heads", self.shape.heads},
-                {"kv_heads", self.shape.kv_head_count()},
+                {"layers", self.shape.num_layers},
+                {"heads", self.shape.num_heads},
+                {"kv_heads", self.shape.kv_heads()},
                 {"d_ff", self.shape.d_ff},
                 {"batch", self.shape.batch},
                 {"seq", self.shape.seq},

@@ -348,7 +348,7 @@ CheckedFile check_checkpoint(const std::string& path, const TransformerLM<float>
     check_same(path, "num_kv_heads", c.kv_heads(), mine.kv_heads());
     check_same(path, "d_ff", c.d_ff, mine.d_ff);
     check_same(path, "rope_theta", c.rope_theta, mine.rope_theta);
-    check_same(path, "num_kv_heads", c.kv_heads(), mine.kv_heads());
+    check_same(path, "rms_norm_eps", c.rms_norm_eps, mine.rms_norm_eps);
   }
   out.full = full;
   if (full && precision) {

@@ -288,12 +288,12 @@ DdpInput ddp_input(const ModelShape& m, const Chip& chip, const std::string& lev
   // grow with the layer count, so a count past any real model's is refused before anything is
   // allocated (10^9 layers took 24 GB before the kernel killed it). The largest models have ~100.
   constexpr int64_t kMaxLayers = 4096;
-  check_arg(m.layers >= 1 && m.layers <= kMaxLayers, "layers",
+  check_arg(m.num_layers >= 1 && m.num_layers <= kMaxLayers, "layers",
             "{} is not accepted by the data-parallel timeline (1 .. {}; it lists every layer's gradients)",
-            m.layers, kMaxLayers);
+            m.num_layers, kMaxLayers);
   const auto ops = model_step_ops(m);
-  const auto L = m.layers;
-  const double V = static_cast<double>(m.vocab), D = static_cast<double>(m.d_model),
+  const auto L = m.num_layers;
+  const double V = static_cast<double>(m.vocab_size), D = static_cast<double>(m.d_model),
                F = static_cast<double>(m.d_ff);
   DdpInput in;
   in.backward_group_s.assign(static_cast<size_t>(L + 3), 0.0);

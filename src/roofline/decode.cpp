@@ -12,6 +12,7 @@
 
 #include "ridge/core/error.hpp"
 #include "ridge/core/units.hpp"
+#include "ridge/roofline/model_buffers.hpp"
 #include "core/check.hpp"
 #include "roofline/json.hpp"
 
@@ -34,37 +35,35 @@ Traffic tensor(const std::string& name, DType t, long double elements, bool writ
   return {name, dtype_name(t), elements, elements * static_cast<long double>(dtype_size(t)), write};
 }
 
-// fp32 scales of an [n, k] tensor in 128x128 blocks (DeepGEMM's weight scaling).
-long double block_scales(long double n, long double k) {
-  return std::ceil(n / 128) * std::ceil(k / 128);
-}
-
 long double sum_bytes(const std::vector<Traffic>& v) {
   long double s = 0;
   for (const auto& t : v) s += t.bytes;
   return s;
 }
 
-// The shape's sizes, checked, as long double.
+// The shape's sizes, checked, as long double, and its parameters by kind (model_param_groups).
 struct Sizes {
   long double V, D, L, H, dh, kd, F;  // kd = kv_heads * d_head: the width of K (and of V)
+  ParamGroups w;
 };
 
-Sizes sizes(const InferenceShape& s) {
+Sizes sizes(const ModelArch& s) {
   Sizes z;
-  z.V = dim(s.vocab, "vocab");
+  z.V = dim(s.vocab_size, "vocab");
   z.D = dim(s.d_model, "d_model");
-  z.L = dim(s.layers, "layers");
-  z.H = dim(s.heads, "heads");
+  z.L = dim(s.num_layers, "layers");
+  z.H = dim(s.num_heads, "heads");
   z.F = dim(s.d_ff, "d_ff");
-  check_arg(s.kv_heads >= 0, "kv_heads", "{} is negative (0 means heads)", s.kv_heads);
-  check_arg(s.d_model % s.heads == 0, "heads", "{} heads do not divide d_model {}", s.heads, s.d_model);
-  const int64_t kv = s.kv_heads_or_heads();
-  check_arg(kv <= s.heads && s.heads % kv == 0, "kv_heads",
+  check_arg(s.num_kv_heads >= 0, "kv_heads", "{} is negative (0 means heads)", s.num_kv_heads);
+  check_arg(s.d_model % s.num_heads == 0, "heads", "{} heads do not divide d_model {}", s.num_heads,
+            s.d_model);
+  const int64_t kv = s.kv_heads();
+  check_arg(kv <= s.num_heads && s.num_heads % kv == 0, "kv_heads",
             "{} kv heads do not divide the {} query heads (each kv head serves heads / kv_heads of them)", kv,
-            s.heads);
+            s.num_heads);
   z.dh = z.D / z.H;
   z.kd = static_cast<long double>(kv) * z.dh;
+  z.w = model_param_groups(s);
   return z;
 }
 
@@ -117,28 +116,25 @@ std::vector<Traffic> activations(const Sizes& z, const InferenceDtypes& dt, long
   return v;
 }
 
-// Every weight a step reads once whatever the batch, and the `rows` embedding rows the batch looks up.
+// Every weight a step reads once whatever the batch, and the `rows` embedding rows the batch looks up:
+// the model's parameters by kind (model_param_groups: q, k, v, o, w1, w2, w3 quantized one by one).
 std::vector<Traffic> weights(const Sizes& z, const InferenceDtypes& dt, long double rows) {
-  const long double D = z.D, F = z.F, L = z.L, kd = z.kd;
   std::vector<Traffic> v;
-  v.push_back(
-      tensor("layer linears (q,k,v,o,w1,w2,w3)", dt.weights, L * (2 * D * D + 2 * kd * D + 3 * D * F)));
+  v.push_back(tensor("layer linears (q,k,v,o,w1,w2,w3)", dt.weights, z.w.linears));
   if (is_fp8(dt.weights))
-    v.push_back(tensor("layer linear scales (128x128)", DType::f32,
-                       L * (2 * block_scales(D, D) + 2 * block_scales(kd, D) + 2 * block_scales(F, D) +
-                            block_scales(D, F))));
-  v.push_back(tensor("norm weights", DType::f32, (2 * L + 1) * D));
-  v.push_back(tensor("lm_head [V,D]", dt.head_dtype(), z.V * D));
+    v.push_back(tensor("layer linear scales (128x128)", DType::f32, z.w.linear_scale_blocks));
+  v.push_back(tensor("norm weights", DType::f32, z.w.norms));
+  v.push_back(tensor("lm_head [V,D]", dt.head_dtype(), z.w.head));
   if (is_fp8(dt.head_dtype()))
-    v.push_back(tensor("lm_head scales (128x128)", DType::f32, block_scales(z.V, D)));
-  v.push_back(tensor("embedding rows", dt.embedding_dtype(), rows * D));
+    v.push_back(tensor("lm_head scales (128x128)", DType::f32, weight_scale_blocks(z.V, z.D)));
+  v.push_back(tensor("embedding rows", dt.embedding_dtype(), rows * z.D));
   return v;
 }
 
-// 2 per multiply-add of the layers' GEMMs for `tokens` rows: q [D,D], k, v [kd,D], o [D,D], w1, w3 [F,D],
-// w2 [D,F].
+// 2 per multiply-add of the layers' GEMMs for `tokens` rows: every linear weight once per row (q [D,D],
+// k, v [kd,D], o [D,D], w1, w3 [F,D], w2 [D,F]).
 long double layer_gemm_flops(const Sizes& z, long double tokens) {
-  return 2 * tokens * z.L * (2 * z.D * z.D + 2 * z.kd * z.D + 3 * z.D * z.F);
+  return 2 * tokens * z.w.linears;
 }
 
 InferenceDtypes resolved(const InferenceDtypes& dt) {
@@ -149,8 +145,8 @@ InferenceDtypes resolved(const InferenceDtypes& dt) {
   return r;
 }
 
-InferenceCost make_cost(const InferenceShape& shape, const InferenceDtypes& dtypes, int64_t batch,
-                        int64_t context, int64_t prompt) {
+InferenceCost make_cost(const ModelArch& shape, const InferenceDtypes& dtypes, int64_t batch, int64_t context,
+                        int64_t prompt) {
   const Sizes z = sizes(shape);
   const InferenceDtypes dt = resolved(dtypes);
   const long double B = dim(batch, "batch");
@@ -319,13 +315,13 @@ std::string InferenceCost::label() const {
                            : fmt::format("prefill B={} P={}", batch, prompt);
 }
 
-InferenceCost decode_cost(const InferenceShape& shape, const InferenceDtypes& dtypes, int64_t batch,
+InferenceCost decode_cost(const ModelArch& shape, const InferenceDtypes& dtypes, int64_t batch,
                           int64_t context) {
   dim(context, "context");
   return make_cost(shape, dtypes, batch, context, 0);
 }
 
-InferenceCost prefill_cost(const InferenceShape& shape, const InferenceDtypes& dtypes, int64_t batch,
+InferenceCost prefill_cost(const ModelArch& shape, const InferenceDtypes& dtypes, int64_t batch,
                            int64_t prompt) {
   dim(prompt, "prompt");
   return make_cost(shape, dtypes, batch, 0, prompt);
@@ -392,7 +388,7 @@ InferenceBound inference_bound(const InferenceCost& cost, const Chip& chip, cons
   return b;
 }
 
-DecodeCriticalBatch decode_critical_batch(const InferenceShape& shape, const InferenceDtypes& dtypes,
+DecodeCriticalBatch decode_critical_batch(const ModelArch& shape, const InferenceDtypes& dtypes,
                                           int64_t context, const Chip& chip, const std::string& level) {
   check_arg(level != "auto", "level",
             "'auto' names no single level for every batch (the level the bytes come from moves as the KV "
@@ -448,7 +444,7 @@ DecodeCriticalBatch decode_critical_batch(const InferenceShape& shape, const Inf
   return r;
 }
 
-DecodeReport decode_report(const InferenceShape& shape, const InferenceDtypes& dtypes, int64_t batch,
+DecodeReport decode_report(const ModelArch& shape, const InferenceDtypes& dtypes, int64_t batch,
                            int64_t context, const Chip& chip, const std::string& level, int64_t prompt,
                            bool sweep) {
   check_arg(prompt >= 0, "prompt", "{} is negative (0: no prefill)", prompt);
@@ -459,9 +455,7 @@ DecodeReport decode_report(const InferenceShape& shape, const InferenceDtypes& d
   r.chip_name = chip.name;
   r.step = decode_cost(shape, dtypes, batch, context);
   r.bound = inference_bound(r.step, chip, level);
-  const Sizes z = sizes(shape);
-  r.params = static_cast<double>(2 * z.V * z.D +
-                                 z.L * (2 * z.D * z.D + 2 * z.kd * z.D + 3 * z.D * z.F + 2 * z.D) + z.D);
+  r.params = static_cast<double>(model_param_count(shape));
   if (prompt > 0) {
     r.prefill = prefill_cost(shape, dtypes, batch, prompt);
     r.prefill_bound = inference_bound(*r.prefill, chip, level);
@@ -501,11 +495,11 @@ nlohmann::json to_json(const DecodeReport& r) {
   }
   const auto& c = r.critical;
   return {{"shape",
-           {{"vocab", s.vocab},
+           {{"vocab", s.vocab_size},
             {"d_model", s.d_model},
-            {"layers", s.layers},
-            {"heads", s.heads},
-            {"kv_heads", s.kv_heads_or_heads()},
+            {"layers", s.num_layers},
+            {"heads", s.num_heads},
+            {"kv_heads", s.kv_heads()},
             {"d_head", s.d_head()},
             {"d_ff", s.d_ff},
             {"params", r.params}}},

@@ -3,78 +3,119 @@
 #include "ridge/roofline/model_buffers.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
+#include <string_view>
 
 #include "ridge/core/error.hpp"
 #include "core/check.hpp"
 
 namespace ridge::roofline {
 
-int64_t kv_width(const ModelShape& m) {
-  check(m.kv_heads >= 0, "model shape: kv_heads = {} must be >= 0 (0: equal to heads)", m.kv_heads);
-  if (m.kv_head_count() == m.heads) return m.d_model;
-  check(m.heads >= 1 && m.heads % m.kv_heads == 0 && m.d_model % m.heads == 0,
-        "model shape: kv_heads {} must divide heads {}, and heads d_model {}", m.kv_heads, m.heads,
+int64_t kv_width(const ModelArch& m) {
+  check(m.num_kv_heads >= 0, "model shape: kv_heads = {} must be >= 0 (0: equal to heads)", m.num_kv_heads);
+  if (m.kv_heads() == m.num_heads) return m.d_model;
+  check(m.num_heads >= 1 && m.num_heads % m.kv_heads() == 0 && m.d_model % m.num_heads == 0,
+        "model shape: kv_heads {} must divide heads {}, and heads d_model {}", m.num_kv_heads, m.num_heads,
         m.d_model);
-  return m.d_model / m.heads * m.kv_heads;
+  return m.d_head() * m.kv_heads();
 }
 
-int64_t qkv_width(const ModelShape& m) {
+int64_t qkv_width(const ModelArch& m) {
   return m.d_model + 2 * kv_width(m);
 }
 
-std::vector<ParamSpec> model_parameters(const ModelShape& m) {
-  const int64_t D = m.d_model, F = m.d_ff, V = m.vocab, Dkv = kv_width(m);
+namespace {
+
+// The description itself: f(layer, name, rows, cols) for every tensor in the flat buffers' order, layer
+// -1 for those outside the layers and cols 0 for a vector, over `layers` layers (L-1 down to 0).
+template <typename Visit>
+void each_tensor(const ModelArch& m, int64_t layers, Visit&& f) {
+  const int64_t D = m.d_model, F = m.d_ff, V = m.vocab_size, Dkv = kv_width(m);
+  f(-1, "lm_head.weight", V, D);
+  f(-1, "ln_final.weight", D, 0);
+  for (int64_t l = layers - 1; l >= 0; --l) {
+    f(l, "ffn.w2.weight", D, F);
+    f(l, "ffn.w1.weight", F, D);
+    f(l, "ffn.w3.weight", F, D);
+    f(l, "ln2.weight", D, 0);
+    f(l, "attn.output_proj.weight", D, D);
+    f(l, "attn.q_proj.weight", D, D);
+    f(l, "attn.k_proj.weight", Dkv, D);
+    f(l, "attn.v_proj.weight", Dkv, D);
+    f(l, "ln1.weight", D, 0);
+  }
+  f(-1, "token_embeddings.weight", V, D);
+}
+
+}  // namespace
+
+std::vector<ParamSpec> model_parameters(const ModelArch& m) {
   std::vector<ParamSpec> out;
   int g = 0;
-  out.push_back({"lm_head.weight", {V, D}, g++});
-  out.push_back({"ln_final.weight", {D}, g++});
-  for (int64_t l = m.layers - 1; l >= 0; --l, ++g) {
-    const std::string p = "layers." + std::to_string(l) + ".";
-    for (auto& [name, shape] : std::initializer_list<std::pair<const char*, std::vector<int64_t>>>{
-             {"ffn.w2.weight", {D, F}},
-             {"ffn.w1.weight", {F, D}},
-             {"ffn.w3.weight", {F, D}},
-             {"ln2.weight", {D}},
-             {"attn.output_proj.weight", {D, D}},
-             {"attn.q_proj.weight", {D, D}},
-             {"attn.k_proj.weight", {Dkv, D}},
-             {"attn.v_proj.weight", {Dkv, D}},
-             {"ln1.weight", {D}}})
-      out.push_back({p + name, shape, g});
-  }
-  out.push_back({"token_embeddings.weight", {V, D}, g});
+  int64_t at = -1;  // the layer of the group g
+  each_tensor(m, m.num_layers, [&](int64_t l, const char* name, int64_t rows, int64_t cols) {
+    // lm_head, ln_final, each layer and token_embeddings are the groups, in this order.
+    if (!out.empty() && (l < 0 || l != at)) ++g;
+    at = l;
+    std::vector<int64_t> shape = cols ? std::vector<int64_t>{rows, cols} : std::vector<int64_t>{rows};
+    out.push_back({l < 0 ? name : "layers." + std::to_string(l) + "." + name, std::move(shape), g});
+  });
   return out;
 }
 
-long double model_param_count(const ModelShape& m) {
-  ModelShape one = m;
-  one.layers = 1;
-  long double once = 0, layer = 0;
-  for (const ParamSpec& p : model_parameters(one)) {
-    long double n = 1;
-    for (int64_t d : p.shape) n *= static_cast<long double>(d);
-    (p.name.rfind("layers.", 0) == 0 ? layer : once) += n;
-  }
-  return layer * static_cast<long double>(m.layers) + once;
+ParamGroups model_param_groups(const ModelArch& m) {
+  // One layer's tensors, counted num_layers times: the sums are exact below 2^64 (every product and
+  // partial sum is at most the total, and long double holds integers of 64 bits).
+  const long double L = static_cast<long double>(m.num_layers);
+  ParamGroups r;
+  each_tensor(m, 1, [&](int64_t l, const char* name, int64_t rows_, int64_t cols_) {
+    const long double rows = static_cast<long double>(rows_), cols = static_cast<long double>(cols_);
+    const long double times = l < 0 ? 1 : L;
+    if (cols_ == 0)
+      r.norms += rows * times;
+    else if (std::string_view(name) == "lm_head.weight")
+      r.head += rows * cols;
+    else if (std::string_view(name) == "token_embeddings.weight")
+      r.embedding += rows * cols;
+    else {
+      r.linears += rows * cols * times;
+      r.linear_scale_blocks += weight_scale_blocks(rows, cols) * times;
+    }
+  });
+  return r;
 }
 
-std::optional<int64_t> try_model_parameter_elements(const ModelShape& m) {
-  // model_param_count's sum is exact below 2^64 (every partial sum and product is at most the total, and
-  // long double holds integers of 64 bits), so it answers for int64 too: a total of 2^63 or more
-  // overflowed, and rounding never brings a larger one below 2^63, a power of two it represents.
+long double model_param_count(const ModelArch& m) {
+  const ParamGroups g = model_param_groups(m);
+  return g.linears + g.norms + g.head + g.embedding;
+}
+
+std::optional<int64_t> try_model_parameter_elements(const ModelArch& m) {
+  // model_param_count's sum is exact below 2^64 (model_param_groups), so it answers for int64 too: a
+  // total of 2^63 or more overflowed, and rounding never brings a larger one below 2^63, a power of two
+  // it represents.
   static_assert(std::numeric_limits<long double>::digits >= 64, "long double must hold 64-bit integers");
   const long double n = model_param_count(m);
   if (!(n >= 0 && n < 0x1p63L)) return std::nullopt;
   return static_cast<int64_t>(n);
 }
 
-int64_t model_parameter_elements(const ModelShape& m) {
+int64_t model_parameter_elements(const ModelArch& m) {
   const auto n = try_model_parameter_elements(m);
   check(n.has_value(),
         "model shape: the parameter count overflows int64 (d_model {}, d_ff {}, vocab {}, layers {})",
-        m.d_model, m.d_ff, m.vocab, m.layers);
+        m.d_model, m.d_ff, m.vocab_size, m.num_layers);
   return *n;
+}
+
+long double weight_scale_blocks(long double rows, long double cols) {
+  return std::ceil(rows / 128) * std::ceil(cols / 128);
+}
+
+long double weight_bytes(long double rows, long double cols, DType dtype) {
+  const long double elements = rows * cols * static_cast<long double>(dtype_size(dtype));
+  return dtype == DType::fp8_e4m3 ? elements + 4 * weight_scale_blocks(rows, cols) : elements;
 }
 
 const char* region_tag(Region r) {
@@ -90,7 +131,7 @@ const char* region_tag(Region r) {
 }
 
 std::vector<int64_t> buffer_shape(Buf b, const ModelShape& m) {
-  const int64_t N = m.batch * m.seq, D = m.d_model, F = m.d_ff, V = m.vocab, QKV = qkv_width(m);
+  const int64_t N = m.batch * m.seq, D = m.d_model, F = m.d_ff, V = m.vocab_size, QKV = qkv_width(m);
   switch (b) {
     case Buf::x:
     case Buf::x_mid:
@@ -108,7 +149,7 @@ std::vector<int64_t> buffer_shape(Buf b, const ModelShape& m) {
     case Buf::final_lse:
       return {N};
     case Buf::lse:
-      return {m.batch, m.heads, m.seq};
+      return {m.batch, m.num_heads, m.seq};
     case Buf::qkv:
     case Buf::dattn:
     case Buf::dqkv:
@@ -165,7 +206,7 @@ ModelMemory model_memory(const ModelShape& m) {
   r.per_layer = bytes(Region::layer);
   r.final = bytes(Region::final);
   r.workspace = bytes(Region::workspace);
-  r.layers = m.layers;
+  r.layers = m.num_layers;
   return r;
 }
 

@@ -88,18 +88,18 @@ void check_shape(const ModelShape& m) {
     check(v >= 1 && v <= (int64_t{1} << 40), "model shape: {} = {} is not a positive size (1 to 2^40)", what,
           v);
   };
-  pos(m.vocab, "vocab");
+  pos(m.vocab_size, "vocab");
   pos(m.d_model, "d_model");
-  pos(m.layers, "layers");
-  pos(m.heads, "heads");
+  pos(m.num_layers, "layers");
+  pos(m.num_heads, "heads");
   pos(m.d_ff, "d_ff");
   pos(m.batch, "batch");
   pos(m.seq, "seq");
-  check(m.d_model % m.heads == 0, "model shape: d_model {} is not a multiple of heads {}", m.d_model,
-        m.heads);
-  check(m.kv_heads >= 0 && m.heads % m.kv_head_count() == 0,
-        "model shape: kv_heads = {} must be >= 0 (0: equal to heads) and divide heads {}", m.kv_heads,
-        m.heads);
+  check(m.d_model % m.num_heads == 0, "model shape: d_model {} is not a multiple of heads {}", m.d_model,
+        m.num_heads);
+  check(m.num_kv_heads >= 0 && m.num_heads % m.kv_heads() == 0,
+        "model shape: kv_heads = {} must be >= 0 (0: equal to heads) and divide heads {}", m.num_kv_heads,
+        m.num_heads);
   check(m.operand == DType::f32 || m.operand == DType::bf16 || m.operand == DType::fp16,
         "model shape: operand dtype {} is not accepted (f32, bf16, f16)", dtype_name(m.operand));
   if (m.storage)
@@ -130,13 +130,13 @@ std::vector<ModelOp> model_step_ops(const ModelShape& m) {
   const DType O = m.operand, S = DType::f32;
   // Casts exist whenever the operands are rounded (an emulated fp16 rounds fp32 into fp32 storage).
   const bool mixed = O != S;
-  const int64_t N = m.batch * m.seq, D = m.d_model, F = m.d_ff, V = m.vocab, L = m.layers;
+  const int64_t N = m.batch * m.seq, D = m.d_model, F = m.d_ff, V = m.vocab_size, L = m.num_layers;
   // The q|k|v row: D + 2 Dkv, Dkv = kv heads * d_head (= D, a 3D row, without grouped-query attention).
   const int64_t QKV = qkv_width(m);
   const long double n = static_cast<long double>(N), d = static_cast<long double>(D),
                     f = static_cast<long double>(F), v = static_cast<long double>(V),
                     dkv = static_cast<long double>(kv_width(m)), qkv = static_cast<long double>(QKV);
-  const bool gqa = m.kv_head_count() != m.heads;
+  const bool gqa = m.kv_heads() != m.num_heads;
   // The fused weight and row in the ops' labels: 3D as always, or D+2Dkv for grouped-query attention.
   const char* w3 = gqa ? "D+2Dkv" : "3D";
   const long double P = model_param_count(m);
@@ -145,10 +145,10 @@ std::vector<ModelOp> model_step_ops(const ModelShape& m) {
   const std::string nd = fmt::format("N={} D={}", N, D);
   AttentionShape as;
   as.batch = m.batch;
-  as.heads = m.heads;
-  as.kv_heads = m.kv_head_count();
+  as.heads = m.num_heads;
+  as.kv_heads = m.kv_heads();
   as.seq_q = as.seq_kv = m.seq;
-  as.head_dim = D / m.heads;
+  as.head_dim = m.d_head();
   as.dtype = O;
   as.causal = true;
 

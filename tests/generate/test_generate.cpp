@@ -505,7 +505,7 @@ TEST(Generate, WeightAndCacheBytesAreTheRooflinesDecodeBytes) {
     rg::InferenceOptions o;
     o.weights = f;
     const rg::InferenceModel im(m, o);
-    const auto cost = ridge::roofline::decode_cost(rg::inference_shape(c), im.roofline_dtypes(), 3, 40);
+    const auto cost = ridge::roofline::decode_cost(c, im.roofline_dtypes(), 3, 40);
     EXPECT_DOUBLE_EQ(static_cast<double>(cost.weight_bytes()),
                      im.weight_bytes() + 3 * im.embedding_row_bytes());
     EXPECT_DOUBLE_EQ(static_cast<double>(cost.kv_read_bytes()), 3 * 40 * im.kv_bytes_per_token());
@@ -567,4 +567,47 @@ TEST(Generate, DecodeThroughTheJitIsTheAotDecodeBitForBit) {
   if (unset.armed) {
     EXPECT_GE(ridge::jit::list(ridge::jit::settings()).size(), 2u);
   }
+}
+
+// RMSNorm's epsilon comes from the config, in training and in generation alike. With every layer's linear
+// weights zero the residual stream is the embedding row x itself, so the logits are
+// lm_head (x / sqrt(mean(x^2) + eps) * ln_final), computed here in double; at eps 0.5 (mean(x^2) is about 1
+// for CS336's N(0, 1) embedding) they are some 20% away from eps 1e-5's, so a model that ignored the field
+// would fail.
+TEST(Generate, RmsNormEpsFromTheConfigReachesTrainingAndGeneration) {
+  rm::ModelConfig c = small_config();
+  c.rms_norm_eps = 0.5;
+  c.validate();
+  rm::TransformerLM<float> m(c);
+  m.init(5);
+  for (const auto& t : m.tensors())
+    if (t.shape.size() == 2 && t.name.rfind("layers.", 0) == 0)
+      for (float& w : m.param(t.name)) w = 0;
+  const int64_t V = c.vocab_size, D = c.d_model;
+  const std::vector<int32_t> tokens = random_tokens(6, 11, V);
+  auto expected = [&](double eps) {
+    const auto emb = m.param("token_embeddings.weight"), g = m.param("ln_final.weight"),
+               head = m.param("lm_head.weight");
+    const int32_t tok = tokens.back();
+    double ms = 0;
+    for (int64_t i = 0; i < D; ++i) ms += double(emb[size_t(tok * D + i)]) * emb[size_t(tok * D + i)];
+    const double r = 1 / std::sqrt(ms / double(D) + eps);
+    std::vector<float> out(static_cast<size_t>(V));
+    for (int64_t v = 0; v < V; ++v) {
+      double s = 0;
+      for (int64_t i = 0; i < D; ++i)
+        s += double(head[size_t(v * D + i)]) * emb[size_t(tok * D + i)] * r * g[size_t(i)];
+      out[size_t(v)] = static_cast<float>(s);
+    }
+    return out;
+  };
+  const std::vector<float> want = expected(0.5), other = expected(1e-5);
+  ASSERT_GT(rel_diff(other, want), 0.1);  // the epsilon matters at this size
+  EXPECT_LE(rel_diff(full_logits(m, tokens), want), 1e-5);
+  rg::InferenceOptions o;
+  o.weights = rg::WeightFormat::fp32;
+  const rg::InferenceModel im(m, o);
+  rg::Session s(im, 1);
+  const auto ids = s.prefill({tokens});
+  EXPECT_LE(rel_diff(s.logits(ids[0]), want), 1e-5);
 }

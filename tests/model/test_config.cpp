@@ -2,7 +2,9 @@
 // presets equal bench/shapes/model-sizes.json; JSON round trip.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <fstream>
+#include <limits>
 #include <string>
 
 #include "ridge/build_paths.h"  // RIDGE_SOURCE_DIR
@@ -189,4 +191,44 @@ TEST(ModelConfig, KvHeadsValidationJsonAndParamCount) {
   EXPECT_EQ(gqa.param_count(), 16384 + 2 * 43136 + 64 + 16384);
   gqa.num_kv_heads = 1;  // k and v [16, 64]: 47232 - 2 * 48 * 64 = 41088
   EXPECT_EQ(gqa.param_count(), 16384 + 2 * 41088 + 64 + 16384);
+}
+
+// RMSNorm's epsilon is a field of the one shape struct: 1e-5 unless set, refused unless finite and > 0,
+// written to the JSON only when it differs (a default model's JSON is what it always was), read back
+// exactly, and part of the model's identity.
+TEST(ModelConfig, RmsNormEpsValidationAndJson) {
+  ModelConfig c = small_config();
+  EXPECT_EQ(c.rms_norm_eps, 1e-5);
+  const std::string before = R"({"context_length":16,"d_ff":160,"d_model":64,"num_heads":4,"num_layers":2,)"
+                             R"("rope_theta":10000.0,"vocab_size":256})";
+  EXPECT_EQ(to_json_text(c), before);
+  for (double bad : {0.0, -1e-6, std::numeric_limits<double>::infinity(), std::nan("")}) {
+    c.rms_norm_eps = bad;
+    expect_invalid(c, "rms_norm_eps");
+  }
+  ModelConfig eps = small_config();
+  eps.rms_norm_eps = 1e-6;
+  EXPECT_FALSE(eps == small_config());
+  EXPECT_EQ(nlohmann::json(eps).at("rms_norm_eps").get<double>(), 1e-6);
+  EXPECT_EQ(from_json_text(to_json_text(eps)), eps);
+  EXPECT_EQ(from_json_text(to_json_text(eps)).rms_norm_eps, 1e-6);
+  try {
+    (void)from_json_text(R"({"vocab_size":256,"context_length":16,"d_model":64,"num_layers":2,"num_heads":4,)"
+                         R"("d_ff":160,"rms_norm_eps":"1e-6"})");
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'rms_norm_eps' is not a number"), std::string::npos) << e.what();
+  }
+}
+
+// The defaults of the fields the size table does not list per size are the table's own: the tools read
+// rope_theta and rms_norm_eps from bench/shapes/model-sizes.json, never from a copy of their own.
+TEST(ModelConfig, DefaultsEqualTheSharedSizeTable) {
+  std::ifstream in(std::string(RIDGE_SOURCE_DIR) + "/bench/shapes/model-sizes.json");
+  ASSERT_TRUE(in) << "bench/shapes/model-sizes.json";
+  const auto j = nlohmann::json::parse(in);
+  const ModelConfig c = preset("small", 10000, 256);
+  EXPECT_EQ(c.rope_theta, j.at("rope_theta").get<double>());
+  EXPECT_EQ(c.rms_norm_eps, j.at("rms_norm_eps").get<double>());
+  EXPECT_EQ(ModelConfig{}.rms_norm_eps, j.at("rms_norm_eps").get<double>());
 }

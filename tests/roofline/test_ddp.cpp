@@ -178,10 +178,10 @@ TEST(DdpModel, LinkPresetsComeFromTheH100File) {
 
 TEST(DdpModel, ModelGradientsAndPhasesMatchTheStepRoofline) {
   rr::ModelShape m;
-  m.vocab = 1000;
+  m.vocab_size = 1000;
   m.d_model = 64;
-  m.layers = 3;
-  m.heads = 4;
+  m.num_layers = 3;
+  m.num_heads = 4;
   m.d_ff = 176;
   m.batch = 2;
   m.seq = 32;
@@ -224,10 +224,10 @@ TEST(DdpModel, ShardingSavesOneNthOfTheOptimizerState) {
 
 TEST(DdpModel, ChipWithoutTheOperandPeakFallsBackLikeTheStepRoofline) {
   rr::ModelShape m;
-  m.vocab = 1000;
+  m.vocab_size = 1000;
   m.d_model = 64;
-  m.layers = 2;
-  m.heads = 4;
+  m.num_layers = 2;
+  m.num_heads = 4;
   m.d_ff = 176;
   m.operand = ridge::DType::f32;  // TPU v5e has no fp32 peak: its fp32 ops are bounded at bf16
   const auto tpu = rr::load_chip("tpu-v5e");

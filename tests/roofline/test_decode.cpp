@@ -15,13 +15,13 @@ using ridge::DType;
 namespace {
 
 // V=16, D=8, L=2, H=2 (d_head 4), one kv head (kd = 4), F=12.
-rr::InferenceShape tiny() {
-  rr::InferenceShape s;
-  s.vocab = 16;
+rr::ModelArch tiny() {
+  rr::ModelArch s;
+  s.vocab_size = 16;
   s.d_model = 8;
-  s.layers = 2;
-  s.heads = 2;
-  s.kv_heads = 1;
+  s.num_layers = 2;
+  s.num_heads = 2;
+  s.num_kv_heads = 1;
   s.d_ff = 12;
   return s;
 }
@@ -138,12 +138,12 @@ TEST(DecodeCost, PrefillByHand) {
 
 // D = 200, F = 300, kd = 100: blocks of 128 that do not divide the sizes.
 TEST(DecodeCost, Fp8BlockScales) {
-  rr::InferenceShape s;
-  s.vocab = 130;
+  rr::ModelArch s;
+  s.vocab_size = 130;
   s.d_model = 200;
-  s.layers = 1;
-  s.heads = 2;
-  s.kv_heads = 1;
+  s.num_layers = 1;
+  s.num_heads = 2;
+  s.num_kv_heads = 1;
   s.d_ff = 300;
   auto d = dtypes(DType::fp8_e4m3);
   d.head = DType::fp8_e4m3;
@@ -201,12 +201,12 @@ TEST(DecodeCritical, CrossingByHand) {
 // A model that turns compute-bound on the h100 at a short context: the critical batch is the first batch
 // of a scan at which the bound says compute, and every batch after it stays so.
 TEST(DecodeCritical, MatchesAScanOfTheBatch) {
-  rr::InferenceShape s;
-  s.vocab = 32000;
+  rr::ModelArch s;
+  s.vocab_size = 32000;
   s.d_model = 4096;
-  s.layers = 4;
-  s.heads = 32;
-  s.kv_heads = 8;
+  s.num_layers = 4;
+  s.num_heads = 32;
+  s.num_kv_heads = 8;
   s.d_ff = 14336;
   const auto h100 = rr::load_chip("h100");
   for (DType w : {DType::bf16, DType::fp8_e4m3}) {
@@ -236,11 +236,11 @@ TEST(DecodeCritical, MatchesAScanOfTheBatch) {
 // At a long context the KV cache's bytes grow with B as the FLOPs do: the intensity saturates below the
 // ridge point and the step is memory-bound at every batch.
 TEST(DecodeCritical, NeverComputeBoundAtALongContext) {
-  rr::InferenceShape s;  // the "small" preset's shape
-  s.vocab = 10000;
+  rr::ModelArch s;  // the "small" preset's shape
+  s.vocab_size = 10000;
   s.d_model = 768;
-  s.layers = 12;
-  s.heads = 12;
+  s.num_layers = 12;
+  s.num_heads = 12;
   s.d_ff = 3072;
   const auto h100 = rr::load_chip("h100");
   const auto cb = rr::decode_critical_batch(s, dtypes(DType::bf16), 1024, h100);
@@ -313,13 +313,13 @@ TEST(DecodeBound, TheLevelTheBytesComeFrom) {
   EXPECT_EQ(a.level, "l2");
   EXPECT_EQ(a.bandwidth, 4e11);
   // The small model's bf16 weights (about 230 MiB) fit only in dram; 8 MB of weights fit in l3.
-  rr::InferenceShape mid = tiny();
+  rr::ModelArch mid = tiny();
   mid.d_model = 512;
-  mid.heads = 8;
-  mid.kv_heads = 0;
+  mid.num_heads = 8;
+  mid.num_kv_heads = 0;
   mid.d_ff = 1536;
-  mid.layers = 2;
-  mid.vocab = 1000;
+  mid.num_layers = 2;
+  mid.vocab_size = 1000;
   const auto m = rr::decode_cost(mid, dtypes(DType::bf16), 1, 64);
   ASSERT_GT(static_cast<double>(m.resident_bytes()), 2 << 20);
   ASSERT_LT(static_cast<double>(m.resident_bytes()), 32 << 20);
@@ -370,10 +370,10 @@ TEST(DecodeErrors, NameTheArgument) {
     return std::string("(no error)");
   };
   auto s = tiny();
-  s.kv_heads = 3;
+  s.num_kv_heads = 3;
   EXPECT_EQ(arg([&] { rr::decode_cost(s, dtypes(DType::bf16), 1, 1); }), "kv_heads");
   s = tiny();
-  s.heads = 3;
+  s.num_heads = 3;
   EXPECT_EQ(arg([&] { rr::decode_cost(s, dtypes(DType::bf16), 1, 1); }), "heads");
   EXPECT_EQ(arg([&] { rr::decode_cost(tiny(), dtypes(DType::fp16), 1, 1); }), "weights");
   EXPECT_EQ(arg([&] { rr::decode_cost(tiny(), dtypes(DType::bf16, DType::fp8_e4m3), 1, 1); }), "kv");

@@ -15,7 +15,7 @@ namespace {
 __extension__ typedef __int128 i128;  // GCC/Clang's 128-bit integers (-Wpedantic needs the marker)
 
 i128 closed_form(const rr::ModelShape& m) {
-  const i128 V = m.vocab, D = m.d_model, F = m.d_ff, L = m.layers;
+  const i128 V = m.vocab_size, D = m.d_model, F = m.d_ff, L = m.num_layers;
   return 2 * V * D + L * (4 * D * D + 3 * D * F + 2 * D) + D;
 }
 }  // namespace
@@ -23,17 +23,17 @@ i128 closed_form(const rr::ModelShape& m) {
 TEST(ModelBuffers, ParameterCountIsExactUpToInt64AndRefusedBeyond) {
   const i128 max = std::numeric_limits<int64_t>::max();
   rr::ModelShape m;
-  m.vocab = 50257, m.d_model = 768, m.d_ff = 3072, m.layers = 12;
+  m.vocab_size = 50257, m.d_model = 768, m.d_ff = 3072, m.num_layers = 12;
   ASSERT_EQ(rr::try_model_parameter_elements(m), static_cast<int64_t>(closed_form(m)));
   // Layer counts around the one that reaches 2^63 with d_model = d_ff = 2^20 (odd terms keep the count
   // off round numbers): exact below, refused at and above.
-  m.vocab = 3, m.d_model = int64_t{1} << 20, m.d_ff = (int64_t{1} << 20) + 1;
+  m.vocab_size = 3, m.d_model = int64_t{1} << 20, m.d_ff = (int64_t{1} << 20) + 1;
   rr::ModelShape no_layers = m;
-  no_layers.layers = 0;
+  no_layers.num_layers = 0;
   const i128 per_layer = closed_form(m) - closed_form(no_layers);
-  const int64_t edge = static_cast<int64_t>((max - (closed_form(m) - per_layer * m.layers)) / per_layer);
+  const int64_t edge = static_cast<int64_t>((max - (closed_form(m) - per_layer * m.num_layers)) / per_layer);
   for (int64_t layers : {edge - 1, edge, edge + 1, edge + 2}) {
-    m.layers = layers;
+    m.num_layers = layers;
     const i128 exact = closed_form(m);
     const auto got = rr::try_model_parameter_elements(m);
     if (exact <= max) {
@@ -51,13 +51,13 @@ TEST(ModelBuffers, ParameterCountIsExactUpToInt64AndRefusedBeyond) {
 // [N, D + 2 Dkv]; with kv_heads = heads (or 0) the description is the multi-head one.
 TEST(ModelBuffers, GroupedQueryShapes) {
   rr::ModelShape m;
-  m.vocab = 100, m.d_model = 64, m.layers = 3, m.heads = 8, m.d_ff = 96, m.batch = 2, m.seq = 5;
+  m.vocab_size = 100, m.d_model = 64, m.num_layers = 3, m.num_heads = 8, m.d_ff = 96, m.batch = 2, m.seq = 5;
   const i128 mha = closed_form(m);
   EXPECT_EQ(rr::kv_width(m), 64);
   EXPECT_EQ(rr::qkv_width(m), 192);
   for (int64_t kv : {8, 4, 2, 1}) {
     SCOPED_TRACE(kv);
-    m.kv_heads = kv;
+    m.num_kv_heads = kv;
     const int64_t dkv = kv * 8;
     EXPECT_EQ(rr::kv_width(m), dkv);
     EXPECT_EQ(rr::qkv_width(m), 64 + 2 * dkv);
@@ -74,8 +74,30 @@ TEST(ModelBuffers, GroupedQueryShapes) {
     EXPECT_EQ(rr::buffer_shape(rr::Buf::gemm, m), (std::vector<int64_t>{10, 192}));
   }
   for (int64_t bad : {3, -2}) {
-    m.kv_heads = bad;
+    m.num_kv_heads = bad;
     EXPECT_THROW(rr::kv_width(m), ridge::Error) << bad;
     EXPECT_THROW(rr::model_parameters(m), ridge::Error) << bad;
   }
+}
+
+// The parameters by kind, and the fp8 scales of the linears, against counts made here by hand for a
+// grouped-query shape whose sizes are not multiples of 128 (each tensor's blocks rounded up on its own).
+TEST(ModelBuffers, ParameterGroupsAndWeightBytes) {
+  rr::ModelArch m;
+  m.vocab_size = 1000, m.d_model = 320, m.num_layers = 3, m.num_heads = 10, m.num_kv_heads = 2, m.d_ff = 200;
+  const int64_t V = 1000, D = 320, L = 3, F = 200, Dkv = 2 * 32;
+  const auto g = rr::model_param_groups(m);
+  EXPECT_EQ(static_cast<double>(g.linears), double(L * (2 * D * D + 2 * Dkv * D + 3 * D * F)));
+  EXPECT_EQ(static_cast<double>(g.norms), double((2 * L + 1) * D));
+  EXPECT_EQ(static_cast<double>(g.head), double(V * D));
+  EXPECT_EQ(static_cast<double>(g.embedding), double(V * D));
+  EXPECT_EQ(static_cast<double>(g.linears + g.norms + g.head + g.embedding),
+            double(rr::model_parameter_elements(m)));
+  // Blocks of 128: D = 320 -> 3, Dkv = 64 -> 1, F = 200 -> 2. q, o [D, D]: 9 each; k, v [Dkv, D]: 3 each;
+  // w1, w3 [F, D]: 6 each; w2 [D, F]: 6.
+  EXPECT_EQ(static_cast<double>(g.linear_scale_blocks), double(L * (2 * 9 + 2 * 3 + 2 * 6 + 6)));
+  EXPECT_EQ(static_cast<double>(rr::weight_scale_blocks(130, 200)), 4.0);
+  EXPECT_EQ(static_cast<double>(rr::weight_bytes(130, 200, ridge::DType::f32)), 4.0 * 130 * 200);
+  EXPECT_EQ(static_cast<double>(rr::weight_bytes(130, 200, ridge::DType::bf16)), 2.0 * 130 * 200);
+  EXPECT_EQ(static_cast<double>(rr::weight_bytes(130, 200, ridge::DType::fp8_e4m3)), 130.0 * 200 + 4 * 4);
 }

@@ -14,10 +14,10 @@ namespace {
 
 rr::ModelShape tiny(DType operand = DType::f32, bool flash = true) {
   rr::ModelShape m;
-  m.vocab = 16;
+  m.vocab_size = 16;
   m.d_model = 8;
-  m.layers = 1;
-  m.heads = 2;
+  m.num_layers = 1;
+  m.num_heads = 2;
   m.d_ff = 12;
   m.batch = 1;
   m.seq = 4;
@@ -108,7 +108,7 @@ TEST(ModelCost, OptimizerMovesSevenFp32WordsPerParameter) {
 
 TEST(ModelCost, BlockOpsCountOncePerLayer) {
   auto m = tiny();
-  m.layers = 3;
+  m.num_layers = 3;
   std::map<std::string, int64_t> counts;
   for (const auto& o : rr::model_step_ops(m)) counts[o.name] = o.count;
   EXPECT_EQ(counts["gemm w2"], 3);
@@ -118,7 +118,7 @@ TEST(ModelCost, BlockOpsCountOncePerLayer) {
 
 TEST(ModelCost, BadShapesNameTheField) {
   auto m = tiny();
-  m.heads = 3;
+  m.num_heads = 3;
   try {
     rr::model_step_ops(m);
     FAIL();
@@ -138,7 +138,7 @@ TEST(ModelCost, BadShapesNameTheField) {
 // heads' (unchanged), its K and V bytes (and dK, dV) those of one head.
 TEST(ModelCost, GroupedQueryAttentionShrinksKAndV) {
   auto m = tiny();
-  m.kv_heads = 1;
+  m.num_kv_heads = 1;
   // 128 embedding + (2*64 q, o + 2*32 k, v + 288 ffn + 16 norms) + 8 + 128 lm_head.
   EXPECT_EQ(static_cast<double>(rr::model_param_count(m)), 128 + (128 + 64 + 288 + 16) + 8 + 128);
   const auto ops = rr::model_step_ops(m);
@@ -170,7 +170,7 @@ TEST(ModelCost, GroupedQueryAttentionShrinksKAndV) {
 
   // kv_heads equal to heads is the multi-head model, op for op.
   auto same = tiny();
-  same.kv_heads = 2;
+  same.num_kv_heads = 2;
   const auto a = rr::model_step_ops(tiny()), c = rr::model_step_ops(same);
   ASSERT_EQ(a.size(), c.size());
   for (size_t i = 0; i < a.size(); ++i) {
@@ -182,7 +182,7 @@ TEST(ModelCost, GroupedQueryAttentionShrinksKAndV) {
   // kv_heads must divide heads.
   for (int64_t bad : {3, -1}) {
     auto w = tiny();
-    w.kv_heads = bad;
+    w.num_kv_heads = bad;
     try {
       rr::model_step_ops(w);
       ADD_FAILURE() << bad;

@@ -55,9 +55,6 @@ struct InferenceOptions {
   void validate() const;
 };
 
-// The model's shape as the roofline's cost of generation takes it.
-roofline::InferenceShape inference_shape(const model::ModelConfig& c);
-
 // What inference allocates, in bytes, known before anything is: an InferenceModel's weights in their
 // format (and the embedding and norms, fp32) and RoPE's cos/sin tables for the whole context_length, and
 // a Session's KV cache for `cache_tokens` tokens. InferenceModel's constructor checks weights + rope

@@ -6,31 +6,22 @@
 #include <string>
 #include <vector>
 
+#include "ridge/roofline/model_arch.hpp"
+
 namespace ridge::model {
 
-struct ModelConfig {
-  int64_t vocab_size = 0;
-  int64_t context_length = 0;
-  int64_t d_model = 0;
-  int64_t num_layers = 0;
-  int64_t num_heads = 0;
-  int64_t d_ff = 0;
-  double rope_theta = 10000;
-  // Key/value heads (Llama's n_kv_heads; grouped-query attention when fewer than num_heads, each kv
-  // head shared by num_heads / kv_heads() query heads). 0, the default, means num_heads: every
-  // checkpoint and state_dict written before this field existed loads unchanged.
-  int64_t num_kv_heads = 0;
-
-  int64_t d_head() const { return d_model / num_heads; }
-  int64_t kv_heads() const { return num_kv_heads > 0 ? num_kv_heads : num_heads; }
+// The architecture's numbers are roofline::ModelArch's (vocab_size, context_length, d_model, num_layers,
+// num_heads, d_ff, rope_theta, num_kv_heads with kv_heads(), rms_norm_eps, d_head()): the one struct the
+// model, its memory estimates and the rooflines all read. ModelConfig adds its checks.
+struct ModelConfig : roofline::ModelArch {
   // Throws ridge::Error naming the field: every size > 0 (num_kv_heads >= 0, and num_heads a multiple of
   // kv_heads()), d_model a multiple of num_heads, d_head even
-  // (RoPE rotates pairs), rope_theta finite and > 1, and every count below (params, activations of a
-  // context) representable in int64.
+  // (RoPE rotates pairs), rope_theta finite and > 1, rms_norm_eps finite and > 0, and every count below
+  // (params, activations of a context) representable in int64.
   void validate() const;
   // Embedding V*D + per layer (2*D*D + 2*D*Dkv attention, Dkv = kv_heads() * d_head() (= D without
   // grouped-query attention), + 3*D*F feed-forward + 2*D norms) + final norm D + lm_head V*D
-  // (untied). Assumes validate() passed.
+  // (untied), summed over ridge/roofline/model_buffers.hpp's tensors. Assumes validate() passed.
   int64_t param_count() const;
 
   // Equal shapes: num_kv_heads compared through kv_heads() (0 and num_heads are the same model).
@@ -44,8 +35,9 @@ ModelConfig preset(const std::string& name, int64_t vocab, int64_t context);
 std::vector<std::string> preset_names();
 
 // The configuration as a JSON object's text, and back: from_json_text requires every field but
-// rope_theta (default 10000) and num_kv_heads (default num_heads; written only when it differs); throws
-// ridge::Error naming a missing or mistyped field, then validates.
+// rope_theta (default 10000), num_kv_heads (default num_heads; written only when it differs) and
+// rms_norm_eps (default 1e-5; written only when it differs); throws ridge::Error naming a missing or
+// mistyped field, then validates.
 // (The nlohmann-json forms are in the private header src/model/json.hpp.)
 std::string to_json_text(const ModelConfig& c, int indent = -1);
 ModelConfig from_json_text(const std::string& text, const std::string& what = "config");

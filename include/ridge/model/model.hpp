@@ -6,7 +6,8 @@
 //   for each layer:  x = x + attn(ln1(x));  x = x + ffn(ln2(x))
 //   logits = lm_head(ln_final(x));  loss = mean cross-entropy(logits, targets)
 //
-// RMSNorm: x * rsqrt(mean(x^2) + 1e-5) * w. Attention: causal, multi-head, RoPE (theta from the config,
+// RMSNorm: x * rsqrt(mean(x^2) + eps) * w (eps: the config's rms_norm_eps, 1e-5 unless set, in the
+// precision of the computation). Attention: causal, multi-head, RoPE (theta from the config,
 // rotating adjacent pairs (2i, 2i+1)) on q and k, FlashAttention-2 or the math path. FFN: SwiGLU,
 // w2(silu(w1 x) * w3 x). No biases, no dropout, untied lm_head.
 //
@@ -30,10 +31,6 @@
 #include "ridge/model/config.hpp"
 
 namespace ridge::model {
-
-// RMSNorm's epsilon: x * rsqrt(mean(x^2) + eps) * w, in training, generation and the checkpoints' readers
-// (tools/ridge_checkpoint.py and tools/make_model_reference.py write the same number for their own use).
-inline constexpr double kRmsNormEps = 1e-5;  // S(kRmsNormEps) in the precision of the computation
 
 enum class Precision { fp32, bf16, fp16 };
 // "fp32|f32", "bf16", "fp16|f16"; ridge::Error listing them otherwise.

@@ -13,16 +13,12 @@
 #include <vector>
 
 #include "ridge/roofline.hpp"
+#include "ridge/roofline/model_arch.hpp"
 
 namespace ridge::roofline {
 
-// The model's shape (ridge::model::ModelConfig's sizes). kv_heads 0 means heads (multi-head attention);
-// otherwise heads must be a multiple of it. d_head = d_model / heads.
-struct InferenceShape {
-  int64_t vocab = 10000, d_model = 768, layers = 12, heads = 12, kv_heads = 0, d_ff = 3072;
-  int64_t kv_heads_or_heads() const { return kv_heads > 0 ? kv_heads : heads; }
-  int64_t d_head() const { return d_model / heads; }
-};
+// The model is its ModelArch (ridge/roofline/model_arch.hpp; a ridge::model::ModelConfig is one), of which
+// the sizes enter the counts here; its kv heads must divide its heads. d_head = d_model / heads.
 
 // Where each tensor's dtype comes from. Linear weights in fp8_e4m3 carry DeepGEMM's fp32 scales, one per
 // 128x128 block of each [out, in] tensor (q, k, v, o, w1, w2, w3 quantized one by one), and the activations
@@ -78,13 +74,13 @@ struct InferenceCost {
 // with the rest). FLOPs: 2 per multiply-add of every GEMM at m = batch, and attention 4 * batch * heads *
 // context * d_head per layer (Q K^T and P V); elementwise work is counted in bytes only. ridge::Error naming
 // the argument for a size outside [1, 2^40], a shape the model cannot have or an unaccepted dtype.
-InferenceCost decode_cost(const InferenceShape& shape, const InferenceDtypes& dtypes, int64_t batch,
+InferenceCost decode_cost(const ModelArch& shape, const InferenceDtypes& dtypes, int64_t batch,
                           int64_t context);
 // The prefill of `batch` prompts of `prompt` tokens each: every GEMM at m = batch * prompt, causal attention
 // (query i attends to i + 1 keys: 4 * heads * d_head * prompt (prompt + 1) / 2 per sequence and layer), the
 // prompts' K/V written to the cache and read once by the attention, and the logits of each prompt's last
 // token only (what generation samples from).
-InferenceCost prefill_cost(const InferenceShape& shape, const InferenceDtypes& dtypes, int64_t batch,
+InferenceCost prefill_cost(const ModelArch& shape, const InferenceDtypes& dtypes, int64_t batch,
                            int64_t prompt);
 
 // The time bound of an InferenceCost on a chip at one memory level.
@@ -146,7 +142,7 @@ struct DecodeCriticalBatch {
   double kv_bytes_per_sequence = 0;  // the KV cache read and written per sequence, part of k
   double flops_per_sequence = 0;
 };
-DecodeCriticalBatch decode_critical_batch(const InferenceShape& shape, const InferenceDtypes& dtypes,
+DecodeCriticalBatch decode_critical_batch(const ModelArch& shape, const InferenceDtypes& dtypes,
                                           int64_t context, const Chip& chip, const std::string& level = "");
 
 // `ridge roofline decode` in one call: the decode step at (batch, context), the prefill of `prompt` tokens
@@ -155,7 +151,7 @@ DecodeCriticalBatch decode_critical_batch(const InferenceShape& shape, const Inf
 // or past the critical batch (never compute-bound: until the intensity is within 1% of its limit), at most
 // 2^20.
 struct DecodeReport {
-  InferenceShape shape;
+  ModelArch shape;
   InferenceDtypes dtypes;  // resolved: head and embedding set
   std::string chip, chip_name;
   double params = 0;  // the model's parameter count
@@ -167,7 +163,7 @@ struct DecodeReport {
   std::vector<InferenceBound> sweep;  // one per batch; sweep_batches[i] is its batch
   std::vector<int64_t> sweep_batches;
 };
-DecodeReport decode_report(const InferenceShape& shape, const InferenceDtypes& dtypes, int64_t batch,
+DecodeReport decode_report(const ModelArch& shape, const InferenceDtypes& dtypes, int64_t batch,
                            int64_t context, const Chip& chip, const std::string& level = "",
                            int64_t prompt = 0, bool sweep = false);
 // The report as JSON text (what `ridge roofline decode --json` prints and ridge.roofline.decode returns).

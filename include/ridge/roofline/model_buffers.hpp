@@ -21,7 +21,7 @@ namespace ridge::roofline {
 // pass (lm_head, ln_final, layer L-1 .. layer 0, token_embeddings). Group g's gradients are final
 // together; w1|w3 and q|k|v are adjacent, so one GEMM serves each pair or triple.
 //
-// Grouped-query attention (m.kv_heads below m.heads): k_proj and v_proj have Dkv = kv_heads * d_head
+// Grouped-query attention (kv_heads() below num_heads): k_proj and v_proj have Dkv = kv_heads * d_head
 // rows, not D, so the fused q|k|v weight is [D + 2 Dkv, D] and every q|k|v buffer below is
 // [N, D + 2 Dkv]: q's H heads, then k's KV heads, then v's, each d_head wide. Without it Dkv = D and
 // the width is 3D.
@@ -30,17 +30,33 @@ struct ParamSpec {
   std::vector<int64_t> shape;  // [out, in] for linear weights
   int group = 0;
 };
-// Only the shape's vocab, d_model, layers, d_ff, heads and kv_heads matter here.
-std::vector<ParamSpec> model_parameters(const ModelShape& m);
+std::vector<ParamSpec> model_parameters(const ModelArch& m);
 // Dkv: the width of k (and of v) in a q|k|v row, kv heads * d_head; D when kv heads = heads. ridge::Error
-// for kv_heads < 0, or (grouped-query) heads not a multiple of kv_heads or d_model of heads.
-int64_t kv_width(const ModelShape& m);
+// for num_kv_heads < 0, or (grouped-query) heads not a multiple of kv heads or d_model of heads.
+int64_t kv_width(const ModelArch& m);
 // The q|k|v row: D + 2 Dkv.
-int64_t qkv_width(const ModelShape& m);
+int64_t qkv_width(const ModelArch& m);
 // The sum of the tensors' sizes: the parameter count. The try_ form gives nullopt where it overflows
 // int64; the other throws ridge::Error naming the shape's sizes.
-std::optional<int64_t> try_model_parameter_elements(const ModelShape& m);
-int64_t model_parameter_elements(const ModelShape& m);
+std::optional<int64_t> try_model_parameter_elements(const ModelArch& m);
+int64_t model_parameter_elements(const ModelArch& m);
+
+// The same tensors by what generation does with them, in elements over all layers: the layers' linears
+// (q, k, v, o, w1, w2, w3), the norms' weights (ln1, ln2, ln_final), lm_head and the embedding table; and
+// the fp32 scales the linears carry when stored as fp8_e4m3, each tensor quantized on its own
+// (weight_scale_blocks of each). The four sum to model_param_count; the decode roofline's weight bytes
+// and model::inference_memory read them.
+struct ParamGroups {
+  long double linears = 0, norms = 0, head = 0, embedding = 0;
+  long double linear_scale_blocks = 0;
+};
+ParamGroups model_param_groups(const ModelArch& m);
+
+// A weight [rows, cols] stored as `dtype`: the fp32 scales fp8_e4m3 carries (one per 128x128 block,
+// DeepGEMM's weight scaling: ceil(rows / 128) * ceil(cols / 128)), and the bytes of the weight with
+// them. The decode roofline and the inference model's linears both count weights with these.
+long double weight_scale_blocks(long double rows, long double cols);
+long double weight_bytes(long double rows, long double cols, DType dtype);
 
 // ---- Activations and workspace of one step.
 // Where a buffer lives, which is also its memory tag: each layer's saved activations in a block of
