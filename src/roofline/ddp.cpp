@@ -10,6 +10,7 @@
 #include "core/check.hpp"
 #include "roofline/json.hpp"
 #include "ridge/core/error.hpp"
+#include "ridge/roofline/model_buffers.hpp"
 
 namespace ridge::roofline {
 namespace {
@@ -293,8 +294,6 @@ DdpInput ddp_input(const ModelShape& m, const Chip& chip, const std::string& lev
             m.num_layers, kMaxLayers);
   const auto ops = model_step_ops(m);
   const auto L = m.num_layers;
-  const double V = static_cast<double>(m.vocab_size), D = static_cast<double>(m.d_model),
-               F = static_cast<double>(m.d_ff);
   DdpInput in;
   in.backward_group_s.assign(static_cast<size_t>(L + 3), 0.0);
   BoundOptions bo;
@@ -327,23 +326,12 @@ DdpInput ddp_input(const ModelShape& m, const Chip& chip, const std::string& lev
       for (int64_t l = 0; l < L; ++l) in.backward_group_s[static_cast<size_t>(2 + l)] += t1;  // a block op
     }
   }
-  const double f32 = 4;
-  in.grads.push_back({"lm_head.weight", f32 * V * D, 0});
-  in.grads.push_back({"ln_final.weight", f32 * D, 1});
-  for (int64_t l = L - 1; l >= 0; --l) {
-    const int g = static_cast<int>(2 + (L - 1 - l));
-    const std::string p = fmt::format("layers.{}.", l);
-    in.grads.push_back({p + "ffn.w2.weight", f32 * D * F, g});
-    in.grads.push_back({p + "ffn.w1.weight", f32 * D * F, g});
-    in.grads.push_back({p + "ffn.w3.weight", f32 * D * F, g});
-    in.grads.push_back({p + "ln2.weight", f32 * D, g});
-    in.grads.push_back({p + "attn.output_proj.weight", f32 * D * D, g});
-    in.grads.push_back({p + "attn.q_proj.weight", f32 * D * D, g});
-    in.grads.push_back({p + "attn.k_proj.weight", f32 * D * D, g});
-    in.grads.push_back({p + "attn.v_proj.weight", f32 * D * D, g});
-    in.grads.push_back({p + "ln1.weight", f32 * D, g});
+  // The gradients as the model lays out its parameters (fp32), in the order they become final.
+  for (const ParamSpec& p : model_parameters(m)) {
+    double bytes = 4;
+    for (int64_t d : p.shape) bytes *= static_cast<double>(d);
+    in.grads.push_back({p.name, bytes, p.group});
   }
-  in.grads.push_back({"token_embeddings.weight", f32 * V * D, static_cast<int>(L + 2)});
   return in;
 }
 

@@ -208,6 +208,23 @@ TEST(DdpModel, ModelGradientsAndPhasesMatchTheStepRoofline) {
   EXPECT_DOUBLE_EQ(p.step_s, p.compute_s);
 }
 
+// Grouped-query attention: k_proj and v_proj, and so their gradients, have kv_heads * d_head rows. The
+// timeline's gradients are the model's parameters, 4 bytes each, whatever the attention.
+TEST(DdpModel, GroupedQueryGradientsAreTheParameters) {
+  rr::ModelShape m;
+  m.vocab_size = 1000, m.d_model = 64, m.num_layers = 3, m.num_heads = 4, m.num_kv_heads = 1, m.d_ff = 176;
+  m.batch = 2, m.seq = 32;
+  const auto in = rr::ddp_input(m, rr::load_chip("h100"));
+  // 2 V D + L (2 D D + 2 Dkv D + 3 D F + 2 D) + D with Dkv = 16.
+  EXPECT_DOUBLE_EQ(in.total_bytes(),
+                   4.0 * (2 * 1000 * 64 + 3 * (2 * 64 * 64 + 2 * 16 * 64 + 3 * 64 * 176 + 2 * 64) + 64));
+  for (const auto& g : in.grads) {
+    if (g.name == "layers.0.attn.k_proj.weight" || g.name == "layers.0.attn.v_proj.weight") {
+      EXPECT_EQ(g.bytes, 4.0 * 16 * 64) << g.name;  // [kv_heads * d_head, D] = [16, 64]
+    }
+  }
+}
+
 TEST(DdpModel, ShardingSavesOneNthOfTheOptimizerState) {
   // 1e9 parameters, bf16 on 8 ranks: 2 + 4 (master) + 4 (grads) + 8 (m, v) = 18 GB; sharded
   // 2 + 0.5 + 4 + 1 = 7.5 GB.
