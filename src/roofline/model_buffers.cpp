@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 #include <string_view>
+#include <type_traits>
 
 #include "ridge/core/error.hpp"
 #include "core/check.hpp"
@@ -178,15 +179,35 @@ int64_t buffer_elements(Buf b, const ModelShape& m) {
   return n;
 }
 
-RegionLayout region_layout(Region r, const ModelShape& m, size_t state_bytes, size_t operand_bytes) {
-  RegionLayout l;
+namespace {
+
+// A region's buffers one after another, each aligned to kBufferAlignment bytes, counted in T: size_t for
+// the offsets the model carves its memory at, double for model_memory, an estimate that must answer for
+// sizes whose bytes do not fit 64 bits (a batch no machine holds is refused for its size, not wrapped).
+template <typename T>
+T lay_out(Region r, const ModelShape& m, T state_bytes, T operand_bytes, size_t* offset) {
+  const T align = static_cast<T>(kBufferAlignment);
+  T bytes = 0;
   for (const BufferSpec& s : kModelBuffers) {
     if (s.region != r) continue;
-    const size_t at = (l.bytes + kBufferAlignment - 1) / kBufferAlignment * kBufferAlignment;
-    l.offset[static_cast<int>(s.id)] = at;
-    l.bytes = at + static_cast<size_t>(buffer_elements(s.id, m)) *
-                       (s.elem == Elem::state ? state_bytes : operand_bytes);
+    T at;
+    if constexpr (std::is_integral_v<T>)
+      at = (bytes + align - 1) / align * align;
+    else
+      at = std::ceil(bytes / align) * align;
+    if (offset) offset[static_cast<int>(s.id)] = static_cast<size_t>(at);
+    T n = 1;
+    for (int64_t d : buffer_shape(s.id, m)) n *= static_cast<T>(d);
+    bytes = at + n * (s.elem == Elem::state ? state_bytes : operand_bytes);
   }
+  return bytes;
+}
+
+}  // namespace
+
+RegionLayout region_layout(Region r, const ModelShape& m, size_t state_bytes, size_t operand_bytes) {
+  RegionLayout l;
+  l.bytes = lay_out<size_t>(r, m, state_bytes, operand_bytes, l.offset);
   return l;
 }
 
@@ -200,9 +221,7 @@ ModelMemory model_memory(const ModelShape& m) {
   // The model keeps an operand copy of the weights whenever operands are rounded (bf16, or fp16
   // values in fp32 storage); fp32 operands read the parameters themselves.
   r.operand_copy = m.operand == DType::f32 ? 0 : operand * P;
-  const auto bytes = [&](Region g) {
-    return static_cast<double>(region_layout(g, m, 4, static_cast<size_t>(operand)).bytes);
-  };
+  const auto bytes = [&](Region g) { return lay_out<double>(g, m, state, operand, nullptr); };
   r.per_layer = bytes(Region::layer);
   r.final = bytes(Region::final);
   r.workspace = bytes(Region::workspace);

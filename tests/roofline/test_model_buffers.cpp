@@ -101,3 +101,19 @@ TEST(ModelBuffers, ParameterGroupsAndWeightBytes) {
   EXPECT_EQ(static_cast<double>(rr::weight_bytes(130, 200, ridge::DType::bf16)), 2.0 * 130 * 200);
   EXPECT_EQ(static_cast<double>(rr::weight_bytes(130, 200, ridge::DType::fp8_e4m3)), 130.0 * 200 + 4 * 4);
 }
+
+// The memory estimate answers for a step no machine holds (the logits alone 2^70 elements here, past
+// int64 and size_t) with its size, never a wrapped count: a caller refuses it for what it is.
+TEST(ModelBuffers, MemoryOfAStepPastSixtyFourBitsIsItsSizeNotAWrappedCount) {
+  rr::ModelShape m;
+  m.vocab_size = int64_t{1} << 20, m.d_model = 64, m.num_layers = 2, m.num_heads = 4, m.d_ff = 128;
+  m.batch = int64_t{1} << 20, m.seq = int64_t{1} << 30;
+  const auto mem = rr::model_memory(m);
+  EXPECT_GE(mem.final, 4 * 0x1p70);  // the fp32 logits [N, V]
+  EXPECT_LT(mem.final, 5 * 0x1p70);
+  EXPECT_GE(mem.total(), mem.final);
+  // The same shape at a size that fits: the estimate is the layout the model carves, byte for byte.
+  m.batch = 2, m.seq = 8, m.vocab_size = 100;
+  EXPECT_EQ(rr::model_memory(m).final,
+            static_cast<double>(rr::region_layout(rr::Region::final, m, 4, 4).bytes));
+}
