@@ -48,6 +48,8 @@ def _config_json(config) -> str:
         out["rope_theta"] = real(config["rope_theta"], "config['rope_theta']", finite=True)
     if "num_kv_heads" in config:  # grouped-query attention; absent (or equal to num_heads): multi-head
         out["num_kv_heads"] = integer(config["num_kv_heads"], "config['num_kv_heads']")
+    if "rms_norm_eps" in config:  # RMSNorm's epsilon; absent: the library's default (1e-5)
+        out["rms_norm_eps"] = real(config["rms_norm_eps"], "config['rms_norm_eps']", finite=True)
     return json.dumps(out)
 
 
@@ -83,16 +85,12 @@ def _tokens(x, name, vocab):
     return np.ascontiguousarray(a, dtype=np.int32)
 
 
-def _check_fits(cfg: dict, batch: int, seq: int):
-    """ValueError for a model whose weights, gradients, AdamW state and one batch's activations (a rough
-    lower bound) need more than this machine's memory: refused, rather than an allocation that fails
-    or a process the kernel kills."""
-    V, T, D, L, H, F = (cfg[k] for k in _INT_FIELDS)
-    if min(V, T, D, L, H, F, batch, seq) < 1:
-        return  # the library names the field
-    Dkv = D // H * (cfg.get("num_kv_heads") or H)  # k and v: the kv heads' width (D without grouped-query)
-    params = 2 * V * D + L * (2 * D * D + 2 * D * Dkv + 3 * D * F + 2 * D) + D
-    need = 16 * params + 4 * batch * seq * (2 * V + L * (16 * D + 4 * F + H * seq))
+def _check_fits(text: str, batch: int, seq: int, precision: str):
+    """ValueError for a model whose weights, gradients, AdamW state and one batch's activations need more
+    than this machine's memory: refused, rather than an allocation that fails or a process the kernel
+    kills. The parameter count and the bytes are the library's (ridge.model's step_memory, what `ridge
+    train` checks), never a formula of this file's own."""
+    params, need = _m.step_memory(text, batch, seq, precision)
     try:
         import os
 
@@ -100,16 +98,19 @@ def _check_fits(cfg: dict, batch: int, seq: int):
     except (ValueError, OSError, AttributeError):
         return
     if need > have:
-        raise ValueError(f"config: this model ({params} parameters) with batch {batch} x seq {seq} needs at least "
-                         f"{need / 2**30:.3g} GiB; this machine has {have / 2**30:.3g} GiB (vocab_size "
-                         f"{V}, context_length {T}, d_model {D}, num_layers {L}, d_ff {F})")
+        cfg = json.loads(text)
+        raise ValueError(f"config: this model ({params} parameters) with batch {batch} x seq {seq} in {precision} "
+                         f"needs about {need / 2**30:.3g} GiB; this machine has {have / 2**30:.3g} GiB (vocab_size "
+                         f"{cfg['vocab_size']}, context_length {cfg['context_length']}, d_model {cfg['d_model']}, "
+                         f"num_layers {cfg['num_layers']}, d_ff {cfg['d_ff']})")
 
 
 class TransformerLM:
     """config: dict with vocab_size, context_length, d_model, num_layers, num_heads, d_ff and
-    optionally rope_theta and num_kv_heads (grouped-query attention: k_proj and v_proj then have
-    num_kv_heads * d_head rows; default num_heads). state_dict: name -> float32 array/tensor (missing names keep ridge's
-    CS336 initialisation from `seed`). precision: fp32 | bf16 | fp16; attention: flash | math.
+    optionally rope_theta, rms_norm_eps (RMSNorm's epsilon, default 1e-5) and num_kv_heads (grouped-query
+    attention: k_proj and v_proj then have num_kv_heads * d_head rows; default num_heads). state_dict:
+    name -> float32 array/tensor (missing names keep ridge's CS336 initialisation from `seed`).
+    precision: fp32 | bf16 | fp16; attention: flash | math.
     batch and seq fix the shape step() trains on; forward() takes any [batch, seq <= context]."""
 
     def __init__(self, config: dict, state_dict=None, *, precision="fp32", attention="flash", batch=1, seq=None,
@@ -124,7 +125,7 @@ class TransformerLM:
         context = json.loads(text)["context_length"]
         if integer(seq, "seq", 1) > context:
             raise ValueError(f"seq: {seq} is longer than the model's context_length {context}")
-        _check_fits(json.loads(text), integer(batch, "batch", 1), seq)
+        _check_fits(text, integer(batch, "batch", 1), integer(seq, "seq", 1), string(precision, "precision"))
         self._t = _m.Trainer(text, string(precision, "precision"), string(attention, "attention"),
                              integer(batch, "batch", 1), integer(seq, "seq", 1), real(lr_max, "lr_max"),
                              real(lr_min, "lr_min"), integer(warmup_steps, "warmup_steps", 0),

@@ -12,9 +12,10 @@ def preset_names() -> List[str]:
 
 class TransformerLM:
     """config: dict with vocab_size, context_length, d_model, num_layers, num_heads, d_ff and
-    optionally rope_theta and num_kv_heads (grouped-query attention: k_proj and v_proj then have
-    num_kv_heads * d_head rows; default num_heads). state_dict: name -> float32 array/tensor (missing names keep ridge's
-    CS336 initialisation from `seed`). precision: fp32 | bf16 | fp16; attention: flash | math.
+    optionally rope_theta, rms_norm_eps (RMSNorm's epsilon, default 1e-5) and num_kv_heads (grouped-query
+    attention: k_proj and v_proj then have num_kv_heads * d_head rows; default num_heads). state_dict:
+    name -> float32 array/tensor (missing names keep ridge's CS336 initialisation from `seed`).
+    precision: fp32 | bf16 | fp16; attention: flash | math.
     batch and seq fix the shape step() trains on; forward() takes any [batch, seq <= context]."""
     def __init__(self, config: Mapping[str, Any], state_dict: Optional[Mapping[str, _Array]] = None, *,
                  precision: str = "fp32", attention: str = "flash", batch: int = 1, seq: Optional[int] = None,

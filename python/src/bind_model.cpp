@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common.hpp"
+#include "ridge/model/roofline.hpp"
 #include "ridge/model/train.hpp"
 #include "core/check.hpp"
 #include "core/json.hpp"
@@ -17,16 +18,27 @@ namespace {
 using model::Trainer;
 using F32 = nb::ndarray<nb::numpy, float>;
 
-Trainer make(const std::string& config_json, const std::string& precision, const std::string& attention,
-             int64_t batch, int64_t seq, double lr_max, double lr_min, int64_t warmup_steps,
-             int64_t cosine_steps, double weight_decay, double beta1, double beta2, double eps,
-             double max_grad_norm, uint64_t seed) {
+model::ModelConfig config(const std::string& config_json) {
   model::ModelConfig cfg;
   model::from_json(input::parse_json(config_json, "config_json"), cfg);
+  return cfg;
+}
+
+// The run's shape as the trainer takes it (the rest of TrainConfig at its defaults).
+model::TrainConfig run_shape(int64_t batch, int64_t seq, const std::string& precision) {
   model::TrainConfig t;
   t.batch = batch;
   t.seq = seq;
   t.precision = model::parse_precision(precision);
+  return t;
+}
+
+Trainer make(const std::string& config_json, const std::string& precision, const std::string& attention,
+             int64_t batch, int64_t seq, double lr_max, double lr_min, int64_t warmup_steps,
+             int64_t cosine_steps, double weight_decay, double beta1, double beta2, double eps,
+             double max_grad_norm, uint64_t seed) {
+  const model::ModelConfig cfg = config(config_json);
+  model::TrainConfig t = run_shape(batch, seq, precision);
   t.attention = model::parse_attention_path(attention);
   t.lr_max = lr_max;
   t.lr_min = lr_min;
@@ -194,15 +206,23 @@ void bind_model(nb::module_& m) {
         return std::make_pair(config, precision);
       },
       nb::arg("path"));
+  // The parameter count and what one training step holds in bytes (model::step_memory: parameters,
+  // gradients, AdamW's moments, the operand copy, activations, workspace; what `ridge train` checks
+  // against the memory available), for python/ridge/model.py to refuse a model that cannot fit before
+  // it builds one. batch and seq are checked as the trainer checks them.
+  m.def(
+      "step_memory",
+      [](const std::string& config_json, int64_t batch, int64_t seq, const std::string& precision) {
+        const model::ModelConfig cfg = config(config_json);
+        const model::TrainConfig t = run_shape(batch, seq, precision);
+        t.validate();
+        return std::make_pair(cfg.param_count(), model::step_memory(cfg, batch, seq, t.precision).total());
+      },
+      nb::arg("config_json"), nb::arg("batch"), nb::arg("seq"), nb::arg("precision"));
   // The config's checks alone (every field, the fields together, the sizes they imply), before
   // python/ridge/model.py estimates the memory a model of that config needs.
   m.def(
-      "validate_config",
-      [](const std::string& config_json) {
-        model::ModelConfig cfg;
-        model::from_json(input::parse_json(config_json, "config_json"), cfg);
-      },
-      nb::arg("config_json"));
+      "validate_config", [](const std::string& config_json) { config(config_json); }, nb::arg("config_json"));
 }
 
 }  // namespace ridge::py

@@ -35,8 +35,10 @@ def np_forward(sd, cfg, ids):
     dh = D // H
     b, s = ids.shape
 
+    eps = cfg.get("rms_norm_eps", 1e-5)
+
     def rms(x, w):
-        return x / np.sqrt((x * x).mean(-1, keepdims=True) + 1e-5) * w
+        return x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * w
 
     pos = np.arange(s)[:, None]
     freq = cfg["rope_theta"] ** (-np.arange(0, dh, 2) / dh)
@@ -104,6 +106,40 @@ def test_logits_and_loss_match_numpy(setup, attention):
     np.testing.assert_allclose(m(ids), want, atol=2e-4 * np.abs(want).max())
     loss = m.forward(ids, tg)
     assert loss == pytest.approx(np_loss(want, tg), rel=1e-5)
+
+
+def test_rms_norm_eps_of_the_config_is_the_models(setup):
+    """rms_norm_eps in the config is RMSNorm's epsilon (default 1e-5): at 0.3 the logits are NumPy's at
+    0.3, and far from those at 1e-5; the config keeps it, and a default config does not mention it."""
+    sd, ids, _ = setup
+    cfg = dict(CFG, rms_norm_eps=0.3)
+    m = rm.TransformerLM(cfg, sd)
+    want, other = np_forward(sd, cfg, ids), np_forward(sd, CFG, ids)
+    assert np.abs(want - other).max() > 0.05 * np.abs(want).max()
+    np.testing.assert_allclose(m(ids), want, atol=2e-4 * np.abs(want).max())
+    assert m.config["rms_norm_eps"] == 0.3
+    assert "rms_norm_eps" not in rm.TransformerLM(CFG, sd).config
+    with pytest.raises(ValueError, match="rms_norm_eps"):
+        rm.TransformerLM(dict(CFG, rms_norm_eps=0.0))
+    with pytest.raises(TypeError, match="rms_norm_eps"):
+        rm.TransformerLM(dict(CFG, rms_norm_eps="1e-5"))
+
+
+def test_the_memory_check_counts_with_the_library():
+    """The parameter count and the step's bytes that TransformerLM checks against the machine are the
+    library's (what `ridge train` checks): the count is the closed form, grouped-query included, and a
+    model past any machine's memory is refused naming its sizes and that count, before anything is
+    allocated."""
+    cfg = dict(CFG, num_kv_heads=1)
+    V, D, L, F, Dkv = 23, 32, 2, 48, 16
+    params, need = rm._m.step_memory(rm._config_json(cfg), 2, 8, "fp32")
+    assert params == 2 * V * D + L * (2 * D * D + 2 * Dkv * D + 3 * D * F + 2 * D) + D
+    assert params == sum(int(np.prod(v.shape)) for v in rm.TransformerLM(cfg).state_dict().values())
+    assert need > 16 * params  # fp32 weights, gradients and AdamW's two moments, then the activations
+    huge = dict(CFG, num_layers=2**32 + 1)
+    big_params, _ = rm._m.step_memory(rm._config_json(huge), 1, 4, "fp32")
+    with pytest.raises(ValueError, match=rf"this model \({big_params} parameters\).*num_layers 4294967297"):
+        rm.TransformerLM(huge, batch=1, seq=4)
 
 
 def test_gradients_match_finite_differences(setup):
