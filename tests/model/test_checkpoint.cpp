@@ -249,6 +249,16 @@ TEST_F(CheckpointLoad, AModelThatDiffersNamesTheField) {
   }
 }
 
+// RMSNorm's epsilon is part of the model: a checkpoint whose config records another one is refused naming
+// it, like any other field.
+TEST_F(CheckpointLoad, AnotherRmsNormEpsIsRefusedNamingTheField) {
+  std::string arg;
+  const auto what = refused(edit_meta(good_, "config", [](ojson& j) { j["rms_norm_eps"] = 1e-6; }), &arg);
+  EXPECT_EQ(arg, "rms_norm_eps");
+  EXPECT_EQ(what, "rms_norm_eps: this model has 1e-05 but checkpoint '" + path() +
+                      "' was written for 1e-06; a checkpoint resumes only the model it was written for");
+}
+
 TEST_F(CheckpointLoad, AnotherPrecisionIsRefusedNamingBoth) {
   std::string arg;
   const auto what = refused(edit_meta(good_, "state", [](ojson& j) { j["precision"] = "bf16"; }), &arg);
