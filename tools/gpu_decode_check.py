@@ -18,12 +18,17 @@ import math
 import os
 import sys
 
-SIZES = {"small": (768, 3072, 12, 12), "medium": (1024, 4096, 24, 16), "large": (1280, 5120, 36, 20),
-         "xl": (1600, 6400, 48, 25), "2.7B": (2560, 10240, 32, 32)}
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import ridge_checkpoint as rc  # noqa: E402  (the sizes and defaults of bench/shapes/model-sizes.json)
+
+# The CS336 sizes of bench/shapes/model-sizes.json from small up (tiny is too small to say anything here).
+SIZES = [name for name in rc.sizes_table()["sizes"] if name != "tiny"]
 
 
 def build(torch, size, vocab, ctx_max, batch):
-    D, F, L, H = SIZES[size]
+    cfg = rc.preset(size, vocab, ctx_max)
+    D, F, L, H = cfg["d_model"], cfg["d_ff"], cfg["num_layers"], cfg["num_heads"]
+    eps, theta = rc.rms_norm_eps(cfg), cfg["rope_theta"]
     dh = D // H
     dev, dt = "cuda", torch.bfloat16
     g = torch.Generator(device=dev).manual_seed(0)
@@ -35,10 +40,10 @@ def build(torch, size, vocab, ctx_max, batch):
     emb, head = w(vocab, D), w(vocab, D)
     K = [torch.randn(batch, H, ctx_max, dh, device=dev, dtype=dt) for _ in range(L)]
     V = [torch.randn(batch, H, ctx_max, dh, device=dev, dtype=dt) for _ in range(L)]
-    inv = 10000.0 ** (-torch.arange(0, dh, 2, device=dev, dtype=torch.float32) / dh)
+    inv = theta ** (-torch.arange(0, dh, 2, device=dev, dtype=torch.float32) / dh)
 
     def rms(x):
-        return (x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-5)).to(dt)
+        return (x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + eps)).to(dt)
 
     def rope(x, pos):  # x [B, H, 1, dh], adjacent pairs
         ang = pos.float()[:, None, None, None] * inv
@@ -106,7 +111,6 @@ def main():
         return write_predictions(a.write_predictions, a.ridge, a.hw)
     if not a.predictions:
         ap.error("give --predictions FILE (written by --write-predictions) or --write-predictions FILE")
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from gpu_model_check import cuda_torch
 
     torch = cuda_torch("gpu_decode_check")

@@ -115,7 +115,7 @@ def models(torch, ridge, rows, hw, ctx, batch, vocab):
         if s is None:
             continue
         cfg = {"vocab_size": vocab, "context_length": ctx, "d_model": s["d_model"], "num_layers": s["num_layers"],
-               "num_heads": s["num_heads"], "d_ff": s["d_ff"], "rope_theta": 10000.0}
+               "num_heads": s["num_heads"], "d_ff": s["d_ff"], "rope_theta": float(sizes["rope_theta"])}
         try:
             model = ref.TransformerLM(cfg).cuda()
             x = torch.randint(0, vocab, (batch, ctx), device="cuda")

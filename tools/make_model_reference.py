@@ -26,6 +26,8 @@ import sys
 
 import torch
 
+import ridge_checkpoint as rc  # the defaults of a config (bench/shapes/model-sizes.json); NumPy not needed
+
 CONFIG = {
     "vocab_size": 256,
     "context_length": 16,
@@ -48,7 +50,6 @@ TRAIN = {
     "max_grad_norm": 1.0,
     "clip_eps": 1e-6,
 }
-RMS_EPS = 1e-5
 # The grouped-query cases: CONFIG with a smaller vocabulary and feed-forward (the file stays small) and
 # num_kv_heads below num_heads; each case's tensors are named "<case>.<name>".
 GQA_CASES = {"kv2": dict(CONFIG, vocab_size=64, d_ff=96, num_kv_heads=2),
@@ -86,14 +87,15 @@ class Embedding(torch.nn.Module):
 class RMSNorm(torch.nn.Module):
     """x * rsqrt(mean(x^2) + eps) * w, in fp32 whatever the input dtype; the result in the input dtype."""
 
-    def __init__(self, d):
+    def __init__(self, d, eps):
         super().__init__()
+        self.eps = eps
         self.weight = torch.nn.Parameter(torch.ones(d))
 
     def forward(self, x):
         in_dtype = x.dtype
         x = x.float()
-        r = torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + RMS_EPS)
+        r = torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + self.eps)
         return (x * r * self.weight).to(in_dtype)
 
 
@@ -154,9 +156,9 @@ class FFN(torch.nn.Module):
 class Block(torch.nn.Module):
     def __init__(self, c):
         super().__init__()
-        self.ln1 = RMSNorm(c["d_model"])
+        self.ln1 = RMSNorm(c["d_model"], rc.rms_norm_eps(c))
         self.attn = Attention(c["d_model"], c["num_heads"], c["rope_theta"], c.get("num_kv_heads"))
-        self.ln2 = RMSNorm(c["d_model"])
+        self.ln2 = RMSNorm(c["d_model"], rc.rms_norm_eps(c))
         self.ffn = FFN(c["d_model"], c["d_ff"])
 
     def forward(self, x):
@@ -169,7 +171,7 @@ class TransformerLM(torch.nn.Module):
         super().__init__()
         self.token_embeddings = Embedding(c["vocab_size"], c["d_model"])
         self.layers = torch.nn.ModuleList(Block(c) for _ in range(c["num_layers"]))
-        self.ln_final = RMSNorm(c["d_model"])
+        self.ln_final = RMSNorm(c["d_model"], rc.rms_norm_eps(c))
         self.lm_head = Linear(c["d_model"], c["vocab_size"])
 
     def forward(self, tokens):

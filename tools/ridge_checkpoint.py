@@ -7,7 +7,9 @@ ridge's `Trainer::save` (src/model/train.cpp) writes the model's tensors under t
 state_dict names, the AdamW state under "optimizer.exp_avg.<name>" / "optimizer.exp_avg_sq.<name>"
 (skipped here), and the metadata "format" ("ridge-checkpoint-1"), "config" (the ModelConfig as JSON:
 vocab_size, context_length, d_model, num_layers, num_heads, d_ff, rope_theta and, when it differs from
-num_heads, num_kv_heads) and "state".
+num_heads, num_kv_heads) and "state". A config that omits rope_theta or rms_norm_eps has the defaults bench/shapes/model-sizes.json
+states (ridge's own, held to the file by a test), and num_kv_heads 0 or absent means num_heads
+(kv_head_count): the sizes and defaults come from there and from the checkpoint, never from a copy here.
 
 Errors are `CheckpointError` with one line naming the file and what is wrong; the tools print it and
 exit 2.
@@ -23,8 +25,23 @@ except ImportError:
     np = None
 
 CONFIG_FIELDS = ("vocab_size", "context_length", "d_model", "num_layers", "num_heads", "d_ff")
-RMS_EPS = 1e-5  # ridge's RMSNorm epsilon (include/ridge/model/model.hpp)
 _SIZES_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench", "shapes", "model-sizes.json")
+
+
+def sizes_table():
+    """bench/shapes/model-sizes.json: the presets ("sizes") and the defaults of rope_theta and rms_norm_eps."""
+    with open(_SIZES_FILE) as f:
+        return json.load(f)
+
+
+def kv_head_count(c):
+    """The config's key/value heads: num_kv_heads, where 0 or absent means num_heads."""
+    return c.get("num_kv_heads") or c["num_heads"]
+
+
+def rms_norm_eps(c):
+    """RMSNorm's epsilon of a config: its rms_norm_eps, or the default every ridge config has."""
+    return c["rms_norm_eps"] if "rms_norm_eps" in c else sizes_table()["rms_norm_eps"]
 
 
 class CheckpointError(ValueError):
@@ -44,8 +61,7 @@ def tensor_names(num_layers):
 
 def expected_shapes(c):
     v, d, f, h = c["vocab_size"], c["d_model"], c["d_ff"], c["num_heads"]
-    kv = c.get("num_kv_heads") or h
-    dkv = kv * (d // h)
+    dkv = kv_head_count(c) * (d // h)
     out = {"token_embeddings.weight": (v, d), "ln_final.weight": (d,), "lm_head.weight": (v, d)}
     for i in range(c["num_layers"]):
         p = f"layers.{i}."
@@ -105,8 +121,8 @@ def read_safetensors(path):
 def load(path, heads=None, kv_heads=None, context=None, rope_theta=None):
     """(config dict, {name: float32 array}) of a ridge model. The config is the checkpoint's metadata
     'config'; a file without one (a weights-only state_dict) needs `heads` and gets the rest from the
-    tensor shapes (context from `context`, default 2048; rope_theta default 10000). Every model tensor
-    must be there with the config's shape."""
+    tensor shapes (context from `context`, default 2048; rope_theta the default of
+    bench/shapes/model-sizes.json). Every model tensor must be there with the config's shape."""
     meta, tensors = read_safetensors(path)
     if "config" in meta:
         try:
@@ -119,7 +135,7 @@ def load(path, heads=None, kv_heads=None, context=None, rope_theta=None):
     else:
         if heads is None:
             raise CheckpointError(f"checkpoint '{path}' has no metadata 'config' (a weights-only file): "
-                                  "pass --heads (and --context, --rope-theta if not 2048 and 10000)")
+                                  "pass --heads (and --context, --rope-theta if not 2048 and ridge's default)")
         emb, w1 = tensors.get("token_embeddings.weight"), tensors.get("layers.0.ffn.w1.weight")
         if emb is None or w1 is None or emb.ndim != 2 or w1.ndim != 2:
             raise CheckpointError(f"checkpoint '{path}': no token_embeddings.weight / layers.0.ffn.w1.weight "
@@ -140,8 +156,8 @@ def load(path, heads=None, kv_heads=None, context=None, rope_theta=None):
         cfg["rope_theta"] = rope_theta
     if kv_heads is not None:
         cfg["num_kv_heads"] = kv_heads
-    cfg.setdefault("rope_theta", 10000.0)
-    cfg["num_kv_heads"] = cfg.get("num_kv_heads") or cfg["num_heads"]
+    cfg.setdefault("rope_theta", float(sizes_table()["rope_theta"]))
+    cfg["num_kv_heads"] = kv_head_count(cfg)
     check_config(cfg, f"checkpoint '{path}'")
     want = expected_shapes(cfg)
     for name, shape in want.items():
@@ -164,27 +180,35 @@ def check_config(c, what):
 def describe(c):
     s = (f"vocab {c['vocab_size']}, context {c['context_length']}, d_model {c['d_model']}, layers {c['num_layers']}, "
          f"heads {c['num_heads']}")
-    if c.get("num_kv_heads", c["num_heads"]) != c["num_heads"]:
-        s += f", kv_heads {c['num_kv_heads']}"
-    return s + f", d_ff {c['d_ff']}, rope_theta {c.get('rope_theta', 10000.0):g}"
+    if kv_head_count(c) != c["num_heads"]:
+        s += f", kv_heads {kv_head_count(c)}"
+    table = sizes_table()
+    s += f", d_ff {c['d_ff']}, rope_theta {c.get('rope_theta', table['rope_theta']):g}"
+    return s + (f", rms_norm_eps {c['rms_norm_eps']:g}" if c.get("rms_norm_eps", table["rms_norm_eps"]) !=
+                table["rms_norm_eps"] else "")
 
 
 def preset(size, vocab, context, kv_heads=None):
     """The config of a size in bench/shapes/model-sizes.json (tiny .. 2.7B)."""
-    with open(_SIZES_FILE) as f:
-        sizes = json.load(f)["sizes"]
+    table = sizes_table()
+    sizes = table["sizes"]
     if size not in sizes:
         raise CheckpointError(f"--size {size}: unknown; accepted: {', '.join(sizes)}")
-    c = dict(sizes[size], vocab_size=vocab, context_length=context, rope_theta=10000.0)
-    c["num_kv_heads"] = kv_heads or c["num_heads"]
+    c = dict(sizes[size], vocab_size=vocab, context_length=context, rope_theta=float(table["rope_theta"]))
+    c["num_kv_heads"] = kv_head_count(dict(c, num_kv_heads=kv_heads))
     check_config(c, f"--size {size}")
     return c
 
 
 def param_count(c):
-    d, f, v = c["d_model"], c["d_ff"], c["vocab_size"]
-    dkv = c["num_kv_heads"] * (d // c["num_heads"])
-    return 2 * v * d + c["num_layers"] * (2 * d * d + 2 * d * dkv + 3 * d * f + 2 * d) + d
+    """The parameters of a config: the sizes of its tensors (expected_shapes), summed."""
+    total = 0
+    for shape in expected_shapes(c).values():
+        n = 1
+        for d in shape:
+            n *= d
+        total += n
+    return total
 
 
 def available_memory():
@@ -201,7 +225,7 @@ def available_memory():
 
 def kv_cache_bytes(c, batch, positions, elem_bytes):
     """K and V of every layer for `batch` sequences of `positions` each."""
-    return 2 * c["num_layers"] * batch * positions * c["num_kv_heads"] * (c["d_model"] // c["num_heads"]) * elem_bytes
+    return 2 * c["num_layers"] * batch * positions * kv_head_count(c) * (c["d_model"] // c["num_heads"]) * elem_bytes
 
 
 def parse_cases(text):

@@ -61,7 +61,7 @@ def convert(cfg, tensors, out_path, qtype, log=lambda s: None):
         w.add_head_count_kv(cfg["num_kv_heads"])
         w.add_rope_freq_base(float(cfg["rope_theta"]))
         w.add_rope_dimension_count(d // h)
-        w.add_layer_norm_rms_eps(rc.RMS_EPS)
+        w.add_layer_norm_rms_eps(rc.rms_norm_eps(cfg))
         w.add_vocab_size(cfg["vocab_size"])
         w.add_file_type(ftype)
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """PyTorch eager with a KV cache as a peer for `ridge bench decode`: the same CS336 model math as ridge
-(pre-norm RMSNorm eps 1e-5 in fp32, RoPE on adjacent pairs, SwiGLU, GQA, untied head), greedy.
+(pre-norm RMSNorm in fp32 with the config's epsilon, RoPE on adjacent pairs, SwiGLU, GQA, untied head), greedy.
 
     tools/torch_decode_peer.py (--checkpoint F | --size S [--vocab V]) [--kv-heads K]
         --weights fp32|bf16 --threads T --prompt-len P --batch B --context C --tokens N
@@ -54,11 +54,11 @@ def build_model(torch, cfg, state, dtype):
                             "w13": torch.cat([t(p + "ffn.w1.weight"), t(p + "ffn.w3.weight")]).contiguous(),
                             "w2": t(p + "ffn.w2.weight")})
     d, h, kv = cfg["d_model"], cfg["num_heads"], cfg["num_kv_heads"]
-    dh, f = d // h, cfg["d_ff"]
+    dh, f, eps = d // h, cfg["d_ff"], rc.rms_norm_eps(cfg)
 
     def rmsnorm(x, g):
         xf = x.float()
-        return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + rc.RMS_EPS) * g).to(x.dtype)
+        return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * g).to(x.dtype)
 
     class Model:
         config = cfg

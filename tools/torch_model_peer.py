@@ -40,7 +40,7 @@ def main():
     for k in ("vocab", "d-model", "d-ff", "layers", "heads", "batch", "seq"):
         ap.add_argument("--" + k, type=int, required=True)
     ap.add_argument("--kv-heads", type=int, default=None, help="key/value heads (default: --heads)")
-    ap.add_argument("--rope-theta", type=float, default=10000.0)
+    ap.add_argument("--rope-theta", type=float, default=None, help="default: ridge's (bench/shapes/model-sizes.json)")
     ap.add_argument("--weights", required=True)
     ap.add_argument("--precision", choices=["fp32", "bf16", "fp16"], default="fp32")
     ap.add_argument("--pass", dest="pass_", choices=["forward", "forward_backward", "step"], default="step")
@@ -84,7 +84,8 @@ def main():
         ref.Attention.forward = attn_forward
 
     cfg = {"vocab_size": a.vocab, "context_length": a.seq, "d_model": a.d_model, "num_layers": a.layers,
-           "num_heads": a.heads, "num_kv_heads": a.kv_heads or a.heads, "d_ff": a.d_ff, "rope_theta": a.rope_theta}
+           "num_heads": a.heads, "num_kv_heads": a.kv_heads or a.heads, "d_ff": a.d_ff,
+           "rope_theta": ref.rc.sizes_table()["rope_theta"] if a.rope_theta is None else a.rope_theta}
     tensors = read_safetensors(a.weights, torch)
     inputs = tensors.pop("batch.inputs").long()
     targets = tensors.pop("batch.targets").long()
