@@ -95,6 +95,30 @@ std::string duration(double s) {
   return fmt::format("{:.0f}h{:02.0f}m", std::floor(s / 3600), std::fmod(s / 60, 60));
 }
 
+// A logged step as --json prints it (mfu null without a probed peak).
+nlohmann::json json_line(const model::StepLog& l, bool has_peak) {
+  const model::StepResult& r = l.result;
+  nlohmann::json j = {
+      {"step", l.step},           {"loss", r.loss},
+      {"mean_loss", l.mean_loss}, {"lr", r.lr},
+      {"grad_norm", r.grad_norm}, {"tokens_per_s", l.tokens_per_s},
+      {"step_ms", l.step_ms},     {"mfu", has_peak ? nlohmann::json(l.mfu) : nlohmann::json(nullptr)},
+      {"skipped", r.skipped},     {"loss_scale", r.loss_scale},
+  };
+  return j;
+}
+
+// A logged step as the table's row; a skipped step says the loss scale it left behind.
+std::string table_row(const model::StepLog& l, bool has_peak, double loss_scale_now) {
+  const model::StepResult& r = l.result;
+  return fmt::format(
+      "{:>7}  {:>8.4f}  {:>9.2e}  {:>9.3f}  {:>9.0f}  {:>6}  {:>8}{}\n", l.step, r.loss, r.lr, r.grad_norm,
+      l.tokens_per_s, has_peak ? fmt::format("{:.1f}%", 100 * l.mfu) : std::string("n/a"),
+      duration(l.seconds_left),
+      r.skipped ? fmt::format("  (skipped: non-finite gradient; loss scale now {})", loss_scale_now)
+                : std::string());
+}
+
 // Everything a run needs before its trainer exists; `world` ranks share the global batch.
 struct Prepared {
   model::ModelConfig c;
@@ -282,14 +306,15 @@ using DataParallelPtr = distributed::DataParallel*;
 using DataParallelPtr = void*;
 #endif
 
-// The training loop. Under data parallelism every rank draws the same global batch from the same
-// generator (so the data equal a single process's) and trains on its slice; rank 0 prints and saves.
+// One run: the header, the library's training loop (model::train) with a log line per logged step,
+// then the trace, the memory snapshot and the summary. Under data parallelism every rank trains on
+// its slice of the same global batch (the loop takes rank and world from the DataParallel hooks set
+// on the trainer); rank 0 prints and saves.
 void train_loop(const Args& a, const Prepared& p, model::Trainer& trainer, DataParallelPtr dp, int rank,
                 int world) {
   const auto& c = p.c;
   const auto& t = p.t;
   const auto& file = p.file;
-  const auto& text_tokens = p.text_tokens;
   const bool print = rank == 0;
   (void)dp;  // used only when built with MPI
   if (!a.trace.empty()) {
@@ -310,15 +335,6 @@ void train_loop(const Args& a, const Prepared& p, model::Trainer& trainer, DataP
     }
   }
   const int64_t global_batch = t.batch * world;
-  // A document-masked step attends to fewer scores than plain causal rows: its FLOPs count only those
-  // (the share is the batch's; every rank draws the same global batch).
-  const double flops_causal = model::training_flops(c, global_batch, t.seq);
-  auto flops_of_step = [&](const int32_t* tokens) {
-    if (t.eot_id < 0) return flops_causal;
-    return model::training_flops(c, global_batch, t.seq,
-                                 model::document_attention_share(tokens, global_batch, t.seq, t.eot_id));
-  };
-  const double tokens_step = static_cast<double>(global_batch * t.seq);
   if (!a.json && print) {
     fmt::print("model     {}: d_model {}, {} layers, {}, d_ff {}, vocab {}, {:.2f}M parameters\n", a.size,
                c.d_model, c.num_layers, cli::heads_text(c.num_heads, c.kv_heads()), c.d_ff, c.vocab_size,
@@ -352,87 +368,25 @@ void train_loop(const Args& a, const Prepared& p, model::Trainer& trainer, DataP
                "tokens/s", "mfu", "left");
   }
 
-  text::Rng& rng = trainer.rng();
-  std::vector<int32_t> x(static_cast<size_t>(global_batch * t.seq)), y(x.size());
-  const size_t slice = static_cast<size_t>(rank * t.batch * t.seq);
-  const text::BatchSource source{file ? &*file : nullptr, text_tokens, c.vocab_size};
+  // Rank 0 prints a line per logged step: a JSON object with --json, else the table's row.
+  const model::LoopConfig loop{.steps = a.steps,
+                               .log_every = a.log_every,
+                               .checkpoint = a.checkpoint,
+                               .save_every = a.save_every,
+                               .peak_flops = peak,
+                               .on_log = [&](const model::StepLog& l) {
+                                 if (!print) return false;
+                                 if (a.json)
+                                   cli::write_stdout(json_line(l, peak > 0).dump() + "\n");
+                                 else
+                                   fmt::print("{}", table_row(l, peak > 0, trainer.scaler().scale()));
+                                 cli::flush_stdout();
+                                 return false;
+                               }};
+  const text::BatchSource source{file ? &*file : nullptr, p.text_tokens, c.vocab_size};
   const auto start = std::chrono::steady_clock::now();
-  auto window_start = start;
-  int64_t window_steps = 0;
-  double window_flops = 0;
-  double window_loss = 0;
-  int64_t window_loss_n = 0;
-  const int64_t first = trainer.steps();
-  for (int64_t s = first; s < a.steps; ++s) {
-    if (file)
-      check(file->max_token() < c.vocab_size, "--data: holds token id {}, beyond vocab {}", file->max_token(),
-            c.vocab_size);
-    try {
-      source.draw(global_batch, t.seq, rng, x.data(), y.data());
-    } catch (const Error& e) {
-      if (file) fail("--data: {}", e.what());  // the file changed under the run
-      throw;
-    }
-    model::StepResult r = trainer.step(x.data() + slice, y.data() + slice);
-#ifdef RIDGE_HAVE_DISTRIBUTED
-    if (dp) r.loss = distributed::mean(r.loss);  // each rank's mean over an equal share of the tokens
-#endif
-    ++window_steps;
-    window_flops += flops_of_step(x.data());
-    if (std::isfinite(r.loss)) {
-      window_loss += r.loss;
-      ++window_loss_n;
-    }
-    const bool last = s + 1 == a.steps;
-    if (print && ((s + 1) % a.log_every == 0 || last || s == first)) {
-      const auto now = std::chrono::steady_clock::now();
-      const double dt = std::chrono::duration<double>(now - window_start).count();
-      const double per_step = dt / static_cast<double>(window_steps);
-      const double tok_s = tokens_step / per_step;
-      const double mfu = peak > 0 ? window_flops / dt / peak : NAN;
-      const double left = per_step * static_cast<double>(a.steps - s - 1);
-      const double mean_loss = window_loss_n ? window_loss / static_cast<double>(window_loss_n) : NAN;
-      if (a.json) {
-        nlohmann::json j = {{"step", s + 1},
-                            {"loss", r.loss},
-                            {"mean_loss", mean_loss},
-                            {"lr", r.lr},
-                            {"grad_norm", r.grad_norm},
-                            {"tokens_per_s", tok_s},
-                            {"step_ms", per_step * 1e3},
-                            {"mfu", peak > 0 ? nlohmann::json(mfu) : nlohmann::json(nullptr)},
-                            {"skipped", r.skipped},
-                            {"loss_scale", r.loss_scale}};
-        cli::write_stdout(j.dump() + "\n");
-        cli::flush_stdout();
-      } else {
-        fmt::print("{:>7}  {:>8.4f}  {:>9.2e}  {:>9.3f}  {:>9.0f}  {:>6}  {:>8}{}\n", s + 1, r.loss, r.lr,
-                   r.grad_norm, tok_s, peak > 0 ? fmt::format("{:.1f}%", 100 * mfu) : std::string("n/a"),
-                   duration(left),
-                   r.skipped ? fmt::format("  (skipped: non-finite gradient; loss scale now {})",
-                                           trainer.scaler().scale())
-                             : std::string());
-        cli::flush_stdout();
-      }
-      window_start = std::chrono::steady_clock::now();
-      window_steps = 0;
-      window_flops = 0;
-      window_loss = 0;
-      window_loss_n = 0;
-    }
-    if (!a.checkpoint.empty() && ((a.save_every > 0 && (s + 1) % a.save_every == 0) || last)) {
-      try {
-#ifdef RIDGE_HAVE_DISTRIBUTED
-        if (dp)
-          dp->save(a.checkpoint);
-        else
-#endif
-          trainer.save(a.checkpoint);
-      } catch (const Error& e) {
-        fail("--checkpoint: {}", e.what());
-      }
-    }
-  }
+  const model::TrainSummary run = cli::with_flags({{"data", "--data"}, {"checkpoint", "--checkpoint"}},
+                                                  [&] { return model::train(trainer, source, loop); });
   if (!a.trace.empty()) {
     // Under data parallelism rank 0 writes one trace with a process row per rank.
     std::string what = a.trace;
@@ -460,7 +414,7 @@ void train_loop(const Args& a, const Prepared& p, model::Trainer& trainer, DataP
   }
   if (!a.json && print) {
     const double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    fmt::print("done      {} steps in {}{}\n", a.steps - first, duration(total),
+    fmt::print("done      {} steps in {}{}\n", run.steps, duration(total),
                a.checkpoint.empty() ? std::string() : fmt::format("; checkpoint {}", a.checkpoint));
   }
 }

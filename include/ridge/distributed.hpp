@@ -165,7 +165,9 @@ struct CommStats {
 };
 
 // Plugs data parallelism into a Trainer: broadcasts rank 0's parameters, shards the optimizer, and
-// reduces gradients in the configured way at every step. The trainer's batch is this rank's slice.
+// reduces gradients in the configured way at every step. The trainer's batch is this rank's slice;
+// model::train on the trainer draws the global batch, steps on this rank's slice, reports the mean
+// loss over the ranks and saves through save() below.
 class DataParallel : public model::StepHooks {
  public:
   DataParallel(model::Trainer& trainer, const DdpConfig& config);
@@ -173,8 +175,8 @@ class DataParallel : public model::StepHooks {
   DataParallel(const DataParallel&) = delete;
   DataParallel& operator=(const DataParallel&) = delete;
 
-  int rank() const { return rank_; }
-  int world() const { return world_; }
+  int rank() const override { return rank_; }
+  int world() const override { return world_; }
   const DdpConfig& config() const { return cfg_; }
   const std::vector<Bucket>& buckets() const { return buckets_; }
   std::pair<int64_t, int64_t> shard() const;  // this rank's optimizer range
@@ -189,6 +191,8 @@ class DataParallel : public model::StepHooks {
   void reduce_gradients(std::span<float> grads) override;
   double grad_norm(std::span<const float> grads) override;
   void after_update(std::span<float> params) override;
+  double mean_loss(double loss) override { return distributed::mean(loss); }
+  void save_checkpoint(const model::Trainer& trainer, const std::string& path) override;
 
  private:
   struct Impl;  // MPI requests and buffers, and the test-only fault injection (distributed.cpp)

@@ -4,12 +4,15 @@
     loss = m.forward(inputs, targets)              # int32 [batch, seq]
     m.backward(); m.grad("lm_head.weight")         # NumPy views of ridge's buffers
     m.step(inputs, targets)                        # forward, backward, clipping, AdamW
+    m.train("tokens.bin", 200, on_log=print)       # the loop `ridge train` runs, checkpoints included
     m.generate([[1, 2, 3]], max_tokens=20)         # sampled continuations (KV cache)
     s = m.inference("fp8").session(4)              # step by step: s.prefill, s.decode, s.logits
 """
 from __future__ import annotations
 
 import json
+import numbers
+import os
 from collections.abc import Mapping
 
 import numpy as np
@@ -71,18 +74,47 @@ def _tokens(x, name, vocab):
         return x if x.is_contiguous() else x.contiguous()
     if isinstance(x, (str, bytes)) or x is None:
         raise TypeError(f"{name}: expected an integer array [batch, seq], got {_type(x)}")
+    a = _integer_array(x, name, "an integer array [batch, seq]")
+    _check_ids(a, name, vocab - 1)
+    return np.ascontiguousarray(a, dtype=np.int32)
+
+
+def _integer_array(x, name, expected):
+    """x as a NumPy array of integers: TypeError naming `expected` for what is no array, and for other
+    dtypes."""
     try:
         a = np.asarray(x)
     except (ValueError, TypeError, OverflowError):
-        raise TypeError(f"{name}: expected an integer array [batch, seq], got {_type(x)}") from None
+        raise TypeError(f"{name}: expected {expected}, got {_type(x)}") from None
     if a.dtype.kind not in "iu":
         raise TypeError(f"{name}: token ids must be integers, got {a.dtype}")
-    if a.size:
-        flat = a.reshape(-1)
-        bad = np.flatnonzero((flat < 0) | (flat >= vocab))
-        if bad.size:
-            raise ValueError(f"{name}: token {int(flat[bad[0]])} at position {int(bad[0])} is outside 0..{vocab - 1}")
-    return np.ascontiguousarray(a, dtype=np.int32)
+    return a
+
+
+def _check_ids(a, name, top):
+    """ValueError naming the first id of the integer array `a` outside 0..top (checked before any
+    narrowing: an id of 2**32 + 1 is refused, never taken as 1)."""
+    flat = a.reshape(-1)
+    bad = np.flatnonzero((flat < 0) | (flat > top))
+    if bad.size:
+        raise ValueError(f"{name}: token {int(flat[bad[0]])} at position {int(bad[0])} is outside 0..{top}")
+
+
+def _token_data(data):
+    """(path, tokens) for the extension: a token file's path, or a 1-D integer array checked to fit
+    uint16 (what a token file holds) before it is narrowed; (None, None) for random tokens."""
+    if data is None:
+        return None, None
+    if isinstance(data, (str, bytes, bytearray, os.PathLike)):
+        return _path(data, "data"), None
+    expected = "a token file path, a 1-D integer array or None"
+    if isinstance(data, (bool, np.bool_, numbers.Number)):
+        raise TypeError(f"data: expected {expected}, got {_type(data)}")
+    a = _integer_array(data, "data", expected)
+    if a.ndim != 1:
+        raise ValueError(f"data: expected a 1-D array of token ids, got {a.ndim} dimensions")
+    _check_ids(a, "data", 65535)
+    return None, np.ascontiguousarray(a, dtype=np.int32)
 
 
 def _check_fits(text: str, batch: int, seq: int, precision: str):
@@ -226,6 +258,27 @@ class TransformerLM:
 
     def save(self, path: str):
         self._t.save(_path(path, "path"))
+
+    def train(self, data, steps, *, log_every=10, checkpoint=None, save_every=0, on_log=None,
+              peak_flops=None) -> dict:
+        """The training loop `ridge train` runs (one C++ function, model::train), from the model's step
+        count up to `steps` (a model resumed at step k runs steps - k more). Each step draws batch rows of
+        seq + 1 tokens from `data` with the model's generator (CS336's get_batch), then step()s. data: a
+        token file's path (uint16, as `ridge data encode` and numpy.memmap write), a 1-D integer array of
+        token ids, or None (random tokens). on_log(metrics) is called at every log_every-th step, the
+        first and the last, with `ridge train --json`'s fields (step, loss, mean_loss, lr, grad_norm,
+        tokens_per_s, step_ms, mfu, skipped, loss_scale) and seconds_left; returning True stops the run
+        after that step (the checkpoint is written). checkpoint: written at the end and every save_every
+        steps, as save() writes it. peak_flops: the FLOP/s mfu divides by (None: mfu is None). The GIL is
+        released while steps run; Ctrl-C stops at the next logged step. Returns {first_step, steps,
+        stopped, last: the last step's metrics}."""
+        path, tokens = _token_data(data)
+        if on_log is not None and not callable(on_log):
+            raise TypeError(f"on_log: expected a callable, got {_type(on_log)}")
+        return self._t.train(path, tokens, integer(steps, "steps", 1), integer(log_every, "log_every", 1),
+                             "" if checkpoint is None else _path(checkpoint, "checkpoint"),
+                             integer(save_every, "save_every", 0),
+                             0.0 if peak_flops is None else real(peak_flops, "peak_flops", finite=True), on_log)
 
     def inference(self, weights="bf16", head=None, block_size=16) -> "InferenceModel":
         """The weights as they are now, prepared for inference (see InferenceModel)."""

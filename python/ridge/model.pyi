@@ -1,5 +1,6 @@
 """The CS336 Transformer LM, built from a config and a PyTorch-style state_dict (type stubs)."""
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+import os
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 __all__: List[str]
 
@@ -53,6 +54,14 @@ class TransformerLM:
     def save(self, path: str) -> None:
         """Writes a checkpoint: parameters, AdamW state, step, generator state and loss scale (atomically:
         a failed write leaves an existing file as it was)."""
+    def train(self, data: Union[str, "os.PathLike[str]", _Array, Sequence[int], None], steps: int, *,
+              log_every: int = 10, checkpoint: Optional[Union[str, "os.PathLike[str]"]] = None,
+              save_every: int = 0, on_log: Optional[Callable[[Dict[str, Any]], Any]] = None,
+              peak_flops: Optional[float] = None) -> Dict[str, Any]:
+        """The training loop `ridge train` runs (model::train), up to `steps` steps in all: batches from
+        `data` (a token file's path, a 1-D integer array, or None for random tokens), on_log(metrics) at
+        every log_every-th step, the first and the last (returning True stops after it), the checkpoint at
+        the end and every save_every steps. Returns {first_step, steps, stopped, last}."""
     def inference(self, weights: str = "bf16", head: Optional[str] = None, block_size: int = 16) -> "InferenceModel":
         """The weights as they are now, prepared for inference (see InferenceModel)."""
     def generate(self, prompts: Sequence[Sequence[int]], max_tokens: int = 64, *, weights: str = "bf16",

@@ -1,7 +1,10 @@
-// ridge.model: the Transformer LM with its trainer (AdamW, clipping, the schedule). Parameters and
-// gradients are handed out as NumPy views of the model's flat buffers (the model stays alive while
-// a view does); state_dict tensors are copied in by name with their shapes checked.
+// ridge.model: the Transformer LM with its trainer (AdamW, clipping, the schedule) and the training
+// loop `ridge train` runs (model::train). Parameters and gradients are handed out as NumPy views of the
+// model's flat buffers (the model stays alive while a view does); state_dict tensors are copied in by
+// name with their shapes checked.
 #include <nanobind/stl/pair.h>
+
+#include <cmath>
 
 #include <nlohmann/json.hpp>
 
@@ -99,6 +102,83 @@ const int32_t* tokens(Trainer& tr, const In& a, const char* name, int64_t& batch
   return p;
 }
 
+// A Python exception is in the error indicator (a callback raised, or a signal's handler did): the
+// loop unwinds without Python objects, and the binding raises it again once it holds the GIL.
+struct PythonRaised {};
+
+nb::dict log_dict(const model::StepLog& l) {
+  nb::dict d;
+  d["step"] = l.step;
+  d["loss"] = l.result.loss;
+  d["mean_loss"] = l.mean_loss;
+  d["lr"] = l.result.lr;
+  d["grad_norm"] = l.result.grad_norm;
+  d["tokens_per_s"] = l.tokens_per_s;
+  d["step_ms"] = l.step_ms;
+  d["mfu"] = std::isnan(l.mfu) ? nb::object(nb::none()) : nb::object(nb::float_(l.mfu));
+  d["skipped"] = l.result.skipped;
+  d["loss_scale"] = l.result.loss_scale;
+  d["seconds_left"] = l.seconds_left;
+  return d;
+}
+
+// model::train with the GIL released; the log callback takes it for each logged step, which is also
+// where Ctrl-C is noticed (KeyboardInterrupt ends the run there, the checkpoint unwritten).
+nb::dict train(Trainer& t, const std::optional<std::string>& path, const std::optional<In>& tokens,
+               int64_t steps, int64_t log_every, const std::string& checkpoint, int64_t save_every,
+               double peak_flops, const std::optional<nb::callable>& on_log) {
+  std::optional<text::TokenFile> file;
+  std::vector<uint16_t> held;  // a copy: Python may change or free its array while the GIL is released
+  if (path) {
+    try {
+      file = text::TokenFile::open(*path);
+    } catch (const Error& e) {
+      throw Error("data", e.what());
+    }
+  } else if (tokens) {
+    const std::span<const int32_t> ids = int32_vector(*tokens, "data");
+    check_arg(!ids.empty(), "data", "has 0 tokens; a row of seq {} needs at least {}", t.config().seq,
+              t.config().seq + 1);
+    held.reserve(ids.size());
+    for (size_t i = 0; i < ids.size(); ++i) {
+      check_arg(ids[i] >= 0 && ids[i] <= 65535, "data", "token {} at position {} is outside 0..65535", ids[i],
+                i);
+      held.push_back(static_cast<uint16_t>(ids[i]));
+    }
+  }
+  const text::BatchSource source{file ? &*file : nullptr, held, t.model().config().vocab_size};
+  const model::LoopConfig loop{.steps = steps,
+                               .log_every = log_every,
+                               .checkpoint = checkpoint,
+                               .save_every = save_every,
+                               .peak_flops = peak_flops,
+                               .on_log = [&on_log](const model::StepLog& l) {
+                                 nb::gil_scoped_acquire acquire;
+                                 if (PyErr_CheckSignals() != 0) throw PythonRaised{};
+                                 if (!on_log) return false;
+                                 try {
+                                   const nb::object stop = (*on_log)(log_dict(l));
+                                   return stop.is(nb::handle(Py_True));
+                                 } catch (nb::python_error& e) {
+                                   e.restore();
+                                   throw PythonRaised{};
+                                 }
+                               }};
+  model::TrainSummary s;
+  try {
+    nb::gil_scoped_release release;
+    s = model::train(t, source, loop);
+  } catch (const PythonRaised&) {
+    throw nb::python_error();
+  }
+  nb::dict d;
+  d["first_step"] = s.first_step;
+  d["steps"] = s.steps;
+  d["stopped"] = s.stopped;
+  d["last"] = log_dict(s.last);
+  return d;
+}
+
 }  // namespace
 
 void bind_model(nb::module_& m) {
@@ -178,6 +258,9 @@ void bind_model(nb::module_& m) {
             return d;
           },
           nb::arg("inputs"), nb::arg("targets"))
+      .def("train", &train, nb::arg("path").none(), nb::arg("tokens").none(), nb::arg("steps"),
+           nb::arg("log_every"), nb::arg("checkpoint"), nb::arg("save_every"), nb::arg("peak_flops"),
+           nb::arg("on_log").none())
       .def("steps", &Trainer::steps)
       .def(
           "save", [](const Trainer& t, const std::string& path) { t.save(path); }, nb::arg("path"))

@@ -696,4 +696,9 @@ void DataParallel::save(const std::string& path) {
   if (rank_ == 0) trainer_.save(path, m.span(), v.span());
 }
 
+void DataParallel::save_checkpoint(const model::Trainer& trainer, const std::string& path) {
+  check(&trainer == &trainer_, "trainer: DataParallel saves the trainer it was built on, not another");
+  save(path);
+}
+
 }  // namespace ridge::distributed

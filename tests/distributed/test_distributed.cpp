@@ -65,9 +65,9 @@ rm::TrainConfig train_config(int64_t batch, rm::Precision p = rm::Precision::fp3
 struct Batches {
   std::vector<std::vector<int32_t>> x, y;
 };
-Batches make_batches(int64_t vocab, int steps) {
+Batches make_batches(int64_t vocab, int steps, uint64_t seed = 11) {
   Batches b;
-  ridge::text::Rng rng(11);
+  ridge::text::Rng rng(seed);
   for (int s = 0; s < steps; ++s) {
     std::vector<int32_t> x(static_cast<size_t>(kGlobalBatch * kSeq)), y(x.size());
     for (size_t i = 0; i < x.size(); ++i) {
@@ -155,6 +155,23 @@ size_t first_difference(const std::vector<float>& a, const std::vector<float>& b
     if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0) return i;
   return a.size();
 }
+
+// A folder every rank sees: rank 0 makes it and, once every rank is done, removes it.
+struct SharedDir {
+  explicit SharedDir(const std::string& name)
+      : dir((std::filesystem::temp_directory_path() / name).string()) {
+    if (rank() == 0) std::filesystem::create_directories(dir);
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+  ~SharedDir() {
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (rank() == 0) std::filesystem::remove_all(dir);
+  }
+  std::string checkpoint(rd::Sharding s) const {
+    return dir + "/ckpt_" + rd::sharding_name(s) + ".safetensors";
+  }
+  const std::string dir;
+};
 
 void expect_bit_exact(const RunSpec& spec) {
   const Batches b = make_batches(tiny().vocab_size, kSteps);
@@ -449,12 +466,10 @@ TEST(DistDdp, MatchesFullBatchSingleProcessWithinReassociationBound) {
 
 TEST(DistDdp, CheckpointsOfShardedRunsLoadSingleProcessAndBack) {
   const Batches b = make_batches(tiny().vocab_size, 3);
-  const std::string dir = (std::filesystem::temp_directory_path() / "ridge_dist_test").string();
-  if (rank() == 0) std::filesystem::create_directories(dir);
-  MPI_Barrier(MPI_COMM_WORLD);
+  const SharedDir dir("ridge_dist_test");
   for (auto s : {rd::Sharding::cs336, rd::Sharding::zero1}) {
     SCOPED_TRACE(rd::sharding_name(s));
-    const std::string path = dir + "/ckpt_" + rd::sharding_name(s) + ".safetensors";
+    const std::string path = dir.checkpoint(s);
     const int64_t n = kSeq;  // local batch 2 x kSeq tokens: rank r's slice starts at r * 2 * kSeq
     // Sharded: 2 steps, save, 1 more step.
     rm::Trainer t(tiny(), train_config(2));
@@ -495,8 +510,44 @@ TEST(DistDdp, CheckpointsOfShardedRunsLoadSingleProcessAndBack) {
                 full.optimizer().m()[static_cast<size_t>(i)]);
     MPI_Barrier(MPI_COMM_WORLD);
   }
-  MPI_Barrier(MPI_COMM_WORLD);
-  if (rank() == 0) std::filesystem::remove_all(dir);
+}
+
+// The training loop under DataParallel: every rank draws the global batch of random tokens from its
+// trainer's generator (seeded alike) and steps on its slice, so the weights equal the accumulated single
+// process on the same draws (train_config's seed; inputs and targets drawn in turn, as make_batches
+// does). The checkpoint goes through the hooks (zero1: the optimizer state gathered) and holds them.
+TEST(DistLoop, TrainOnEachRanksSliceEqualsAccumulatedSingleProcess) {
+  const SharedDir dir("ridge_dist_loop_test");
+  for (auto s : {rd::Sharding::none, rd::Sharding::zero1}) {
+    SCOPED_TRACE(rd::sharding_name(s));
+    rm::Trainer t(tiny(), train_config(kGlobalBatch / 2));
+    rd::DataParallel dp(t, ddp(rd::DdpMode::flat, 25, s));
+    int logs = 0;
+    const rm::LoopConfig loop{.steps = kSteps,
+                              .log_every = 1,
+                              .checkpoint = dir.checkpoint(s),
+                              .save_every = 0,
+                              .peak_flops = 0,
+                              .on_log = [&](const rm::StepLog& l) {
+                                EXPECT_EQ(l.step, ++logs);
+                                EXPECT_TRUE(std::isfinite(l.result.loss));
+                                return false;
+                              }};
+    const rm::TrainSummary sum = rm::train(t, ridge::text::BatchSource{nullptr, {}, tiny().vocab_size}, loop);
+    EXPECT_EQ(sum.steps, kSteps);
+    EXPECT_EQ(logs, kSteps);
+    const std::vector<float> got(t.model().params().begin(), t.model().params().end());
+    const auto want = run_accumulated(RunSpec(ddp(rd::DdpMode::flat)),
+                                      make_batches(tiny().vocab_size, kSteps, train_config(2).seed));
+    EXPECT_EQ(first_difference(got, want), got.size()) << "rank " << rank();
+    MPI_Barrier(MPI_COMM_WORLD);
+    rm::Trainer saved(tiny(), train_config(2));
+    saved.load(loop.checkpoint);
+    EXPECT_EQ(saved.steps(), kSteps);
+    EXPECT_EQ(first_difference(got, {saved.model().params().begin(), saved.model().params().end()}),
+              got.size());
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
 }
 
 TEST(DistAgree, OneRankFailingEndsBothWithItsMessage) {

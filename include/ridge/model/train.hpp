@@ -1,9 +1,12 @@
 // One training step and the state around it: the model, AdamW, the learning-rate schedule, gradient
 // clipping, dynamic loss scaling (fp16), the data sampler's generator, and checkpoints that save and
-// resume all of it in safetensors form (PyTorch reads the weights by their state_dict names).
+// resume all of it in safetensors form (PyTorch reads the weights by their state_dict names); and the
+// training loop around the step (train(): batches, logging, checkpoints), which `ridge train` and
+// Python's TransformerLM.train both run.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
 #include <string>
@@ -56,8 +59,11 @@ struct StepResult {
   bool skipped = false;   // non-finite gradients: no update (the loss scale backs off in fp16)
 };
 
-// What a data-parallel layer (the distributed module) plugs into Trainer::step. The defaults are what a
-// single process does.
+class Trainer;
+
+// What a data-parallel layer (the distributed module) plugs into Trainer::step and into the training
+// loop, train(), which takes them from the trainer they are set on. The defaults are what a single
+// process does.
 class StepHooks {
  public:
   virtual ~StepHooks() = default;
@@ -70,6 +76,17 @@ class StepHooks {
   virtual double grad_norm(std::span<const float> grads) { return model::grad_norm<float>(grads); }
   // After the optimizer stepped its range: make every worker's parameters whole again.
   virtual void after_update(std::span<float> params) { (void)params; }
+
+  // The loop's part. This worker among the `world` that share each global batch: train() draws
+  // world x batch rows and steps on rows [rank x batch, (rank + 1) x batch).
+  virtual int rank() const { return 0; }
+  virtual int world() const { return 1; }
+  // The step's loss as the run reports it: the mean of every worker's (each the mean over an equal
+  // share of the tokens). Collective: every worker calls it at every step.
+  virtual double mean_loss(double loss) { return loss; }
+  // Writes `trainer`'s checkpoint; collective (a sharded optimizer state is gathered first, one
+  // worker writes).
+  virtual void save_checkpoint(const Trainer& trainer, const std::string& path);
 };
 
 class Trainer {
@@ -89,8 +106,10 @@ class Trainer {
   // A batch drawn from the token file with the trainer's generator, then step().
   StepResult step(const text::TokenFile& data);
 
-  // Data parallelism: hooks called by step() (nullptr: none; the hooks must outlive their use).
+  // Data parallelism: hooks called by step() and train() (nullptr: none; the hooks must outlive their
+  // use).
   void set_hooks(StepHooks* hooks) { hooks_ = hooks; }
+  StepHooks* hooks() const { return hooks_; }
   // A frozen tensor is neither updated nor decayed; its gradient is zeroed after backward, so the
   // norm and clipping ignore it. ridge::Error for unknown names.
   void set_frozen(const std::string& name, bool frozen = true);
@@ -129,6 +148,52 @@ class Trainer {
   int64_t opt_begin_ = 0;
   std::optional<TokenizerRecord> tokenizer_;
 };
+
+// One logged step of train(). Rates and times are over the window: the steps since the previous log.
+struct StepLog {
+  // The run's step count after this step; result.step is the optimizer's, which a skipped step (a
+  // non-finite gradient) does not advance.
+  int64_t step = 0;
+  StepResult result;        // this step's (under data parallelism, loss is StepHooks::mean_loss's)
+  double mean_loss = 0;     // the mean of the window's finite losses (NaN: none was finite)
+  double tokens_per_s = 0;  // tokens of the global batch per second
+  double step_ms = 0;       // wall time per step
+  double mfu = 0;           // model FLOPs per second over LoopConfig::peak_flops (NaN when that is 0)
+  double seconds_left = 0;  // the time per step times the steps still to run
+};
+
+struct LoopConfig {
+  // The step the run ends at: it takes steps - trainer.steps() steps, so a trainer resumed from a
+  // checkpoint at step k runs steps - k more, as the run that wrote it would have.
+  int64_t steps = 1;
+  int64_t log_every = 10;  // on_log at every log_every-th step, and at the run's first and last
+  std::string checkpoint;  // written at the end (empty: none), atomically as Trainer::save writes
+  int64_t save_every = 0;  // and at every save_every-th step (0: only at the end)
+  double peak_flops = 0;   // the FLOP/s the model FLOPs utilisation divides by (0: none)
+  // Called at each logged step, on every worker; returns true to stop after this step, which then
+  // ends the run as the last step would (the checkpoint is written). Under data parallelism every
+  // worker must answer alike. Empty: nothing is logged. An exception it throws ends the run and
+  // leaves train().
+  std::function<bool(const StepLog&)> on_log;
+  void validate() const;
+};
+
+struct TrainSummary {
+  int64_t first_step = 0;  // the trainer's step count when the run began
+  int64_t steps = 0;       // the steps this run took
+  bool stopped = false;    // on_log asked to stop before LoopConfig::steps
+  StepLog last;            // the log of the run's last step
+};
+
+// The training loop: from trainer.steps() to loop.steps, each step draws the global batch from
+// `data` with the trainer's generator (so every worker draws the same rows, and a resumed run the
+// rows it would have drawn), steps on this worker's slice of it, logs and saves as `loop` says.
+// The data are checked first against the model (the largest token below vocab_size, at least
+// seq + 1 tokens; random tokens below a vocab in 1..vocab_size), and the checkpoint's path with
+// files::check_writable. ridge::Error names `steps`, `log_every`, `save_every`, `peak_flops`, `data`
+// or `checkpoint` for bad arguments, `data` for a token file that changes under the run, and
+// `checkpoint` for a checkpoint that cannot be written.
+TrainSummary train(Trainer& trainer, const text::BatchSource& data, const LoopConfig& loop);
 
 // The model config a checkpoint's metadata records (ridge's checkpoints and weights files written by
 // ridge), or nullopt for a weights-only file without one (a PyTorch state_dict). ridge::Error for a file
