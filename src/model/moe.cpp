@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <numeric>
+#include <utility>
 
 #include "ridge/core/error.hpp"
 #include "ridge/core/threads.hpp"
@@ -49,12 +50,19 @@ void check_routing(const Routing& r, std::span<const float> logits) {
         r.tokens, r.top_k);
 }
 
+// One of two names, or a ridge::Error naming `what` and both accepted names.
+template <class T>
+T parse_name(const std::string& name, const char* what, const char* kind,
+             const std::pair<const char*, T> (&names)[2]) {
+  for (const auto& [text, value] : names)
+    if (name == text) return value;
+  fail_arg(what, "'{}' is not a {} (accepted: {}, {})", name, kind, names[0].first, names[1].first);
+}
+
 }  // namespace
 
 Gate parse_gate(const std::string& name, const char* what) {
-  if (name == "softmax") return Gate::softmax;
-  if (name == "sigmoid") return Gate::sigmoid;
-  fail_arg(what, "'{}' is not a gate (accepted: softmax, sigmoid)", name);
+  return parse_name<Gate>(name, what, "gate", {{"softmax", Gate::softmax}, {"sigmoid", Gate::sigmoid}});
 }
 
 const char* gate_name(Gate g) {
@@ -62,9 +70,7 @@ const char* gate_name(Gate g) {
 }
 
 Balance parse_balance(const std::string& name, const char* what) {
-  if (name == "aux") return Balance::aux;
-  if (name == "bias") return Balance::bias;
-  fail_arg(what, "'{}' is not a balance (accepted: aux, bias)", name);
+  return parse_name<Balance>(name, what, "balance", {{"aux", Balance::aux}, {"bias", Balance::bias}});
 }
 
 const char* balance_name(Balance b) {

@@ -22,14 +22,8 @@ using ridge::test::TempDir;
 namespace {
 
 rm::ModelConfig config() {
-  rm::ModelConfig c;
-  c.vocab_size = 53;
-  c.context_length = 16;
-  c.d_model = 32;
-  c.num_layers = 2;
-  c.num_heads = 2;
-  c.d_ff = 40;
-  return c;
+  return {
+      {.vocab_size = 53, .context_length = 16, .d_model = 32, .num_layers = 2, .num_heads = 2, .d_ff = 40}};
 }
 
 rm::TrainConfig train_config() {
