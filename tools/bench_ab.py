@@ -35,9 +35,10 @@ def main():
     ap.add_argument("old")
     ap.add_argument("new")
     ap.add_argument("--rounds", type=int, default=4)
-    ap.add_argument("bench", nargs=argparse.REMAINDER, help="-- then the benchmark's arguments")
-    a = ap.parse_args()
-    args = a.bench[1:] if a.bench and a.bench[0] == "--" else a.bench
+    argv = sys.argv[1:]
+    cut = argv.index("--") if "--" in argv else len(argv)
+    a = ap.parse_args(argv[:cut])
+    args = argv[cut + 1:]
     if not args or a.rounds < 1:
         ap.error("give the benchmark after --, e.g. -- bench gemm --quick, and --rounds >= 1")
     runs = {"A": [], "B": []}
