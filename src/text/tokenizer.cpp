@@ -1283,6 +1283,29 @@ void count_pretokens(const Specials& sp, std::string_view text, int threads, std
   });
 }
 
+// What both trainers count pre-tokens with: the special tokens (ids 0, 1, ... in order), and one count
+// map and one matcher per thread.
+struct PretokenCounts {
+  PretokenCounts(const std::vector<std::string>& special_tokens, int requested_threads)
+      : threads(resolve_threads(requested_threads)),
+        specials(special_tokens, first_ids(special_tokens.size())),
+        maps(static_cast<size_t>(threads)),
+        matchers(static_cast<size_t>(threads)) {}
+  void add(std::string_view text, const std::string& argument, const std::string& where) {
+    count_pretokens(specials, text, threads, maps, matchers, argument, where);
+  }
+  static std::vector<int32_t> first_ids(size_t n) {
+    std::vector<int32_t> ids(n);
+    for (size_t i = 0; i < n; ++i) ids[i] = static_cast<int32_t>(i);
+    return ids;
+  }
+
+  int threads;
+  Specials specials;
+  std::vector<CountMap> maps;
+  std::vector<std::unique_ptr<Matcher>> matchers;
+};
+
 struct Word {
   std::vector<int32_t> sym;
   int64_t count;
@@ -1491,18 +1514,13 @@ Tokenizer train_counted(std::vector<CountMap>& maps, int64_t vocab_size,
 Tokenizer train_bpe(std::string_view text, int64_t vocab_size, const std::vector<std::string>& special_tokens,
                     int threads, BpeTrainStats* stats) {
   check_train_args(vocab_size, special_tokens);
-  const int nt = resolve_threads(threads);
   BpeTrainStats st;
   const auto t0 = Clock::now();
-  std::vector<int32_t> ids(special_tokens.size());
-  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i);
-  const Specials sp(special_tokens, ids);
-  std::vector<CountMap> maps(static_cast<size_t>(nt));
-  std::vector<std::unique_ptr<Matcher>> matchers(static_cast<size_t>(nt));
-  count_pretokens(sp, text, nt, maps, matchers, "text", "");
+  PretokenCounts counts(special_tokens, threads);
+  counts.add(text, "text", "");
   st.input_bytes = static_cast<int64_t>(text.size());
   st.pretokenize_seconds = seconds_since(t0);
-  Tokenizer t = train_counted(maps, vocab_size, special_tokens, st, "text");
+  Tokenizer t = train_counted(counts.maps, vocab_size, special_tokens, st, "text");
   if (stats) *stats = st;
   return t;
 }
@@ -1511,20 +1529,13 @@ Tokenizer train_bpe_files(const std::vector<std::string>& texts, int64_t vocab_s
                           const std::vector<std::string>& special_tokens, int threads, BpeTrainStats* stats) {
   check_train_args(vocab_size, special_tokens);
   check_arg(!texts.empty(), "texts", "no text files given");
-  const int nt = resolve_threads(threads);
   BpeTrainStats st;
   const auto t0 = Clock::now();
-  std::vector<int32_t> ids(special_tokens.size());
-  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i);
-  const Specials sp(special_tokens, ids);
-  std::vector<CountMap> maps(static_cast<size_t>(nt));
-  std::vector<std::unique_ptr<Matcher>> matchers(static_cast<size_t>(nt));
+  PretokenCounts counts(special_tokens, threads);
   for (const auto& path : texts) {
     const std::string where = fmt::format("'{}': ", path);
-    SafeBuffer buf(sp, size_t{32} << 20, "texts", where);
-    auto count = [&](std::string_view piece) {
-      count_pretokens(sp, piece, nt, maps, matchers, "texts", where);
-    };
+    SafeBuffer buf(counts.specials, size_t{32} << 20, "texts", where);
+    auto count = [&](std::string_view piece) { counts.add(piece, "texts", where); };
     read_blocks(path, "texts", fmt::format("'{}'", path), size_t{32} << 20, [&](std::string_view block) {
       st.input_bytes += static_cast<int64_t>(block.size());
       buf.feed(block, count);
@@ -1532,7 +1543,7 @@ Tokenizer train_bpe_files(const std::vector<std::string>& texts, int64_t vocab_s
     buf.finish(count);
   }
   st.pretokenize_seconds = seconds_since(t0);
-  Tokenizer t = train_counted(maps, vocab_size, special_tokens, st, "texts");
+  Tokenizer t = train_counted(counts.maps, vocab_size, special_tokens, st, "texts");
   if (stats) *stats = st;
   return t;
 }
