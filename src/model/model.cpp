@@ -644,6 +644,10 @@ template <typename S>
 TransformerLM<S>::TransformerLM(const ModelConfig& config, Precision precision, AttentionPath attention)
     : impl_(std::make_unique<Impl>()) {
   config.validate();
+  check(!config.is_moe(),
+        "ModelConfig: num_experts is {}; this build trains and generates dense models only (the MoE block is "
+        "issue 40, in progress)",
+        config.num_experts);
   impl_->cfg = config;
   set_precision(precision);
   set_attention_path(attention);

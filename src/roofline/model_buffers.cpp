@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <initializer_list>
 #include <limits>
 #include <string_view>
 #include <type_traits>
@@ -28,25 +29,46 @@ int64_t qkv_width(const ModelArch& m) {
 
 namespace {
 
-// The description itself: f(layer, name, rows, cols) for every tensor in the flat buffers' order, layer
-// -1 for those outside the layers and cols 0 for a vector, over `layers` layers (L-1 down to 0).
+using Dims = std::initializer_list<int64_t>;
+
+// The description itself, f(layer, name, dims) for each tensor: dims is {rows} for a vector, {rows,
+// cols} for a linear, {E, rows, cols} for a stack of routed experts. One layer's tensors (an MoE layer's
+// or a dense one's, as `moe` says), in the flat buffers' order:
 template <typename Visit>
-void each_tensor(const ModelArch& m, int64_t layers, Visit&& f) {
-  const int64_t D = m.d_model, F = m.d_ff, V = m.vocab_size, Dkv = kv_width(m);
-  f(-1, "lm_head.weight", V, D);
-  f(-1, "ln_final.weight", D, 0);
-  for (int64_t l = layers - 1; l >= 0; --l) {
-    f(l, "ffn.w2.weight", D, F);
-    f(l, "ffn.w1.weight", F, D);
-    f(l, "ffn.w3.weight", F, D);
-    f(l, "ln2.weight", D, 0);
-    f(l, "attn.output_proj.weight", D, D);
-    f(l, "attn.q_proj.weight", D, D);
-    f(l, "attn.k_proj.weight", Dkv, D);
-    f(l, "attn.v_proj.weight", Dkv, D);
-    f(l, "ln1.weight", D, 0);
+void layer_tensors(const ModelArch& m, int64_t l, bool moe, Visit&& f) {
+  const int64_t D = m.d_model, F = m.d_ff, Dkv = kv_width(m);
+  if (moe) {
+    const int64_t E = m.num_experts, De = m.expert_width(), S = m.shared_width();
+    f(l, "ffn.experts.w2.weight", Dims{E, D, De});
+    f(l, "ffn.experts.w1.weight", Dims{E, De, D});
+    f(l, "ffn.experts.w3.weight", Dims{E, De, D});
+    if (S > 0) {
+      f(l, "ffn.shared.w2.weight", Dims{D, S});
+      f(l, "ffn.shared.w1.weight", Dims{S, D});
+      f(l, "ffn.shared.w3.weight", Dims{S, D});
+    }
+    f(l, "ffn.router.weight", Dims{E, D});
+  } else {
+    f(l, "ffn.w2.weight", Dims{D, F});
+    f(l, "ffn.w1.weight", Dims{F, D});
+    f(l, "ffn.w3.weight", Dims{F, D});
   }
-  f(-1, "token_embeddings.weight", V, D);
+  f(l, "ln2.weight", Dims{D});
+  f(l, "attn.output_proj.weight", Dims{D, D});
+  f(l, "attn.q_proj.weight", Dims{D, D});
+  f(l, "attn.k_proj.weight", Dims{Dkv, D});
+  f(l, "attn.v_proj.weight", Dims{Dkv, D});
+  f(l, "ln1.weight", Dims{D});
+}
+
+// ...and the whole model's, layer -1 for those outside the layers: lm_head, ln_final, layers L-1 .. 0,
+// token_embeddings.
+template <typename Visit>
+void each_tensor(const ModelArch& m, Visit&& f) {
+  f(-1, "lm_head.weight", Dims{m.vocab_size, m.d_model});
+  f(-1, "ln_final.weight", Dims{m.d_model});
+  for (int64_t l = m.num_layers - 1; l >= 0; --l) layer_tensors(m, l, m.moe_layer(l), f);
+  f(-1, "token_embeddings.weight", Dims{m.vocab_size, m.d_model});
 }
 
 }  // namespace
@@ -55,41 +77,57 @@ std::vector<ParamSpec> model_parameters(const ModelArch& m) {
   std::vector<ParamSpec> out;
   int g = 0;
   int64_t at = -1;  // the layer of the group g
-  each_tensor(m, m.num_layers, [&](int64_t l, const char* name, int64_t rows, int64_t cols) {
+  each_tensor(m, [&](int64_t l, const char* name, Dims dims) {
     // lm_head, ln_final, each layer and token_embeddings are the groups, in this order.
     if (!out.empty() && (l < 0 || l != at)) ++g;
     at = l;
-    std::vector<int64_t> shape = cols ? std::vector<int64_t>{rows, cols} : std::vector<int64_t>{rows};
-    out.push_back({l < 0 ? name : "layers." + std::to_string(l) + "." + name, std::move(shape), g});
+    out.push_back({l < 0 ? name : "layers." + std::to_string(l) + "." + name, std::vector<int64_t>(dims), g});
   });
   return out;
 }
 
 ParamGroups model_param_groups(const ModelArch& m) {
-  // One layer's tensors, counted num_layers times: the sums are exact below 2^64 (every product and
-  // partial sum is at most the total, and long double holds integers of 64 bits).
-  const long double L = static_cast<long double>(m.num_layers);
+  // Dense layers are alike and so are MoE layers: one of each kind is counted, times the number of its
+  // kind. Every product and partial sum is at most the total, and long double holds integers of 64
+  // bits, so the sums are exact below 2^64.
   ParamGroups r;
-  each_tensor(m, 1, [&](int64_t l, const char* name, int64_t rows_, int64_t cols_) {
-    const long double rows = static_cast<long double>(rows_), cols = static_cast<long double>(cols_);
-    const long double times = l < 0 ? 1 : L;
-    if (cols_ == 0)
+  long double times = 1;
+  auto count = [&](int64_t, const char* name_, Dims dims) {
+    const std::string_view name(name_);
+    const int64_t* d = dims.begin();
+    const long double rows = static_cast<long double>(d[dims.size() == 3 ? 1 : 0]);
+    const long double cols = dims.size() == 1 ? 0 : static_cast<long double>(d[dims.size() - 1]);
+    if (dims.size() == 1) {
       r.norms += rows * times;
-    else if (std::string_view(name) == "lm_head.weight")
+    } else if (name == "lm_head.weight") {
       r.head += rows * cols;
-    else if (std::string_view(name) == "token_embeddings.weight")
+    } else if (name == "token_embeddings.weight") {
       r.embedding += rows * cols;
-    else {
+    } else if (name == "ffn.router.weight") {
+      r.router += rows * cols * times;
+    } else if (dims.size() == 3) {
+      const long double e = static_cast<long double>(d[0]);
+      r.experts += e * rows * cols * times;
+      r.expert_scale_blocks += e * weight_scale_blocks(rows, cols) * times;
+    } else {
       r.linears += rows * cols * times;
       r.linear_scale_blocks += weight_scale_blocks(rows, cols) * times;
     }
-  });
+  };
+  count(-1, "lm_head.weight", Dims{m.vocab_size, m.d_model});
+  count(-1, "ln_final.weight", Dims{m.d_model});
+  count(-1, "token_embeddings.weight", Dims{m.vocab_size, m.d_model});
+  const int64_t moe = m.num_moe_layers();
+  times = static_cast<long double>(m.num_layers - moe);
+  if (m.num_layers > moe) layer_tensors(m, 0, false, count);
+  times = static_cast<long double>(moe);
+  if (moe > 0) layer_tensors(m, 0, true, count);
   return r;
 }
 
 long double model_param_count(const ModelArch& m) {
   const ParamGroups g = model_param_groups(m);
-  return g.linears + g.norms + g.head + g.embedding;
+  return g.linears + g.norms + g.head + g.embedding + g.router + g.experts;
 }
 
 std::optional<int64_t> try_model_parameter_elements(const ModelArch& m) {

@@ -6,6 +6,8 @@
 #include <fstream>
 #include <limits>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "ridge/build_paths.h"  // RIDGE_SOURCE_DIR
 #include "ridge/core/error.hpp"
@@ -219,6 +221,98 @@ TEST(ModelConfig, RmsNormEpsValidationAndJson) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("'rms_norm_eps' is not a number"), std::string::npos) << e.what();
   }
+}
+
+// The MoE fields (issue 40): a dense model's JSON is unchanged and refuses MoE fields without experts;
+// an MoE model round-trips with every field; each bad value names its field.
+TEST(ModelConfig, MoeFieldsValidationAndJson) {
+  ModelConfig dense = small_config();
+  EXPECT_EQ(to_json_text(dense).find("experts"), std::string::npos);
+  dense.top_k = 2;
+  expect_invalid(dense, "top_k is set but num_experts is 0");
+  dense = small_config();
+  dense.moe_layers = {1};
+  expect_invalid(dense, "moe_layers is set but num_experts is 0");
+
+  ModelConfig m = small_config();
+  m.num_experts = 4, m.top_k = 2, m.num_shared_experts = 1, m.d_expert = 48, m.moe_layers = {1};
+  m.router = roofline::MoeGate::sigmoid, m.balance = roofline::MoeBalance::bias, m.bias_update_speed = 0.01;
+  m.validate();
+  const auto j = nlohmann::json::parse(to_json_text(m));
+  EXPECT_EQ(j.at("num_experts"), 4);
+  EXPECT_EQ(j.at("top_k"), 2);
+  EXPECT_EQ(j.at("d_expert"), 48);
+  EXPECT_EQ(j.at("moe_layers"), nlohmann::json::array({1}));
+  EXPECT_EQ(j.at("router"), "sigmoid");
+  EXPECT_EQ(j.at("balance"), "bias");
+  const ModelConfig back = from_json_text(to_json_text(m));
+  EXPECT_EQ(back, m);
+  EXPECT_EQ(back.moe_layers, m.moe_layers);
+  EXPECT_EQ(back.router, roofline::MoeGate::sigmoid);
+  EXPECT_EQ(back.bias_update_speed, 0.01);
+  ModelConfig other = m;
+  other.top_k = 1;
+  EXPECT_FALSE(other == m);
+  other = m;
+  other.moe_layers = {0};
+  EXPECT_FALSE(other == m);
+  // d_expert 0 is d_ff, and a list of every layer is "all".
+  ModelConfig a = m, b = m;
+  a.d_expert = 0, b.d_expert = m.d_ff;
+  a.moe_layers = {}, b.moe_layers = {0, 1};
+  EXPECT_EQ(a, b);
+
+  for (auto [field, part] :
+       {std::pair{&ModelConfig::top_k, "top_k is 0"}, std::pair{&ModelConfig::top_k, "top_k is 5"},
+        std::pair{&ModelConfig::num_shared_experts, "num_shared_experts is -1"},
+        std::pair{&ModelConfig::d_expert, "d_expert is -1"},
+        std::pair{&ModelConfig::num_experts, "num_experts is -1"}}) {
+    ModelConfig bad = m;
+    bad.*field = std::string(part).find("5") != std::string::npos    ? 5
+                 : std::string(part).find("-1") != std::string::npos ? -1
+                                                                     : 0;
+    expect_invalid(bad, part);
+  }
+  for (const std::vector<int64_t>& layers :
+       {std::vector<int64_t>{2}, std::vector<int64_t>{1, 0}, std::vector<int64_t>{-1}}) {
+    ModelConfig bad = m;
+    bad.moe_layers = layers;
+    expect_invalid(bad, "moe_layers must be ascending layer indices in [0, num_layers = 2)");
+  }
+  ModelConfig coef = m;
+  coef.aux_loss_coef = -0.1;
+  expect_invalid(coef, "aux_loss_coef");
+  for (
+      const char* text :
+      {R"({"vocab_size":256,"context_length":16,"d_model":64,"num_layers":2,"num_heads":4,"d_ff":160,"num_experts":4,"top_k":2,"router":"relu"})",
+       R"({"vocab_size":256,"context_length":16,"d_model":64,"num_layers":2,"num_heads":4,"d_ff":160,"num_experts":4,"top_k":2,"moe_layers":[0.5]})"}) {
+    EXPECT_THROW((void)from_json_text(text), Error) << text;
+  }
+}
+
+// --moe-layers: "all", lists, ranges and open ranges, each error naming the flag and the forms.
+TEST(ModelConfig, MoeLayersParseAndPrint) {
+  EXPECT_TRUE(parse_moe_layers("all", 6).empty());
+  EXPECT_EQ(parse_moe_layers("1,3", 6), (std::vector<int64_t>{1, 3}));
+  EXPECT_EQ(parse_moe_layers("4,0-1", 6), (std::vector<int64_t>{0, 1, 4}));
+  EXPECT_EQ(parse_moe_layers("2-", 6), (std::vector<int64_t>{2, 3, 4, 5}));
+  EXPECT_TRUE(parse_moe_layers("0-", 6).empty());  // every layer is "all"
+  for (const char* bad : {"", "6", "1,,2", "3-1", "1,1", "x", "-1", "1-2-3", "+1", "1 "}) {
+    try {
+      (void)parse_moe_layers(bad, 6);
+      ADD_FAILURE() << "accepted '" << bad << "'";
+    } catch (const Error& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find("--moe-layers"), std::string::npos) << msg;
+      EXPECT_NE(msg.find("accepted: all"), std::string::npos) << msg;
+    }
+  }
+  roofline::ModelArch m;
+  m.num_layers = 8, m.num_experts = 2;
+  EXPECT_EQ(moe_layers_text(m), "all");
+  m.moe_layers = {0, 2, 3, 4, 7};
+  EXPECT_EQ(moe_layers_text(m), "0,2-4,7");
+  EXPECT_EQ(parse_moe_layers(moe_layers_text(m), 8), m.moe_layers);
 }
 
 // The defaults of the fields the size table does not list per size are the table's own: the tools read

@@ -5,6 +5,9 @@
 
 #include <cstdint>
 #include <limits>
+#include <map>
+#include <string>
+#include <vector>
 
 #include "ridge/core/error.hpp"
 #include "ridge/roofline/model_buffers.hpp"
@@ -116,4 +119,56 @@ TEST(ModelBuffers, MemoryOfAStepPastSixtyFourBitsIsItsSizeNotAWrappedCount) {
   m.batch = 2, m.seq = 8, m.vocab_size = 100;
   EXPECT_EQ(rr::model_memory(m).final,
             static_cast<double>(rr::region_layout(rr::Region::final, m, 4, 4).bytes));
+}
+
+// An MoE shape (issue 40): the layers named in moe_layers carry a router and stacked experts in place of
+// w1/w2/w3, with the documented names and shapes; the others stay dense. Counted here by hand.
+TEST(ModelBuffers, MoeLayersCarryTheRouterAndStackedExperts) {
+  rr::ModelArch m;
+  m.vocab_size = 1000, m.d_model = 320, m.num_layers = 4, m.num_heads = 10, m.d_ff = 200;
+  m.num_experts = 6, m.top_k = 2, m.num_shared_experts = 2, m.d_expert = 130, m.moe_layers = {1, 3};
+  const int64_t V = 1000, D = 320, F = 200, E = 6, De = 130, S = 2 * 130;
+  std::map<std::string, std::vector<int64_t>> shapes;
+  std::vector<int> groups;
+  for (const auto& p : rr::model_parameters(m)) {
+    shapes[p.name] = p.shape;
+    groups.push_back(p.group);
+  }
+  for (int l : {1, 3}) {
+    const std::string f = "layers." + std::to_string(l) + ".ffn.";
+    EXPECT_EQ(shapes.at(f + "router.weight"), (std::vector<int64_t>{E, D}));
+    EXPECT_EQ(shapes.at(f + "experts.w1.weight"), (std::vector<int64_t>{E, De, D}));
+    EXPECT_EQ(shapes.at(f + "experts.w3.weight"), (std::vector<int64_t>{E, De, D}));
+    EXPECT_EQ(shapes.at(f + "experts.w2.weight"), (std::vector<int64_t>{E, D, De}));
+    EXPECT_EQ(shapes.at(f + "shared.w1.weight"), (std::vector<int64_t>{S, D}));
+    EXPECT_EQ(shapes.at(f + "shared.w2.weight"), (std::vector<int64_t>{D, S}));
+    EXPECT_FALSE(shapes.count(f + "w1.weight"));
+  }
+  for (int l : {0, 2}) {
+    EXPECT_EQ(shapes.at("layers." + std::to_string(l) + ".ffn.w1.weight"), (std::vector<int64_t>{F, D}));
+    EXPECT_FALSE(shapes.count("layers." + std::to_string(l) + ".ffn.router.weight"));
+  }
+  // Still one group per layer, in the gradients' order.
+  EXPECT_EQ(groups.back(), 1 + 1 + 4);
+  const int64_t attn = 4 * D * D, norms = (2 * 4 + 1) * D;
+  const auto g = rr::model_param_groups(m);
+  EXPECT_EQ(static_cast<double>(g.linears), double(4 * attn + 2 * 3 * D * F + 2 * 3 * D * S));
+  EXPECT_EQ(static_cast<double>(g.experts), double(2 * E * 3 * De * D));
+  EXPECT_EQ(static_cast<double>(g.router), double(2 * E * D));
+  EXPECT_EQ(static_cast<double>(g.norms), double(norms));
+  EXPECT_EQ(static_cast<double>(g.head + g.embedding), double(2 * V * D));
+  // Blocks of 128: De = 130 -> 2, D = 320 -> 3: each expert matrix 6 blocks, 3 per expert, 2 layers.
+  EXPECT_EQ(static_cast<double>(g.expert_scale_blocks), double(2 * E * 3 * 6));
+  int64_t sum = 0;
+  for (const auto& p : rr::model_parameters(m)) {
+    int64_t n = 1;
+    for (int64_t d : p.shape) n *= d;
+    sum += n;
+  }
+  EXPECT_EQ(rr::model_parameter_elements(m), sum);
+  // Every layer MoE (moe_layers empty), no shared experts, d_expert 0 = d_ff.
+  m.moe_layers.clear(), m.num_shared_experts = 0, m.d_expert = 0;
+  const auto all = rr::model_param_groups(m);
+  EXPECT_EQ(static_cast<double>(all.experts), double(4 * E * 3 * F * D));
+  EXPECT_EQ(static_cast<double>(all.linears), double(4 * attn));
 }

@@ -24,9 +24,25 @@ struct ModelConfig : roofline::ModelArch {
   // (untied), summed over ridge/roofline/model_buffers.hpp's tensors. Assumes validate() passed.
   int64_t param_count() const;
 
-  // Equal shapes: num_kv_heads compared through kv_heads() (0 and num_heads are the same model).
+  // Equal shapes: num_kv_heads compared through kv_heads() (0 and num_heads are the same model), d_expert
+  // through expert_width() and moe_layers as the set of layers.
   bool operator==(const ModelConfig& o) const;
+
+ private:
+  // The MoE fields: all at their defaults for a dense model (num_experts 0); for an MoE model
+  // 1 <= top_k <= num_experts, num_shared_experts and d_expert >= 0, moe_layers ascending in
+  // [0, num_layers), aux_loss_coef and bias_update_speed finite and >= 0.
+  void validate_moe() const;
 };
+
+// --moe-layers: "all" (returned as empty, the field's "every layer"), or a comma list of layer indices
+// i, inclusive ranges a-b and open ones a- (a to the last layer), e.g. "1,3,5" or "2-"; returned sorted.
+// A list naming every layer is returned empty too. Throws ridge::Error naming `what` and the accepted
+// forms for an index past the last layer, a backward range, a layer named twice or a malformed item.
+std::vector<int64_t> parse_moe_layers(const std::string& text, int64_t num_layers,
+                                      const char* what = "--moe-layers");
+// The inverse: "all", or the list with runs written a-b ("0,2-5").
+std::string moe_layers_text(const roofline::ModelArch& m);
 
 // The sizes of the CS336 systems assignment (bench/shapes/model-sizes.json; the table is built into the
 // library so a binary needs no source tree): tiny, small, medium, large, xl, 2.7B. Throws ridge::Error

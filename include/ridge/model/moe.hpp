@@ -29,14 +29,17 @@
 #include <string>
 #include <vector>
 
+#include "ridge/roofline/model_arch.hpp"
+
 namespace ridge::model::moe {
 
-enum class Gate { softmax, sigmoid };
+// The model's shape names them (ModelArch's router and balance).
+using Gate = roofline::MoeGate;
 // "softmax" or "sigmoid"; anything else is a ridge::Error naming `what` and the accepted names.
 Gate parse_gate(const std::string& name, const char* what = "router");
 const char* gate_name(Gate g);
 
-enum class Balance { aux, bias };
+using Balance = roofline::MoeBalance;
 Balance parse_balance(const std::string& name, const char* what = "balance");
 const char* balance_name(Balance b);
 

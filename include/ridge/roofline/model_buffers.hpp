@@ -42,13 +42,19 @@ std::optional<int64_t> try_model_parameter_elements(const ModelArch& m);
 int64_t model_parameter_elements(const ModelArch& m);
 
 // The same tensors by what generation does with them, in elements over all layers: the layers' linears
-// (q, k, v, o, w1, w2, w3), the norms' weights (ln1, ln2, ln_final), lm_head and the embedding table; and
-// the fp32 scales the linears carry when stored as fp8_e4m3, each tensor quantized on its own
-// (weight_scale_blocks of each). The four sum to model_param_count; the decode roofline's weight bytes
-// and model::inference_memory read them.
+// (q, k, v, o, and the dense feed-forward's w1, w2, w3 or an MoE layer's shared experts), the norms'
+// weights (ln1, ln2, ln_final), lm_head, the embedding table, and in MoE layers the routers and the routed
+// experts (all E of them: a token reads top_k / E of `experts`); and the fp32 scales the linears and the
+// experts carry when stored as fp8_e4m3, each matrix quantized on its own (weight_scale_blocks of each).
+// The six element counts sum to model_param_count; the decode roofline's weight bytes and
+// model::inference_memory read them.
+//
+// An MoE layer's tensors (issue 40): ffn.router.weight [E, D], ffn.experts.w1.weight and .w3.weight
+// [E, d_expert, D], ffn.experts.w2.weight [E, D, d_expert], and with shared experts ffn.shared.w1 and
+// .w3 [S, D], .w2 [D, S] (S = num_shared_experts * d_expert), in place of ffn.w1/w2/w3.
 struct ParamGroups {
-  long double linears = 0, norms = 0, head = 0, embedding = 0;
-  long double linear_scale_blocks = 0;
+  long double linears = 0, norms = 0, head = 0, embedding = 0, router = 0, experts = 0;
+  long double linear_scale_blocks = 0, expert_scale_blocks = 0;
 };
 ParamGroups model_param_groups(const ModelArch& m);
 
