@@ -12,6 +12,13 @@ autocast forward/backward, to tests/data/model_gqa_ref.safetensors:
 
     python3 tools/make_model_reference.py --gqa [-o tests/data/model_gqa_ref.safetensors]
 
+With --moe it writes the Mixture-of-Experts cases (issue 40), each one fp32 and one bf16 autocast
+forward/backward of a model whose feed-forward is an MoE block in chosen layers (the tensor names of
+docs/model.md: ffn.router.weight [E, D], ffn.experts.w1/.w3 [E, De, D], .w2 [E, D, De], ffn.shared.*,
+ffn.router.bias [E]), to tests/data/model_moe_ref.safetensors:
+
+    python3 tools/make_model_reference.py --moe [-o tests/data/model_moe_ref.safetensors]
+
 Needs only PyTorch (no numpy, no safetensors package: the file is written by hand). The tests never run
 this script; they read the committed file. Deterministic on CPU: re-running it gives the same bytes for a
 given PyTorch version and CPU (the metadata records the version).
@@ -52,6 +59,16 @@ TRAIN = {
 }
 # The grouped-query cases: CONFIG with a smaller vocabulary and feed-forward (the file stays small) and
 # num_kv_heads below num_heads; each case's tensors are named "<case>.<name>".
+# The MoE cases (issue 40): a softmax-gated block in every layer balanced by the auxiliary loss (Mixtral as
+# Hugging Face computes it), and a sigmoid-gated one with a shared expert and the auxiliary-loss-free bias
+# in layer 1 only (DeepSeek-V3's form; layer 0 stays dense). Each case's tensors are "<case>.<name>".
+MOE_CASES = {
+    "softmax_aux": dict(CONFIG, vocab_size=64, d_ff=96, num_experts=4, top_k=2, num_shared_experts=0, d_expert=48,
+                        router="softmax", balance="aux", aux_loss_coef=0.05, bias_update_speed=0.001),
+    "sigmoid_bias": dict(CONFIG, vocab_size=64, d_ff=96, num_experts=6, top_k=3, num_shared_experts=1, d_expert=32,
+                         moe_layers=[1], router="sigmoid", balance="bias", aux_loss_coef=0.01,
+                         bias_update_speed=0.001),
+}
 GQA_CASES = {"kv2": dict(CONFIG, vocab_size=64, d_ff=96, num_kv_heads=2),
              "kv1": dict(CONFIG, vocab_size=64, d_ff=96, num_kv_heads=1)}
 
@@ -153,13 +170,78 @@ class FFN(torch.nn.Module):
         return self.w2(a * torch.sigmoid(a) * self.w3(x))
 
 
-class Block(torch.nn.Module):
+class Stacked(torch.nn.Module):
+    """E expert matrices [E, d_out, d_in] in one tensor, each initialised as a Linear(d_in, d_out)."""
+
+    def __init__(self, e, d_in, d_out):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.stack([trunc_normal((d_out, d_in), math.sqrt(2.0 / (d_in + d_out)))
+                                                      for _ in range(e)]))
+
+
+class Experts(torch.nn.Module):
+    def __init__(self, e, d, de):
+        super().__init__()
+        self.w1, self.w2, self.w3 = Stacked(e, d, de), Stacked(e, de, d), Stacked(e, d, de)
+
+
+class MoE(torch.nn.Module):
+    """The MoE feed-forward: router logits l = x W_r^T in fp32 (outside autocast, as DeepSeek keeps its
+    gate); scores softmax(l) or sigmoid(l); the top-k experts by score (+ the bias, for the choice only);
+    weights = the chosen scores / their sum; y = sum_j w_j SwiGLU_ej(x) (+ the shared experts' SwiGLU).
+    Balance aux adds coef * E * sum_e (c_e / T) P_e per layer (c_e tokens choosing e, P_e the mean over
+    tokens of softmax p, or of s / sum(s) for sigmoid); the model's loss is the cross-entropy plus every
+    MoE layer's term."""
+
     def __init__(self, c):
+        super().__init__()
+        d, e = c["d_model"], c["num_experts"]
+        de = c.get("d_expert") or c["d_ff"]
+        self.e, self.k, self.gate, self.balance, self.coef = e, c["top_k"], c["router"], c["balance"], c["aux_loss_coef"]
+        self.router = Linear(d, e)
+        if self.balance == "bias":
+            self.router.register_buffer("bias", 0.05 * torch.randn(e))
+        self.experts = Experts(e, d, de)
+        s = c.get("num_shared_experts", 0) * de
+        self.shared = FFN(d, s) if s else None
+        self.aux = None
+
+    def forward(self, x):
+        b, t, d = x.shape
+        h = x.reshape(-1, d)
+        with torch.autocast("cpu", enabled=False):
+            logits = torch.matmul(h.float(), self.router.weight.t())
+        scores = torch.softmax(logits, dim=-1) if self.gate == "softmax" else torch.sigmoid(logits)
+        choose = scores + self.router.bias if self.balance == "bias" else scores
+        idx = torch.topk(choose.detach(), self.k, dim=-1).indices  # [N, k], best first
+        w = scores.gather(1, idx)
+        w = w / w.sum(dim=-1, keepdim=True)
+        y = torch.zeros(h.shape[0], d, dtype=torch.float32)
+        for e in range(self.e):
+            tok, slot = (idx == e).nonzero(as_tuple=True)
+            if tok.numel() == 0:
+                continue
+            xe = h[tok]
+            a = torch.matmul(xe, self.experts.w1.weight[e].t())
+            g = a * torch.sigmoid(a) * torch.matmul(xe, self.experts.w3.weight[e].t())
+            y = y.index_add(0, tok, torch.matmul(g, self.experts.w2.weight[e].t()).float() * w[tok, slot, None])
+        if self.shared is not None:
+            y = y + self.shared(h).float()
+        self.aux = None
+        if self.balance == "aux":
+            q = scores if self.gate == "softmax" else scores / scores.sum(dim=-1, keepdim=True)
+            counts = torch.zeros(self.e).index_add(0, idx.reshape(-1), torch.ones(idx.numel()))
+            self.aux = self.coef * self.e * (counts / h.shape[0] * q.mean(dim=0)).sum()
+        return y.to(x.dtype).reshape(b, t, d)
+
+
+class Block(torch.nn.Module):
+    def __init__(self, c, moe=False):
         super().__init__()
         self.ln1 = RMSNorm(c["d_model"], rc.rms_norm_eps(c))
         self.attn = Attention(c["d_model"], c["num_heads"], c["rope_theta"], c.get("num_kv_heads"))
         self.ln2 = RMSNorm(c["d_model"], rc.rms_norm_eps(c))
-        self.ffn = FFN(c["d_model"], c["d_ff"])
+        self.ffn = MoE(c) if moe else FFN(c["d_model"], c["d_ff"])
 
     def forward(self, x):
         x = x + self.attn(self.ln1(x))
@@ -170,7 +252,8 @@ class TransformerLM(torch.nn.Module):
     def __init__(self, c):
         super().__init__()
         self.token_embeddings = Embedding(c["vocab_size"], c["d_model"])
-        self.layers = torch.nn.ModuleList(Block(c) for _ in range(c["num_layers"]))
+        moe = c.get("moe_layers") or range(c["num_layers"]) if c.get("num_experts") else []
+        self.layers = torch.nn.ModuleList(Block(c, l in moe) for l in range(c["num_layers"]))
         self.ln_final = RMSNorm(c["d_model"], rc.rms_norm_eps(c))
         self.lm_head = Linear(c["d_model"], c["vocab_size"])
 
@@ -179,6 +262,11 @@ class TransformerLM(torch.nn.Module):
         for layer in self.layers:
             x = layer(x)
         return self.lm_head(self.ln_final(x))
+
+    def aux_loss(self):
+        """The MoE layers' auxiliary losses of the last forward, summed (0 without any)."""
+        terms = [l.ffn.aux for l in self.layers if isinstance(l.ffn, MoE) and l.ffn.aux is not None]
+        return sum(terms) if terms else torch.zeros(())
 
 
 def cross_entropy(logits, targets):
@@ -247,7 +335,7 @@ def forward_backward(model, init, inputs, targets, prefix=""):
     model.load_state_dict(init)
     model.zero_grad()
     logits = model(inputs.long())
-    loss = cross_entropy(logits, targets)
+    loss = cross_entropy(logits, targets) + model.aux_loss()
     loss.backward()
     out += [(prefix + "fp32.logits", logits), (prefix + "fp32.loss", loss)]
     out += [(prefix + "fp32.grad." + n, p.grad.clone()) for n, p in model.named_parameters()]
@@ -256,7 +344,7 @@ def forward_backward(model, init, inputs, targets, prefix=""):
     model.zero_grad()
     with torch.autocast("cpu", dtype=torch.bfloat16):
         logits16 = model(inputs.long())
-        loss16 = cross_entropy(logits16, targets)
+        loss16 = cross_entropy(logits16, targets) + model.aux_loss()
     loss16.backward()
     out += [(prefix + "bf16.logits", logits16.float()), (prefix + "bf16.loss", loss16.float())]
     out += [(prefix + "bf16.grad." + n, p.grad.clone()) for n, p in model.named_parameters()]
@@ -275,11 +363,12 @@ METADATA = {
 }
 
 
-def write_gqa(path):
-    """The grouped-query cases: per case its config (metadata "config.<case>"), initial weights, inputs,
-    targets, and fp32 and bf16 autocast logits, loss and gradients, all named "<case>.<name>"."""
-    out, metadata, losses = [], {"cases": json.dumps(list(GQA_CASES))}, []
-    for case, config in GQA_CASES.items():
+def write_cases(path, cases, about):
+    """Named cases: per case its config (metadata "config.<case>"), initial weights (and buffers, such as the
+    router's bias), inputs, targets, and fp32 and bf16 autocast logits, loss and gradients, all named
+    "<case>.<name>"."""
+    out, metadata, losses = [], {"cases": json.dumps(list(cases))}, []
+    for case, config in cases.items():
         model, init = build_model(config)
         gen = torch.Generator().manual_seed(1)
         v, t = config["vocab_size"], config["context_length"]
@@ -293,28 +382,46 @@ def write_gqa(path):
         metadata["config." + case] = json.dumps(config)
         losses.append("%s fp32 %.6f bf16 %.6f" % (case, l32, l16))
     metadata.update(METADATA)
-    metadata.update({
-        "batch": str(BATCH),
-        "torch_version": torch.__version__,
+    metadata.update(about)
+    metadata.update({"batch": str(BATCH), "torch_version": torch.__version__,
+                     "data": "per case, torch.Generator().manual_seed(1): inputs, targets"})
+    write_safetensors(path, out, metadata)
+    print("wrote %s (%d tensors, %d bytes); %s" % (path, len(out), os.path.getsize(path), "; ".join(losses)))
+
+
+def write_moe(path):
+    write_cases(path, MOE_CASES, {
+        "regenerate": "python3 tools/make_model_reference.py --moe (writes tests/data/model_moe_ref.safetensors)",
+        "moe": MoE.__doc__.replace("\n    ", " ").strip() + " Ties cannot occur (random fp32 scores). The bias "
+               "(layers.L.ffn.router.bias, 0.05*randn) is a buffer: no gradient. Expert weights are stacked "
+               "[E, d_out, d_in], each expert initialised as a Linear.",
+    })
+
+
+def write_gqa(path):
+    write_cases(path, GQA_CASES, {
         "regenerate": "python3 tools/make_model_reference.py --gqa (writes tests/data/model_gqa_ref.safetensors)",
-        "data": "per case, torch.Generator().manual_seed(1): inputs, targets",
         "gqa": "k_proj, v_proj [kv_heads*d_head, d_model]; k and v split into kv_heads heads, RoPE'd, then "
                "repeat_interleave(heads // kv_heads, dim=1) so query head h reads kv head h // (heads // kv_heads)",
     })
-    write_safetensors(path, out, metadata)
-    print("wrote %s (%d tensors, %d bytes); %s" % (path, len(out), os.path.getsize(path), "; ".join(losses)))
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--gqa", action="store_true", help="write the grouped-query attention cases instead")
+    ap.add_argument("--moe", action="store_true", help="write the Mixture-of-Experts cases instead")
     ap.add_argument("-o", "--output", default=None,
-                    help="default: tests/data/model_tiny_ref.safetensors (--gqa: model_gqa_ref.safetensors)")
+                    help="default: tests/data/model_tiny_ref.safetensors (--gqa: model_gqa_ref.safetensors, "
+                         "--moe: model_moe_ref.safetensors)")
     args = ap.parse_args()
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
     output = args.output or os.path.join(os.path.dirname(__file__), "..", "tests", "data",
-                                         "model_gqa_ref.safetensors" if args.gqa else "model_tiny_ref.safetensors")
+                                         "model_gqa_ref.safetensors" if args.gqa else
+                                         "model_moe_ref.safetensors" if args.moe else "model_tiny_ref.safetensors")
+    if args.moe:
+        write_moe(os.path.normpath(output))
+        return 0
     if args.gqa:
         write_gqa(os.path.normpath(output))
         return 0
