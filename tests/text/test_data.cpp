@@ -13,6 +13,7 @@
 #include "common/tmpdir.hpp"
 #include "ridge/core/error.hpp"
 #include "ridge/text/data.hpp"
+#include "common/expect_error.hpp"
 
 namespace {
 
@@ -20,16 +21,7 @@ using namespace ridge;
 using namespace ridge::text;
 using ridge::test::TempDir;
 
-void expect_error(const std::function<void()>& f, const std::string& part) {
-  try {
-    f();
-    ADD_FAILURE() << "no error; expected one mentioning '" << part << "'";
-  } catch (const Error& e) {
-    const std::string msg = e.what();
-    EXPECT_NE(msg.find(part), std::string::npos) << msg;
-    EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
-  }
-}
+using ridge::test::expect_error;
 
 TEST(TokenFile, ReadsLittleEndianUint16AsNumpyWritesIt) {
   TempDir dir;

@@ -22,6 +22,7 @@
 #include "ridge/core/error.hpp"
 #include "ridge/text/data.hpp"
 #include "ridge/text/tokenizer.hpp"
+#include "common/expect_error.hpp"
 
 namespace {
 
@@ -32,16 +33,7 @@ using Merges = std::vector<std::pair<std::string, std::string>>;
 
 const std::string kData = std::string(RIDGE_SOURCE_DIR) + "/tests/data/";
 
-void expect_error(const std::function<void()>& f, const std::string& part) {
-  try {
-    f();
-    ADD_FAILURE() << "no error; expected one mentioning '" << part << "'";
-  } catch (const Error& e) {
-    const std::string msg = e.what();
-    EXPECT_NE(msg.find(part), std::string::npos) << msg;
-    EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
-  }
-}
+using ridge::test::expect_error;
 
 // ---- independent pieces of GPT-2's tokenizer, written here from its definition ----
 
