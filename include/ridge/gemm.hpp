@@ -162,6 +162,7 @@ void set_num_threads(int n);
 
 }  // namespace ridge::gemm
 
+#include "ridge/gemm_grouped.hpp"
 #if defined(__has_include)
 #if __has_include("ridge/gemm_fp8.hpp")
 #include "ridge/gemm_fp8.hpp"

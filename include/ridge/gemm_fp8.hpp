@@ -28,6 +28,7 @@
 #include "ridge/core/format.hpp"
 #include "ridge/core/memory.hpp"
 #include "ridge/core/tensor.hpp"
+#include "ridge/gemm_grouped.hpp"  // m_alignment_for_contiguous_layout
 
 namespace ridge::gemm {
 
@@ -36,9 +37,6 @@ inline constexpr int64_t kFp8Block = 128;
 inline constexpr int64_t fp8_scale_blocks(int64_t len) {
   return (len + kFp8Block - 1) / kFp8Block;
 }
-
-// Rows per aligned block of the contiguous grouped layout.
-int64_t m_alignment_for_contiguous_layout();
 
 // ---- dense ----
 void fp8_gemm_nt(MatrixView<const fp8_e4m3> a, MatrixView<const float> a_scales, MatrixView<const fp8_e4m3> b,

@@ -1,7 +1,8 @@
 // M-grouped FP8 GEMMs for MoE layers (DeepGEMM's contiguous and masked layouts). Groups share n and
 // k, so each group (or each run of rows of one group) is an ordinary dense problem on its own B: the
-// grouped entry points check their arguments once, then loop over the groups calling the one driver.
-#include <string>
+// grouped entry points check their arguments once (the layout rules shared with the fp32 and bf16
+// grouped GEMMs, check.hpp), then hand every group's problem to the driver's grouped entry at once.
+#include <vector>
 
 #include "gemm/check.hpp"
 #include "gemm/driver.hpp"
@@ -45,48 +46,15 @@ void m_grouped_fp8_gemm_nt_contiguous(MatrixView<const fp8_e4m3> a, MatrixView<c
   check_tensor3(sb, "b_scales", groups, fp8_scale_blocks(n), fp8_scale_blocks(k));
   check_matrix(d, "d", m_sum, n);
   check_d_alone(a, sa, b, sb, d);
-  check(static_cast<int64_t>(m_indices.size()) == m_sum, "m_indices: expected {} entries (rows of a), got {}",
-        m_sum, m_indices.size());
-  check(m_indices.empty() || m_indices.data() != nullptr, "m_indices: null data");
-  const int64_t align = m_alignment_for_contiguous_layout();
-  check(m_sum % align == 0, "a: m_sum={} is not a multiple of the contiguous-layout alignment {}", m_sum,
-        align);
-  for (int64_t r = 0; r < m_sum; ++r) {
-    const int32_t g = m_indices[r];
-    check(g >= -1 && g < groups, "m_indices[{}] = {}: expected a group in [0, {}) or -1 for padding", r, g,
-          groups);
+  std::vector<detail::Problem> problems;
+  for (const GroupRun& r : contiguous_runs(m_indices, "m_indices", "a", "m_sum", m_sum, groups)) {
+    detail::Problem p = group_problem(n, k, b, sb, r.group);
+    detail::set_group_rows(p, a.data, a.ld, d.data, d.ld, r.begin, r.end - r.begin);
+    p.sa = sa.data + r.begin * sa.ld;
+    p.ldsa = sa.ld;
+    problems.push_back(p);
   }
-  for (int64_t r0 = 0; r0 < m_sum; r0 += align) {
-    int32_t seen = -1;
-    for (int64_t r = r0; r < r0 + align; ++r) {
-      const int32_t g = m_indices[r];
-      if (g < 0) continue;
-      check(seen < 0 || g == seen,
-            "m_indices: rows {}..{} (one aligned block of {}) mix groups {} and {}; each group's segment "
-            "must be "
-            "padded with -1 to a multiple of m_alignment_for_contiguous_layout()",
-            r0, r0 + align - 1, align, seen, g);
-      seen = g;
-    }
-  }
-  for (int64_t r = 0; r < m_sum;) {
-    const int32_t g = m_indices[r];
-    int64_t e = r + 1;
-    while (e < m_sum && m_indices[e] == g) ++e;
-    if (g >= 0) {
-      detail::Problem p = group_problem(n, k, b, sb, g);
-      p.m = e - r;
-      p.a.data = a.data + r * a.ld;
-      p.a.ld = a.ld;
-      p.a.rows = p.m;
-      p.sa = sa.data + r * sa.ld;
-      p.ldsa = sa.ld;
-      p.d = d.data + r * d.ld;
-      p.ldd = d.ld;
-      detail::run(p);
-    }
-    r = e;
-  }
+  detail::run_grouped(problems);
 }
 
 void m_grouped_fp8_gemm_nt_masked(TensorView<const fp8_e4m3> a, TensorView<const float> sa,
@@ -102,26 +70,18 @@ void m_grouped_fp8_gemm_nt_masked(TensorView<const fp8_e4m3> a, TensorView<const
   check_tensor3(sb, "b_scales", groups, fp8_scale_blocks(n), fp8_scale_blocks(k));
   check_tensor3(d, "d", groups, m_max, n);
   check_d_alone(a, sa, b, sb, d);
-  check(static_cast<int64_t>(masked_m.size()) == groups,
-        "masked_m: expected {} entries (one per group), got {}", groups, masked_m.size());
-  check(masked_m.empty() || masked_m.data() != nullptr, "masked_m: null data");
-  for (int64_t g = 0; g < groups; ++g)
-    check(masked_m[g] >= 0 && masked_m[g] <= m_max, "masked_m[{}] = {}: expected 0 <= masked_m <= m_max = {}",
-          g, masked_m[g], m_max);
-  check(expected_m >= 0, "expected_m: must be >= 0, got {}", expected_m);
+  check_masked_m(masked_m, groups, m_max, expected_m);
+  std::vector<detail::Problem> problems;
   for (int64_t g = 0; g < groups; ++g) {
     if (masked_m[g] == 0) continue;
     detail::Problem p = group_problem(n, k, b, sb, g);
-    p.m = masked_m[g];
-    p.a.data = a.data + g * a.stride[0];
-    p.a.ld = a.stride[1];
-    p.a.rows = p.m;
+    detail::set_group_rows(p, a.data + g * a.stride[0], a.stride[1], d.data + g * d.stride[0], d.stride[1], 0,
+                           masked_m[g]);
     p.sa = sa.data + g * sa.stride[0];
     p.ldsa = sa.stride[1];
-    p.d = d.data + g * d.stride[0];
-    p.ldd = d.stride[1];
-    detail::run(p);
+    problems.push_back(p);
   }
+  detail::run_grouped(problems);
 }
 
 }  // namespace ridge::gemm

@@ -5,7 +5,9 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <type_traits>
+#include <vector>
 
 #include "core/check.hpp"
 #include "core/overlap.hpp"
@@ -78,15 +80,35 @@ void check_fp8_a_d_c(const MatrixView<const fp8_e4m3>& a, const MatrixView<const
   check(!overlap::overlaps(d, a) && !overlap::overlaps(d, sa), "d: overlaps an input (a or a_scales)");
 }
 
-// Grouped FP8: d is written while the inputs are still read (other groups' rows, the same group's
-// later K blocks).
+// Grouped GEMMs: d is written while the inputs are still read (other groups' rows, the same group's
+// later K blocks), so it may share memory with none of them.
+template <typename D, typename In>
+void check_d_apart(const D& d, const In& in, const char* name) {
+  check(!overlap::overlaps(d, in), "d: overlaps an input ({})", name);
+}
 template <typename A, typename SA, typename D>
 void check_d_alone(const A& a, const SA& sa, const TensorView<const fp8_e4m3>& b,
                    const TensorView<const float>& sb, const D& d) {
-  check(!overlap::overlaps(d, a), "d: overlaps an input (a)");
-  check(!overlap::overlaps(d, sa), "d: overlaps an input (a_scales)");
-  check(!overlap::overlaps(d, b), "d: overlaps an input (b)");
-  check(!overlap::overlaps(d, sb), "d: overlaps an input (b_scales)");
+  check_d_apart(d, a, "a");
+  check_d_apart(d, sa, "a_scales");
+  check_d_apart(d, b, "b");
+  check_d_apart(d, sb, "b_scales");
 }
+
+// One run of rows of one group in a contiguous grouped layout: rows [begin, end) of group `group`.
+struct GroupRun {
+  int32_t group = 0;
+  int64_t begin = 0, end = 0;
+};
+// The contiguous layout's rule, shared by every contiguous grouped GEMM (M-grouped: the rows of a and d;
+// K-grouped: the rows of a and b): `indices` (the argument `name`) has `rows` entries, each a group in
+// [0, groups) or -1 for padding; `rows` (called `rows_name` in the messages, of the argument `rows_arg`)
+// is a multiple of m_alignment_for_contiguous_layout(), and each aligned block holds one group plus
+// padding. Returns the maximal runs of one group, in row order, padding left out.
+std::vector<GroupRun> contiguous_runs(std::span<const int32_t> indices, const char* name,
+                                      const char* rows_arg, const char* rows_name, int64_t rows,
+                                      int64_t groups);
+// The masked layout's rule, shared the same way: one count per group, each in [0, m_max]; expected_m >= 0.
+void check_masked_m(std::span<const int32_t> masked_m, int64_t groups, int64_t m_max, int64_t expected_m);
 
 }  // namespace ridge::gemm

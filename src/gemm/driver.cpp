@@ -461,4 +461,8 @@ void run(const Problem& p) {
   });
 }
 
+void run_grouped(std::span<const Problem> problems) {
+  for (const Problem& p : problems) run(p);
+}
+
 }  // namespace ridge::gemm::detail

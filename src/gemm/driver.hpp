@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "core/dispatch.hpp"
 #include "gemm/kernel.hpp"
@@ -34,6 +35,22 @@ struct Problem {
 // Runs p on the kernels the dispatch policy chooses for its input element type, the small-m one for
 // decode rows and the blocked one (or packed_ki) for the rest.
 void run(const Problem& p);
+
+// A grouped GEMM's group as rows [r0, r0 + m) of A (row stride lda) and of D (row stride ldd): sets p's
+// m, A and D (n, k, B, the dtypes and any scales are the caller's).
+template <typename TA, typename TD>
+void set_group_rows(Problem& p, const TA* a, int64_t lda, TD* d, int64_t ldd, int64_t r0, int64_t m) {
+  p.m = m;
+  p.a.data = a + r0 * lda;
+  p.a.ld = lda;
+  p.a.rows = m;
+  p.d = d + r0 * ldd;
+  p.ldd = ldd;
+}
+
+// Runs every problem of a grouped GEMM (one per group of an MoE layer; one input element type, as
+// checked by the caller), each element computed as run() would compute it for its problem alone.
+void run_grouped(std::span<const Problem> problems);
 
 // The kernel description for work of an input element type as the policy chose it.
 KernelInfo kernel_for(Elem in, const dispatch::Choice& c);

@@ -13,6 +13,7 @@
 #include "ridge/core.hpp"
 #include "ridge/gemm.hpp"
 #include "core/dispatch.hpp"
+#include "expect_error.hpp"
 #include "gemm/driver.hpp"
 
 namespace {
@@ -381,15 +382,7 @@ TEST(GemmDense, DegenerateShapes) {
                     MatrixView<float>{nullptr, 0, 4, 4});
 }
 
-template <typename F>
-void expect_error(F&& f, const std::string& needle) {
-  try {
-    f();
-    ADD_FAILURE() << "expected ridge::Error mentioning '" << needle << "'";
-  } catch (const ridge::Error& e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
-}
+using ridge::gemm_test::expect_error;
 
 TEST(GemmDense, BadInputIsAnError) {
   std::vector<float> buf(1000, 1.0f), out(1000);

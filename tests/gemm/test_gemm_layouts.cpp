@@ -14,6 +14,7 @@
 #include "ridge/core.hpp"
 #include "ridge/gemm.hpp"
 #include "core/dispatch.hpp"
+#include "expect_error.hpp"
 
 namespace {
 
@@ -430,15 +431,7 @@ TEST(GemmLayouts, DegenerateShapes) {
   gemm::f32_gemm_tn(a0.cview(), b0.cview(), d0.view());  // m = 0: nothing to do, no error
 }
 
-template <typename F>
-void expect_error(F&& f, const std::string& needle) {
-  try {
-    f();
-    ADD_FAILURE() << "expected ridge::Error mentioning '" << needle << "'";
-  } catch (const ridge::Error& e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
-}
+using ridge::gemm_test::expect_error;
 
 TEST(GemmLayouts, BadShapesAreErrors) {
   std::vector<float> buf(1000, 1.0f), out(1000);
