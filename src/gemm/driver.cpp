@@ -16,7 +16,10 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cmath>
 #include <exception>
+#include <vector>
 
 #include "core/dispatch.hpp"
 #include "core/isa_paths.hpp"
@@ -121,10 +124,10 @@ Blocking derive_blocking(const KernelInfo& ki, int64_t k) {
 
 namespace {
 
-// K = 0: D = C (or 0).
-void fill_k0(const Problem& p) {
-  for (int64_t i = 0; i < p.m; ++i) {
-    for (int64_t j = 0; j < p.n; ++j) {
+// K = 0: D = C (or 0), over rows [m0, m1) and columns [n0, n1).
+void fill_k0(const Problem& p, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
+  for (int64_t i = m0; i < m1; ++i) {
+    for (int64_t j = n0; j < n1; ++j) {
       float v = 0.0f;
       if (p.c)
         v = p.c_bf16 ? to_float(static_cast<const bf16*>(p.c)[i * p.ldc + j])
@@ -375,8 +378,8 @@ void parallel(int used, const Body& body) {
   if (error) std::rethrow_exception(error);
 }
 
-void run_small_m(const Problem& p, SmallMKernel kernel, int64_t g) {
-  Tile t;
+// The small-m kernel's view of p: A, B and the scales as SmallM, D (and C) as a Tile at D's origin.
+void small_m_args(const Problem& p, SmallM& s, Tile& t) {
   t.dst = p.d;
   t.ldd = p.ldd;
   t.dst_bf16 = p.d_bf16;
@@ -385,7 +388,6 @@ void run_small_m(const Problem& p, SmallMKernel kernel, int64_t g) {
     t.lds = p.ldc;
     t.src_bf16 = p.c_bf16;
   }
-  SmallM s;
   s.m = p.m;
   s.k = p.k;
   s.a = p.a.data;
@@ -397,6 +399,12 @@ void run_small_m(const Problem& p, SmallMKernel kernel, int64_t g) {
   s.sb = p.sb;
   s.ldsb = p.ldsb;
   s.b_finite = p.b.fp8_finite;
+}
+
+void run_small_m(const Problem& p, SmallMKernel kernel, int64_t g) {
+  SmallM s;
+  Tile t;
+  small_m_args(p, s, t);
   const int used =
       static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(get_num_threads(), ceil_div(p.n, 64))));
   const int64_t blocks = ceil_div(p.n, g);
@@ -407,6 +415,52 @@ void run_small_m(const Problem& p, SmallMKernel kernel, int64_t g) {
   });
 }
 
+// How the driver runs one problem (m, n, k >= 1): the small-m kernel the dispatch policy chooses for
+// decode rows, where it takes them, else the blocked kernel (or the PackedB's) with its blocking. A
+// problem's plan depends on the problem alone, never on the thread count or on the other problems of a
+// grouped call, so its bits do not either.
+struct Plan {
+  SmallMKernel small_m = nullptr;  // set: the small-m path, splitting N in multiples of small_m_cols
+  int64_t small_m_cols = 0;
+  KernelInfo ki;  // otherwise: the blocked path
+  Blocking bk;
+};
+
+Plan plan(const Problem& p, const dispatch::Switches& path) {
+  Plan pl;
+  if (!p.b_panels && !p.a.kmajor && p.m <= kSmallM) {
+    const dispatch::Choice c = dispatch::choose(dtype_of(p.a.elem), dispatch::Work::small_m, path);
+    const KernelInfo sm = kernel_for(p.a.elem, c);
+    if (!p.b.fp8_panels && !p.b.kmajor && p.m <= sm.small_m_rows && sm.small_m &&
+        sm.small_m_elem == p.a.elem) {
+      // With the JIT on, the same kernel with this call's m and k compiled in, where it serves them.
+      const SmallMKernel jit = jit_small_m(sm, p.m, p.k, c.jit);
+      pl.small_m = jit ? jit : sm.small_m;
+      pl.small_m_cols = sm.small_m_cols;
+      return pl;
+    }
+    if (p.b.fp8_panels && p.m <= 4 && sm.small_m_fp8_panels) {
+      pl.small_m = sm.small_m_fp8_panels;
+      pl.small_m_cols = kFp8PanelRows;
+      return pl;
+    }
+  }
+  pl.ki = p.packed_ki
+              ? *p.packed_ki
+              : kernel_for(p.a.elem, dispatch::choose(dtype_of(p.a.elem), dispatch::Work::blocked, path));
+  pl.bk = derive_blocking(pl.ki, p.k);
+  return pl;
+}
+
+// The kernel's end-of-thread step (AMX: release the tiles), run however the thread leaves, so a throw
+// cannot leave the thread's tile configuration cached as loaded.
+struct ThreadDone {
+  void (*f)() = nullptr;
+  ~ThreadDone() {
+    if (f) f();
+  }
+};
+
 }  // namespace
 
 std::byte* thread_scratch(size_t bytes) {
@@ -416,30 +470,16 @@ std::byte* thread_scratch(size_t bytes) {
 void run(const Problem& p) {
   if (p.m == 0 || p.n == 0) return;
   if (p.k == 0) {
-    fill_k0(p);
+    fill_k0(p, 0, p.m, 0, p.n);
     return;
   }
   // The small-m and the blocked kernels, each as the dispatch policy chooses it (core/dispatch.hpp).
-  const dispatch::Switches path = dispatch::current();
-  if (!p.b_panels && !p.a.kmajor && p.m <= kSmallM) {
-    const dispatch::Choice c = dispatch::choose(dtype_of(p.a.elem), dispatch::Work::small_m, path);
-    const KernelInfo sm = kernel_for(p.a.elem, c);
-    if (!p.b.fp8_panels && !p.b.kmajor && p.m <= sm.small_m_rows && sm.small_m &&
-        sm.small_m_elem == p.a.elem) {
-      // With the JIT on, the same kernel with this call's m and k compiled in, where it serves them.
-      const SmallMKernel jit = jit_small_m(sm, p.m, p.k, c.jit);
-      run_small_m(p, jit ? jit : sm.small_m, sm.small_m_cols);
-      return;
-    }
-    if (p.b.fp8_panels && p.m <= 4 && sm.small_m_fp8_panels) {
-      run_small_m(p, sm.small_m_fp8_panels, kFp8PanelRows);
-      return;
-    }
+  const Plan pl = plan(p, dispatch::current());
+  if (pl.small_m) {
+    run_small_m(p, pl.small_m, pl.small_m_cols);
+    return;
   }
-  const KernelInfo ki =
-      p.packed_ki ? *p.packed_ki
-                  : kernel_for(p.a.elem, dispatch::choose(dtype_of(p.a.elem), dispatch::Work::blocked, path));
-  const Blocking bk = derive_blocking(ki, p.k);
+  const KernelInfo& ki = pl.ki;
   const int64_t mtiles = ceil_div(p.m, ki.mr), ntiles = ceil_div(p.n, ki.nr);
   int tm = 1, tn = 1;
   thread_grid(mtiles, ntiles, std::max(1, get_num_threads()), tm, tn);
@@ -449,20 +489,113 @@ void run(const Problem& p) {
     const int64_t m1 = std::min(p.m, ceil_div(mtiles * (tx + 1), tm) * ki.mr);
     const int64_t n0 = std::min(p.n, ceil_div(ntiles * ty, tn) * ki.nr);
     const int64_t n1 = std::min(p.n, ceil_div(ntiles * (ty + 1), tn) * ki.nr);
-    // The kernel's end-of-thread step (AMX: release the tiles) runs however the thread leaves, so a
-    // throw cannot leave this thread's tile configuration cached as loaded.
-    struct Done {
-      void (*f)();
-      ~Done() {
-        if (f) f();
-      }
-    } done{ki.thread_done};
-    run_rect(p, ki, bk, m0, m1, n0, n1);
+    const ThreadDone done{ki.thread_done};
+    run_rect(p, ki, pl.bk, m0, m1, n0, n1);
   });
 }
 
+namespace {
+
+// The grouped path's work list: rectangles of D, each one problem's rows [m0, m1) and columns [n0, n1),
+// computed whole by whichever thread takes it.
+struct Piece {
+  size_t problem = 0;
+  int64_t m0 = 0, m1 = 0, n0 = 0, n1 = 0;
+};
+
+// Pieces per thread the work list aims at: small enough that the thread that ends last waits at most
+// about 1/8 of its share, large enough that each piece keeps the packing of its operands a small part of
+// its work.
+constexpr int64_t kPiecesPerThread = 8;
+// The narrowest piece (in micro-panels of B) and the shortest (rows) a problem is cut into: A is packed
+// once per piece and B once per row chunk, so each is at most about a quarter (a 64th) of the piece's
+// micro-kernel work.
+constexpr int64_t kMinPanels = 4;
+constexpr int64_t kMinRows = 64;
+
+// Cuts one problem into about `pieces` rectangles: columns first, in whole units of `nr` columns
+// (micro-panels: each piece packs its own part of B), at least kMinPanels wide, then rows, in units of
+// `mr` rows, at least kMinRows high.
+void cut(size_t problem, int64_t m, int64_t n, int64_t mr, int64_t nr, int64_t pieces,
+         std::vector<Piece>& out) {
+  const int64_t mtiles = ceil_div(m, mr), ntiles = ceil_div(n, nr);
+  const int64_t cn = std::clamp<int64_t>(pieces, 1, std::max<int64_t>(1, ntiles / kMinPanels));
+  const int64_t cm =
+      std::clamp<int64_t>(ceil_div(pieces, cn), 1, std::max<int64_t>(1, mtiles / ceil_div(kMinRows, mr)));
+  for (int64_t x = 0; x < cm; ++x)
+    for (int64_t y = 0; y < cn; ++y)
+      out.push_back({problem, std::min(m, ceil_div(mtiles * x, cm) * mr),
+                     std::min(m, ceil_div(mtiles * (x + 1), cm) * mr),
+                     std::min(n, ceil_div(ntiles * y, cn) * nr),
+                     std::min(n, ceil_div(ntiles * (y + 1), cn) * nr)});
+}
+
+}  // namespace
+
 void run_grouped(std::span<const Problem> problems) {
-  for (const Problem& p : problems) run(p);
+  const dispatch::Switches path = dispatch::current();
+  const int threads = std::max(1, get_num_threads());
+  // Each problem's plan, as run() would make it, and an estimate of its time: multiply-adds for the
+  // blocked path; a decode group streams B once, about as long as 8 more rows of blocked work on it.
+  std::vector<Plan> plans(problems.size());
+  std::vector<double> cost(problems.size(), 0.0);
+  double total = 0;
+  void (*thread_done)() = nullptr;
+  for (size_t i = 0; i < problems.size(); ++i) {
+    const Problem& p = problems[i];
+    if (p.m == 0 || p.n == 0) continue;
+    const double mn = static_cast<double>(p.m) * static_cast<double>(p.n);
+    if (p.k == 0) {
+      cost[i] = mn;
+    } else {
+      plans[i] = plan(p, path);
+      if (plans[i].small_m) {
+        cost[i] = static_cast<double>(p.m + 8) * static_cast<double>(p.n) * static_cast<double>(p.k);
+      } else {
+        cost[i] = mn * static_cast<double>(p.k);
+        thread_done = plans[i].ki.thread_done;  // one blocked kernel serves every problem of a call
+      }
+    }
+    total += cost[i];
+  }
+  // One work list over every group: a problem is cut only where it is larger than a piece should be
+  // (never on one thread), so many small groups stay whole and a few large ones are shared.
+  const double target = threads == 1 ? total : total / static_cast<double>(threads * kPiecesPerThread);
+  std::vector<Piece> work;
+  for (size_t i = 0; i < problems.size(); ++i) {
+    if (cost[i] == 0) continue;
+    const Problem& p = problems[i];
+    const int64_t pieces = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(cost[i] / target - 1e-9)));
+    if (p.k == 0)
+      cut(i, p.m, p.n, 1, 64, pieces, work);
+    else if (plans[i].small_m)
+      cut(i, p.m, p.n, p.m, plans[i].small_m_cols * 16, pieces, work);  // all rows; B streamed per column run
+    else
+      cut(i, p.m, p.n, plans[i].ki.mr, plans[i].ki.nr, pieces, work);
+  }
+  if (work.empty()) return;
+  // One parallel region: each thread takes the next piece of any group until none is left.
+  std::atomic<size_t> next{0};
+  const int used = static_cast<int>(std::min<size_t>(static_cast<size_t>(threads), work.size()));
+  parallel(used, [&](int) {
+    const ThreadDone done{thread_done};
+    for (size_t w = next.fetch_add(1, std::memory_order_relaxed); w < work.size();
+         w = next.fetch_add(1, std::memory_order_relaxed)) {
+      const Piece& pc = work[w];
+      const Problem& p = problems[pc.problem];
+      const Plan& pl = plans[pc.problem];
+      if (p.k == 0) {
+        fill_k0(p, pc.m0, pc.m1, pc.n0, pc.n1);
+      } else if (pl.small_m) {
+        SmallM s;
+        Tile t;
+        small_m_args(p, s, t);
+        pl.small_m(s, pc.n0, pc.n1, t);
+      } else {
+        run_rect(p, pl.ki, pl.bk, pc.m0, pc.m1, pc.n0, pc.n1);
+      }
+    }
+  });
 }
 
 }  // namespace ridge::gemm::detail

@@ -453,37 +453,68 @@ void expect_same_bits(const std::function<V()>& fn, const std::function<V()>& lo
   EXPECT_TRUE(same_bits(loop(), one)) << what << ": against a loop of the dense GEMM, one call per group";
 }
 
+// Every form with one pair of input and output types: bits at 1, 2 and 3 threads against a dense loop,
+// and the result against fp64.
 template <typename T, typename TD>
 void bits_of_every_form(std::mt19937& rng, const std::string& path) {
   const std::string types = std::string(std::is_same_v<T, bf16> ? "bf16" : "f32") + "->" +
                             (std::is_same_v<TD, bf16> ? "bf16 " : "f32 ") + path;
   for (const Layout l : {Layout::nt, Layout::nn}) {
     const MContiguous<T> o(l, {40, 0, 3, 150, 16, 1}, 300, 77, rng);
+    const std::string what = std::string("contiguous ") + gemm::layout_name(l) + " " + types;
     expect_same_bits<std::vector<TD>>([&] { return o.template run<TD>(); },
-                                      [&] { return o.template run_dense<TD>(); },
-                                      std::string("contiguous ") + gemm::layout_name(l) + " " + types);
+                                      [&] { return o.template run_dense<TD>(); }, what);
+    o.check(o.template run<TD>(), what);
   }
   const MMasked<T> mo({5, 0, 16, 33, 1, 12}, 33, 300, 77, rng);
   expect_same_bits<std::vector<TD>>([&] { return mo.template run<TD>(); },
                                     [&] { return mo.template run_dense<TD>(); }, "masked " + types);
+  mo.check(mo.template run<TD>(), "masked " + types);
   if constexpr (std::is_same_v<TD, float>) {
     const KContiguous<T> ko({40, 0, 3, 150, 16, 1}, 45, 70, rng);
-    for (const WithC with : {WithC::none, WithC::in_place})
+    for (const WithC with : {WithC::none, WithC::in_place}) {
       expect_same_bits<std::vector<float>>([&] { return ko.run(with); }, [&] { return ko.run_dense(with); },
                                            "k-grouped " + types);
+      ko.check(ko.run(with), with, "k-grouped " + types);
+    }
   }
 }
 
-TEST(GemmGrouped, ThreadCountDoesNotChangeBitsAndEqualsADenseLoop) {
-  std::mt19937 rng(11);
+void bits_of_every_type(std::mt19937& rng, const std::string& what) {
   for (const dispatch::Path& path : dispatch::paths({dispatch::Dtype::f32, dispatch::Dtype::bf16})) {
     dispatch::ScopedPath scope(path);
-    const std::string name = dispatch::name(path);
+    const std::string name = what + dispatch::name(path);
     bits_of_every_form<float, float>(rng, name);
     bits_of_every_form<float, bf16>(rng, name);
     bits_of_every_form<bf16, float>(rng, name);
     bits_of_every_form<bf16, bf16>(rng, name);
   }
+}
+
+TEST(GemmGrouped, ThreadCountDoesNotChangeBitsAndEqualsADenseLoop) {
+  std::mt19937 rng(11);
+  bits_of_every_type(rng, "");
+}
+
+// The driver's blocking knobs set small for one scope, so the groups cross several MC, NC and KC blocks
+// (a bf16 D's partial sums in the fp32 scratch, ragged last blocks) on every path.
+struct ScopedBlocking {
+  ScopedBlocking() {
+    setenv("RIDGE_GEMM_KC", "40", 1);
+    setenv("RIDGE_GEMM_MC", "30", 1);
+    setenv("RIDGE_GEMM_NC", "70", 1);
+  }
+  ~ScopedBlocking() {
+    unsetenv("RIDGE_GEMM_KC");
+    unsetenv("RIDGE_GEMM_MC");
+    unsetenv("RIDGE_GEMM_NC");
+  }
+};
+
+TEST(GemmGrouped, SmallBlocksAllPaths) {
+  const ScopedBlocking blocks;
+  std::mt19937 rng(13);
+  bits_of_every_type(rng, "small blocks ");
 }
 
 // The FP8 grouped GEMMs run the same grouped path: the same bits at any thread count as a loop of
