@@ -12,6 +12,7 @@
 
 #include "compare.hpp"
 #include "gemm_peers.hpp"
+#include "operands.hpp"
 #include "bench/result.hpp"
 #include "ridge/core.hpp"
 #include "ridge/gemm_fp8.hpp"
@@ -22,15 +23,7 @@
 namespace ridge::gemm_bench {
 namespace {
 
-void fill_uniform(Buffer<float>& buf, uint64_t seed) {
-  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
-  for (auto& x : buf) {
-    s ^= s << 13;
-    s ^= s >> 7;
-    s ^= s << 17;
-    x = static_cast<float>(static_cast<int64_t>(s >> 40) - (1 << 23)) * (1.0f / (1 << 23));
-  }
-}
+using bench_operands::fill_uniform;
 
 double calc_diff(const Buffer<bf16>& x, const Buffer<bf16>& y, size_t count) {
   double xy = 0, xx = 0;

@@ -148,6 +148,7 @@ BASE = {
     "data info": ["{tokens}"],
     "bench stream": ["--quick", "--no-progress", "--grid-file", "{grid}", "--iters", "1", "--warmup", "0"],
     "bench gemm-dense": ["--quick", "--no-progress", "--grid-file", "{grid}", "--iters", "1", "--warmup", "0"],
+    "bench moe": ["--quick", "--no-progress", "--grid-file", "{grid}", "--iters", "1", "--warmup", "0"],
     "bench gemm": ["--quick", "--no-progress", "--grid-file", "{grid}", "--shapes", "{shapes}", "--iters", "1",
                    "--warmup", "0"],
     "bench attention": ["--quick", "--no-progress", "--no-torch", "--no-math", "--grid-file", "{grid}", "--iters", "1",
@@ -206,6 +207,8 @@ TIMEOUTS = {"bench model": 120.0, "bench jit": 60.0}
 GRIDS = {
     "bench stream": {"n": ["4K"], "kernel": ["copy"]},
     "bench gemm-dense": {"m": [16], "n": [16], "k": [16], "dtype": ["fp32"], "peer": [0]},
+    "bench moe": {"experts": [4], "top_k": [2], "tokens": [64], "d_model": [32], "d_expert": [16], "dtype": ["fp32"],
+                  "pass": ["forward"], "peer": [0]},
     "bench gemm": {"set": ["dense"], "dtype": ["fp32"], "peer": [0]},
     "bench attention": {"seq": [16], "head_dim": [16], "batch": [1], "heads": [1], "dtype": ["fp32"],
                         "pass": ["forward"], "causal": [0]},

@@ -243,3 +243,31 @@ TEST(CliBench, ModelHonoursAnExplicitWarmupAndKeepsItsOwnDefault) {
   ASSERT_EQ(rows.size(), 1u) << def.out;
   EXPECT_EQ(rows[0]["warmup"].get<int>(), 5) << rows[0].dump();  // the model's default, not measure()'s 3
 }
+
+// `bench moe`: per case a forward and a backward row, each held against the loop of dense GEMMs (the
+// peer, whose results are the grouped ones to the bit), with the layer's FLOPs counted on the routed rows
+// and the contiguous layout's padded rows; its axes refused in one line.
+TEST(CliBench, MoeRowsHoldTheGroupedGemmsAgainstADenseLoop) {
+  const auto r =
+      run("bench moe --json --iters 1 --warmup 0 --set experts=3,9 --set top_k=2 --set tokens=50 "
+          "--set d_model=24 --set d_expert=16 --set dtype=fp32,bf16");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto rows = json_lines(r.out);
+  ASSERT_EQ(rows.size(), 8u) << r.out;  // 2 dtypes x 2 expert counts x 2 passes
+  for (const auto& row : rows) {
+    EXPECT_EQ(row["benchmark"], "moe");
+    const bool backward = row["case"]["pass"] == "backward";
+    EXPECT_DOUBLE_EQ(row["flops"].get<double>(), (backward ? 12.0 : 6.0) * 50 * 2 * 24 * 16) << row.dump();
+    EXPECT_EQ(row["rows_padded"].get<int64_t>() % 64, 0) << row.dump();
+    ASSERT_EQ(row["peers"].size(), 1u) << row.dump();
+    EXPECT_EQ(row["peers"][0]["name"], "dense_loop");
+    EXPECT_EQ(row["max_rel_diff_vs_peer"].get<double>(), 0.0) << row.dump();
+  }
+  for (const char* args : {"bench moe --set experts=4 --set top_k=5", "bench moe --set dtype=fp8",
+                           "bench moe --set pass=both", "bench moe --set d_model=1G"}) {
+    const auto bad = run(args);
+    EXPECT_EQ(bad.code, 2) << args;
+    EXPECT_EQ(bad.err.rfind("ridge: --set ", 0), 0u) << args << ": " << bad.err;
+    EXPECT_EQ(std::count(bad.err.begin(), bad.err.end(), '\n'), 1) << args << ": " << bad.err;
+  }
+}
