@@ -2,7 +2,8 @@
 
 Port DeepGEMM code by changing the import: ``fp8_gemm_nt((a, sfa), (b, sfb), d)`` computes
 ``d = a @ b.T`` with a's 1x128 and b's 128x128 fp32 block scales; ``bf16_gemm_nt(a, b, d)`` and
-the nn/tn/tt layouts; the fp32 forms; the M-grouped MoE layouts; the casts to fp8.
+the nn/tn/tt layouts; the fp32 forms; the M-grouped MoE layouts (fp8, bf16, fp32) and the K-grouped
+one for the experts' weight gradients; the casts to fp8.
 Layouts: nt: a [m,k], b [n,k]; nn: a [m,k], b [k,n]; tn: a [k,m], b [k,n]; tt: a [k,m], b [n,k].
 The output goes into ``d`` (and is returned); ``d=None`` allocates it (bf16 for bf16 and fp8
 inputs, fp32 for fp32). ``c`` (optional) is added: d = c + a b. The GIL is released while the
@@ -21,6 +22,9 @@ __all__ = [
     "fp8_gemm_nt", "m_grouped_fp8_gemm_nt_contiguous", "m_grouped_fp8_gemm_nt_masked",
     "bf16_gemm_nt", "bf16_gemm_nn", "bf16_gemm_tn", "bf16_gemm_tt",
     "fp32_gemm_nt", "fp32_gemm_nn", "fp32_gemm_tn", "fp32_gemm_tt",
+    "m_grouped_bf16_gemm_nt_contiguous", "m_grouped_bf16_gemm_nn_contiguous", "m_grouped_bf16_gemm_nt_masked",
+    "m_grouped_fp32_gemm_nt_contiguous", "m_grouped_fp32_gemm_nn_contiguous", "m_grouped_fp32_gemm_nt_masked",
+    "k_grouped_bf16_gemm_tn_contiguous", "k_grouped_fp32_gemm_tn_contiguous",
     "per_token_cast_to_fp8", "per_block_cast_to_fp8", "get_mk_alignment_for_contiguous_layout",
     "get_m_alignment_for_contiguous_layout", "set_num_threads", "get_num_threads", "ceil_div",
 ]
@@ -29,6 +33,10 @@ __all__ = [
 def ceil_div(x: int, y: int) -> int:
     x, y = integer(x, "x"), integer(y, "y", 1)
     return (x + y - 1) // y
+
+
+def _kind(in_dtype):
+    return "bf16" if in_dtype == "bfloat16" else "fp32"
 
 
 def _shape2(x, name):
@@ -51,7 +59,7 @@ def _make_dense(layout, in_dtype):
 
     shapes = {"nt": "a [m,k], b [n,k]: d = a @ b.T", "nn": "a [m,k], b [k,n]: d = a @ b",
               "tn": "a [k,m], b [k,n]: d = a.T @ b", "tt": "a [k,m], b [n,k]: d = a.T @ b.T"}[layout]
-    f.__name__ = f"{'bf16' if in_dtype == 'bfloat16' else 'fp32'}_gemm_{layout}"
+    f.__name__ = f"{_kind(in_dtype)}_gemm_{layout}"
     f.__doc__ = (f"{in_dtype} inputs, fp32 accumulation, d float32 or bfloat16 [m,n]; {shapes} (+ c). "
                  "Returns d.")
     return f
@@ -65,6 +73,59 @@ fp32_gemm_nt = _make_dense("nt", "float32")
 fp32_gemm_nn = _make_dense("nn", "float32")
 fp32_gemm_tn = _make_dense("tn", "float32")
 fp32_gemm_tt = _make_dense("tt", "float32")
+
+
+def _named(f, name, doc):
+    f.__name__, f.__doc__ = name, doc
+    return f
+
+
+def _make_m_grouped_contiguous(layout, in_dtype):
+    def f(a, b, d, m_indices):
+        _g.m_grouped_contiguous(layout, in_dtype, arg(a, "a"), arg(b, "b"), out(d), arg(m_indices, "m_indices"))
+        return d
+
+    b_shape = "[G,n,k]: d[r] = a[r] @ b[g].T" if layout == "nt" else "[G,k,n]: d[r] = a[r] @ b[g]"
+    return _named(f, f"m_grouped_{_kind(in_dtype)}_gemm_{layout}_contiguous",
+                  f"MoE, groups end to end along M: {in_dtype} a [m_sum,k], b {b_shape} for the group g = "
+                  "m_indices[r] (int32 [m_sum], -1: padding, its d row left untouched); d float32 or bfloat16 "
+                  "[m_sum,n]. Returns d.")
+
+
+def _make_m_grouped_masked(in_dtype):
+    def f(a, b, d, masked_m, expected_m):
+        expected_m = integer(expected_m, "expected_m")
+        _g.m_grouped_masked(in_dtype, arg(a, "a"), arg(b, "b"), out(d), arg(masked_m, "masked_m"), expected_m)
+        return d
+
+    return _named(f, f"m_grouped_{_kind(in_dtype)}_gemm_nt_masked",
+                  f"MoE, one padded slab per group: {in_dtype} a [G,m_max,k], b [G,n,k], d float32 or bfloat16 "
+                  "[G,m_max,n]; only the first masked_m[g] (int32 [G]) rows of group g are computed. Returns d.")
+
+
+def _make_k_grouped(in_dtype):
+    def f(a, b, d, k_indices, c=None):
+        _g.k_grouped_contiguous(in_dtype, arg(a, "a"), arg(b, "b"), out(d), arg(k_indices, "k_indices"),
+                                None if c is None else arg(c, "c"))
+        return d
+
+    return _named(f, f"k_grouped_{_kind(in_dtype)}_gemm_tn_contiguous",
+                  f"MoE weight gradients, groups along K: {in_dtype} a [k_sum,m], b [k_sum,n], d float32 "
+                  "[G,m,n]: d[g] = (c[g] +) a_g.T @ b_g over the rows r with k_indices[r] == g (the forward's "
+                  "m_indices; -1 rows are never read). A group without rows gets c[g] or 0; c may be d itself. "
+                  "Returns d.")
+
+
+def _grouped(in_dtype):
+    """The grouped GEMMs of one input dtype: nt and nn contiguous, nt masked, K-grouped tn."""
+    return (_make_m_grouped_contiguous("nt", in_dtype), _make_m_grouped_contiguous("nn", in_dtype),
+            _make_m_grouped_masked(in_dtype), _make_k_grouped(in_dtype))
+
+
+(m_grouped_bf16_gemm_nt_contiguous, m_grouped_bf16_gemm_nn_contiguous, m_grouped_bf16_gemm_nt_masked,
+ k_grouped_bf16_gemm_tn_contiguous) = _grouped("bfloat16")
+(m_grouped_fp32_gemm_nt_contiguous, m_grouped_fp32_gemm_nn_contiguous, m_grouped_fp32_gemm_nt_masked,
+ k_grouped_fp32_gemm_tn_contiguous) = _grouped("float32")
 
 
 def _pair(x, name):

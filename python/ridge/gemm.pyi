@@ -32,6 +32,24 @@ def fp32_gemm_tn(a: _Array, b: _Array, d: Optional[_Array] = None, c: Optional[_
     """d = a.T @ b (a [k,m], b [k,n]) in fp32; plus c when given."""
 def fp32_gemm_tt(a: _Array, b: _Array, d: Optional[_Array] = None, c: Optional[_Array] = None) -> _Array:
     """d = a.T @ b.T (a [k,m], b [n,k]) in fp32; plus c when given."""
+def m_grouped_bf16_gemm_nt_contiguous(a: _Array, b: _Array, d: _Array, m_indices: _Array) -> _Array:
+    """MoE layout, bf16: d[r] = a[r] @ b[g].T for g = m_indices[r] (a [m_sum,k], b [G,n,k]; -1: padding)."""
+def m_grouped_bf16_gemm_nn_contiguous(a: _Array, b: _Array, d: _Array, m_indices: _Array) -> _Array:
+    """MoE layout, bf16: d[r] = a[r] @ b[g] for g = m_indices[r] (a [m_sum,k], b [G,k,n]; -1: padding)."""
+def m_grouped_bf16_gemm_nt_masked(a: _Array, b: _Array, d: _Array, masked_m: _Array, expected_m: int) -> _Array:
+    """MoE layout, bf16: a [G,m_max,k], b [G,n,k]; only masked_m[g] rows of group g are computed."""
+def m_grouped_fp32_gemm_nt_contiguous(a: _Array, b: _Array, d: _Array, m_indices: _Array) -> _Array:
+    """MoE layout, fp32: d[r] = a[r] @ b[g].T for g = m_indices[r] (a [m_sum,k], b [G,n,k]; -1: padding)."""
+def m_grouped_fp32_gemm_nn_contiguous(a: _Array, b: _Array, d: _Array, m_indices: _Array) -> _Array:
+    """MoE layout, fp32: d[r] = a[r] @ b[g] for g = m_indices[r] (a [m_sum,k], b [G,k,n]; -1: padding)."""
+def m_grouped_fp32_gemm_nt_masked(a: _Array, b: _Array, d: _Array, masked_m: _Array, expected_m: int) -> _Array:
+    """MoE layout, fp32: a [G,m_max,k], b [G,n,k]; only masked_m[g] rows of group g are computed."""
+def k_grouped_bf16_gemm_tn_contiguous(a: _Array, b: _Array, d: _Array, k_indices: _Array,
+                                      c: Optional[_Array] = None) -> _Array:
+    """MoE dW, bf16: d[g] (float32 [G,m,n]) = (c[g] +) a_g.T @ b_g over the rows with k_indices[r] == g."""
+def k_grouped_fp32_gemm_tn_contiguous(a: _Array, b: _Array, d: _Array, k_indices: _Array,
+                                      c: Optional[_Array] = None) -> _Array:
+    """MoE dW, fp32: d[g] (float32 [G,m,n]) = (c[g] +) a_g.T @ b_g over the rows with k_indices[r] == g."""
 def per_token_cast_to_fp8(x: _Array, use_ue8m0: bool = False, *, q: Optional[_Array] = None,
                           scales: Optional[_Array] = None) -> _Fp8Pair:
     """x [m,k] -> (fp8 e4m3 values, fp32 scales [m, ceil(k/128)]): one scale per 1x128 block."""

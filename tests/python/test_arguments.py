@@ -108,6 +108,12 @@ def sweep_cases():
              "m_indices": i32(*[0] * 64)},
             {"a": ("a", "sfa"), "b": ("b", "sfb")}),
         "gemm.get_mk_alignment_for_contiguous_layout": (rg.get_mk_alignment_for_contiguous_layout, {}, {}),
+        "gemm.k_grouped_fp32_gemm_tn_contiguous": (
+            rg.k_grouped_fp32_gemm_tn_contiguous,
+            {"a": f32(64, 4), "b": f32(64, 8), "d": f32(2, 4, 8), "k_indices": i32(*[0] * 64), "c": f32(2, 4, 8)}, {}),
+        "gemm.k_grouped_bf16_gemm_tn_contiguous": (
+            rg.k_grouped_bf16_gemm_tn_contiguous,
+            {"a": bf16(64, 4), "b": bf16(64, 8), "d": f32(2, 4, 8), "k_indices": i32(*[1] * 64)}, {}),
         "attention.flash_attn_func": (ra.flash_attn_func, {"q": q, "k": q, "v": q, "dropout_p": 0.0,
                                                            "softmax_scale": 0.25, "causal": True}, {}),
         "attention.flash_attn_forward": (ra.flash_attn_forward, {"q": q, "k": q, "v": q, "causal": False}, {}),
@@ -161,6 +167,14 @@ def sweep_cases():
         "bench.trace_range": (lambda name: rb.trace_range(name).__enter__(), {"name": "r"}, {}),
         "bench.memory.record_history": (rb.memory.record_history, {"max_entries": 10}, {}),
     }
+    for kind, make in (("fp32", f32), ("bf16", bf16)):
+        for layout in ("nt", "nn"):
+            fn = getattr(rg, f"m_grouped_{kind}_gemm_{layout}_contiguous")
+            cases[f"gemm.{fn.__name__}"] = (fn, {"a": make(64, 8), "b": make(2, 8, 8), "d": make(64, 8),
+                                                 "m_indices": i32(*[1] * 64)}, {})
+        fn = getattr(rg, f"m_grouped_{kind}_gemm_nt_masked")
+        cases[f"gemm.{fn.__name__}"] = (fn, {"a": make(2, 4, 8), "b": make(2, 8, 8), "d": f32(2, 4, 8),
+                                             "masked_m": i32(4, 1), "expected_m": 4}, {})
     for layout in ("nt", "nn", "tn", "tt"):
         for kind, make in (("fp32", f32), ("bf16", bf16)):
             fn = getattr(rg, f"{kind}_gemm_{layout}")

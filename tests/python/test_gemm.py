@@ -155,6 +155,72 @@ def test_grouped_contiguous_and_masked(isa, rng):
         assert (dm[i, mm:].astype(np.float32) == 7).all()
 
 
+def _layout_of(counts, align):
+    """The contiguous layout of counts[g] rows per group, each padded with -1 to the alignment."""
+    idx = []
+    for g, c in enumerate(counts):
+        idx += [g] * c + [-1] * (-c % align)
+    return np.array(idx, dtype=np.int32)
+
+
+@pytest.mark.parametrize("kind", ["fp32", "bf16"])
+@pytest.mark.parametrize("out_dtype", [np.float32, BF16])
+def test_m_grouped_contiguous_and_masked_fp32_bf16(isa, rng, kind, out_dtype):
+    in_dtype = np.float32 if kind == "fp32" else BF16
+    g, n, k = 4, 37, 129
+    m_indices = _layout_of([70, 0, 1, 130], rg.get_mk_alignment_for_contiguous_layout())
+    a = rng.standard_normal((len(m_indices), k)).astype(in_dtype)
+    tol = 1e-5 * k * 16 + 1e-5
+    for layout in ("nt", "nn"):
+        b = rng.standard_normal((g, n, k) if layout == "nt" else (g, k, n)).astype(in_dtype)
+        d = np.full((len(m_indices), n), 7, dtype=out_dtype)
+        got = getattr(rg, f"m_grouped_{kind}_gemm_{layout}_contiguous")(a, b, d, m_indices)
+        assert got is d
+        for r, gi in enumerate(m_indices):
+            if gi < 0:
+                assert (d[r].astype(np.float32) == 7).all(), "padding rows are left untouched"
+                continue
+            want = ref(layout, a[r:r + 1], b[gi])[0]
+            bound = tol + (2.0 ** -8) * np.abs(want) * (out_dtype is BF16)
+            np.testing.assert_array_less(np.abs(d[r].astype(np.float64) - want), bound)
+
+    m_max = 20
+    masked_m = np.array([0, 5, 20, 16], dtype=np.int32)
+    am = rng.standard_normal((g, m_max, k)).astype(in_dtype)
+    b = rng.standard_normal((g, n, k)).astype(in_dtype)
+    dm = np.full((g, m_max, n), 7, dtype=out_dtype)
+    getattr(rg, f"m_grouped_{kind}_gemm_nt_masked")(am, b, dm, masked_m, expected_m=10)
+    for i in range(g):
+        mm = masked_m[i]
+        want = ref("nt", am[i, :mm], b[i])
+        bound = tol + (2.0 ** -8) * np.abs(want) * (out_dtype is BF16)
+        np.testing.assert_array_less(np.abs(dm[i, :mm].astype(np.float64) - want), bound)
+        assert (dm[i, mm:].astype(np.float32) == 7).all(), "rows past masked_m are left untouched"
+
+
+@pytest.mark.parametrize("kind", ["fp32", "bf16"])
+def test_k_grouped_weight_gradients(isa, rng, kind):
+    in_dtype = np.float32 if kind == "fp32" else BF16
+    counts, m, n = [70, 0, 1, 130], 37, 29
+    k_indices = _layout_of(counts, rg.get_mk_alignment_for_contiguous_layout())
+    a = rng.standard_normal((len(k_indices), m)).astype(in_dtype)
+    b = rng.standard_normal((len(k_indices), n)).astype(in_dtype)
+    a[k_indices < 0] = np.nan  # padding rows are never read
+    b[k_indices < 0] = np.nan
+    c = rng.standard_normal((len(counts), m, n)).astype(np.float32)
+    fn = getattr(rg, f"k_grouped_{kind}_gemm_tn_contiguous")
+    d = fn(a, b, np.full((len(counts), m, n), 7, dtype=np.float32), k_indices)
+    acc = c.copy()
+    fn(a, b, acc, k_indices, c=acc)  # in place: acc += a_g.T @ b_g
+    for gi in range(len(counts)):
+        rows = k_indices == gi
+        want = a[rows].astype(np.float64).T @ b[rows].astype(np.float64)
+        tol = 1e-5 * max(counts[gi], 1) * 16 + 1e-5
+        np.testing.assert_allclose(d[gi], want, atol=tol, rtol=0)  # an empty group: exactly 0
+        np.testing.assert_allclose(acc[gi], want + c[gi], atol=tol, rtol=0)
+    assert (d[1] == 0).all() and (acc[1] == c[1]).all()
+
+
 def test_threads_roundtrip():
     old = rg.get_num_threads()
     rg.set_num_threads(1)
