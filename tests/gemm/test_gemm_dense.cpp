@@ -13,7 +13,7 @@
 #include "ridge/core.hpp"
 #include "ridge/gemm.hpp"
 #include "core/dispatch.hpp"
-#include "expect_error.hpp"
+#include "common/expect_error.hpp"
 #include "gemm/driver.hpp"
 
 namespace {
@@ -382,7 +382,7 @@ TEST(GemmDense, DegenerateShapes) {
                     MatrixView<float>{nullptr, 0, 4, 4});
 }
 
-using ridge::gemm_test::expect_error;
+using ridge::test::expect_error;
 
 TEST(GemmDense, BadInputIsAnError) {
   std::vector<float> buf(1000, 1.0f), out(1000);

@@ -18,7 +18,7 @@
 #include "ridge/core.hpp"
 #include "ridge/gemm.hpp"
 #include "core/dispatch.hpp"
-#include "expect_error.hpp"
+#include "common/expect_error.hpp"
 
 namespace {
 
@@ -594,7 +594,7 @@ TEST(GemmGrouped, Fp8GroupedBitsEqualADenseLoopAtAnyThreadCount) {
 
 // ---- bad arguments: each check with its message ----
 
-using ridge::gemm_test::expect_error;
+using ridge::test::expect_error;
 
 TEST(GemmGrouped, BadArgumentsAreErrorsNamingThem) {
   const int64_t align = gemm::m_alignment_for_contiguous_layout(), k = 8, n = 3, G = 2;

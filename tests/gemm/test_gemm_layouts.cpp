@@ -14,7 +14,7 @@
 #include "ridge/core.hpp"
 #include "ridge/gemm.hpp"
 #include "core/dispatch.hpp"
-#include "expect_error.hpp"
+#include "common/expect_error.hpp"
 
 namespace {
 
@@ -431,7 +431,7 @@ TEST(GemmLayouts, DegenerateShapes) {
   gemm::f32_gemm_tn(a0.cview(), b0.cview(), d0.view());  // m = 0: nothing to do, no error
 }
 
-using ridge::gemm_test::expect_error;
+using ridge::test::expect_error;
 
 TEST(GemmLayouts, BadShapesAreErrors) {
   std::vector<float> buf(1000, 1.0f), out(1000);
