@@ -194,6 +194,9 @@ def preset(size, vocab, context, kv_heads=None):
     sizes = table["sizes"]
     if size not in sizes:
         raise CheckpointError(f"--size {size}: unknown; accepted: {', '.join(sizes)}")
+    if "num_experts" in sizes[size]:
+        raise CheckpointError(f"--size {size}: a Mixture-of-Experts size; these tools build dense models only "
+                              f"(accepted: {', '.join(n for n in sizes if 'num_experts' not in sizes[n])})")
     c = dict(sizes[size], vocab_size=vocab, context_length=context, rope_theta=float(table["rope_theta"]))
     c["num_kv_heads"] = kv_head_count(dict(c, num_kv_heads=kv_heads))
     check_config(c, f"--size {size}")

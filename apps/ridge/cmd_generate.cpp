@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "cli.hpp"
+#include "model_flags.hpp"
 #include "tokenizer_flag.hpp"
 #include "ridge/attention.hpp"
 #include "ridge/core.hpp"
@@ -32,6 +33,7 @@ struct Args {
   int threads = -1, splits = 0;
   bool json = false;
   bool eos_given = false;
+  cli::MoeFlags moe;  // --experts, --expert-top-k (--top-k is sampling's), ...
 };
 
 // The tokenizer text goes through: --tokenizer, else the one the checkpoint records (if it is still where it
@@ -90,6 +92,7 @@ model::ModelConfig preset_config(const Args& a) {
   try {
     model::ModelConfig cfg = model::preset(a.size, a.vocab, a.context);
     cfg.num_kv_heads = a.kv_heads;
+    a.moe.apply(cfg);
     cfg.validate();
     return cfg;
   } catch (const Error& e) {
@@ -102,6 +105,42 @@ model::ModelConfig preset_config(const Args& a) {
         {"ModelConfig: the parameter count", "--size/--vocab: the parameter count"}};
     for (const auto& [from, to] : kWords)
       if (m.rfind(from, 0) == 0) throw Error(to + m.substr(std::string(from).size()));
+    if (auto w = cli::flag_words(e, cli::model_fields(a.moe))) throw Error(*w);
+    throw;
+  }
+}
+
+// A checkpoint that records its config decides the model; MoE flags given beside it must describe the same
+// model (or be dropped), as a size flag would have to.
+void check_moe_flags_agree(const Args& a, const model::ModelConfig& recorded) {
+  const auto given = a.moe.given();
+  if (given.empty()) return;
+  std::string flags;
+  for (const auto& g : given) flags += (flags.empty() ? "" : "/") + g.first;
+  const std::string has = recorded.is_moe() ? "an MoE model, " + cli::moe_text(recorded) : "a dense model";
+  model::ModelConfig want = recorded;
+  try {
+    a.moe.apply(want);
+    want.validate();
+  } catch (const Error& e) {
+    fail("{}: checkpoint '{}' records {}; the MoE flags must agree with it or be dropped ({})", flags,
+         a.checkpoint, has, e.what());
+  }
+  check(want == recorded, "{}: checkpoint '{}' records {}; the MoE flags must agree with it or be dropped",
+        flags, a.checkpoint, has);
+}
+
+// The fp32 model of `cfg`. The library refuses what it cannot build (an MoE model, for now) naming its
+// fields: the checkpoint's, or the flags'.
+model::TransformerLM<float> build_model(const Args& a, const model::ModelConfig& cfg, bool recorded) {
+  try {
+    return model::TransformerLM<float>(cfg);
+  } catch (const Error& e) {
+    const std::string m = e.what(), prefix = "ModelConfig: ";
+    if (recorded && m.rfind(prefix, 0) == 0)
+      fail("--checkpoint: '{}' records a model the library refuses: {}", a.checkpoint,
+           m.substr(prefix.size()));
+    if (auto w = cli::flag_words(e, cli::model_fields(a.moe))) fail("{}", *w);
     throw;
   }
 }
@@ -136,6 +175,7 @@ model::TransformerLM<float> load_model(const Args& a) {
       cfg = *c;
       check(a.size.empty(), "--size: the checkpoint '{}' records its model's shape; drop --size",
             a.checkpoint);
+      check_moe_flags_agree(a, cfg);
     } else {
       check(!a.size.empty(),
             "--checkpoint: '{}' records no model config (a PyTorch state_dict?); give its shape with --size, "
@@ -144,7 +184,7 @@ model::TransformerLM<float> load_model(const Args& a) {
       cfg = preset_config(a);
     }
     check_model_fits(a, cfg);
-    model::TransformerLM<float> m(cfg);
+    model::TransformerLM<float> m = build_model(a, cfg, c.has_value());
     try {
       model::load_weights(m, a.checkpoint);
     } catch (const Error& e) {
@@ -155,7 +195,7 @@ model::TransformerLM<float> load_model(const Args& a) {
   check(!a.size.empty(), "generate: give --checkpoint FILE, or --size NAME for random weights (timing only)");
   const model::ModelConfig cfg = preset_config(a);
   check_model_fits(a, cfg);
-  model::TransformerLM<float> m(cfg);
+  model::TransformerLM<float> m = build_model(a, cfg, false);
   m.init(a.seed);
   return m;
 }
@@ -368,6 +408,7 @@ void setup(CLI::App& root) {
       ->transform(cli::integer_in(2));
   cmd->add_option("--kv-heads", a.kv_heads, "with --size: key/value heads (0: as many as heads)")
       ->transform(cli::integer_in(0));
+  a.moe.add_to(cmd, "--expert-top-k");
   cmd->add_option("--prompt", a.prompts, "a prompt (repeatable: one sequence each)");
   cmd->add_option(
       "--tokenizer", a.tokenizer,

@@ -1,7 +1,8 @@
 // `ridge roofline ddp`: the analyzer's prediction of data-parallel training for a model size on N chips
 // over a link: each DDP design's communication, the part hidden behind backward, the step time, the best
-// bucket size, and what optimizer sharding saves in memory per rank. Parsing and printing only; the model
-// is ridge::roofline's (ridge/roofline/ddp.hpp, docs/distributed.md).
+// bucket size, and what optimizer sharding saves in memory per rank; for an MoE model with --expert-parallel
+// N, the all-to-all time of its experts sharded over N ranks. Parsing and printing only; the model is
+// ridge::roofline's (ridge/roofline/ddp.hpp, docs/distributed.md).
 #include <fmt/format.h>
 
 #include <cmath>
@@ -30,7 +31,7 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 
 struct Opts : ridge::cli::ModelFlags {
   std::string hw = "h100", level;
-  std::string ranks = "8", link, buckets;
+  std::string ranks = "8", link, buckets, expert_parallel;
   std::optional<double> link_gbps, link_latency_us;
   bool json = false;
 };
@@ -115,6 +116,10 @@ void setup_roofline_ddp(CLI::App* parent) {
   c->add_option("--link-latency-us", o->link_latency_us, "latency per ring step in microseconds (overrides)")
       ->transform(number_in(0, kInf));
   c->add_option("--buckets", o->buckets, "bucket sizes to try, MB (default 1,2,5,10,25,50,100,250,1000)");
+  c->add_option(
+      "--expert-parallel", o->expert_parallel,
+      "MoE: shard the experts over groups of N ranks (a divisor of --ranks and of --experts) and add "
+      "the all-to-all time of dispatching the tokens to them and combining them back");
   c->add_flag("--json", o->json, "print one JSON document");
   c->callback([o] {
     bool custom = false;
@@ -144,6 +149,20 @@ void setup_roofline_ddp(CLI::App* parent) {
     std::vector<rr::DdpPrediction> preds;
     for (const auto& s : settings) preds.push_back(rr::predict_ddp(in, link, s));
     const auto mem = rr::ddp_memory(static_cast<double>(rr::model_param_count(shape)), shape.operand, ranks);
+    std::optional<rr::ExpertParallel> ep;
+    if (!o->expert_parallel.empty()) {
+      const int64_t n = numbers::parse_integer(o->expert_parallel, "--expert-parallel",
+                                               {1, 1 << 20, numbers::Suffix::count});
+      check(cfg.is_moe(),
+            "--expert-parallel: the model is dense; expert parallelism shards an MoE model's experts (give "
+            "--experts, or an MoE --size such as moe-small)");
+      check(ranks % n == 0,
+            "--expert-parallel: {} does not divide --ranks {} (the ranks form groups of N that share out the "
+            "experts; accepted: a divisor of {})",
+            n, ranks, ranks);
+      ep = with_flags({{"expert_ranks", "--expert-parallel"}},
+                      [&] { return rr::expert_parallel(shape, link, n); });
+    }
 
     if (o->json) {
       nlohmann::json modes = nlohmann::json::array(), tried = nlohmann::json::array();
@@ -159,35 +178,51 @@ void setup_roofline_ddp(CLI::App* parent) {
                          {"comm_s", p.comm_s},
                          {"exposed_s", p.exposed_s},
                          {"step_s", p.step_s}});
-      print_json({{"model", label},
-                  {"params", static_cast<double>(rr::model_param_count(shape))},
-                  {"batch_per_rank", batch},
-                  {"context", ctx},
-                  {"precision", o->precision},
-                  {"chip", chip.id},
-                  {"link",
-                   {{"name", link.name},
-                    {"bandwidth", link.bandwidth},
-                    {"hop_latency_s", link.hop_latency_s},
-                    {"base_latency_s", link.base_latency_s},
-                    {"ranks", ranks},
-                    {"source", link.source}}},
-                  {"phases_s",
-                   {{"forward", in.forward_s},
-                    {"backward", in.backward_s()},
-                    {"optimizer", in.optimizer_s},
-                    {"other", in.other_s}}},
-                  {"gradient_bytes", in.total_bytes()},
-                  {"modes", modes},
-                  {"buckets", tried},
-                  {"best_bucket_mb", best_mb},
-                  {"one_chip_global_batch_step_s", one_s},
-                  {"memory_per_rank", roofline::to_json(mem)}});
+      nlohmann::json j = {{"model", label},
+                          {"params", static_cast<double>(rr::model_param_count(shape))},
+                          {"batch_per_rank", batch},
+                          {"context", ctx},
+                          {"precision", o->precision},
+                          {"chip", chip.id},
+                          {"link",
+                           {{"name", link.name},
+                            {"bandwidth", link.bandwidth},
+                            {"hop_latency_s", link.hop_latency_s},
+                            {"base_latency_s", link.base_latency_s},
+                            {"ranks", ranks},
+                            {"source", link.source}}},
+                          {"phases_s",
+                           {{"forward", in.forward_s},
+                            {"backward", in.backward_s()},
+                            {"optimizer", in.optimizer_s},
+                            {"other", in.other_s}}},
+                          {"gradient_bytes", in.total_bytes()},
+                          {"modes", modes},
+                          {"buckets", tried},
+                          {"best_bucket_mb", best_mb},
+                          {"one_chip_global_batch_step_s", one_s},
+                          {"memory_per_rank", roofline::to_json(mem)}};
+      // An MoE model's added keys (a dense model's document is what it was).
+      if (cfg.is_moe()) j["params_active"] = static_cast<double>(rr::model_active_param_count(shape));
+      if (ep)
+        j["expert_parallel"] = {{"ranks", ep->ranks},
+                                {"experts_per_rank", ep->experts_per_rank},
+                                {"moe_layers", ep->moe_layers},
+                                {"all_to_alls", ep->all_to_alls},
+                                {"tokens_per_rank", ep->tokens},
+                                {"bytes", ep->bytes},
+                                {"leaving_bytes", ep->leaving_bytes},
+                                {"all_to_all_s", ep->all_to_all_s},
+                                {"step_s", ep->step_s}};
+      print_json(j);
       return;
     }
     fmt::print("{}: d_model {}, d_ff {}, {} layers, {}, vocab {} ({:.0f} M parameters), {} operands\n", label,
                cfg.d_model, cfg.d_ff, cfg.num_layers, heads_text(cfg.num_heads, cfg.kv_heads()),
                cfg.vocab_size, static_cast<double>(rr::model_param_count(shape)) / 1e6, o->precision);
+    if (cfg.is_moe())
+      fmt::print("MoE: {}; {:.0f} M active per token\n", moe_text(cfg),
+                 static_cast<double>(rr::model_active_param_count(shape)) / 1e6);
     fmt::print("{} ranks x batch {} x context {} (global batch {}); chip {} ({})\n", ranks, batch, ctx,
                batch * ranks, chip.id, chip.name);
     fmt::print("link {}: {} one way per rank, {} per collective + {} per ring step\n  ({})\n", link.name,
@@ -222,6 +257,22 @@ void setup_roofline_ddp(CLI::App* parent) {
                gb(mem.total()), gb(mem.sharded_total()), gb(mem.total() - mem.sharded_total()),
                100.0 * (mem.total() - mem.sharded_total()) / mem.total());
     fmt::print("activations and workspace not included (see 'ridge roofline model', 'ridge memory')\n");
+    if (ep) {
+      fmt::print(
+          "\nexpert parallel: the {} experts sharded over groups of {} of the {} ranks ({} per rank); 4 "
+          "all-to-alls per MoE layer and step (dispatch and combine, forward and backward)\n",
+          cfg.num_experts, ep->ranks, ranks, ep->experts_per_rank);
+      fmt::print(
+          "  each {} MB per rank ({:.0f} tokens x top-{} x d_model {} x {} B), {} MB of it leaving the "
+          "rank: {} ms over {}\n",
+          fmt::format("{:.3g}", ep->bytes / 1e6), ep->tokens, cfg.top_k, cfg.d_model,
+          ridge::dtype_size(shape.storage.value_or(shape.operand)),
+          fmt::format("{:.3g}", ep->leaving_bytes / 1e6), msf(ep->all_to_all_s), link.name);
+      fmt::print(
+          "  {} MoE layers: {} all-to-alls, {} ms per step, not overlapped here: to be added to each "
+          "mode's step above\n",
+          ep->moe_layers, ep->all_to_alls, msf(ep->step_s));
+    }
   });
 }
 

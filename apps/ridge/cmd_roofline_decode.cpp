@@ -1,8 +1,10 @@
 // `ridge roofline decode`: the roofline of generating with a Transformer LM on a chip: one decode step's
 // bytes (weights, KV cache read, K/V written, activations), FLOPs, intensity, time and tokens/s bounds and
 // which roof binds; the critical batch with the KV cache counted; a prefill of --prompt-length tokens; with
-// --sweep-batch the steps at batch 1, 2, 4, ... Parsing and printing only: the model is
-// ridge::roofline's (ridge/roofline/decode.hpp, docs/roofline.md).
+// --sweep-batch the steps at batch 1, 2, 4, ... An MoE model (the MoE flags, or an MoE --size or --config)
+// reads only the experts its batch routes to: the expected number (uniform, or under --expert-histogram), the
+// bytes per token, the critical batch beside the dense model's of the same active size. Parsing and printing
+// only: the model is ridge::roofline's (ridge/roofline/decode.hpp, docs/roofline.md).
 #include <fmt/format.h>
 
 #include <memory>
@@ -15,6 +17,7 @@
 #include "ridge/model/config.hpp"
 #include "ridge/roofline/decode.hpp"
 #include "core/check.hpp"
+#include "core/json.hpp"
 #include "roofline/json.hpp"
 
 namespace ridge::cli {
@@ -27,7 +30,7 @@ struct Opts : ridge::cli::ModelFlags {
   std::string config_file;
   std::string batch1 = "1", context_length, prompt_length;
   std::string weights = "bf16", head, embedding, kv;
-  std::string hw = "h100", level;
+  std::string hw = "h100", level, histogram;
   bool sweep = false, json = false;
   CLI::Option *size_opt = nullptr, *vocab_opt = nullptr, *context_opt = nullptr;
 };
@@ -70,8 +73,32 @@ model::ModelConfig model_config(const Opts& o, std::string& label) {
   return cfg;
 }
 
+// --expert-histogram FILE: a JSON array of one number per expert, the shares of the routed choices or the
+// tokens each expert received (normalised by their sum; the library checks the values).
+std::vector<double> read_histogram(const std::string& path) {
+  const std::string what = "--expert-histogram '" + path + "'";
+  const nlohmann::json j = input::read_json_file(path, "--expert-histogram", 1 << 24);
+  check(j.is_array() && !j.empty(),
+        "{}: expected a JSON array of one number per expert (shares, or tokens per expert), got {}", what,
+        input::excerpt(j));
+  std::vector<double> v;
+  for (size_t i = 0; i < j.size(); ++i) {
+    check(j[i].is_number(), "{}: entry {} is {}, not a number (a share, or a count of tokens)", what, i,
+          input::excerpt(j[i]));
+    v.push_back(j[i].get<double>());
+  }
+  return v;
+}
+
 std::string flops_text(double f) {
   return units::format_count(f) + "FLOP";
+}
+
+// An MoE model: its experts and routing, total against active parameters.
+void print_moe_header(const model::ModelConfig& cfg, const rr::MoeDecode& m, const rr::InferenceDtypes& dt) {
+  fmt::print("MoE: {}; {:.4g} M parameters, {:.4g} M active per token; one expert {} ({}), routing {}\n",
+             moe_text(cfg), m.params_total / 1e6, m.params_active / 1e6, units::format_bytes(m.expert_bytes),
+             dtype_name(dt.weights), m.shares.empty() ? "uniform" : "measured (--expert-histogram)");
 }
 
 void print_traffic(const char* title, const std::vector<rr::Traffic>& v) {
@@ -114,15 +141,31 @@ void print_step(const rr::InferenceCost& c, const rr::InferenceBound& b) {
              c.phase == "decode" ? "weights + KV cache" : "weights + the prompts' K/V",
              b.fits_level.empty() ? "no level of the chip file holds them"
                                   : "the innermost level that holds them is " + b.fits_level);
+  if (c.experts_read > 0) {
+    const double tokens = static_cast<double>(c.batch) * (c.phase == "decode" ? 1.0 : double(c.prompt));
+    fmt::print(
+        "  experts read   {:.4g} per MoE layer (expected: the distinct experts of {} token{}'s choices); "
+        "{} per token\n",
+        c.experts_read, tokens, tokens == 1 ? "" : "s", units::format_bytes(b.bytes / tokens));
+  }
   for (const auto& n : b.notes) fmt::print("  note: {}\n", n);
 }
 
 void print_critical(const rr::DecodeCriticalBatch& c) {
   fmt::print("\ncritical batch at context {} ({} {}):\n", c.context, c.level,
              units::format_rate(c.bandwidth));
-  fmt::print("  bytes per step = {} (weights) + B x {} (KV cache {}, embedding row, activations)\n",
-             units::format_bytes(c.weight_bytes), units::format_bytes(c.bytes_per_sequence),
-             units::format_bytes(c.kv_bytes_per_sequence));
+  if (c.expert_bytes_all > 0)
+    fmt::print(
+        "  bytes per step = {} (weights but the routed experts) + X(B) (the routed experts read: {} at B = "
+        "1, "
+        "up to {} when every one is) + B x {} (KV cache {}, embedding row, activations)\n",
+        units::format_bytes(c.weight_bytes), units::format_bytes(c.expert_bytes_one),
+        units::format_bytes(c.expert_bytes_all), units::format_bytes(c.bytes_per_sequence),
+        units::format_bytes(c.kv_bytes_per_sequence));
+  else
+    fmt::print("  bytes per step = {} (weights) + B x {} (KV cache {}, embedding row, activations)\n",
+               units::format_bytes(c.weight_bytes), units::format_bytes(c.bytes_per_sequence),
+               units::format_bytes(c.kv_bytes_per_sequence));
   fmt::print(
       "  intensity rises with B to {:.4g} FLOP/B ({} per sequence / {} per sequence); the roofs meet at "
       "{:.4g}\n",
@@ -145,17 +188,39 @@ void print_critical(const rr::DecodeCriticalBatch& c) {
              c.batch_weights_only);
 }
 
+// An MoE model's critical batch beside the dense model's of the same active size.
+void print_dense_equivalent(const rr::DecodeCriticalBatch& moe, const rr::DecodeCriticalBatch& d) {
+  const auto text = [](const rr::DecodeCriticalBatch& c) {
+    return c.batch                       ? fmt::format("compute-bound from B = {}", *c.batch)
+           : std::isfinite(c.asymptotic) ? std::string("compute-bound only beyond B = 2^40")
+                                         : std::string("never compute-bound at this context");
+  };
+  fmt::print(
+      "  the dense model of the same active size (each token's top-k experts always the same ones: the same "
+      "FLOPs, {} of weights): {}; weights only B = {}\n",
+      units::format_bytes(d.weight_bytes), text(d), d.batch_weights_only);
+  if (moe.batch && d.batch)
+    fmt::print(
+        "  MoE's critical batch is {:.3g}x the dense model's: its bytes grow with the batch until all "
+        "experts are read ({:.4g} per MoE layer at B = {})\n",
+        static_cast<double>(*moe.batch) / static_cast<double>(*d.batch), moe.experts_read_at_batch,
+        *moe.batch);
+}
+
 void print_sweep(const rr::DecodeReport& r) {
   fmt::print("\nbatch sweep at context {} ({}):\n", r.critical.context, r.critical.level);
-  fmt::print("{:>8} {:>12} {:>11} {:>9} {:>10} {:>10} {:>10} {:>8} {:>12} {:>11}\n", "batch", "FLOPs",
-             "bytes", "FLOP/B", "T_math", "T_memory", "T_lower", "bound", "tokens/s", "resident");
+  fmt::print("{:>8} {:>12} {:>11} {:>9} {:>10} {:>10} {:>10} {:>8} {:>12} {:>11}{}\n", "batch", "FLOPs",
+             "bytes", "FLOP/B", "T_math", "T_memory", "T_lower", "bound", "tokens/s", "resident",
+             r.moe ? fmt::format(" {:>8}", "experts") : std::string());
   for (size_t i = 0; i < r.sweep.size(); ++i) {
     const auto& b = r.sweep[i];
-    fmt::print("{:>8} {:>12} {:>11} {:>9.4g} {:>10} {:>10} {:>10} {:>8} {:>12} {:>11}{}\n",
+    fmt::print("{:>8} {:>12} {:>11} {:>9.4g} {:>10} {:>10} {:>10} {:>8} {:>12} {:>11}{}{}\n",
                r.sweep_batches[i], flops_text(b.flops), units::format_bytes(b.bytes), b.intensity,
                units::format_seconds(b.t_math), units::format_seconds(b.t_memory),
                units::format_seconds(b.t_lower), b.binding, units::format_count(b.tokens_per_s),
-               units::format_bytes(b.resident_bytes), b.exceeds_memory ? "  (exceeds memory)" : "");
+               units::format_bytes(b.resident_bytes),
+               r.moe ? fmt::format(" {:>8.4g}", r.moe->sweep_experts_read[i]) : std::string(),
+               b.exceeds_memory ? "  (exceeds memory)" : "");
   }
 }
 
@@ -194,6 +259,9 @@ void setup_roofline_decode(CLI::App* parent) {
                 "weights and KV cache); default outermost");
   c->add_flag("--sweep-batch", o->sweep,
               "also the steps at batch 1, 2, 4, ... up to past the critical batch");
+  c->add_option("--expert-histogram", o->histogram,
+                "MoE: a measured routing, a JSON array of one number per expert (the share of the routed "
+                "choices, or tokens routed to it); default uniform routing");
   c->add_flag("--json", o->json, "print one JSON document");
   c->callback([o] {
     std::string label;
@@ -217,10 +285,21 @@ void setup_roofline_decode(CLI::App* parent) {
     if (!o->embedding.empty()) dt.embedding = dtype_flag(o->embedding, "--embedding", {"fp32", "bf16"});
     dt.kv = o->kv.empty() ? (dt.weights == DType::f32 ? DType::f32 : DType::bf16)
                           : dtype_flag(o->kv, "--kv", {"fp32", "bf16"});
+    std::vector<double> histogram;
+    if (!o->histogram.empty()) {
+      check(cfg.is_moe(),
+            "--expert-histogram: the model is dense; a routing histogram needs an MoE model "
+            "(--experts, or an MoE --size such as moe-tiny)");
+      histogram = read_histogram(o->histogram);
+    }
     const auto chip = with_flags(chip_flags("--hw"), [&] { return rr::load_chip(o->hw); });
-    const auto report = with_flags(
-        {{"level", "--level"}, {"shape", "--batch/--context-length/--prompt-length"}},
-        [&] { return rr::decode_report(cfg, dt, batch, context, chip, o->level, prompt, o->sweep); });
+    const auto report = with_flags({{"level", "--level"},
+                                    {"shape", "--batch/--context-length/--prompt-length"},
+                                    {"expert_shares", "--expert-histogram '" + o->histogram + "'"}},
+                                   [&] {
+                                     return rr::decode_report(cfg, dt, batch, context, chip, o->level, prompt,
+                                                              o->sweep, histogram);
+                                   });
     if (o->json) {
       auto j = rr::to_json(report);
       j["model"] = label;
@@ -232,6 +311,7 @@ void setup_roofline_decode(CLI::App* parent) {
         "parameters)\n",
         label, cfg.d_model, cfg.d_ff, cfg.num_layers, cfg.num_heads, cfg.kv_heads(), cfg.d_head(),
         cfg.vocab_size, report.params / 1e6);
+    if (report.moe) print_moe_header(cfg, *report.moe, report.dtypes);
     const auto& d = report.dtypes;
     fmt::print("weights {}, lm_head {}, embedding {}, KV cache {}, activations {}\n", dtype_name(d.weights),
                dtype_name(d.head_dtype()), dtype_name(d.embedding_dtype()), dtype_name(d.kv),
@@ -243,6 +323,7 @@ void setup_roofline_decode(CLI::App* parent) {
       print_step(*report.prefill, *report.prefill_bound);
     }
     print_critical(report.critical);
+    if (report.moe) print_dense_equivalent(report.critical, report.moe->dense_equivalent);
     if (o->sweep) print_sweep(report);
   });
 }

@@ -1,8 +1,11 @@
 // `ridge roofline model`: every operation of a Transformer LM's training step (forward, backward,
 // AdamW) with its FLOPs, bytes, intensity and bound on a chip; sums per pass and per step; the
-// step-time and tokens/s bounds. Parsing and printing only: the cost list is ridge::roofline's.
+// step-time and tokens/s bounds. An MoE model (the MoE flags, or an MoE --size) adds its router, grouped
+// expert GEMMs at the active rows, permute and combine, and prints its total against its active parameters
+// (MFU's FLOPs are the active ones). Parsing and printing only: the cost list is ridge::roofline's.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <map>
 #include <memory>
 
@@ -35,16 +38,24 @@ void print_text(const ridge::model::StepRoofline& r, const Opts& o) {
   const auto& m = r.shape;
   fmt::print("{}: d_model {}, d_ff {}, {} layers, {}, vocab {} ({:.3g} M parameters)\n", r.label, m.d_model,
              m.d_ff, m.num_layers, heads_text(m.num_heads, m.kv_heads()), m.vocab_size, r.params / 1e6);
+  if (m.is_moe())
+    fmt::print(
+        "MoE: {}; {:.4g} M parameters, {:.4g} M active per token (the model FLOPs below are the active "
+        "ones)\n",
+        moe_text(m), r.params / 1e6, static_cast<double>(rr::model_active_param_count(m)) / 1e6);
   fmt::print("batch {} x context {} = {} tokens, {} operands, {} attention\n", m.batch, m.seq,
              m.batch * m.seq, ridge::dtype_name(m.operand), m.flash ? "flash" : "math");
   fmt::print("chip {} ({}): {}\n", r.chip.id, r.chip.name, r.roofs);
   for (const auto& n : r.notes) fmt::print("note: {}\n", n);
   if (!o.brief) {
-    fmt::print("\n{:<9} {:<22} {:>3} {:>11} {:>11} {:>8} {:>8} {:>11} {:>6}\n", "pass", "op", "x",
+    // The op column fits the longest name (an MoE model's "swiglu backward (experts)"), 22 at least.
+    size_t w = 22;
+    for (const auto& e : r.ops) w = std::max(w, e.op.name.size());
+    fmt::print("\n{:<9} {:<{}} {:>3} {:>11} {:>11} {:>8} {:>8} {:>11} {:>6}\n", "pass", "op", w, "x",
                "GFLOP/run", "MB/run", "FLOP/B", "bound", "T_lower", "share");
     for (const auto& e : r.ops) {
-      fmt::print("{:<9} {:<22} {:>3} {:>11.4g} {:>11.4g} {:>8.3g} {:>8} {:>11} {:>5.1f}%\n", e.op.pass,
-                 e.op.name, e.op.count, static_cast<double>(e.op.cost.flops) / 1e9,
+      fmt::print("{:<9} {:<{}} {:>3} {:>11.4g} {:>11.4g} {:>8.3g} {:>8} {:>11} {:>5.1f}%\n", e.op.pass,
+                 e.op.name, w, e.op.count, static_cast<double>(e.op.cost.flops) / 1e9,
                  static_cast<double>(e.op.cost.memory_bytes()) / 1e6, e.bound.intensity, e.bound.binding,
                  ms(e.t_lower), 100.0 * e.t_lower / r.step.t_lower);
     }
@@ -87,9 +98,19 @@ void setup_roofline_model(CLI::App* parent) {
     const auto report = ridge::cli::with_flags({{"level", "--level"}}, [&] {
       return ridge::model::step_roofline(o->label(custom), shape, chip, o->level);
     });
-    if (o->json)
-      print_json(to_json(report));
-    else
+    if (o->json) {
+      auto j = to_json(report);
+      if (shape.is_moe()) {  // added keys: a dense model's document is what it was
+        j["params_active"] = static_cast<double>(rr::model_active_param_count(shape));
+        j["shape"]["experts"] = shape.num_experts;
+        j["shape"]["top_k"] = shape.top_k;
+        j["shape"]["shared_experts"] = shape.num_shared_experts;
+        j["shape"]["d_expert"] = shape.expert_width();
+        j["shape"]["moe_layers"] =
+            shape.moe_layers.empty() ? nlohmann::json("all") : nlohmann::json(shape.moe_layers);
+      }
+      print_json(j);
+    } else
       print_text(report, *o);
   });
 }

@@ -52,6 +52,7 @@ struct Args {
   std::string memory;      // memory snapshot file (per rank under mpirun: NAME.rankR.json)
   std::string ddp, shard;  // data parallelism under mpirun (empty: one process)
   double bucket_mb = 25;
+  cli::MoeFlags moe;  // --experts, --top-k, ..., --aux-loss-coef, --bias-speed
 };
 
 // Under data parallelism each rank writes its own memory snapshot: NAME.rankR.json beside NAME.json.
@@ -75,7 +76,8 @@ std::string read_text(const std::string& path) {
 // The model, from the sizes prepare() checked. FlashAttention's head-dimension limit is the model's
 // check; the user chose the head dimension through --d-model and --heads.
 std::string trainer_error(const Error& e, const model::ModelConfig& c) {
-  if (e.argument() != "attention") return e.what();
+  // The model's own refusals name its fields ("ModelConfig: num_experts is 8; ..."): the flags set them.
+  if (e.argument() != "attention") return cli::flag_words(e).value_or(e.what());
   return fmt::format("{} (from --d-model {} / --heads {}; or pass --attention math)",
                      e.renamed("--attention").what(), c.d_model, c.num_heads);
 }
@@ -229,6 +231,7 @@ Prepared prepare(const Args& a, int world) {
     c.num_kv_heads = a.kv_heads;
     cli::check_kv_heads(c.num_kv_heads, c.num_heads);
   }
+  a.moe.apply(c);
   cli::in_flag_words([&] { c.validate(); });
 
   model::TrainConfig& t = p.t;
@@ -273,6 +276,7 @@ Prepared prepare(const Args& a, int world) {
                                       {a.kv_heads > 0, "--kv-heads"},
                                       {a.vocab > 0, "--vocab"}})
       if (given) flags += std::string("/") + flag;
+    for (const auto& given : a.moe.given()) flags += "/" + given.first;
     fail(
         "{}/--batch/--context: this run needs about {} but {} is available; try a smaller model, batch or "
         "context",
@@ -545,8 +549,9 @@ void setup(CLI::App& root) {
   auto* cmd =
       root.add_subcommand("train", "train the CS336 Transformer LM (AdamW, mixed precision, checkpoints)");
   // Every number is a plain decimal in range (cli::integer_in, cli::number_in), or refused naming the flag.
-  cmd->add_option("--size", a.size, "size preset: tiny, small, medium, large, xl, 2.7B")
-      ->capture_default_str();
+  std::string presets;
+  for (const auto& n : model::preset_names()) presets += (presets.empty() ? "" : ", ") + n;
+  cmd->add_option("--size", a.size, "size preset: " + presets)->capture_default_str();
   cmd->add_option("--d-model", a.d_model, "override the preset's d_model")->transform(cli::integer_in(1));
   cmd->add_option("--d-ff", a.d_ff, "override the preset's d_ff")->transform(cli::integer_in(1));
   cmd->add_option("--layers", a.layers, "override the preset's number of layers")
@@ -556,6 +561,7 @@ void setup(CLI::App& root) {
          "--kv-heads", a.kv_heads,
          "key/value heads, a divisor of the heads (grouped-query attention; default: as many as heads)")
       ->transform(cli::integer_in(1));
+  a.moe.add_to(cmd, "--top-k", true);
   cmd->add_option("--vocab", a.vocab,
                   "vocabulary size (default: the --tokenizer's, 256 with --text alone, else 10000)")
       ->transform(cli::integer_in(1));

@@ -1,13 +1,15 @@
-// The model-size flags the analyzer's model commands share (`ridge roofline model`, `ridge roofline ddp`):
-// declared once (add_to), a preset and its overrides turned into a validated ModelConfig whose errors
-// name the flags.
+// The model-size flags the analyzer's model commands share (`ridge roofline model`, `ridge roofline ddp`,
+// `ridge roofline decode`): declared once (add_to), a preset and its overrides (the MoE flags among them,
+// moe_flags.hpp) turned into a validated ModelConfig whose errors name the flags.
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <optional>
 #include <string>
 #include <utility>
 
 #include "cli.hpp"
+#include "moe_flags.hpp"
 #include "core/check.hpp"
 #include "ridge/core/numbers.hpp"
 #include "ridge/model/config.hpp"
@@ -16,16 +18,44 @@
 namespace ridge::cli {
 
 // The ModelConfig fields the model flags set, as the library names them and as the user types them
-// (rope_theta has no flag). num_heads comes before d_model: in_flag_words replaces in this order.
-inline const FlagNames kModelFields = {{"vocab_size", "--vocab"},     {"context_length", "--context"},
-                                       {"num_layers", "--layers"},    {"num_heads", "--heads"},
-                                       {"d_model", "--d-model"},      {"d_ff", "--d-ff"},
-                                       {"num_kv_heads", "--kv-heads"}};
+// (rope_theta has no flag). num_heads comes before d_model: in_flag_words replaces in this order. The MoE
+// fields' flags are as MoeFlags declares them (model_fields: `ridge generate` names top_k --expert-top-k).
+inline const FlagNames kModelFields = {{"vocab_size", "--vocab"},
+                                       {"context_length", "--context"},
+                                       {"num_layers", "--layers"},
+                                       {"num_heads", "--heads"},
+                                       {"d_model", "--d-model"},
+                                       {"d_ff", "--d-ff"},
+                                       {"num_kv_heads", "--kv-heads"},
+                                       {"num_experts", "--experts"},
+                                       {"top_k", "--top-k"},
+                                       {"num_shared_experts", "--shared-experts"},
+                                       {"d_expert", "--d-expert"},
+                                       {"moe_layers", "--moe-layers"},
+                                       {"aux_loss_coef", "--aux-loss-coef"},
+                                       {"bias_update_speed", "--bias-speed"}};
+
+// kModelFields with the experts' top-k named as `moe` declares it.
+inline FlagNames model_fields(const MoeFlags& moe) {
+  FlagNames f = kModelFields;
+  for (auto& [field, flag] : f)
+    if (field == "top_k") flag = moe.top_k_flag;
+  return f;
+}
 
 // "12 heads", or "12 heads (4 kv heads)" for grouped-query attention: how the commands print them.
 inline std::string heads_text(int64_t heads, int64_t kv_heads) {
   return kv_heads == heads ? fmt::format("{} heads", heads)
                            : fmt::format("{} heads ({} kv heads)", heads, kv_heads);
+}
+
+// An MoE model's experts as the commands print them: "64 experts (top-3, 1 shared, d_expert 768) in layers
+// all, softmax router, aux balance".
+inline std::string moe_text(const roofline::ModelArch& m) {
+  return fmt::format(
+      "{} experts (top-{}{}, d_expert {}) in layers {}, {} router, {} balance", m.num_experts, m.top_k,
+      m.num_shared_experts > 0 ? fmt::format(", {} shared", m.num_shared_experts) : "", m.expert_width(),
+      model::moe_layers_text(m), model::moe::gate_name(m.router), model::moe::balance_name(m.balance));
 }
 
 // --kv-heads against the heads it shares out: one line naming both flags when it does not divide them.
@@ -37,32 +67,39 @@ inline void check_kv_heads(int64_t kv_heads, int64_t heads) {
 }
 
 // The model library's messages name its fields ("preset: ...", "ModelConfig: context_length ...");
-// the user typed flags. Runs `body` and throws such an error again in the flags' words.
+// the user typed flags. The message of such an error in the flags' words (`fields`: the flag of each
+// field), or nothing for another error.
+inline std::optional<std::string> flag_words(const ridge::Error& e, const FlagNames& fields = kModelFields) {
+  std::string m = e.what();
+  static const std::pair<const char*, const char*> prefixes[] = {{"preset: ", "--size: "},
+                                                                 {"precision: ", "--precision: "},
+                                                                 {"attention: ", "--attention: "},
+                                                                 {"ModelConfig: ", ""}};
+  bool known = false;
+  for (const auto& [from, to] : prefixes)
+    if (m.rfind(from, 0) == 0) {
+      m = to + m.substr(std::string(from).size());
+      known = true;
+      break;
+    }
+  if (!known) return std::nullopt;
+  // Field names as the flags that set them; d_head ("d_model / num_heads") before d_model.
+  FlagNames names = fields;
+  names.insert(names.begin() + 4, {"d_head", "d_model / heads"});
+  for (const auto& [field, flag] : names)
+    for (size_t at = m.find(field); at != std::string::npos; at = m.find(field, at + flag.size()))
+      m.replace(at, field.size(), flag);
+  return m;
+}
+
+// Runs `body` and throws a model library error again in the flags' words (flag_words).
 template <typename F>
-decltype(auto) in_flag_words(F&& body) {
+decltype(auto) in_flag_words(F&& body, const FlagNames& fields = kModelFields) {
   try {
     return body();
   } catch (const ridge::Error& e) {
-    std::string m = e.what();
-    static const std::pair<const char*, const char*> prefixes[] = {{"preset: ", "--size: "},
-                                                                   {"precision: ", "--precision: "},
-                                                                   {"attention: ", "--attention: "},
-                                                                   {"ModelConfig: ", ""}};
-    bool known = false;
-    for (const auto& [from, to] : prefixes)
-      if (m.rfind(from, 0) == 0) {
-        m = to + m.substr(std::string(from).size());
-        known = true;
-        break;
-      }
-    if (!known) throw;
-    // Field names as the flags that set them; d_head ("d_model / num_heads") before d_model.
-    FlagNames fields = kModelFields;
-    fields.insert(fields.begin() + 4, {"d_head", "d_model / heads"});
-    for (const auto& [field, flag] : fields)
-      for (size_t at = m.find(field); at != std::string::npos; at = m.find(field, at + flag.size()))
-        m.replace(at, field.size(), flag);
-    throw ridge::Error(m);
+    if (auto m = flag_words(e, fields)) throw ridge::Error(*m);
+    throw;
   }
 }
 
@@ -70,6 +107,7 @@ struct ModelFlags {
   std::string size = "small", vocab = "10000", context = "256", batch = "4";
   std::string d_model, d_ff, layers, heads, kv_heads;
   std::string precision = "fp32", attention = "flash";
+  MoeFlags moe;
 
   // Declares the shared flags on `c`, bound to this object (which must outlive the parse): --size,
   // --vocab, --context, --batch (batch_help says what one batch is), --d-model, --d-ff, --layers,
@@ -82,8 +120,8 @@ struct ModelFlags {
     c->add_option("--attention", attention, "flash or math")->capture_default_str();
   }
   // The size flags alone, for a command with a batch and dtypes of its own (`ridge roofline decode`):
-  // --size, --vocab, --context (add_preset_to) and --d-model, --d-ff, --layers, --heads, --kv-heads
-  // (add_overrides_to).
+  // --size, --vocab, --context (add_preset_to) and --d-model, --d-ff, --layers, --heads, --kv-heads and
+  // the MoE flags (add_overrides_to).
   void add_preset_to(CLI::App* c, const std::string& context_help = "tokens per sequence") {
     std::string presets;
     for (const auto& n : model::preset_names()) presets += (presets.empty() ? "" : ", ") + n;
@@ -100,12 +138,13 @@ struct ModelFlags {
         "--kv-heads", kv_heads,
         "key/value heads, a divisor of the head count (grouped-query attention; default: as many as "
         "heads)");
+    moe.add_to(c);
   }
 
   int64_t count(const std::string& v, const char* flag) const {
     return numbers::parse_integer(v, flag, numbers::kCount);
   }
-  // The preset at --vocab and --context with --d-model/--d-ff/--layers/--heads/--kv-heads applied;
+  // The preset at --vocab and --context with --d-model/--d-ff/--layers/--heads/--kv-heads/MoE applied;
   // `custom` says whether any override was given (the label then reads "SIZE (modified)").
   model::ModelConfig config(bool& custom) const {
     return in_flag_words([&] { return config_(custom); });
@@ -113,7 +152,8 @@ struct ModelFlags {
   model::ModelConfig config_(bool& custom) const {
     return overrides_(model::preset(size, count(vocab, "--vocab"), count(context, "--context")), custom);
   }
-  // `cfg` (a preset, or a configuration read from a file) with --d-model/--d-ff/--layers/--heads applied.
+  // `cfg` (a preset, or a configuration read from a file) with --d-model/--d-ff/--layers/--heads, --kv-heads
+  // and the MoE flags applied.
   model::ModelConfig overridden(const model::ModelConfig& cfg, bool& custom) const {
     return in_flag_words([&] { return overrides_(cfg, custom); });
   }
@@ -131,6 +171,7 @@ struct ModelFlags {
       cfg.num_kv_heads = count(kv_heads, "--kv-heads"), custom = true;
       check_kv_heads(cfg.num_kv_heads, cfg.num_heads);
     }
+    if (moe.apply(cfg)) custom = true;
     cfg.validate();
     return cfg;
   }

@@ -234,12 +234,24 @@ struct ModelOp {
   std::string name;   // "gemm qkv", "norm", "attention backward", ...
   int64_t count = 1;  // times it runs per step (num_layers for an op inside a block)
   Cost cost;          // one run
+  // An op of the feed-forward of some layers only (an MoE model): true for the MoE layers' (count = their
+  // number), false for the dense layers' (count = the rest) and for every other op.
+  bool moe = false;
 };
 
 // Every operation of forward, backward and the optimizer step (zero_grad, gradient norm, AdamW), in
 // execution order, with ops inside a block listed once with count = layers. ridge::Error naming the
 // field for a non-positive size, d_model not a multiple of heads, num_kv_heads negative or not dividing
 // heads, or an operand dtype other than f32, bf16, fp16.
+//
+// An MoE model's MoE layers (count = num_moe_layers(); the dense layers' feed-forward ops count the rest)
+// run, in place of the dense feed-forward: the router GEMM [N,D] x [D,E], the top-k, the permute of the
+// N k chosen rows into expert order, the experts' w1|w3 and w2 as M-grouped contiguous GEMMs
+// (grouped_gemm_contiguous) over those N k rows split evenly over the E experts (uniform routing: each
+// expert reads its weights once per step, all E of them once N k >= E), SwiGLU on them, the weighted
+// combine, and the shared experts as dense GEMMs of width num_shared_experts x d_expert; backward, the same
+// in reverse with the experts' weight gradients as K-grouped GEMMs (per expert x_e^T dy_e, accumulated into
+// [E, ...]). The GEMM FLOPs are the active ones (N k rows), so model_matmul_flops is what MFU counts.
 std::vector<ModelOp> model_step_ops(const ModelShape& m);
 // FLOPs of the GEMMs and attention only (what MFU counts): forward, backward.
 double model_matmul_flops(const ModelShape& m, const std::string& pass);
@@ -247,6 +259,10 @@ double model_matmul_flops(const ModelShape& m, const std::string& pass);
 // lm_head, Dkv = kv heads * d_head, = D without grouped-query attention), summed over the tensors
 // ridge/roofline/model_buffers.hpp lists, in long double: no size overflows it.
 long double model_param_count(const ModelArch& m);
+// The parameters one token passes through: model_param_count less, in each MoE layer, the routed experts it
+// does not use (top_k of the num_experts are active; the router and the shared experts always are). The
+// whole count for a dense model. MFU's FLOPs are this count's (2 per multiply-add), not the total's.
+long double model_active_param_count(const ModelArch& m);
 
 // ---------------------------------------------------------------------------------------------
 // Bounds as text for the CLI.

@@ -123,12 +123,15 @@ def critical_split_d(chip: Chip, chips: int, link: str = "intra_node") -> Dict[s
     matmul is compute-bound against the link."""
 def decode(config: Dict[str, Any], batch: int = 1, context: Optional[int] = None, weights: str = "bf16",
            head: Optional[str] = None, embedding: Optional[str] = None, kv: Optional[str] = None,
-           chip: Union[Chip, str] = "h100", level: str = "", prompt: int = 0, sweep: bool = False) -> Dict[str, Any]:
+           chip: Union[Chip, str] = "h100", level: str = "", prompt: int = 0, sweep: bool = False,
+           expert_histogram: Optional[Sequence[float]] = None) -> Dict[str, Any]:
     """The roofline of generating with a Transformer LM (`ridge roofline decode --json`'s document, less its
     "model" label): one decode step of `batch` sequences at `context` keys each (default the config's
     context_length) with weights fp32 | bf16 | fp8 (128x128 scales), the head and embedding dtypes (default the
     weights', bf16 for fp8), the KV cache dtype (default fp32 for fp32 weights, else bf16); bytes split into
     weights, KV cache read, K/V written and activations; FLOPs; the time and tokens/s bounds; the critical
-    batch with the KV cache counted; the prefill of `prompt` tokens when > 0; with `sweep`, batch 1, 2, 4, ..."""
+    batch with the KV cache counted; the prefill of `prompt` tokens when > 0; with `sweep`, batch 1, 2, 4, ...
+    An MoE config (num_experts, top_k, num_shared_experts, d_expert, moe_layers) reads only the experts its batch
+    routes to (uniform routing, or `expert_histogram`: one share or token count per expert) and adds its keys."""
 def to_dict(obj: Union[Chip, Cost, Bound]) -> Dict[str, Any]:
     """The JSON form of a Chip, Cost or Bound (what the CLI's --json prints)."""

@@ -179,7 +179,8 @@ void bind_roofline(nb::module_& m) {
       [](int64_t vocab, int64_t d_model, int64_t layers, int64_t heads, int64_t kv_heads, int64_t d_ff,
          int64_t batch, int64_t context, const std::string& weights, const std::string& head,
          const std::string& embedding, const std::string& kv, const rl::Chip& chip, const std::string& level,
-         int64_t prompt, bool sweep) {
+         int64_t prompt, bool sweep, int64_t experts, int64_t top_k, int64_t shared_experts, int64_t d_expert,
+         const std::vector<int64_t>& moe_layers, const std::vector<double>& expert_histogram) {
         rl::ModelArch s;
         s.vocab_size = vocab;
         s.d_model = d_model;
@@ -187,18 +188,27 @@ void bind_roofline(nb::module_& m) {
         s.num_heads = heads;
         s.num_kv_heads = kv_heads;
         s.d_ff = d_ff;
+        // Mixture of Experts (experts 0: a dense model).
+        s.num_experts = experts;
+        s.top_k = top_k;
+        s.num_shared_experts = shared_experts;
+        s.d_expert = d_expert;
+        s.moe_layers = moe_layers;
         rl::InferenceDtypes dt;
         dt.weights = decode_dtype(weights, "weights", {"fp32", "bf16", "fp8", "fp8_e4m3"});
         if (!head.empty()) dt.head = decode_dtype(head, "head", {"fp32", "bf16", "fp8", "fp8_e4m3"});
         if (!embedding.empty()) dt.embedding = decode_dtype(embedding, "embedding", {"fp32", "bf16"});
         dt.kv = kv.empty() ? (dt.weights == DType::f32 ? DType::f32 : DType::bf16)
                            : decode_dtype(kv, "kv", {"fp32", "bf16"});
-        return rl::decode_report_json(rl::decode_report(s, dt, batch, context, chip, level, prompt, sweep));
+        return rl::decode_report_json(
+            rl::decode_report(s, dt, batch, context, chip, level, prompt, sweep, expert_histogram));
       },
       nb::arg("vocab"), nb::arg("d_model"), nb::arg("layers"), nb::arg("heads"), nb::arg("kv_heads"),
       nb::arg("d_ff"), nb::arg("batch"), nb::arg("context"), nb::arg("weights"), nb::arg("head"),
       nb::arg("embedding"), nb::arg("kv"), nb::arg("chip"), nb::arg("level"), nb::arg("prompt"),
-      nb::arg("sweep"));
+      nb::arg("sweep"), nb::arg("experts") = 0, nb::arg("top_k") = 0, nb::arg("shared_experts") = 0,
+      nb::arg("d_expert") = 0, nb::arg("moe_layers") = std::vector<int64_t>{},
+      nb::arg("expert_histogram") = std::vector<double>{});
   m.def(
       "critical_split_d",
       [](const rl::Chip& chip, int64_t chips, const std::string& link) {

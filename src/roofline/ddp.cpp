@@ -107,6 +107,36 @@ double ring_broadcast_s(double bytes, const DdpLink& l) {
   return latency(l, l.ranks - 1) + bytes / l.bandwidth;
 }
 
+double all_to_all_s(double bytes, const DdpLink& l) {
+  if (l.ranks < 2 || bytes <= 0) return 0;
+  const double n = static_cast<double>(l.ranks);
+  return latency(l, l.ranks - 1) + (n - 1) / n * bytes / l.bandwidth;
+}
+
+ExpertParallel expert_parallel(const ModelShape& m, const DdpLink& link, int64_t expert_ranks) {
+  check_arg(m.is_moe(), "shape", "expert parallelism needs an MoE model (this one is dense)");
+  check_arg(expert_ranks >= 1 && expert_ranks <= (int64_t{1} << 20), "expert_ranks",
+            "{} is not a rank count (accepted: 1 to 2^20)", expert_ranks);
+  check_arg(m.num_experts % expert_ranks == 0, "expert_ranks",
+            "{} ranks do not share out {} experts evenly (accepted: a divisor of {})", expert_ranks,
+            m.num_experts, m.num_experts);
+  ExpertParallel r;
+  r.ranks = expert_ranks;
+  r.experts_per_rank = m.num_experts / expert_ranks;
+  r.moe_layers = m.num_moe_layers();
+  r.all_to_alls = 4 * r.moe_layers;
+  r.tokens = static_cast<double>(m.batch) * static_cast<double>(m.seq);
+  r.bytes = r.tokens * static_cast<double>(m.top_k) * static_cast<double>(m.d_model) *
+            static_cast<double>(dtype_size(m.storage.value_or(m.operand)));
+  const double n = static_cast<double>(expert_ranks);
+  r.leaving_bytes = (n - 1) / n * r.bytes;
+  DdpLink l = link;
+  l.ranks = expert_ranks;
+  r.all_to_all_s = all_to_all_s(r.bytes, l);
+  r.step_s = static_cast<double>(r.all_to_alls) * r.all_to_all_s;
+  return r;
+}
+
 double DdpInput::total_bytes() const {
   double s = 0;
   for (const auto& g : grads) s += g.bytes;
@@ -323,7 +353,11 @@ DdpInput ddp_input(const ModelShape& m, const Chip& chip, const std::string& lev
                op.name.find("dlogits") != std::string::npos) {
       in.backward_group_s[0] += t;  // loss and lm_head
     } else {
-      for (int64_t l = 0; l < L; ++l) in.backward_group_s[static_cast<size_t>(2 + l)] += t1;  // a block op
+      // A block op: every layer's, or (an MoE model's feed-forward) the MoE layers' or the dense layers'.
+      // Backward runs the layers in reverse: group 2 is layer L-1, group L+1 layer 0 (model_parameters).
+      for (int64_t l = 0; l < L; ++l)
+        if (op.count == L || op.moe == m.moe_layer(l))
+          in.backward_group_s[static_cast<size_t>(2 + (L - 1 - l))] += t1;
     }
   }
   // The gradients as the model lays out its parameters (fp32), in the order they become final.

@@ -8,11 +8,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 
 #include "ridge/core/error.hpp"
 #include "ridge/core/units.hpp"
 #include "ridge/roofline/model_buffers.hpp"
+#include "ridge/roofline/moe.hpp"
 #include "core/check.hpp"
 #include "roofline/json.hpp"
 
@@ -45,7 +47,36 @@ long double sum_bytes(const std::vector<Traffic>& v) {
 struct Sizes {
   long double V, D, L, H, dh, kd, F;  // kd = kv_heads * d_head: the width of K (and of V)
   ParamGroups w;
+  // Mixture of Experts (0 for a dense model): the MoE layers, the routed experts, top_k, an expert's width
+  // and the shared experts' (num_shared_experts x d_expert).
+  bool moe = false;
+  long double Lm = 0, E = 0, k = 0, De = 0, S = 0;
 };
+
+// How a step's tokens reach the routed experts: uniform routing (no shares), a measured histogram
+// (routing_shares' form), or the dense model of the same active size (every token's k experts are the same
+// k, read always: the same FLOPs and active weights, bytes linear in the batch).
+struct Route {
+  std::vector<double> shares;
+  bool dense_equivalent = false;
+};
+
+// The routing of a histogram argument: uniform when empty; else its shares (an MoE model's only).
+Route route_of(const ModelArch& s, const std::vector<double>& histogram) {
+  Route r;
+  if (histogram.empty()) return r;
+  check_arg(s.is_moe(), "expert_histogram", "a routing histogram needs an MoE model (this one is dense)");
+  r.shares = routing_shares(histogram, s.num_experts, s.top_k);
+  return r;
+}
+
+// The expected distinct routed experts `tokens` tokens read in one MoE layer.
+double experts_read(const ModelArch& s, const Route& r, long double tokens) {
+  if (r.dense_equivalent) return static_cast<double>(s.top_k);
+  const double t = static_cast<double>(tokens);
+  return r.shares.empty() ? expected_distinct_experts(s.num_experts, s.top_k, t)
+                          : expected_distinct_experts(r.shares, s.top_k, t);
+}
 
 Sizes sizes(const ModelArch& s) {
   Sizes z;
@@ -63,8 +94,33 @@ Sizes sizes(const ModelArch& s) {
             s.num_heads);
   z.dh = z.D / z.H;
   z.kd = static_cast<long double>(kv) * z.dh;
+  if (s.is_moe()) {
+    z.moe = true;
+    z.E = dim(s.num_experts, "experts");
+    check_arg(s.top_k >= 1 && s.top_k <= s.num_experts, "top_k", "{} is not in 1 .. experts = {}", s.top_k,
+              s.num_experts);
+    check_arg(s.d_expert >= 0, "d_expert", "{} is negative (0 means d_ff)", s.d_expert);
+    check_arg(s.num_shared_experts >= 0, "shared_experts", "{} is negative", s.num_shared_experts);
+    for (size_t i = 0; i < s.moe_layers.size(); ++i)
+      check_arg(s.moe_layers[i] >= 0 && s.moe_layers[i] < s.num_layers &&
+                    (i == 0 || s.moe_layers[i] > s.moe_layers[i - 1]),
+                "moe_layers", "{} at position {} is not an ascending layer index in [0, layers = {})",
+                s.moe_layers[i], i, s.num_layers);
+    z.Lm = static_cast<long double>(s.num_moe_layers());
+    z.k = static_cast<long double>(s.top_k);
+    z.De = dim(s.expert_width(), "d_expert");
+    z.S = static_cast<long double>(s.shared_width());
+    check_arg(z.S <= kMaxDim, "shared_experts", "{} shared experts of width {} are too wide (at most 2^40)",
+              s.num_shared_experts, s.expert_width());
+  }
   z.w = model_param_groups(s);
   return z;
+}
+
+// One routed expert of one layer in the weights' dtype: w1, w3 [d_expert, D] and w2 [D, d_expert], each
+// with its fp8 scales.
+long double expert_bytes(const Sizes& z, DType w) {
+  return 2 * weight_bytes(z.De, z.D, w) + weight_bytes(z.D, z.De, w);
 }
 
 bool is_fp8(DType t) {
@@ -91,20 +147,41 @@ std::vector<Traffic> activations(const Sizes& z, const InferenceDtypes& dt, long
   // A GEMM reads its activations in its weights' dtype (fp8 ones cast per token with 1x128 scales).
   const DType a = dt.activation_dtype(), g = dt.weights, h = dt.head_dtype();
   const long double T = tokens, Tf = final_tokens, D = z.D, F = z.F, L = z.L, kd = z.kd;
+  // An MoE layer's feed-forward is k experts of width De and the shared experts (S) per token, in place of
+  // F: its g and its w1|w3 outputs are that wide (Lm of the L layers).
+  const long double Lm = z.Lm, k = z.k, De = z.De, S = z.S;
+  const long double FW = (L - Lm) * F + Lm * (k * De + S);
   std::vector<Traffic> v;
   v.push_back(tensor("residual stream", DType::f32, T * L * 4 * D + Tf * D));
   v.push_back(tensor("residual stream", DType::f32, T * (L * 2 * D + D), true));
-  const long double gin = T * L * (3 * D + F);
+  const long double gin = z.moe ? T * (L * 3 * D + FW) : T * L * (3 * D + F);
   v.push_back(tensor("layer GEMM inputs", g, gin));
   v.push_back(tensor("layer GEMM inputs", g, gin, true));
   if (is_fp8(g)) {
-    const long double s = T * L * (3 * std::ceil(D / 128) + std::ceil(F / 128));
+    const long double s = z.moe ? T * (L * 3 * std::ceil(D / 128) + (L - Lm) * std::ceil(F / 128) +
+                                       Lm * (k * std::ceil(De / 128) + std::ceil(S / 128)))
+                                : T * L * (3 * std::ceil(D / 128) + std::ceil(F / 128));
     v.push_back(tensor("layer GEMM input scales (1x128)", DType::f32, s));
     v.push_back(tensor("layer GEMM input scales (1x128)", DType::f32, s, true));
   }
-  const long double rest = T * L * (4 * D + 2 * kd + 2 * F);
+  const long double rest = z.moe ? T * (L * (4 * D + 2 * kd) + 2 * FW) : T * L * (4 * D + 2 * kd + 2 * F);
   v.push_back(tensor("GEMM outputs, q, k, v", a, rest));
   v.push_back(tensor("GEMM outputs, q, k, v", a, rest, true));
+  if (z.moe) {
+    // The router's fp32 logits (written by its GEMM, read by the top-k); each token's h2 copied once per
+    // expert it chose (the permute writes them, the experts' w1|w3 GEMM reads them); the experts' w2 rows
+    // (written by the GEMM, read by the combine, which writes the output the residual reads).
+    v.push_back(tensor("router logits", DType::f32, T * Lm * z.E));
+    v.push_back(tensor("router logits", DType::f32, T * Lm * z.E, true));
+    v.push_back(tensor("dispatched rows (k per token)", g, T * Lm * k * D));
+    v.push_back(tensor("dispatched rows (k per token)", g, T * Lm * k * D, true));
+    if (is_fp8(g)) {
+      v.push_back(tensor("dispatched row scales (1x128)", DType::f32, T * Lm * k * std::ceil(D / 128)));
+      v.push_back(tensor("dispatched row scales (1x128)", DType::f32, T * Lm * k * std::ceil(D / 128), true));
+    }
+    v.push_back(tensor("expert output rows (k per token)", a, T * Lm * k * D, true));
+    v.push_back(tensor("expert output rows (k per token)", a, T * Lm * k * D));
+  }
   v.push_back(tensor("lm_head input", h, Tf * D));
   v.push_back(tensor("lm_head input", h, Tf * D, true));
   if (is_fp8(h)) {
@@ -118,11 +195,24 @@ std::vector<Traffic> activations(const Sizes& z, const InferenceDtypes& dt, long
 
 // Every weight a step reads once whatever the batch, and the `rows` embedding rows the batch looks up:
 // the model's parameters by kind (model_param_groups: q, k, v, o, w1, w2, w3 quantized one by one).
-std::vector<Traffic> weights(const Sizes& z, const InferenceDtypes& dt, long double rows) {
+// An MoE model's layers add the routers (in the activations' dtype: a small GEMM whose error would move the
+// choice of experts) and the `experts` routed experts each MoE layer reads (their expected count).
+std::vector<Traffic> weights(const Sizes& z, const InferenceDtypes& dt, long double rows, double experts) {
   std::vector<Traffic> v;
-  v.push_back(tensor("layer linears (q,k,v,o,w1,w2,w3)", dt.weights, z.w.linears));
+  v.push_back(tensor(z.moe ? "linears (q,k,v,o; dense/shared FFN)" : "layer linears (q,k,v,o,w1,w2,w3)",
+                     dt.weights, z.w.linears));
   if (is_fp8(dt.weights))
     v.push_back(tensor("layer linear scales (128x128)", DType::f32, z.w.linear_scale_blocks));
+  if (z.moe) {
+    const long double x = static_cast<long double>(experts);
+    v.push_back(tensor("routers [E,D]", dt.activation_dtype(), z.w.router));
+    v.push_back(
+        tensor(fmt::format("routed experts ({:.4g} of {:.0f} per layer)", experts, static_cast<double>(z.E)),
+               dt.weights, z.Lm * x * 3 * z.De * z.D));
+    if (is_fp8(dt.weights))
+      v.push_back(tensor("routed expert scales (128x128)", DType::f32,
+                         z.Lm * x * (2 * weight_scale_blocks(z.De, z.D) + weight_scale_blocks(z.D, z.De))));
+  }
   v.push_back(tensor("norm weights", DType::f32, z.w.norms));
   v.push_back(tensor("lm_head [V,D]", dt.head_dtype(), z.w.head));
   if (is_fp8(dt.head_dtype()))
@@ -146,7 +236,7 @@ InferenceDtypes resolved(const InferenceDtypes& dt) {
 }
 
 InferenceCost make_cost(const ModelArch& shape, const InferenceDtypes& dtypes, int64_t batch, int64_t context,
-                        int64_t prompt) {
+                        int64_t prompt, const Route& route) {
   const Sizes z = sizes(shape);
   const InferenceDtypes dt = resolved(dtypes);
   const long double B = dim(batch, "batch");
@@ -163,7 +253,14 @@ InferenceCost make_cost(const ModelArch& shape, const InferenceDtypes& dtypes, i
   c.flops = {{"layer GEMMs", peak_key(dt.weights), layer_gemm_flops(z, T)},
              {"lm_head", peak_key(dt.head_dtype()), 2 * B * z.D * z.V},
              {"attention", peak_key(dt.kv), attention}};
-  c.weights = weights(z, dt, T);
+  if (z.moe) {
+    // Every token passes through k experts (w1, w3, w2: 3 D De multiply-adds each) and the router (E D).
+    c.experts_read = experts_read(shape, route, T);
+    c.flops.insert(c.flops.begin() + 1,
+                   {{"routed experts", peak_key(dt.weights), 2 * T * z.Lm * z.k * 3 * z.D * z.De},
+                    {"router", peak_key(dt.activation_dtype()), 2 * T * z.w.router}});
+  }
+  c.weights = weights(z, dt, T, c.experts_read);
   const long double per_token_kv = z.L * 2 * z.kd;
   if (decode) {
     c.kv_read = {tensor("K/V cache [B,C,L,2,kv_heads,d_head]", dt.kv, B * C * per_token_kv)};
@@ -316,15 +413,15 @@ std::string InferenceCost::label() const {
 }
 
 InferenceCost decode_cost(const ModelArch& shape, const InferenceDtypes& dtypes, int64_t batch,
-                          int64_t context) {
+                          int64_t context, const std::vector<double>& expert_histogram) {
   dim(context, "context");
-  return make_cost(shape, dtypes, batch, context, 0);
+  return make_cost(shape, dtypes, batch, context, 0, route_of(shape, expert_histogram));
 }
 
 InferenceCost prefill_cost(const ModelArch& shape, const InferenceDtypes& dtypes, int64_t batch,
-                           int64_t prompt) {
+                           int64_t prompt, const std::vector<double>& expert_histogram) {
   dim(prompt, "prompt");
-  return make_cost(shape, dtypes, batch, 0, prompt);
+  return make_cost(shape, dtypes, batch, 0, prompt, route_of(shape, expert_histogram));
 }
 
 InferenceBound inference_bound(const InferenceCost& cost, const Chip& chip, const std::string& level) {
@@ -388,21 +485,47 @@ InferenceBound inference_bound(const InferenceCost& cost, const Chip& chip, cons
   return b;
 }
 
-DecodeCriticalBatch decode_critical_batch(const ModelArch& shape, const InferenceDtypes& dtypes,
-                                          int64_t context, const Chip& chip, const std::string& level) {
+namespace {
+
+// The real B > 0 at which B slope = fixed + varying(B), for `varying` concave, increasing and at most
+// `ceiling` (the routed experts a batch reads): the difference is convex and negative at 0, so it crosses
+// once, at or below (fixed + ceiling) / slope. Bisection to long double's precision; +inf for slope <= 0.
+long double crossing(long double slope, long double fixed, long double ceiling,
+                     const std::function<long double(long double)>& varying) {
+  if (!(slope > 0)) return std::numeric_limits<long double>::infinity();
+  long double lo = 0, hi = (fixed + ceiling) / slope;
+  for (int i = 0; i < 128; ++i) {
+    const long double mid = (lo + hi) / 2;
+    (mid * slope < fixed + varying(mid) ? lo : hi) = mid;
+  }
+  return hi;
+}
+
+DecodeCriticalBatch critical_batch_of(const ModelArch& shape, const InferenceDtypes& dtypes, int64_t context,
+                                      const Chip& chip, const std::string& level, const Route& route) {
   check_arg(level != "auto", "level",
             "'auto' names no single level for every batch (the level the bytes come from moves as the KV "
             "cache grows); name one (hbm, dram, l3, ...) or leave it empty for the outermost");
-  const InferenceCost c1 = decode_cost(shape, dtypes, 1, context),
-                      c2 = decode_cost(shape, dtypes, 2, context);
+  dim(context, "context");
+  const InferenceCost c1 = make_cost(shape, dtypes, 1, context, 0, route),
+                      c2 = make_cost(shape, dtypes, 2, context, 0, route);
   const InferenceBound b1 = inference_bound(c1, chip, level);
   DecodeCriticalBatch r;
   r.chip = chip.id;
   r.level = b1.level;
   r.context = context;
   r.bandwidth = b1.bandwidth;
-  // Bytes are W + B k exactly (every count is an integer below 2^64, which long double holds).
-  const long double k = c2.memory_bytes() - c1.memory_bytes(), W = c1.memory_bytes() - k;
+  // The routed experts' bytes of a step: Lm x experts_read(B) x one expert's; varying with B unless every
+  // token reads the same k (the dense equivalent), where they are part of W.
+  const Sizes z = sizes(shape);
+  const bool varying = z.moe && !route.dense_equivalent;
+  const long double e1 = z.moe ? z.Lm * expert_bytes(z, resolved(dtypes).weights) : 0;
+  const auto experts_bytes = [&](long double B) {
+    return varying ? e1 * static_cast<long double>(experts_read(shape, route, B)) : 0;
+  };
+  // Bytes are W + B k (+ X(B)) exactly (every count is an integer below 2^64, which long double holds).
+  const long double x1 = experts_bytes(1), x2 = experts_bytes(2);
+  const long double k = (c2.memory_bytes() - x2) - (c1.memory_bytes() - x1), W = c1.memory_bytes() - x1 - k;
   const long double kv = c1.kv_read_bytes() + c1.kv_write_bytes();
   long double m1 = 0, m1_attention = 0;  // T_math of one sequence, and its attention part
   for (size_t i = 0; i < c1.flops.size(); ++i) {
@@ -418,54 +541,86 @@ DecodeCriticalBatch decode_critical_batch(const ModelArch& shape, const Inferenc
   r.limit_intensity = static_cast<double>(f1 / k);
   r.ridge_intensity = static_cast<double>(f1 / m1 / bw);
   r.asymptotic = std::numeric_limits<double>::infinity();
+  if (varying) {
+    r.expert_bytes_one = static_cast<double>(x1);
+    r.expert_bytes_all = static_cast<double>(e1 * z.E);
+  }
 
-  // Compute-bound at B when B m1 >= (W + B k) / bw, i.e. B (m1 bw - k) >= W.
+  // Compute-bound at B when B m1 >= (W + B k + X(B)) / bw, i.e. B (m1 bw - k) >= W + X(B).
   const long double denom = m1 * bw - k;
-  if (denom > 0) {
-    const long double x = W / denom;
+  const long double x = varying ? crossing(denom, W, e1 * z.E, experts_bytes) : denom > 0 ? W / denom : 0;
+  if (denom > 0 && std::isfinite(x)) {
     r.asymptotic = static_cast<double>(x);
     if (x <= kMaxDim) {
       // The closed form is rounded; settle the integer on the bound itself, as a scan over B would see it.
       auto compute_bound = [&](int64_t B) {
-        return inference_bound(decode_cost(shape, dtypes, B, context), chip, level).binding == "compute";
+        return inference_bound(make_cost(shape, dtypes, B, context, 0, route), chip, level).binding ==
+               "compute";
       };
       int64_t B = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(x)));
       while (B > 1 && compute_bound(B - 1)) --B;
       while (!compute_bound(B)) ++B;
       r.batch = B;
-      const InferenceBound at = inference_bound(decode_cost(shape, dtypes, B, context), chip, level);
+      const InferenceCost cb = make_cost(shape, dtypes, B, context, 0, route);
+      const InferenceBound at = inference_bound(cb, chip, level);
       r.resident_bytes = at.resident_bytes;
       r.exceeds_memory = at.exceeds_memory;
+      r.experts_read_at_batch = cb.experts_read;
     }
   }
-  // Weights only: B (m1 - attention) bw >= W. (W / (m1 bw) is at most W / (f1 / peak) bw: bounded by sizes.)
-  r.batch_weights_only =
-      std::max<int64_t>(1, static_cast<int64_t>(std::ceil(W / ((m1 - m1_attention) * bw))));
+  // Weights only: B (m1 - attention) bw >= W (+ X(B)). (W / (m1 bw) is at most W / (f1 / peak) bw: bounded by
+  // sizes; the experts add at most every expert's bytes.)
+  const long double gemm_bw = (m1 - m1_attention) * bw;
+  r.batch_weights_only = std::max<int64_t>(
+      1,
+      static_cast<int64_t>(std::ceil(varying ? crossing(gemm_bw, W, e1 * z.E, experts_bytes) : W / gemm_bw)));
   return r;
+}
+
+}  // namespace
+
+DecodeCriticalBatch decode_critical_batch(const ModelArch& shape, const InferenceDtypes& dtypes,
+                                          int64_t context, const Chip& chip, const std::string& level,
+                                          const std::vector<double>& expert_histogram) {
+  return critical_batch_of(shape, dtypes, context, chip, level, route_of(shape, expert_histogram));
 }
 
 DecodeReport decode_report(const ModelArch& shape, const InferenceDtypes& dtypes, int64_t batch,
                            int64_t context, const Chip& chip, const std::string& level, int64_t prompt,
-                           bool sweep) {
+                           bool sweep, const std::vector<double>& expert_histogram) {
   check_arg(prompt >= 0, "prompt", "{} is negative (0: no prefill)", prompt);
+  const Route route = route_of(shape, expert_histogram);
   DecodeReport r;
   r.shape = shape;
   r.dtypes = resolved(dtypes);
   r.chip = chip.id;
   r.chip_name = chip.name;
-  r.step = decode_cost(shape, dtypes, batch, context);
+  r.step = decode_cost(shape, dtypes, batch, context, expert_histogram);
   r.bound = inference_bound(r.step, chip, level);
   r.params = static_cast<double>(model_param_count(shape));
   if (prompt > 0) {
-    r.prefill = prefill_cost(shape, dtypes, batch, prompt);
+    r.prefill = prefill_cost(shape, dtypes, batch, prompt, expert_histogram);
     r.prefill_bound = inference_bound(*r.prefill, chip, level);
   }
   const std::string fixed = level == "auto" ? r.bound.level : level;
-  r.critical = decode_critical_batch(shape, dtypes, context, chip, fixed);
+  r.critical = critical_batch_of(shape, dtypes, context, chip, fixed, route);
+  if (shape.is_moe()) {
+    MoeDecode m;
+    m.params_total = r.params;
+    m.params_active = static_cast<double>(model_active_param_count(shape));
+    m.shares = route.shares;
+    m.expert_bytes = static_cast<double>(expert_bytes(sizes(shape), r.dtypes.weights));
+    Route dense = route;
+    dense.dense_equivalent = true;
+    m.dense_equivalent = critical_batch_of(shape, dtypes, context, chip, fixed, dense);
+    r.moe = std::move(m);
+  }
   if (sweep) {
     for (int64_t B = 1; B <= kMaxSweepBatch; B *= 2) {
-      r.sweep.push_back(inference_bound(decode_cost(shape, dtypes, B, context), chip, fixed));
+      const InferenceCost cb = make_cost(shape, dtypes, B, context, 0, route);
+      r.sweep.push_back(inference_bound(cb, chip, fixed));
       r.sweep_batches.push_back(B);
+      if (r.moe) r.moe->sweep_experts_read.push_back(cb.experts_read);
       if (r.critical.batch ? B >= *r.critical.batch
                            : r.sweep.back().intensity >= 0.99 * r.critical.limit_intensity)
         break;
@@ -474,7 +629,10 @@ DecodeReport decode_report(const ModelArch& shape, const InferenceDtypes& dtypes
   return r;
 }
 
-nlohmann::json to_json(const DecodeReport& r) {
+namespace {
+
+// The document of a dense model; to_json adds an MoE model's keys to it.
+nlohmann::json dense_json(const DecodeReport& r) {
   const auto& s = r.shape;
   nlohmann::json sweep = nlohmann::json::array();
   for (size_t i = 0; i < r.sweep.size(); ++i) {
@@ -529,6 +687,50 @@ nlohmann::json to_json(const DecodeReport& r) {
             {"kv_bytes_per_sequence", c.kv_bytes_per_sequence},
             {"flops_per_sequence", c.flops_per_sequence}}},
           {"sweep", sweep}};
+}
+
+// An MoE step's added keys.
+void add_moe_step(nlohmann::json& j, const InferenceCost& c, const InferenceBound& b) {
+  j["experts_read"] = c.experts_read;
+  j["bytes_per_token"] =
+      b.bytes / (static_cast<double>(c.batch) * (c.phase == "decode" ? 1.0 : double(c.prompt)));
+}
+
+}  // namespace
+
+nlohmann::json to_json(const DecodeReport& r) {
+  nlohmann::json j = dense_json(r);
+  if (!r.moe) return j;
+  const auto& s = r.shape;
+  const auto& m = *r.moe;
+  auto& sh = j["shape"];
+  sh["experts"] = s.num_experts;
+  sh["top_k"] = s.top_k;
+  sh["shared_experts"] = s.num_shared_experts;
+  sh["d_expert"] = s.expert_width();
+  sh["moe_layers"] = s.moe_layers.empty() ? nlohmann::json("all") : nlohmann::json(s.moe_layers);
+  sh["params_active"] = m.params_active;
+  add_moe_step(j["decode"], r.step, r.bound);
+  if (r.prefill) add_moe_step(j["prefill"], *r.prefill, *r.prefill_bound);
+  for (size_t i = 0; i < r.sweep.size(); ++i) j["sweep"][i]["experts_read"] = m.sweep_experts_read[i];
+  auto& c = j["critical_batch"];
+  c["expert_bytes_one_sequence"] = r.critical.expert_bytes_one;
+  c["expert_bytes_all"] = r.critical.expert_bytes_all;
+  c["experts_read_at_batch"] = r.critical.experts_read_at_batch;
+  // The dense model of the same active size: its critical batch, and what it is made of.
+  const auto& d = m.dense_equivalent;
+  j["moe"] = {{"routing", m.shares.empty() ? "uniform" : "histogram"},
+              {"expert_shares", m.shares.empty() ? nlohmann::json(nullptr) : nlohmann::json(m.shares)},
+              {"expert_bytes", m.expert_bytes},
+              {"params_total", m.params_total},
+              {"params_active", m.params_active},
+              {"dense_equivalent_critical_batch",
+               {{"batch", opt_int(d.batch)},
+                {"asymptotic", num_or_null(d.asymptotic)},
+                {"batch_weights_only", d.batch_weights_only},
+                {"weight_bytes", d.weight_bytes},
+                {"bytes_per_sequence", d.bytes_per_sequence}}}};
+  return j;
 }
 
 std::string decode_report_json(const DecodeReport& r, int indent) {

@@ -130,6 +130,14 @@ long double model_param_count(const ModelArch& m) {
   return g.linears + g.norms + g.head + g.embedding + g.router + g.experts;
 }
 
+long double model_active_param_count(const ModelArch& m) {
+  const ParamGroups g = model_param_groups(m);
+  const long double routed =
+      m.is_moe() ? g.experts * static_cast<long double>(m.top_k) / static_cast<long double>(m.num_experts)
+                 : 0;
+  return g.linears + g.norms + g.head + g.embedding + g.router + routed;
+}
+
 std::optional<int64_t> try_model_parameter_elements(const ModelArch& m) {
   // model_param_count's sum is exact below 2^64 (model_param_groups), so it answers for int64 too: a
   // total of 2^63 or more overflowed, and rounding never brings a larger one below 2^63, a power of two

@@ -33,6 +33,35 @@ Cost gemm(int64_t m, int64_t k, int64_t n, DType ab, DType c, bool acc, const ch
   return r;
 }
 
+// The routed experts' weight gradient as a K-grouped GEMM: for each expert e, out[e] (+)= a_e^T b_e with a_e
+// [m_e, n] and b_e [m_e, k] its rows (the gradient of its outputs and its inputs), accumulated in fp32 into
+// [E, n, k] (read and written). Every expert with rows reads and writes its gradient once.
+Cost grouped_dw(const std::vector<int64_t>& rows, int64_t n, int64_t k, DType ab, DType c, const char* a,
+                const char* b, const char* out) {
+  long double M = 0;
+  for (int64_t r : rows) M += static_cast<long double>(r);
+  const long double G = static_cast<long double>(rows.size()), N = static_cast<long double>(n),
+                    K = static_cast<long double>(k);
+  Cost r;
+  r.op = "grouped-gemm-dw";
+  r.shape = fmt::format("groups={} M={} N={} K={} {}->{}", rows.size(), static_cast<double>(M), n, k,
+                        dtype_name(ab), dtype_name(c));
+  r.compute = peak_key(ab);
+  r.flops = 2 * M * N * K;
+  r.memory = {tr(a, ab, M * N), tr(b, ab, M * K), tr(std::string(out) + " (accumulate)", c, G * N * K),
+              tr(out, c, G * N * K, true)};
+  return r;
+}
+
+// The rows of N k routed choices spread evenly over E experts (uniform routing), one group per expert with
+// rows: when N k < E, N k experts of one row each (the others read nothing).
+std::vector<int64_t> expert_rows(int64_t choices, int64_t experts) {
+  if (choices < experts) return std::vector<int64_t>(static_cast<size_t>(choices), 1);
+  std::vector<int64_t> rows(static_cast<size_t>(experts), choices / experts);
+  for (int64_t e = 0; e < choices % experts; ++e) ++rows[static_cast<size_t>(e)];
+  return rows;
+}
+
 Cost ew(const std::string& shape, long double flops, std::vector<Traffic> t) {
   Cost r;
   r.op = "elementwise";
@@ -100,6 +129,24 @@ void check_shape(const ModelShape& m) {
   check(m.num_kv_heads >= 0 && m.num_heads % m.kv_heads() == 0,
         "model shape: kv_heads = {} must be >= 0 (0: equal to heads) and divide heads {}", m.num_kv_heads,
         m.num_heads);
+  if (m.is_moe()) {
+    // grouped_gemm_contiguous takes up to 4096 groups.
+    check(m.num_experts <= 4096, "model shape: experts = {} is past the 4096 groups of the grouped GEMMs",
+          m.num_experts);
+    check(m.top_k >= 1 && m.top_k <= m.num_experts, "model shape: top_k = {} is not in 1 .. experts = {}",
+          m.top_k, m.num_experts);
+    check(m.d_expert >= 0 && m.d_expert <= (int64_t{1} << 40),
+          "model shape: d_expert = {} is not a size (0 means d_ff; at most 2^40)", m.d_expert);
+    check(m.num_shared_experts >= 0 && m.shared_width() <= (int64_t{1} << 40),
+          "model shape: shared_experts = {} of width {} is not accepted (>= 0, at most 2^40 wide)",
+          m.num_shared_experts, m.expert_width());
+    for (size_t i = 0; i < m.moe_layers.size(); ++i)
+      check(m.moe_layers[i] >= 0 && m.moe_layers[i] < m.num_layers &&
+                (i == 0 || m.moe_layers[i] > m.moe_layers[i - 1]),
+            "model shape: moe_layers must be ascending layer indices in [0, layers = {}), got {} at position "
+            "{}",
+            m.num_layers, m.moe_layers[i], i);
+  }
   check(m.operand == DType::f32 || m.operand == DType::bf16 || m.operand == DType::fp16,
         "model shape: operand dtype {} is not accepted (f32, bf16, f16)", dtype_name(m.operand));
   if (m.storage)
@@ -153,9 +200,21 @@ std::vector<ModelOp> model_step_ops(const ModelShape& m) {
   as.causal = true;
 
   std::vector<ModelOp> ops;
-  auto add = [&](const char* pass, const char* kind, const std::string& name, int64_t count, Cost c) {
-    ops.push_back({pass, kind, name, count, std::move(c)});
+  auto add = [&](const char* pass, const char* kind, const std::string& name, int64_t count, Cost c,
+                 bool moe = false) {
+    ops.push_back({pass, kind, name, count, std::move(c), moe});
   };
+  // The feed-forward of the dense layers (all of them for a dense model) and of the MoE layers.
+  const int64_t Lm = m.num_moe_layers(), Ld = L - Lm;
+  const int64_t E = m.num_experts, K = m.top_k, De = m.expert_width(), Sw = m.shared_width();
+  const long double e = static_cast<long double>(E), k = static_cast<long double>(K),
+                    de = static_cast<long double>(De), sw = static_cast<long double>(Sw), nk = n * k;
+  const std::vector<int64_t> rows = Lm > 0 ? expert_rows(N * K, E) : std::vector<int64_t>{};
+  auto moe = [&](const char* pass, const char* kind, const std::string& name, Cost c) {
+    add(pass, kind, name, Lm, std::move(c), true);
+  };
+  const std::string nkd = fmt::format("N={} k={} D={}", N, K, D),
+                    nkf = fmt::format("N={} k={} De={}", N, K, De);
   auto norm = [&](const char* pass, const std::string& name, int64_t count) {
     add(pass, "elementwise", name, count,
         ew(nd, 4 * n * d,
@@ -193,12 +252,43 @@ std::vector<ModelOp> model_step_ops(const ModelShape& m) {
   add("forward", "gemm", "gemm out", L, gemm(N, D, D, O, S, false, "o[N,D]", "Wo[D,D]", "y[N,D]"));
   residual("residual (attn)");
   norm("forward", "norm (ln2)", L);
-  add("forward", "gemm", "gemm w1 w3", L, gemm(N, D, 2 * F, O, S, false, "h2[N,D]", "W13[D,2F]", "ab[N,2F]"));
-  add("forward", "elementwise", "swiglu", L,
-      ew(fmt::format("N={} F={}", N, F), 6 * n * f,
-         {tr("ab", S, 2 * n * f), tr("ab (saved)", O, elems(Buf::ab), true),
-          tr("g", O, elems(Buf::g), true)}));
-  add("forward", "gemm", "gemm w2", L, gemm(N, F, D, O, S, false, "g[N,F]", "W2[F,D]", "y[N,D]"));
+  if (Ld > 0) {
+    add("forward", "gemm", "gemm w1 w3", Ld,
+        gemm(N, D, 2 * F, O, S, false, "h2[N,D]", "W13[D,2F]", "ab[N,2F]"));
+    add("forward", "elementwise", "swiglu", Ld,
+        ew(fmt::format("N={} F={}", N, F), 6 * n * f,
+           {tr("ab", S, 2 * n * f), tr("ab (saved)", O, elems(Buf::ab), true),
+            tr("g", O, elems(Buf::g), true)}));
+    add("forward", "gemm", "gemm w2", Ld, gemm(N, F, D, O, S, false, "g[N,F]", "W2[F,D]", "y[N,D]"));
+  }
+  if (Lm > 0) {
+    moe("forward", "gemm", "gemm router", gemm(N, D, E, O, S, false, "h2[N,D]", "Wr[D,E]", "logits[N,E]"));
+    // Softmax or sigmoid, the top-k and its normalisation: a few FLOPs per logit.
+    moe("forward", "elementwise", "route (top-k)",
+        ew(fmt::format("N={} E={} k={}", N, E, K), 5 * n * e,
+           {tr("logits", S, n * e), tr("gate weights", S, nk, true),
+            tr("expert ids", DType::i32, nk, true)}));
+    moe("forward", "elementwise", "permute",
+        ew(nkd, 0, {tr("h2", O, n * d), tr("xs[Nk,D]", O, nk * d, true)}));
+    moe("forward", "gemm", "gemm experts w1 w3", grouped_gemm_contiguous(rows, 2 * De, D, O, S));
+    moe("forward", "elementwise", "swiglu (experts)",
+        ew(nkf, 6 * nk * de,
+           {tr("ab", S, 2 * nk * de), tr("ab (saved)", O, 2 * nk * de, true), tr("g", O, nk * de, true)}));
+    moe("forward", "gemm", "gemm experts w2", grouped_gemm_contiguous(rows, D, De, O, S));
+    if (Sw > 0) {
+      moe("forward", "gemm", "gemm shared w1 w3",
+          gemm(N, D, 2 * Sw, O, S, false, "h2[N,D]", "W13s[D,2S]", "ab[N,2S]"));
+      moe("forward", "elementwise", "swiglu (shared)",
+          ew(fmt::format("N={} S={}", N, Sw), 6 * n * sw,
+             {tr("ab", S, 2 * n * sw), tr("ab (saved)", O, 2 * n * sw, true), tr("g", O, n * sw, true)}));
+      moe("forward", "gemm", "gemm shared w2", gemm(N, Sw, D, O, S, false, "g[N,S]", "W2s[S,D]", "y[N,D]"));
+    }
+    // The k rows of each token, weighted, summed (into the shared experts' output where there is one).
+    std::vector<Traffic> t = {tr("ys[Nk,D]", S, nk * d), tr("gate weights", S, nk)};
+    if (Sw > 0) t.push_back(tr("y (shared)", S, n * d));
+    t.push_back(tr("y[N,D]", S, n * d, true));
+    moe("forward", "elementwise", "combine", ew(nkd, 2 * nk * d, std::move(t)));
+  }
   residual("residual (ffn)");
   norm("forward", "final norm", 1);
   add("forward", "gemm", "gemm lm_head", 1, gemm(N, D, V, O, S, false, "h[N,D]", "Wlm[D,V]", "logits[N,V]"));
@@ -218,15 +308,58 @@ std::vector<ModelOp> model_step_ops(const ModelShape& m) {
       gemm(N, V, D, O, S, false, "dlogits[N,V]", "Wlm[V,D]", "dh[N,D]"));
   norm_bwd("final norm backward", 1);
   cast("backward", "cast dy (ffn)", n * d, L);
-  add("backward", "gemm", "gemm w2 dW", L, gemm(D, N, F, O, S, true, "dy^T[D,N]", "g[N,F]", "dW2[D,F]"));
-  add("backward", "gemm", "gemm w2 dX", L, gemm(N, D, F, O, S, false, "dy[N,D]", "W2[D,F]", "dg[N,F]"));
-  add("backward", "elementwise", "swiglu backward", L,
-      ew(fmt::format("N={} F={}", N, F), 10 * n * f,
-         {tr("dg", S, n * f), tr("ab", O, elems(Buf::ab)), tr("dab", O, 2 * n * f, true)}));
-  add("backward", "gemm", "gemm w1 w3 dW", L,
-      gemm(2 * F, N, D, O, S, true, "dab^T[2F,N]", "h2[N,D]", "dW13[2F,D]"));
-  add("backward", "gemm", "gemm w1 w3 dX", L,
-      gemm(N, 2 * F, D, O, S, false, "dab[N,2F]", "W13[2F,D]", "dh2[N,D]"));
+  if (Ld > 0) {
+    add("backward", "gemm", "gemm w2 dW", Ld, gemm(D, N, F, O, S, true, "dy^T[D,N]", "g[N,F]", "dW2[D,F]"));
+    add("backward", "gemm", "gemm w2 dX", Ld, gemm(N, D, F, O, S, false, "dy[N,D]", "W2[D,F]", "dg[N,F]"));
+    add("backward", "elementwise", "swiglu backward", Ld,
+        ew(fmt::format("N={} F={}", N, F), 10 * n * f,
+           {tr("dg", S, n * f), tr("ab", O, elems(Buf::ab)), tr("dab", O, 2 * n * f, true)}));
+    add("backward", "gemm", "gemm w1 w3 dW", Ld,
+        gemm(2 * F, N, D, O, S, true, "dab^T[2F,N]", "h2[N,D]", "dW13[2F,D]"));
+    add("backward", "gemm", "gemm w1 w3 dX", Ld,
+        gemm(N, 2 * F, D, O, S, false, "dab[N,2F]", "W13[2F,D]", "dh2[N,D]"));
+  }
+  if (Lm > 0) {
+    if (Sw > 0) {
+      moe("backward", "gemm", "gemm shared w2 dW",
+          gemm(D, N, Sw, O, S, true, "dy^T[D,N]", "g[N,S]", "dW2s[D,S]"));
+      moe("backward", "gemm", "gemm shared w2 dX",
+          gemm(N, D, Sw, O, S, false, "dy[N,D]", "W2s[D,S]", "dg[N,S]"));
+      moe("backward", "elementwise", "swiglu backward (shared)",
+          ew(fmt::format("N={} S={}", N, Sw), 10 * n * sw,
+             {tr("dg", S, n * sw), tr("ab", O, 2 * n * sw), tr("dab", O, 2 * n * sw, true)}));
+      moe("backward", "gemm", "gemm shared w1 w3 dW",
+          gemm(2 * Sw, N, D, O, S, true, "dab^T[2S,N]", "h2[N,D]", "dW13s[2S,D]"));
+      moe("backward", "gemm", "gemm shared w1 w3 dX",
+          gemm(N, 2 * Sw, D, O, S, false, "dab[N,2S]", "W13s[2S,D]", "dh2[N,D]"));
+    }
+    // dy to each chosen expert's rows, weighted, and the gate weights' gradient <dy, ys> per choice.
+    moe("backward", "elementwise", "combine backward",
+        ew(nkd, 2 * nk * d,
+           {tr("dy", O, n * d), tr("ys", S, nk * d), tr("gate weights", S, nk),
+            tr("dys[Nk,D]", O, nk * d, true), tr("d gate weights", S, nk, true)}));
+    moe("backward", "gemm", "gemm experts w2 dW", grouped_dw(rows, D, De, O, S, "dys", "g", "dW2[E,D,De]"));
+    moe("backward", "gemm", "gemm experts w2 dX", grouped_gemm_contiguous(rows, De, D, O, S));
+    moe("backward", "elementwise", "swiglu backward (experts)",
+        ew(nkf, 10 * nk * de,
+           {tr("dg", S, nk * de), tr("ab", O, 2 * nk * de), tr("dab", O, 2 * nk * de, true)}));
+    moe("backward", "gemm", "gemm experts w1 w3 dW",
+        grouped_dw(rows, 2 * De, D, O, S, "dab", "xs", "dW13[E,2De,D]"));
+    moe("backward", "gemm", "gemm experts w1 w3 dX", grouped_gemm_contiguous(rows, D, 2 * De, O, S));
+    // Each token's k rows of dX summed back into its row (onto the shared experts' where there is one).
+    std::vector<Traffic> t = {tr("dxs[Nk,D]", S, nk * d)};
+    if (Sw > 0) t.push_back(tr("dh2 (accumulate)", S, n * d));
+    t.push_back(tr("dh2", S, n * d, true));
+    moe("backward", "elementwise", "unpermute (dX)", ew(nkd, nk * d, std::move(t)));
+    // The gate's backward (and the balance loss's) into the logits.
+    moe("backward", "elementwise", "router backward",
+        ew(fmt::format("N={} E={} k={}", N, E, K), 8 * n * e,
+           {tr("logits", S, n * e), tr("d gate weights", S, nk), tr("dlogits", O, n * e, true)}));
+    moe("backward", "gemm", "gemm router dW",
+        gemm(E, N, D, O, S, true, "dlogits^T[E,N]", "h2[N,D]", "dWr[E,D]"));
+    moe("backward", "gemm", "gemm router dX",
+        gemm(N, E, D, O, S, true, "dlogits[N,E]", "Wr[E,D]", "dh2[N,D]"));
+  }
   norm_bwd("norm backward (ln2)", L);
   cast("backward", "cast dy (attn)", n * d, L);
   add("backward", "gemm", "gemm out dW", L, gemm(D, N, D, O, S, true, "dy^T[D,N]", "o[N,D]", "dWo[D,D]"));

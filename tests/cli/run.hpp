@@ -4,6 +4,7 @@
 #pragma once
 
 #include "ridge/build_paths.h"  // RIDGE_SOURCE_DIR, RIDGE_BINARY (generated)
+#include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -58,6 +59,17 @@ inline RunResult run_shell(const std::string& command) {
 // `ridge args` through the shell; env, when given, is NAME=value words set for the binary (env(1)).
 inline RunResult run(const std::string& args, const std::string& env = "") {
   return run_shell((env.empty() ? std::string() : "env " + env + " ") + RIDGE_BINARY + " " + args);
+}
+
+// Bad input's contract (docs/contract.md): `ridge args` exits 2 with nothing on stdout and one line on
+// stderr, "ridge: ...", holding `mention` (the flag the user typed, and what was wrong).
+inline void expect_refused_in_one_line(const std::string& args, const std::string& mention) {
+  const RunResult r = run(args);
+  EXPECT_EQ(r.code, 2) << args << "\n" << r.out << r.err;
+  EXPECT_TRUE(r.out.empty()) << args << ": " << r.out;
+  EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << args << ": one line: " << r.err;
+  EXPECT_EQ(r.err.rfind("ridge: ", 0), 0u) << args << ": " << r.err;
+  EXPECT_NE(r.err.find(mention), std::string::npos) << args << ": '" << mention << "' in " << r.err;
 }
 
 // The lines of stderr that ridge printed ("ridge: ..."), without mpirun's or a shell's own.

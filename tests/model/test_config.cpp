@@ -12,6 +12,7 @@
 #include "ridge/build_paths.h"  // RIDGE_SOURCE_DIR
 #include "ridge/core/error.hpp"
 #include "ridge/model/config.hpp"
+#include "ridge/roofline.hpp"
 #include "core/json.hpp"
 #include "model/json.hpp"
 
@@ -94,6 +95,12 @@ TEST(ModelConfig, PresetsEqualTheSharedSizeTable) {
     EXPECT_EQ(c.d_ff, s.at("d_ff").get<int64_t>()) << name;
     EXPECT_EQ(c.num_layers, s.at("num_layers").get<int64_t>()) << name;
     EXPECT_EQ(c.num_heads, s.at("num_heads").get<int64_t>()) << name;
+    // The MoE fields, where the table gives them (a dense size has none, and is dense).
+    EXPECT_EQ(c.num_experts, s.value("num_experts", int64_t{0})) << name;
+    EXPECT_EQ(c.top_k, s.value("top_k", int64_t{0})) << name;
+    EXPECT_EQ(c.num_shared_experts, s.value("num_shared_experts", int64_t{0})) << name;
+    EXPECT_EQ(c.d_expert, s.value("d_expert", int64_t{0})) << name;
+    EXPECT_TRUE(c.moe_layers.empty()) << name;
     EXPECT_EQ(c.vocab_size, 10000);
     EXPECT_EQ(c.context_length, 256);
     ++n;
@@ -108,6 +115,36 @@ TEST(ModelConfig, PresetsEqualTheSharedSizeTable) {
         << e.what();
   }
   EXPECT_THROW(preset("tiny", 0, 128), Error);  // the result is validated
+}
+
+// The named MoE sizes (issue 40), counted tensor by tensor at vocab 10000 (the numbers the size table's
+// "about" states). moe-tiny: D 256, 4 layers of attention 4 x 256^2, norms 2 x 256, router 8 x 256 and 8
+// experts of 3 x 256 x 256; moe-small: small's attention and embeddings, 64 experts of 3 x 768 x 768, one
+// shared expert of the same size, top-3, router 64 x 768.
+TEST(ModelConfig, MoeSizesByHand) {
+  const ModelConfig tiny = preset("moe-tiny", 10000, 256);
+  const int64_t emb = 2 * 10000 * 256 + 256, attn = 4 * 256 * 256 + 2 * 256, expert = 3 * 256 * 256;
+  EXPECT_EQ(tiny.param_count(), emb + 4 * (attn + 8 * 256 + 8 * expert));
+  EXPECT_EQ(tiny.param_count(), 12470528);
+  EXPECT_EQ(static_cast<int64_t>(roofline::model_active_param_count(tiny)),
+            emb + 4 * (attn + 8 * 256 + 2 * expert));
+  EXPECT_EQ(static_cast<int64_t>(roofline::model_active_param_count(tiny)), 7751936);
+
+  const ModelConfig dense = preset("small", 10000, 256), moe = preset("moe-small", 10000, 256);
+  const int64_t e768 = 3 * 768 * 768, router = 64 * 768;
+  const int64_t shared_part = dense.param_count() - 12 * 3 * 768 * 3072;  // small without its FFNs
+  EXPECT_EQ(moe.param_count(), shared_part + 12 * (router + e768 + 64 * e768));
+  EXPECT_EQ(moe.param_count(), 1424468736);
+  // Active: top-3 x 768 + the shared 768 = small's d_ff of 3072, so small's count plus the routers.
+  const auto active = static_cast<int64_t>(roofline::model_active_param_count(moe));
+  EXPECT_EQ(active, dense.param_count() + 12 * router);
+  EXPECT_EQ(active, 129215232);
+  EXPECT_EQ(dense.param_count(), 128625408);
+  EXPECT_GE(moe.param_count(), 8 * dense.param_count());  // the issue's 8x: 11.07x
+  EXPECT_LT(std::fabs(static_cast<double>(active) / static_cast<double>(dense.param_count()) - 1), 0.005);
+  // An MoE size's d_ff is its active feed-forward width.
+  EXPECT_EQ(moe.d_ff, moe.top_k * moe.d_expert + moe.num_shared_experts * moe.d_expert);
+  EXPECT_EQ(tiny.d_ff, tiny.top_k * tiny.d_expert);
 }
 
 TEST(ModelConfig, JsonRoundTripAndErrors) {

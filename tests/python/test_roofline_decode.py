@@ -84,3 +84,41 @@ def test_bad_configs_name_the_config():
         rr.decode(dict(SMALL, num_kv_heads=5))
     with pytest.raises(TypeError, match="sweep"):
         rr.decode(SMALL, sweep="yes")
+
+
+def test_an_moe_config_reads_the_experts_its_batch_routes_to():
+    # moe-tiny (issue 40): D 256, 4 layers, 8 experts of width 256, top-2. Its config dict goes through as it is.
+    cfg = rm.preset("moe-tiny", 10000, 256)
+    assert (cfg["num_experts"], cfg["top_k"], cfg["d_expert"]) == (8, 2, 256)
+    B, E, k, D, L = 4, 8, 2, 256, 4
+    r = rr.decode(cfg, batch=B, context=64)
+    experts = E * (1 - (1 - k / E) ** B)
+    assert r["decode"]["experts_read"] == pytest.approx(experts, rel=1e-12)
+    assert r["moe"]["params_total"] == 12470528 and r["moe"]["params_active"] == 7751936
+    routed = [m for m in r["decode"]["memory"] if m["name"].startswith("routed experts")]
+    assert routed[0]["bytes"] == pytest.approx(L * experts * 3 * D * D * 2, rel=1e-12)
+    # A histogram sending every token to the same two experts reads two, at any batch; counts or shares alike.
+    two = rr.decode(cfg, batch=64, context=64, expert_histogram=[3, 3, 0, 0, 0, 0, 0, 0])
+    assert two["moe"]["routing"] == "histogram" and two["decode"]["experts_read"] == pytest.approx(2)
+    assert rr.decode(cfg, batch=64, context=64, expert_histogram=[0.5, 0.5] + [0] * 6) == two
+    # A dense config's document has none of the MoE keys.
+    assert "moe" not in rr.decode(SMALL, batch=4, context=64)
+
+
+@pytest.mark.parametrize("config, kwargs, exc, match", [
+    ({"num_experts": 8, "top_k": 9}, {}, ValueError, "config: top_k 9"),
+    ({"num_experts": 0, "top_k": 2}, {}, ValueError, "config: top_k is set but num_experts is 0"),
+    ({"num_experts": 8, "top_k": 2, "moe_layers": [3, 1]}, {}, ValueError, "config: moe_layers"),
+    ({"num_experts": 8, "top_k": 2, "moe_layers": [12]}, {}, ValueError, r"config\['moe_layers'\]"),
+    ({"num_experts": 8, "top_k": 2, "moe_layers": "all"}, {}, TypeError, r"config\['moe_layers'\]"),
+    ({"num_experts": "8", "top_k": 2}, {}, TypeError, r"config\['num_experts'\]"),
+    ({"num_experts": 8, "top_k": 2}, {"expert_histogram": [1, 1]}, ValueError, "expert_histogram: 2 values for 8"),
+    ({"num_experts": 8, "top_k": 2}, {"expert_histogram": [0.6, 0.4] + [0] * 6}, ValueError,
+     "expert_histogram: expert 0 has 0.6"),
+    ({"num_experts": 8, "top_k": 2}, {"expert_histogram": "flat"}, TypeError, "expert_histogram"),
+    ({"num_experts": 8, "top_k": 2}, {"expert_histogram": [float("nan")] * 8}, ValueError, "expert_histogram"),
+    ({}, {"expert_histogram": [1, 1]}, ValueError, "expert_histogram: a routing histogram needs an MoE config"),
+])
+def test_bad_moe_configs_and_histograms_name_them(config, kwargs, exc, match):
+    with pytest.raises(exc, match=match):
+        rr.decode(dict(SMALL, **config), **kwargs)

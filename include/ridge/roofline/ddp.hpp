@@ -46,6 +46,30 @@ double ring_all_gather_s(double bytes, const DdpLink& link);
 double ring_reduce_scatter_s(double bytes, const DdpLink& link);
 double ring_broadcast_s(double bytes, const DdpLink& link);
 
+// An all-to-all among link.ranks ranks, each holding `bytes` split evenly among them (its own share stays):
+// N - 1 pairwise steps, (N-1)/N of the bytes leaving each rank over its link:
+//   base + (N-1) hop + (N-1)/N S / B
+double all_to_all_s(double bytes, const DdpLink& link);
+
+// Expert parallelism (issue 40): an MoE model's routed experts sharded over `expert_ranks` ranks (num_experts
+// a multiple of them), each rank's tokens sent to the ranks of the experts they chose and their outputs sent
+// back. Per MoE layer and step, four all-to-alls of the rank's tokens x top_k rows of d_model values in the
+// operand dtype: dispatch and combine, and in backward their gradients (the combine's gradient is a
+// dispatch, the dispatch's a combine). Uniform routing sends (N-1)/N of them off the rank. Counted as
+// exposed: nothing here overlaps them with compute.
+struct ExpertParallel {
+  int64_t ranks = 1, experts_per_rank = 0, moe_layers = 0;
+  int64_t all_to_alls = 0;   // per step: 4 per MoE layer
+  double tokens = 0;         // per rank and step: batch x seq
+  double bytes = 0;          // one all-to-all's payload on a rank: tokens x top_k x d_model x operand bytes
+  double leaving_bytes = 0;  // the (N-1)/N of it that leaves the rank
+  double all_to_all_s = 0;   // one all-to-all
+  double step_s = 0;         // all of a step's
+};
+// `per_rank`: one rank's step (its batch). ridge::Error naming the argument for a dense shape ("shape"),
+// expert_ranks outside 1 .. 2^20 or not dividing num_experts ("expert_ranks").
+ExpertParallel expert_parallel(const ModelShape& per_rank, const DdpLink& link, int64_t expert_ranks);
+
 struct GradTensor {
   std::string name;
   double bytes = 0;  // gradient bytes (fp32: 4 per parameter)

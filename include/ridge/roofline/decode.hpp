@@ -5,6 +5,13 @@
 // at the peak of its own dtype, and the critical batch: the B at which decode turns compute-bound with the KV
 // cache counted (its bytes grow with B, so the intensity saturates and may stay below the chip's ridge point
 // at any batch). Arithmetic only; the formulas, with worked outputs, are in docs/roofline.md.
+//
+// Mixture of Experts (a ModelArch with num_experts > 0): an MoE layer reads its router, its shared experts
+// and only the routed experts its tokens choose: the expected number of distinct ones
+// (ridge/roofline/moe.hpp), under uniform routing or a measured routing histogram (`expert_histogram`: one
+// value per expert, shares or token counts, routing_shares' form; empty = uniform). Its bytes grow with the
+// batch until every expert is read, so the critical batch is solved from the curve, and set beside that of
+// the dense model of the same active size.
 #pragma once
 
 #include <cstdint>
@@ -54,6 +61,9 @@ struct InferenceCost {
   // cache read, the K/V written, the activations between kernels (the residual stream, GEMM inputs and
   // outputs, fp8 activation scales, the logits).
   std::vector<Traffic> weights, kv_read, kv_write, activations;
+  // An MoE model: the expected distinct routed experts the step's tokens read in each MoE layer (k at one
+  // token, up to num_experts); 0 for a dense model.
+  double experts_read = 0;
 
   long double total_flops() const;
   long double weight_bytes() const;
@@ -75,13 +85,13 @@ struct InferenceCost {
 // context * d_head per layer (Q K^T and P V); elementwise work is counted in bytes only. ridge::Error naming
 // the argument for a size outside [1, 2^40], a shape the model cannot have or an unaccepted dtype.
 InferenceCost decode_cost(const ModelArch& shape, const InferenceDtypes& dtypes, int64_t batch,
-                          int64_t context);
+                          int64_t context, const std::vector<double>& expert_histogram = {});
 // The prefill of `batch` prompts of `prompt` tokens each: every GEMM at m = batch * prompt, causal attention
 // (query i attends to i + 1 keys: 4 * heads * d_head * prompt (prompt + 1) / 2 per sequence and layer), the
 // prompts' K/V written to the cache and read once by the attention, and the logits of each prompt's last
 // token only (what generation samples from).
 InferenceCost prefill_cost(const ModelArch& shape, const InferenceDtypes& dtypes, int64_t batch,
-                           int64_t prompt);
+                           int64_t prompt, const std::vector<double>& expert_histogram = {});
 
 // The time bound of an InferenceCost on a chip at one memory level.
 struct ComputeRoof {
@@ -121,6 +131,9 @@ InferenceBound inference_bound(const InferenceCost& cost, const Chip& chip, cons
 // All FLOPs grow with B while the bytes are W (weights) + B k (KV cache, embedding rows, activations), so
 // t_math / t_memory rises to a limit: compute-bound from B = W / (bandwidth t_math(1) - k), or never when
 // the per-sequence bytes k alone outrun the per-sequence FLOPs, i.e. when limit_intensity <= ridge_intensity.
+// An MoE model's bytes are W + B k + X(B), X the routed experts read (Lm x experts_read(B) x one expert's
+// bytes): X is concave in B and levels off at every expert, so B t_math(1) bandwidth - (W + B k + X(B)) is
+// convex, negative at 0, and crosses 0 once; the crossing is solved by bisection, then settled as above.
 struct DecodeCriticalBatch {
   std::string chip, level;
   int64_t context = 0;
@@ -141,9 +154,24 @@ struct DecodeCriticalBatch {
   double bytes_per_sequence = 0;     // k
   double kv_bytes_per_sequence = 0;  // the KV cache read and written per sequence, part of k
   double flops_per_sequence = 0;
+  // An MoE model (0 for dense): X(1), the routed experts one sequence reads (W excludes them); X when every
+  // expert is read, its ceiling; the expected experts read per MoE layer at `batch` (none: 0).
+  double expert_bytes_one = 0, expert_bytes_all = 0, experts_read_at_batch = 0;
 };
 DecodeCriticalBatch decode_critical_batch(const ModelArch& shape, const InferenceDtypes& dtypes,
-                                          int64_t context, const Chip& chip, const std::string& level = "");
+                                          int64_t context, const Chip& chip, const std::string& level = "",
+                                          const std::vector<double>& expert_histogram = {});
+
+// What `ridge roofline decode` adds for an MoE model.
+struct MoeDecode {
+  double params_total = 0, params_active = 0;  // model_param_count, model_active_param_count
+  std::vector<double> shares;                  // the histogram, normalised; empty: uniform routing
+  double expert_bytes = 0;                     // one routed expert of one layer (w1, w2, w3; fp8: scales)
+  // The critical batch of the dense model of the same active size: each token's k experts always the same
+  // k, so the same FLOPs and active weights, every batch reading k experts per layer.
+  DecodeCriticalBatch dense_equivalent;
+  std::vector<double> sweep_experts_read;  // per DecodeReport::sweep row
+};
 
 // `ridge roofline decode` in one call: the decode step at (batch, context), the prefill of `prompt` tokens
 // when prompt > 0, the critical batch at the step's level (for `level` "auto": the level of the step at
@@ -162,11 +190,15 @@ struct DecodeReport {
   DecodeCriticalBatch critical;
   std::vector<InferenceBound> sweep;  // one per batch; sweep_batches[i] is its batch
   std::vector<int64_t> sweep_batches;
+  std::optional<MoeDecode> moe;  // an MoE model's figures
 };
 DecodeReport decode_report(const ModelArch& shape, const InferenceDtypes& dtypes, int64_t batch,
                            int64_t context, const Chip& chip, const std::string& level = "",
-                           int64_t prompt = 0, bool sweep = false);
-// The report as JSON text (what `ridge roofline decode --json` prints and ridge.roofline.decode returns).
+                           int64_t prompt = 0, bool sweep = false,
+                           const std::vector<double>& expert_histogram = {});
+// The report as JSON text (what `ridge roofline decode --json` prints and ridge.roofline.decode returns). An
+// MoE model adds keys (shape: experts, top_k, shared_experts, d_expert, moe_layers, params_active; each step:
+// experts_read, bytes_per_token; each sweep row: experts_read; "moe"), a dense model's document is unchanged.
 std::string decode_report_json(const DecodeReport& r, int indent = 2);
 
 }  // namespace ridge::roofline
