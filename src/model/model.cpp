@@ -246,6 +246,7 @@ struct TransformerLM<S>::Impl {
     double aux = 0;
   };
   std::vector<MoeRoute> moe_route;
+  std::vector<S> dweight;  // the backward's gradients of one layer's gate weights [N * k]
   int64_t off_lm_head = 0, off_ln_final = 0, off_embedding = 0;
   // A q|k|v row (ridge/roofline/model_buffers.hpp): q's num_heads heads, then k's and v's kv_heads()
   // heads, d_head each: D + 2 Dkv wide, Dkv = kv_heads() * d_head (= D without grouped-query attention).
@@ -374,6 +375,8 @@ struct TransformerLM<S>::Impl {
                           batch * seq, cfg.d_model, w.gemm);
     return w.gemm;
   }
+  template <typename O>
+  void moe_backward(int64_t l, const LayerActs<S, O>& s, const Work<S, O>& w, const O* dy, S loss_scale);
 
   layers::Round round() const {
     return precision == Precision::fp16 ? layers::Round::fp16 : layers::Round::none;
@@ -754,16 +757,20 @@ void TransformerLM<S>::Impl::backward_pass(S loss_scale, const Observer& observe
     const LayerTensors& t = layer_offsets[static_cast<size_t>(l)];
     in(ranges::ffn_block_backward, [&] {
       const O* dy = dx_op();
-      in(ranges::gemm_w2_backward, [&] {
-        linear::weight_grad(mat(dy, N, D), mat(s.g, N, F), mat(G + t.w2, D, F));
-        linear::input_grad(mat(dy, N, D), mat(W + t.w2, D, F), mat(w.dtmp, N, F));
-      });
-      O* dab = w.dop;  // dy is consumed: its buffer takes d(a|b)
-      in(ranges::swiglu_backward, [&] { swiglu_backward(w.dtmp, s.ab, N, F, dab, r); });
-      in(ranges::gemm_w1_w3_backward, [&] {
-        linear::weight_grad(mat(dab, N, 2 * F), mat(s.h2, N, D), mat(G + t.w1, 2 * F, D));
-        linear::input_grad(mat(dab, N, 2 * F), mat(W + t.w1, 2 * F, D), mat(w.dtmp, N, D));
-      });
+      if (cfg.moe_layer(l)) {
+        moe_backward<O>(l, s, w, dy, loss_scale);  // d h2 into w.dtmp, as below
+      } else {
+        in(ranges::gemm_w2_backward, [&] {
+          linear::weight_grad(mat(dy, N, D), mat(s.g, N, F), mat(G + t.w2, D, F));
+          linear::input_grad(mat(dy, N, D), mat(W + t.w2, D, F), mat(w.dtmp, N, F));
+        });
+        O* dab = w.dop;  // dy is consumed: its buffer takes d(a|b)
+        in(ranges::swiglu_backward, [&] { swiglu_backward(w.dtmp, s.ab, N, F, dab, r); });
+        in(ranges::gemm_w1_w3_backward, [&] {
+          linear::weight_grad(mat(dab, N, 2 * F), mat(s.h2, N, D), mat(G + t.w1, 2 * F, D));
+          linear::input_grad(mat(dab, N, 2 * F), mat(W + t.w1, 2 * F, D), mat(w.dtmp, N, D));
+        });
+      }
       in(ranges::norm_backward, [&] {
         rmsnorm_backward(w.dtmp, s.x_mid, P + t.ln2, s.rstd2, N, D, w.dx, G + t.ln2, true,
                          rounds ? w.dop : nullptr, r);
@@ -803,6 +810,99 @@ void TransformerLM<S>::Impl::backward_pass(S loss_scale, const Observer& observe
   }
   in(ranges::embedding_backward, [&] { embedding_backward(inputs.data(), N, w.dx, D, G + off_embedding); });
   done(group++);
+}
+
+// An MoE layer's feed-forward backward: from dy (the residual gradient, w.dx, and its operand copy),
+// the gradients of the shared experts, the experts, the router (through the gate weights and the
+// auxiliary loss), and d h2 into w.dtmp.
+template <typename S>
+template <typename O>
+void TransformerLM<S>::Impl::moe_backward(int64_t l, const LayerActs<S, O>& s, const Work<S, O>& w,
+                                          const O* dy, S loss_scale) {
+  using namespace layers;
+  using linear::mat;
+  S* G = grads.data();
+  const MoeLayer<O> layer = moe_layer<O>(l);
+  const auto& [N, D, E, De, Sh, t, m, mr] = layer;
+  const O* W = weights<O>();
+  const Round r = round();
+  const moe::ContiguousLayout& lay = mr.layout;
+  const int64_t R = lay.rows;
+  constexpr bool same_type = std::is_same_v<O, S>;
+  const bool rounds = !same_type || r != Round::none;
+
+  // The shared experts first, while w.dop still holds dy: the dense feed-forward's backward.
+  if (Sh > 0) {
+    in(ranges::shared_experts_backward, [&] {
+      in(ranges::gemm_w2_backward, [&] {
+        linear::weight_grad(mat(dy, N, D), mat(m.shared_g, N, Sh), mat(G + t.sw2, D, Sh));
+        linear::input_grad(mat(dy, N, D), mat(W + t.sw2, D, Sh), mat(w.dtmp, N, Sh));
+      });
+      O* dab = w.dop;
+      in(ranges::swiglu_backward, [&] { swiglu_backward(w.dtmp, m.shared_ab, N, Sh, dab, r); });
+      in(ranges::gemm_w1_w3_backward, [&] {
+        linear::weight_grad(mat(dab, N, 2 * Sh), mat(s.h2, N, D), mat(G + t.sw1, 2 * Sh, D));
+        linear::input_grad(mat(dab, N, 2 * Sh), mat(W + t.sw1, 2 * Sh, D), mat(w.dtmp, N, D));
+      });
+    });
+  }
+  // The combine's: each row's dy (g_j dy_t, from the unrounded residual gradient), rounded into w.moe_dop
+  // for the experts' GEMMs, and each gate weight's gradient <dy_t, y_row>.
+  dweight.resize(static_cast<size_t>(N * cfg.top_k));
+  in(ranges::unpermute_backward, [&] {
+    S* dye = w.moe_gemm;
+    if constexpr (same_type) {
+      if (!rounds) dye = w.moe_dop;
+    }
+    moe::combine_rows_backward(w.dx, D, m.y, D, lay.row, mr.routing, D, dye, D, std::span<S>(dweight));
+    if (rounds)
+      each_expert(mr.routing, lay,
+                  [&](int64_t r0, int64_t n) { cast<O>(dye + r0 * D, w.moe_dop + r0 * D, n * D, r); });
+  });
+  in(ranges::experts_backward, [&] {
+    in(ranges::gemm_experts_w2_backward, [&] {
+      experts::weight_grad(in_rows(w.moe_dop, R, D), in_rows(m.g, R, De), stack(G + t.ew2, E, D, De),
+                           lay.m_indices);
+      experts::input_grad(in_rows(w.moe_dop, R, D), stack(W + t.ew2, E, D, De),
+                          out_rows(w.moe_gemm, R, De, De), lay.m_indices);
+    });
+    // d(a|b) into w.moe_dop (the rows' dy is consumed).
+    in(ranges::swiglu_backward, [&] {
+      each_expert(mr.routing, lay, [&](int64_t r0, int64_t n) {
+        swiglu_backward(w.moe_gemm + r0 * De, m.ab + r0 * 2 * De, n, De, w.moe_dop + r0 * 2 * De, r);
+      });
+    });
+    // dW1, dW3 per expert, and dx through w1 and w3 side by side in w.moe_gemm (summed by the permutation's
+    // backward: the grouped GEMMs do not accumulate).
+    in(ranges::gemm_experts_w1_w3_backward, [&] {
+      for (const int64_t half : {int64_t{0}, int64_t{1}}) {
+        const auto dab = in_rows(w.moe_dop + half * De, R, De, 2 * De);
+        experts::weight_grad(dab, in_rows(m.x, R, D), stack(G + (half ? t.ew3 : t.ew1), E, De, D),
+                             lay.m_indices);
+        experts::input_grad(dab, stack(W + (half ? t.ew3 : t.ew1), E, De, D),
+                            out_rows(w.moe_gemm + half * D, R, D, 2 * D), lay.m_indices);
+      }
+    });
+  });
+  // d h2 (+)= the sum over each token's rows of both halves.
+  in(ranges::permute_backward, [&] {
+    moe::combine_rows(w.moe_gemm, 2 * D, lay.row, {}, mr.routing, D, w.dtmp, D, Sh > 0);
+    moe::combine_rows(w.moe_gemm + D, 2 * D, lay.row, {}, mr.routing, D, w.dtmp, D, true);
+  });
+  // The router's logits: through the gate weights, and the auxiliary loss (scaled as the loss is).
+  const std::span<const S> logits(m.logits, static_cast<size_t>(N * E));
+  in(ranges::route_backward, [&] {
+    const std::span<S> dl(w.router_dlogits, static_cast<size_t>(N * E));
+    moe::gate_backward<S>(logits, mr.routing, dweight, dl);
+    if (cfg.balance == moe::Balance::aux && cfg.aux_loss_coef > 0)
+      moe::aux_loss_backward<S>(logits, mr.routing, cfg.aux_loss_coef, static_cast<double>(loss_scale), dl);
+  });
+  // In fp32, as the forward: dW_router += dlogits^T h2, d h2 += dlogits W_router.
+  in(ranges::gemm_router_backward, [&] {
+    linear::weight_grad(mat(w.router_dlogits, N, E), mat(router_input<O>(l, s, w), N, D),
+                        mat(G + t.router, E, D));
+    linear::nn(w.router_dlogits, params.data() + t.router, w.dtmp, N, D, E, E, D, D, true);
+  });
 }
 
 // ---- The public class ----
@@ -1074,7 +1174,6 @@ void TransformerLM<S>::backward(S loss_scale, const Observer& observer) {
         "backward: the forward pass ran without targets, so there is no loss to differentiate");
   check(std::isfinite(static_cast<double>(loss_scale)) && loss_scale > 0,
         "loss_scale: must be finite and > 0, got {}", static_cast<double>(loss_scale));
-  check(!impl_->cfg.is_moe(), "backward: the MoE block's backward is not built yet (issue 40)");
   impl_->forward_done = false;
   if constexpr (std::is_same_v<S, double>) {
     impl_->template backward_pass<double>(loss_scale, observer);

@@ -219,6 +219,10 @@ std::vector<int32_t> tokens(int64_t n, int64_t vocab, uint32_t seed) {
   return t;
 }
 
+bool attention_tensor(const std::string& name) {
+  return name.find(".attn.") != std::string::npos || name.find(".ln1.") != std::string::npos;
+}
+
 // A model's weights for the reference comparison: initialised, norms away from 1, and every attention
 // output projection zero; with balance bias, router biases that change some choices.
 template <typename S>
@@ -260,7 +264,7 @@ std::vector<std::vector<double>> biases_of(rm::TransformerLM<double>& m) {
   return b;
 }
 
-// The reference's loss, logits and counts (and, with the backward, every parameter's gradient).
+// The reference's loss, logits, counts and every parameter's gradient.
 struct Reference {
   double loss = 0, aux = 0;
   std::vector<double> logits;
@@ -276,6 +280,13 @@ Reference reference_of(rm::TransformerLM<double>& m, const std::vector<int32_t>&
   r.aux = base.aux.v;
   for (const Dual& v : base.logits) r.logits.push_back(v.v);
   r.counts = base.counts;
+  for (const auto& t : m.tensors()) {
+    auto& g = r.grad[t.name];
+    for (int64_t i = 0; i < t.numel; ++i)
+      g.push_back(attention_tensor(t.name)
+                      ? 0.0
+                      : reference(m.config(), params_of(m, t.name, i), biases, x, y).loss.d);
+  }
   return r;
 }
 
@@ -374,56 +385,168 @@ double fp32_bound(const rm::ModelConfig& c, int64_t n) {
 
 }  // namespace
 
-// The fp64 model and the fp32 model (every ISA path, both attention paths) against the reference's
-// forward, in both gates, both balances, with and without shared experts, MoE in every layer or one,
-// top-k 1 and E: loss, auxiliary loss, logits and the routing's counts. The fp64 model agrees to
-// rounding; the fp32 model to the dense model's fp32 bound.
-TEST(MoeBlock, ForwardMatchesTheReferenceInBothGatesAndBalances) {
+// The fp64 model and the fp32 model (every ISA path, both attention paths) against the reference, in
+// both gates, both balances, with and without shared experts, MoE in every layer or one: loss, auxiliary
+// loss, logits, the routing's counts and every gradient. The fp64 model agrees to rounding (1e-9 of each
+// tensor's scale, where a wrong term is O(1)); the fp32 model to the dense model's fp32 bound.
+TEST(MoeBlock, MatchesTheReferenceInBothGatesAndBalances) {
   const int64_t B = 2, T = 7, N = B * T;
   for (const Variant& v : variants()) {
     SCOPED_TRACE(v.name);
     Case k(config_of(v), N);
+    const rm::ModelConfig& cfg = k.cfg;
+    const std::vector<int32_t>&x = k.x, &y = k.y;
     const Reference& ref = k.ref;
+    rm::TransformerLM<double>& m64 = k.m64;
     if (v.balance == rm::moe::Balance::aux) {
       EXPECT_GT(ref.aux, 0.0);
     }
-    const double loss64 = k.m64.forward(k.x.data(), k.y.data(), B, T);
-    EXPECT_LE(rel_err(k.m64.logits(), ref.logits), 1e-12);
+
+    m64.zero_grad();
+    const double loss64 = m64.forward(x.data(), y.data(), B, T);
+    EXPECT_LE(rel_err(m64.logits(), ref.logits), 1e-12);  // before backward turns them into dlogits
+    m64.backward();
     EXPECT_NEAR(loss64, ref.loss, 1e-12 * std::abs(ref.loss));
-    EXPECT_NEAR(k.m64.aux_loss(), ref.aux, 1e-12);
-    EXPECT_EQ(counts_of(k.m64), ref.counts);
-    const double bound = fp32_bound(k.cfg, N);
+    EXPECT_NEAR(m64.aux_loss(), ref.aux, 1e-12);
+    EXPECT_EQ(counts_of(m64), ref.counts);
+    for (const auto& t : m64.tensors()) {
+      if (t.name.find("attn.output_proj") != std::string::npos) continue;  // the reference has no attention
+      const auto& g = ref.grad.at(t.name);
+      EXPECT_LE(rel_err<double>(m64.grad(t.name), g), 1e-9) << t.name;
+      if (!attention_tensor(t.name)) {
+        const double scale = std::abs(*std::max_element(
+            g.begin(), g.end(), [](double a, double b) { return std::abs(a) < std::abs(b); }));
+        EXPECT_GT(scale, 0.0) << t.name << ": the reference's gradient is zero, the case tests nothing";
+      }
+    }
+
+    const double bound = fp32_bound(cfg, N);
     const auto saved = ridge::cpu::active_isa();
     for (const auto isa : ridge::cpu::supported_isas()) {
       ridge::cpu::set_isa(isa);
       for (const auto path : {rm::AttentionPath::flash, rm::AttentionPath::math}) {
         SCOPED_TRACE(std::string(ridge::cpu::isa_name(isa)) + " " + rm::attention_path_name(path));
         rm::TransformerLM<float> m = k.model(rm::Precision::fp32, path);
-        const float loss = m.forward(k.x.data(), k.y.data(), B, T);
+        m.zero_grad();
+        const float loss = m.forward(x.data(), y.data(), B, T);
         EXPECT_LE(rel_err(m.logits(), ref.logits), bound);
+        m.backward();
         EXPECT_NEAR(loss, ref.loss, bound * std::abs(ref.loss));
         EXPECT_EQ(counts_of(m), ref.counts);
+        for (const auto& t : m.tensors()) {
+          if (t.name.find("attn.output_proj") == std::string::npos) {
+            EXPECT_LE(rel_err<float>(m.grad(t.name), ref.grad.at(t.name)), bound) << t.name;
+          }
+        }
       }
     }
     ridge::cpu::set_isa(saved);
-    // bf16 and fp16 operands, by DeepGEMM's calc_diff (below 1e-3: rounded at some 20 points of a layer's
-    // chain, each tensor's relative error stays below 20u = 4%), routed as the reference routes.
+  }
+}
+
+// bf16 and fp16 operands against the fp64 reference, with DeepGEMM's metric: the operands are rounded
+// (u = 2^-9 for bf16, 2^-11 for fp16) at some 20 points of a layer's chain, so a tensor's relative error
+// stays below 20u = 4% and calc_diff ~ (relative error)^2 / 2 below 1e-3. The routing must be the
+// reference's (the test's weights leave no choice within rounding of a tie), and bf16 must differ from
+// the reference by more than fp32 does, or it rounded nothing.
+TEST(MoeBlock, Bf16AndFp16MatchTheReferenceByCalcDiff) {
+  const int64_t B = 2, T = 7, N = B * T;
+  for (const Variant& v : variants()) {
+    SCOPED_TRACE(v.name);
+    Case k(config_of(v), N);
+    const Reference& ref = k.ref;
     for (const auto p : {rm::Precision::bf16, rm::Precision::fp16}) {
       SCOPED_TRACE(rm::precision_name(p));
       rm::TransformerLM<float> m = k.model(p);
+      m.zero_grad();
       const float loss = m.forward(k.x.data(), k.y.data(), B, T);
       EXPECT_LE(calc_diff(m.logits(), ref.logits), 1e-3);
       EXPECT_GT(rel_err(m.logits(), ref.logits), 1e-4) << "the operands were not rounded";
+      m.backward();
+      ASSERT_EQ(counts_of(m), ref.counts);
       EXPECT_NEAR(loss, ref.loss, 0.04 * std::abs(ref.loss));
-      EXPECT_EQ(counts_of(m), ref.counts);
+      for (const auto& t : m.tensors()) {
+        if (!attention_tensor(t.name)) {
+          EXPECT_LE(calc_diff<float>(m.grad(t.name), ref.grad.at(t.name)), 1e-3) << t.name;
+        }
+      }
     }
   }
 }
 
-// The memory estimate counts what an MoE forward allocates: each region exactly (a dense layer's block,
-// an MoE layer's with the worst-case rows of the layout, the workspace). The experts' row alignment is
-// the grouped GEMMs'.
-TEST(MoeBlock, RegionsAreWhatTheEstimateCounts) {
+// Routing through the whole block when one expert takes every token (its router row the only one that
+// reads a coordinate every token has positive) and the others none: the empty experts' gradients are
+// zero, the reference's too, and the load is E / k.
+TEST(MoeBlock, OneExpertTakesEveryTokenAndTheOthersNone) {
+  const int64_t B = 2, T = 7, N = B * T;
+  for (const auto gate : {rm::moe::Gate::softmax, rm::moe::Gate::sigmoid}) {
+    SCOPED_TRACE(rm::moe::gate_name(gate));
+    rm::ModelConfig cfg = moe_config();
+    cfg.num_layers = 1, cfg.top_k = 1, cfg.router = gate;
+    const auto x = tokens(N, cfg.vocab_size, 7), y = tokens(N, cfg.vocab_size, 8);
+    rm::TransformerLM<double> m64(cfg);
+    prepare(m64, 9);
+    auto emb = m64.param("token_embeddings.weight");
+    for (int64_t v = 0; v < cfg.vocab_size; ++v) emb[static_cast<size_t>(v * cfg.d_model)] = 3.0;
+    for (auto& w : m64.param("layers.0.ln2.weight")) w = 1.0;
+    auto router = m64.param("layers.0.ffn.router.weight");
+    std::fill(router.begin(), router.end(), 0.0);
+    router[static_cast<size_t>(2 * cfg.d_model)] = 4.0;  // expert 2 reads coordinate 0
+    const Reference ref = reference_of(m64, x, y);
+    ASSERT_EQ(ref.counts, (std::vector<std::vector<int64_t>>{{0, 0, N, 0}}));
+    rm::TransformerLM<float> m(cfg);
+    for (size_t i = 0; i < m.params().size(); ++i) m.params()[i] = static_cast<float>(m64.params()[i]);
+    m.zero_grad();
+    const float loss = m.forward(x.data(), y.data(), B, T);
+    m.backward();
+    EXPECT_EQ(counts_of(m), ref.counts);
+    EXPECT_DOUBLE_EQ(m.moe_stats()[0].load_imbalance, 4.0);
+    const double bound = fp32_bound(cfg, N);
+    EXPECT_NEAR(loss, ref.loss, bound * std::abs(ref.loss));
+    for (const auto& t : m.tensors()) {
+      if (!attention_tensor(t.name)) {
+        EXPECT_LE(rel_err<float>(m.grad(t.name), ref.grad.at(t.name)), bound) << t.name;
+      }
+    }
+    // Expert 0's weights took no token: their gradient is exactly zero.
+    const auto g1 = m.grad("layers.0.ffn.experts.w1.weight");
+    const int64_t per = cfg.expert_width() * cfg.d_model;
+    EXPECT_TRUE(std::all_of(g1.begin(), g1.begin() + per, [](float v) { return v == 0.0f; }));
+  }
+}
+
+// The same bits at 1 and 2 threads: loss, logits and every gradient.
+TEST(MoeBlock, ThreadCountDoesNotChangeTheBits) {
+  rm::ModelConfig cfg = config_of(variants()[0]);
+  cfg.context_length = 24;
+  const auto x = tokens(3 * 24, cfg.vocab_size, 5), y = tokens(3 * 24, cfg.vocab_size, 6);
+  std::vector<std::vector<float>> grads, logits;
+  std::vector<float> losses;
+  const int saved = ridge::get_num_threads();
+  for (const auto p : {rm::Precision::fp32, rm::Precision::bf16})
+    for (int threads : {1, 2}) {
+      ridge::set_num_threads(threads);
+      rm::TransformerLM<float> m(cfg, p);
+      m.init(2);
+      m.zero_grad();
+      losses.push_back(m.forward(x.data(), y.data(), 3, 24));
+      logits.emplace_back(m.logits().begin(), m.logits().end());
+      m.backward();
+      grads.emplace_back(m.grads().begin(), m.grads().end());
+    }
+  ridge::set_num_threads(saved);
+  for (size_t i : {size_t{0}, size_t{2}}) {
+    EXPECT_EQ(losses[i], losses[i + 1]);
+    EXPECT_TRUE(logits[i] == logits[i + 1]);
+    EXPECT_TRUE(grads[i] == grads[i + 1]);
+  }
+}
+
+// The memory estimate counts what an MoE step allocates: each region exactly (a dense layer's block,
+// an MoE layer's with the worst-case rows of the layout, the workspace), and the step's peak within
+// the kernels' scratch of the total, which adds the routing's arrays. The experts' row alignment is the
+// grouped GEMMs'.
+TEST(MoeBlock, MemoryEstimateIsWhatTheModelAllocates) {
   EXPECT_EQ(ridge::roofline::kExpertRowAlignment, ridge::gemm::m_alignment_for_contiguous_layout());
   for (const auto p : {rm::Precision::fp32, rm::Precision::bf16, rm::Precision::fp16})
     for (const int64_t shared : {0, 2}) {
@@ -431,17 +554,28 @@ TEST(MoeBlock, RegionsAreWhatTheEstimateCounts) {
       c.vocab_size = 97, c.context_length = 24, c.d_model = 64, c.num_heads = 4, c.d_ff = 160,
       c.num_layers = 3;
       c.num_experts = 8, c.d_expert = 40, c.num_shared_experts = shared, c.moe_layers = {0, 2};
+      c.balance = shared ? rm::moe::Balance::bias : rm::moe::Balance::aux;
+      rm::TrainConfig t;
+      t.batch = 2, t.seq = 24, t.precision = p;
+      const auto est = rm::step_memory(c, t.batch, t.seq, p);
       SCOPED_TRACE(std::string(rm::precision_name(p)) + " shared " + std::to_string(shared));
-      const auto est = rm::step_memory(c, 2, 24, p);
       EXPECT_EQ(est.moe_layers, 2);
+      EXPECT_GT(est.per_moe_layer, 0.0);
       EXPECT_GT(est.routing, 0.0);
-      rm::TransformerLM<float> model(c, p);
-      model.init(1);
-      const auto x = tokens(48, c.vocab_size, 1), y = tokens(48, c.vocab_size, 2);
-      model.forward(x.data(), y.data(), 2, 24);
-      EXPECT_EQ(static_cast<double>(model.params().size() * sizeof(float)), est.parameters);
-      EXPECT_EQ(static_cast<double>(model.activation_bytes()), est.activations());
-      EXPECT_EQ(static_cast<double>(model.workspace_bytes()), est.workspace);
+      const int64_t base = ridge::memory::current_bytes();
+      ridge::memory::reset_peak();
+      {
+        rm::Trainer trainer(c, t);
+        const auto x = tokens(48, c.vocab_size, 1), y = tokens(48, c.vocab_size, 2);
+        trainer.step(x.data(), y.data());
+        const auto& model = trainer.model();
+        EXPECT_EQ(static_cast<double>(model.params().size() * sizeof(float)), est.parameters);
+        EXPECT_EQ(static_cast<double>(model.activation_bytes()), est.activations());
+        EXPECT_EQ(static_cast<double>(model.workspace_bytes()), est.workspace);
+      }
+      const double peak = static_cast<double>(ridge::memory::peak_bytes() - base);
+      EXPECT_GE(peak, est.total() - est.routing);
+      EXPECT_LE(peak, est.total() * 1.15 + (1 << 20)) << "peak " << peak << " estimate " << est.total();
     }
 }
 
