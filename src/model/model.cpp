@@ -1074,6 +1074,24 @@ std::span<S> TransformerLM<S>::state() {
 }
 
 template <typename S>
+void TransformerLM<S>::update_router_bias(std::span<const int64_t> counts, int64_t tokens) {
+  const ModelConfig& c = impl_->cfg;
+  const int64_t E = c.num_experts, layers = c.num_moe_layers();
+  check_arg(static_cast<int64_t>(counts.size()) == layers * E, "counts",
+            "{} values for {} MoE layers x {} experts", counts.size(), layers, E);
+  check_arg(tokens >= 0, "tokens", "{} is negative", tokens);
+  if (c.balance != moe::Balance::bias || c.bias_update_speed == 0) return;
+  int64_t at = 0;
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    if (!c.moe_layer(l)) continue;
+    const int64_t b = impl_->moe_offsets[static_cast<size_t>(l)].bias;
+    moe::update_bias<S>(counts.subspan(static_cast<size_t>(at * E), static_cast<size_t>(E)), tokens, c.top_k,
+                        c.bias_update_speed, std::span<S>(impl_->state.data() + b, static_cast<size_t>(E)));
+    ++at;
+  }
+}
+
+template <typename S>
 void TransformerLM<S>::init(uint64_t seed) {
   InitRng rng{seed};
   // Tensors are filled in state_dict order (embedding first, then layer by layer), not in the flat

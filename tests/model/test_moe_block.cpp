@@ -542,6 +542,95 @@ TEST(MoeBlock, ThreadCountDoesNotChangeTheBits) {
   }
 }
 
+// A few steps of a tiny MoE model on one batch lower its loss, under either balance; under balance
+// bias each step moves every router bias by the speed towards balance, from that step's counts
+// (DeepSeek-V3: b_e += speed * sign(mean - c_e)), and reports the load of each MoE layer.
+TEST(MoeBlock, TrainingLowersTheLossAndTheBiasFollowsTheCounts) {
+  for (const auto balance : {rm::moe::Balance::aux, rm::moe::Balance::bias}) {
+    SCOPED_TRACE(rm::moe::balance_name(balance));
+    rm::ModelConfig cfg = moe_config();
+    cfg.context_length = 16, cfg.num_shared_experts = 1, cfg.balance = balance, cfg.bias_update_speed = 0.01;
+    rm::TrainConfig t;
+    t.batch = 2, t.seq = 16, t.lr_max = 1e-2;
+    rm::Trainer tr(cfg, t);
+    const auto x = tokens(32, cfg.vocab_size, 11), y = tokens(32, cfg.vocab_size, 12);
+    double first = 0, last = 0;
+    for (int s = 0; s < 30; ++s) {
+      const std::vector<float> before(tr.model().state().begin(), tr.model().state().end());
+      const rm::StepResult r = tr.step(x.data(), y.data());
+      if (s == 0) first = r.loss;
+      last = r.loss;
+      const auto stats = tr.model().moe_stats();
+      ASSERT_EQ(r.expert_load.size(), stats.size());
+      for (size_t l = 0; l < stats.size(); ++l) EXPECT_DOUBLE_EQ(r.expert_load[l], stats[l].load_imbalance);
+      if (balance == rm::moe::Balance::aux) {
+        EXPECT_GT(r.aux_loss, 0.0);
+        EXPECT_EQ(tr.model().state().size(), 0u);
+        continue;
+      }
+      EXPECT_EQ(r.aux_loss, 0.0);
+      ASSERT_EQ(tr.model().state().size(), stats.size() * 4);
+      const double mean = 32.0 * cfg.top_k / 4;
+      for (size_t l = 0; l < stats.size(); ++l)
+        for (size_t e = 0; e < 4; ++e) {
+          const double cnt = static_cast<double>(stats[l].count[e]);
+          const double sign = cnt < mean ? 1 : cnt > mean ? -1 : 0;
+          EXPECT_EQ(tr.model().state()[l * 4 + e], static_cast<float>(before[l * 4 + e] + 0.01 * sign));
+        }
+    }
+    EXPECT_LT(last, 0.7 * first) << "first " << first << " last " << last;
+  }
+}
+
+// Save, load into a fresh trainer: the same logits, the router biases included; a dense checkpoint in an
+// MoE model and the reverse are refused naming num_experts, another top_k naming top_k.
+TEST(MoeBlock, CheckpointsRoundTripAndRefuseAnotherModel) {
+  ridge::test::TempDir dir;
+  rm::ModelConfig cfg = moe_config();
+  cfg.context_length = 8, cfg.balance = rm::moe::Balance::bias, cfg.num_shared_experts = 1,
+  cfg.moe_layers = {1};
+  rm::TrainConfig t;
+  t.batch = 2, t.seq = 8;
+  const auto x = tokens(16, cfg.vocab_size, 1), y = tokens(16, cfg.vocab_size, 2);
+  rm::Trainer a(cfg, t);
+  for (int s = 0; s < 3; ++s) a.step(x.data(), y.data());
+  ASSERT_TRUE(
+      std::any_of(a.model().state().begin(), a.model().state().end(), [](float b) { return b != 0; }));
+  const std::string path = dir.file("moe.safetensors");
+  a.save(path);
+  rm::Trainer b(cfg, t);
+  b.load(path);
+  EXPECT_TRUE(std::equal(a.model().state().begin(), a.model().state().end(), b.model().state().begin()));
+  a.model().forward(x.data(), nullptr, 2, 8);
+  b.model().forward(x.data(), nullptr, 2, 8);
+  EXPECT_TRUE(std::equal(a.model().logits().begin(), a.model().logits().end(), b.model().logits().begin()));
+  EXPECT_EQ(rm::checkpoint_config(path), cfg);
+
+  auto refused_naming = [&](const rm::ModelConfig& other, const std::string& field, const std::string& file) {
+    rm::Trainer o(other, t);
+    try {
+      o.load(file);
+      ADD_FAILURE() << "loaded a checkpoint of another model";
+    } catch (const ridge::Error& e) {
+      EXPECT_EQ(std::string(e.what()).rfind(field + ":", 0), 0u) << e.what();
+    }
+  };
+  rm::ModelConfig dense = cfg;
+  dense.num_experts = dense.top_k = dense.num_shared_experts = dense.d_expert = 0;
+  dense.moe_layers.clear();
+  refused_naming(dense, "num_experts", path);
+  rm::Trainer d(dense, t);
+  const std::string dense_path = dir.file("dense.safetensors");
+  d.save(dense_path);
+  refused_naming(cfg, "num_experts", dense_path);
+  rm::ModelConfig k1 = cfg;
+  k1.top_k = 1;
+  refused_naming(k1, "top_k", path);
+  rm::ModelConfig aux = cfg;
+  aux.balance = rm::moe::Balance::aux;
+  refused_naming(aux, "balance", path);
+}
+
 // The memory estimate counts what an MoE step allocates: each region exactly (a dense layer's block,
 // an MoE layer's with the worst-case rows of the layout, the workspace), and the step's peak within
 // the kernels' scratch of the total, which adds the routing's arrays. The experts' row alignment is the

@@ -16,7 +16,7 @@
 // their gate weights g_j (ridge/model/moe.hpp), each expert and the shared experts SwiGLUs; the experts
 // run as grouped GEMMs over the tokens permuted into DeepGEMM's contiguous layout. The loss forward
 // returns adds each MoE layer's auxiliary loss (balance aux); balance bias keeps a router bias per MoE
-// layer (state_tensors()).
+// layer (state_tensors()) that update_router_bias moves after each step.
 //
 // Precision (which operation runs in which dtype; docs/model.md has the full table):
 //   fp32: everything in fp32.
@@ -134,6 +134,12 @@ class TransformerLM {
   // The auxiliary losses of the last forward with targets, summed over the MoE layers: the part of the
   // loss forward returned that is not cross-entropy (0 for a dense model and under balance bias).
   double aux_loss() const;
+  // The auxiliary-loss-free balance after a step: each MoE layer's bias moves by bias_update_speed
+  // towards balance (moe::update_bias) from `counts`, the layers' counts one after another (E each, as
+  // moe_stats gives them, or their sums over data-parallel workers) for `tokens` tokens. ridge::Error
+  // naming `counts` or `tokens` unless they fit the model; nothing to do without balance bias or at
+  // speed 0.
+  void update_router_bias(std::span<const int64_t> counts, int64_t tokens);
 
   // Bytes held for activations and workspace by the last forward (what the memory profiler tags
   // "activations" and "workspace").
