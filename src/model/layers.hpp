@@ -158,6 +158,15 @@ void rmsnorm_forward(const S* x, const S* w, int64_t n, int64_t d, S eps, S* rst
     }
   }
 }
+// The forward's output again, unrounded, from its saved 1/rms: y = x * rstd * w, formed as
+// rmsnorm_forward forms it (the fp32 router's input where the operands are rounded).
+template <typename S>
+void rmsnorm_apply(const S* x, const S* w, const S* rstd, int64_t n, int64_t d, S* y) {
+  const int nt = get_num_threads();
+#pragma omp parallel for num_threads(nt) schedule(static) if (n * d >= kParallelMin)
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < d; ++j) y[i * d + j] = x[i * d + j] * rstd[i] * w[j];
+}
 // dx (+)= rstd * (dxh - xh * mean(dxh * xh)) with xh = x * rstd, dxh = dy * w; dw += sum_i dy * xh.
 // `accumulate` adds dx into the residual gradient the caller passes. With `dx_op`, the final dx is
 // also written rounded to the operand type, for the next GEMM, in the same pass.

@@ -1,6 +1,7 @@
 // The Transformer LM: parameter layout, initialisation, and the forward and backward passes written
 // out layer by layer over explicit buffers. The elementwise layers are in layers.hpp, the GEMMs in
-// linear.hpp; this file is the wiring, readable top to bottom as the model's math.
+// linear.hpp (the MoE experts' grouped ones in expert_gemm.hpp), the routing in moe.hpp; this file is
+// the wiring, readable top to bottom as the model's math.
 #include "ridge/model/model.hpp"
 
 #include <algorithm>
@@ -11,12 +12,14 @@
 #include <type_traits>
 #include <utility>
 
+#include "model/expert_gemm.hpp"
 #include "model/layers.hpp"
 #include "model/linear.hpp"
 #include "ridge/attention.hpp"
 #include "ridge/bench/trace.hpp"
 #include "ridge/core/error.hpp"
 #include "ridge/core/memory.hpp"
+#include "ridge/model/moe.hpp"
 #include "ridge/model/ranges.hpp"
 #include "ridge/model/roofline.hpp"
 #include "ridge/roofline/model_buffers.hpp"
@@ -98,6 +101,29 @@ ElemOf<S, O, b>* get(const Region& r) {
   return r.template at<ElemOf<S, O, b>>(b);
 }
 
+// The experts' grouped GEMMs' operands: rows x cols of a row-major buffer (rows ld apart), and a stack
+// of G matrices [G, rows, cols] (the stacked experts' weights, or their gradients).
+template <typename T>
+MatrixView<const T> in_rows(const T* p, int64_t rows, int64_t cols, int64_t ld = -1) {
+  return {p, rows, cols, ld < 0 ? cols : ld};
+}
+template <typename T>
+MatrixView<T> out_rows(T* p, int64_t rows, int64_t cols, int64_t ld) {
+  return {p, rows, cols, ld};
+}
+template <typename T>
+TensorView<T> stack(T* p, int64_t g, int64_t rows, int64_t cols) {
+  return TensorView<T>::contiguous(p, {g, rows, cols});
+}
+// Runs f(first row, rows) over each expert's rows of the contiguous layout. The padding rows are never
+// touched: what the grouped GEMMs leave in them is not defined.
+template <typename V, typename F>
+void each_expert(const moe::BasicRouting<V>& r, const moe::ContiguousLayout& lay, F&& f) {
+  for (int64_t e = 0; e < r.experts; ++e)
+    if (r.count[static_cast<size_t>(e)] > 0)
+      f(lay.offset[static_cast<size_t>(e)], r.count[static_cast<size_t>(e)]);
+}
+
 // Runs `f` inside the trace range `r`.
 template <typename F>
 void in(const ranges::Name& r, F&& f) {
@@ -130,6 +156,16 @@ struct LayerActs {
         ab(get<S, O, Buf::ab>(r)),
         g(get<S, O, Buf::g>(r)) {}
 };
+// An MoE layer's own buffers (its block holds the attention block's and h2 as LayerActs views them):
+// MoeActs<S, O>{region}.
+template <typename S, typename O>
+struct MoeActs {
+  const Region& r;
+  S* logits = get<S, O, Buf::router_logits>(r);  // [N, E]
+  S* y = get<S, O, Buf::moe_y>(r);               // [R, D], and below the operand-type ones
+  O *x = get<S, O, Buf::moe_x>(r), *ab = get<S, O, Buf::moe_ab>(r), *g = get<S, O, Buf::moe_g>(r);
+  O *shared_ab = get<S, O, Buf::shared_ab>(r), *shared_g = get<S, O, Buf::shared_g>(r);
+};
 template <typename S, typename O>
 struct FinalActs {
   S *x, *rstd, *logits, *lse;
@@ -143,16 +179,19 @@ struct FinalActs {
 };
 template <typename S, typename O>
 struct Work {
-  S *gemm, *dx, *dtmp, *dattn;
-  O *dop, *dqkv, *dout;
+  S *gemm, *dx, *dtmp, *dattn, *moe_gemm, *router_dlogits;
+  O *dop, *dqkv, *dout, *moe_dop;
   explicit Work(const Region& r)
       : gemm(get<S, O, Buf::gemm>(r)),
         dx(get<S, O, Buf::dx>(r)),
         dtmp(get<S, O, Buf::dtmp>(r)),
         dattn(get<S, O, Buf::dattn>(r)),
+        moe_gemm(get<S, O, Buf::moe_gemm>(r)),
+        router_dlogits(get<S, O, Buf::router_dlogits>(r)),
         dop(get<S, O, Buf::dop>(r)),
         dqkv(get<S, O, Buf::dqkv>(r)),
-        dout(get<S, O, Buf::dout>(r)) {}
+        dout(get<S, O, Buf::dout>(r)),
+        moe_dop(get<S, O, Buf::moe_dop>(r)) {}
 };
 
 template <typename S>
@@ -185,11 +224,29 @@ struct TransformerLM<S>::Impl {
   std::vector<int32_t> cu;
   int64_t longest = 0;
 
-  // Per-layer offsets into the flat buffers.
+  // Per-layer offsets into the flat buffers (w2, w1, w3 -1 in an MoE layer).
   struct LayerTensors {
     int64_t w2, w1, w3, ln2, wo, wq, wk, wv, ln1;
   };
   std::vector<LayerTensors> layer_offsets;
+  // An MoE layer's: the router, the stacked experts' w1, w2, w3 and the shared experts' (-1 without
+  // them; shared w1 and w3 are adjacent, one [2S, D] matrix); its bias's offset into `state` (-1 unless
+  // balance bias).
+  struct MoeTensors {
+    int64_t router = -1, ew1 = -1, ew2 = -1, ew3 = -1, sw1 = -1, sw2 = -1, bias = -1;
+  };
+  std::vector<MoeTensors> moe_offsets;
+  // Non-trained state: the router biases.
+  std::vector<TensorInfo> state_tensors;
+  Buffer<S> state;
+  // Each MoE layer's routing in the last forward (the backward reads it), and its auxiliary loss.
+  struct MoeRoute {
+    moe::BasicRouting<S> routing;
+    moe::ContiguousLayout layout;
+    double aux = 0;
+  };
+  std::vector<MoeRoute> moe_route;
+  std::vector<S> dweight;  // the backward's gradients of one layer's gate weights [N * k]
   int64_t off_lm_head = 0, off_ln_final = 0, off_embedding = 0;
   // A q|k|v row (ridge/roofline/model_buffers.hpp): q's num_heads heads, then k's and v's kv_heads()
   // heads, d_head each: D + 2 Dkv wide, Dkv = kv_heads() * d_head (= D without grouped-query attention).
@@ -218,16 +275,54 @@ struct TransformerLM<S>::Impl {
     group_begin.push_back(static_cast<int>(tensors.size()));
 
     layer_offsets.resize(static_cast<size_t>(cfg.num_layers));
+    moe_offsets.resize(static_cast<size_t>(cfg.num_layers));
+    moe_route.resize(static_cast<size_t>(cfg.num_layers));
     for (int64_t l = 0; l < cfg.num_layers; ++l) {
       const std::string p = "layers." + std::to_string(l) + ".";
-      layer_offsets[static_cast<size_t>(l)] = {
-          off(p + "ffn.w2.weight"),      off(p + "ffn.w1.weight"),           off(p + "ffn.w3.weight"),
-          off(p + "ln2.weight"),         off(p + "attn.output_proj.weight"), off(p + "attn.q_proj.weight"),
-          off(p + "attn.k_proj.weight"), off(p + "attn.v_proj.weight"),      off(p + "ln1.weight")};
+      const bool moe = cfg.moe_layer(l);
+      if (moe) moe_offsets[static_cast<size_t>(l)] = moe_layout(l);
+      layer_offsets[static_cast<size_t>(l)] = {moe ? -1 : off(p + "ffn.w2.weight"),
+                                               moe ? -1 : off(p + "ffn.w1.weight"),
+                                               moe ? -1 : off(p + "ffn.w3.weight"),
+                                               off(p + "ln2.weight"),
+                                               off(p + "attn.output_proj.weight"),
+                                               off(p + "attn.q_proj.weight"),
+                                               off(p + "attn.k_proj.weight"),
+                                               off(p + "attn.v_proj.weight"),
+                                               off(p + "ln1.weight")};
     }
     off_lm_head = off("lm_head.weight");
     off_ln_final = off("ln_final.weight");
     off_embedding = off("token_embeddings.weight");
+  }
+  // The MoE layers' tensors and router biases (called by layout() for a layer whose FFN is MoE).
+  MoeTensors moe_layout(int64_t l) {
+    const std::string p = "layers." + std::to_string(l) + ".ffn.";
+    MoeTensors m;
+    m.router = off(p + "router.weight");
+    m.ew1 = off(p + "experts.w1.weight");
+    m.ew2 = off(p + "experts.w2.weight");
+    m.ew3 = off(p + "experts.w3.weight");
+    if (cfg.num_shared_experts > 0) {
+      m.sw1 = off(p + "shared.w1.weight");
+      m.sw2 = off(p + "shared.w2.weight");
+    }
+    if (cfg.balance == moe::Balance::bias) {
+      TensorInfo t;
+      t.name = p + "router.bias";
+      t.shape = {cfg.num_experts};
+      t.numel = cfg.num_experts;
+      t.offset = state_tensors.empty() ? 0 : state_tensors.back().offset + state_tensors.back().numel;
+      m.bias = t.offset;
+      state_tensors.push_back(std::move(t));
+    }
+    return m;
+  }
+  // Layer l's router bias, or none.
+  std::span<const S> router_bias(int64_t l) const {
+    const int64_t b = moe_offsets[static_cast<size_t>(l)].bias;
+    if (b < 0) return {};
+    return {state.data() + b, static_cast<size_t>(cfg.num_experts)};
   }
 
   // ---- The passes, for one operand type O ----
@@ -245,6 +340,43 @@ struct TransformerLM<S>::Impl {
   void attention_forward(const LayerActs<S, O>& s, const Work<S, O>& w);
   template <typename O>
   void attention_backward(const LayerActs<S, O>& s, const Work<S, O>& w, const O* dout, O* dqkv);
+  // What an MoE layer's forward and its backward both read: the sizes (N tokens, D, E experts of width
+  // De, shared width Sh), the layer's tensors, its own buffers and its routing.
+  template <typename O>
+  struct MoeLayer {
+    int64_t N, D, E, De, Sh;
+    const MoeTensors& t;
+    MoeActs<S, O> m;
+    MoeRoute& mr;
+  };
+  template <typename O>
+  MoeLayer<O> moe_layer(int64_t l) {
+    const auto i = static_cast<size_t>(l);
+    return {batch * seq,
+            cfg.d_model,
+            cfg.num_experts,
+            cfg.expert_width(),
+            cfg.shared_width(),
+            moe_offsets[i],
+            MoeActs<S, O>{layer_acts[i]},
+            moe_route[i]};
+  }
+  template <typename O>
+  void moe_forward(int64_t l, const LayerActs<S, O>& s, const Work<S, O>& w, S* next);
+  // The router's input: h2 unrounded, in the state type (the router runs in fp32 whatever the operand
+  // precision, as DeepSeek-V3 keeps its gate): h2 itself where it is not rounded, else formed again
+  // from x_mid into the GEMM workspace (free in an MoE layer's routing, forward and backward).
+  template <typename O>
+  const S* router_input(int64_t l, const LayerActs<S, O>& s, const Work<S, O>& w) const {
+    if constexpr (std::is_same_v<O, S>) {
+      if (round() == layers::Round::none) return s.h2;
+    }
+    layers::rmsnorm_apply(s.x_mid, params.data() + layer_offsets[static_cast<size_t>(l)].ln2, s.rstd2,
+                          batch * seq, cfg.d_model, w.gemm);
+    return w.gemm;
+  }
+  template <typename O>
+  void moe_backward(int64_t l, const LayerActs<S, O>& s, const Work<S, O>& w, const O* dy, S loss_scale);
 
   layers::Round round() const {
     return precision == Precision::fp16 ? layers::Round::fp16 : layers::Round::none;
@@ -302,9 +434,11 @@ void TransformerLM<S>::Impl::allocate(int64_t B, int64_t T) {
   const rr::ModelShape m = shape(B, T);
   layer_acts.clear();
   layer_acts.resize(static_cast<size_t>(cfg.num_layers));
-  for (int64_t l = 0; l < cfg.num_layers; ++l)
-    layer_acts[static_cast<size_t>(l)].allocate(rr::Region::layer, m, sizeof(S), sizeof(O),
-                                                fmt::format("{}.{}", rr::region_tag(rr::Region::layer), l));
+  for (int64_t l = 0; l < cfg.num_layers; ++l) {
+    const rr::Region r = cfg.moe_layer(l) ? rr::Region::moe_layer : rr::Region::layer;
+    layer_acts[static_cast<size_t>(l)].allocate(r, m, sizeof(S), sizeof(O),
+                                                fmt::format("{}.{}", rr::region_tag(r), l));
+  }
   final_acts.allocate(rr::Region::final, m, sizeof(S), sizeof(O), rr::region_tag(rr::Region::final));
   work.allocate(rr::Region::workspace, m, sizeof(S), sizeof(O), rr::region_tag(rr::Region::workspace));
   layers::rope_tables<S>(T, cfg.d_head(), cfg.rope_theta, rope_cos, rope_sin);
@@ -479,11 +613,16 @@ void TransformerLM<S>::Impl::forward_pass(const int32_t* tokens, int64_t B, int6
     in(ranges::ffn_block, [&] {
       in(ranges::norm,
          [&] { rmsnorm_forward(s.x_mid, P + t.ln2, N, D, S(cfg.rms_norm_eps), s.rstd2, s.h2, r); });
+      // The next layer's input (or the final norm's) = x_mid + ffn(h2).
+      S* next = l + 1 < cfg.num_layers ? get<S, O, Buf::x>(layer_acts[static_cast<size_t>(l + 1)]) : f.x;
+      if (cfg.moe_layer(l)) {
+        moe_forward<O>(l, s, w, next);
+        return;
+      }
       in(ranges::gemm_w1_w3,
          [&] { linear::forward(mat(s.h2, N, D), mat(W + t.w1, 2 * F, D), mat(w.gemm, N, 2 * F)); });
       in(ranges::swiglu, [&] { swiglu_forward(w.gemm, N, F, s.ab, s.g, r); });
-      // The next layer's input (or the final norm's) = x_mid + g W2^T, the residual add fused as above.
-      S* next = l + 1 < cfg.num_layers ? get<S, O, Buf::x>(layer_acts[static_cast<size_t>(l + 1)]) : f.x;
+      // next = x_mid + g W2^T, the residual add fused as above.
       in(ranges::gemm_w2,
          [&] { linear::forward(mat(s.g, N, F), mat(W + t.w2, D, F), mat(next, N, D), s.x_mid); });
     });
@@ -495,6 +634,66 @@ void TransformerLM<S>::Impl::forward_pass(const int32_t* tokens, int64_t B, int6
      [&] { linear::forward(mat(f.h, N, D), mat(W + off_lm_head, V, D), mat(f.logits, N, V)); });
   if (with_loss)
     in(ranges::loss, [&] { loss = cross_entropy_forward(f.logits, targets.data(), N, V, f.lse); });
+  // The MoE layers' auxiliary losses join the loss (their gradient joins in moe_backward).
+  if (with_loss && cfg.is_moe())
+    for (const MoeRoute& m : moe_route) loss += m.aux;
+}
+
+// An MoE layer's feed-forward: next = x_mid + sum_j g_j expert_{e_j}(h2) + shared(h2).
+template <typename S>
+template <typename O>
+void TransformerLM<S>::Impl::moe_forward(int64_t l, const LayerActs<S, O>& s, const Work<S, O>& w, S* next) {
+  using namespace layers;
+  using linear::mat;
+  const MoeLayer<O> layer = moe_layer<O>(l);
+  const auto& [N, D, E, De, Sh, t, m, mr] = layer;
+  const Round r = round();
+  const O* W = weights<O>();
+  const std::span<const S> logits(m.logits, static_cast<size_t>(N * E));
+  in(ranges::gemm_router, [&] {
+    linear::forward(mat(router_input<O>(l, s, w), N, D), mat(params.data() + t.router, E, D),
+                    mat(m.logits, N, E));
+  });
+  in(ranges::route, [&] {
+    moe::route<S>(logits, N, E, cfg.top_k, cfg.router, router_bias(l), mr.routing);
+    mr.aux = cfg.balance == moe::Balance::aux ? moe::aux_loss<S>(logits, mr.routing, cfg.aux_loss_coef) : 0.0;
+    mr.layout = moe::contiguous_layout(mr.routing, experts::row_alignment());
+  });
+  const moe::ContiguousLayout& lay = mr.layout;
+  const int64_t R = lay.rows;
+  in(ranges::permute, [&] { moe::permute_rows(s.h2, D, lay.row, mr.routing, D, m.x, D); });
+  in(ranges::experts, [&] {
+    // w1 x and w3 x side by side (the two stacks are not interleaved per expert: two GEMMs).
+    in(ranges::gemm_experts_w1_w3, [&] {
+      experts::forward(in_rows(m.x, R, D), stack(W + t.ew1, E, De, D), out_rows(w.moe_gemm, R, De, 2 * De),
+                       lay.m_indices);
+      experts::forward(in_rows(m.x, R, D), stack(W + t.ew3, E, De, D),
+                       out_rows(w.moe_gemm + De, R, De, 2 * De), lay.m_indices);
+    });
+    in(ranges::swiglu, [&] {
+      each_expert(mr.routing, lay, [&](int64_t r0, int64_t n) {
+        swiglu_forward(w.moe_gemm + r0 * 2 * De, n, De, m.ab + r0 * 2 * De, m.g + r0 * De, r);
+      });
+    });
+    in(ranges::gemm_experts_w2, [&] {
+      experts::forward(in_rows(m.g, R, De), stack(W + t.ew2, E, D, De), out_rows(m.y, R, D, D),
+                       lay.m_indices);
+    });
+  });
+  if (Sh > 0) {
+    // next = x_mid + shared(h2): the dense feed-forward of width S, the residual add fused.
+    in(ranges::shared_experts, [&] {
+      in(ranges::gemm_w1_w3,
+         [&] { linear::forward(mat(s.h2, N, D), mat(W + t.sw1, 2 * Sh, D), mat(w.gemm, N, 2 * Sh)); });
+      in(ranges::swiglu, [&] { swiglu_forward(w.gemm, N, Sh, m.shared_ab, m.shared_g, r); });
+      in(ranges::gemm_w2,
+         [&] { linear::forward(mat(m.shared_g, N, Sh), mat(W + t.sw2, D, Sh), mat(next, N, D), s.x_mid); });
+    });
+  }
+  in(ranges::unpermute, [&] {
+    if (Sh == 0) std::copy_n(s.x_mid, N * D, next);
+    moe::combine_rows(m.y, D, lay.row, std::span<const S>(mr.routing.weight), mr.routing, D, next, D, true);
+  });
 }
 
 template <typename S>
@@ -558,16 +757,20 @@ void TransformerLM<S>::Impl::backward_pass(S loss_scale, const Observer& observe
     const LayerTensors& t = layer_offsets[static_cast<size_t>(l)];
     in(ranges::ffn_block_backward, [&] {
       const O* dy = dx_op();
-      in(ranges::gemm_w2_backward, [&] {
-        linear::weight_grad(mat(dy, N, D), mat(s.g, N, F), mat(G + t.w2, D, F));
-        linear::input_grad(mat(dy, N, D), mat(W + t.w2, D, F), mat(w.dtmp, N, F));
-      });
-      O* dab = w.dop;  // dy is consumed: its buffer takes d(a|b)
-      in(ranges::swiglu_backward, [&] { swiglu_backward(w.dtmp, s.ab, N, F, dab, r); });
-      in(ranges::gemm_w1_w3_backward, [&] {
-        linear::weight_grad(mat(dab, N, 2 * F), mat(s.h2, N, D), mat(G + t.w1, 2 * F, D));
-        linear::input_grad(mat(dab, N, 2 * F), mat(W + t.w1, 2 * F, D), mat(w.dtmp, N, D));
-      });
+      if (cfg.moe_layer(l)) {
+        moe_backward<O>(l, s, w, dy, loss_scale);  // d h2 into w.dtmp, as below
+      } else {
+        in(ranges::gemm_w2_backward, [&] {
+          linear::weight_grad(mat(dy, N, D), mat(s.g, N, F), mat(G + t.w2, D, F));
+          linear::input_grad(mat(dy, N, D), mat(W + t.w2, D, F), mat(w.dtmp, N, F));
+        });
+        O* dab = w.dop;  // dy is consumed: its buffer takes d(a|b)
+        in(ranges::swiglu_backward, [&] { swiglu_backward(w.dtmp, s.ab, N, F, dab, r); });
+        in(ranges::gemm_w1_w3_backward, [&] {
+          linear::weight_grad(mat(dab, N, 2 * F), mat(s.h2, N, D), mat(G + t.w1, 2 * F, D));
+          linear::input_grad(mat(dab, N, 2 * F), mat(W + t.w1, 2 * F, D), mat(w.dtmp, N, D));
+        });
+      }
       in(ranges::norm_backward, [&] {
         rmsnorm_backward(w.dtmp, s.x_mid, P + t.ln2, s.rstd2, N, D, w.dx, G + t.ln2, true,
                          rounds ? w.dop : nullptr, r);
@@ -609,6 +812,99 @@ void TransformerLM<S>::Impl::backward_pass(S loss_scale, const Observer& observe
   done(group++);
 }
 
+// An MoE layer's feed-forward backward: from dy (the residual gradient, w.dx, and its operand copy),
+// the gradients of the shared experts, the experts, the router (through the gate weights and the
+// auxiliary loss), and d h2 into w.dtmp.
+template <typename S>
+template <typename O>
+void TransformerLM<S>::Impl::moe_backward(int64_t l, const LayerActs<S, O>& s, const Work<S, O>& w,
+                                          const O* dy, S loss_scale) {
+  using namespace layers;
+  using linear::mat;
+  S* G = grads.data();
+  const MoeLayer<O> layer = moe_layer<O>(l);
+  const auto& [N, D, E, De, Sh, t, m, mr] = layer;
+  const O* W = weights<O>();
+  const Round r = round();
+  const moe::ContiguousLayout& lay = mr.layout;
+  const int64_t R = lay.rows;
+  constexpr bool same_type = std::is_same_v<O, S>;
+  const bool rounds = !same_type || r != Round::none;
+
+  // The shared experts first, while w.dop still holds dy: the dense feed-forward's backward.
+  if (Sh > 0) {
+    in(ranges::shared_experts_backward, [&] {
+      in(ranges::gemm_w2_backward, [&] {
+        linear::weight_grad(mat(dy, N, D), mat(m.shared_g, N, Sh), mat(G + t.sw2, D, Sh));
+        linear::input_grad(mat(dy, N, D), mat(W + t.sw2, D, Sh), mat(w.dtmp, N, Sh));
+      });
+      O* dab = w.dop;
+      in(ranges::swiglu_backward, [&] { swiglu_backward(w.dtmp, m.shared_ab, N, Sh, dab, r); });
+      in(ranges::gemm_w1_w3_backward, [&] {
+        linear::weight_grad(mat(dab, N, 2 * Sh), mat(s.h2, N, D), mat(G + t.sw1, 2 * Sh, D));
+        linear::input_grad(mat(dab, N, 2 * Sh), mat(W + t.sw1, 2 * Sh, D), mat(w.dtmp, N, D));
+      });
+    });
+  }
+  // The combine's: each row's dy (g_j dy_t, from the unrounded residual gradient), rounded into w.moe_dop
+  // for the experts' GEMMs, and each gate weight's gradient <dy_t, y_row>.
+  dweight.resize(static_cast<size_t>(N * cfg.top_k));
+  in(ranges::unpermute_backward, [&] {
+    S* dye = w.moe_gemm;
+    if constexpr (same_type) {
+      if (!rounds) dye = w.moe_dop;
+    }
+    moe::combine_rows_backward(w.dx, D, m.y, D, lay.row, mr.routing, D, dye, D, std::span<S>(dweight));
+    if (rounds)
+      each_expert(mr.routing, lay,
+                  [&](int64_t r0, int64_t n) { cast<O>(dye + r0 * D, w.moe_dop + r0 * D, n * D, r); });
+  });
+  in(ranges::experts_backward, [&] {
+    in(ranges::gemm_experts_w2_backward, [&] {
+      experts::weight_grad(in_rows(w.moe_dop, R, D), in_rows(m.g, R, De), stack(G + t.ew2, E, D, De),
+                           lay.m_indices);
+      experts::input_grad(in_rows(w.moe_dop, R, D), stack(W + t.ew2, E, D, De),
+                          out_rows(w.moe_gemm, R, De, De), lay.m_indices);
+    });
+    // d(a|b) into w.moe_dop (the rows' dy is consumed).
+    in(ranges::swiglu_backward, [&] {
+      each_expert(mr.routing, lay, [&](int64_t r0, int64_t n) {
+        swiglu_backward(w.moe_gemm + r0 * De, m.ab + r0 * 2 * De, n, De, w.moe_dop + r0 * 2 * De, r);
+      });
+    });
+    // dW1, dW3 per expert, and dx through w1 and w3 side by side in w.moe_gemm (summed by the permutation's
+    // backward: the grouped GEMMs do not accumulate).
+    in(ranges::gemm_experts_w1_w3_backward, [&] {
+      for (const int64_t half : {int64_t{0}, int64_t{1}}) {
+        const auto dab = in_rows(w.moe_dop + half * De, R, De, 2 * De);
+        experts::weight_grad(dab, in_rows(m.x, R, D), stack(G + (half ? t.ew3 : t.ew1), E, De, D),
+                             lay.m_indices);
+        experts::input_grad(dab, stack(W + (half ? t.ew3 : t.ew1), E, De, D),
+                            out_rows(w.moe_gemm + half * D, R, D, 2 * D), lay.m_indices);
+      }
+    });
+  });
+  // d h2 (+)= the sum over each token's rows of both halves.
+  in(ranges::permute_backward, [&] {
+    moe::combine_rows(w.moe_gemm, 2 * D, lay.row, {}, mr.routing, D, w.dtmp, D, Sh > 0);
+    moe::combine_rows(w.moe_gemm + D, 2 * D, lay.row, {}, mr.routing, D, w.dtmp, D, true);
+  });
+  // The router's logits: through the gate weights, and the auxiliary loss (scaled as the loss is).
+  const std::span<const S> logits(m.logits, static_cast<size_t>(N * E));
+  in(ranges::route_backward, [&] {
+    const std::span<S> dl(w.router_dlogits, static_cast<size_t>(N * E));
+    moe::gate_backward<S>(logits, mr.routing, dweight, dl);
+    if (cfg.balance == moe::Balance::aux && cfg.aux_loss_coef > 0)
+      moe::aux_loss_backward<S>(logits, mr.routing, cfg.aux_loss_coef, static_cast<double>(loss_scale), dl);
+  });
+  // In fp32, as the forward: dW_router += dlogits^T h2, d h2 += dlogits W_router.
+  in(ranges::gemm_router_backward, [&] {
+    linear::weight_grad(mat(w.router_dlogits, N, E), mat(router_input<O>(l, s, w), N, D),
+                        mat(G + t.router, E, D));
+    linear::nn(w.router_dlogits, params.data() + t.router, w.dtmp, N, D, E, E, D, D, true);
+  });
+}
+
 // ---- The public class ----
 
 namespace {
@@ -644,10 +940,6 @@ template <typename S>
 TransformerLM<S>::TransformerLM(const ModelConfig& config, Precision precision, AttentionPath attention)
     : impl_(std::make_unique<Impl>()) {
   config.validate();
-  check(!config.is_moe(),
-        "ModelConfig: num_experts is {}; this build trains and generates dense models only (the MoE block is "
-        "issue 40, in progress)",
-        config.num_experts);
   impl_->cfg = config;
   set_precision(precision);
   set_attention_path(attention);
@@ -657,6 +949,11 @@ TransformerLM<S>::TransformerLM(const ModelConfig& config, Precision precision, 
   impl_->grads = Buffer<S>(n, "gradients");
   std::fill(impl_->params.begin(), impl_->params.end(), S(0));
   std::fill(impl_->grads.begin(), impl_->grads.end(), S(0));
+  if (!impl_->state_tensors.empty()) {
+    const TensorInfo& last = impl_->state_tensors.back();
+    impl_->state = Buffer<S>(static_cast<size_t>(last.offset + last.numel), "parameters/state");
+    std::fill(impl_->state.begin(), impl_->state.end(), S(0));
+  }
 }
 template <typename S>
 TransformerLM<S>::~TransformerLM() = default;
@@ -740,6 +1037,61 @@ std::span<S> TransformerLM<S>::grad(const std::string& name) {
 }
 
 template <typename S>
+std::vector<typename TransformerLM<S>::MoeLayerStats> TransformerLM<S>::moe_stats() const {
+  std::vector<MoeLayerStats> out;
+  const ModelConfig& c = impl_->cfg;
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    if (!c.moe_layer(l)) continue;
+    const auto& mr = impl_->moe_route[static_cast<size_t>(l)];
+    MoeLayerStats st;
+    st.layer = l;
+    st.count = mr.routing.count;
+    st.count.resize(static_cast<size_t>(c.num_experts), 0);
+    st.load_imbalance = moe::load_imbalance(st.count, mr.routing.tokens, c.top_k);
+    st.aux_loss = mr.aux;
+    out.push_back(std::move(st));
+  }
+  return out;
+}
+
+// The router biases, as their tensors name them.
+template <typename S>
+const std::vector<TensorInfo>& TransformerLM<S>::state_tensors() const {
+  return impl_->state_tensors;
+}
+
+template <typename S>
+double TransformerLM<S>::aux_loss() const {
+  double a = 0;
+  if (impl_->cfg.is_moe() && !impl_->logits_only)
+    for (const auto& mr : impl_->moe_route) a += mr.aux;
+  return a;
+}
+
+template <typename S>
+std::span<S> TransformerLM<S>::state() {
+  return impl_->state.span();
+}
+
+template <typename S>
+void TransformerLM<S>::update_router_bias(std::span<const int64_t> counts, int64_t tokens) {
+  const ModelConfig& c = impl_->cfg;
+  const int64_t E = c.num_experts, layers = c.num_moe_layers();
+  check_arg(static_cast<int64_t>(counts.size()) == layers * E, "counts",
+            "{} values for {} MoE layers x {} experts", counts.size(), layers, E);
+  check_arg(tokens >= 0, "tokens", "{} is negative", tokens);
+  if (c.balance != moe::Balance::bias || c.bias_update_speed == 0) return;
+  int64_t at = 0;
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    if (!c.moe_layer(l)) continue;
+    const int64_t b = impl_->moe_offsets[static_cast<size_t>(l)].bias;
+    moe::update_bias<S>(counts.subspan(static_cast<size_t>(at * E), static_cast<size_t>(E)), tokens, c.top_k,
+                        c.bias_update_speed, std::span<S>(impl_->state.data() + b, static_cast<size_t>(E)));
+    ++at;
+  }
+}
+
+template <typename S>
 void TransformerLM<S>::init(uint64_t seed) {
   InitRng rng{seed};
   // Tensors are filled in state_dict order (embedding first, then layer by layer), not in the flat
@@ -748,10 +1100,21 @@ void TransformerLM<S>::init(uint64_t seed) {
   order.push_back(&tensor("token_embeddings.weight"));
   for (int64_t l = 0; l < impl_->cfg.num_layers; ++l) {
     const std::string p = "layers." + std::to_string(l) + ".";
-    for (const char* n :
-         {"attn.q_proj.weight", "attn.k_proj.weight", "attn.v_proj.weight", "attn.output_proj.weight",
-          "ln1.weight", "ffn.w1.weight", "ffn.w2.weight", "ffn.w3.weight", "ln2.weight"})
+    for (const char* n : {"attn.q_proj.weight", "attn.k_proj.weight", "attn.v_proj.weight",
+                          "attn.output_proj.weight", "ln1.weight"})
       order.push_back(&tensor(p + n));
+    if (impl_->cfg.moe_layer(l)) {
+      for (const char* n :
+           {"ffn.router.weight", "ffn.experts.w1.weight", "ffn.experts.w2.weight", "ffn.experts.w3.weight"})
+        order.push_back(&tensor(p + n));
+      if (impl_->cfg.num_shared_experts > 0)
+        for (const char* n : {"ffn.shared.w1.weight", "ffn.shared.w2.weight", "ffn.shared.w3.weight"})
+          order.push_back(&tensor(p + n));
+    } else {
+      for (const char* n : {"ffn.w1.weight", "ffn.w2.weight", "ffn.w3.weight"})
+        order.push_back(&tensor(p + n));
+    }
+    order.push_back(&tensor(p + "ln2.weight"));
   }
   order.push_back(&tensor("ln_final.weight"));
   order.push_back(&tensor("lm_head.weight"));
@@ -762,10 +1125,14 @@ void TransformerLM<S>::init(uint64_t seed) {
       std::fill_n(p, t->numel, S(1));
       continue;
     }
+    // A linear's [out, in], or each expert's of a stack [E, out, in].
     const bool embedding = t->name == "token_embeddings.weight";
-    const double std = embedding ? 1.0 : std::sqrt(2.0 / static_cast<double>(t->shape[0] + t->shape[1]));
+    const size_t d = t->shape.size();
+    const double std =
+        embedding ? 1.0 : std::sqrt(2.0 / static_cast<double>(t->shape[d - 2] + t->shape[d - 1]));
     for (int64_t i = 0; i < t->numel; ++i) p[i] = static_cast<S>(rng.truncated_normal(std));
   }
+  std::fill(impl_->state.begin(), impl_->state.end(), S(0));
   impl_->forward_done = false;
 }
 

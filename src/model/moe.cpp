@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "ridge/core/error.hpp"
+#include "ridge/core/format.hpp"
 #include "ridge/core/threads.hpp"
 #include "core/check.hpp"
 
@@ -27,7 +28,8 @@ double sigmoid(double x) {
 
 // The gate's distribution over all E experts for one token, in double: softmax p, or sigmoid s (its
 // own scores; `normalised` divides them by their sum, the aux loss's q).
-void gate_scores(const float* l, int64_t e, Gate gate, bool normalised, double* q) {
+template <typename V>
+void gate_scores(const V* l, int64_t e, Gate gate, bool normalised, double* q) {
   if (gate == Gate::softmax) {
     const double m = *std::max_element(l, l + e);
     double sum = 0;
@@ -41,7 +43,8 @@ void gate_scores(const float* l, int64_t e, Gate gate, bool normalised, double* 
     for (int64_t i = 0; i < e; ++i) q[i] /= sum;
 }
 
-void check_routing(const Routing& r, std::span<const float> logits) {
+template <typename V>
+void check_routing(const BasicRouting<V>& r, std::span<const V> logits) {
   check_arg(static_cast<int64_t>(logits.size()) == r.tokens * r.experts, "logits",
             "{} values for {} tokens x {} experts", logits.size(), r.tokens, r.experts);
   check(static_cast<int64_t>(r.expert.size()) == r.tokens * r.top_k &&
@@ -77,14 +80,20 @@ const char* balance_name(Balance b) {
   return b == Balance::aux ? "aux" : "bias";
 }
 
-double Routing::load_imbalance() const {
+double load_imbalance(std::span<const int64_t> count, int64_t tokens, int64_t top_k) {
   if (tokens == 0 || count.empty()) return 1.0;
-  const double mean = static_cast<double>(tokens * top_k) / static_cast<double>(experts);
+  const double mean = static_cast<double>(tokens * top_k) / static_cast<double>(count.size());
   return static_cast<double>(*std::max_element(count.begin(), count.end())) / mean;
 }
 
-void route(std::span<const float> logits, int64_t tokens, int64_t experts, int64_t top_k, Gate gate,
-           std::span<const float> bias, Routing& out) {
+template <typename V>
+double BasicRouting<V>::load_imbalance() const {
+  return moe::load_imbalance(count, tokens, top_k);
+}
+
+template <typename V>
+void route(std::span<const Same<V>> logits, int64_t tokens, int64_t experts, int64_t top_k, Gate gate,
+           std::span<const Same<V>> bias, BasicRouting<V>& out) {
   check_arg(experts >= 1, "experts", "{} is not accepted (expected 1 or more)", experts);
   check_arg(top_k >= 1 && top_k <= experts, "top_k", "{} is not accepted (expected 1 .. experts = {})", top_k,
             experts);
@@ -104,7 +113,7 @@ void route(std::span<const float> logits, int64_t tokens, int64_t experts, int64
   out.top_k = top_k;
   out.gate = gate;
   out.expert.assign(static_cast<size_t>(tokens * top_k), 0);
-  out.weight.assign(static_cast<size_t>(tokens * top_k), 0.0f);
+  out.weight.assign(static_cast<size_t>(tokens * top_k), V(0));
   out.count.assign(static_cast<size_t>(experts), 0);
 
 #pragma omp parallel num_threads(threads_for(tokens, experts))
@@ -128,30 +137,31 @@ void route(std::span<const float> logits, int64_t tokens, int64_t experts, int64
       for (int64_t j = 0; j < top_k; ++j) {
         const int32_t e = order[static_cast<size_t>(j)];
         out.expert[static_cast<size_t>(t * top_k + j)] = e;
-        out.weight[static_cast<size_t>(t * top_k + j)] = static_cast<float>(q[static_cast<size_t>(e)] / sum);
+        out.weight[static_cast<size_t>(t * top_k + j)] = static_cast<V>(q[static_cast<size_t>(e)] / sum);
       }
     }
   }
   for (const int32_t e : out.expert) ++out.count[static_cast<size_t>(e)];
 }
 
-void gate_backward(std::span<const float> logits, const Routing& r, std::span<const float> dweight,
-                   std::span<float> dlogits) {
+template <typename V>
+void gate_backward(std::span<const Same<V>> logits, const BasicRouting<V>& r,
+                   std::span<const Same<V>> dweight, std::span<Same<V>> dlogits) {
   check_routing(r, logits);
   const int64_t t_n = r.tokens, e_n = r.experts, k = r.top_k;
   check_arg(static_cast<int64_t>(dweight.size()) == t_n * k, "dweight", "{} values for {} tokens x top-k {}",
             dweight.size(), t_n, k);
   check_arg(static_cast<int64_t>(dlogits.size()) == t_n * e_n, "dlogits",
             "{} values for {} tokens x {} experts", dlogits.size(), t_n, e_n);
-  std::fill(dlogits.begin(), dlogits.end(), 0.0f);
+  std::fill(dlogits.begin(), dlogits.end(), V(0));
 #pragma omp parallel num_threads(threads_for(t_n, e_n))
   {
     std::vector<double> u(static_cast<size_t>(k));
 #pragma omp for schedule(static)
     for (int64_t t = 0; t < t_n; ++t) {
-      const float* l = logits.data() + t * e_n;
+      const V* l = logits.data() + t * e_n;
       const int32_t* ex = r.expert.data() + t * k;
-      const float* dw = dweight.data() + t * k;
+      const V* dw = dweight.data() + t * k;
       // The weights again in double, from the logits: g_j = u_j / sum_i u_i over the chosen experts, with
       // u = exp(l - max) (softmax: the normalised top-k of a softmax is a softmax over the top-k) or
       // u = sigmoid(l).
@@ -172,13 +182,14 @@ void gate_backward(std::span<const float> logits, const Routing& r, std::span<co
         } else {
           d = d / sum * uj[j] * (1.0 - uj[j]);  // dL/ds_j = (dg_j - sum_i g_i dg_i) / S, ds/dl = s (1 - s)
         }
-        dlogits[static_cast<size_t>(t * e_n + ex[j])] = static_cast<float>(d);
+        dlogits[static_cast<size_t>(t * e_n + ex[j])] = static_cast<V>(d);
       }
     }
   }
 }
 
-double aux_loss(std::span<const float> logits, const Routing& r, double coef) {
+template <typename V>
+double aux_loss(std::span<const Same<V>> logits, const BasicRouting<V>& r, double coef) {
   check_routing(r, logits);
   const int64_t t_n = r.tokens, e_n = r.experts;
   if (t_n == 0) return 0.0;
@@ -194,8 +205,9 @@ double aux_loss(std::span<const float> logits, const Routing& r, double coef) {
   return coef * static_cast<double>(e_n) * s;
 }
 
-void aux_loss_backward(std::span<const float> logits, const Routing& r, double coef, double scale,
-                       std::span<float> dlogits) {
+template <typename V>
+void aux_loss_backward(std::span<const Same<V>> logits, const BasicRouting<V>& r, double coef, double scale,
+                       std::span<Same<V>> dlogits) {
   check_routing(r, logits);
   const int64_t t_n = r.tokens, e_n = r.experts;
   check_arg(static_cast<int64_t>(dlogits.size()) == t_n * e_n, "dlogits",
@@ -212,8 +224,8 @@ void aux_loss_backward(std::span<const float> logits, const Routing& r, double c
     std::vector<double> s(static_cast<size_t>(e_n));
 #pragma omp for schedule(static)
     for (int64_t t = 0; t < t_n; ++t) {
-      const float* l = logits.data() + t * e_n;
-      float* dl = dlogits.data() + t * e_n;
+      const V* l = logits.data() + t * e_n;
+      V* dl = dlogits.data() + t * e_n;
       gate_scores(l, e_n, r.gate, false, s.data());  // softmax p, or raw sigmoid s
       double sum = 0;
       if (r.gate == Gate::sigmoid)
@@ -227,26 +239,35 @@ void aux_loss_backward(std::span<const float> logits, const Routing& r, double c
       for (int64_t e = 0; e < e_n; ++e) {
         const double se = s[static_cast<size_t>(e)], d = a[static_cast<size_t>(e)] - qa;
         const double g = r.gate == Gate::softmax ? se * d : d / sum * se * (1.0 - se);
-        dl[e] = static_cast<float>(static_cast<double>(dl[e]) + g);
+        dl[e] = static_cast<V>(static_cast<double>(dl[e]) + g);
       }
     }
   }
 }
 
-void update_bias(const Routing& r, double speed, std::span<float> bias) {
+template <typename V>
+void update_bias(std::span<const int64_t> count, int64_t tokens, int64_t top_k, double speed,
+                 std::span<V> bias) {
   check_arg(std::isfinite(speed) && speed > 0, "speed", "{} is not accepted (expected a finite number > 0)",
             speed);
-  check_arg(static_cast<int64_t>(bias.size()) == r.experts, "bias", "{} values for {} experts", bias.size(),
-            r.experts);
-  const double mean = static_cast<double>(r.tokens * r.top_k) / static_cast<double>(r.experts);
-  for (int64_t e = 0; e < r.experts; ++e) {
-    const double c = static_cast<double>(r.count[static_cast<size_t>(e)]);
+  check_arg(bias.size() == count.size(), "bias", "{} values for {} experts", bias.size(), count.size());
+  const double mean = static_cast<double>(tokens * top_k) / static_cast<double>(count.size());
+  for (size_t e = 0; e < count.size(); ++e) {
+    const double c = static_cast<double>(count[e]);
     const double sign = c < mean ? 1.0 : c > mean ? -1.0 : 0.0;
-    bias[static_cast<size_t>(e)] = static_cast<float>(bias[static_cast<size_t>(e)] + speed * sign);
+    bias[e] = static_cast<V>(bias[e] + speed * sign);
   }
 }
 
-ContiguousLayout contiguous_layout(const Routing& r, int64_t alignment) {
+template <typename V>
+void update_bias(const BasicRouting<V>& r, double speed, std::span<Same<V>> bias) {
+  check_arg(static_cast<int64_t>(bias.size()) == r.experts, "bias", "{} values for {} experts", bias.size(),
+            r.experts);
+  update_bias<V>(r.count, r.tokens, r.top_k, speed, bias);
+}
+
+template <typename V>
+ContiguousLayout contiguous_layout(const BasicRouting<V>& r, int64_t alignment) {
   check_arg(alignment >= 1, "alignment", "{} is not accepted (expected 1 or more)", alignment);
   ContiguousLayout c;
   c.alignment = alignment;
@@ -267,7 +288,8 @@ ContiguousLayout contiguous_layout(const Routing& r, int64_t alignment) {
   return c;
 }
 
-MaskedLayout masked_layout(const Routing& r, int64_t max_m) {
+template <typename V>
+MaskedLayout masked_layout(const BasicRouting<V>& r, int64_t max_m) {
   const int64_t most = r.count.empty() ? 0 : *std::max_element(r.count.begin(), r.count.end());
   check_arg(max_m >= most, "max_m", "{} is below the {} tokens routed to one expert", max_m, most);
   MaskedLayout m;
@@ -284,8 +306,9 @@ MaskedLayout masked_layout(const Routing& r, int64_t max_m) {
   return m;
 }
 
-void permute_rows(const float* x, int64_t ldx, std::span<const int64_t> row, const Routing& r, int64_t d,
-                  float* dst, int64_t ldd) {
+template <typename X, typename V>
+void permute_rows(const X* x, int64_t ldx, std::span<const int64_t> row, const BasicRouting<V>& r, int64_t d,
+                  X* dst, int64_t ldd) {
   check(static_cast<int64_t>(row.size()) == r.tokens * r.top_k, "permute_rows: {} rows for {} choices",
         row.size(), r.tokens * r.top_k);
   const int64_t k = r.top_k;
@@ -293,11 +316,12 @@ void permute_rows(const float* x, int64_t ldx, std::span<const int64_t> row, con
   for (int64_t t = 0; t < r.tokens; ++t)
     for (int64_t j = 0; j < k; ++j)
       std::memcpy(dst + row[static_cast<size_t>(t * k + j)] * ldd, x + t * ldx,
-                  static_cast<size_t>(d) * sizeof(float));
+                  static_cast<size_t>(d) * sizeof(X));
 }
 
-void combine_rows(const float* src, int64_t lds, std::span<const int64_t> row, std::span<const float> weight,
-                  const Routing& r, int64_t d, float* y, int64_t ldy, bool accumulate) {
+template <typename V>
+void combine_rows(const V* src, int64_t lds, std::span<const int64_t> row, std::span<const Same<V>> weight,
+                  const BasicRouting<V>& r, int64_t d, V* y, int64_t ldy, bool accumulate) {
   const int64_t k = r.top_k;
   check(static_cast<int64_t>(row.size()) == r.tokens * k, "combine_rows: {} rows for {} choices", row.size(),
         r.tokens * k);
@@ -305,19 +329,20 @@ void combine_rows(const float* src, int64_t lds, std::span<const int64_t> row, s
         "combine_rows: {} weights for {} choices", weight.size(), r.tokens * k);
 #pragma omp parallel for num_threads(threads_for(r.tokens, d* k)) schedule(static)
   for (int64_t t = 0; t < r.tokens; ++t) {
-    float* yt = y + t * ldy;
-    if (!accumulate) std::fill_n(yt, d, 0.0f);
+    V* yt = y + t * ldy;
+    if (!accumulate) std::fill_n(yt, d, V(0));
     for (int64_t j = 0; j < k; ++j) {
-      const float w = weight.empty() ? 1.0f : weight[static_cast<size_t>(t * k + j)];
-      const float* s = src + row[static_cast<size_t>(t * k + j)] * lds;
+      const V w = weight.empty() ? V(1) : weight[static_cast<size_t>(t * k + j)];
+      const V* s = src + row[static_cast<size_t>(t * k + j)] * lds;
       for (int64_t i = 0; i < d; ++i) yt[i] += w * s[i];
     }
   }
 }
 
-void combine_rows_backward(const float* dy, int64_t lddy, const float* src, int64_t lds,
-                           std::span<const int64_t> row, const Routing& r, int64_t d, float* dsrc,
-                           int64_t ldds, std::span<float> dweight) {
+template <typename V>
+void combine_rows_backward(const V* dy, int64_t lddy, const V* src, int64_t lds, std::span<const int64_t> row,
+                           const BasicRouting<V>& r, int64_t d, V* dsrc, int64_t ldds,
+                           std::span<Same<V>> dweight) {
   const int64_t k = r.top_k;
   check(static_cast<int64_t>(row.size()) == r.tokens * k &&
             static_cast<int64_t>(dweight.size()) == r.tokens * k,
@@ -325,21 +350,48 @@ void combine_rows_backward(const float* dy, int64_t lddy, const float* src, int6
         r.tokens * k);
 #pragma omp parallel for num_threads(threads_for(r.tokens, d* k)) schedule(static)
   for (int64_t t = 0; t < r.tokens; ++t) {
-    const float* g = dy + t * lddy;
+    const V* g = dy + t * lddy;
     for (int64_t j = 0; j < k; ++j) {
       const size_t c = static_cast<size_t>(t * k + j);
-      const float w = r.weight[c];
-      const float* s = src + row[c] * lds;
-      float* ds = dsrc + row[c] * ldds;
+      const V w = r.weight[c];
+      const V* s = src + row[c] * lds;
+      V* ds = dsrc + row[c] * ldds;
       double dot = 0;
       for (int64_t i = 0; i < d; ++i) {
         ds[i] = w * g[i];
         dot += static_cast<double>(g[i]) * s[i];
       }
-      dweight[c] = static_cast<float>(dot);
+      dweight[c] = static_cast<V>(dot);
     }
   }
 }
+
+// The two value types: float (the model) and double (its fp64 reference).
+#define RIDGE_MOE_INSTANCES(V)                                                                           \
+  template struct BasicRouting<V>;                                                                       \
+  template void route<V>(std::span<const V>, int64_t, int64_t, int64_t, Gate, std::span<const V>,        \
+                         BasicRouting<V>&);                                                              \
+  template void gate_backward<V>(std::span<const V>, const BasicRouting<V>&, std::span<const V>,         \
+                                 std::span<V>);                                                          \
+  template double aux_loss<V>(std::span<const V>, const BasicRouting<V>&, double);                       \
+  template void aux_loss_backward<V>(std::span<const V>, const BasicRouting<V>&, double, double,         \
+                                     std::span<V>);                                                      \
+  template void update_bias<V>(const BasicRouting<V>&, double, std::span<V>);                            \
+  template void update_bias<V>(std::span<const int64_t>, int64_t, int64_t, double, std::span<V>);        \
+  template ContiguousLayout contiguous_layout<V>(const BasicRouting<V>&, int64_t);                       \
+  template MaskedLayout masked_layout<V>(const BasicRouting<V>&, int64_t);                               \
+  template void permute_rows<V, V>(const V*, int64_t, std::span<const int64_t>, const BasicRouting<V>&,  \
+                                   int64_t, V*, int64_t);                                                \
+  template void combine_rows<V>(const V*, int64_t, std::span<const int64_t>, std::span<const V>,         \
+                                const BasicRouting<V>&, int64_t, V*, int64_t, bool);                     \
+  template void combine_rows_backward<V>(const V*, int64_t, const V*, int64_t, std::span<const int64_t>, \
+                                         const BasicRouting<V>&, int64_t, V*, int64_t, std::span<V>);
+RIDGE_MOE_INSTANCES(float)
+RIDGE_MOE_INSTANCES(double)
+#undef RIDGE_MOE_INSTANCES
+// bf16 operands are permuted as they are, routed by fp32 logits.
+template void permute_rows<bf16, float>(const bf16*, int64_t, std::span<const int64_t>, const Routing&,
+                                        int64_t, bf16*, int64_t);
 
 double expected_distinct_experts(int64_t experts, int64_t top_k, int64_t batch) {
   check_arg(experts >= 1, "experts", "{} is not accepted (expected 1 or more)", experts);

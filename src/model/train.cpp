@@ -11,6 +11,7 @@
 #include "model/json.hpp"
 #include "ridge/bench/trace.hpp"
 #include "ridge/core/error.hpp"
+#include "ridge/model/moe.hpp"
 #include "ridge/model/ranges.hpp"
 #include "ridge/model/safetensors.hpp"
 
@@ -123,6 +124,19 @@ StepResult Trainer::step(const int32_t* inputs, const int32_t* targets) {
     RIDGE_RANGE(ranges::reduce_gradients.text);
     hooks_->reduce_gradients(model_.grads());
   }
+  // Mixture of Experts: the load of each MoE layer, from its counts summed over the workers (which the
+  // bias balance below moves the biases from).
+  std::vector<int64_t> counts;
+  const ModelConfig& mc = model_.config();
+  const int64_t tokens = cfg_.batch * cfg_.seq * (hooks_ ? hooks_->world() : 1);
+  if (mc.is_moe()) {
+    r.aux_loss = model_.aux_loss();
+    for (const auto& st : model_.moe_stats()) counts.insert(counts.end(), st.count.begin(), st.count.end());
+    if (hooks_) hooks_->sum_expert_counts(counts);
+    const auto E = static_cast<size_t>(mc.num_experts);
+    for (size_t at = 0; at < counts.size(); at += E)
+      r.expert_load.push_back(moe::load_imbalance(std::span(counts).subspan(at, E), tokens, mc.top_k));
+  }
   RIDGE_RANGE(ranges::optimizer.text);
   const double scaled_norm = hooks_ ? hooks_->grad_norm(model_.grads()) : grad_norm<float>(model_.grads());
   r.grad_norm = scaled_norm / r.loss_scale;
@@ -158,6 +172,8 @@ StepResult Trainer::step(const int32_t* inputs, const int32_t* targets) {
     RIDGE_RANGE(ranges::gather_parameters.text);
     hooks_->after_update(model_.params());
   }
+  // DeepSeek-V3's auxiliary-loss-free balance: the biases move after each step taken.
+  if (mc.is_moe()) model_.update_router_bias(counts, tokens);
   r.step = adamw_.steps();
   return r;
 }
@@ -280,6 +296,9 @@ void Trainer::save(const std::string& path, std::span<const float> m, std::span<
     w.add("optimizer.exp_avg." + t.name, DType::f32, t.shape, m.data() + t.offset);
     w.add("optimizer.exp_avg_sq." + t.name, DType::f32, t.shape, v.data() + t.offset);
   }
+  // The router biases (balance bias): state the model keeps, not trained.
+  for (const TensorInfo& t : model_.state_tensors())
+    w.add(t.name, DType::f32, t.shape, self.model_.state().data() + t.offset);
   nlohmann::json cfg = model_.config();
   const auto st = rng_.state();
   nlohmann::json state = {{"step", adamw_.steps()},
@@ -349,6 +368,20 @@ CheckedFile check_checkpoint(const std::string& path, const TransformerLM<float>
     check_same(path, "d_ff", c.d_ff, mine.d_ff);
     check_same(path, "rope_theta", c.rope_theta, mine.rope_theta);
     check_same(path, "rms_norm_eps", c.rms_norm_eps, mine.rms_norm_eps);
+    // Mixture of Experts: a dense checkpoint into an MoE model, or the reverse, names num_experts.
+    check_same(path, "num_experts", c.num_experts, mine.num_experts);
+    if (mine.is_moe()) {
+      check_same(path, "top_k", c.top_k, mine.top_k);
+      check_same(path, "num_shared_experts", c.num_shared_experts, mine.num_shared_experts);
+      check_same(path, "d_expert", c.expert_width(), mine.expert_width());
+      check_same(path, "moe_layers", moe_layers_text(c), moe_layers_text(mine));
+      check_same(path, "router", std::string(moe::gate_name(c.router)),
+                 std::string(moe::gate_name(mine.router)));
+      check_same(path, "balance", std::string(moe::balance_name(c.balance)),
+                 std::string(moe::balance_name(mine.balance)));
+      check_same(path, "aux_loss_coef", c.aux_loss_coef, mine.aux_loss_coef);
+      check_same(path, "bias_update_speed", c.bias_update_speed, mine.bias_update_speed);
+    }
   }
   out.full = full;
   if (full && precision) {
@@ -390,6 +423,7 @@ CheckedFile check_checkpoint(const std::string& path, const TransformerLM<float>
       validate("optimizer.exp_avg_sq." + t.name, t, Kind::exp_avg_sq);
     }
   }
+  for (const TensorInfo& t : model.state_tensors()) validate(t.name, t, Kind::param);
   return out;
 }
 
@@ -397,6 +431,10 @@ void copy_params(const SafetensorsFile& f, TransformerLM<float>& model) {
   for (const TensorInfo& t : model.tensors()) {
     const std::vector<float> v = f.to_f32(t.name);
     std::copy(v.begin(), v.end(), model.params().begin() + t.offset);
+  }
+  for (const TensorInfo& t : model.state_tensors()) {
+    const std::vector<float> v = f.to_f32(t.name);
+    std::copy(v.begin(), v.end(), model.state().begin() + t.offset);
   }
 }
 

@@ -173,12 +173,25 @@ const char* region_tag(Region r) {
       return "activations/final";
     case Region::workspace:
       return "workspace";
+    case Region::moe_layer:
+      return "activations/layers";  // an MoE layer is tagged as any layer
   }
   return "?";
 }
 
+int64_t expert_rows(const ModelShape& m) {
+  if (!m.is_moe()) return 0;
+  const int64_t choices = m.batch * m.seq * m.top_k;
+  return choices + std::min(m.num_experts, choices) * (kExpertRowAlignment - 1);
+}
+
 std::vector<int64_t> buffer_shape(Buf b, const ModelShape& m) {
-  const int64_t N = m.batch * m.seq, D = m.d_model, F = m.d_ff, V = m.vocab_size, QKV = qkv_width(m);
+  const int64_t N = m.batch * m.seq, D = m.d_model, V = m.vocab_size, QKV = qkv_width(m);
+  // The workspace serves the dense feed-forward only where a layer has one.
+  const int64_t F = m.d_ff, Fw = m.num_moe_layers() < m.num_layers ? F : 0;
+  // MoE: experts, expert width, shared width, layout rows (all 0 for a dense model).
+  const int64_t E = m.is_moe() ? m.num_experts : 0, De = m.is_moe() ? m.expert_width() : 0,
+                S = m.is_moe() ? m.shared_width() : 0, R = expert_rows(m);
   switch (b) {
     case Buf::x:
     case Buf::x_mid:
@@ -207,12 +220,30 @@ std::vector<int64_t> buffer_shape(Buf b, const ModelShape& m) {
       return {N, F};
     case Buf::logits:
       return {N, V};
+    case Buf::router_logits:
+    case Buf::router_dlogits:
+      return {N, E};
+    case Buf::moe_x:
+    case Buf::moe_y:
+      return {R, D};
+    case Buf::moe_ab:
+      return {R, 2 * De};
+    case Buf::moe_g:
+      return {R, De};
+    case Buf::shared_ab:
+      return {N, 2 * S};
+    case Buf::shared_g:
+      return {N, S};
     case Buf::gemm:
-      return {N, std::max({QKV, 2 * F, D})};
+      return {N, std::max({QKV, 2 * Fw, D, 2 * S})};
     case Buf::dtmp:
-      return {N, std::max(F, D)};
+      return {N, std::max({Fw, D, S})};
     case Buf::dop:
-      return {N, std::max({V, QKV, 2 * F, D})};
+      return {N, std::max({V, QKV, 2 * Fw, D, 2 * S})};
+    case Buf::moe_gemm:
+      return {R, R > 0 ? std::max(2 * De, 2 * D) : 0};
+    case Buf::moe_dop:
+      return {R, R > 0 ? std::max(2 * De, D) : 0};
     case Buf::count:
       break;
   }
@@ -227,23 +258,32 @@ int64_t buffer_elements(Buf b, const ModelShape& m) {
 
 namespace {
 
+// Whether region r's block holds buffer s: its own buffers, and an MoE layer's those every layer has
+// but the dense feed-forward's.
+bool holds(Region r, const BufferSpec& s) {
+  if (s.region == r) return true;
+  return r == Region::moe_layer && s.region == Region::layer && s.id != Buf::ab && s.id != Buf::g;
+}
+
 // A region's buffers one after another, each aligned to kBufferAlignment bytes, counted in T: size_t for
 // the offsets the model carves its memory at, double for model_memory, an estimate that must answer for
 // sizes whose bytes do not fit 64 bits (a batch no machine holds is refused for its size, not wrapped).
+// A buffer without elements (an MoE one of a dense model) takes no place, not even its alignment.
 template <typename T>
 T lay_out(Region r, const ModelShape& m, T state_bytes, T operand_bytes, size_t* offset) {
   const T align = static_cast<T>(kBufferAlignment);
   T bytes = 0;
   for (const BufferSpec& s : kModelBuffers) {
-    if (s.region != r) continue;
+    if (!holds(r, s)) continue;
+    T n = 1;
+    for (int64_t d : buffer_shape(s.id, m)) n *= static_cast<T>(d);
+    if (n == 0) continue;
     T at;
     if constexpr (std::is_integral_v<T>)
       at = (bytes + align - 1) / align * align;
     else
       at = std::ceil(bytes / align) * align;
     if (offset) offset[static_cast<int>(s.id)] = static_cast<size_t>(at);
-    T n = 1;
-    for (int64_t d : buffer_shape(s.id, m)) n *= static_cast<T>(d);
     bytes = at + n * (s.elem == Elem::state ? state_bytes : operand_bytes);
   }
   return bytes;
@@ -272,6 +312,21 @@ ModelMemory model_memory(const ModelShape& m) {
   r.final = bytes(Region::final);
   r.workspace = bytes(Region::workspace);
   r.layers = m.num_layers;
+  if (m.is_moe()) {
+    r.moe_layers = m.num_moe_layers();
+    r.per_moe_layer = bytes(Region::moe_layer);
+    // Per MoE layer: the choices (int32 expert, a state-type weight and the int64 row of each), the
+    // counts and offsets (int64, E and E + 1), the rows' experts (int32, at most R) and the router bias
+    // (E, state type, balance bias only); once, the backward's gradients of the gate weights (one per
+    // choice).
+    const double choices =
+        static_cast<double>(m.batch) * static_cast<double>(m.seq) * static_cast<double>(m.top_k);
+    const double E = static_cast<double>(m.num_experts), R = static_cast<double>(expert_rows(m));
+    const double bias = m.balance == MoeBalance::bias ? E * state : 0;
+    r.routing =
+        static_cast<double>(r.moe_layers) * (choices * (4 + state + 8) + (2 * E + 1) * 8 + R * 4 + bias) +
+        choices * state;
+  }
   return r;
 }
 

@@ -9,6 +9,7 @@
 
 #include "ridge/core/cpu.hpp"
 #include "ridge/model/model.hpp"
+#include "ridge/model/moe.hpp"
 
 namespace rm = ridge::model;
 
@@ -220,4 +221,42 @@ TEST(ModelGradients, GqaFp32MatchesFp64OnEveryIsaPath) {
     c.context_length = 19;
     expect_fp32_matches_fp64(c, 2, 19);
   }
+}
+
+namespace {
+
+// A tiny MoE model (issue 40): 4 experts of width 6, top-2, attention included (the MoE block's own
+// reference test leaves it out).
+rm::ModelConfig tiny_moe_config() {
+  rm::ModelConfig c = tiny_config();
+  c.num_experts = 4, c.top_k = 2, c.d_expert = 6, c.aux_loss_coef = 0.05;
+  return c;
+}
+
+}  // namespace
+
+// The MoE block's backward (the router through the gate weights and the auxiliary loss, the experts, the
+// shared experts, the input) against central differences of the whole model's loss, auxiliary loss
+// included: both gates, both balances, with and without shared experts, MoE in every layer or one.
+// The routing is piecewise constant, and no choice of these weights lies within h of a tie.
+TEST(ModelGradients, MoeBackwardMatchesFiniteDifferencesFp64) {
+  for (const auto gate : {rm::moe::Gate::softmax, rm::moe::Gate::sigmoid})
+    for (const auto balance : {rm::moe::Balance::aux, rm::moe::Balance::bias}) {
+      rm::ModelConfig c = tiny_moe_config();
+      c.router = gate;
+      c.balance = balance;
+      c.num_shared_experts = balance == rm::moe::Balance::aux ? 1 : 0;
+      c.moe_layers = gate == rm::moe::Gate::softmax ? std::vector<int64_t>{} : std::vector<int64_t>{1};
+      SCOPED_TRACE(std::string(rm::moe::gate_name(gate)) + " " + rm::moe::balance_name(balance));
+      expect_backward_matches_finite_differences(c);
+    }
+}
+
+// The fp32 MoE model on every ISA path and both attention paths against the fp64 one, at the dense
+// model's bound.
+TEST(ModelGradients, MoeFp32MatchesFp64OnEveryIsaPath) {
+  rm::ModelConfig c = tiny_moe_config();
+  c.d_model = 32, c.d_ff = 48, c.d_expert = 24, c.vocab_size = 37, c.context_length = 19;  // d_head 16
+  c.num_shared_experts = 1, c.router = rm::moe::Gate::sigmoid;
+  expect_fp32_matches_fp64(c, 2, 19);
 }

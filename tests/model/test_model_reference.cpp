@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -153,46 +154,61 @@ TEST(ModelReference, TenAdamWStepsMatchPyTorch) {
     EXPECT_LE(rel_err(trainer.model().param(t.name), ref().to_f32("train.final." + t.name)), 1e-4) << t.name;
 }
 
-// ---- Grouped-query attention: tests/data/model_gqa_ref.safetensors (tools/make_model_reference.py
-// --gqa) holds PyTorch's run of 4 query heads sharing 2 kv heads, and 1, each kv head repeated for its
-// query heads as Llama repeats it (ridge's kernels read it in place instead), with the same bounds as
-// the multi-head tests above: PyTorch and ridge compute the same math, only in another order.
+// ---- Named cases of tools/make_model_reference.py, each with its config, initial weights (and the
+// router biases), inputs, targets, and PyTorch's fp32 and bf16-autocast logits, loss and gradients, all
+// named "<case>.<name>", held to the bounds of the tests above: PyTorch and ridge compute the same math,
+// only in another order (bf16: rounded at other points).
+// Grouped-query attention (--gqa, tests/data/model_gqa_ref.safetensors): PyTorch's run of 4 query heads
+// sharing 2 kv heads, and 1, each kv head repeated for its query heads as Llama repeats it (ridge's
+// kernels read it in place instead). Mixture of Experts (--moe, tests/data/model_moe_ref.safetensors,
+// issue 40): a softmax-gated block in every layer with the auxiliary loss, and a sigmoid-gated one with a
+// shared expert and the router bias in layer 1 only, each loss the cross-entropy plus the auxiliary loss.
 namespace {
 
-const rm::SafetensorsFile& gqa_ref() {
-  static const rm::SafetensorsFile f =
-      rm::SafetensorsFile::load(std::string(RIDGE_SOURCE_DIR) + "/tests/data/model_gqa_ref.safetensors");
-  return f;
+const rm::SafetensorsFile& cases_file(const std::string& file) {
+  static std::map<std::string, rm::SafetensorsFile> files;
+  auto it = files.find(file);
+  if (it == files.end())
+    it = files.emplace(file, rm::SafetensorsFile::load(std::string(RIDGE_SOURCE_DIR) + "/tests/data/" + file))
+             .first;
+  return it->second;
 }
 
-struct GqaCase {
-  std::string name;  // "kv2", "kv1": the prefix of its tensors
+struct RefCase {
+  const rm::SafetensorsFile* file = nullptr;
+  std::string name;  // "kv2", "softmax_aux", ...: the prefix of its tensors
   rm::ModelConfig config;
   std::vector<int32_t> inputs, targets;
   int64_t batch = 0, seq = 0;
-  std::vector<float> get(const std::string& tensor) const { return gqa_ref().to_f32(name + "." + tensor); }
-  double scalar(const std::string& tensor) const { return gqa_ref().to_f64(name + "." + tensor)[0]; }
+  std::vector<float> get(const std::string& tensor) const { return file->to_f32(name + "." + tensor); }
+  double scalar(const std::string& tensor) const { return file->to_f64(name + "." + tensor)[0]; }
   void load(rm::TransformerLM<float>& m) const {
     for (const auto& t : m.tensors()) {
       const auto v = get(t.name);
       ASSERT_EQ(static_cast<int64_t>(v.size()), t.numel) << t.name;
       std::copy(v.begin(), v.end(), m.param(t.name).begin());
     }
+    for (const auto& t : m.state_tensors()) {  // the router biases
+      const auto v = get(t.name);
+      ASSERT_EQ(static_cast<int64_t>(v.size()), t.numel) << t.name;
+      std::copy(v.begin(), v.end(), m.state().begin() + t.offset);
+    }
   }
 };
 
-std::vector<GqaCase> gqa_cases() {
-  std::vector<GqaCase> out;
-  for (const auto& name :
-       nlohmann::json::parse(gqa_ref().metadata().at("cases")).get<std::vector<std::string>>()) {
-    GqaCase c;
+std::vector<RefCase> ref_cases(const std::string& file) {
+  const rm::SafetensorsFile& f = cases_file(file);
+  std::vector<RefCase> out;
+  for (const auto& name : nlohmann::json::parse(f.metadata().at("cases")).get<std::vector<std::string>>()) {
+    RefCase c;
+    c.file = &f;
     c.name = name;
-    c.config = nlohmann::json::parse(gqa_ref().metadata().at("config." + name)).get<rm::ModelConfig>();
-    const auto& e = gqa_ref().at(name + ".inputs");
+    c.config = nlohmann::json::parse(f.metadata().at("config." + name)).get<rm::ModelConfig>();
+    const auto& e = f.at(name + ".inputs");
     c.batch = e.shape[0];
     c.seq = e.shape[1];
     for (const char* which : {"inputs", "targets"}) {
-      const auto& t = gqa_ref().at(name + "." + which);
+      const auto& t = f.at(name + "." + which);
       auto& v = std::string(which) == "inputs" ? c.inputs : c.targets;
       v.resize(static_cast<size_t>(t.numel()));
       std::memcpy(v.data(), t.data, t.bytes);
@@ -202,56 +218,100 @@ std::vector<GqaCase> gqa_cases() {
   return out;
 }
 
-}  // namespace
-
-TEST(ModelReference, GqaFp32MatchesPyTorch) {
-  const auto cases = gqa_cases();
-  ASSERT_EQ(cases.size(), 2u);
+// A case's model in precision p loaded, its forward (checked by `logits`) and backward, on every ISA path
+// and both attention paths.
+template <typename F, typename G>
+void on_every_path(const RefCase& g, rm::Precision p, F&& logits, G&& grads) {
   const auto saved = ridge::cpu::active_isa();
-  for (const GqaCase& g : cases) {
-    ASSERT_LT(g.config.kv_heads(), g.config.num_heads) << g.name;  // grouped, not multi-head
-    const double loss = g.scalar("fp32.loss");
-    for (const auto isa : ridge::cpu::supported_isas()) {
-      ridge::cpu::set_isa(isa);
-      for (const auto path : {rm::AttentionPath::flash, rm::AttentionPath::math}) {
-        SCOPED_TRACE(g.name + " " + ridge::cpu::isa_name(isa) + " " + rm::attention_path_name(path));
-        rm::TransformerLM<float> m(g.config, rm::Precision::fp32, path);
-        g.load(m);
-        m.zero_grad();
-        const float l = m.forward(g.inputs.data(), g.targets.data(), g.batch, g.seq);
-        EXPECT_NEAR(l, loss, 1e-5 * std::abs(loss));
-        EXPECT_LE(rel_err(m.logits(), g.get("fp32.logits")), 1e-5);
-        m.backward();
-        for (const auto& t : m.tensors())
-          EXPECT_LE(rel_err(m.grad(t.name), g.get("fp32.grad." + t.name)), 1e-4) << t.name;
-      }
+  for (const auto isa : ridge::cpu::supported_isas()) {
+    ridge::cpu::set_isa(isa);
+    for (const auto path : {rm::AttentionPath::flash, rm::AttentionPath::math}) {
+      SCOPED_TRACE(g.name + " " + ridge::cpu::isa_name(isa) + " " + rm::attention_path_name(path));
+      rm::TransformerLM<float> m(g.config, p, path);
+      g.load(m);
+      m.zero_grad();
+      logits(m, m.forward(g.inputs.data(), g.targets.data(), g.batch, g.seq));
+      m.backward();
+      grads(m);
     }
   }
   ridge::cpu::set_isa(saved);
 }
 
-// bf16 against autocast, with Bf16MatchesPyTorchAutocast's bounds (8u logits, 32u gradients), on both
-// attention paths; ridge's bf16 logits must differ from PyTorch's fp32 ones (it did round).
-TEST(ModelReference, GqaBf16MatchesPyTorchAutocast) {
+// fp32: loss and logits within 1e-5, gradients within 1e-4 of each tensor's scale, as Fp32MatchesPyTorch.
+void expect_fp32_matches_pytorch(const RefCase& g) {
+  const double loss = g.scalar("fp32.loss");
+  on_every_path(
+      g, rm::Precision::fp32,
+      [&](const rm::TransformerLM<float>& m, float l) {
+        EXPECT_NEAR(l, loss, 1e-5 * std::abs(loss));
+        EXPECT_LE(rel_err(m.logits(), g.get("fp32.logits")), 1e-5);
+      },
+      [&](rm::TransformerLM<float>& m) {
+        for (const auto& t : m.tensors())
+          EXPECT_LE(rel_err(m.grad(t.name), g.get("fp32.grad." + t.name)), 1e-4) << t.name;
+      });
+}
+
+// bf16 against autocast, with Bf16MatchesPyTorchAutocast's bounds (8u logits, 32u gradients); ridge's
+// bf16 logits must differ from PyTorch's fp32 ones (it did round).
+void expect_bf16_matches_autocast(const RefCase& g) {
   const double u = std::ldexp(1.0, -9);
-  const auto saved = ridge::cpu::active_isa();
-  for (const GqaCase& g : gqa_cases()) {
-    for (const auto isa : ridge::cpu::supported_isas()) {
-      ridge::cpu::set_isa(isa);
-      for (const auto path : {rm::AttentionPath::flash, rm::AttentionPath::math}) {
-        SCOPED_TRACE(g.name + " " + ridge::cpu::isa_name(isa) + " " + rm::attention_path_name(path));
-        rm::TransformerLM<float> m(g.config, rm::Precision::bf16, path);
-        g.load(m);
-        m.zero_grad();
-        const float l = m.forward(g.inputs.data(), g.targets.data(), g.batch, g.seq);
+  on_every_path(
+      g, rm::Precision::bf16,
+      [&](const rm::TransformerLM<float>& m, float l) {
         EXPECT_NEAR(l, g.scalar("bf16.loss"), 8 * u * std::abs(l));
         EXPECT_LE(rel_err(m.logits(), g.get("bf16.logits")), 8 * u);
         EXPECT_GT(rel_err(m.logits(), g.get("fp32.logits")), 1e-4) << "bf16 precision did not round anything";
-        m.backward();
+      },
+      [&](rm::TransformerLM<float>& m) {
         for (const auto& t : m.tensors())
           EXPECT_LE(rel_err(m.grad(t.name), g.get("bf16.grad." + t.name)), 32 * u) << t.name;
-      }
-    }
+      });
+}
+
+}  // namespace
+
+TEST(ModelReference, GqaFp32MatchesPyTorch) {
+  const auto cases = ref_cases("model_gqa_ref.safetensors");
+  ASSERT_EQ(cases.size(), 2u);
+  for (const RefCase& g : cases) {
+    ASSERT_LT(g.config.kv_heads(), g.config.num_heads) << g.name;  // grouped, not multi-head
+    expect_fp32_matches_pytorch(g);
   }
-  ridge::cpu::set_isa(saved);
+}
+
+TEST(ModelReference, GqaBf16MatchesPyTorchAutocast) {
+  for (const RefCase& g : ref_cases("model_gqa_ref.safetensors")) expect_bf16_matches_autocast(g);
+}
+
+TEST(ModelReference, MoeFp32MatchesPyTorch) {
+  const auto cases = ref_cases("model_moe_ref.safetensors");
+  ASSERT_EQ(cases.size(), 2u);
+  for (const RefCase& g : cases) {
+    ASSERT_TRUE(g.config.is_moe()) << g.name;
+    expect_fp32_matches_pytorch(g);
+  }
+}
+
+// softmax_aux is left out: token 8 of its layer 0 lies 1.2e-4 from a tie between its second and third
+// experts (softmax scores 0.2600 and 0.2599, within one bf16 ulp of them), so ridge's bf16 attention output
+// and autocast's, rounded at other points, route it to different experts (its logits then differ by 25%).
+// The check holds that this is why: ridge's fp32 and bf16 routings of that case differ. A file regenerated
+// without the near tie fails it, and the case joins the comparison.
+TEST(ModelReference, MoeBf16MatchesPyTorchAutocast) {
+  for (const RefCase& g : ref_cases("model_moe_ref.safetensors")) {
+    if (g.name != "softmax_aux") {
+      expect_bf16_matches_autocast(g);
+      continue;
+    }
+    std::vector<std::vector<int64_t>> counts[2];
+    for (const auto p : {rm::Precision::fp32, rm::Precision::bf16}) {
+      rm::TransformerLM<float> m(g.config, p);
+      g.load(m);
+      m.forward(g.inputs.data(), nullptr, g.batch, g.seq);
+      for (const auto& st : m.moe_stats()) counts[p == rm::Precision::bf16].push_back(st.count);
+    }
+    EXPECT_NE(counts[0], counts[1]) << "softmax_aux routes alike in fp32 and bf16: compare it in bf16 too";
+  }
 }

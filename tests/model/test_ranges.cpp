@@ -16,7 +16,8 @@ namespace rm = ridge::model;
 
 namespace {
 
-std::set<std::string> ranges_of_one_step(rm::Precision p, rm::AttentionPath a) {
+// With `moe`, layer 0's feed-forward is an MoE block with a shared expert (issue 40); layer 1 stays dense.
+std::set<std::string> ranges_of_one_step(rm::Precision p, rm::AttentionPath a, bool moe = false) {
   rm::ModelConfig c;
   c.vocab_size = 17;
   c.context_length = 8;
@@ -24,6 +25,7 @@ std::set<std::string> ranges_of_one_step(rm::Precision p, rm::AttentionPath a) {
   c.num_layers = 2;
   c.num_heads = 2;
   c.d_ff = 48;
+  if (moe) c.num_experts = 4, c.top_k = 2, c.num_shared_experts = 1, c.d_expert = 8, c.moe_layers = {0};
   rm::TrainConfig t;
   t.batch = 2;
   t.seq = 8;
@@ -70,4 +72,22 @@ TEST(ModelRanges, NamesAreDistinctAndFindReturnsTheirKind) {
   EXPECT_EQ(rm::ranges::find("no such range"), nullptr);
   EXPECT_EQ(rm::ranges::find("gemm qkv")->kind, rm::ranges::Kind::gemm);
   EXPECT_EQ(rm::ranges::find("attention")->kind, rm::ranges::Kind::attention);
+}
+
+// An MoE step's ranges are in the table too, and each step of the block has its own: routing,
+// permutation, the experts' GEMMs, the shared experts, the combine, and their backward.
+TEST(ModelRanges, AnMoeStepRecordsTheBlocksRanges) {
+  for (rm::Precision p : {rm::Precision::fp32, rm::Precision::bf16}) {
+    const auto names = ranges_of_one_step(p, rm::AttentionPath::flash, true);
+    for (const auto& n : names)
+      EXPECT_NE(rm::ranges::find(n), nullptr) << "range '" << n << "' is not in ranges.hpp";
+    namespace r = rm::ranges;
+    for (const r::Name& must :
+         {r::gemm_router, r::route, r::permute, r::experts, r::gemm_experts_w1_w3, r::gemm_experts_w2,
+          r::shared_experts, r::unpermute, r::shared_experts_backward, r::unpermute_backward,
+          r::experts_backward, r::gemm_experts_w2_backward, r::gemm_experts_w1_w3_backward,
+          r::permute_backward, r::route_backward, r::gemm_router_backward,
+          r::gemm_w2})  // gemm w2: the dense layer 1, and the shared expert
+      EXPECT_TRUE(names.count(must.text)) << must.text << " missing at " << rm::precision_name(p);
+  }
 }

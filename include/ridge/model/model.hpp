@@ -11,6 +11,13 @@
 // rotating adjacent pairs (2i, 2i+1)) on q and k, FlashAttention-2 or the math path. FFN: SwiGLU,
 // w2(silu(w1 x) * w3 x). No biases, no dropout, untied lm_head.
 //
+// Mixture of Experts (config.is_moe(); docs/model.md, "The MoE block"): the FFN of each layer in
+// moe_layers is  ffn(h) = sum_j g_j expert_{e_j}(h) + shared(h),  the router's top-k experts e_j with
+// their gate weights g_j (ridge/model/moe.hpp), each expert and the shared experts SwiGLUs; the experts
+// run as grouped GEMMs over the tokens permuted into DeepGEMM's contiguous layout. The loss forward
+// returns adds each MoE layer's auxiliary loss (balance aux); balance bias keeps a router bias per MoE
+// layer (state_tensors()) that update_router_bias moves after each step.
+//
 // Precision (which operation runs in which dtype; docs/model.md has the full table):
 //   fp32: everything in fp32.
 //   bf16: GEMM operands (weights, the normed activations, attention inputs and outputs, the gradients
@@ -92,6 +99,12 @@ class TransformerLM {
   std::span<S> param(const std::string& name);
   std::span<S> grad(const std::string& name);
 
+  // Non-trained state (PyTorch's buffers), in a flat buffer of its own: under balance bias each MoE
+  // layer's router bias, "layers.L.ffn.router.bias" [E], in ascending layer order, zero after init().
+  // Saved and loaded with the parameters; no gradient, no optimizer state. Empty otherwise.
+  const std::vector<TensorInfo>& state_tensors() const;
+  std::span<S> state();
+
   // CS336's initialisation: linear weights truncated normal, std sqrt(2 / (d_in + d_out)), cut at
   // 3 std; the embedding truncated N(0, 1) cut at 3; norm weights 1. Same seed, same weights.
   void init(uint64_t seed);
@@ -108,6 +121,25 @@ class TransformerLM {
   using Observer = std::function<void(int group)>;
   void backward(S loss_scale = S(1), const Observer& observer = {});
   void zero_grad();
+
+  // What the last forward's routing did in each MoE layer, in ascending layer order (empty for a dense
+  // model; zero counts before the first forward).
+  struct MoeLayerStats {
+    int64_t layer = 0;
+    std::vector<int64_t> count;  // tokens routed to each expert (a token counts once per expert it chose)
+    double load_imbalance = 1;   // max count / mean count
+    double aux_loss = 0;         // the layer's auxiliary loss (balance aux; 0 otherwise)
+  };
+  std::vector<MoeLayerStats> moe_stats() const;
+  // The auxiliary losses of the last forward with targets, summed over the MoE layers: the part of the
+  // loss forward returned that is not cross-entropy (0 for a dense model and under balance bias).
+  double aux_loss() const;
+  // The auxiliary-loss-free balance after a step: each MoE layer's bias moves by bias_update_speed
+  // towards balance (moe::update_bias) from `counts`, the layers' counts one after another (E each, as
+  // moe_stats gives them, or their sums over data-parallel workers) for `tokens` tokens. ridge::Error
+  // naming `counts` or `tokens` unless they fit the model; nothing to do without balance bias or at
+  // speed 0.
+  void update_router_bias(std::span<const int64_t> counts, int64_t tokens);
 
   // Bytes held for activations and workspace by the last forward (what the memory profiler tags
   // "activations" and "workspace").

@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "ridge/roofline/model_arch.hpp"
@@ -44,36 +45,57 @@ Balance parse_balance(const std::string& name, const char* what = "balance");
 const char* balance_name(Balance b);
 
 // The router's choice for T tokens: expert[t * k + j] is token t's j-th expert (best first) and
-// weight[t * k + j] its gate weight; count[e] the tokens routed to expert e.
-struct Routing {
+// weight[t * k + j] its gate weight; count[e] the tokens routed to expert e. V is the type of the logits
+// and weights: float for the model, double for its fp64 reference (the gradient checks).
+template <typename V>
+struct BasicRouting {
   int64_t tokens = 0, experts = 0, top_k = 0;
   Gate gate = Gate::softmax;
   std::vector<int32_t> expert;
-  std::vector<float> weight;
+  std::vector<V> weight;
   std::vector<int64_t> count;
   // max count / mean count (1 at a perfect balance; E / k when one expert takes every token).
   double load_imbalance() const;
 };
+using Routing = BasicRouting<float>;
+// The same ratio from counts of `tokens` tokens, top_k choices each, over count.size() experts (counts
+// summed over data-parallel workers, say); 1 without tokens.
+double load_imbalance(std::span<const int64_t> count, int64_t tokens, int64_t top_k);
+
+// The functions below are defined for V = float and V = double; V is read from the routing argument
+// (the spans take a vector of V as they are).
+template <typename V>
+using Same = std::type_identity_t<V>;
 
 // Routes T tokens from their logits [T, E] (row-major). bias: empty, or E finite values added to the
 // scores for the choice only. Throws ridge::Error naming the argument: E >= 1, 1 <= top_k <= E,
 // logits.size() == T * E, every logit finite (a NaN or an infinity names its token and expert).
-void route(std::span<const float> logits, int64_t tokens, int64_t experts, int64_t top_k, Gate gate,
-           std::span<const float> bias, Routing& out);
+template <typename V>
+void route(std::span<const Same<V>> logits, int64_t tokens, int64_t experts, int64_t top_k, Gate gate,
+           std::span<const Same<V>> bias, BasicRouting<V>& out);
 
 // d logits [T, E] of the loss through the gate weights, given d weight [T * k] (the loss's gradient with
 // respect to each chosen expert's weight: <dy_t, expert_j(x_t)>). Overwrites dlogits.
-void gate_backward(std::span<const float> logits, const Routing& r, std::span<const float> dweight,
-                   std::span<float> dlogits);
+template <typename V>
+void gate_backward(std::span<const Same<V>> logits, const BasicRouting<V>& r,
+                   std::span<const Same<V>> dweight, std::span<Same<V>> dlogits);
 
 // The auxiliary loss above, and its gradient added into dlogits [T, E] (scaled by `scale`, the loss's
 // upstream gradient).
-double aux_loss(std::span<const float> logits, const Routing& r, double coef);
-void aux_loss_backward(std::span<const float> logits, const Routing& r, double coef, double scale,
-                       std::span<float> dlogits);
+template <typename V>
+double aux_loss(std::span<const Same<V>> logits, const BasicRouting<V>& r, double coef);
+template <typename V>
+void aux_loss_backward(std::span<const Same<V>> logits, const BasicRouting<V>& r, double coef, double scale,
+                       std::span<Same<V>> dlogits);
 
-// The bias update of the auxiliary-loss-free balance (speed > 0: DeepSeek-V3's gamma, 0.001).
-void update_bias(const Routing& r, double speed, std::span<float> bias);
+// The bias update of the auxiliary-loss-free balance (speed > 0: DeepSeek-V3's gamma, 0.001), from the
+// routing's counts, or from counts of `tokens` tokens given apart (a data-parallel step's, summed over
+// the workers: count [E], mean = tokens * top_k / E).
+template <typename V>
+void update_bias(const BasicRouting<V>& r, double speed, std::span<Same<V>> bias);
+template <typename V>
+void update_bias(std::span<const int64_t> count, int64_t tokens, int64_t top_k, double speed,
+                 std::span<V> bias);
 
 // DeepGEMM's contiguous layout for T tokens' k choices: expert e's rows are the block
 // [offset[e], offset[e] + count[e]) of a buffer of `rows` rows, in token order, then padded with -1
@@ -85,7 +107,8 @@ struct ContiguousLayout {
   std::vector<int32_t> m_indices;  // [rows]
   std::vector<int64_t> row;        // [T * k]
 };
-ContiguousLayout contiguous_layout(const Routing& r, int64_t alignment);
+template <typename V>
+ContiguousLayout contiguous_layout(const BasicRouting<V>& r, int64_t alignment);
 
 // DeepGEMM's masked layout (decode): expert e's tokens are rows [0, masked_m[e]) of its [max_m, d]
 // slab, in token order; row[t * k + j] = e * max_m + the row within the slab. max_m >= the largest
@@ -95,22 +118,27 @@ struct MaskedLayout {
   std::vector<int32_t> masked_m;  // [E]
   std::vector<int64_t> row;       // [T * k]
 };
-MaskedLayout masked_layout(const Routing& r, int64_t max_m);
+template <typename V>
+MaskedLayout masked_layout(const BasicRouting<V>& r, int64_t max_m);
 
 // Copies token rows into the grouped buffer: dst[row[t * k + j], :] = x[t, :] (x [T, d] with row stride
-// ldx, dst with row stride ldd). Rows no choice lands on (padding) are left as they are.
-void permute_rows(const float* x, int64_t ldx, std::span<const int64_t> row, const Routing& r, int64_t d,
-                  float* dst, int64_t ldd);
+// ldx, dst with row stride ldd). Rows no choice lands on (padding) are left as they are. X: float, bf16
+// or double (the rows are copied as they are).
+template <typename X, typename V>
+void permute_rows(const X* x, int64_t ldx, std::span<const int64_t> row, const BasicRouting<V>& r, int64_t d,
+                  X* dst, int64_t ldd);
 // The combine: y[t, :] (+)= sum_j w_j * src[row[t * k + j], :] with w_j = weight[t * k + j] (an empty
-// weight: 1, the backward of permute_rows), summed in slot order j = 0..k-1 in fp32 (the same bits at
+// weight: 1, the backward of permute_rows), summed in slot order j = 0..k-1 in V (the same bits at
 // any thread count). accumulate: add into y instead of overwriting it.
-void combine_rows(const float* src, int64_t lds, std::span<const int64_t> row, std::span<const float> weight,
-                  const Routing& r, int64_t d, float* y, int64_t ldy, bool accumulate);
+template <typename V>
+void combine_rows(const V* src, int64_t lds, std::span<const int64_t> row, std::span<const Same<V>> weight,
+                  const BasicRouting<V>& r, int64_t d, V* y, int64_t ldy, bool accumulate);
 // The combine's backward: dsrc[row[t*k+j], :] = weight[t*k+j] * dy[t, :], and
 // dweight[t * k + j] = <dy[t, :], src[row[t * k + j], :]> (in double, rounded once).
-void combine_rows_backward(const float* dy, int64_t lddy, const float* src, int64_t lds,
-                           std::span<const int64_t> row, const Routing& r, int64_t d, float* dsrc,
-                           int64_t ldds, std::span<float> dweight);
+template <typename V>
+void combine_rows_backward(const V* dy, int64_t lddy, const V* src, int64_t lds, std::span<const int64_t> row,
+                           const BasicRouting<V>& r, int64_t d, V* dsrc, int64_t ldds,
+                           std::span<Same<V>> dweight);
 
 // E[distinct experts a batch of B tokens reads] under uniform routing: E * (1 - (1 - k/E)^B).
 double expected_distinct_experts(int64_t experts, int64_t top_k, int64_t batch);

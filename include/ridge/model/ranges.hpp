@@ -44,6 +44,17 @@ inline constexpr Name ffn_block{"ffn block", Kind::block};
 inline constexpr Name gemm_w1_w3{"gemm w1 w3", Kind::gemm};
 inline constexpr Name swiglu{"swiglu", Kind::elementwise};
 inline constexpr Name gemm_w2{"gemm w2", Kind::gemm};
+// An MoE layer's feed-forward (in the ffn block, after its norm): the router's GEMM and the choice, the
+// tokens' rows permuted into the experts' layout, the experts (their grouped GEMMs and SwiGLU), the
+// shared experts (the dense feed-forward's ranges inside), and the combine with the gate weights.
+inline constexpr Name gemm_router{"gemm router", Kind::gemm};
+inline constexpr Name route{"route", Kind::elementwise};
+inline constexpr Name permute{"permute", Kind::elementwise};
+inline constexpr Name experts{"experts", Kind::block};
+inline constexpr Name gemm_experts_w1_w3{"gemm experts w1 w3", Kind::gemm};
+inline constexpr Name gemm_experts_w2{"gemm experts w2", Kind::gemm};
+inline constexpr Name shared_experts{"shared experts", Kind::block};
+inline constexpr Name unpermute{"unpermute", Kind::elementwise};
 inline constexpr Name final_norm{"final norm", Kind::elementwise};
 inline constexpr Name gemm_lm_head{"gemm lm_head", Kind::gemm};
 inline constexpr Name loss{"loss", Kind::elementwise};
@@ -57,6 +68,16 @@ inline constexpr Name ffn_block_backward{"ffn block backward", Kind::block};
 inline constexpr Name gemm_w2_backward{"gemm w2 backward", Kind::gemm};
 inline constexpr Name swiglu_backward{"swiglu backward", Kind::elementwise};
 inline constexpr Name gemm_w1_w3_backward{"gemm w1 w3 backward", Kind::gemm};
+// An MoE layer's, in the order they run: the shared experts first (they read the gradient the norm left
+// rounded), then the combine's, the experts', the permutation's, the routing's and the router GEMM's.
+inline constexpr Name shared_experts_backward{"shared experts backward", Kind::block};
+inline constexpr Name unpermute_backward{"unpermute backward", Kind::elementwise};
+inline constexpr Name experts_backward{"experts backward", Kind::block};
+inline constexpr Name gemm_experts_w2_backward{"gemm experts w2 backward", Kind::gemm};
+inline constexpr Name gemm_experts_w1_w3_backward{"gemm experts w1 w3 backward", Kind::gemm};
+inline constexpr Name permute_backward{"permute backward", Kind::elementwise};
+inline constexpr Name route_backward{"route backward", Kind::elementwise};
+inline constexpr Name gemm_router_backward{"gemm router backward", Kind::gemm};
 inline constexpr Name norm_backward{"norm backward", Kind::elementwise};
 inline constexpr Name attention_block_backward{"attention block backward", Kind::block};
 inline constexpr Name gemm_out_backward{"gemm out backward", Kind::gemm};
@@ -83,6 +104,14 @@ inline constexpr Name all[] = {
     gemm_w1_w3,
     swiglu,
     gemm_w2,
+    gemm_router,
+    route,
+    permute,
+    experts,
+    gemm_experts_w1_w3,
+    gemm_experts_w2,
+    shared_experts,
+    unpermute,
     final_norm,
     gemm_lm_head,
     loss,
@@ -94,6 +123,14 @@ inline constexpr Name all[] = {
     gemm_w2_backward,
     swiglu_backward,
     gemm_w1_w3_backward,
+    shared_experts_backward,
+    unpermute_backward,
+    experts_backward,
+    gemm_experts_w2_backward,
+    gemm_experts_w1_w3_backward,
+    permute_backward,
+    route_backward,
+    gemm_router_backward,
     norm_backward,
     attention_block_backward,
     gemm_out_backward,

@@ -51,8 +51,13 @@ struct TrainConfig {
 };
 
 struct StepResult {
-  int64_t step = 0;      // optimizer steps taken after this one (1 for the first)
-  double loss = 0;       // mean cross-entropy of the batch, before the update
+  int64_t step = 0;  // optimizer steps taken after this one (1 for the first)
+  double loss = 0;   // mean cross-entropy of the batch, before the update (+ aux_loss)
+  // Mixture of Experts: the auxiliary losses included in `loss` (balance aux), and each MoE layer's
+  // expert load, max / mean tokens per expert (over every worker's tokens under data parallelism), in
+  // ascending layer order. 0 and empty for a dense model.
+  double aux_loss = 0;
+  std::vector<double> expert_load;
   double grad_norm = 0;  // global L2 norm of the unscaled gradient, before clipping
   double lr = 0;
   double loss_scale = 1;  // the scale this step's backward used
@@ -76,6 +81,11 @@ class StepHooks {
   virtual double grad_norm(std::span<const float> grads) { return model::grad_norm<float>(grads); }
   // After the optimizer stepped its range: make every worker's parameters whole again.
   virtual void after_update(std::span<float> params) { (void)params; }
+  // Mixture of Experts, after backward: make `counts` (each MoE layer's tokens per expert, E per layer)
+  // the sums over every worker, so that the expert load reported and the router biases moved from them
+  // (balance bias) are the same on every worker. Collective: every worker calls it at every step of an
+  // MoE model.
+  virtual void sum_expert_counts(std::span<int64_t> counts) { (void)counts; }
 
   // The loop's part. This worker among the `world` that share each global batch: train() draws
   // world x batch rows and steps on rows [rank x batch, (rank + 1) x batch).

@@ -67,8 +67,10 @@ long double weight_bytes(long double rows, long double cols, DType dtype);
 // ---- Activations and workspace of one step.
 // Where a buffer lives, which is also its memory tag: each layer's saved activations in a block of
 // their own ("activations/layers.<l>"), those after the last layer ("activations/final"), and one
-// workspace every layer's forward and backward reuse ("workspace").
-enum class Region { layer, final, workspace };
+// workspace every layer's forward and backward reuse ("workspace"). An MoE layer's block (moe_layer,
+// tagged as any layer's) holds the buffers of `layer` up to h2 (the attention block's and ln2's) and
+// then its own, in place of the dense feed-forward's ab and g.
+enum class Region { layer, final, workspace, moe_layer };
 const char* region_tag(Region r);  // "activations/layers", "activations/final", "workspace"
 
 // Element type: the state type (fp32 master weights and gradients, the residual stream, norms'
@@ -89,6 +91,14 @@ enum class Buf : int {
   h2,
   ab,
   g,
+  // Saved by an MoE layer's forward for its backward (in place of ab and g).
+  router_logits,
+  moe_x,
+  moe_ab,
+  moe_g,
+  moe_y,
+  shared_ab,
+  shared_g,
   // After the last layer.
   final_x,
   final_rstd,
@@ -103,6 +113,9 @@ enum class Buf : int {
   dop,
   dqkv,
   dout,
+  moe_gemm,
+  moe_dop,
+  router_dlogits,
   count
 };
 
@@ -129,6 +142,21 @@ inline constexpr BufferSpec kModelBuffers[] = {
     {Buf::h2, "h2", Region::layer, Elem::operand, "[N,D] ln2(x_mid): the w1|w3 GEMM's input and dW operand"},
     {Buf::ab, "ab", Region::layer, Elem::operand, "[N,2F] w1 x | w3 x: SwiGLU's inputs, for its backward"},
     {Buf::g, "g", Region::layer, Elem::operand, "[N,F] silu(a) * b: the w2 GEMM's input and dW operand"},
+    {Buf::router_logits, "router_logits", Region::moe_layer, Elem::state,
+     "[N,E] h2 W_router^T in fp32: the routing's input, read by its backward (the only [tokens x experts] "
+     "buffer)"},
+    {Buf::moe_x, "moe_x", Region::moe_layer, Elem::operand,
+     "[R,D] h2's rows in the experts' contiguous layout: the w1, w3 GEMMs' input and dW operand"},
+    {Buf::moe_ab, "moe_ab", Region::moe_layer, Elem::operand,
+     "[R,2De] w1 x | w3 x of each row's expert: SwiGLU's inputs, for its backward"},
+    {Buf::moe_g, "moe_g", Region::moe_layer, Elem::operand,
+     "[R,De] silu(a) * b: the experts' w2 GEMM's input and dW operand"},
+    {Buf::moe_y, "moe_y", Region::moe_layer, Elem::state,
+     "[R,D] each row's expert output before the gate weights: the weights' gradient reads it"},
+    {Buf::shared_ab, "shared_ab", Region::moe_layer, Elem::operand,
+     "[N,2S] the shared experts' w1 x | w3 x, for their SwiGLU's backward"},
+    {Buf::shared_g, "shared_g", Region::moe_layer, Elem::operand,
+     "[N,S] the shared experts' silu(a) * b: their w2 GEMM's input and dW operand"},
     {Buf::final_x, "x", Region::final, Elem::state, "[N,D] the last layer's output"},
     {Buf::final_rstd, "rstd", Region::final, Elem::state, "[N] the final norm's 1/rms"},
     {Buf::logits, "logits", Region::final, Elem::state,
@@ -136,16 +164,24 @@ inline constexpr BufferSpec kModelBuffers[] = {
     {Buf::final_lse, "lse", Region::final, Elem::state, "[N] the loss's log-sum-exp"},
     {Buf::final_h, "h", Region::final, Elem::operand, "[N,D] ln_final(x): lm_head's input and dW operand"},
     {Buf::gemm, "gemm", Region::workspace, Elem::state,
-     "[N,max(D+2Dkv,2F,D)] a forward GEMM's output before the elementwise layer that consumes it"},
+     "[N,max(D+2Dkv,2F,D,2S)] a forward GEMM's output before the elementwise layer that consumes it; in "
+     "an MoE layer first the router's fp32 input"},
     {Buf::dx, "dx", Region::workspace, Elem::state, "[N,D] the residual stream's gradient"},
-    {Buf::dtmp, "dtmp", Region::workspace, Elem::state, "[N,max(F,D)] an input-gradient GEMM's output"},
+    {Buf::dtmp, "dtmp", Region::workspace, Elem::state, "[N,max(F,D,S)] an input-gradient GEMM's output"},
     {Buf::dattn, "dattn", Region::workspace, Elem::state,
      "[N,D+2Dkv] dq|dk|dv from the math path, or its forward output o"},
     {Buf::dop, "dop", Region::workspace, Elem::operand,
-     "[N,max(V,D+2Dkv,2F,D)] a gradient rounded to the operand type for the GEMMs that read it"},
+     "[N,max(V,D+2Dkv,2F,D,2S)] a gradient rounded to the operand type for the GEMMs that read it"},
     {Buf::dqkv, "dqkv", Region::workspace, Elem::operand,
      "[N,D+2Dkv] dq|dk|dv from FlashAttention (dk, dv summed over each kv head's query heads)"},
     {Buf::dout, "dout", Region::workspace, Elem::operand, "[N,D] the attention output's gradient"},
+    {Buf::moe_gemm, "moe_gemm", Region::workspace, Elem::state,
+     "[R,max(2De,2D)] an experts' GEMM output: w1|w3 x, then in backward dy per row, dg, and dx from w1 "
+     "and w3 side by side"},
+    {Buf::moe_dop, "moe_dop", Region::workspace, Elem::operand,
+     "[R,max(2De,D)] an experts' gradient rounded to the operand type: dy per row, then d(a|b)"},
+    {Buf::router_dlogits, "router_dlogits", Region::workspace, Elem::state,
+     "[N,E] the router logits' gradient (gate weights and auxiliary loss)"},
 };
 static_assert(std::size(kModelBuffers) == static_cast<size_t>(Buf::count));
 constexpr const BufferSpec& spec(Buf b) {
@@ -154,7 +190,17 @@ constexpr const BufferSpec& spec(Buf b) {
 
 inline constexpr size_t kBufferAlignment = 64;
 
-// The buffer's shape for batch x seq tokens (N = batch * seq).
+// The experts' grouped GEMMs run over DeepGEMM's contiguous layout, each expert's rows padded to a
+// multiple of this (gemm::m_alignment_for_contiguous_layout(); a test holds the two equal).
+inline constexpr int64_t kExpertRowAlignment = 64;
+// R, the rows of an MoE layer's contiguous layout at most: the N * top_k choices plus the padding of
+// each expert that has a token, N * k + min(E, N * k) * (kExpertRowAlignment - 1). 0 for a dense model.
+int64_t expert_rows(const ModelShape& m);
+
+// The buffer's shape for batch x seq tokens (N = batch * seq). MoE: E experts of width De, S =
+// num_shared_experts x De, R = expert_rows(); the workspace's F is 0 when every layer is MoE. An MoE
+// buffer of a dense model, and the shared experts' of a model without them, have no elements (and no
+// place in their region).
 std::vector<int64_t> buffer_shape(Buf b, const ModelShape& m);
 int64_t buffer_elements(Buf b, const ModelShape& m);
 
@@ -168,14 +214,22 @@ RegionLayout region_layout(Region r, const ModelShape& m, size_t state_bytes, si
 
 // What a training step holds, in bytes, with fp32 state and operands stored as m.storage (unset: the
 // operand dtype): parameters, gradients, AdamW's two moments, the operand copy of the weights (none
-// for fp32), each layer's saved activations, those after the last layer, and the workspace.
+// for fp32), each layer's saved activations (per_layer for each dense layer, per_moe_layer for each of
+// the moe_layers MoE layers), those after the last layer, and the workspace. An MoE model adds its
+// routing (each MoE layer's choices, gate weights, counts and layout, at most R rows; the backward's
+// gate-weight gradients) and the router biases (balance bias).
 struct ModelMemory {
   double parameters = 0, gradients = 0, optimizer_state = 0, operand_copy = 0;
   double per_layer = 0, final = 0, workspace = 0;
   int64_t layers = 0;
-  double activations() const { return per_layer * static_cast<double>(layers) + final; }
+  double per_moe_layer = 0, routing = 0;
+  int64_t moe_layers = 0;
+  double activations() const {
+    return per_layer * static_cast<double>(layers - moe_layers) +
+           per_moe_layer * static_cast<double>(moe_layers) + final;
+  }
   double total() const {
-    return parameters + gradients + optimizer_state + operand_copy + activations() + workspace;
+    return parameters + gradients + optimizer_state + operand_copy + activations() + workspace + routing;
   }
 };
 ModelMemory model_memory(const ModelShape& m);
