@@ -1,4 +1,5 @@
-// The experts' grouped GEMMs as loops of the dense GEMMs, one call per expert (src/model/expert_gemm.hpp).
+// The experts' grouped GEMMs (src/model/expert_gemm.hpp): the gemm module's for fp32 and bf16, a loop of fp64
+// GEMMs, one call per expert, for the reference model.
 #include "model/expert_gemm.hpp"
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 #include "model/linear.hpp"
 #include "ridge/core/error.hpp"
 #include "ridge/gemm_fp8.hpp"
+#include "ridge/gemm_grouped.hpp"
 #include "core/check.hpp"
 
 namespace ridge::model::experts {
@@ -97,38 +99,19 @@ void k_grouped(const char* fn, MatrixView<const T> a, MatrixView<const T> b, Ten
 
 }  // namespace
 
-// Each name over its operand type T and accumulator A; the M-grouped ones over their layout (nt or nn).
-#define RIDGE_M_GROUPED(name, T, nt)                                                                         \
-  void name(MatrixView<const T> a, TensorView<const T> b, MatrixView<float> d, std::span<const int32_t> m) { \
-    m_grouped(#name, nt, a, b, d, m);                                                                        \
-  }
-RIDGE_M_GROUPED(m_grouped_f32_gemm_nt_contiguous, float, true)
-RIDGE_M_GROUPED(m_grouped_bf16_gemm_nt_contiguous, bf16, true)
-RIDGE_M_GROUPED(m_grouped_f32_gemm_nn_contiguous, float, false)
-RIDGE_M_GROUPED(m_grouped_bf16_gemm_nn_contiguous, bf16, false)
-#undef RIDGE_M_GROUPED
-void k_grouped_f32_gemm_tn_contiguous(MatrixView<const float> a, MatrixView<const float> b,
-                                      TensorView<float> d, std::span<const int32_t> k_indices,
-                                      TensorView<const float> c) {
-  k_grouped("k_grouped_f32_gemm_tn_contiguous", a, b, d, k_indices, c);
-}
-void k_grouped_bf16_gemm_tn_contiguous(MatrixView<const bf16> a, MatrixView<const bf16> b,
-                                       TensorView<float> d, std::span<const int32_t> k_indices,
-                                       TensorView<const float> c) {
-  k_grouped("k_grouped_bf16_gemm_tn_contiguous", a, b, d, k_indices, c);
-}
-
 namespace {
 
 // The nt, nn and tn GEMMs of operand type O.
 template <typename O>
 constexpr auto named() {
   if constexpr (std::is_same_v<O, float>)
-    return std::tuple{&m_grouped_f32_gemm_nt_contiguous, &m_grouped_f32_gemm_nn_contiguous,
-                      &k_grouped_f32_gemm_tn_contiguous};
+    return std::tuple{[](auto... v) { gemm::m_grouped_f32_gemm_nt_contiguous(v...); },
+                      [](auto... v) { gemm::m_grouped_f32_gemm_nn_contiguous(v...); },
+                      [](auto... v) { gemm::k_grouped_f32_gemm_tn_contiguous(v...); }};
   else if constexpr (std::is_same_v<O, bf16>)
-    return std::tuple{&m_grouped_bf16_gemm_nt_contiguous, &m_grouped_bf16_gemm_nn_contiguous,
-                      &k_grouped_bf16_gemm_tn_contiguous};
+    return std::tuple{[](auto... v) { gemm::m_grouped_bf16_gemm_nt_contiguous(v...); },
+                      [](auto... v) { gemm::m_grouped_bf16_gemm_nn_contiguous(v...); },
+                      [](auto... v) { gemm::k_grouped_bf16_gemm_tn_contiguous(v...); }};
   else
     return std::tuple{[](auto... v) { m_grouped("m_grouped_f64_gemm_nt_contiguous", true, v...); },
                       [](auto... v) { m_grouped("m_grouped_f64_gemm_nn_contiguous", false, v...); },

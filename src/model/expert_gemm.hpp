@@ -8,10 +8,9 @@
 // d as it is, a K-grouped one never reads one; an expert without rows gets d[g] = c[g] (0 without c). c
 // may be d itself (dW += ...). Accumulation in fp32 (fp64 for the fp64 reference model).
 //
-// Today each function is a loop of ridge's dense GEMMs, one call per expert over its rows (the model's
-// linear.hpp, which reaches gemm::f32_gemm_* and bf16_gemm_*): the bits are those of the dense GEMMs and
-// do not depend on the thread count. The grouped kernels of the gemm module have these signatures, so
-// they replace the bodies here and nothing else.
+// fp32 and bf16 operands run on the gemm module's grouped GEMMs (ridge/gemm_grouped.hpp: one work list
+// over all experts, the bits of a loop of dense GEMMs at any thread count); fp64, the reference model's,
+// on a loop of fp64 GEMMs here, one per expert.
 #pragma once
 
 #include <cstdint>
@@ -24,21 +23,6 @@ namespace ridge::model::experts {
 
 // Rows per aligned block of the contiguous layout: gemm::m_alignment_for_contiguous_layout().
 int64_t row_alignment();
-
-void m_grouped_f32_gemm_nt_contiguous(MatrixView<const float> a, TensorView<const float> b,
-                                      MatrixView<float> d, std::span<const int32_t> m_indices);
-void m_grouped_bf16_gemm_nt_contiguous(MatrixView<const bf16> a, TensorView<const bf16> b,
-                                       MatrixView<float> d, std::span<const int32_t> m_indices);
-void m_grouped_f32_gemm_nn_contiguous(MatrixView<const float> a, TensorView<const float> b,
-                                      MatrixView<float> d, std::span<const int32_t> m_indices);
-void m_grouped_bf16_gemm_nn_contiguous(MatrixView<const bf16> a, TensorView<const bf16> b,
-                                       MatrixView<float> d, std::span<const int32_t> m_indices);
-void k_grouped_f32_gemm_tn_contiguous(MatrixView<const float> a, MatrixView<const float> b,
-                                      TensorView<float> d, std::span<const int32_t> k_indices,
-                                      TensorView<const float> c = {});
-void k_grouped_bf16_gemm_tn_contiguous(MatrixView<const bf16> a, MatrixView<const bf16> b,
-                                       TensorView<float> d, std::span<const int32_t> k_indices,
-                                       TensorView<const float> c = {});
 
 // The three by operand type O, as the MoE block calls them: float and bf16 through the functions above,
 // double (the fp64 reference model, accumulator A double) through the same loops in fp64. forward is
