@@ -4,6 +4,7 @@
 // left; `--json` prints one object per logged step.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -21,6 +22,7 @@
 #include "ridge/bench/memory.hpp"
 #include "ridge/bench/trace.hpp"
 #include "ridge/core/files.hpp"
+#include "ridge/model/moe.hpp"
 #include "ridge/model/roofline.hpp"
 #include "ridge/model/train.hpp"
 #include "ridge/roofline.hpp"
@@ -107,16 +109,28 @@ nlohmann::json json_line(const model::StepLog& l, bool has_peak) {
       {"step_ms", l.step_ms},     {"mfu", has_peak ? nlohmann::json(l.mfu) : nlohmann::json(nullptr)},
       {"skipped", r.skipped},     {"loss_scale", r.loss_scale},
   };
+  // Mixture of Experts: each MoE layer's load, max / mean tokens per expert (1 at a perfect balance), and
+  // the auxiliary loss inside `loss`. A dense model's line is what it always was.
+  if (!r.expert_load.empty()) {
+    j["expert_load"] = r.expert_load;
+    j["aux_loss"] = r.aux_loss;
+  }
   return j;
+}
+
+// The worst MoE layer's load (max / mean tokens per expert), as the table prints it.
+std::string load_text(const model::StepResult& r) {
+  if (r.expert_load.empty()) return "";
+  return fmt::format("  {:>6.2f}", *std::max_element(r.expert_load.begin(), r.expert_load.end()));
 }
 
 // A logged step as the table's row; a skipped step says the loss scale it left behind.
 std::string table_row(const model::StepLog& l, bool has_peak, double loss_scale_now) {
   const model::StepResult& r = l.result;
   return fmt::format(
-      "{:>7}  {:>8.4f}  {:>9.2e}  {:>9.3f}  {:>9.0f}  {:>6}  {:>8}{}\n", l.step, r.loss, r.lr, r.grad_norm,
+      "{:>7}  {:>8.4f}  {:>9.2e}  {:>9.3f}  {:>9.0f}  {:>6}  {:>8}{}{}\n", l.step, r.loss, r.lr, r.grad_norm,
       l.tokens_per_s, has_peak ? fmt::format("{:.1f}%", 100 * l.mfu) : std::string("n/a"),
-      duration(l.seconds_left),
+      duration(l.seconds_left), load_text(r),
       r.skipped ? fmt::format("  (skipped: non-finite gradient; loss scale now {})", loss_scale_now)
                 : std::string());
 }
@@ -343,6 +357,15 @@ void train_loop(const Args& a, const Prepared& p, model::Trainer& trainer, DataP
     fmt::print("model     {}: d_model {}, {} layers, {}, d_ff {}, vocab {}, {:.2f}M parameters\n", a.size,
                c.d_model, c.num_layers, cli::heads_text(c.num_heads, c.kv_heads()), c.d_ff, c.vocab_size,
                static_cast<double>(c.param_count()) / 1e6);
+    if (c.is_moe())
+      fmt::print(
+          "moe       {} experts of d_expert {}, top-{} ({} gate, {} balance){}, in layers {}; {:.2f}M "
+          "parameters active per token; mfu counts the active FLOPs; load = max / mean tokens per expert "
+          "over the MoE layers\n",
+          c.num_experts, c.expert_width(), c.top_k, model::moe::gate_name(c.router),
+          model::moe::balance_name(c.balance),
+          c.num_shared_experts ? fmt::format(", {} shared", c.num_shared_experts) : std::string(),
+          model::moe_layers_text(c), static_cast<double>(roofline::model_active_param_count(c)) / 1e6);
     fmt::print(
         "training  {} steps of {} x {} tokens, {} precision, {} attention, {} threads, lr {:.3g} -> {:.3g} "
         "(warm-up "
@@ -368,8 +391,8 @@ void train_loop(const Args& a, const Prepared& p, model::Trainer& trainer, DataP
                                       t.eot_id >= 0 ? " (FLOPs of the scores each document attends to)" : "")
                         : std::string("nothing: run `ridge probe` once to measure the peak"));
     if (!a.resume.empty()) fmt::print("resumed   {} at step {}\n", a.resume, trainer.steps());
-    fmt::print("{:>7}  {:>8}  {:>9}  {:>9}  {:>9}  {:>6}  {:>8}\n", "step", "loss", "lr", "grad norm",
-               "tokens/s", "mfu", "left");
+    fmt::print("{:>7}  {:>8}  {:>9}  {:>9}  {:>9}  {:>6}  {:>8}{}\n", "step", "loss", "lr", "grad norm",
+               "tokens/s", "mfu", "left", c.is_moe() ? fmt::format("  {:>6}", "load") : std::string());
   }
 
   // Rank 0 prints a line per logged step: a JSON object with --json, else the table's row.

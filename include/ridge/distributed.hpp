@@ -192,6 +192,7 @@ class DataParallel : public model::StepHooks {
   double grad_norm(std::span<const float> grads) override;
   void after_update(std::span<float> params) override;
   double mean_loss(double loss) override { return distributed::mean(loss); }
+  void sum_expert_counts(std::span<int64_t> counts) override;
   void save_checkpoint(const model::Trainer& trainer, const std::string& path) override;
 
  private:

@@ -272,6 +272,13 @@ double mean(double x) {
   return s / world_size();
 }
 
+void DataParallel::sum_expert_counts(std::span<int64_t> counts) {
+  // Every worker routes its own tokens; the load and the router biases move from the global counts.
+  if (world_ > 1 && !counts.empty())
+    MPI_Allreduce(MPI_IN_PLACE, counts.data(), static_cast<int>(counts.size()), MPI_INT64_T, MPI_SUM,
+                  MPI_COMM_WORLD);
+}
+
 double max(double x) {
   double m = 0;
   MPI_Allreduce(&x, &m, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
