@@ -217,8 +217,8 @@ struct InferenceModel::Impl {
   void build(const ModelConfig& c, std::span<const float> params, const InferenceOptions& o) {
     c.validate();
     check(!c.is_moe(),
-          "ModelConfig: num_experts is {}; this build trains and generates dense models only (the MoE block "
-          "is issue 40, in progress)",
+          "ModelConfig: num_experts is {}; generation runs dense models only for now (ridge train trains MoE "
+          "models; MoE decode is issue 40, in progress)",
           c.num_experts);
     o.validate();
     check_arg(

@@ -222,14 +222,24 @@ TEST(CliMoe, TrainAndGenerateTakeTheFlags) {
   const std::string txt = dir.file("t.txt");
   write_bytes(txt, std::string(300, 'a') + std::string(300, 'b'));
   const std::string train = "train --threads 1 --steps 1 --batch 2 --context 16 --text " + txt + " ";
-  expect_user_error(train + "--size moe-tiny",
-                    "--experts is 8; this build trains and generates dense models");
-  expect_user_error(train + "--d-model 32 --heads 2 --layers 1 --d-ff 48 --experts 4 --top-k 2",
-                    "(the MoE block is issue 40, in progress)");
+  // ridge train runs an MoE model: the shape line, and each step's expert load in a column of its own.
+  const auto trained =
+      run(train + "--d-model 32 --heads 2 --layers 2 --d-ff 48 --experts 4 --top-k 2 --moe-layers 1");
+  ASSERT_EQ(trained.code, 0) << trained.err;
+  EXPECT_NE(
+      trained.out.find("moe       4 experts of d_expert 48, top-2 (softmax gate, aux balance), in layers 1;"),
+      std::string::npos)
+      << trained.out;
+  EXPECT_NE(trained.out.find("left    load\n"), std::string::npos) << trained.out;
+  const auto json = run(train + "--d-model 32 --heads 2 --layers 1 --d-ff 48 --experts 4 --top-k 4 --json");
+  ASSERT_EQ(json.code, 0) << json.err;
+  // top-k = E: every expert takes every token, a load of exactly 1.
+  EXPECT_NE(json.out.find("\"expert_load\":[1.0]"), std::string::npos) << json.out;
 
   const std::string gen = "generate --threads 1 --prompt hi --max-tokens 2 ";
   expect_user_error(gen + "--size moe-tiny", "issue 40, in progress");
-  expect_user_error(gen + "--size tiny --experts 4 --expert-top-k 2", "--experts is 4; this build");
+  expect_user_error(gen + "--size tiny --experts 4 --expert-top-k 2",
+                    "num_experts is 4; generation runs dense models only");
   expect_user_error(gen + "--size tiny --expert-top-k 2", "--expert-top-k: '2' is an MoE setting");
   expect_user_error(gen + "--size tiny --experts 4 --expert-top-k 5",
                     "--expert-top-k: 5 is above --experts 4");
@@ -247,13 +257,14 @@ TEST(CliMoe, TrainAndGenerateTakeTheFlags) {
                     "--experts/--expert-top-k: checkpoint '" + ck + "' records a dense model");
   expect_user_error(gen + "--checkpoint " + ck + " --router sigmoid", "--router: checkpoint");
   EXPECT_EQ(run(gen + "--checkpoint " + ck + " --experts 0").code, 0);  // agrees: dense
-  // An MoE config recorded: the flags must agree; the library then refuses it naming the checkpoint.
+  // An MoE config recorded: the flags must agree; the checkpoint then lacks the experts' tensors.
   write_bytes(moe, edit_meta(read_bytes(ck), "config", [](ojson& j) {
                 j["num_experts"] = 4;
                 j["top_k"] = 2;
               }));
   expect_user_error(gen + "--checkpoint " + moe + " --expert-top-k 1",
                     "--expert-top-k: checkpoint '" + moe + "' records an MoE model, 4 experts (top-2");
-  expect_user_error(gen + "--checkpoint " + moe + " --expert-top-k 2",
-                    "--checkpoint: '" + moe + "' records a model the library refuses: num_experts is 4");
+  expect_user_error(
+      gen + "--checkpoint " + moe + " --expert-top-k 2",
+      "--checkpoint: checkpoint '" + moe + "': missing the tensor 'layers.0.ffn.experts.w2.weight'");
 }
