@@ -53,6 +53,21 @@ def _config_json(config) -> str:
         out["num_kv_heads"] = integer(config["num_kv_heads"], "config['num_kv_heads']")
     if "rms_norm_eps" in config:  # RMSNorm's epsilon; absent: the library's default (1e-5)
         out["rms_norm_eps"] = real(config["rms_norm_eps"], "config['rms_norm_eps']", finite=True)
+    # Mixture of Experts (issue 40): carried to the library, which checks them together and names the field.
+    for k in ("num_experts", "top_k", "num_shared_experts", "d_expert"):
+        if k in config:
+            out[k] = integer(config[k], f"config['{k}']")
+    if "moe_layers" in config:
+        layers = config["moe_layers"]
+        if isinstance(layers, (str, bytes)) or not hasattr(layers, "__iter__"):
+            raise TypeError(f"config['moe_layers']: expected a list of layer indices, got {_type(layers)}")
+        out["moe_layers"] = [integer(x, "config['moe_layers']") for x in layers]
+    for k in ("router", "balance"):
+        if k in config:
+            out[k] = string(config[k], f"config['{k}']")
+    for k in ("aux_loss_coef", "bias_update_speed"):
+        if k in config:
+            out[k] = real(config[k], f"config['{k}']", finite=True)
     return json.dumps(out)
 
 
@@ -140,7 +155,9 @@ def _check_fits(text: str, batch: int, seq: int, precision: str):
 class TransformerLM:
     """config: dict with vocab_size, context_length, d_model, num_layers, num_heads, d_ff and
     optionally rope_theta, rms_norm_eps (RMSNorm's epsilon, default 1e-5) and num_kv_heads (grouped-query
-    attention: k_proj and v_proj then have num_kv_heads * d_head rows; default num_heads). state_dict:
+    attention: k_proj and v_proj then have num_kv_heads * d_head rows; default num_heads), and for a
+    Mixture-of-Experts model num_experts, top_k, num_shared_experts, d_expert, moe_layers, router, balance,
+    aux_loss_coef and bias_update_speed (docs/model.md; the tensors ffn.router / ffn.experts.*). state_dict:
     name -> float32 array/tensor (missing names keep ridge's CS336 initialisation from `seed`).
     precision: fp32 | bf16 | fp16; attention: flash | math.
     batch and seq fix the shape step() trains on; forward() takes any [batch, seq <= context]."""

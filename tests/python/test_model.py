@@ -262,3 +262,26 @@ def test_from_checkpoint_builds_the_model_the_file_records(tmp_path, rng):
         rm.TransformerLM.from_checkpoint(str(tmp_path / "w.npy"))
     with pytest.raises(ValueError):
         rm.TransformerLM.from_checkpoint(str(tmp_path / "missing.safetensors"))
+
+
+def test_moe_config_builds_the_moe_model_and_its_errors_name_the_field():
+    # The MoE fields reach the library (issue 40): the stacked experts' tensors, the model's config back,
+    # and a training step; a dense model's config does not mention them.
+    cfg = dict(CFG, num_experts=4, top_k=2, d_expert=12, moe_layers=[1], router="sigmoid")
+    m = rm.TransformerLM(cfg, batch=2, seq=10)
+    shapes = {k: v.shape for k, v in m.state_dict().items()}
+    assert shapes["layers.1.ffn.experts.w1.weight"] == (4, 12, CFG["d_model"])
+    assert shapes["layers.1.ffn.experts.w2.weight"] == (4, CFG["d_model"], 12)
+    assert shapes["layers.1.ffn.router.weight"] == (4, CFG["d_model"])
+    assert "layers.0.ffn.w1.weight" in shapes and "layers.0.ffn.router.weight" not in shapes
+    back = m.config
+    assert (back["num_experts"], back["top_k"], back["moe_layers"], back["router"]) == (4, 2, [1], "sigmoid")
+    ids = np.arange(20, dtype=np.int32).reshape(2, 10) % CFG["vocab_size"]
+    assert np.isfinite(m.step(ids, ids)["loss"])
+    assert "num_experts" not in rm.TransformerLM(CFG).config
+    with pytest.raises(ValueError, match="top_k is 5"):
+        rm.TransformerLM(dict(cfg, top_k=5))
+    with pytest.raises(ValueError, match="top_k is set but num_experts is 0"):
+        rm.TransformerLM(dict(CFG, top_k=2))
+    with pytest.raises(TypeError, match="moe_layers"):
+        rm.TransformerLM(dict(cfg, moe_layers="1"))
