@@ -393,13 +393,4 @@ RIDGE_MOE_INSTANCES(double)
 template void permute_rows<bf16, float>(const bf16*, int64_t, std::span<const int64_t>, const Routing&,
                                         int64_t, bf16*, int64_t);
 
-double expected_distinct_experts(int64_t experts, int64_t top_k, int64_t batch) {
-  check_arg(experts >= 1, "experts", "{} is not accepted (expected 1 or more)", experts);
-  check_arg(top_k >= 1 && top_k <= experts, "top_k", "{} is not accepted (expected 1 .. experts = {})", top_k,
-            experts);
-  check_arg(batch >= 0, "batch", "{} is negative", batch);
-  const double e = static_cast<double>(experts);
-  return e * (1.0 - std::pow(1.0 - static_cast<double>(top_k) / e, static_cast<double>(batch)));
-}
-
 }  // namespace ridge::model::moe

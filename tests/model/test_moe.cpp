@@ -378,29 +378,6 @@ TEST(MoeLayouts, PermuteCombineAndItsBackwardMatchDirectSums) {
     }
 }
 
-TEST(MoeRoofline, ExpectedDistinctExpertsMatchesASimulation) {
-  std::mt19937 g(17);
-  for (auto [e, k, b] :
-       std::vector<std::array<int64_t, 3>>{{8, 2, 1}, {8, 2, 4}, {64, 8, 16}, {256, 8, 64}}) {
-    const int trials = 4000;
-    double sum = 0;
-    std::vector<int32_t> ids(static_cast<size_t>(e));
-    for (int tr = 0; tr < trials; ++tr) {
-      std::vector<char> hit(static_cast<size_t>(e), 0);
-      for (int64_t i = 0; i < b; ++i) {
-        std::iota(ids.begin(), ids.end(), 0);
-        std::shuffle(ids.begin(), ids.end(), g);  // a uniform k-subset: the first k of a shuffle
-        for (int64_t j = 0; j < k; ++j) hit[static_cast<size_t>(ids[static_cast<size_t>(j)])] = 1;
-      }
-      sum += std::accumulate(hit.begin(), hit.end(), 0);
-    }
-    const double sim = sum / trials, want = expected_distinct_experts(e, k, b);
-    EXPECT_NEAR(want, sim, 0.02 * want) << "E " << e << " k " << k << " B " << b;
-  }
-  EXPECT_DOUBLE_EQ(expected_distinct_experts(8, 2, 1), 2.0);
-  EXPECT_DOUBLE_EQ(expected_distinct_experts(8, 8, 3), 8.0);
-}
-
 TEST(MoeRouting, BadArgumentsNameTheArgument) {
   const std::vector<float> l(8, 0.0f);
   Routing r;

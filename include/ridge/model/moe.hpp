@@ -140,7 +140,4 @@ void combine_rows_backward(const V* dy, int64_t lddy, const V* src, int64_t lds,
                            const BasicRouting<V>& r, int64_t d, V* dsrc, int64_t ldds,
                            std::span<Same<V>> dweight);
 
-// E[distinct experts a batch of B tokens reads] under uniform routing: E * (1 - (1 - k/E)^B).
-double expected_distinct_experts(int64_t experts, int64_t top_k, int64_t batch);
-
 }  // namespace ridge::model::moe
