@@ -200,7 +200,7 @@ class TransformerLM:
             raise TypeError(f"state_dict: expected a dict of name -> array, got {_type(state_dict)}")
         for k in state_dict:
             string(k, "state_dict key")
-        names = set(self.names())
+        names = set(self.names()) | set(self._t.state_names())
         unknown = sorted(set(state_dict) - names)
         if unknown:
             raise ValueError(f"state_dict: unknown parameter '{unknown[0]}' (the model has {len(names)} others)")
@@ -234,8 +234,12 @@ class TransformerLM:
             self._t.set_param(name, value)
 
     def state_dict(self) -> dict:
-        """name -> NumPy view of the parameter (writes go into the model)."""
-        return {n: self._t.param(n) for n in self.names()}
+        """name -> NumPy view of the parameter or state tensor (writes go into the model): the parameters,
+        then the state PyTorch keeps as buffers (an MoE router's bias, `layers.L.ffn.router.bias`, under
+        balance bias)."""
+        out = {n: self._t.param(n) for n in self.names()}
+        out.update({n: self._t.state(n) for n in self._t.state_names()})
+        return out
 
     def param(self, name):
         return self._t.param(string(name, "name"))

@@ -64,16 +64,36 @@ F32 view(nb::handle self, bool grad, const std::string& name) {
   return F32(s.data(), shape.size(), shape.data(), self);
 }
 
-// Copies one state_dict tensor (float32, any strides, NumPy or torch) into the named parameter.
+// A non-trained state tensor (PyTorch's buffers: an MoE router's bias) by name: its info and its values.
+const model::TensorInfo* state_info(Trainer& tr, const std::string& name) {
+  for (const auto& t : tr.model().state_tensors())
+    if (t.name == name) return &t;
+  return nullptr;
+}
+std::span<float> state_span(Trainer& tr, const model::TensorInfo& info) {
+  return tr.model().state().subspan(static_cast<size_t>(info.offset), static_cast<size_t>(info.numel));
+}
+
+F32 state_view(nb::handle self, const std::string& name) {
+  Trainer& tr = nb::cast<Trainer&>(self);
+  const model::TensorInfo* info = state_info(tr, name);
+  check(info != nullptr, "state: the model has no state tensor '{}'", name);
+  std::vector<size_t> shape(info->shape.begin(), info->shape.end());
+  return F32(state_span(tr, *info).data(), shape.size(), shape.data(), self);
+}
+
+// Copies one state_dict tensor (float32, any strides, NumPy or torch) into the named parameter or state
+// tensor.
 void set_param(Trainer& tr, const std::string& name, const In& value) {
-  const auto& info = tr.model().tensor(name);
+  const model::TensorInfo* st = state_info(tr, name);
+  const auto& info = st ? *st : tr.model().tensor(name);
   const float* p = typed_data<float>(value, name.c_str(), DType::f32);
   check(value.ndim() == info.shape.size(), "{}: expected {} dimensions, got {}", name, info.shape.size(),
         value.ndim());
   for (size_t i = 0; i < info.shape.size(); ++i)
     check(static_cast<int64_t>(value.shape(i)) == info.shape[i], "{}: dimension {} must be {}, got {}", name,
           i, info.shape[i], value.shape(i));
-  std::span<float> dst = tr.model().param(name);
+  std::span<float> dst = st ? state_span(tr, *st) : tr.model().param(name);
   const size_t nd = info.shape.size();
   std::vector<int64_t> idx(nd, 0);
   for (size_t flat = 0; flat < dst.size(); ++flat) {
@@ -193,7 +213,18 @@ void bind_model(nb::module_& m) {
              for (const auto& i : t.model().tensors()) out.push_back(i.name);
              return out;
            })
-      .def("shape", [](Trainer& t, const std::string& name) { return t.model().tensor(name).shape; })
+      .def("shape",
+           [](Trainer& t, const std::string& name) {
+             const model::TensorInfo* st = state_info(t, name);
+             return st ? st->shape : t.model().tensor(name).shape;
+           })
+      .def("state_names",
+           [](Trainer& t) {
+             std::vector<std::string> out;
+             for (const auto& i : t.model().state_tensors()) out.push_back(i.name);
+             return out;
+           })
+      .def("state", [](nb::handle self, const std::string& name) { return state_view(self, name); })
       .def("param", [](nb::handle self, const std::string& name) { return view(self, false, name); })
       .def("grad", [](nb::handle self, const std::string& name) { return view(self, true, name); })
       .def("set_param", &set_param, nb::arg("name"), nb::arg("value"))

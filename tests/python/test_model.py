@@ -285,3 +285,22 @@ def test_moe_config_builds_the_moe_model_and_its_errors_name_the_field():
         rm.TransformerLM(dict(CFG, top_k=2))
     with pytest.raises(TypeError, match="moe_layers"):
         rm.TransformerLM(dict(cfg, moe_layers="1"))
+
+
+def test_moe_router_bias_is_in_the_state_dict_and_round_trips():
+    # Under balance bias the router's bias is state PyTorch keeps as a buffer: state_dict() carries it, a
+    # step moves it (DeepSeek's rule), and loading the dict into a fresh model gives the same logits.
+    cfg = dict(CFG, num_experts=4, top_k=2, d_expert=12, balance="bias", bias_update_speed=0.05)
+    m = rm.TransformerLM(cfg, batch=2, seq=10)
+    assert "layers.0.ffn.router.bias" in m.state_dict() and "layers.0.ffn.router.bias" not in m.names()
+    ids = np.arange(20, dtype=np.int32).reshape(2, 10) % CFG["vocab_size"]
+    m.step(ids, ids)
+    bias = np.array(m.state_dict()["layers.1.ffn.router.bias"])
+    assert bias.shape == (4,) and np.any(bias != 0)
+    fresh = rm.TransformerLM(cfg, {k: np.array(v) for k, v in m.state_dict().items()}, batch=2, seq=10)
+    assert np.array_equal(np.array(fresh.state_dict()["layers.1.ffn.router.bias"]), bias)
+    m.forward(ids)
+    fresh.forward(ids)
+    assert np.array_equal(m.logits(), fresh.logits())
+    with pytest.raises(ValueError, match="router.bias"):
+        fresh.load_state_dict({"layers.1.ffn.router.bias": np.zeros(5, np.float32)}, strict=False)
