@@ -124,20 +124,21 @@ bool ModelConfig::operator==(const ModelConfig& o) const {
 
 std::vector<int64_t> parse_moe_layers(const std::string& text, int64_t num_layers, const char* what) {
   // "all" | items separated by commas, each "i", "a-b" (inclusive) or "a-" (a to the last layer).
+  // "'<text>': <why> (accepted: ...)", why naming the item at fault (the whole text when it is one item).
   const auto bad = [&](std::string_view why, std::string_view item) -> int64_t {
-    fail_arg(
-        what,
-        "'{}': {} '{}' (accepted: all, or layer indices in [0, {}) as a comma list of i, a-b and a-, e.g. "
-        "1,3 or 2-)",
-        text, why, item, num_layers);
+    const std::string where = item == text ? std::string() : fmt::format("'{}': ", text);
+    fail_arg(what,
+             "{}{} '{}' (accepted: all, or layer indices in [0, {}) as a comma list of i, a-b and a-, e.g. "
+             "1,3 or 2-)",
+             where, why, item, num_layers);
   };
   if (text == "all") return {};
   const auto index = [&](std::string_view s) -> int64_t {
     if (s.empty() || s.size() > 9 || s.find_first_not_of("0123456789") != std::string_view::npos)
-      return bad("expected a layer index, got", s);
+      return bad("not a layer index:", s);
     int64_t v = 0;
     for (char ch : s) v = v * 10 + (ch - '0');
-    return v < num_layers ? v : bad("past the last layer:", s);
+    return v < num_layers ? v : bad("a layer past the last:", s);
   };
   std::vector<int64_t> out;
   const std::string_view all(text);
