@@ -572,9 +572,7 @@ void setup(CLI::App& root) {
   auto* cmd =
       root.add_subcommand("train", "train the CS336 Transformer LM (AdamW, mixed precision, checkpoints)");
   // Every number is a plain decimal in range (cli::integer_in, cli::number_in), or refused naming the flag.
-  std::string presets;
-  for (const auto& n : model::preset_names()) presets += (presets.empty() ? "" : ", ") + n;
-  cmd->add_option("--size", a.size, "size preset: " + presets)->capture_default_str();
+  cmd->add_option("--size", a.size, "size preset: " + cli::preset_list())->capture_default_str();
   cmd->add_option("--d-model", a.d_model, "override the preset's d_model")->transform(cli::integer_in(1));
   cmd->add_option("--d-ff", a.d_ff, "override the preset's d_ff")->transform(cli::integer_in(1));
   cmd->add_option("--layers", a.layers, "override the preset's number of layers")

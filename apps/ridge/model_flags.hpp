@@ -43,6 +43,13 @@ inline FlagNames model_fields(const MoeFlags& moe) {
   return f;
 }
 
+// The size presets as --size's help lists them: "tiny, small, ..., moe-small".
+inline std::string preset_list() {
+  std::string presets;
+  for (const auto& n : model::preset_names()) presets += (presets.empty() ? "" : ", ") + n;
+  return presets;
+}
+
 // "12 heads", or "12 heads (4 kv heads)" for grouped-query attention: how the commands print them.
 inline std::string heads_text(int64_t heads, int64_t kv_heads) {
   return kv_heads == heads ? fmt::format("{} heads", heads)
@@ -123,9 +130,7 @@ struct ModelFlags {
   // --size, --vocab, --context (add_preset_to) and --d-model, --d-ff, --layers, --heads, --kv-heads and
   // the MoE flags (add_overrides_to).
   void add_preset_to(CLI::App* c, const std::string& context_help = "tokens per sequence") {
-    std::string presets;
-    for (const auto& n : model::preset_names()) presets += (presets.empty() ? "" : ", ") + n;
-    c->add_option("--size", size, "model preset: " + presets)->capture_default_str();
+    c->add_option("--size", size, "model preset: " + preset_list())->capture_default_str();
     c->add_option("--vocab", vocab, "vocabulary size")->capture_default_str();
     c->add_option("--context", context, context_help)->capture_default_str();
   }

@@ -9,7 +9,6 @@
 
 #include "model/linear.hpp"
 #include "ridge/core/error.hpp"
-#include "ridge/gemm_fp8.hpp"
 #include "ridge/gemm_grouped.hpp"
 #include "core/check.hpp"
 
