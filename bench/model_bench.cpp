@@ -28,6 +28,7 @@
 #include "ridge/build_paths.h"  // RIDGE_SOURCE_DIR (generated)
 #include "ridge/core.hpp"
 #include "ridge/model/model.hpp"
+#include "ridge/model/moe.hpp"
 #include "ridge/model/ranges.hpp"
 #include "ridge/model/roofline.hpp"
 #include "ridge/model/safetensors.hpp"
@@ -63,11 +64,17 @@ TorchResult torch_peer(const Flags& flags, const std::string& weights, const mod
       "{} {}/tools/torch_model_peer.py --weights {} --vocab {} --d-model {} --d-ff {} --layers {} --heads {} "
       "--kv-heads {} --rope-theta {} --batch {} --seq {} --precision {} --pass {} --attention {} --threads "
       "{} "
-      "--warmup {} --iters {} {} 2>&1",
+      "--warmup {} --iters {} {}{} 2>&1",
       flags.python, RIDGE_SOURCE_DIR, weights, cfg.vocab_size, cfg.d_model, cfg.d_ff, cfg.num_layers,
       cfg.num_heads, cfg.kv_heads(), cfg.rope_theta, batch, seq, precision,
       pass == "forward+backward" ? "forward_backward" : pass, attention, threads, warmup, iters,
-      flags.no_compile ? "--no-compile" : "");
+      flags.no_compile ? "--no-compile" : "",
+      cfg.is_moe() ? fmt::format(" --experts {} --top-k {} --shared-experts {} --d-expert {} --moe-layers {} "
+                                 "--router {} --balance {} --aux-coef {}",
+                                 cfg.num_experts, cfg.top_k, cfg.num_shared_experts, cfg.expert_width(),
+                                 model::moe_layers_text(cfg), model::moe::gate_name(cfg.router),
+                                 model::moe::balance_name(cfg.balance), cfg.aux_loss_coef)
+                   : std::string());
   std::FILE* f = popen(cmd.c_str(), "r");
   if (!f) {
     r.why = "PyTorch peer: cannot start python";
@@ -177,6 +184,7 @@ void run_case(const Flags& flags, const Case& c, bench::Context& ctx, const roof
     model::SafetensorsWriter w;
     auto P = m.params();
     for (const auto& t : m.tensors()) w.add(t.name, DType::f32, t.shape, P.data() + t.offset);
+    for (const auto& t : m.state_tensors()) w.add(t.name, DType::f32, t.shape, m.state().data() + t.offset);
     w.add("batch.inputs", DType::i32, {c.batch, c.seq}, in.data());
     w.add("batch.targets", DType::i32, {c.batch, c.seq}, tg.data());
     w.write(weights);
@@ -267,6 +275,19 @@ void run_case(const Flags& flags, const Case& c, bench::Context& ctx, const roof
   row.extra["warmup"] = ctx.options.warmup;
   row.extra["tokens_per_s"] = tokens / meas.stats.median;
   std::string note;
+  if (c.cfg.is_moe()) {
+    // The routing of the last timed step: max / mean tokens per expert, the worst MoE layer's and the
+    // mean over the layers (1 at a perfect balance). MFU counts the active FLOPs (each token's top_k
+    // experts), as training_flops does.
+    double worst = 0, sum = 0;
+    const auto stats = m.moe_stats();
+    for (const auto& l : stats) worst = std::max(worst, l.load_imbalance), sum += l.load_imbalance;
+    row.extra["expert_load_max"] = worst;
+    row.extra["expert_load_mean"] = stats.empty() ? 0.0 : sum / static_cast<double>(stats.size());
+    note = fmt::format(
+        "expert load max/mean {:.2f} (worst layer), {:.2f} (mean of {} layers); MFU on active FLOPs", worst,
+        stats.empty() ? 0.0 : sum / static_cast<double>(stats.size()), stats.size());
+  }
   if (chip) {
     const auto sr = model::step_roofline(c.size, shape, *chip);
     std::vector<std::string> passes = {"forward"};
@@ -302,7 +323,8 @@ void run_case(const Flags& flags, const Case& c, bench::Context& ctx, const roof
       }
     }
   } else {
-    note = "no probe result: run 'ridge probe' for MFU and --predict";
+    note +=
+        std::string(note.empty() ? "" : "; ") + "no probe result: run 'ridge probe' for MFU and --predict";
   }
   if (!shares.empty() && ctx.sink.format() == bench::Format::json) row.extra["trace_share_pct"] = shares;
   {
@@ -364,7 +386,7 @@ void run_model(bench::Context& ctx) {
   const std::vector<std::string> doc_masks = g.values("doc_mask", {"false"});
   for (const auto& dm : doc_masks)
     check(dm == "true" || dm == "false", "bench model: doc_mask '{}' (accepted: true, false)", dm);
-  std::vector<std::string> sizes = g.values("size", {"tiny", "small"});
+  std::vector<std::string> sizes = g.values("size", {"tiny", "small", "moe-tiny"});
   std::vector<int64_t> ctxs = g.counts("context", {256});
   std::vector<std::string> precs = g.values("precision", {"fp32", "bf16"});
   std::vector<std::string> passes = g.values("pass", {"step"});

@@ -8,6 +8,13 @@ math), runs the pass with the same threads and precision (torch.autocast("cpu", 
 and, unless --no-compile, torch.compile, and prints one JSON line:
   {"torch": "2.x", "eager": {"median_ms", "mean_ms", "std_ms"}, "compile": {...}}
 or {"error": "..."} (exit 3) without torch. A torch.compile failure is reported in "compile_error".
+
+A Mixture-of-Experts config (--experts > 0, issue 40) runs the reference's MoE block, the Hugging Face
+Mixtral form: router in fp32, top-k, then a Python loop over the experts, each gathering its tokens and
+running its SwiGLU (three GEMMs) and index_add-ing the weighted result back: PyTorch eager's per-expert
+loop. The loss adds the auxiliary loss under --balance aux; under --balance bias the router bias is read
+from the weights file (layers.L.ffn.router.bias) and not updated (ridge's update is E additions per
+layer, nothing to time).
 """
 import argparse
 import json
@@ -41,6 +48,14 @@ def main():
         ap.add_argument("--" + k, type=int, required=True)
     ap.add_argument("--kv-heads", type=int, default=None, help="key/value heads (default: --heads)")
     ap.add_argument("--rope-theta", type=float, default=None, help="default: ridge's (bench/shapes/model-sizes.json)")
+    ap.add_argument("--experts", type=int, default=0, help="MoE: routed experts per MoE layer (0: dense)")
+    ap.add_argument("--top-k", type=int, default=2)
+    ap.add_argument("--shared-experts", type=int, default=0)
+    ap.add_argument("--d-expert", type=int, default=0, help="0: --d-ff")
+    ap.add_argument("--moe-layers", default="all", help="'all' or a comma list of layer indices")
+    ap.add_argument("--router", choices=["softmax", "sigmoid"], default="softmax")
+    ap.add_argument("--balance", choices=["aux", "bias"], default="aux")
+    ap.add_argument("--aux-coef", type=float, default=0.01)
     ap.add_argument("--weights", required=True)
     ap.add_argument("--precision", choices=["fp32", "bf16", "fp16"], default="fp32")
     ap.add_argument("--pass", dest="pass_", choices=["forward", "forward_backward", "step"], default="step")
@@ -86,6 +101,10 @@ def main():
     cfg = {"vocab_size": a.vocab, "context_length": a.seq, "d_model": a.d_model, "num_layers": a.layers,
            "num_heads": a.heads, "num_kv_heads": a.kv_heads or a.heads, "d_ff": a.d_ff,
            "rope_theta": ref.rc.sizes_table()["rope_theta"] if a.rope_theta is None else a.rope_theta}
+    if a.experts > 0:
+        cfg.update(num_experts=a.experts, top_k=a.top_k, num_shared_experts=a.shared_experts,
+                   d_expert=a.d_expert, router=a.router, balance=a.balance, aux_loss_coef=a.aux_coef,
+                   moe_layers=[] if a.moe_layers == "all" else [int(x) for x in a.moe_layers.split(",")])
     tensors = read_safetensors(a.weights, torch)
     inputs = tensors.pop("batch.inputs").long()
     targets = tensors.pop("batch.targets").long()
@@ -101,9 +120,9 @@ def main():
 
         def loss_of():
             if amp is None:
-                return ref.cross_entropy(model(inputs), targets)
+                return ref.cross_entropy(model(inputs), targets) + model.aux_loss()
             with torch.autocast("cpu", dtype=amp):
-                return ref.cross_entropy(model(inputs), targets)
+                return ref.cross_entropy(model(inputs), targets) + model.aux_loss()
 
         def one():
             if a.pass_ == "forward":

@@ -24,20 +24,28 @@ namespace ridge::predict {
 // ---------------------------------------------------------------- op classes
 // The class whose efficiency predicts `op` (one of roofline::model_step_ops) run at `precision`:
 // "<prec> gemm <nt|nn|tn> <<2GF|>=2GF>" (layout from the op's name: " dW" tn, " dX" nn, else nt; size
-// from its FLOPs), "<prec> attention", "elementwise exp", "elementwise" or "optimizer", where <prec> is
-// "bf16" for bf16 operands and "fp32" otherwise (fp16 is stored as fp32 on a CPU).
+// from its FLOPs), "<prec> grouped gemm <nt|nn|tn>" for the MoE experts' grouped GEMMs, "<prec> attention",
+// "elementwise exp", "elementwise" or "optimizer", where <prec> is "bf16" for bf16 operands and "fp32"
+// otherwise (fp16 is stored as fp32 on a CPU).
 std::string op_class(const roofline::ModelOp& op, model::Precision precision);
+// The routed experts' grouped GEMMs ("gemm experts ..."): E short GEMMs, one per expert, whose
+// efficiency follows the rows each expert gets, not their summed size.
+bool grouped_gemm(const roofline::ModelOp& op);
 // The exp-heavy elementwise layers (SwiGLU's sigmoid, the loss's softmax): enough arithmetic per byte
 // that a plain stream's efficiency overstates them, so they have a class of their own.
 bool exp_heavy(const roofline::ModelOp& op);
 
 // ---------------------------------------------------------------- efficiencies
+// The classes fit() measures, as a number: 2 added the grouped GEMMs. A saved fit of another version is
+// fitted again (its classes would be missing, and a missing class predicts at the bound).
+inline constexpr int kFitVersion = 2;
 struct Efficiencies {
   std::map<std::string, double> by_class;     // class -> roofline bound / measured time, (0, 1]
   std::map<std::string, std::string> shapes;  // class -> what was timed
   std::string chip;                           // the chip's id ("" when a file did not say)
   int threads = 0;                            // the thread count fitted at (0 when a file did not say)
   int64_t chip_file_mtime = 0;                // the chip file's modification time (efficiency_file_mtime)
+  int version = kFitVersion;                  // which classes fit() measures (a saved older fit is redone)
 
   // The efficiency `op` runs at: its class's, an exp-heavy op without a class of its own the plain
   // stream's, and 1 (the bound itself) for a class the fit has no (positive) number for.

@@ -169,6 +169,11 @@ Cost fp8_gemm(int64_t m, int64_t n, int64_t k, DType in = DType::fp8_e4m3, DType
 // Contiguous: groups' rows are packed back to back (m_per_group[g] rows each).
 Cost grouped_gemm_contiguous(const std::vector<int64_t>& m_per_group, int64_t n, int64_t k,
                              DType in = DType::fp8_e4m3, DType out = DType::bf16);
+// K-grouped, the routed experts' weight gradient (DeepGEMM's k_grouped tn): for each group g with rows[g]
+// rows, D[g] [n,k] (+)= A_g^T B_g, A_g [rows[g], n] and B_g [rows[g], k] its rows, accumulated into D [G, n,
+// k] in `acc` (read and written). a, b, out name the operands in the cost's traffic.
+Cost grouped_gemm_dw(const std::vector<int64_t>& rows, int64_t n, int64_t k, DType in, DType acc,
+                     const char* a = "A", const char* b = "B", const char* out = "D[G,n,k]");
 // Masked: A is [groups, max_m, k] but only valid_m[g] rows of group g are real; only those are
 // counted (FLOPs, A reads, D writes). A group with no valid row does not read its B.
 Cost grouped_gemm_masked(int64_t max_m, const std::vector<int64_t>& valid_m, int64_t n, int64_t k,

@@ -19,10 +19,16 @@ using nlohmann::json;
 std::string gemm_class(const roofline::ModelOp& op) {
   const bool dw = op.name.find(" dW") != std::string::npos, dx = op.name.find(" dX") != std::string::npos;
   const std::string layout = dw ? "tn" : dx ? "nn" : "nt";
+  // The routed experts' grouped GEMMs: many short GEMMs, whatever their summed FLOPs.
+  if (grouped_gemm(op)) return "grouped gemm " + layout;
   return fmt::format("gemm {} {}", layout, op.cost.flops < 2e9L ? "<2GF" : ">=2GF");
 }
 
 }  // namespace
+
+bool grouped_gemm(const roofline::ModelOp& op) {
+  return op.kind == "gemm" && op.name.rfind("gemm experts", 0) == 0;
+}
 
 bool exp_heavy(const roofline::ModelOp& op) {
   return op.kind == "elementwise" && (op.name.rfind("swiglu", 0) == 0 || op.name.rfind("loss", 0) == 0);
@@ -46,6 +52,7 @@ void write_efficiencies(const std::string& path, const Efficiencies& e) {
   const json doc = {{"chip", e.chip},
                     {"threads", e.threads},
                     {"chip_file_mtime", e.chip_file_mtime},
+                    {"version", e.version},
                     {"efficiency", e.by_class},
                     {"shapes", e.shapes},
                     {"note",
@@ -72,6 +79,8 @@ Efficiencies read_efficiencies(const std::string& path) {
   check_arg(shapes.is_object(), what, "field 'shapes' must be an object (got {})", shapes.type_name());
   for (const auto& [cls, v] : shapes.items()) e.shapes[cls] = input::string(v, "shapes." + cls, what);
   if (doc.contains("chip")) e.chip = input::string(doc["chip"], "chip", what);
+  // A file without a version is a fit from before the grouped GEMMs' classes (version 1).
+  e.version = doc.contains("version") ? static_cast<int>(input::integer(doc["version"], "version", what)) : 1;
   if (doc.contains("threads")) {
     const int64_t t = input::integer(doc["threads"], "threads", what);
     check_arg(t >= 0 && t <= (int64_t{1} << 20), what, "field 'threads' is {}; expected a thread count", t);
@@ -96,12 +105,13 @@ Efficiencies efficiencies(const roofline::Chip& chip, const FitOptions& options)
   if (!options.refit && fs::is_regular_file(options.path)) {
     try {
       Efficiencies e = read_efficiencies(options.path);
-      if (e.chip_file_mtime == mtime) return e;
+      if (e.chip_file_mtime == mtime && e.version == kFitVersion) return e;
     } catch (const Error&) {  // a damaged file is fitted again
     }
   }
   Efficiencies e = fit(chip);
   e.chip_file_mtime = mtime;
+  e.version = kFitVersion;
   try {
     write_efficiencies(options.path, e);
   } catch (const Error&) {  // not saved (a read-only folder): used for this run, fitted again next time

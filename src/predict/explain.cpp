@@ -20,12 +20,19 @@ std::string kind_hint(const std::string& kind, const Case& c, const KindCheck& k
         "{} at head_dim {}, T={} causal; fitted on head_dim {}, T={}{}", c.attention, dh, c.seq,
         fsh::kHeadDim, fsh::kSeq,
         slower ? ": the exp/softmax work per tile weighs more than the roof's FLOPs count" : "");
-  if (kind == "gemm")
-    return fmt::format("M=batch*context={}, sides {}..{}; fitted on {} tokens x sides {}..{}{}",
+  if (kind == "gemm") {
+    std::string experts;
+    if (c.config.is_moe())
+      experts = fmt::format(
+          "; experts: {} of width {}, ~{} rows each under uniform routing (fitted: {} x {} rows)",
+          c.config.num_experts, c.config.expert_width(),
+          c.batch * c.seq * c.config.top_k / c.config.num_experts, fsh::kExperts, fsh::kExpertRows);
+    return fmt::format("M=batch*context={}, sides {}..{}; fitted on {} tokens x sides {}..{}{}{}",
                        c.batch * c.seq, std::min(c.config.d_model, c.config.d_ff),
                        std::max<int64_t>(c.config.vocab_size, c.config.d_ff), fsh::kTokens, fsh::kDModel,
-                       fsh::kVocab,
+                       fsh::kVocab, experts,
                        slower ? ": packing and small-k/odd-edge tiles cost more at these shapes" : "");
+  }
   if (kind == "elementwise")
     return slower ? "norms, RoPE and casts ran below the stream the fit timed (short rows, reductions)"
                   : "operands stay in cache between the fused passes";

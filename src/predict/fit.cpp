@@ -9,10 +9,12 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
+#include "model/expert_gemm.hpp"
 #include "model/fused.hpp"
 #include "model/linear.hpp"
 #include "predict/fit_shapes.hpp"
@@ -93,6 +95,61 @@ void fit_gemms(const roofline::Chip& chip, Efficiencies& e) {
       what += fmt::format("{}{} M={} N={} K={}: {:.3f} ms measured, {:.3f} ms bound",
                           what.empty() ? "" : "; ", l, m, n, k, ms, bound_ms);
     }
+  }
+  for (const auto& [cls, bm] : sums) e.by_class[cls] = std::min(1.0, bm.first / bm.second);
+}
+
+// The experts' grouped GEMMs as the MoE block calls them (model/expert_gemm.hpp): nt the forward's w1|w3
+// and w2, nn their input gradients, tn their weight gradients (accumulated).
+template <typename O>
+void fit_grouped(const roofline::Chip& chip, Efficiencies& e) {
+  constexpr int64_t G = fsh::kExperts, De = fsh::kExpertWidth, D = fsh::kDModel, Mg = fsh::kExpertRows;
+  constexpr int64_t R = G * Mg;
+  const std::vector<int64_t> rows(static_cast<size_t>(G), Mg);
+  std::vector<int32_t> idx(static_cast<size_t>(R));
+  for (int64_t r = 0; r < R; ++r) idx[static_cast<size_t>(r)] = static_cast<int32_t>(r / Mg);
+  const DType t = std::is_same_v<O, bf16> ? DType::bf16 : DType::f32;
+  // (layout, the GEMM's n, k): nt d [R, n] = a [R, k] b[g] [n, k]^T; nn d [R, n] = a [R, k] b[g] [k, n];
+  // tn d[g] [n, k] += a_g [rows, n]^T b_g [rows, k].
+  const std::vector<std::tuple<std::string, int64_t, int64_t>> calls = {
+      {"nt", 2 * De, D}, {"nt", D, De}, {"nn", De, D}, {"nn", D, 2 * De}, {"tn", D, De}, {"tn", 2 * De, D}};
+  std::map<std::string, std::pair<double, double>> sums;  // class -> (bound ms, measured ms)
+  for (const auto& [l, n, k] : calls) {
+    Buffer<O> a(static_cast<size_t>(R * std::max(n, k)), "calib.a"),
+        b(static_cast<size_t>(std::max(G * n * k, R * k)), "calib.b");
+    Buffer<float> d(static_cast<size_t>(std::max(R * n, G * n * k)), "calib.d");
+    for (size_t i = 0; i < a.size(); ++i) a[i] = O(static_cast<float>(i % 7) * 0.1f);
+    for (size_t i = 0; i < b.size(); ++i) b[i] = O(static_cast<float>(i % 5) * 0.1f);
+    std::fill(d.begin(), d.end(), 0.0f);
+    const auto stack = [&](int64_t r, int64_t c) {
+      return TensorView<const O>::contiguous(b.data(), {G, r, c});
+    };
+    const double ms = time_ms([&] {
+      if (l == "nt")
+        model::experts::forward<O, float>(MatrixView<const O>{a.data(), R, k, k}, stack(n, k),
+                                          MatrixView<float>{d.data(), R, n, n}, idx);
+      else if (l == "nn")
+        model::experts::input_grad<O, float>(MatrixView<const O>{a.data(), R, k, k}, stack(k, n),
+                                             MatrixView<float>{d.data(), R, n, n}, idx);
+      else
+        model::experts::weight_grad<O, float>(MatrixView<const O>{a.data(), R, n, n},
+                                              MatrixView<const O>{b.data(), R, k, k},
+                                              TensorView<float>::contiguous(d.data(), {G, n, k}), idx);
+    });
+    const roofline::Cost cost = l == "tn" ? roofline::grouped_gemm_dw(rows, n, k, t, DType::f32)
+                                          : roofline::grouped_gemm_contiguous(rows, n, k, t, DType::f32);
+    const auto op = calib_op("gemm",
+                             l == "tn"   ? "gemm experts calib dW"
+                             : l == "nn" ? "gemm experts calib dX"
+                                         : "gemm experts calib",
+                             cost);
+    const double bound_ms = roofline::bound(op.cost, chip).t_lower * 1e3;
+    const std::string cls = op_class(op, precision_of<O>());
+    sums[cls].first += bound_ms;
+    sums[cls].second += ms;
+    std::string& what = e.shapes[cls];
+    what += fmt::format("{}{} {} experts x {} rows, N={} K={}: {:.3f} ms measured, {:.3f} ms bound",
+                        what.empty() ? "" : "; ", l, G, Mg, n, k, ms, bound_ms);
   }
   for (const auto& [cls, bm] : sums) e.by_class[cls] = std::min(1.0, bm.first / bm.second);
 }
@@ -213,6 +270,8 @@ Efficiencies fit(const roofline::Chip& chip) {
   e.threads = get_num_threads();
   fit_gemms<float>(chip, e);
   fit_gemms<bf16>(chip, e);
+  fit_grouped<float>(chip, e);
+  fit_grouped<bf16>(chip, e);
   fit_attention<float>(chip, e);
   fit_attention<bf16>(chip, e);
   fit_streams(chip, e);

@@ -33,26 +33,6 @@ Cost gemm(int64_t m, int64_t k, int64_t n, DType ab, DType c, bool acc, const ch
   return r;
 }
 
-// The routed experts' weight gradient as a K-grouped GEMM: for each expert e, out[e] (+)= a_e^T b_e with a_e
-// [m_e, n] and b_e [m_e, k] its rows (the gradient of its outputs and its inputs), accumulated in fp32 into
-// [E, n, k] (read and written). Every expert with rows reads and writes its gradient once.
-Cost grouped_dw(const std::vector<int64_t>& rows, int64_t n, int64_t k, DType ab, DType c, const char* a,
-                const char* b, const char* out) {
-  long double M = 0;
-  for (int64_t r : rows) M += static_cast<long double>(r);
-  const long double G = static_cast<long double>(rows.size()), N = static_cast<long double>(n),
-                    K = static_cast<long double>(k);
-  Cost r;
-  r.op = "grouped-gemm-dw";
-  r.shape = fmt::format("groups={} M={} N={} K={} {}->{}", rows.size(), static_cast<double>(M), n, k,
-                        dtype_name(ab), dtype_name(c));
-  r.compute = peak_key(ab);
-  r.flops = 2 * M * N * K;
-  r.memory = {tr(a, ab, M * N), tr(b, ab, M * K), tr(std::string(out) + " (accumulate)", c, G * N * K),
-              tr(out, c, G * N * K, true)};
-  return r;
-}
-
 // The rows of N k routed choices spread evenly over E experts (uniform routing), one group per expert with
 // rows: when N k < E, N k experts of one row each (the others read nothing).
 std::vector<int64_t> expert_rows(int64_t choices, int64_t experts) {
@@ -171,6 +151,26 @@ void restore(std::vector<ModelOp>& ops, DType operand, DType storage) {
 }
 
 }  // namespace
+
+// The routed experts' weight gradient as a K-grouped GEMM: for each expert e, out[e] (+)= a_e^T b_e with a_e
+// [m_e, n] and b_e [m_e, k] its rows (the gradient of its outputs and its inputs), accumulated in fp32 into
+// [E, n, k] (read and written). Every expert with rows reads and writes its gradient once.
+Cost grouped_gemm_dw(const std::vector<int64_t>& rows, int64_t n, int64_t k, DType ab, DType c, const char* a,
+                     const char* b, const char* out) {
+  long double M = 0;
+  for (int64_t r : rows) M += static_cast<long double>(r);
+  const long double G = static_cast<long double>(rows.size()), N = static_cast<long double>(n),
+                    K = static_cast<long double>(k);
+  Cost r;
+  r.op = "grouped-gemm-dw";
+  r.shape = fmt::format("groups={} M={} N={} K={} {}->{}", rows.size(), static_cast<double>(M), n, k,
+                        dtype_name(ab), dtype_name(c));
+  r.compute = peak_key(ab);
+  r.flops = 2 * M * N * K;
+  r.memory = {tr(a, ab, M * N), tr(b, ab, M * K), tr(std::string(out) + " (accumulate)", c, G * N * K),
+              tr(out, c, G * N * K, true)};
+  return r;
+}
 
 std::vector<ModelOp> model_step_ops(const ModelShape& m) {
   check_shape(m);
@@ -338,13 +338,14 @@ std::vector<ModelOp> model_step_ops(const ModelShape& m) {
         ew(nkd, 2 * nk * d,
            {tr("dy", O, n * d), tr("ys", S, nk * d), tr("gate weights", S, nk),
             tr("dys[Nk,D]", O, nk * d, true), tr("d gate weights", S, nk, true)}));
-    moe("backward", "gemm", "gemm experts w2 dW", grouped_dw(rows, D, De, O, S, "dys", "g", "dW2[E,D,De]"));
+    moe("backward", "gemm", "gemm experts w2 dW",
+        grouped_gemm_dw(rows, D, De, O, S, "dys", "g", "dW2[E,D,De]"));
     moe("backward", "gemm", "gemm experts w2 dX", grouped_gemm_contiguous(rows, De, D, O, S));
     moe("backward", "elementwise", "swiglu backward (experts)",
         ew(nkf, 10 * nk * de,
            {tr("dg", S, nk * de), tr("ab", O, 2 * nk * de), tr("dab", O, 2 * nk * de, true)}));
     moe("backward", "gemm", "gemm experts w1 w3 dW",
-        grouped_dw(rows, 2 * De, D, O, S, "dab", "xs", "dW13[E,2De,D]"));
+        grouped_gemm_dw(rows, 2 * De, D, O, S, "dab", "xs", "dW13[E,2De,D]"));
     moe("backward", "gemm", "gemm experts w1 w3 dX", grouped_gemm_contiguous(rows, D, 2 * De, O, S));
     // Each token's k rows of dX summed back into its row (onto the shared experts' where there is one).
     std::vector<Traffic> t = {tr("dxs[Nk,D]", S, nk * d)};

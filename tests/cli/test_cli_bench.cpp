@@ -13,6 +13,7 @@
 
 #include "run.hpp"
 #include "core/json.hpp"
+#include "ridge/predict.hpp"
 
 namespace {
 
@@ -178,6 +179,7 @@ fs::path predict_home() {
   const auto mtime = static_cast<int64_t>(fs::last_write_time(home / "this.json").time_since_epoch().count());
   std::ofstream(home / "this.efficiency.t1.json") << nlohmann::json{
       {"chip_file_mtime", mtime},
+      {"version", ridge::predict::kFitVersion},
       {"efficiency", nlohmann::json::object()},
       {"shapes", nlohmann::json::object()}}.dump();
   return home;

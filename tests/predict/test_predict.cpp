@@ -91,6 +91,21 @@ TEST(PredictClasses, KnownOpsOfTheModelsStep) {
   big.vocab_size = 40000;
   EXPECT_EQ(rp::op_class(step_op(big, 4, 1024, "forward", "gemm lm_head"), fp32), "fp32 gemm nt >=2GF");
   EXPECT_EQ(rp::op_class(step_op(big, 4, 1024, "backward", "gemm lm_head dW"), bf16), "bf16 gemm tn >=2GF");
+  // The MoE experts' grouped GEMMs have classes of their own, whatever their size; the router and the
+  // shared experts are dense GEMMs.
+  rm::ModelConfig moe = c;
+  moe.num_experts = 4;
+  moe.top_k = 2;
+  moe.num_shared_experts = 1;
+  EXPECT_EQ(rp::op_class(step_op(moe, 2, 32, "forward", "gemm experts w1 w3"), fp32), "fp32 grouped gemm nt");
+  EXPECT_EQ(rp::op_class(step_op(moe, 2, 32, "backward", "gemm experts w2 dX"), bf16),
+            "bf16 grouped gemm nn");
+  EXPECT_EQ(rp::op_class(step_op(moe, 2, 32, "backward", "gemm experts w1 w3 dW"), bf16),
+            "bf16 grouped gemm tn");
+  EXPECT_EQ(rp::op_class(step_op(moe, 2, 32, "forward", "gemm router"), fp32), "fp32 gemm nt <2GF");
+  EXPECT_EQ(rp::op_class(step_op(moe, 2, 32, "forward", "gemm shared w2"), fp32), "fp32 gemm nt <2GF");
+  EXPECT_TRUE(rp::grouped_gemm(step_op(moe, 2, 32, "forward", "gemm experts w2")));
+  EXPECT_FALSE(rp::grouped_gemm(step_op(moe, 2, 32, "forward", "gemm shared w1 w3")));
   EXPECT_TRUE(rp::exp_heavy(step_op(c, 2, 32, "forward", "swiglu")));
   EXPECT_FALSE(rp::exp_heavy(step_op(c, 2, 32, "forward", "norm (ln1)")));
 }
@@ -360,17 +375,19 @@ TEST(PredictEfficiencyFile, RoundTrip) {
   EXPECT_EQ(back.chip, e.chip);
   EXPECT_EQ(back.threads, e.threads);
   EXPECT_EQ(back.chip_file_mtime, e.chip_file_mtime);
+  EXPECT_EQ(back.version, rp::kFitVersion);
   // The document's keys (what earlier runs wrote, and what is read back).
   const auto doc = nlohmann::json::parse(ridge::test::read_bytes(path));
   std::vector<std::string> keys;
   for (const auto& [k, v] : doc.items()) keys.push_back(k);
-  EXPECT_EQ(keys,
-            (std::vector<std::string>{"chip", "chip_file_mtime", "efficiency", "note", "shapes", "threads"}));
+  EXPECT_EQ(keys, (std::vector<std::string>{"chip", "chip_file_mtime", "efficiency", "note", "shapes",
+                                            "threads", "version"}));
   // A file with only the fields a fit needs (as the CLI tests write) is read too.
   ridge::test::write_bytes(path, R"({"chip_file_mtime": 5, "efficiency": {}, "shapes": {}})");
   const auto minimal = rp::read_efficiencies(path);
   EXPECT_EQ(minimal.chip_file_mtime, 5);
   EXPECT_TRUE(minimal.by_class.empty());
+  EXPECT_EQ(minimal.version, 1);  // no version: a fit from before the grouped GEMMs' classes
 }
 
 TEST(PredictEfficiencyFile, BadFilesAreOneErrorNamingThePath) {
