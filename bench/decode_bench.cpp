@@ -19,6 +19,7 @@
 
 #include "bench/registry.hpp"
 #include "cli.hpp"
+#include "peer_python.hpp"
 #include "ridge/build_paths.h"
 #include "ridge/core.hpp"
 #include "ridge/core/process.hpp"
@@ -40,9 +41,7 @@ bool g_no_llama = false, g_no_torch = false;
 int64_t g_steps = 16;  // decode steps per timed sample
 
 std::string python() {
-  if (!g_python.empty()) return g_python;
-  const std::string venv = std::string(RIDGE_SOURCE_DIR) + "/.venv/bin/python";
-  return ::access(venv.c_str(), X_OK) == 0 ? venv : "python3";
+  return bench_peers::python(g_python);
 }
 
 struct Case {

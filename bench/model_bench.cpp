@@ -22,6 +22,7 @@
 #include "bench/json.hpp"
 #include "bench/registry.hpp"
 #include "cli.hpp"
+#include "peer_python.hpp"
 #include "core/check.hpp"
 #include "core/json.hpp"
 #include "ridge/bench.hpp"
@@ -45,7 +46,7 @@ namespace fs = std::filesystem;
 // The command line's options (registered by model_options).
 struct Flags {
   bool no_torch = false, no_compile = false, predict = false, refit = false;
-  std::string python = "python3";
+  std::string python;  // "": bench_peers::python()
   int64_t vocab = 10000;
 };
 Flags g_flags;
@@ -65,8 +66,8 @@ TorchResult torch_peer(const Flags& flags, const std::string& weights, const mod
       "--kv-heads {} --rope-theta {} --batch {} --seq {} --precision {} --pass {} --attention {} --threads "
       "{} "
       "--warmup {} --iters {} {}{} 2>&1",
-      flags.python, RIDGE_SOURCE_DIR, weights, cfg.vocab_size, cfg.d_model, cfg.d_ff, cfg.num_layers,
-      cfg.num_heads, cfg.kv_heads(), cfg.rope_theta, batch, seq, precision,
+      bench_peers::python(flags.python), RIDGE_SOURCE_DIR, weights, cfg.vocab_size, cfg.d_model, cfg.d_ff,
+      cfg.num_layers, cfg.num_heads, cfg.kv_heads(), cfg.rope_theta, batch, seq, precision,
       pass == "forward+backward" ? "forward_backward" : pass, attention, threads, warmup, iters,
       flags.no_compile ? "--no-compile" : "",
       cfg.is_moe() ? fmt::format(" --experts {} --top-k {} --shared-experts {} --d-expert {} --moe-layers {} "
@@ -493,7 +494,8 @@ void model_options(CLI::App& app) {
   app.add_flag("--refit", g_flags.refit, "with --predict: measure the efficiencies again");
   app.add_option("--vocab", g_flags.vocab, "vocabulary size (default 10000, as CS336)")
       ->transform(cli::integer_in(1, std::numeric_limits<int32_t>::max()));
-  app.add_option("--python", g_flags.python, "python interpreter for the PyTorch peer (default python3)");
+  app.add_option("--python", g_flags.python,
+                 "python interpreter for the PyTorch peer (default: the checkout's .venv, else python3)");
 }
 
 }  // namespace

@@ -10,16 +10,27 @@
 // (A = silu(H1) H3 and dH, the SwiGLU's backward, are given: only the GEMMs are timed). The peer runs the
 // same products expert by expert through f32_gemm / bf16_gemm; its results are the grouped results to the
 // bit (max_rel_diff_vs_peer, checked expert by expert after timing).
+//
+// PyTorch eager's per-expert loop (the Hugging Face Mixtral block's; tools/torch_moe_peer.py) runs the same
+// products over the same rows per expert, dtype and threads, in the same run right after ridge's rounds
+// (its own process: the median of its rounds' medians). --no-torch leaves it out.
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <map>
 #include <random>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
 #include "compare.hpp"
 #include "operands.hpp"
+#include "peer_python.hpp"
+#include "core/json.hpp"
+#include "ridge/core/process.hpp"
 #include "bench/registry.hpp"
 #include "ridge/core.hpp"
 #include "ridge/gemm.hpp"
@@ -36,6 +47,63 @@ using bench_operands::fill_uniform;
 struct Shape {
   int64_t experts = 0, top_k = 0, tokens = 0, d = 0, de = 0;
 };
+
+bool g_no_torch = false;
+std::string g_python;
+
+// PyTorch eager's per-expert loop over the layer's rows per expert: each pass's median time (ms), or why
+// there is none.
+struct TorchResult {
+  std::map<std::string, double> median_ms;
+  std::string why;
+};
+TorchResult torch_loop(const std::vector<int64_t>& counts, const Shape& s, const std::string& dtype,
+                       const std::vector<std::string>& passes, const bench::Options& o) {
+  TorchResult r;
+  std::string cs, ps;
+  for (int64_t c : counts) cs += (cs.empty() ? "" : ",") + std::to_string(c);
+  for (const auto& p : passes) ps += (ps.empty() ? "" : ",") + p;
+  const auto run = process::run({bench_peers::python(g_python),
+                                 std::string(RIDGE_SOURCE_DIR) + "/tools/torch_moe_peer.py",
+                                 "--counts",
+                                 cs,
+                                 "--d-model",
+                                 std::to_string(s.d),
+                                 "--d-expert",
+                                 std::to_string(s.de),
+                                 "--dtype",
+                                 dtype,
+                                 "--passes",
+                                 ps,
+                                 "--threads",
+                                 std::to_string(get_num_threads()),
+                                 "--warmup",
+                                 std::to_string(std::max(1, o.warmup)),
+                                 "--iters",
+                                 std::to_string(std::max(1, o.iters)),
+                                 "--rounds",
+                                 "3"});
+  if (!run.started) {
+    r.why = "PyTorch peer: cannot start python";
+    return r;
+  }
+  const auto nl = run.output.rfind("\n{");
+  nlohmann::json j;
+  try {
+    j = input::parse_json(run.output.substr(nl == std::string::npos ? 0 : nl + 1), "peer output");
+  } catch (const std::exception&) {
+    r.why = fmt::format("PyTorch peer failed (exit {}): {}", run.exit_code, run.output.substr(0, 160));
+    return r;
+  }
+  if (j.contains("error")) {
+    r.why = j["error"].get<std::string>();
+    return r;
+  }
+  for (const auto& p : passes)
+    if (j.contains(p)) r.median_ms[p] = j[p].at("median_ms").get<double>();
+  r.why = "torch " + j.value("torch", std::string("?"));
+  return r;
+}
 
 // One case's routing, layout and buffers: activations of the input type T (the outputs too), weights of
 // T, weight gradients in fp32 (only when the backward is timed).
@@ -247,13 +315,16 @@ void run_case(bench::Context& ctx, const Shape& s, const std::vector<std::string
   const double rows = static_cast<double>(s.tokens * s.top_k), d = static_cast<double>(s.d),
                de = static_cast<double>(s.de), e = static_cast<double>(s.experts);
   const double elt = sizeof(T);
+  const std::string dtype = std::is_same_v<T, float> ? "fp32" : "bf16";
+  TorchResult torch;
+  if (!g_no_torch) torch = torch_loop(L.routing.count, s, dtype, passes, ctx.options);
   for (const std::string& pass : passes) {
     const bool backward = pass == "backward";
     bench::Row row;
     row.benchmark = "moe";
     row.case_ = {{"experts", s.experts}, {"top_k", s.top_k}, {"tokens", s.tokens},
                  {"d_model", s.d},       {"d_expert", s.de}, {"pass", pass}};
-    row.dtype = std::is_same_v<T, float> ? "fp32" : "bf16";
+    row.dtype = dtype;
     // Forward: 2 rows (2 de) d + 2 rows d de; backward: twice that for dX and dA, twice again for dW.
     row.flops = (backward ? 12.0 : 6.0) * rows * d * de;
     // Weights read once (and dW written in fp32), activations read and written once.
@@ -277,6 +348,10 @@ void run_case(bench::Context& ctx, const Shape& s, const std::vector<std::string
       fns[0]();
       row.extra["max_rel_diff_vs_peer"] = grouped_vs_loop(L, backward);
     }
+    if (const auto t = torch.median_ms.find(pass); t != torch.median_ms.end())
+      row.add_peer("pytorch_eager_loop", t->second);
+    row.note = g_no_torch ? "PyTorch peer skipped (--no-torch)"
+                          : (torch.median_ms.empty() ? "PyTorch absent: " : "") + torch.why;
     const std::string what = fmt::format("E={} top_k={} {} {}", s.experts, s.top_k, row.dtype, pass);
     ctx.emit(std::move(row));
     ctx.progress.tick(what);
@@ -342,6 +417,12 @@ void run_moe(bench::Context& ctx) {
             }
 }
 
+void moe_options(CLI::App& app) {
+  app.add_flag("--no-torch", g_no_torch, "skip PyTorch eager's per-expert loop");
+  app.add_option("--python", g_python,
+                 "python interpreter for the PyTorch peer (default: the checkout's .venv, else python3)");
+}
+
 }  // namespace
 }  // namespace ridge::moe_bench
 
@@ -349,4 +430,4 @@ RIDGE_BENCHMARK(moe, "moe",
                 "an MoE layer's expert GEMMs (forward, backward) through the grouped GEMMs against a loop of "
                 "ridge's dense GEMMs, one call per expert (axes: experts, top_k, tokens, d_model, d_expert, "
                 "dtype, pass, peer)",
-                ridge::moe_bench::run_moe);
+                ridge::moe_bench::run_moe, ridge::moe_bench::moe_options);
