@@ -12,8 +12,8 @@
 // bit (max_rel_diff_vs_peer, checked expert by expert after timing).
 //
 // PyTorch eager's per-expert loop (the Hugging Face Mixtral block's; tools/torch_moe_peer.py) runs the same
-// products over the same rows per expert, dtype and threads, in the same run right after ridge's rounds
-// (its own process: the median of its rounds' medians). --no-torch leaves it out.
+// products over the same rows per expert, dtype and threads, in the same run just before ridge's rounds
+// of the case (its own process: the median of its rounds' medians). --no-torch leaves it out.
 #include <algorithm>
 #include <cmath>
 #include <functional>
@@ -47,6 +47,17 @@ using bench_operands::fill_uniform;
 struct Shape {
   int64_t experts = 0, top_k = 0, tokens = 0, d = 0, de = 0;
 };
+
+// The tokens routed by moe::route over seeded uniform logits (uniform top-k, softmax gate).
+moe::Routing uniform_routing(const Shape& s) {
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> u(0.0f, 1.0f);
+  std::vector<float> logits(static_cast<size_t>(s.tokens * s.experts));
+  for (auto& l : logits) l = u(rng);
+  moe::Routing r;
+  moe::route(logits, s.tokens, s.experts, s.top_k, moe::Gate::softmax, {}, r);
+  return r;
+}
 
 bool g_no_torch = false;
 std::string g_python;
@@ -115,12 +126,7 @@ struct Layer {
   Buffer<T> x, a, h, y, dx, da, w13, w2;
   Buffer<float> dw13, dw2;
 
-  Layer(const Shape& shape, bool backward) : s(shape) {
-    std::mt19937 rng(1);
-    std::uniform_real_distribution<float> u(0.0f, 1.0f);
-    std::vector<float> logits(static_cast<size_t>(s.tokens * s.experts));
-    for (auto& l : logits) l = u(rng);
-    moe::route(logits, s.tokens, s.experts, s.top_k, moe::Gate::softmax, {}, routing);
+  Layer(const Shape& shape, moe::Routing r, bool backward) : s(shape), routing(std::move(r)) {
     layout = moe::contiguous_layout(routing, gemm::m_alignment_for_contiguous_layout());
     const int64_t rows = layout.rows, d = s.d, de = s.de, e = s.experts;
     auto make = [](Buffer<T>& b, int64_t n, const char* tag, uint64_t seed) {
@@ -311,13 +317,16 @@ double grouped_vs_loop(Layer<T>& L, bool backward) {
 template <typename T>
 void run_case(bench::Context& ctx, const Shape& s, const std::vector<std::string>& passes, bool peer) {
   const bool any_backward = std::find(passes.begin(), passes.end(), "backward") != passes.end();
-  Layer<T> L(s, any_backward);
+  moe::Routing routing = uniform_routing(s);
+  const std::string dtype = std::is_same_v<T, float> ? "fp32" : "bf16";
+  // The peer runs first, in its own process, before ridge allocates the layer: both hold E experts'
+  // weights (and their fp32 gradients), which at E = 256 and full size do not fit twice.
+  TorchResult torch;
+  if (!g_no_torch) torch = torch_loop(routing.count, s, dtype, passes, ctx.options);
+  Layer<T> L(s, std::move(routing), any_backward);
   const double rows = static_cast<double>(s.tokens * s.top_k), d = static_cast<double>(s.d),
                de = static_cast<double>(s.de), e = static_cast<double>(s.experts);
   const double elt = sizeof(T);
-  const std::string dtype = std::is_same_v<T, float> ? "fp32" : "bf16";
-  TorchResult torch;
-  if (!g_no_torch) torch = torch_loop(L.routing.count, s, dtype, passes, ctx.options);
   for (const std::string& pass : passes) {
     const bool backward = pass == "backward";
     bench::Row row;

@@ -67,8 +67,9 @@ def main():
     for c in counts:
         offsets.append(offsets[-1] + c)
     # The expert weight gradients accumulate in fp32, as ridge's K-grouped GEMM writes them.
-    dw13 = [torch.zeros(2 * de, d) for _ in counts]
-    dw2 = [torch.zeros(d, de) for _ in counts]
+    backward_too = "backward" in passes
+    dw13 = [torch.zeros(2 * de, d) for _ in counts] if backward_too else []
+    dw2 = [torch.zeros(d, de) for _ in counts] if backward_too else []
 
     def forward():
         for e, c in enumerate(counts):
