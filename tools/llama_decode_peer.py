@@ -18,6 +18,13 @@ sequence's logits; tokens/s = B * N / time. Between timed runs the decoded cells
 The KV cache is llama.cpp's default f16 unless --kv-type says otherwise; flash attention as
 llama.cpp decides (auto) unless --flash-attn says otherwise. Threads: n_threads = n_threads_batch = T.
 
+An MoE GGUF (tools/ridge_to_gguf.py writes ridge's MoE checkpoints in Mixtral's form) runs the same way.
+Before anything is timed it gets one llama_decode in llama.cpp's warm-up mode (llama_set_warmup: every
+expert of every layer computes, as llama.cpp's own tools warm up), then an empty cache: a batch-1
+decode reads top_k of E experts per layer, so the --warmup runs alone could leave experts whose
+weights are first touched inside a timed run. Its rows add "experts" and "experts_used" (the file's
+expert_count and expert_used_count); a dense file's rows are as they were.
+
 Each measurement is timed --iters times after --warmup untimed runs; with --json one line each:
   {"peer": "llama.cpp", "version": "llama-cpp-python 0.3.x", "phase": "prefill", "type": "BF16",
    "model": "<llama.cpp's description>", "threads": 2, "batch": 1, "prompt_len": 512,
@@ -126,6 +133,32 @@ class Session:
         buf = ctypes.create_string_buffer(256)
         L.llama_model_desc(self.model, buf, 256)
         self.desc = buf.value.decode(errors="replace")
+        arch = self._meta("general.architecture")
+        self.experts = int(self._meta(f"{arch}.expert_count") or 0)
+        self.experts_used = int(self._meta(f"{arch}.expert_used_count") or 0)
+
+    def _meta(self, key):
+        """The model's metadata value of `key` as a string, or None where the file has none."""
+        buf = ctypes.create_string_buffer(256)
+        n = self.L.llama_model_meta_val_str(self.model, key.encode(), buf, 256)
+        return buf.value.decode(errors="replace") if n >= 0 else None
+
+    def warm_experts(self):
+        """For an MoE model: one token through llama.cpp's warm-up mode, in which every expert computes (so
+        every expert's weights are resident before timing), then an empty cache. Nothing for a dense one."""
+        if not self.experts:
+            return
+        self.L.llama_set_warmup(self.ctx, True)
+        try:
+            np = self.np
+            self.decode(np.zeros(1, np.int32), np.zeros(1, np.int32), [0], np.ones(1, np.int8))
+        finally:
+            self.L.llama_set_warmup(self.ctx, False)
+        self.clear()
+
+    def moe_fields(self):
+        """What an MoE model's result rows add ({} for a dense model: its rows stay as they were)."""
+        return {"experts": self.experts, "experts_used": self.experts_used} if self.experts else {}
 
     def close(self):
         L = self.L
@@ -280,6 +313,8 @@ def main():
         else:
             what = (f"prompt {r['prompt_len']}" if r["phase"] == "prefill"
                     else f"batch {r['batch']}, context {r['context']}, {r['tokens']} tokens")
+            if "experts" in r:
+                what = f"MoE {r['experts']} experts top-{r['experts_used']}, " + what
             print(f"llama.cpp ({version}) {r['phase']} ({r['type']}, {what}, {a.threads} threads, kv {a.kv_type}): "
                   f"{r['tokens_per_s']:.1f} tokens/s (median of {r['iters']}; {r['min_tokens_per_s']:.1f} .. "
                   f"{r['max_tokens_per_s']:.1f})")
@@ -292,6 +327,7 @@ def measure(a, gen, base, np):
     if a.phase in ("prefill", "both"):
         n_ctx = -(-a.prompt_len // 256) * 256
         s = Session(a.gguf, a.threads, n_ctx, max(a.prompt_len, 1), 1, a.kv_type, a.flash_attn, a.verbose)
+        s.warm_experts()
         prompt = gen.integers(0, s.n_vocab, size=a.prompt_len, dtype=np.int32)
 
         def prefill():
@@ -299,13 +335,14 @@ def measure(a, gen, base, np):
             s.prefill(prompt).argmax(-1)
 
         ts = timed(prefill, a.warmup, a.iters)
-        out.append(dict(base, phase="prefill", model=s.desc, batch=1, prompt_len=a.prompt_len,
+        out.append(dict(base, phase="prefill", model=s.desc, **s.moe_fields(), batch=1, prompt_len=a.prompt_len,
                         **stats([a.prompt_len / t for t in ts], ts)))
         s.close()
     if a.phase in ("decode", "both"):
         per_seq = -(-(a.context + a.tokens) // 256) * 256
         s = Session(a.gguf, a.threads, per_seq * a.batch, max(a.batch, min(a.context, 2048)), a.batch,
                     a.kv_type, a.flash_attn, a.verbose)
+        s.warm_experts()
         first = int(s.prefill(gen.integers(0, s.n_vocab, size=a.context, dtype=np.int32)).argmax())
         s.copy_seq(0, range(1, a.batch))
         seqs = np.arange(a.batch, dtype=np.int32)
@@ -319,8 +356,8 @@ def measure(a, gen, base, np):
                 tok = s.decode(tok, pos, seqs, ones).argmax(-1).astype(np.int32)
 
         ts = timed(decode, a.warmup, a.iters)
-        out.append(dict(base, phase="decode", model=s.desc, batch=a.batch, context=a.context, tokens=a.tokens,
-                        **stats([a.batch * a.tokens / t for t in ts], ts)))
+        out.append(dict(base, phase="decode", model=s.desc, **s.moe_fields(), batch=a.batch, context=a.context,
+                        tokens=a.tokens, **stats([a.batch * a.tokens / t for t in ts], ts)))
         s.close()
     return out
 

@@ -11,6 +11,12 @@ num_heads, num_kv_heads) and "state". A config that omits rope_theta or rms_norm
 states (ridge's own, held to the file by a test), and num_kv_heads 0 or absent means num_heads
 (kv_head_count): the sizes and defaults come from there and from the checkpoint, never from a copy here.
 
+An MoE checkpoint (config num_experts > 0, docs/model.md) holds, in each layer of moe_layers (every layer
+when absent), ffn.router.weight [E, D], ffn.experts.w1/.w3.weight [E, De, D], ffn.experts.w2.weight
+[E, D, De], the shared experts' ffn.shared.w1/.w3 [S, D] and .w2 [D, S] (S = num_shared_experts x De) and,
+under balance bias, the state tensor ffn.router.bias [E], in place of ffn.w1/w2/w3. `load` reads one only
+when asked (moe=True: the GGUF writer and its check); the other tools run dense models and refuse it.
+
 Errors are `CheckpointError` with one line naming the file and what is wrong; the tools print it and
 exit 2.
 """
@@ -25,6 +31,9 @@ except ImportError:
     np = None
 
 CONFIG_FIELDS = ("vocab_size", "context_length", "d_model", "num_layers", "num_heads", "d_ff")
+# What an MoE config adds (ModelConfig's JSON names); a dense config has none of them.
+MOE_FIELDS = ("num_experts", "top_k", "num_shared_experts", "d_expert", "moe_layers", "router", "balance",
+              "aux_loss_coef", "bias_update_speed")
 _SIZES_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench", "shapes", "model-sizes.json")
 
 
@@ -48,27 +57,57 @@ class CheckpointError(ValueError):
     pass
 
 
-def tensor_names(num_layers):
-    """The state_dict names of the CS336 Transformer LM, embedding first."""
+def moe_layers(c):
+    """The layers whose feed-forward is an MoE block: none in a dense config, else moe_layers (every
+    layer when it is absent or empty)."""
+    if not c.get("num_experts"):
+        return set()
+    return set(c.get("moe_layers") or range(c["num_layers"]))
+
+
+def expert_width(c):
+    """d_expert, the width of each routed expert (0 or absent: d_ff, as ModelConfig reads it)."""
+    return c.get("d_expert") or c["d_ff"]
+
+
+def _ffn_shapes(c, i):
+    """{name: shape} of layer i's feed-forward, in the order the layer's tensors are listed."""
+    p, d = f"layers.{i}.ffn.", c["d_model"]
+    if i not in moe_layers(c):
+        f = c["d_ff"]
+        return {p + "w1.weight": (f, d), p + "w2.weight": (d, f), p + "w3.weight": (f, d)}
+    e, de = c["num_experts"], expert_width(c)
+    out = {p + "router.weight": (e, d), p + "experts.w1.weight": (e, de, d), p + "experts.w2.weight": (e, d, de),
+           p + "experts.w3.weight": (e, de, d)}
+    s = c.get("num_shared_experts", 0) * de
+    if s:
+        out.update({p + "shared.w1.weight": (s, d), p + "shared.w2.weight": (d, s), p + "shared.w3.weight": (s, d)})
+    if c.get("balance") == "bias":
+        out[p + "router.bias"] = (e,)
+    return out
+
+
+def tensor_names(c):
+    """The state_dict names of the CS336 Transformer LM of config c, embedding first (an MoE layer's
+    router bias, a state tensor, included)."""
     names = ["token_embeddings.weight"]
-    for i in range(num_layers):
+    for i in range(c["num_layers"]):
         p = f"layers.{i}."
         names += [p + "ln1.weight", p + "attn.q_proj.weight", p + "attn.k_proj.weight", p + "attn.v_proj.weight",
-                  p + "attn.output_proj.weight", p + "ln2.weight", p + "ffn.w1.weight", p + "ffn.w2.weight",
-                  p + "ffn.w3.weight"]
+                  p + "attn.output_proj.weight", p + "ln2.weight"] + list(_ffn_shapes(c, i))
     return names + ["ln_final.weight", "lm_head.weight"]
 
 
 def expected_shapes(c):
-    v, d, f, h = c["vocab_size"], c["d_model"], c["d_ff"], c["num_heads"]
+    v, d, h = c["vocab_size"], c["d_model"], c["num_heads"]
     dkv = kv_head_count(c) * (d // h)
     out = {"token_embeddings.weight": (v, d), "ln_final.weight": (d,), "lm_head.weight": (v, d)}
     for i in range(c["num_layers"]):
         p = f"layers.{i}."
         out.update({p + "ln1.weight": (d,), p + "ln2.weight": (d,), p + "attn.q_proj.weight": (d, d),
                     p + "attn.k_proj.weight": (dkv, d), p + "attn.v_proj.weight": (dkv, d),
-                    p + "attn.output_proj.weight": (d, d), p + "ffn.w1.weight": (f, d), p + "ffn.w2.weight": (d, f),
-                    p + "ffn.w3.weight": (f, d)})
+                    p + "attn.output_proj.weight": (d, d)})
+        out.update(_ffn_shapes(c, i))
     return out
 
 
@@ -118,11 +157,13 @@ def read_safetensors(path):
     return meta, out
 
 
-def load(path, heads=None, kv_heads=None, context=None, rope_theta=None):
+def load(path, heads=None, kv_heads=None, context=None, rope_theta=None, moe=False):
     """(config dict, {name: float32 array}) of a ridge model. The config is the checkpoint's metadata
     'config'; a file without one (a weights-only state_dict) needs `heads` and gets the rest from the
     tensor shapes (context from `context`, default 2048; rope_theta the default of
-    bench/shapes/model-sizes.json). Every model tensor must be there with the config's shape."""
+    bench/shapes/model-sizes.json). Every model tensor must be there with the config's shape. An MoE
+    model is refused unless `moe` (the caller runs one); a weights-only MoE file always is (its top_k
+    and gate are in no shape)."""
     meta, tensors = read_safetensors(path)
     if "config" in meta:
         try:
@@ -133,6 +174,10 @@ def load(path, heads=None, kv_heads=None, context=None, rope_theta=None):
             if not isinstance(cfg.get(k), int) or cfg[k] < 1:
                 raise CheckpointError(f"checkpoint '{path}': metadata 'config' has no positive integer '{k}'")
     else:
+        if any(".ffn.router." in name for name in tensors):
+            raise CheckpointError(f"checkpoint '{path}' holds MoE tensors (ffn.router.*) but no metadata 'config': "
+                                  "top_k and the gate are in no shape; write it with ridge train or "
+                                  "TransformerLM.save")
         if heads is None:
             raise CheckpointError(f"checkpoint '{path}' has no metadata 'config' (a weights-only file): "
                                   "pass --heads (and --context, --rope-theta if not 2048 and ridge's default)")
@@ -159,6 +204,10 @@ def load(path, heads=None, kv_heads=None, context=None, rope_theta=None):
     cfg.setdefault("rope_theta", float(sizes_table()["rope_theta"]))
     cfg["num_kv_heads"] = kv_head_count(cfg)
     check_config(cfg, f"checkpoint '{path}'")
+    if moe_layers(cfg) and not moe:
+        raise CheckpointError(f"checkpoint '{path}': a Mixture-of-Experts model (num_experts {cfg['num_experts']}); "
+                              "this tool runs dense models only (tools/ridge_to_gguf.py and "
+                              "tools/check_gguf_logits.py take MoE checkpoints)")
     want = expected_shapes(cfg)
     for name, shape in want.items():
         if name not in tensors:
@@ -175,6 +224,12 @@ def check_config(c, what):
         raise CheckpointError(f"{what}: d_model {d} must be a multiple of num_heads {h} with an even head dimension")
     if kv < 1 or h % kv:
         raise CheckpointError(f"{what}: num_heads {h} must be a multiple of num_kv_heads {kv}")
+    if c.get("num_experts"):
+        e, k, layers = c["num_experts"], c.get("top_k"), c.get("moe_layers") or []
+        if not isinstance(k, int) or not 1 <= k <= e:
+            raise CheckpointError(f"{what}: top_k {k} must be an integer in [1, num_experts = {e}]")
+        if not isinstance(layers, list) or any(not isinstance(i, int) or not 0 <= i < c["num_layers"] for i in layers):
+            raise CheckpointError(f"{what}: moe_layers {layers} must be layer indices in [0, {c['num_layers']})")
 
 
 def describe(c):
@@ -184,8 +239,15 @@ def describe(c):
         s += f", kv_heads {kv_head_count(c)}"
     table = sizes_table()
     s += f", d_ff {c['d_ff']}, rope_theta {c.get('rope_theta', table['rope_theta']):g}"
-    return s + (f", rms_norm_eps {c['rms_norm_eps']:g}" if c.get("rms_norm_eps", table["rms_norm_eps"]) !=
-                table["rms_norm_eps"] else "")
+    s += (f", rms_norm_eps {c['rms_norm_eps']:g}" if c.get("rms_norm_eps", table["rms_norm_eps"]) !=
+          table["rms_norm_eps"] else "")
+    if moe_layers(c):
+        layers = c.get("moe_layers") or []
+        s += (f", {c['num_experts']} experts (top-{c['top_k']}, d_expert {expert_width(c)}"
+              + (f", {c['num_shared_experts']} shared" if c.get("num_shared_experts") else "")
+              + (f", layers {','.join(map(str, layers))}" if layers else "")
+              + f", router {c.get('router', 'softmax')}, balance {c.get('balance', 'aux')})")
+    return s
 
 
 def preset(size, vocab, context, kv_heads=None):
@@ -204,9 +266,12 @@ def preset(size, vocab, context, kv_heads=None):
 
 
 def param_count(c):
-    """The parameters of a config: the sizes of its tensors (expected_shapes), summed."""
+    """The parameters of a config: the sizes of its tensors (expected_shapes, less an MoE router's bias,
+    a state tensor), summed."""
     total = 0
-    for shape in expected_shapes(c).values():
+    for name, shape in expected_shapes(c).items():
+        if name.endswith(".router.bias"):
+            continue
         n = 1
         for d in shape:
             n *= d
