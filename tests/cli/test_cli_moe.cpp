@@ -47,9 +47,9 @@ TEST(CliMoe, DecodeJsonAgainstCountsByHand) {
   EXPECT_EQ(j["moe"]["params_total"].get<double>(), 12470528);
   EXPECT_EQ(j["moe"]["params_active"].get<double>(), 7751936);
   EXPECT_EQ(j["moe"]["expert_bytes"].get<double>(), 3 * D * De * 2);
-  // Weights: attention 4 D^2 and routers E D per layer, the experts read, norms, lm_head and 4 rows.
-  const double weights = L * (4 * D * D + E * D) * 2 + L * experts * 3 * D * De * 2 + (2 * L + 1) * D * 4 +
-                         V * D * 2 + B * D * 2;
+  // Weights: attention 4 D^2 per layer, its router E D (fp32), the experts read, norms, lm_head and 4 rows.
+  const double weights = L * 4 * D * D * 2 + L * E * D * 4 + L * experts * 3 * D * De * 2 +
+                         (2 * L + 1) * D * 4 + V * D * 2 + B * D * 2;
   EXPECT_NEAR(j["decode"]["bytes"]["weights"].get<double>(), weights, 1e-3);
   // FLOPs: 2 per multiply-add of every active weight per token, and attention over 256 keys.
   const double flops = 2 * B * (L * (4 * D * D + E * D + k * 3 * D * De) + D * V) + 4 * B * D * 256 * L;
