@@ -130,8 +130,8 @@ void check_moe_flags_agree(const Args& a, const model::ModelConfig& recorded) {
         flags, a.checkpoint, has);
 }
 
-// The fp32 model of `cfg`. The library refuses what it cannot build (an MoE model, for now) naming its
-// fields: the checkpoint's, or the flags'.
+// The fp32 model of `cfg`. The library refuses what it cannot build naming its fields: the checkpoint's,
+// or the flags'.
 model::TransformerLM<float> build_model(const Args& a, const model::ModelConfig& cfg, bool recorded) {
   try {
     return model::TransformerLM<float>(cfg);

@@ -72,14 +72,21 @@ void fp8_gemm_nt(MatrixView<const fp8_e4m3> a, MatrixView<const float> a_scales,
                  MatrixView<float> d, MatrixView<const float> c = {});
 
 // ---- grouped along M (MoE) ----
+// D bf16 (DeepGEMM's) or fp32, as the dense ones.
 // b: [G, n, k]; b_scales: [G, ceil(n/128), ceil(k/128)]; a_scales: [m_sum, ceil(k/128)].
 void m_grouped_fp8_gemm_nt_contiguous(MatrixView<const fp8_e4m3> a, MatrixView<const float> a_scales,
                                       TensorView<const fp8_e4m3> b, TensorView<const float> b_scales,
                                       MatrixView<bf16> d, std::span<const int32_t> m_indices);
+void m_grouped_fp8_gemm_nt_contiguous(MatrixView<const fp8_e4m3> a, MatrixView<const float> a_scales,
+                                      TensorView<const fp8_e4m3> b, TensorView<const float> b_scales,
+                                      MatrixView<float> d, std::span<const int32_t> m_indices);
 // a: [G, m_max, k]; a_scales: [G, m_max, ceil(k/128)]; d: [G, m_max, n]; masked_m: [G].
 void m_grouped_fp8_gemm_nt_masked(TensorView<const fp8_e4m3> a, TensorView<const float> a_scales,
                                   TensorView<const fp8_e4m3> b, TensorView<const float> b_scales,
                                   TensorView<bf16> d, std::span<const int32_t> masked_m, int64_t expected_m);
+void m_grouped_fp8_gemm_nt_masked(TensorView<const fp8_e4m3> a, TensorView<const float> a_scales,
+                                  TensorView<const fp8_e4m3> b, TensorView<const float> b_scales,
+                                  TensorView<float> d, std::span<const int32_t> masked_m, int64_t expected_m);
 
 // ---- quantization ----
 // scale = max(amax, 1e-4) / 448 over each block, q = RNE(x / scale) (saturating to +-448).

@@ -363,7 +363,10 @@ def _prompts(prompts, name="prompts"):
 class InferenceModel:
     """The model's weights prepared for inference: weights fp32 | bf16 | fp8 | fp8-ue8m0 (e4m3 with
     DeepGEMM's 128x128 block scales; UE8M0: power-of-two scales); head: the lm_head's format (default:
-    as weights, bf16 when weights are FP8). The KV cache is bf16 (fp32 for fp32 weights)."""
+    as weights, bf16 when weights are FP8). The KV cache is bf16 (fp32 for fp32 weights). An MoE model's
+    routed experts take the weights' format (each expert's blocks its own) and run as DeepGEMM's grouped
+    GEMMs; its routers stay fp32 and its router bias (`layers.L.ffn.router.bias`, in state_dict()) is the
+    model's as it is now (docs/generate.md, "Mixture of Experts")."""
 
     def __init__(self, model: "TransformerLM", weights="bf16", head=None, block_size=16):
         if not isinstance(model, TransformerLM):
@@ -386,7 +389,8 @@ class InferenceModel:
         return self._im.kv_dtype()
 
     def weight_bytes(self) -> float:
-        """Bytes of weights one decode step reads (layers, final norm, head)."""
+        """Bytes of weights one decode step reads (layers, final norm, head); for an MoE model those every
+        step reads (routers, shared experts, the rest), the routed experts it reads coming on top."""
         return self._im.weight_bytes()
 
     def session(self, max_sequences=1, cache_tokens=0) -> "Session":

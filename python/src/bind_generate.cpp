@@ -41,7 +41,7 @@ void bind_generate(nb::module_& m) {
            [](const InferenceModel& im) { return generate::weight_format_name(im.options().weights); })
       .def("head", [](const InferenceModel& im) { return generate::weight_format_name(im.head_format()); })
       .def("kv_dtype", [](const InferenceModel& im) { return std::string(dtype_name(im.kv_dtype())); })
-      .def("weight_bytes", &InferenceModel::weight_bytes)
+      .def("weight_bytes", [](const InferenceModel& im) { return im.weight_bytes(); })
       .def("kv_bytes_per_token", &InferenceModel::kv_bytes_per_token);
 
   nb::class_<Session>(m, "Session")

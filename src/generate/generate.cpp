@@ -21,6 +21,9 @@
 #include "ridge/model/roofline.hpp"
 #include "ridge/gemm.hpp"
 #include "ridge/gemm_fp8.hpp"
+#include "ridge/gemm_grouped.hpp"
+#include "ridge/model/moe.hpp"
+#include "ridge/model/ranges.hpp"
 #include "ridge/roofline/model_buffers.hpp"
 #include "core/check.hpp"
 
@@ -78,9 +81,15 @@ InferenceMemory inference_memory(const ModelConfig& c, const InferenceOptions& o
   const WeightFormat head = o.head ? *o.head : (is_fp8(o.weights) ? WeightFormat::bf16 : o.weights);
   // The linears in their format, lm_head in its own, the embedding table and the norms in fp32.
   const roofline::ParamGroups w = roofline::model_param_groups(c);
+  // An MoE model's routers in fp32 (the training forward's), its routed experts in the format: FP8's
+  // quantized straight into their stacks, one byte each with their 128x128 blocks' fp32 scales.
+  const double experts = is_fp8(o.weights)
+                             ? static_cast<double>(w.experts) + 4 * static_cast<double>(w.expert_scale_blocks)
+                             : static_cast<double>(w.experts) * per(o.weights);
   InferenceMemory m;
   m.weights = static_cast<double>(w.linears) * per(o.weights) + static_cast<double>(w.head) * per(head) +
-              4 * static_cast<double>(w.embedding) + 4 * static_cast<double>(w.norms);
+              4 * static_cast<double>(w.embedding) + 4 * static_cast<double>(w.norms) +
+              4 * static_cast<double>(w.router) + experts;
   m.rope = 4.0 * static_cast<double>(c.context_length) * dh;  // cos and sin: [context, dh / 2] floats each
   m.kv_cache =
       static_cast<double>(cache_tokens) * 2 * L * KV * dh * (o.weights == WeightFormat::fp32 ? 4 : 2);
@@ -113,6 +122,18 @@ struct Scratch {
   }
 };
 
+// `count` weights as fp32 or bf16 (FP8's layouts are the callers': a linear's packed panels, an expert
+// stack's raw blocks).
+void store_weights(const float* w, size_t count, WeightFormat f, Buffer<float>& w32, Buffer<bf16>& w16) {
+  if (f == WeightFormat::fp32) {
+    w32 = Buffer<float>(count, "inference/weights");
+    std::copy_n(w, count, w32.data());
+  } else {
+    w16 = Buffer<bf16>(count, "inference/weights");
+    convert(w, w16.data(), count);
+  }
+}
+
 // One linear layer y = x w^T, w [n, k], in its format.
 struct Linear {
   WeightFormat fmt = WeightFormat::fp32;
@@ -125,25 +146,11 @@ struct Linear {
     fmt = f;
     n = rows;
     k = cols;
-    const size_t count = static_cast<size_t>(n * k);
-    switch (f) {
-      case WeightFormat::fp32:
-        w32 = Buffer<float>(count, "inference/weights");
-        std::copy_n(w, count, w32.data());
-        break;
-      case WeightFormat::bf16:
-        w16 = Buffer<bf16>(count, "inference/weights");
-        convert(w, w16.data(), count);
-        break;
-      case WeightFormat::fp8:
-      case WeightFormat::fp8_ue8m0: {
-        const auto q = gemm::per_block_cast_to_fp8(
-            MatrixView<const float>{w, n, k, k},
-            f == WeightFormat::fp8 ? gemm::Fp8Scales::fp32 : gemm::Fp8Scales::ue8m0);
-        w8 = gemm::PackedFp8B::pack(q.view(), q.scale_view());
-        break;
-      }
-    }
+    if (!is_fp8(f)) return store_weights(w, static_cast<size_t>(n * k), f, w32, w16);
+    const auto q =
+        gemm::per_block_cast_to_fp8(MatrixView<const float>{w, n, k, k},
+                                    f == WeightFormat::fp8 ? gemm::Fp8Scales::fp32 : gemm::Fp8Scales::ue8m0);
+    w8 = gemm::PackedFp8B::pack(q.view(), q.scale_view());
   }
   // Bytes one call reads of the weights (with FP8, the 128x128 blocks' fp32 scales too), as the decode
   // roofline counts them.
@@ -192,6 +199,121 @@ struct Linear {
   }
 };
 
+// Where an MoE layer's routed rows sit in the step's buffers (rows of their own width, one after another):
+// DeepGEMM's contiguous layout (a prefill: expert e's rows one run from offset[e], padded to the grouped
+// GEMMs' alignment) or its masked one (a decode step: expert e's rows first in its slab of max_m rows).
+struct ExpertRows {
+  const moe::Routing* routing = nullptr;
+  const moe::ContiguousLayout* contiguous = nullptr;  // or
+  const moe::MaskedLayout* masked = nullptr;
+
+  int64_t experts() const { return routing->experts; }
+  int64_t rows() const { return contiguous ? contiguous->rows : experts() * masked->max_m; }
+  // Each choice's row (token t's j-th at t * k + j).
+  std::span<const int64_t> row() const { return contiguous ? contiguous->row : masked->row; }
+  // f(first row, rows) for each expert that has rows: only they are computed (and only their weights read).
+  template <typename F>
+  void each_run(F&& f) const {
+    for (int64_t e = 0; e < experts(); ++e)
+      if (const int64_t n = routing->count[static_cast<size_t>(e)]; n > 0)
+        f(contiguous ? contiguous->offset[static_cast<size_t>(e)] : e * masked->max_m, n);
+  }
+};
+
+// A grouped GEMM's rows as its weights' format reads them: fp32, bf16, or e4m3 with one fp32 scale per row
+// and 128 columns (row strides: the width, and ceil(width / 128) for the scales).
+struct ExpertOperand {
+  const float* f32 = nullptr;
+  const bf16* b16 = nullptr;
+  const fp8_e4m3* q8 = nullptr;
+  const float* s8 = nullptr;
+};
+
+// The routed experts' w1, w3 or w2 of one MoE layer, stacked [E, n, k] in the format as the grouped GEMMs
+// read it (FP8: each expert's [n, k] quantized on its own, 128x128 blocks, scales [E, ceil(n/128),
+// ceil(k/128)]; not packed: the grouped GEMMs' small-m kernels stream raw e4m3 rows).
+struct ExpertStack {
+  WeightFormat fmt = WeightFormat::fp32;
+  int64_t E = 0, n = 0, k = 0;
+  Buffer<float> w32;
+  Buffer<bf16> w16;
+  Buffer<fp8_e4m3> w8;
+  Buffer<float> s8;
+
+  void set(const float* w, int64_t experts, int64_t rows, int64_t cols, WeightFormat f) {
+    fmt = f;
+    E = experts;
+    n = rows;
+    k = cols;
+    const size_t count = static_cast<size_t>(E * n * k);
+    if (!is_fp8(f)) return store_weights(w, count, f, w32, w16);
+    const int64_t nb = gemm::fp8_scale_blocks(n), kb = gemm::fp8_scale_blocks(k);
+    w8 = Buffer<fp8_e4m3>(count, "inference/weights");
+    s8 = Buffer<float>(static_cast<size_t>(E * nb * kb), "inference/weights");
+    for (int64_t e = 0; e < E; ++e)
+      gemm::per_block_cast_to_fp8(MatrixView<const float>{w + e * n * k, n, k, k},
+                                  MatrixView<fp8_e4m3>{w8.data() + e * n * k, n, k, k},
+                                  MatrixView<float>{s8.data() + e * nb * kb, nb, kb, kb},
+                                  f == WeightFormat::fp8 ? gemm::Fp8Scales::fp32 : gemm::Fp8Scales::ue8m0);
+  }
+  // Bytes one expert's matrix takes to read (FP8: with its scales), as the decode roofline counts them.
+  double expert_bytes() const {
+    return static_cast<double>(
+        roofline::weight_bytes(static_cast<long double>(n), static_cast<long double>(k), weight_dtype(fmt)));
+  }
+  // d[r] = a[r] W_e^T for the rows r of each expert e as `lay` places them (d fp32, row stride ldd; rows of
+  // experts without tokens, and padding, left as they are): the contiguous or the masked grouped GEMM.
+  void apply(const ExpertRows& lay, const ExpertOperand& a, float* d, int64_t ldd) const {
+    const int64_t kb = gemm::fp8_scale_blocks(k), R = lay.rows();
+    const auto b3 = [&](const auto* p, int64_t rows, int64_t cols) {
+      return TensorView<std::remove_pointer_t<decltype(p)>>::contiguous(p, {E, rows, cols});
+    };
+    if (lay.contiguous) {
+      const auto mi = std::span<const int32_t>(lay.contiguous->m_indices);
+      const MatrixView<float> dm{d, R, n, ldd};
+      switch (fmt) {
+        case WeightFormat::fp32:
+          return gemm::m_grouped_f32_gemm_nt_contiguous(MatrixView<const float>{a.f32, R, k, k},
+                                                        b3(w32.data(), n, k), dm, mi);
+        case WeightFormat::bf16:
+          return gemm::m_grouped_bf16_gemm_nt_contiguous(MatrixView<const bf16>{a.b16, R, k, k},
+                                                         b3(w16.data(), n, k), dm, mi);
+        default:
+          return gemm::m_grouped_fp8_gemm_nt_contiguous(
+              MatrixView<const fp8_e4m3>{a.q8, R, k, k}, MatrixView<const float>{a.s8, R, kb, kb},
+              b3(w8.data(), n, k), b3(s8.data(), gemm::fp8_scale_blocks(n), kb), dm, mi);
+      }
+    }
+    // Masked: [E, max_m, width] slabs. expected_m is the rows an expert with tokens has on average.
+    const int64_t M = lay.masked->max_m;
+    const auto slabs = [&](auto* p, int64_t cols, int64_t ld) {
+      TensorView<std::remove_pointer_t<decltype(p)>> v;
+      v.data = p;
+      v.rank = 3;
+      v.shape = {E, M, cols};
+      v.stride = {M * ld, ld, 1};
+      return v;
+    };
+    const auto mm = std::span<const int32_t>(lay.masked->masked_m);
+    int64_t used = 0;
+    for (int32_t c : mm) used += c > 0 ? 1 : 0;
+    const int64_t expected =
+        (lay.routing->tokens * lay.routing->top_k + used - 1) / std::max<int64_t>(1, used);
+    switch (fmt) {
+      case WeightFormat::fp32:
+        return gemm::m_grouped_f32_gemm_nt_masked(slabs(a.f32, k, k), b3(w32.data(), n, k), slabs(d, n, ldd),
+                                                  mm, expected);
+      case WeightFormat::bf16:
+        return gemm::m_grouped_bf16_gemm_nt_masked(slabs(a.b16, k, k), b3(w16.data(), n, k), slabs(d, n, ldd),
+                                                   mm, expected);
+      default:
+        return gemm::m_grouped_fp8_gemm_nt_masked(slabs(a.q8, k, k), slabs(a.s8, kb, kb), b3(w8.data(), n, k),
+                                                  b3(s8.data(), gemm::fp8_scale_blocks(n), kb),
+                                                  slabs(d, n, ldd), mm, expected);
+    }
+  }
+};
+
 }  // namespace
 
 struct InferenceModel::Impl {
@@ -201,6 +323,14 @@ struct InferenceModel::Impl {
   struct Layer {
     Linear qkv, out, w13, w2;
     Buffer<float> ln1, ln2;
+    // An MoE layer (cfg.moe_layer), in place of w13 and w2: the router [E, D] in fp32 (the training
+    // forward's: its logits, and so the choice of experts, are the model's), its bias (balance bias: E
+    // values; else empty), the routed experts' stacks, and the shared experts as a dense feed-forward of
+    // width S (w1|w3 [2S, D], w2 [D, S]; none when S is 0).
+    bool moe = false;
+    Linear router, shared13, shared2;
+    std::vector<float> bias;
+    ExpertStack e1, e3, e2;
   };
   std::vector<Layer> layers;
   Linear head;
@@ -214,12 +344,9 @@ struct InferenceModel::Impl {
   bool kv_bf16() const { return opt.weights != WeightFormat::fp32; }
   size_t kv_elem() const { return kv_bf16() ? sizeof(bf16) : sizeof(float); }
 
-  void build(const ModelConfig& c, std::span<const float> params, const InferenceOptions& o) {
+  void build(const ModelConfig& c, std::span<const float> params, std::span<const float> state,
+             const InferenceOptions& o) {
     c.validate();
-    check(!c.is_moe(),
-          "ModelConfig: num_experts is {}; generation runs dense models only for now (ridge train trains MoE "
-          "models; MoE decode is issue 40, in progress)",
-          c.num_experts);
     o.validate();
     check_arg(
         c.d_head() >= 16 && c.d_head() <= 256, "config",
@@ -248,22 +375,52 @@ struct InferenceModel::Impl {
     }
     check_arg(static_cast<int64_t>(params.size()) == off, "params",
               "{} values given; this model's parameters are {}", params.size(), off);
+    // The state: each MoE layer's router bias under balance bias (TransformerLM::state()'s order).
+    const int64_t E = c.num_experts,
+                  biases = c.is_moe() && c.balance == moe::Balance::bias ? c.num_moe_layers() * E : 0;
+    check_arg(static_cast<int64_t>(state.size()) == biases, "state",
+              "{} values given; this model's state (a router bias of num_experts values per MoE layer under "
+              "balance bias) is {}",
+              state.size(), biases);
+    for (size_t i = 0; i < state.size(); ++i)
+      check_arg(std::isfinite(state[i]), "state",
+                "value {} (the router bias of expert {} of MoE layer {}) is {}", i,
+                static_cast<int64_t>(i) % std::max<int64_t>(1, E),
+                static_cast<int64_t>(i) / std::max<int64_t>(1, E), state[i]);
     auto ptr = [&](const std::string& name) { return params.data() + at.at(name).first; };
     auto copy = [&](const std::string& name, int64_t n) {
       Buffer<float> b(static_cast<size_t>(n), "inference/weights");
       std::copy_n(ptr(name), n, b.data());
       return b;
     };
-    const int64_t D = c.d_model, F = c.d_ff, V = c.vocab_size;
+    const int64_t D = c.d_model, F = c.d_ff, V = c.vocab_size, De = c.expert_width(), S = c.shared_width();
     layers.resize(static_cast<size_t>(c.num_layers));
+    int64_t bias_at = 0;
     for (int64_t l = 0; l < c.num_layers; ++l) {
       const std::string p = "layers." + std::to_string(l) + ".";
       Layer& L = layers[static_cast<size_t>(l)];
-      // q|k|v and w1|w3 are adjacent in the flat buffer: one GEMM each, as in training.
+      // q|k|v, w1|w3 and the shared experts' w1|w3 are adjacent in the flat buffer: one GEMM each, as in
+      // training; the routed experts' w1 and w3 are two stacks, two grouped GEMMs (training's too).
       L.qkv.set(ptr(p + "attn.q_proj.weight"), qkv_width(), D, o.weights);
       L.out.set(ptr(p + "attn.output_proj.weight"), D, H() * dh(), o.weights);
-      L.w13.set(ptr(p + "ffn.w1.weight"), 2 * F, D, o.weights);
-      L.w2.set(ptr(p + "ffn.w2.weight"), D, F, o.weights);
+      if (c.moe_layer(l)) {
+        L.moe = true;
+        L.router.set(ptr(p + "ffn.router.weight"), E, D, WeightFormat::fp32);
+        if (biases > 0) {
+          L.bias.assign(state.begin() + bias_at, state.begin() + bias_at + E);
+          bias_at += E;
+        }
+        L.e1.set(ptr(p + "ffn.experts.w1.weight"), E, De, D, o.weights);
+        L.e3.set(ptr(p + "ffn.experts.w3.weight"), E, De, D, o.weights);
+        L.e2.set(ptr(p + "ffn.experts.w2.weight"), E, D, De, o.weights);
+        if (S > 0) {
+          L.shared13.set(ptr(p + "ffn.shared.w1.weight"), 2 * S, D, o.weights);
+          L.shared2.set(ptr(p + "ffn.shared.w2.weight"), D, S, o.weights);
+        }
+      } else {
+        L.w13.set(ptr(p + "ffn.w1.weight"), 2 * F, D, o.weights);
+        L.w2.set(ptr(p + "ffn.w2.weight"), D, F, o.weights);
+      }
       L.ln1 = copy(p + "ln1.weight", D);
       L.ln2 = copy(p + "ln2.weight", D);
     }
@@ -276,12 +433,17 @@ struct InferenceModel::Impl {
 
 InferenceModel::InferenceModel(const TransformerLM<float>& model, const InferenceOptions& options)
     : impl_(std::make_unique<Impl>()) {
-  impl_->build(model.config(), model.params(), options);
+  impl_->build(model.config(), model.params(), model.state(), options);
 }
 InferenceModel::InferenceModel(const ModelConfig& config, std::span<const float> params,
                                const InferenceOptions& options)
     : impl_(std::make_unique<Impl>()) {
-  impl_->build(config, params, options);
+  impl_->build(config, params, {}, options);
+}
+InferenceModel::InferenceModel(const ModelConfig& config, std::span<const float> params,
+                               std::span<const float> state, const InferenceOptions& options)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->build(config, params, state, options);
 }
 InferenceModel::~InferenceModel() = default;
 InferenceModel::InferenceModel(InferenceModel&&) noexcept = default;
@@ -313,9 +475,27 @@ double InferenceModel::weight_bytes() const {
   const Impl& m = *impl_;
   double b = m.head.bytes() + 4.0 * static_cast<double>(m.cfg.d_model);
   for (const auto& L : m.layers)
-    b += L.qkv.bytes() + L.out.bytes() + L.w13.bytes() + L.w2.bytes() +
+    b += L.qkv.bytes() + L.out.bytes() +
+         (L.moe ? L.router.bytes() + L.shared13.bytes() + L.shared2.bytes() : L.w13.bytes() + L.w2.bytes()) +
          8.0 * static_cast<double>(m.cfg.d_model);
   return b;
+}
+double InferenceModel::expert_bytes() const {
+  for (const auto& L : impl_->layers)
+    if (L.moe) return L.e1.expert_bytes() + L.e3.expert_bytes() + L.e2.expert_bytes();
+  return 0;
+}
+double InferenceModel::weight_bytes(std::span<const int64_t> experts_read) const {
+  const ModelConfig& c = impl_->cfg;
+  check_arg(static_cast<int64_t>(experts_read.size()) == c.num_moe_layers(), "experts_read",
+            "{} counts for {} MoE layers", experts_read.size(), c.num_moe_layers());
+  double read = 0;
+  for (int64_t x : experts_read) {
+    check_arg(x >= 0 && x <= c.num_experts, "experts_read", "{} is not a count of 0 .. {} experts", x,
+              c.num_experts);
+    read += static_cast<double>(x);
+  }
+  return weight_bytes() + read * expert_bytes();
 }
 double InferenceModel::embedding_row_bytes() const {
   return 4.0 * static_cast<double>(impl_->cfg.d_model);
@@ -351,9 +531,67 @@ struct Session::Impl {
   int64_t rows_cap = 0, logit_rows_cap = 0;
   std::vector<int32_t> table, seqlens;
 
+  // An MoE layer's step: the router's logits [tokens, E], the routing and its layout, and the routed rows
+  // (rows: the layout's), each row of its own width: the normed input x (fp32; bf16 for bf16 weights),
+  // w1|w3's outputs side by side, SwiGLU's output g (fp32; bf16 for bf16 weights) and w2's y (fp32); FP8
+  // casts x and then g per token into q8 and s8. A decode step's masked slabs [E, max_sequences] fit from
+  // the start (allocated with the session, never again); a prefill's contiguous layout grows them.
+  struct MoeStep {
+    moe::Routing routing;
+    moe::ContiguousLayout contiguous;
+    moe::MaskedLayout masked;
+    Buffer<float> logits, x, ab, g, y, s8;
+    Buffer<bf16> x16, g16;
+    Buffer<fp8_e4m3> q8;
+    int64_t rows_cap = 0, tokens_cap = 0;
+  } moe_step;
+  std::vector<int64_t> experts_read;  // per MoE layer, the last pass's
+
+  // The routed rows' buffers' bytes for `rows` rows, by the format.
+  static double moe_row_bytes(const ModelConfig& c, WeightFormat f) {
+    const double D = static_cast<double>(c.d_model), De = static_cast<double>(c.expert_width());
+    const double w = std::max(D, De),
+                 wb = static_cast<double>(gemm::fp8_scale_blocks(static_cast<int64_t>(w)));
+    return 4 * (2 * De + D) + (f == WeightFormat::bf16 ? 2 * (D + De) : 4 * (D + De)) +
+           (is_fp8(f) ? w + 4 * wb : 0);
+  }
+  void reserve_moe(int64_t rows, int64_t tokens) {
+    const ModelConfig& c = m->cfg;
+    const int64_t D = c.d_model, De = c.expert_width(), E = c.num_experts;
+    const int64_t w = std::max(D, De), wb = gemm::fp8_scale_blocks(w);
+    const WeightFormat f = m->opt.weights;
+    auto grow = [](auto& b, int64_t n) {
+      b = std::remove_reference_t<decltype(b)>(static_cast<size_t>(n), "inference/activations");
+    };
+    MoeStep& st = moe_step;
+    if (tokens > st.tokens_cap) {
+      grow(st.logits, tokens * E);
+      st.tokens_cap = tokens;
+    }
+    // Only the rows of experts with tokens are ever written or read (padding and empty slabs are not).
+    if (rows <= st.rows_cap) return;
+    grow(st.ab, rows * 2 * De);
+    grow(st.y, rows * D);
+    if (f == WeightFormat::bf16) {
+      grow(st.x16, rows * D);
+      grow(st.g16, rows * De);
+    } else {
+      grow(st.x, rows * D);
+      grow(st.g, rows * De);
+    }
+    if (is_fp8(f)) {
+      grow(st.q8, rows * w);
+      grow(st.s8, rows * wb);
+    }
+    st.rows_cap = rows;
+  }
+
   void reserve(int64_t rows) {
     if (rows <= rows_cap) return;
-    const int64_t D = m->cfg.d_model, F = m->cfg.d_ff, W = m->qkv_width(), HD = m->H() * m->dh();
+    // The feed-forward's width: d_ff for a dense layer, the shared experts' S for an MoE one.
+    int64_t F = 0;
+    for (const auto& L : m->layers) F = std::max(F, L.moe ? m->cfg.shared_width() : m->cfg.d_ff);
+    const int64_t D = m->cfg.d_model, W = m->qkv_width(), HD = m->H() * m->dh();
     const size_t r = static_cast<size_t>(rows);
     x = Buffer<float>(r * D, "inference/activations");
     h = Buffer<float>(r * D, "inference/activations");
@@ -392,14 +630,135 @@ struct Session::Impl {
                                      {num_blocks, block_size, m->KV(), m->dh()});
   }
 
+  // The feed-forward x += swiglu(h W1^T, h W3^T) W2^T of width F over `rows` rows (h normed), in two
+  // halves: a dense layer's, or an MoE layer's shared experts.
+  void ffn_w13_swiglu(const Linear& w13, int64_t F, int64_t rows) {
+    w13.apply(h.data(), rows, ab.data(), nullptr, scratch);
+    // With bf16 weights g is formed from bf16 a and b and rounded to bf16, as the bf16 training
+    // forward forms it; fp32 and FP8 weights take it in fp32 (FP8's per-token cast quantizes it).
+    if (m->opt.weights == WeightFormat::bf16)
+      layers::swiglu_forward<float, bf16>(ab.data(), rows, F, nullptr, g16.data(), layers::Round::none);
+    else
+      layers::swiglu_forward<float, float>(ab.data(), rows, F, nullptr, g.data(), layers::Round::none);
+  }
+  void ffn_w2(const Linear& w2, int64_t rows) {
+    if (m->opt.weights == WeightFormat::bf16)
+      w2.apply(g16.data(), rows, x.data(), x.data());
+    else
+      w2.apply(g.data(), rows, x.data(), x.data(), scratch);
+  }
+
+  // FP8: the rows of each expert's run of `src` (width `cols`) cast per token into the step's q8 and s8
+  // (DeepGEMM's 1x128 activation scales), as the grouped GEMM reads them; the rows of no expert are not.
+  ExpertOperand cast_runs(const ExpertRows& lay, const float* src, int64_t cols) {
+    const int64_t kb = gemm::fp8_scale_blocks(cols);
+    fp8_e4m3* q = moe_step.q8.data();
+    float* sc = moe_step.s8.data();
+    lay.each_run([&](int64_t r0, int64_t n) {
+      gemm::per_token_cast_to_fp8(
+          MatrixView<const float>{src + r0 * cols, n, cols, cols},
+          MatrixView<fp8_e4m3>{q + r0 * cols, n, cols, cols}, MatrixView<float>{sc + r0 * kb, n, kb, kb},
+          m->opt.weights == WeightFormat::fp8 ? gemm::Fp8Scales::fp32 : gemm::Fp8Scales::ue8m0);
+    });
+    return {.q8 = q, .s8 = sc};
+  }
+
+  // An MoE layer's feed-forward over the step's rows (h = ln2(x)): x += shared(h) + sum_j g_j
+  // expert_{e_j}(h), the training forward's moe_forward step by step (src/model/model.cpp) and in its
+  // trace ranges. A prefill (masked false) lays the routed rows out contiguously, a decode step in the
+  // masked slabs of max_sequences rows per expert.
+  void moe_ffn(const InferenceModel::Impl::Layer& L, int64_t rows, bool masked, size_t moe_index) {
+    namespace rn = model::ranges;
+    using layers::Round;
+    const ModelConfig& c = m->cfg;
+    const int64_t D = c.d_model, E = c.num_experts, De = c.expert_width(), S = c.shared_width();
+    const WeightFormat f = m->opt.weights;
+    MoeStep& st = moe_step;
+    reserve_moe(masked ? E * max_sequences : 0, rows);
+    {
+      RIDGE_RANGE(rn::gemm_router.text);
+      L.router.apply(h.data(), rows, st.logits.data(), nullptr, scratch);
+    }
+    ExpertRows lay{.routing = &st.routing};
+    {
+      RIDGE_RANGE(rn::route.text);
+      moe::route<float>(std::span<const float>(st.logits.data(), static_cast<size_t>(rows * E)), rows, E,
+                        c.top_k, c.router, L.bias, st.routing);
+      if (masked) {
+        st.masked = moe::masked_layout(st.routing, max_sequences);
+        lay.masked = &st.masked;
+      } else {
+        st.contiguous = moe::contiguous_layout(st.routing, gemm::m_alignment_for_contiguous_layout());
+        lay.contiguous = &st.contiguous;
+        reserve_moe(st.contiguous.rows, rows);
+      }
+    }
+    ExpertOperand xa;
+    {
+      // Each token's row once per expert it chose, in the weights' operand (bf16 rounded as the bf16
+      // training forward rounds h2; FP8 cast per token, as a dense FP8 linear casts its input).
+      RIDGE_RANGE(rn::permute.text);
+      if (f == WeightFormat::bf16) {
+        bf16* h16 = Scratch::room(scratch.b16, static_cast<size_t>(rows * D), "inference/activations");
+        convert(h.data(), h16, static_cast<size_t>(rows * D));
+        moe::permute_rows(static_cast<const bf16*>(h16), D, lay.row(), st.routing, D, st.x16.data(), D);
+        xa.b16 = st.x16.data();
+      } else {
+        moe::permute_rows(static_cast<const float*>(h.data()), D, lay.row(), st.routing, D, st.x.data(), D);
+        xa = is_fp8(f) ? cast_runs(lay, st.x.data(), D) : ExpertOperand{.f32 = st.x.data()};
+      }
+    }
+    {
+      RIDGE_RANGE(rn::experts.text);
+      {
+        RIDGE_RANGE(rn::gemm_experts_w1_w3.text);
+        L.e1.apply(lay, xa, st.ab.data(), 2 * De);
+        L.e3.apply(lay, xa, st.ab.data() + De, 2 * De);
+      }
+      {
+        RIDGE_RANGE(rn::swiglu.text);
+        lay.each_run([&](int64_t r0, int64_t n) {
+          if (f == WeightFormat::bf16)
+            layers::swiglu_forward<float, bf16>(st.ab.data() + r0 * 2 * De, n, De, nullptr,
+                                                st.g16.data() + r0 * De, Round::none);
+          else
+            layers::swiglu_forward<float, float>(st.ab.data() + r0 * 2 * De, n, De, nullptr,
+                                                 st.g.data() + r0 * De, Round::none);
+        });
+      }
+      {
+        RIDGE_RANGE(rn::gemm_experts_w2.text);
+        const ExpertOperand ga = f == WeightFormat::bf16 ? ExpertOperand{.b16 = st.g16.data()}
+                                 : is_fp8(f)             ? cast_runs(lay, st.g.data(), De)
+                                                         : ExpertOperand{.f32 = st.g.data()};
+        L.e2.apply(lay, ga, st.y.data(), D);
+      }
+    }
+    if (S > 0) {
+      RIDGE_RANGE(rn::shared_experts.text);
+      ffn_w13_swiglu(L.shared13, S, rows);
+      ffn_w2(L.shared2, rows);  // x += shared(h), the residual add fused
+    }
+    {
+      RIDGE_RANGE(rn::unpermute.text);
+      moe::combine_rows(static_cast<const float*>(st.y.data()), D, lay.row(),
+                        std::span<const float>(st.routing.weight), st.routing, D, x.data(), D, true);
+    }
+    int64_t read = 0;
+    for (int64_t n : st.routing.count) read += n > 0 ? 1 : 0;
+    experts_read[moe_index] = read;
+  }
+
   // One pass of the layers over `rows` tokens at positions pos (x holds their embeddings). `attend`
   // runs attention for layer l: K/V of the rows into the cache, o_a from q. RMSNorm, RoPE and SwiGLU are
   // the training layers (model/layers.hpp), fused paths included: a fix or a faster path reaches both.
+  // An MoE layer's feed-forward routes the rows: a decode step (`decode`) in the masked layout.
   template <typename A, typename Attend>
-  void layers_pass(int64_t rows, const int64_t* pos, Attend&& attend) {
+  void layers_pass(int64_t rows, const int64_t* pos, bool decode, Attend&& attend) {
     const int64_t D = m->cfg.d_model, F = m->cfg.d_ff, HD = m->H() * m->dh(), dh = m->dh(),
                   W = m->qkv_width();
     using layers::Round;
+    size_t moe_index = 0;
     for (int64_t l = 0; l < m->cfg.num_layers; ++l) {
       const auto& L = m->layers[static_cast<size_t>(l)];
       {
@@ -426,25 +785,26 @@ struct Session::Impl {
           std::copy_n(reinterpret_cast<const float*>(o_a.data()), rows * HD, o32.data());
         L.out.apply(o32.data(), rows, x.data(), x.data(), scratch);
       }
+      if (L.moe) {
+        {
+          RIDGE_RANGE(model::ranges::norm.text);
+          layers::rmsnorm_forward<float, float>(x.data(), L.ln2.data(), rows, D,
+                                                static_cast<float>(m->cfg.rms_norm_eps), rstd.data(),
+                                                h.data(), Round::none);
+        }
+        moe_ffn(L, rows, decode, moe_index++);
+        continue;
+      }
       {
         RIDGE_RANGE("norm+w13+swiglu");
         layers::rmsnorm_forward<float, float>(x.data(), L.ln2.data(), rows, D,
                                               static_cast<float>(m->cfg.rms_norm_eps), rstd.data(), h.data(),
                                               Round::none);
-        L.w13.apply(h.data(), rows, ab.data(), nullptr, scratch);
-        // With bf16 weights g is formed from bf16 a and b and rounded to bf16, as the bf16 training
-        // forward forms it; fp32 and FP8 weights take it in fp32 (FP8's per-token cast quantizes it).
-        if (m->opt.weights == WeightFormat::bf16)
-          layers::swiglu_forward<float, bf16>(ab.data(), rows, F, nullptr, g16.data(), Round::none);
-        else
-          layers::swiglu_forward<float, float>(ab.data(), rows, F, nullptr, g.data(), Round::none);
+        ffn_w13_swiglu(L.w13, F, rows);
       }
       {
         RIDGE_RANGE("w2");
-        if (m->opt.weights == WeightFormat::bf16)
-          L.w2.apply(g16.data(), rows, x.data(), x.data());
-        else
-          L.w2.apply(g.data(), rows, x.data(), x.data(), scratch);
+        ffn_w2(L.w2, rows);
       }
     }
   }
@@ -485,7 +845,7 @@ struct Session::Impl {
     embed(tokens.data(), rows);
     A* qa = reinterpret_cast<A*>(qkv_a.data());
     A* oa = reinterpret_cast<A*>(o_a.data());
-    layers_pass<A>(rows, pos.data(), [&](int64_t l) {
+    layers_pass<A>(rows, pos.data(), false, [&](int64_t l) {
       auto kc = pool<A>(k_pool, l), vc = pool<A>(v_pool, l);
       for (size_t j = 0; j < which.size(); ++j) {
         Seq& s = seqs[static_cast<size_t>(ids[j])];
@@ -585,7 +945,7 @@ struct Session::Impl {
     for (int32_t a : after) longest = std::max<int64_t>(longest, a);
     opt.num_splits =
         num_splits > 0 ? num_splits : attention::kvcache_num_splits(longest, n * KV, kSplitThreads);
-    layers_pass<A>(n, pos.data(), [&](int64_t l) {
+    layers_pass<A>(n, pos.data(), true, [&](int64_t l) {
       auto kc = pool<A>(k_pool, l), vc = pool<A>(v_pool, l);
       attention::kvcache_append<A>(rows4(qa + HD, KV, W), rows4(qa + HD + KV * dh, KV, W), kc, vc, seqlens,
                                    bt);
@@ -631,8 +991,17 @@ Session::Session(const InferenceModel& model, int64_t max_sequences, int64_t cac
             tokens, blocks, INT32_MAX);
   s.num_blocks = static_cast<int64_t>(blocks);
   const double bytes = blocks * static_cast<double>(s.block_size) * model.kv_bytes_per_token();
-  memory::check_fits(bytes, fmt::format("the KV cache ({} tokens of {} sequences, {:.3g} GB)",
-                                        s.num_blocks * s.block_size, max_sequences, bytes / 1e9));
+  // An MoE model's decode slabs: max_sequences rows for each expert, and the router's logits.
+  const double slabs = c.is_moe() ? static_cast<double>(c.num_experts) * static_cast<double>(max_sequences) *
+                                        (Impl::moe_row_bytes(c, s.m->opt.weights) + 4)
+                                  : 0;
+  memory::check_fits(bytes + slabs,
+                     slabs > 0 ? fmt::format("the KV cache ({} tokens of {} sequences, {:.3g} GB) and the "
+                                             "experts' decode slabs ({} experts x {} rows, {:.3g} GB)",
+                                             s.num_blocks * s.block_size, max_sequences, bytes / 1e9,
+                                             c.num_experts, max_sequences, slabs / 1e9)
+                               : fmt::format("the KV cache ({} tokens of {} sequences, {:.3g} GB)",
+                                             s.num_blocks * s.block_size, max_sequences, bytes / 1e9));
   const size_t per_layer =
       static_cast<size_t>(s.num_blocks * s.block_size * s.m->KV() * s.m->dh()) * s.m->kv_elem();
   for (int64_t l = 0; l < c.num_layers; ++l) {
@@ -642,6 +1011,10 @@ Session::Session(const InferenceModel& model, int64_t max_sequences, int64_t cac
   s.free_list.resize(static_cast<size_t>(s.num_blocks));
   for (int64_t b = 0; b < s.num_blocks; ++b)
     s.free_list[static_cast<size_t>(b)] = static_cast<int32_t>(s.num_blocks - 1 - b);
+  if (c.is_moe()) {
+    s.experts_read.assign(static_cast<size_t>(c.num_moe_layers()), 0);
+    s.reserve_moe(c.num_experts * max_sequences, max_sequences);  // the decode slabs, once
+  }
 }
 Session::~Session() = default;
 Session::Session(Session&&) noexcept = default;
@@ -776,6 +1149,9 @@ std::span<const float> Session::logits(int id) const {
   check_arg(q.logits_row >= 0, "id", "sequence {} has no logits yet", id);
   return impl_->kept[static_cast<size_t>(id)];
 }
+std::span<const int64_t> Session::experts_read() const {
+  return impl_->experts_read;
+}
 int64_t Session::length(int id) const {
   return impl_->seq(id).length;
 }
@@ -875,9 +1251,16 @@ std::vector<std::vector<int32_t>> generate(const InferenceModel& model,
       keys += session.length(id) + 1;
     }
     const auto n = static_cast<int64_t>(step_ids.size());
-    st.decode_bytes +=
-        static_cast<double>(roofline::decode_cost(c, dtypes, n, (keys + n / 2) / n).memory_bytes());
     session.decode(step_ids, step_tokens);
+    // An MoE step's bytes with the experts its routing read (their mean over the MoE layers).
+    const auto read = session.experts_read();
+    double mean_read = 0;
+    for (int64_t x : read) mean_read += static_cast<double>(x);
+    const roofline::InferenceCost cost =
+        read.empty() ? roofline::decode_cost(c, dtypes, n, (keys + n / 2) / n)
+                     : roofline::decode_cost_read(c, dtypes, n, (keys + n / 2) / n,
+                                                  mean_read / static_cast<double>(read.size()));
+    st.decode_bytes += static_cast<double>(cost.memory_bytes());
     st.decode_steps += 1;
     st.decode_tokens += static_cast<int64_t>(step_ids.size());
     sample_all(which);

@@ -1072,6 +1072,10 @@ template <typename S>
 std::span<S> TransformerLM<S>::state() {
   return impl_->state.span();
 }
+template <typename S>
+std::span<const S> TransformerLM<S>::state() const {
+  return impl_->state.span();
+}
 
 template <typename S>
 void TransformerLM<S>::update_router_bias(std::span<const int64_t> counts, int64_t tokens) {

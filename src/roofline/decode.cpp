@@ -10,6 +10,7 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <optional>
 
 #include "ridge/core/error.hpp"
 #include "ridge/core/units.hpp"
@@ -54,11 +55,13 @@ struct Sizes {
 };
 
 // How a step's tokens reach the routed experts: uniform routing (no shares), a measured histogram
-// (routing_shares' form), or the dense model of the same active size (every token's k experts are the same
-// k, read always: the same FLOPs and active weights, bytes linear in the batch).
+// (routing_shares' form), the dense model of the same active size (every token's k experts are the same
+// k, read always: the same FLOPs and active weights, bytes linear in the batch), or the experts a step
+// did read (`read`: their mean over the MoE layers, counted from its routing).
 struct Route {
   std::vector<double> shares;
   bool dense_equivalent = false;
+  std::optional<double> read;
 };
 
 // The routing of a histogram argument: uniform when empty; else its shares (an MoE model's only).
@@ -72,6 +75,7 @@ Route route_of(const ModelArch& s, const std::vector<double>& histogram) {
 
 // The expected distinct routed experts `tokens` tokens read in one MoE layer.
 double experts_read(const ModelArch& s, const Route& r, long double tokens) {
+  if (r.read) return *r.read;
   if (r.dense_equivalent) return static_cast<double>(s.top_k);
   const double t = static_cast<double>(tokens);
   return r.shares.empty() ? expected_distinct_experts(s.num_experts, s.top_k, t)
@@ -195,8 +199,9 @@ std::vector<Traffic> activations(const Sizes& z, const InferenceDtypes& dt, long
 
 // Every weight a step reads once whatever the batch, and the `rows` embedding rows the batch looks up:
 // the model's parameters by kind (model_param_groups: q, k, v, o, w1, w2, w3 quantized one by one).
-// An MoE model's layers add the routers (in the activations' dtype: a small GEMM whose error would move the
-// choice of experts) and the `experts` routed experts each MoE layer reads (their expected count).
+// An MoE model's layers add the routers (fp32, as training runs them and generation keeps them: an error
+// in the logits would move the choice of experts) and the `experts` routed experts each MoE layer reads
+// (their expected count, or the count a step read).
 std::vector<Traffic> weights(const Sizes& z, const InferenceDtypes& dt, long double rows, double experts) {
   std::vector<Traffic> v;
   v.push_back(tensor(z.moe ? "linears (q,k,v,o; dense/shared FFN)" : "layer linears (q,k,v,o,w1,w2,w3)",
@@ -205,7 +210,7 @@ std::vector<Traffic> weights(const Sizes& z, const InferenceDtypes& dt, long dou
     v.push_back(tensor("layer linear scales (128x128)", DType::f32, z.w.linear_scale_blocks));
   if (z.moe) {
     const long double x = static_cast<long double>(experts);
-    v.push_back(tensor("routers [E,D]", dt.activation_dtype(), z.w.router));
+    v.push_back(tensor("routers [E,D]", DType::f32, z.w.router));
     v.push_back(
         tensor(fmt::format("routed experts ({:.4g} of {:.0f} per layer)", experts, static_cast<double>(z.E)),
                dt.weights, z.Lm * x * 3 * z.De * z.D));
@@ -258,7 +263,7 @@ InferenceCost make_cost(const ModelArch& shape, const InferenceDtypes& dtypes, i
     c.experts_read = experts_read(shape, route, T);
     c.flops.insert(c.flops.begin() + 1,
                    {{"routed experts", peak_key(dt.weights), 2 * T * z.Lm * z.k * 3 * z.D * z.De},
-                    {"router", peak_key(dt.activation_dtype()), 2 * T * z.w.router}});
+                    {"router", peak_key(DType::f32), 2 * T * z.w.router}});
   }
   c.weights = weights(z, dt, T, c.experts_read);
   const long double per_token_kv = z.L * 2 * z.kd;
@@ -416,6 +421,23 @@ InferenceCost decode_cost(const ModelArch& shape, const InferenceDtypes& dtypes,
                           int64_t context, const std::vector<double>& expert_histogram) {
   dim(context, "context");
   return make_cost(shape, dtypes, batch, context, 0, route_of(shape, expert_histogram));
+}
+
+InferenceCost decode_cost_read(const ModelArch& shape, const InferenceDtypes& dtypes, int64_t batch,
+                               int64_t context, double experts_read) {
+  dim(batch, "batch");
+  dim(context, "context");
+  check_arg(shape.is_moe(), "experts_read", "a count of experts read needs an MoE model (this one is dense)");
+  const double k = static_cast<double>(shape.top_k),
+               most = std::min(static_cast<double>(shape.num_experts),
+                               static_cast<double>(batch) * static_cast<double>(shape.top_k));
+  check_arg(std::isfinite(experts_read) && experts_read >= k && experts_read <= most, "experts_read",
+            "{} is not in top_k = {} .. min(experts, batch x top_k) = {} (each token reads top_k distinct "
+            "experts)",
+            experts_read, k, most);
+  Route r;
+  r.read = experts_read;
+  return make_cost(shape, dtypes, batch, context, 0, r);
 }
 
 InferenceCost prefill_cost(const ModelArch& shape, const InferenceDtypes& dtypes, int64_t batch,

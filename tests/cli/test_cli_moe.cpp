@@ -47,9 +47,9 @@ TEST(CliMoe, DecodeJsonAgainstCountsByHand) {
   EXPECT_EQ(j["moe"]["params_total"].get<double>(), 12470528);
   EXPECT_EQ(j["moe"]["params_active"].get<double>(), 7751936);
   EXPECT_EQ(j["moe"]["expert_bytes"].get<double>(), 3 * D * De * 2);
-  // Weights: attention 4 D^2 and routers E D per layer, the experts read, norms, lm_head and 4 rows.
-  const double weights = L * (4 * D * D + E * D) * 2 + L * experts * 3 * D * De * 2 + (2 * L + 1) * D * 4 +
-                         V * D * 2 + B * D * 2;
+  // Weights: attention 4 D^2 per layer, its router E D (fp32), the experts read, norms, lm_head and 4 rows.
+  const double weights = L * 4 * D * D * 2 + L * E * D * 4 + L * experts * 3 * D * De * 2 +
+                         (2 * L + 1) * D * 4 + V * D * 2 + B * D * 2;
   EXPECT_NEAR(j["decode"]["bytes"]["weights"].get<double>(), weights, 1e-3);
   // FLOPs: 2 per multiply-add of every active weight per token, and attention over 256 keys.
   const double flops = 2 * B * (L * (4 * D * D + E * D + k * 3 * D * De) + D * V) + 4 * B * D * 256 * L;
@@ -214,9 +214,9 @@ TEST(CliMoe, BadFlagsAreOneLineExit2OnEveryCommand) {
   expect_user_error(train + " --bias-speed nan", "--bias-speed: 'nan'");
 }
 
-// `ridge train` and `ridge generate` take the flags to the model's config; the library refuses an MoE model
-// for now (issue 40, in progress) in one line naming them; a checkpoint's recorded model decides, and MoE
-// flags beside it must agree.
+// `ridge train` and `ridge generate` take the flags to the model's config; generate runs an MoE model (random
+// weights of the flags', or a checkpoint's); a checkpoint's recorded model decides, and MoE flags beside it
+// must agree.
 TEST(CliMoe, TrainAndGenerateTakeTheFlags) {
   TempDir dir;
   const std::string txt = dir.file("t.txt");
@@ -237,9 +237,16 @@ TEST(CliMoe, TrainAndGenerateTakeTheFlags) {
   EXPECT_NE(json.out.find("\"expert_load\":[1.0]"), std::string::npos) << json.out;
 
   const std::string gen = "generate --threads 1 --prompt hi --max-tokens 2 ";
-  expect_user_error(gen + "--size moe-tiny", "issue 40, in progress");
-  expect_user_error(gen + "--size tiny --experts 4 --expert-top-k 2",
-                    "num_experts is 4; generation runs dense models only");
+  for (const char* flags :
+       {"--size moe-tiny --vocab 256 --context 64",
+        "--size tiny --vocab 256 --context 64 --experts 4 --expert-top-k 2 --router sigmoid "
+        "--balance bias --shared-experts 1 --moe-layers 1,3 --weights fp8"}) {
+    const auto r = run(gen + flags + " --json");
+    ASSERT_EQ(r.code, 0) << flags << ": " << r.err;
+    const auto j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j["decode_steps"], 1) << flags;
+    EXPECT_GT(j["decode_bytes"].get<double>(), 0) << flags;
+  }
   expect_user_error(gen + "--size tiny --expert-top-k 2", "--expert-top-k: '2' is an MoE setting");
   expect_user_error(gen + "--size tiny --experts 4 --expert-top-k 5",
                     "--expert-top-k: 5 is above --experts 4");
@@ -257,6 +264,20 @@ TEST(CliMoe, TrainAndGenerateTakeTheFlags) {
                     "--experts/--expert-top-k: checkpoint '" + ck + "' records a dense model");
   expect_user_error(gen + "--checkpoint " + ck + " --router sigmoid", "--router: checkpoint");
   EXPECT_EQ(run(gen + "--checkpoint " + ck + " --experts 0").code, 0);  // agrees: dense
+  // An MoE checkpoint of ridge train (balance bias: its router biases are in it) generates, in every format;
+  // dense flags beside it are refused.
+  const std::string moe_ck = dir.file("moe_ck.safetensors");
+  const auto moe_made = run(train +
+                            "--d-model 32 --heads 2 --layers 2 --d-ff 48 --experts 4 --top-k 2 "
+                            "--balance bias --checkpoint " +
+                            moe_ck);
+  ASSERT_EQ(moe_made.code, 0) << moe_made.err;
+  for (const char* w : {"fp32", "bf16", "fp8"}) {
+    const auto r = run(gen + "--checkpoint " + moe_ck + " --weights " + w);
+    EXPECT_EQ(r.code, 0) << w << ": " << r.err;
+  }
+  expect_user_error(gen + "--checkpoint " + moe_ck + " --experts 0",
+                    "--experts: checkpoint '" + moe_ck + "' records an MoE model");
   // An MoE config recorded: the flags must agree; the checkpoint then lacks the experts' tensors.
   write_bytes(moe, edit_meta(read_bytes(ck), "config", [](ojson& j) {
                 j["num_experts"] = 4;

@@ -518,9 +518,10 @@ TEST(GemmGrouped, SmallBlocksAllPaths) {
 }
 
 // The FP8 grouped GEMMs run the same grouped path: the same bits at any thread count as a loop of
-// fp8_gemm_nt, one call per group.
-TEST(GemmGrouped, Fp8GroupedBitsEqualADenseLoopAtAnyThreadCount) {
-  std::mt19937 rng(12);
+// fp8_gemm_nt, one call per group, with DeepGEMM's bf16 D and with the fp32 D generation reads.
+template <typename TD>
+void fp8_grouped_bits(std::mt19937& rng, const dispatch::Path& path) {
+  const std::string what = (std::is_same_v<TD, bf16> ? "bf16 d " : "f32 d ") + dispatch::name(path);
   const std::vector<int64_t> counts = {40, 0, 3, 150, 16, 1};
   const std::vector<int32_t> idx = layout_of(counts);
   const int64_t G = static_cast<int64_t>(counts.size()), n = 300, k = 260, kb = gemm::fp8_scale_blocks(k),
@@ -541,54 +542,59 @@ TEST(GemmGrouped, Fp8GroupedBitsEqualADenseLoopAtAnyThreadCount) {
   const auto sa = scales(m_sum * kb), sb = scales(G * nb * kb);
   const auto bt = TensorView<const ridge::fp8_e4m3>::contiguous(b.data(), {G, n, k});
   const auto sbt = TensorView<const float>::contiguous(sb.data(), {G, nb, kb});
+  auto grouped = [&] {
+    std::vector<TD> d(static_cast<size_t>(m_sum * n), from_float<TD>(kSentinel));
+    gemm::m_grouped_fp8_gemm_nt_contiguous(MatrixView<const ridge::fp8_e4m3>{a.data(), m_sum, k, k},
+                                           MatrixView<const float>{sa.data(), m_sum, kb, kb}, bt, sbt,
+                                           MatrixView<TD>{d.data(), m_sum, n, n}, idx);
+    return d;
+  };
+  auto loop = [&] {
+    std::vector<TD> d(static_cast<size_t>(m_sum * n), from_float<TD>(kSentinel));
+    for (int64_t r = 0; r < m_sum;) {
+      int64_t e = r + 1;
+      while (e < m_sum && idx[e] == idx[r]) ++e;
+      if (idx[r] >= 0)
+        gemm::fp8_gemm_nt(MatrixView<const ridge::fp8_e4m3>{a.data() + r * k, e - r, k, k},
+                          MatrixView<const float>{sa.data() + r * kb, e - r, kb, kb},
+                          MatrixView<const ridge::fp8_e4m3>{b.data() + idx[r] * n * k, n, k, k},
+                          MatrixView<const float>{sb.data() + idx[r] * nb * kb, nb, kb, kb},
+                          MatrixView<TD>{d.data() + r * n, e - r, n, n});
+      r = e;
+    }
+    return d;
+  };
+  expect_same_bits<std::vector<TD>>(grouped, loop, "fp8 contiguous " + what);
+  // Masked: the first rows of each group's aligned block as its slab.
+  const int64_t m_max = 64;
+  const std::vector<int32_t> masked = {40, 0, 3, 64, 16, 1};
+  auto grouped_masked = [&] {
+    std::vector<TD> d(static_cast<size_t>(G * m_max * n), from_float<TD>(kSentinel));
+    gemm::m_grouped_fp8_gemm_nt_masked(TensorView<const ridge::fp8_e4m3>::contiguous(a.data(), {G, m_max, k}),
+                                       TensorView<const float>::contiguous(sa.data(), {G, m_max, kb}), bt,
+                                       sbt, TensorView<TD>::contiguous(d.data(), {G, m_max, n}), masked, 16);
+    return d;
+  };
+  auto loop_masked = [&] {
+    std::vector<TD> d(static_cast<size_t>(G * m_max * n), from_float<TD>(kSentinel));
+    for (int64_t g = 0; g < G; ++g)
+      if (masked[g] > 0)
+        gemm::fp8_gemm_nt(MatrixView<const ridge::fp8_e4m3>{a.data() + g * m_max * k, masked[g], k, k},
+                          MatrixView<const float>{sa.data() + g * m_max * kb, masked[g], kb, kb},
+                          MatrixView<const ridge::fp8_e4m3>{b.data() + g * n * k, n, k, k},
+                          MatrixView<const float>{sb.data() + g * nb * kb, nb, kb, kb},
+                          MatrixView<TD>{d.data() + g * m_max * n, masked[g], n, n});
+    return d;
+  };
+  expect_same_bits<std::vector<TD>>(grouped_masked, loop_masked, "fp8 masked " + what);
+}
+
+TEST(GemmGrouped, Fp8GroupedBitsEqualADenseLoopAtAnyThreadCount) {
+  std::mt19937 rng(12);
   for (const dispatch::Path& path : dispatch::paths({dispatch::Dtype::fp8})) {
     dispatch::ScopedPath scope(path);
-    auto grouped = [&] {
-      std::vector<bf16> d(static_cast<size_t>(m_sum * n), from_float<bf16>(kSentinel));
-      gemm::m_grouped_fp8_gemm_nt_contiguous(MatrixView<const ridge::fp8_e4m3>{a.data(), m_sum, k, k},
-                                             MatrixView<const float>{sa.data(), m_sum, kb, kb}, bt, sbt,
-                                             MatrixView<bf16>{d.data(), m_sum, n, n}, idx);
-      return d;
-    };
-    auto loop = [&] {
-      std::vector<bf16> d(static_cast<size_t>(m_sum * n), from_float<bf16>(kSentinel));
-      for (int64_t r = 0; r < m_sum;) {
-        int64_t e = r + 1;
-        while (e < m_sum && idx[e] == idx[r]) ++e;
-        if (idx[r] >= 0)
-          gemm::fp8_gemm_nt(MatrixView<const ridge::fp8_e4m3>{a.data() + r * k, e - r, k, k},
-                            MatrixView<const float>{sa.data() + r * kb, e - r, kb, kb},
-                            MatrixView<const ridge::fp8_e4m3>{b.data() + idx[r] * n * k, n, k, k},
-                            MatrixView<const float>{sb.data() + idx[r] * nb * kb, nb, kb, kb},
-                            MatrixView<bf16>{d.data() + r * n, e - r, n, n});
-        r = e;
-      }
-      return d;
-    };
-    expect_same_bits<std::vector<bf16>>(grouped, loop, "fp8 contiguous " + dispatch::name(path));
-    // Masked: the first rows of each group's aligned block as its slab.
-    const int64_t m_max = 64;
-    const std::vector<int32_t> masked = {40, 0, 3, 64, 16, 1};
-    auto grouped_masked = [&] {
-      std::vector<bf16> d(static_cast<size_t>(G * m_max * n), from_float<bf16>(kSentinel));
-      gemm::m_grouped_fp8_gemm_nt_masked(
-          TensorView<const ridge::fp8_e4m3>::contiguous(a.data(), {G, m_max, k}),
-          TensorView<const float>::contiguous(sa.data(), {G, m_max, kb}), bt, sbt,
-          TensorView<bf16>::contiguous(d.data(), {G, m_max, n}), masked, 16);
-      return d;
-    };
-    auto loop_masked = [&] {
-      std::vector<bf16> d(static_cast<size_t>(G * m_max * n), from_float<bf16>(kSentinel));
-      for (int64_t g = 0; g < G; ++g)
-        if (masked[g] > 0)
-          gemm::fp8_gemm_nt(MatrixView<const ridge::fp8_e4m3>{a.data() + g * m_max * k, masked[g], k, k},
-                            MatrixView<const float>{sa.data() + g * m_max * kb, masked[g], kb, kb},
-                            MatrixView<const ridge::fp8_e4m3>{b.data() + g * n * k, n, k, k},
-                            MatrixView<const float>{sb.data() + g * nb * kb, nb, kb, kb},
-                            MatrixView<bf16>{d.data() + g * m_max * n, masked[g], n, n});
-      return d;
-    };
-    expect_same_bits<std::vector<bf16>>(grouped_masked, loop_masked, "fp8 masked " + dispatch::name(path));
+    fp8_grouped_bits<bf16>(rng, path);
+    fp8_grouped_bits<float>(rng, path);
   }
 }
 

@@ -104,3 +104,39 @@ def test_bad_arguments():
     s.release(ids[0])
     with pytest.raises(ValueError, match="released"):
         s.decode(ids, [1])
+
+
+def test_an_moe_model_generates_what_its_forward_computes():
+    # Issue 40: an MoE config (sigmoid gate, bias balance, a shared expert, MoE in layer 1 only) built from a
+    # config and a state_dict that holds the router's bias: every step of a session (the prefill's contiguous
+    # layout, the decode steps' masked slabs) against the TransformerLM's own forward over the whole text.
+    cfg = dict(CFG, num_experts=4, top_k=2, d_expert=24, num_shared_experts=1, moe_layers=[1], router="sigmoid",
+               balance="bias")
+    sd = {k: np.array(v) for k, v in rm.TransformerLM(cfg, seed=3).state_dict().items()}
+    assert not sd["layers.1.ffn.router.bias"].any()
+    sd["layers.1.ffn.router.bias"] = np.random.default_rng(4).uniform(-0.3, 0.3, 4).astype(np.float32)
+    m = rm.TransformerLM(cfg, sd)
+    s = m.inference("fp32", block_size=4).session(max_sequences=3)
+    texts = [[1, 2, 3], [4, 9, 2, 7, 7, 1, 3, 8, 5], [7]]
+    ids = s.prefill(texts)
+    for step in range(5):
+        for i, t in zip(ids, texts):
+            want = m(np.array([t]))[0, -1]
+            assert np.abs(s.logits(i) - want).max() <= 1e-5 * np.abs(want).max()
+        nxt = [(5 * step + j) % cfg["vocab_size"] for j in range(3)]
+        s.decode(ids, nxt)
+        for t, n in zip(texts, nxt):
+            t.append(n)
+    # The bias took part: the model without it computes other logits on these texts.
+    unbiased = rm.TransformerLM(cfg, dict(sd, **{"layers.1.ffn.router.bias": np.zeros(4, np.float32)}))
+    x = np.array([texts[1]])
+    assert np.abs(m(x) - unbiased(x)).max() > 1e-3 * np.abs(m(x)).max()
+    # Every format runs it; FP8 follows fp32 by DeepGEMM's calc_diff, through its more GEMMs
+    # (tests/generate's GenerateMoe.Fp8ExpertsStayWithinDeepGemmsCalcDiffOfFp32).
+    out, stats = m.generate([[1, 2, 3]], max_tokens=4, weights="fp8", temperature=0, return_stats=True)
+    assert len(out[0]) == 4 and stats["decode_bytes"] > 0
+    a, b = m.inference("fp32").session(), m.inference("fp8").session()
+    ia, ib = a.prefill([texts[1]]), b.prefill([texts[1]])
+    x, y = a.logits(ia[0]).astype(np.float64), b.logits(ib[0]).astype(np.float64)
+    assert 0 < 1 - 2 * (x * y).sum() / (x * x + y * y).sum() < 2.5e-3
+    assert m.inference("bf16").weight_bytes() < m.inference("fp32").weight_bytes()

@@ -24,6 +24,14 @@
 // nothing). The lm_head is a GEMM like the others; by default it takes the layers' format, except with
 // FP8 layers, where it stays bf16: the logits feed sampling directly and DeepSeek-V3's FP8 recipe keeps
 // its output head in higher precision for the same reason. `head` overrides the default.
+//
+// Mixture of Experts (config.is_moe(); docs/generate.md, "Mixture of Experts"): an MoE layer computes what
+// the training forward's does. Its router runs in fp32 on the fp32 normed rows (the choice of experts is the
+// training model's), with the router bias (balance bias; TransformerLM::state()); the routed experts are
+// stacks [E, n, k] in the weight format, run as DeepGEMM's M-grouped GEMMs: a prefill over the contiguous
+// layout, a decode step over the masked one, in slabs [E, max_sequences] allocated once per Session. An
+// expert no token chose is not computed and its weights are not read. The shared experts are linears in
+// the format.
 #pragma once
 
 #include <cstdint>
@@ -71,9 +79,15 @@ class InferenceModel {
  public:
   // From a trained model (its fp32 parameters), or from flat fp32 parameters in the order
   // model_parameters() gives (TransformerLM::params()). The weights are copied into their format.
+  // From a TransformerLM the state (an MoE model's router biases) comes with the parameters; from flat
+  // parameters, `state` is TransformerLM::state()'s (each MoE layer's layers.L.ffn.router.bias under
+  // balance bias, ascending layers; empty otherwise): ridge::Error naming `state` unless it is that size
+  // and finite.
   InferenceModel(const model::TransformerLM<float>& model, const InferenceOptions& options = {});
   InferenceModel(const model::ModelConfig& config, std::span<const float> params,
                  const InferenceOptions& options = {});
+  InferenceModel(const model::ModelConfig& config, std::span<const float> params,
+                 std::span<const float> state, const InferenceOptions& options = {});
   ~InferenceModel();
   InferenceModel(InferenceModel&&) noexcept;
   InferenceModel& operator=(InferenceModel&&) noexcept;
@@ -83,8 +97,14 @@ class InferenceModel {
   WeightFormat head_format() const;
   DType kv_dtype() const;  // f32 for fp32 weights, bf16 otherwise
   // Bytes of the weights one decode step reads (every layer's linears, the final norm, the head), plus
-  // one embedding row per sequence: weight_bytes() + batch * embedding_row_bytes().
+  // one embedding row per sequence: weight_bytes() + batch * embedding_row_bytes(). An MoE model's
+  // weight_bytes() holds what every step reads (its routers, fp32, and shared experts with the rest);
+  // the routed experts come on top, expert_bytes() for each expert a step reads in each MoE layer:
+  // weight_bytes(experts_read), experts_read the distinct experts of each MoE layer
+  // (Session::experts_read()).
   double weight_bytes() const;
+  double expert_bytes() const;  // one routed expert of one MoE layer (w1, w3, w2; FP8: with scales); 0: dense
+  double weight_bytes(std::span<const int64_t> experts_read) const;
   double embedding_row_bytes() const;
   // Bytes the KV cache holds per token (both K and V, every layer).
   double kv_bytes_per_token() const;
@@ -127,6 +147,10 @@ class Session {
   void decode(std::span<const int> ids, std::span<const int32_t> tokens);
   // The logits [vocab] of the last prefill or decode step that included sequence `id`.
   std::span<const float> logits(int id) const;
+  // An MoE model: the distinct routed experts the last decode step (or prefill pass) read in each MoE layer,
+  // ascending layers (the experts its tokens chose: the others' weights were not read). Empty for a dense
+  // model.
+  std::span<const int64_t> experts_read() const;
   int64_t length(int id) const;  // tokens in its cache
   bool live(int id) const;
   void release(int id);  // ends the sequence; its blocks return to the pool
@@ -160,7 +184,8 @@ struct GenerateStats {
   int64_t prompts = 0, prefill_tokens = 0, decode_steps = 0, decode_tokens = 0;
   double prefill_seconds = 0, decode_seconds = 0;
   // Bytes the decode steps moved, as roofline::decode_cost counts them (weights, KV cache read and
-  // written, activations), each step at its batch and its sequences' mean context.
+  // written, activations), each step at its batch and its sequences' mean context; an MoE model's steps
+  // with the routed experts each read (roofline::decode_cost_read of Session::experts_read()).
   double decode_bytes = 0;
 };
 

@@ -104,6 +104,7 @@ class TransformerLM {
   // Saved and loaded with the parameters; no gradient, no optimizer state. Empty otherwise.
   const std::vector<TensorInfo>& state_tensors() const;
   std::span<S> state();
+  std::span<const S> state() const;
 
   // CS336's initialisation: linear weights truncated normal, std sqrt(2 / (d_in + d_out)), cut at
   // 3 std; the embedding truncated N(0, 1) cut at 3; norm weights 1. Same seed, same weights.

@@ -6,8 +6,8 @@
 // cache counted (its bytes grow with B, so the intensity saturates and may stay below the chip's ridge point
 // at any batch). Arithmetic only; the formulas, with worked outputs, are in docs/roofline.md.
 //
-// Mixture of Experts (a ModelArch with num_experts > 0): an MoE layer reads its router, its shared experts
-// and only the routed experts its tokens choose: the expected number of distinct ones
+// Mixture of Experts (a ModelArch with num_experts > 0): an MoE layer reads its router (fp32), its shared
+// experts and only the routed experts its tokens choose: the expected number of distinct ones
 // (ridge/roofline/moe.hpp), under uniform routing or a measured routing histogram (`expert_histogram`: one
 // value per expert, shares or token counts, routing_shares' form; empty = uniform). Its bytes grow with the
 // batch until every expert is read, so the critical batch is solved from the curve, and set beside that of
@@ -86,6 +86,12 @@ struct InferenceCost {
 // the argument for a size outside [1, 2^40], a shape the model cannot have or an unaccepted dtype.
 InferenceCost decode_cost(const ModelArch& shape, const InferenceDtypes& dtypes, int64_t batch,
                           int64_t context, const std::vector<double>& expert_histogram = {});
+// The same step of an MoE model as it ran: `experts_read` the distinct routed experts it read per MoE layer
+// (their mean over the MoE layers, counted from the step's routing: what generation measures) in place of
+// the expected number. ridge::Error naming experts_read outside top_k .. min(experts, batch x top_k), or
+// for a dense model.
+InferenceCost decode_cost_read(const ModelArch& shape, const InferenceDtypes& dtypes, int64_t batch,
+                               int64_t context, double experts_read);
 // The prefill of `batch` prompts of `prompt` tokens each: every GEMM at m = batch * prompt, causal attention
 // (query i attends to i + 1 keys: 4 * heads * d_head * prompt (prompt + 1) / 2 per sequence and layer), the
 // prompts' K/V written to the cache and read once by the attention, and the logits of each prompt's last
