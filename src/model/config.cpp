@@ -23,7 +23,8 @@ struct Preset {
 };
 // The same numbers as bench/shapes/model-sizes.json (a test holds the two together). moe-tiny trains on two
 // cores in minutes; moe-small is small's attention with 11x its parameters at the same active ones (the
-// router's 0.46% aside: tests/model/test_config.cpp counts them).
+// router's 0.46% aside: tests/model/test_config.cpp counts them); moe-mixtral is Mixtral's form (8 experts,
+// softmax top-2, no shared expert: what llama.cpp runs, the decode peer) at small's attention and width.
 constexpr Preset kPresets[] = {
     {"tiny", 512, 1344, 4, 16},
     {"small", 768, 3072, 12, 12},
@@ -33,6 +34,7 @@ constexpr Preset kPresets[] = {
     {"2.7B", 2560, 10240, 32, 32},
     {"moe-tiny", 256, 512, 4, 4, 8, 2, 0, 256},
     {"moe-small", 768, 3072, 12, 12, 64, 3, 1, 768},
+    {"moe-mixtral", 768, 6144, 12, 12, 8, 2, 0, 3072},
 };
 
 bool mul(int64_t a, int64_t b, int64_t* out) {
