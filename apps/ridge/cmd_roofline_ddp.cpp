@@ -250,9 +250,10 @@ void setup_roofline_ddp(CLI::App* parent) {
                ridge::units::format_seconds(link.hop_latency_s), link.source);
     fmt::print(
         "per rank (roofline bounds): forward {} ms, backward {} ms over {} groups, AdamW {} ms, other {} ms; "
-        "gradients {} MB fp32\n\n",
+        "gradients {} MB fp32{}\n\n",
         msf(in.forward_s), msf(in.backward_s()), in.backward_group_s.size(), msf(in.optimizer_s),
-        msf(in.other_s), fmt::format("{:.1f}", in.total_bytes() / 1e6));
+        msf(in.other_s), fmt::format("{:.1f}", in.total_bytes() / 1e6),
+        ep ? " (the dense ones; AdamW over them and 1/N of the experts)" : "");
     fmt::print("{:<22} {:>6} {:>10} {:>10} {:>11} {:>10} {:>9}\n", "mode", "colls", "comm ms", "hidden ms",
                "exposed ms", "step ms", "speedup");
     for (const auto& p : preds)
@@ -298,7 +299,7 @@ void setup_roofline_ddp(CLI::App* parent) {
           "  the experts' gradients ({} MB fp32) are reduced by no mode above (each whole at its owner){}; "
           "each mode's comm and step above include the all-to-alls, AdamW steps the dense parameters and "
           "1/{} of the experts\n",
-          mb(ep->expert_grad_bytes),
+          fmt::format("{:.1f}", ep->expert_grad_bytes / 1e6),
           ep->replicas > 1 ? fmt::format(", but across the {} replicas of each shard: {} ms exposed",
                                          ep->replicas, msf(ep->replica_reduce_s))
                            : std::string(),
