@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "core/json.hpp"
+#include "mpirun.hpp"
 #include "run.hpp"
 
 #ifdef RIDGE_HAVE_DISTRIBUTED
@@ -20,10 +21,7 @@ namespace {
 using ridge::test::ridge_lines;
 using ridge::test::RunResult;
 
-const std::string kMpirun = std::string(
-                                "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 "
-                                "ASAN_OPTIONS=detect_leaks=0 timeout 120 ") +
-                            RIDGE_MPIEXEC + " --oversubscribe --bind-to none";
+const std::string kMpirun = ridge::test::mpirun("120");
 const std::string kDense =
     " train --layers 2 --d-model 32 --heads 2 --d-ff 48 --vocab 64 --context 8 --threads 1 "
     "--seed 5 --lr 3e-3 --warmup 0 --log-every 1 ";
@@ -36,13 +34,7 @@ RunResult np2(const std::string& args) {
   return sh(kMpirun + " -np 2 " + RIDGE_BINARY + kModel + args);
 }
 
-std::vector<double> losses(const std::string& out) {
-  std::vector<double> l;
-  std::istringstream in(out);
-  for (std::string line; std::getline(in, line);)
-    if (!line.empty() && line[0] == '{') l.push_back(nlohmann::json::parse(line).at("loss").get<double>());
-  return l;
-}
+using ridge::test::json_losses;
 
 void expect_same_losses(const std::vector<double>& got, const std::vector<double>& want) {
   ASSERT_EQ(got.size(), want.size());
@@ -58,25 +50,25 @@ TEST(CliDistMoe, ExpertParallelTrainsLikeOneProcessAndLikeDataParallel) {
   const std::string bias = "--router sigmoid --balance bias --shared-experts 1 --batch 4 --steps 3 --json ";
   const RunResult one = ridge::test::run(kModel + bias, "OMP_NUM_THREADS=1");
   ASSERT_EQ(one.code, 0) << one.err;
-  const auto want = losses(one.out);
+  const auto want = json_losses(one.out);
   ASSERT_EQ(want.size(), 3u);
   for (const std::string mode : {"--ddp flat", "--ddp overlap", "--ddp bucketed --bucket-mb 0.02"}) {
     SCOPED_TRACE(mode);
     const RunResult r = np2(bias + "--expert-parallel " + mode);
     ASSERT_EQ(r.code, 0) << r.err;
-    expect_same_losses(losses(r.out), want);
+    expect_same_losses(json_losses(r.out), want);
   }
   // One process asking for it: one rank owns every expert (the exchange's path, nothing leaves).
   const RunResult alone = ridge::test::run(kModel + bias + "--expert-parallel", "OMP_NUM_THREADS=1");
   ASSERT_EQ(alone.code, 0) << alone.err;
-  expect_same_losses(losses(alone.out), want);
+  expect_same_losses(json_losses(alone.out), want);
 
   const std::string aux = "--batch 4 --steps 3 --json ";
   const RunResult dp = np2(aux + "--ddp naive");
   ASSERT_EQ(dp.code, 0) << dp.err;
   const RunResult ep = np2(aux + "--ddp naive --expert-parallel");
   ASSERT_EQ(ep.code, 0) << ep.err;
-  expect_same_losses(losses(ep.out), losses(dp.out));
+  expect_same_losses(json_losses(ep.out), json_losses(dp.out));
 }
 
 // The checkpoint is whole (rank 0 gathers rank 1's experts before it writes): one process resumes it and
@@ -95,7 +87,7 @@ TEST(CliDistMoe, CheckpointResumesInOneProcess) {
       kModel + "--router sigmoid --balance bias --lr-min 3e-3 --batch 4 --json --steps 3 --resume " + ck,
       "OMP_NUM_THREADS=1");
   ASSERT_EQ(one.code, 0) << one.err;
-  const auto got = losses(one.out), want = losses(three.out);
+  const auto got = json_losses(one.out), want = json_losses(three.out);
   ASSERT_EQ(got.size(), 1u);
   ASSERT_EQ(want.size(), 3u);
   EXPECT_NEAR(got[0], want[2], 1e-5 * want[2]);

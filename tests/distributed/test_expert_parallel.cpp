@@ -25,16 +25,14 @@
 #include "ridge/model/moe.hpp"
 #include "ridge/model/train.hpp"
 
+#include "distributed/common.hpp"
+
 namespace rm = ridge::model;
 namespace rd = ridge::distributed;
 
 namespace {
 
-int rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
+using namespace ridge::test::dist;  // the model, the batches, the reference (common.hpp)
 
 struct Moe {
   int64_t experts = 4, top_k = 2, shared = 0;
@@ -42,87 +40,20 @@ struct Moe {
   rm::moe::Balance balance = rm::moe::Balance::aux;
 };
 
+// The DDP tests' model with an MoE block in both layers.
 rm::ModelConfig model(const Moe& m) {
-  rm::ModelConfig c;
-  c.vocab_size = 64;
-  c.context_length = 8;
-  c.d_model = 32;
-  c.num_layers = 2;
-  c.num_heads = 2;
-  c.d_ff = 48;
-  c.num_experts = m.experts;
-  c.top_k = m.top_k;
-  c.num_shared_experts = m.shared;
-  c.d_expert = 24;
-  c.router = m.gate;
-  c.balance = m.balance;
-  c.bias_update_speed = 0.01;
+  rm::ModelConfig c = tiny();
+  c.num_experts = m.experts, c.top_k = m.top_k, c.num_shared_experts = m.shared, c.d_expert = 24;
+  c.router = m.gate, c.balance = m.balance, c.bias_update_speed = 0.01;
   c.validate();
   return c;
 }
 
-constexpr int64_t kGlobalBatch = 4, kSeq = 8, kSteps = 4, kLocal = kGlobalBatch / 2;
+constexpr int64_t kSteps = 4, kLocal = kGlobalBatch / 2;
 
-rm::TrainConfig train_config(rm::Precision p = rm::Precision::fp32) {
-  rm::TrainConfig t;
-  t.batch = kLocal;
-  t.seq = kSeq;
-  t.precision = p;
-  t.lr_max = 3e-3;
-  t.lr_min = 3e-3;
-  t.max_grad_norm = 0.5;  // small enough that clipping acts on the averaged gradient
-  t.seed = 7;
-  return t;
+rm::TrainConfig train_config() {
+  return ridge::test::dist::train_config(kLocal);
 }
-
-struct Batches {
-  std::vector<std::vector<int32_t>> x, y;
-};
-Batches make_batches(int64_t vocab, int steps) {
-  Batches b;
-  ridge::text::Rng rng(11);
-  for (int s = 0; s < steps; ++s) {
-    std::vector<int32_t> x(static_cast<size_t>(kGlobalBatch * kSeq)), y(x.size());
-    for (size_t i = 0; i < x.size(); ++i) {
-      x[i] = static_cast<int32_t>(rng.below(static_cast<uint64_t>(vocab)));
-      y[i] = static_cast<int32_t>(rng.below(static_cast<uint64_t>(vocab)));
-    }
-    b.x.push_back(std::move(x));
-    b.y.push_back(std::move(y));
-  }
-  return b;
-}
-
-// One process: the gradients of both halves, averaged (what data parallelism computes), and the expert
-// counts of both halves summed (what sum_expert_counts gives the bias balance).
-class AccumulateHalves : public rm::StepHooks {
- public:
-  explicit AccumulateHalves(rm::Trainer& t) : t_(t) {}
-  const int32_t *x1 = nullptr, *y1 = nullptr;
-  double loss1 = 0;
-  std::vector<int64_t> counts1;
-  int world() const override { return 2; }
-  void reduce_gradients(std::span<float> g) override {
-    std::vector<float> g0(g.begin(), g.end());
-    auto& m = t_.model();
-    counts0_.clear();
-    for (const auto& st : m.moe_stats()) counts0_.insert(counts0_.end(), st.count.begin(), st.count.end());
-    m.zero_grad();
-    loss1 = m.forward(x1, y1, t_.config().batch, t_.config().seq);
-    m.backward(1.0f);
-    for (size_t i = 0; i < g.size(); ++i) g[i] = (g0[i] + g[i]) / 2.0f;
-    for (size_t i = 0; i < m.tensors().size(); ++i)
-      if (t_.frozen(i)) std::fill_n(g.begin() + m.tensors()[i].offset, m.tensors()[i].numel, 0.0f);
-  }
-  // The step reads the counts of the last forward (the second half's) and asks for the sum.
-  void sum_expert_counts(std::span<int64_t> counts) override {
-    for (size_t i = 0; i < counts.size(); ++i) counts[i] += counts0_[i];
-  }
-
- private:
-  rm::Trainer& t_;
-  std::vector<int64_t> counts0_;
-};
 
 struct Run {
   std::vector<float> params;
