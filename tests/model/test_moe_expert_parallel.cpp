@@ -225,7 +225,7 @@ using Bal = rm::moe::Balance;
 
 }  // namespace
 
-TEST(MoeExpertParallel, WorkersInThreadsEqualEachSliceAlone) {
+TEST(ModelExpertParallel, WorkersInThreadsEqualEachSliceAlone) {
   OneThread one;
   for (const Case& k : {
            Case{4, 1, 0, G::softmax, Bal::aux, 2}, Case{4, 2, 1, G::sigmoid, Bal::bias, 2},
@@ -238,7 +238,7 @@ TEST(MoeExpertParallel, WorkersInThreadsEqualEachSliceAlone) {
   }
 }
 
-TEST(MoeExpertParallel, Bf16WorkersEqualEachSliceAlone) {
+TEST(ModelExpertParallel, Bf16WorkersEqualEachSliceAlone) {
   OneThread one;
   check_case(Case{8, 2, 1, G::softmax, Bal::aux, 2, rm::Precision::bf16});
   check_case(Case{4, 1, 0, G::sigmoid, Bal::bias, 4, rm::Precision::bf16});
@@ -246,7 +246,7 @@ TEST(MoeExpertParallel, Bf16WorkersEqualEachSliceAlone) {
 
 // Every token of every worker chooses worker 0's experts: the others send it everything, receive no row
 // and run no expert (their grouped GEMMs have no rows), and their blocks' gradients are zero.
-TEST(MoeExpertParallel, AWorkerWhoseExpertsNoTokenChoseRunsNone) {
+TEST(ModelExpertParallel, AWorkerWhoseExpertsNoTokenChoseRunsNone) {
   OneThread one;
   for (const Case& k : {Case{4, 2, 0, G::softmax, Bal::aux, 2, rm::Precision::fp32, true},
                         Case{8, 1, 1, G::softmax, Bal::aux, 4, rm::Precision::fp32, true}}) {
@@ -255,7 +255,7 @@ TEST(MoeExpertParallel, AWorkerWhoseExpertsNoTokenChoseRunsNone) {
   }
 }
 
-TEST(MoeExpertParallel, ExpertsThatDoNotShareOutOverTheWorkersAreRefused) {
+TEST(ModelExpertParallel, ExpertsThatDoNotShareOutOverTheWorkersAreRefused) {
   Hub hub(3);
   ThreadExchange ex(hub, 0);
   rm::TransformerLM<float> m(config(Case{4, 2, 0, G::softmax, Bal::aux, 3}));
@@ -278,7 +278,7 @@ TEST(MoeExpertParallel, ExpertsThatDoNotShareOutOverTheWorkersAreRefused) {
 }
 
 // The owner's layout: every source's rows of one expert together, in source order, padded.
-TEST(MoeExpertParallel, ReceivedLayoutGroupsEachExpertsRowsBySource) {
+TEST(ModelExpertParallel, ReceivedLayoutGroupsEachExpertsRowsBySource) {
   // 2 sources, 2 experts: source 0 sends 1 row of expert 0 and 2 of expert 1; source 1 sends 3 and 0.
   const std::vector<int64_t> count = {1, 2, 3, 0};
   const auto r = rm::moe::received_layout(count, 2, 2, 4);
