@@ -133,22 +133,9 @@ void setup_roofline_ddp(CLI::App* parent) {
     const std::string label = o->label(custom);
 
     const FlagNames flags = {{"layers", "--layers"}, {"level", "--level"}};
-    const auto in = with_flags(flags, [&] { return rr::ddp_input(shape, chip, o->level); });
-    const auto one = with_flags(flags, [&] { return rr::ddp_input(global, chip, o->level); });
-    const double one_s = one.forward_s + one.backward_s() + one.optimizer_s + one.other_s;
-
-    std::vector<rr::DdpSetting> settings;
-    for (const char* m : {"naive", "flat", "overlap"}) settings.push_back({m, 25, "none"});
-    const auto sweep = rr::best_bucket(in, link, cands);
-    const double best_mb = sweep.tried[sweep.best].setting.bucket_mb;
-    settings.push_back({"bucketed", 25, "none"});
-    if (best_mb != 25) settings.push_back({"bucketed", best_mb, "none"});
-    settings.push_back({"bucketed", best_mb, "cs336"});
-    settings.push_back({"flat", 25, "zero1"});
-    settings.push_back({"bucketed", best_mb, "zero1"});
-    std::vector<rr::DdpPrediction> preds;
-    for (const auto& s : settings) preds.push_back(rr::predict_ddp(in, link, s));
-    const auto mem = rr::ddp_memory(static_cast<double>(rr::model_param_count(shape)), shape.operand, ranks);
+    auto in = with_flags(flags, [&] { return rr::ddp_input(shape, chip, o->level); });
+    // Expert parallelism: the exchange priced apart, the data-parallel part without the experts' gradients
+    // (each whole at its owner), and each mode's step with the exchange's exposed time.
     std::optional<rr::ExpertParallel> ep;
     if (!o->expert_parallel.empty()) {
       const int64_t n = numbers::parse_integer(o->expert_parallel, "--expert-parallel",
@@ -161,8 +148,32 @@ void setup_roofline_ddp(CLI::App* parent) {
             "experts; accepted: a divisor of {})",
             n, ranks, ranks);
       ep = with_flags({{"expert_ranks", "--expert-parallel"}},
-                      [&] { return rr::expert_parallel(shape, link, n); });
+                      [&] { return rr::expert_parallel(shape, in, link, n); });
+      in = rr::expert_parallel_ddp_input(in, *ep);
     }
+    const auto one = with_flags(flags, [&] { return rr::ddp_input(global, chip, o->level); });
+    const double one_s = one.forward_s + one.backward_s() + one.optimizer_s + one.other_s;
+
+    std::vector<rr::DdpSetting> settings;
+    for (const char* m : {"naive", "flat", "overlap"}) settings.push_back({m, 25, "none"});
+    auto sweep = rr::best_bucket(in, link, cands);
+    if (ep)
+      for (auto& p : sweep.tried) p = rr::add_expert_parallel(p, *ep);
+    const double best_mb = sweep.tried[sweep.best].setting.bucket_mb;
+    settings.push_back({"bucketed", 25, "none"});
+    if (best_mb != 25) settings.push_back({"bucketed", best_mb, "none"});
+    // ridge train refuses optimizer sharding with expert parallelism (each rank steps only its experts).
+    if (!ep) {
+      settings.push_back({"bucketed", best_mb, "cs336"});
+      settings.push_back({"flat", 25, "zero1"});
+      settings.push_back({"bucketed", best_mb, "zero1"});
+    }
+    std::vector<rr::DdpPrediction> preds;
+    for (const auto& s : settings) {
+      preds.push_back(rr::predict_ddp(in, link, s));
+      if (ep) preds.back() = rr::add_expert_parallel(preds.back(), *ep);
+    }
+    const auto mem = rr::ddp_memory(static_cast<double>(rr::model_param_count(shape)), shape.operand, ranks);
 
     if (o->json) {
       nlohmann::json modes = nlohmann::json::array(), tried = nlohmann::json::array();
@@ -210,10 +221,19 @@ void setup_roofline_ddp(CLI::App* parent) {
                                 {"moe_layers", ep->moe_layers},
                                 {"all_to_alls", ep->all_to_alls},
                                 {"tokens_per_rank", ep->tokens},
-                                {"bytes", ep->bytes},
-                                {"leaving_bytes", ep->leaving_bytes},
-                                {"all_to_all_s", ep->all_to_all_s},
-                                {"step_s", ep->step_s}};
+                                {"dispatch_bytes", ep->dispatch_bytes},
+                                {"combine_bytes", ep->combine_bytes},
+                                {"leaving", ep->leaving},
+                                {"dispatch_s", ep->dispatch_s},
+                                {"combine_s", ep->combine_s},
+                                {"shared_forward_s", ep->shared_forward_s},
+                                {"shared_backward_s", ep->shared_backward_s},
+                                {"step_s", ep->step_s},
+                                {"hidden_s", ep->hidden_s},
+                                {"exposed_s", ep->exposed_s},
+                                {"expert_grad_bytes", ep->expert_grad_bytes},
+                                {"replicas", ep->replicas},
+                                {"replica_reduce_s", ep->replica_reduce_s}};
       print_json(j);
       return;
     }
@@ -230,9 +250,10 @@ void setup_roofline_ddp(CLI::App* parent) {
                ridge::units::format_seconds(link.hop_latency_s), link.source);
     fmt::print(
         "per rank (roofline bounds): forward {} ms, backward {} ms over {} groups, AdamW {} ms, other {} ms; "
-        "gradients {} MB fp32\n\n",
+        "gradients {} MB fp32{}\n\n",
         msf(in.forward_s), msf(in.backward_s()), in.backward_group_s.size(), msf(in.optimizer_s),
-        msf(in.other_s), fmt::format("{:.1f}", in.total_bytes() / 1e6));
+        msf(in.other_s), fmt::format("{:.1f}", in.total_bytes() / 1e6),
+        ep ? " (the dense ones; AdamW over them and 1/N of the experts)" : "");
     fmt::print("{:<22} {:>6} {:>10} {:>10} {:>11} {:>10} {:>9}\n", "mode", "colls", "comm ms", "hidden ms",
                "exposed ms", "step ms", "speedup");
     for (const auto& p : preds)
@@ -262,16 +283,27 @@ void setup_roofline_ddp(CLI::App* parent) {
           "\nexpert parallel: the {} experts sharded over groups of {} of the {} ranks ({} per rank); 4 "
           "all-to-alls per MoE layer and step (dispatch and combine, forward and backward)\n",
           cfg.num_experts, ep->ranks, ranks, ep->experts_per_rank);
+      const auto mb = [](double b) { return fmt::format("{:.3g}", b / 1e6); };
       fmt::print(
-          "  each {} MB per rank ({:.0f} tokens x top-{} x d_model {} x {} B), {} MB of it leaving the "
-          "rank: {} ms over {}\n",
-          fmt::format("{:.3g}", ep->bytes / 1e6), ep->tokens, cfg.top_k, cfg.d_model,
-          ridge::dtype_size(shape.storage.value_or(shape.operand)),
-          fmt::format("{:.3g}", ep->leaving_bytes / 1e6), msf(ep->all_to_all_s), link.name);
+          "  dispatch {} MB per rank ({:.0f} tokens x top-{} x d_model {} x {} B), combine {} MB (x 4 B), "
+          "{:.0f}% of each leaving the rank: {} ms and {} ms over {}\n",
+          mb(ep->dispatch_bytes), ep->tokens, cfg.top_k, cfg.d_model,
+          ridge::dtype_size(shape.storage.value_or(shape.operand)), mb(ep->combine_bytes), 100 * ep->leaving,
+          msf(ep->dispatch_s), msf(ep->combine_s), link.name);
       fmt::print(
-          "  {} MoE layers: {} all-to-alls, {} ms per step, not overlapped here: to be added to each "
-          "mode's step above\n",
-          ep->moe_layers, ep->all_to_alls, msf(ep->step_s));
+          "  {} MoE layers: {} all-to-alls, {} ms per step, {} ms of it behind the shared experts ({} ms "
+          "forward, {} ms backward per layer), {} ms exposed\n",
+          ep->moe_layers, ep->all_to_alls, msf(ep->step_s), msf(ep->hidden_s), msf(ep->shared_forward_s),
+          msf(ep->shared_backward_s), msf(ep->exposed_s));
+      fmt::print(
+          "  the experts' gradients ({} MB fp32) are reduced by no mode above (each whole at its owner){}; "
+          "each mode's comm and step above include the all-to-alls, AdamW steps the dense parameters and "
+          "1/{} of the experts\n",
+          fmt::format("{:.1f}", ep->expert_grad_bytes / 1e6),
+          ep->replicas > 1 ? fmt::format(", but across the {} replicas of each shard: {} ms exposed",
+                                         ep->replicas, msf(ep->replica_reduce_s))
+                           : std::string(),
+          ep->ranks);
     }
   });
 }

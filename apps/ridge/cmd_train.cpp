@@ -54,7 +54,8 @@ struct Args {
   std::string memory;      // memory snapshot file (per rank under mpirun: NAME.rankR.json)
   std::string ddp, shard;  // data parallelism under mpirun (empty: one process)
   double bucket_mb = 25;
-  cli::MoeFlags moe;  // --experts, --top-k, ..., --aux-loss-coef, --bias-speed
+  bool expert_parallel = false;  // the MoE experts sharded over the ranks
+  cli::MoeFlags moe;             // --experts, --top-k, ..., --aux-loss-coef, --bias-speed
 };
 
 // Under data parallelism each rank writes its own memory snapshot: NAME.rankR.json beside NAME.json.
@@ -247,6 +248,19 @@ Prepared prepare(const Args& a, int world) {
   }
   a.moe.apply(c);
   cli::in_flag_words([&] { c.validate(); });
+  if (a.expert_parallel) {
+    check(c.is_moe(),
+          "--expert-parallel: the model is dense; expert parallelism shards an MoE model's experts (give "
+          "--experts, or an MoE --size such as moe-tiny)");
+    check(a.shard.empty(),
+          "--expert-parallel: does not combine with --shard-optimizer {} (each rank already steps only its "
+          "own experts; run without --shard-optimizer)",
+          a.shard);
+    check(c.num_experts % world == 0,
+          "--expert-parallel: {} experts do not share out evenly over {} ranks (give --experts a multiple of "
+          "{}, or a number of ranks that divides {})",
+          c.num_experts, world, world, c.num_experts);
+  }
 
   model::TrainConfig& t = p.t;
   check(a.batch % world == 0,
@@ -380,11 +394,16 @@ void train_loop(const Args& a, const Prepared& p, model::Trainer& trainer, DataP
       fmt::print(
           "parallel  {} ranks, {} slice each, --ddp {}{} ({} reductions of gradients per step), optimizer "
           "sharding "
-          "{}\n",
+          "{}{}\n",
           world, t.batch, distributed::ddp_mode_name(dp->config().mode),
           dp->config().mode == distributed::DdpMode::bucketed ? fmt::format(" --bucket-mb {}", a.bucket_mb)
                                                               : "",
-          dp->buckets().size(), distributed::sharding_name(dp->config().sharding));
+          dp->buckets().size(), distributed::sharding_name(dp->config().sharding),
+          dp->config().expert_parallel
+              ? fmt::format("; expert parallel: {} of the {} experts of each MoE layer on each rank (their "
+                            "gradients not reduced)",
+                            c.num_experts / world, c.num_experts)
+              : std::string());
 #endif
     fmt::print("mfu       against {}\n",
                peak > 0 ? fmt::format("the probed {} peak, {:.1f} GFLOP/s{}", peak_key, peak / 1e9,
@@ -481,6 +500,7 @@ void run_rank(const Args& a) {
     fail("--shard-optimizer: {}", e.what());
   }
   cfg.bucket_mb = a.bucket_mb;  // finite and > 0 (its option's transform)
+  cfg.expert_parallel = a.expert_parallel;
   bool peer_failed = false;
   {
     distributed::Session session;
@@ -551,12 +571,13 @@ void run_rank(const Args& a) {
 
 void run(const Args& a) {
   // Under mpirun with several ranks `ridge train` is one rank of a data-parallel run.
-  if (!a.ddp.empty() || !a.shard.empty() || env::launcher().several_ranks()) {
+  if (!a.ddp.empty() || !a.shard.empty() || a.expert_parallel || env::launcher().several_ranks()) {
 #ifdef RIDGE_HAVE_DISTRIBUTED
     run_rank(a);
     return;
 #else
-    fail("--ddp: this ridge was built without MPI (scripts/setup installs OpenMPI; then rebuild)");
+    fail("{}: this ridge was built without MPI (scripts/setup installs OpenMPI; then rebuild)",
+         a.ddp.empty() && a.expert_parallel ? "--expert-parallel" : "--ddp");
 #endif
   }
   Prepared p = prepare(a, 1);
@@ -658,6 +679,10 @@ void setup(CLI::App& root) {
       ->capture_default_str()
       ->transform(cli::number_in(0, 1e6, true));
   cmd->add_option("--shard-optimizer", a.shard, "optimizer-state sharding across ranks: cs336 or zero1");
+  cmd->add_flag("--expert-parallel", a.expert_parallel,
+                "MoE under mpirun: shard each MoE layer's experts over the ranks (rank r owns a block of "
+                "experts / ranks) and send the tokens to them by all-to-all; dense parameters stay "
+                "data-parallel (--ddp)");
   cmd->callback([] { run(a); });
 }
 

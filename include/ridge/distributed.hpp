@@ -21,6 +21,15 @@
 //
 // Averaging is sum / world size. Frozen tensors are never reduced (they are in no bucket); zero1's
 // all-gather of the parameters covers the whole flat buffer (frozen values are equal on every rank).
+//
+// Expert parallelism (expert_parallel, an MoE model, with every mode above and no optimizer sharding):
+// rank r owns the block [r E / N, (r + 1) E / N) of every MoE layer's experts. Each MoE layer sends its
+// tokens' rows to the experts' owners and the outputs back (model::ExpertExchange over MPI all-to-alls),
+// so an expert's gradient is whole at its owner: the stacked expert tensors are in no bucket, the owner
+// divides its block by N (the average, as the all-reduce gives the dense tensors), and only the owner
+// steps it (StepHooks::foreign_ranges); the other ranks' copies of it are not read or kept current.
+// save() gathers every owner's blocks (weights and AdamW state) into rank 0's buffers before it writes,
+// so the checkpoint is the one a single process writes; a resume loads every block on every rank.
 #pragma once
 
 #include <cstdint>
@@ -126,8 +135,15 @@ struct DdpConfig {
   DdpMode mode = DdpMode::flat;
   double bucket_mb = 25;  // bucketed only: MB = 1e6 bytes
   Sharding sharding = Sharding::none;
-  void validate() const;
+  bool expert_parallel = false;  // an MoE model's experts sharded over the ranks (see the top)
+  void validate() const;         // ridge::Error naming bucket_mb, or expert_parallel with sharding
 };
+
+// Expert parallelism's flat ranges: for each stacked expert tensor of an MoE model (the
+// ffn.experts.w1/w2/w3 of every MoE layer, [E, rows, cols]), rank r's block of E / world experts, in
+// flat order. ridge::Error naming `world` unless it divides E (a dense model has none).
+std::vector<std::pair<int64_t, int64_t>> expert_blocks(const model::TransformerLM<float>& model, int world,
+                                                       int rank);
 
 // A run of tensors [first, last] contiguous in the flat buffer, reduced as one.
 struct Bucket {
@@ -162,6 +178,10 @@ struct CommStats {
   double hidden_s = 0;  // communication in flight while backward computed, less that time inside MPI calls
   int64_t bytes = 0;    // gradient bytes this rank sent into collectives
   int collectives = 0;
+  // Expert parallelism: bytes this rank's all-to-alls sent to other ranks, and the all-to-alls, in the
+  // last step (forward and backward).
+  int64_t expert_bytes = 0;
+  int expert_exchanges = 0;
 };
 
 // Plugs data parallelism into a Trainer: broadcasts rank 0's parameters, shards the optimizer, and
@@ -193,6 +213,7 @@ class DataParallel : public model::StepHooks {
   void after_update(std::span<float> params) override;
   double mean_loss(double loss) override { return distributed::mean(loss); }
   void sum_expert_counts(std::span<int64_t> counts) override;
+  std::span<const std::pair<int64_t, int64_t>> foreign_ranges() const override;
   void save_checkpoint(const model::Trainer& trainer, const std::string& path) override;
 
  private:

@@ -14,6 +14,7 @@
 
 #include "bench/json.hpp"
 #include "core/check.hpp"
+#include "distributed/expert_exchange.hpp"
 #include "ridge/bench/trace.hpp"
 #include "ridge/core/env.hpp"
 #include "ridge/core/error.hpp"
@@ -325,6 +326,33 @@ const char* sharding_name(Sharding s) {
 
 void DdpConfig::validate() const {
   check(std::isfinite(bucket_mb) && bucket_mb > 0, "bucket_mb: must be finite and > 0, got {}", bucket_mb);
+  check_arg(!expert_parallel || sharding == Sharding::none, "expert_parallel",
+            "optimizer sharding ({}) does not combine with expert parallelism: each rank already steps only "
+            "its own experts, and a shard would cut across other ranks' (run without the sharding)",
+            sharding_name(sharding));
+}
+
+namespace {
+// The stacked expert tensors of an MoE layer: [E, rows, cols].
+bool expert_stack(const model::TensorInfo& t) {
+  return t.name.find(".ffn.experts.") != std::string::npos && t.shape.size() == 3;
+}
+}  // namespace
+
+std::vector<std::pair<int64_t, int64_t>> expert_blocks(const model::TransformerLM<float>& model, int world,
+                                                       int rank) {
+  const int64_t E = model.config().num_experts;
+  check_arg(world >= 1 && (E == 0 || E % world == 0), "world",
+            "{} ranks do not share out {} experts evenly (the experts must be a multiple of the ranks)",
+            world, E);
+  check_arg(rank >= 0 && rank < world, "rank", "{} is not a rank of a {}-rank run", rank, world);
+  std::vector<std::pair<int64_t, int64_t>> out;
+  for (const auto& t : model.tensors()) {
+    if (!expert_stack(t)) continue;
+    const int64_t block = t.numel / world;  // E / world experts of rows x cols each
+    out.emplace_back(t.offset + rank * block, t.offset + (rank + 1) * block);
+  }
+  return out;
 }
 
 std::vector<Bucket> plan_buckets(const std::vector<model::TensorInfo>& tensors,
@@ -430,6 +458,11 @@ struct DataParallel::Impl {
   Buffer<float> shard_buf;
   // RIDGE_TEST_DIE_AT_STEP on the rank RIDGE_TEST_DIE_RANK names, 0 elsewhere (test only).
   int64_t die_at_step = 0;
+  // Expert parallelism: the exchange the model's MoE layers call, this rank's expert blocks and the
+  // other ranks' (flat ranges, sorted), and the exchange's byte count at the end of the last step.
+  std::unique_ptr<MpiExpertExchange> exchange;
+  std::vector<std::pair<int64_t, int64_t>> own, foreign;
+  int64_t expert_bytes_before = 0, expert_exchanges_before = 0;
 
   // The test-only fault injection: this rank ends abruptly, as a crash would, with no MPI_Finalize,
   // while the others are inside the same step's collectives. `step` is the step being run (1-based).
@@ -491,7 +524,18 @@ DataParallel::DataParallel(model::Trainer& trainer, const DdpConfig& config)
   }
   auto& m = trainer_.model();
   const auto& tensors = m.tensors();
-  const auto& frozen = trainer_.frozen_flags();
+  // Expert parallelism: each expert's gradient is whole at its owner, so the stacked experts join no
+  // bucket, as frozen tensors do.
+  std::vector<bool> frozen = trainer_.frozen_flags();
+  if (cfg_.expert_parallel) {
+    check_arg(m.config().is_moe(), "expert_parallel", "needs an MoE model (this one is dense)");
+    impl_->own = expert_blocks(m, world_, rank_);
+    for (int r = 0; r < world_; ++r)
+      if (r != rank_)
+        for (const auto& b : expert_blocks(m, world_, r)) impl_->foreign.push_back(b);
+    std::sort(impl_->foreign.begin(), impl_->foreign.end());
+    for (size_t i = 0; i < tensors.size(); ++i) frozen[i] = frozen[i] || expert_stack(tensors[i]);
+  }
   switch (cfg_.mode) {
     case DdpMode::naive:
     case DdpMode::overlap:
@@ -519,11 +563,16 @@ DataParallel::DataParallel(model::Trainer& trainer, const DdpConfig& config)
     trainer_.shard_optimizer(shards_[static_cast<size_t>(rank_)].first,
                              shards_[static_cast<size_t>(rank_)].second);
   broadcast_parameters();
+  if (cfg_.expert_parallel) {
+    impl_->exchange = std::make_unique<MpiExpertExchange>();
+    m.set_expert_exchange(impl_->exchange.get());
+  }
   trainer_.set_hooks(this);
 }
 
 DataParallel::~DataParallel() {
   trainer_.set_hooks(nullptr);
+  if (impl_->exchange) trainer_.model().set_expert_exchange(nullptr);
   for (auto& q : impl_->pending)
     if (q.req != MPI_REQUEST_NULL) MPI_Wait(&q.req, MPI_STATUS_IGNORE);
 }
@@ -641,9 +690,37 @@ void DataParallel::reduce_gradients(std::span<float> grads) {
   }
   for (const Bucket& bk : buckets_)
     for (int64_t i = bk.offset; i < bk.offset + bk.numel; ++i) grads[static_cast<size_t>(i)] /= inv;
+  if (!s.exchange) return;
+  // This rank's experts hold the sum over every rank's rows of each rank's loss gradient: the average
+  // is that over N, as the dense tensors' all-reduce gives.
+  for (const auto& [b, e] : s.own)
+    for (int64_t i = b; i < e; ++i) grads[static_cast<size_t>(i)] /= inv;
+  stats_.expert_bytes = s.exchange->bytes_sent() - s.expert_bytes_before;
+  stats_.expert_exchanges = static_cast<int>(s.exchange->exchanges() - s.expert_exchanges_before);
+  s.expert_bytes_before = s.exchange->bytes_sent();
+  s.expert_exchanges_before = s.exchange->exchanges();
+}
+
+std::span<const std::pair<int64_t, int64_t>> DataParallel::foreign_ranges() const {
+  return impl_->foreign;
 }
 
 double DataParallel::grad_norm(std::span<const float> grads) {
+  if (impl_->exchange) {
+    // The dense part is the same averaged gradient on every rank; each expert block's is its owner's.
+    auto sq = [&](int64_t b, int64_t e) {
+      double s = 0;
+      for (int64_t i = b; i < e; ++i)
+        s += static_cast<double>(grads[static_cast<size_t>(i)]) * grads[static_cast<size_t>(i)];
+      return s;
+    };
+    double dense = 0, experts = 0, all_experts = 0;
+    for (const auto& t : trainer_.model().tensors())
+      if (!expert_stack(t)) dense += sq(t.offset, t.offset + t.numel);
+    for (const auto& [b, e] : impl_->own) experts += sq(b, e);
+    MPI_Allreduce(&experts, &all_experts, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    return std::sqrt(dense + all_experts);
+  }
   if (cfg_.sharding != Sharding::zero1) return model::grad_norm<float>(grads);
   // The shard boundaries are multiples of kNormChunk: each rank sums its chunks, the chunk sums are
   // gathered and added in order, the same bits as grad_norm over the whole averaged gradient.
@@ -685,6 +762,35 @@ void DataParallel::after_update(std::span<float> params) {
 }
 
 void DataParallel::save(const std::string& path) {
+  if (impl_->exchange && world_ > 1) {
+    // Every owner's expert blocks (weights, AdamW's m and v) into rank 0's buffers, which hold stale
+    // copies of them (rank 0 never reads or steps another rank's experts), then the single process's file.
+    const auto& own = impl_->own;
+    int64_t per = 0;
+    for (const auto& [b, e] : own) per += e - b;
+    check(3 * per * world_ < INT_MAX, "save: {} expert values per rank are beyond MPI's int counts", per);
+    auto params = trainer_.model().params();
+    auto m = trainer_.optimizer().m(), v = trainer_.optimizer().v();
+    const std::span<float> parts[3] = {params, m, v};
+    Buffer<float> mine(static_cast<size_t>(3 * per), "communication/checkpoint gather"),
+        all(rank_ == 0 ? static_cast<size_t>(3 * per * world_) : 0, "communication/checkpoint gather");
+    size_t at = 0;
+    for (const auto& part : parts)
+      for (const auto& [b, e] : own)
+        for (int64_t i = b; i < e; ++i) mine[at++] = part[static_cast<size_t>(i)];
+    MPI_Gather(mine.data(), static_cast<int>(3 * per), MPI_FLOAT, all.data(), static_cast<int>(3 * per),
+               MPI_FLOAT, 0, MPI_COMM_WORLD);
+    if (rank_ != 0) return;
+    for (int r = 1; r < world_; ++r) {
+      at = static_cast<size_t>(3 * per * r);
+      const auto blocks = expert_blocks(trainer_.model(), world_, r);
+      for (const auto& part : parts)
+        for (const auto& [b, e] : blocks)
+          for (int64_t i = b; i < e; ++i) part[static_cast<size_t>(i)] = all[at++];
+    }
+    trainer_.save(path);
+    return;
+  }
   if (cfg_.sharding == Sharding::none) {
     if (rank_ == 0) trainer_.save(path);
     return;

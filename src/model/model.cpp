@@ -117,11 +117,23 @@ TensorView<T> stack(T* p, int64_t g, int64_t rows, int64_t cols) {
 }
 // Runs f(first row, rows) over each expert's rows of the contiguous layout. The padding rows are never
 // touched: what the grouped GEMMs leave in them is not defined.
-template <typename V, typename F>
-void each_expert(const moe::BasicRouting<V>& r, const moe::ContiguousLayout& lay, F&& f) {
-  for (int64_t e = 0; e < r.experts; ++e)
-    if (r.count[static_cast<size_t>(e)] > 0)
-      f(lay.offset[static_cast<size_t>(e)], r.count[static_cast<size_t>(e)]);
+// count[e]: expert e's rows (the routing's counts, or an owner's ReceivedLayout::count).
+template <typename F>
+void each_expert(std::span<const int64_t> count, const moe::ContiguousLayout& lay, F&& f) {
+  for (size_t e = 0; e < count.size(); ++e)
+    if (count[e] > 0) f(lay.offset[e], count[e]);
+}
+
+// A scratch buffer of at least n elements of T, carved from `b` (grown, never shrunk: the rows an
+// exchange brings change from step to step).
+template <typename T>
+T* grown(Buffer<std::byte>& b, int64_t n, const char* tag) {
+  const auto bytes = static_cast<size_t>(n) * sizeof(T);
+  if (b.size() < bytes) {
+    b = Buffer<std::byte>();  // free first: the peak is the larger buffer, not both
+    b = Buffer<std::byte>(bytes, tag);
+  }
+  return reinterpret_cast<T*>(b.data());
 }
 
 // Runs `f` inside the trace range `r`.
@@ -246,7 +258,24 @@ struct TransformerLM<S>::Impl {
     double aux = 0;
   };
   std::vector<MoeRoute> moe_route;
-  std::vector<S> dweight;  // the backward's gradients of one layer's gate weights [N * k]
+  std::vector<S> dweight;
+  // Expert parallelism (nullptr: every expert here). Each MoE layer's side of the last forward's
+  // exchange, kept for its backward: this worker's choices in expert order (the order its rows leave
+  // in), the rows sent to and received from each worker, the owner's layout of what it received, the
+  // owner's saved operands (x, SwiGLU's inputs, g) and the experts' outputs of this worker's choices as
+  // they came back (the gate weights' gradient reads them).
+  ExpertExchange* exchange = nullptr;
+  struct MoeRemote {
+    moe::ContiguousLayout send;
+    std::vector<int64_t> send_rows, recv_rows, recv_count;
+    moe::ReceivedLayout owner;
+    Buffer<std::byte> x, ab, g, y;
+  };
+  std::vector<MoeRemote> moe_remote;
+  // Scratch shared by the layers: the rows that leave and arrive, the owner's GEMM outputs and rounded
+  // gradients, and this worker's choices' gradients before rounding.
+  Buffer<std::byte> ep_send, ep_recv, ep_gemm, ep_dop,
+      ep_local;  // the backward's gradients of one layer's gate weights [N * k]
   int64_t off_lm_head = 0, off_ln_final = 0, off_embedding = 0;
   // A q|k|v row (ridge/roofline/model_buffers.hpp): q's num_heads heads, then k's and v's kv_heads()
   // heads, d_head each: D + 2 Dkv wide, Dkv = kv_heads() * d_head (= D without grouped-query attention).
@@ -277,6 +306,7 @@ struct TransformerLM<S>::Impl {
     layer_offsets.resize(static_cast<size_t>(cfg.num_layers));
     moe_offsets.resize(static_cast<size_t>(cfg.num_layers));
     moe_route.resize(static_cast<size_t>(cfg.num_layers));
+    moe_remote.resize(static_cast<size_t>(cfg.num_layers));
     for (int64_t l = 0; l < cfg.num_layers; ++l) {
       const std::string p = "layers." + std::to_string(l) + ".";
       const bool moe = cfg.moe_layer(l);
@@ -363,6 +393,34 @@ struct TransformerLM<S>::Impl {
   }
   template <typename O>
   void moe_forward(int64_t l, const LayerActs<S, O>& s, const Work<S, O>& w, S* next);
+  // The parts of an MoE layer both paths run: the shared experts (progress() between their GEMMs, so an
+  // exchange in flight moves on), the routed experts over the rows of a contiguous layout (experts
+  // [e0, e0 + layout's experts) of the stacks; y may be gemm), their backward (dop: the rows' dy in,
+  // d(a|b) out; dx of both halves side by side into gemm), and the router's backward.
+  template <typename O>
+  void shared_forward(const MoeLayer<O>& L, const LayerActs<S, O>& s, const Work<S, O>& w, S* next);
+  template <typename O>
+  void shared_backward(const MoeLayer<O>& L, const LayerActs<S, O>& s, const Work<S, O>& w, const O* dy);
+  template <typename O>
+  void experts_forward(const MoeLayer<O>& L, const O* x, std::span<const int64_t> count,
+                       const moe::ContiguousLayout& lay, int64_t e0, O* ab, O* g, S* gemm, S* y);
+  template <typename O>
+  void experts_backward(const MoeLayer<O>& L, O* dop, const O* x, const O* ab, const O* g,
+                        std::span<const int64_t> count, const moe::ContiguousLayout& lay, int64_t e0,
+                        S* gemm);
+  template <typename O>
+  void router_backward(int64_t l, const MoeLayer<O>& L, const LayerActs<S, O>& s, const Work<S, O>& w,
+                       S loss_scale);
+  // Expert parallelism's forward and backward of the routed experts (the exchange above).
+  template <typename O>
+  void moe_forward_remote(int64_t l, const MoeLayer<O>& L, const LayerActs<S, O>& s, const Work<S, O>& w,
+                          S* next);
+  template <typename O>
+  void moe_backward_remote(const MoeLayer<O>& L, const LayerActs<S, O>& s, const Work<S, O>& w, const O* dy,
+                           int64_t l);
+  void progress() const {
+    if (exchange) exchange->progress();
+  }
   // The router's input: h2 unrounded, in the state type (the router runs in fp32 whatever the operand
   // precision, as DeepSeek-V3 keeps its gate): h2 itself where it is not rounded, else formed again
   // from x_mid into the GEMM workspace (free in an MoE layer's routing, forward and backward).
@@ -643,56 +701,138 @@ void TransformerLM<S>::Impl::forward_pass(const int32_t* tokens, int64_t B, int6
 template <typename S>
 template <typename O>
 void TransformerLM<S>::Impl::moe_forward(int64_t l, const LayerActs<S, O>& s, const Work<S, O>& w, S* next) {
-  using namespace layers;
-  using linear::mat;
   const MoeLayer<O> layer = moe_layer<O>(l);
   const auto& [N, D, E, De, Sh, t, m, mr] = layer;
-  const Round r = round();
-  const O* W = weights<O>();
   const std::span<const S> logits(m.logits, static_cast<size_t>(N * E));
   in(ranges::gemm_router, [&] {
-    linear::forward(mat(router_input<O>(l, s, w), N, D), mat(params.data() + t.router, E, D),
-                    mat(m.logits, N, E));
+    linear::forward(linear::mat(router_input<O>(l, s, w), N, D), linear::mat(params.data() + t.router, E, D),
+                    linear::mat(m.logits, N, E));
   });
   in(ranges::route, [&] {
     moe::route<S>(logits, N, E, cfg.top_k, cfg.router, router_bias(l), mr.routing);
     mr.aux = cfg.balance == moe::Balance::aux ? moe::aux_loss<S>(logits, mr.routing, cfg.aux_loss_coef) : 0.0;
-    mr.layout = moe::contiguous_layout(mr.routing, experts::row_alignment());
+    if (!exchange) mr.layout = moe::contiguous_layout(mr.routing, experts::row_alignment());
   });
-  const moe::ContiguousLayout& lay = mr.layout;
-  const int64_t R = lay.rows;
-  in(ranges::permute, [&] { moe::permute_rows(s.h2, D, lay.row, mr.routing, D, m.x, D); });
-  in(ranges::experts, [&] {
-    // w1 x and w3 x side by side (the two stacks are not interleaved per expert: two GEMMs).
-    in(ranges::gemm_experts_w1_w3, [&] {
-      experts::forward(in_rows(m.x, R, D), stack(W + t.ew1, E, De, D), out_rows(w.moe_gemm, R, De, 2 * De),
-                       lay.m_indices);
-      experts::forward(in_rows(m.x, R, D), stack(W + t.ew3, E, De, D),
-                       out_rows(w.moe_gemm + De, R, De, 2 * De), lay.m_indices);
-    });
-    in(ranges::swiglu, [&] {
-      each_expert(mr.routing, lay, [&](int64_t r0, int64_t n) {
-        swiglu_forward(w.moe_gemm + r0 * 2 * De, n, De, m.ab + r0 * 2 * De, m.g + r0 * De, r);
-      });
-    });
-    in(ranges::gemm_experts_w2, [&] {
-      experts::forward(in_rows(m.g, R, De), stack(W + t.ew2, E, D, De), out_rows(m.y, R, D, D),
-                       lay.m_indices);
-    });
-  });
-  if (Sh > 0) {
-    // next = x_mid + shared(h2): the dense feed-forward of width S, the residual add fused.
-    in(ranges::shared_experts, [&] {
-      in(ranges::gemm_w1_w3,
-         [&] { linear::forward(mat(s.h2, N, D), mat(W + t.sw1, 2 * Sh, D), mat(w.gemm, N, 2 * Sh)); });
-      in(ranges::swiglu, [&] { swiglu_forward(w.gemm, N, Sh, m.shared_ab, m.shared_g, r); });
-      in(ranges::gemm_w2,
-         [&] { linear::forward(mat(m.shared_g, N, Sh), mat(W + t.sw2, D, Sh), mat(next, N, D), s.x_mid); });
-    });
+  if (exchange) {
+    moe_forward_remote<O>(l, layer, s, w, next);
+    return;
   }
+  const moe::ContiguousLayout& lay = mr.layout;
+  in(ranges::permute, [&] { moe::permute_rows(s.h2, D, lay.row, mr.routing, D, m.x, D); });
+  in(ranges::experts,
+     [&] { experts_forward<O>(layer, m.x, mr.routing.count, lay, 0, m.ab, m.g, w.moe_gemm, m.y); });
+  if (Sh > 0) shared_forward<O>(layer, s, w, next);
   in(ranges::unpermute, [&] {
     if (Sh == 0) std::copy_n(s.x_mid, N * D, next);
     moe::combine_rows(m.y, D, lay.row, std::span<const S>(mr.routing.weight), mr.routing, D, next, D, true);
+  });
+}
+
+// next = x_mid + shared(h2): the dense feed-forward of width S, the residual add fused.
+template <typename S>
+template <typename O>
+void TransformerLM<S>::Impl::shared_forward(const MoeLayer<O>& L, const LayerActs<S, O>& s,
+                                            const Work<S, O>& w, S* next) {
+  using linear::mat;
+  const auto& [N, D, E, De, Sh, t, m, mr] = L;
+  const O* W = weights<O>();
+  in(ranges::shared_experts, [&] {
+    in(ranges::gemm_w1_w3,
+       [&] { linear::forward(mat(s.h2, N, D), mat(W + t.sw1, 2 * Sh, D), mat(w.gemm, N, 2 * Sh)); });
+    progress();
+    in(ranges::swiglu, [&] { layers::swiglu_forward(w.gemm, N, Sh, m.shared_ab, m.shared_g, round()); });
+    progress();
+    in(ranges::gemm_w2,
+       [&] { linear::forward(mat(m.shared_g, N, Sh), mat(W + t.sw2, D, Sh), mat(next, N, D), s.x_mid); });
+    progress();
+  });
+}
+
+// The routed experts over a contiguous layout's R rows: w1 x and w3 x side by side into gemm (the two
+// stacks are not interleaved per expert: two GEMMs), SwiGLU into ab and g, then y = g W2^T.
+template <typename S>
+template <typename O>
+void TransformerLM<S>::Impl::experts_forward(const MoeLayer<O>& L, const O* x, std::span<const int64_t> count,
+                                             const moe::ContiguousLayout& lay, int64_t e0, O* ab, O* g,
+                                             S* gemm, S* y) {
+  const int64_t D = L.D, De = L.De, R = lay.rows, El = static_cast<int64_t>(count.size());
+  if (R == 0) return;  // an owner no worker sent a row to
+  const O* W = weights<O>();
+  in(ranges::gemm_experts_w1_w3, [&] {
+    experts::forward(in_rows(x, R, D), stack(W + L.t.ew1 + e0 * De * D, El, De, D),
+                     out_rows(gemm, R, De, 2 * De), lay.m_indices);
+    experts::forward(in_rows(x, R, D), stack(W + L.t.ew3 + e0 * De * D, El, De, D),
+                     out_rows(gemm + De, R, De, 2 * De), lay.m_indices);
+  });
+  in(ranges::swiglu, [&] {
+    each_expert(count, lay, [&](int64_t r0, int64_t n) {
+      layers::swiglu_forward(gemm + r0 * 2 * De, n, De, ab + r0 * 2 * De, g + r0 * De, round());
+    });
+  });
+  in(ranges::gemm_experts_w2, [&] {
+    experts::forward(in_rows(g, R, De), stack(W + L.t.ew2 + e0 * D * De, El, D, De), out_rows(y, R, D, D),
+                     lay.m_indices);
+  });
+}
+
+// Expert parallelism's forward of the routed experts. This worker's choices leave in expert order, so
+// the rows for worker d are one run (its block of experts); the counts go first, so each owner knows
+// what arrives and lays every source's rows of one expert together before its grouped GEMMs; the
+// outputs go back in the order the rows came and are combined with the gate weights here. With shared
+// experts the dispatch is in flight while they compute.
+template <typename S>
+template <typename O>
+void TransformerLM<S>::Impl::moe_forward_remote(int64_t l, const MoeLayer<O>& L, const LayerActs<S, O>& s,
+                                                const Work<S, O>& w, S* next) {
+  const auto& [N, D, E, De, Sh, t, m, mr] = L;
+  MoeRemote& x = moe_remote[static_cast<size_t>(l)];
+  const int world = exchange->world();
+  const int64_t El = E / world, K = cfg.top_k, NK = N * K;
+  O* send = grown<O>(ep_send, NK * D, "communication/expert parallel");
+  in(ranges::permute, [&] {
+    x.send = moe::contiguous_layout(mr.routing, 1);
+    moe::permute_rows(s.h2, D, x.send.row, mr.routing, D, send, D);
+  });
+  int ticket = -1;
+  O* recv = nullptr;
+  in(ranges::dispatch, [&] {
+    x.recv_count.assign(static_cast<size_t>(world * El), 0);
+    exchange->exchange_counts(mr.routing.count, x.recv_count);
+    x.send_rows.assign(static_cast<size_t>(world), 0);
+    x.recv_rows.assign(static_cast<size_t>(world), 0);
+    for (int64_t e = 0; e < E; ++e)
+      x.send_rows[static_cast<size_t>(e / El)] += mr.routing.count[static_cast<size_t>(e)];
+    for (size_t i = 0; i < x.recv_count.size(); ++i)
+      x.recv_rows[i / static_cast<size_t>(El)] += x.recv_count[i];
+    x.owner = moe::received_layout(x.recv_count, world, El, experts::row_alignment());
+    recv = grown<O>(ep_recv, static_cast<int64_t>(x.owner.layout.row.size()) * D,
+                    "communication/expert parallel");
+    ticket = exchange->start(send, x.send_rows, recv, x.recv_rows, D * static_cast<int64_t>(sizeof(O)));
+    if (Sh == 0) exchange->wait(ticket);
+  });
+  if (Sh > 0) {
+    shared_forward<O>(L, s, w, next);
+    in(ranges::dispatch, [&] { exchange->wait(ticket); });
+  }
+  // The owner: every worker's rows of its experts, grouped; the outputs into the GEMM scratch.
+  const moe::ContiguousLayout& own = x.owner.layout;
+  const int64_t R = own.rows, Rr = static_cast<int64_t>(own.row.size());
+  O* xo = grown<O>(x.x, R * D, "activations/expert parallel");
+  O* ab = grown<O>(x.ab, R * 2 * De, "activations/expert parallel");
+  O* g = grown<O>(x.g, R * De, "activations/expert parallel");
+  S* gemm = grown<S>(ep_gemm, R * std::max(2 * De, 2 * D), "workspace/expert parallel");
+  in(ranges::permute, [&] { moe::scatter_rows(recv, D, own.row, D, xo, D); });
+  in(ranges::experts,
+     [&] { experts_forward<O>(L, xo, x.owner.count, own, exchange->rank() * El, ab, g, gemm, gemm); });
+  S* back = grown<S>(ep_send, Rr * D, "communication/expert parallel");
+  in(ranges::unpermute, [&] { moe::gather_rows(gemm, D, own.row, D, back, D, false); });
+  S* y = grown<S>(x.y, NK * D, "activations/expert parallel");
+  in(ranges::combine, [&] {
+    exchange->wait(exchange->start(back, x.recv_rows, y, x.send_rows, D * static_cast<int64_t>(sizeof(S))));
+  });
+  in(ranges::unpermute, [&] {
+    if (Sh == 0) std::copy_n(s.x_mid, N * D, next);
+    moe::combine_rows(y, D, x.send.row, std::span<const S>(mr.routing.weight), mr.routing, D, next, D, true);
   });
 }
 
@@ -820,35 +960,23 @@ template <typename O>
 void TransformerLM<S>::Impl::moe_backward(int64_t l, const LayerActs<S, O>& s, const Work<S, O>& w,
                                           const O* dy, S loss_scale) {
   using namespace layers;
-  using linear::mat;
-  S* G = grads.data();
   const MoeLayer<O> layer = moe_layer<O>(l);
   const auto& [N, D, E, De, Sh, t, m, mr] = layer;
-  const O* W = weights<O>();
+  dweight.resize(static_cast<size_t>(N * cfg.top_k));
+  if (exchange) {
+    moe_backward_remote<O>(layer, s, w, dy, l);
+    router_backward<O>(l, layer, s, w, loss_scale);
+    return;
+  }
   const Round r = round();
   const moe::ContiguousLayout& lay = mr.layout;
-  const int64_t R = lay.rows;
   constexpr bool same_type = std::is_same_v<O, S>;
   const bool rounds = !same_type || r != Round::none;
 
   // The shared experts first, while w.dop still holds dy: the dense feed-forward's backward.
-  if (Sh > 0) {
-    in(ranges::shared_experts_backward, [&] {
-      in(ranges::gemm_w2_backward, [&] {
-        linear::weight_grad(mat(dy, N, D), mat(m.shared_g, N, Sh), mat(G + t.sw2, D, Sh));
-        linear::input_grad(mat(dy, N, D), mat(W + t.sw2, D, Sh), mat(w.dtmp, N, Sh));
-      });
-      O* dab = w.dop;
-      in(ranges::swiglu_backward, [&] { swiglu_backward(w.dtmp, m.shared_ab, N, Sh, dab, r); });
-      in(ranges::gemm_w1_w3_backward, [&] {
-        linear::weight_grad(mat(dab, N, 2 * Sh), mat(s.h2, N, D), mat(G + t.sw1, 2 * Sh, D));
-        linear::input_grad(mat(dab, N, 2 * Sh), mat(W + t.sw1, 2 * Sh, D), mat(w.dtmp, N, D));
-      });
-    });
-  }
+  if (Sh > 0) shared_backward<O>(layer, s, w, dy);
   // The combine's: each row's dy (g_j dy_t, from the unrounded residual gradient), rounded into w.moe_dop
   // for the experts' GEMMs, and each gate weight's gradient <dy_t, y_row>.
-  dweight.resize(static_cast<size_t>(N * cfg.top_k));
   in(ranges::unpermute_backward, [&] {
     S* dye = w.moe_gemm;
     if constexpr (same_type) {
@@ -856,40 +984,90 @@ void TransformerLM<S>::Impl::moe_backward(int64_t l, const LayerActs<S, O>& s, c
     }
     moe::combine_rows_backward(w.dx, D, m.y, D, lay.row, mr.routing, D, dye, D, std::span<S>(dweight));
     if (rounds)
-      each_expert(mr.routing, lay,
+      each_expert(mr.routing.count, lay,
                   [&](int64_t r0, int64_t n) { cast<O>(dye + r0 * D, w.moe_dop + r0 * D, n * D, r); });
   });
-  in(ranges::experts_backward, [&] {
-    in(ranges::gemm_experts_w2_backward, [&] {
-      experts::weight_grad(in_rows(w.moe_dop, R, D), in_rows(m.g, R, De), stack(G + t.ew2, E, D, De),
-                           lay.m_indices);
-      experts::input_grad(in_rows(w.moe_dop, R, D), stack(W + t.ew2, E, D, De),
-                          out_rows(w.moe_gemm, R, De, De), lay.m_indices);
-    });
-    // d(a|b) into w.moe_dop (the rows' dy is consumed).
-    in(ranges::swiglu_backward, [&] {
-      each_expert(mr.routing, lay, [&](int64_t r0, int64_t n) {
-        swiglu_backward(w.moe_gemm + r0 * De, m.ab + r0 * 2 * De, n, De, w.moe_dop + r0 * 2 * De, r);
-      });
-    });
-    // dW1, dW3 per expert, and dx through w1 and w3 side by side in w.moe_gemm (summed by the permutation's
-    // backward: the grouped GEMMs do not accumulate).
-    in(ranges::gemm_experts_w1_w3_backward, [&] {
-      for (const int64_t half : {int64_t{0}, int64_t{1}}) {
-        const auto dab = in_rows(w.moe_dop + half * De, R, De, 2 * De);
-        experts::weight_grad(dab, in_rows(m.x, R, D), stack(G + (half ? t.ew3 : t.ew1), E, De, D),
-                             lay.m_indices);
-        experts::input_grad(dab, stack(W + (half ? t.ew3 : t.ew1), E, De, D),
-                            out_rows(w.moe_gemm + half * D, R, D, 2 * D), lay.m_indices);
-      }
-    });
-  });
+  in(ranges::experts_backward,
+     [&] { experts_backward<O>(layer, w.moe_dop, m.x, m.ab, m.g, mr.routing.count, lay, 0, w.moe_gemm); });
   // d h2 (+)= the sum over each token's rows of both halves.
   in(ranges::permute_backward, [&] {
     moe::combine_rows(w.moe_gemm, 2 * D, lay.row, {}, mr.routing, D, w.dtmp, D, Sh > 0);
     moe::combine_rows(w.moe_gemm + D, 2 * D, lay.row, {}, mr.routing, D, w.dtmp, D, true);
   });
-  // The router's logits: through the gate weights, and the auxiliary loss (scaled as the loss is).
+  router_backward<O>(l, layer, s, w, loss_scale);
+}
+
+// The shared experts' backward (the dense feed-forward's), d h2 into w.dtmp; reads dy (w.dop's rounded
+// residual gradient) and consumes w.dop.
+template <typename S>
+template <typename O>
+void TransformerLM<S>::Impl::shared_backward(const MoeLayer<O>& L, const LayerActs<S, O>& s,
+                                             const Work<S, O>& w, const O* dy) {
+  using linear::mat;
+  const auto& [N, D, E, De, Sh, t, m, mr] = L;
+  S* G = grads.data();
+  const O* W = weights<O>();
+  in(ranges::shared_experts_backward, [&] {
+    in(ranges::gemm_w2_backward, [&] {
+      linear::weight_grad(mat(dy, N, D), mat(m.shared_g, N, Sh), mat(G + t.sw2, D, Sh));
+      linear::input_grad(mat(dy, N, D), mat(W + t.sw2, D, Sh), mat(w.dtmp, N, Sh));
+    });
+    progress();
+    O* dab = w.dop;
+    in(ranges::swiglu_backward, [&] { layers::swiglu_backward(w.dtmp, m.shared_ab, N, Sh, dab, round()); });
+    progress();
+    in(ranges::gemm_w1_w3_backward, [&] {
+      linear::weight_grad(mat(dab, N, 2 * Sh), mat(s.h2, N, D), mat(G + t.sw1, 2 * Sh, D));
+      linear::input_grad(mat(dab, N, 2 * Sh), mat(W + t.sw1, 2 * Sh, D), mat(w.dtmp, N, D));
+    });
+    progress();
+  });
+}
+
+// The routed experts' backward over a contiguous layout: dW2 += dy^T g (K-grouped), dg = dy W2, SwiGLU's
+// backward into dop as d(a|b), dW1, dW3 += d(a|b)^T x, and dx through w1 and w3 side by side into gemm
+// [R, 2D] (summed by the caller: the grouped GEMMs do not accumulate).
+template <typename S>
+template <typename O>
+void TransformerLM<S>::Impl::experts_backward(const MoeLayer<O>& L, O* dop, const O* x, const O* ab,
+                                              const O* g, std::span<const int64_t> count,
+                                              const moe::ContiguousLayout& lay, int64_t e0, S* gemm) {
+  const int64_t D = L.D, De = L.De, R = lay.rows, El = static_cast<int64_t>(count.size());
+  if (R == 0) return;
+  S* G = grads.data();
+  const O* W = weights<O>();
+  const MoeTensors& t = L.t;
+  in(ranges::gemm_experts_w2_backward, [&] {
+    experts::weight_grad(in_rows(dop, R, D), in_rows(g, R, De), stack(G + t.ew2 + e0 * D * De, El, D, De),
+                         lay.m_indices);
+    experts::input_grad(in_rows(dop, R, D), stack(W + t.ew2 + e0 * D * De, El, D, De),
+                        out_rows(gemm, R, De, De), lay.m_indices);
+  });
+  // d(a|b) into dop (the rows' dy is consumed).
+  in(ranges::swiglu_backward, [&] {
+    each_expert(count, lay, [&](int64_t r0, int64_t n) {
+      layers::swiglu_backward(gemm + r0 * De, ab + r0 * 2 * De, n, De, dop + r0 * 2 * De, round());
+    });
+  });
+  in(ranges::gemm_experts_w1_w3_backward, [&] {
+    for (const int64_t half : {int64_t{0}, int64_t{1}}) {
+      const auto dab = in_rows(dop + half * De, R, De, 2 * De);
+      const int64_t w13 = (half ? t.ew3 : t.ew1) + e0 * De * D;
+      experts::weight_grad(dab, in_rows(x, R, D), stack(G + w13, El, De, D), lay.m_indices);
+      experts::input_grad(dab, stack(W + w13, El, De, D), out_rows(gemm + half * D, R, D, 2 * D),
+                          lay.m_indices);
+    }
+  });
+}
+
+// The router's logits: through the gate weights, and the auxiliary loss (scaled as the loss is); then in
+// fp32, as the forward: dW_router += dlogits^T h2, d h2 += dlogits W_router.
+template <typename S>
+template <typename O>
+void TransformerLM<S>::Impl::router_backward(int64_t l, const MoeLayer<O>& L, const LayerActs<S, O>& s,
+                                             const Work<S, O>& w, S loss_scale) {
+  using linear::mat;
+  const auto& [N, D, E, De, Sh, t, m, mr] = L;
   const std::span<const S> logits(m.logits, static_cast<size_t>(N * E));
   in(ranges::route_backward, [&] {
     const std::span<S> dl(w.router_dlogits, static_cast<size_t>(N * E));
@@ -897,12 +1075,65 @@ void TransformerLM<S>::Impl::moe_backward(int64_t l, const LayerActs<S, O>& s, c
     if (cfg.balance == moe::Balance::aux && cfg.aux_loss_coef > 0)
       moe::aux_loss_backward<S>(logits, mr.routing, cfg.aux_loss_coef, static_cast<double>(loss_scale), dl);
   });
-  // In fp32, as the forward: dW_router += dlogits^T h2, d h2 += dlogits W_router.
   in(ranges::gemm_router_backward, [&] {
     linear::weight_grad(mat(w.router_dlogits, N, E), mat(router_input<O>(l, s, w), N, D),
-                        mat(G + t.router, E, D));
+                        mat(grads.data() + t.router, E, D));
     linear::nn(w.router_dlogits, params.data() + t.router, w.dtmp, N, D, E, E, D, D, true);
   });
+}
+
+// Expert parallelism's backward of the routed experts: the combine's gradient here (each choice's dy and
+// its gate weight's gradient), the choices' dy to the owners (in flight while the shared experts' backward
+// runs), the owner's expert backward over every worker's rows (each expert's weight gradient whole
+// there), each row's dx (both halves summed) back to its worker, and d h2 (+)= the sum over each token's
+// rows, into w.dtmp.
+template <typename S>
+template <typename O>
+void TransformerLM<S>::Impl::moe_backward_remote(const MoeLayer<O>& L, const LayerActs<S, O>& s,
+                                                 const Work<S, O>& w, const O* dy, int64_t l) {
+  const auto& [N, D, E, De, Sh, t, m, mr] = L;
+  MoeRemote& x = moe_remote[static_cast<size_t>(l)];
+  const layers::Round r = round();
+  const bool rounds = !std::is_same_v<O, S> || r != layers::Round::none;
+  const int64_t El = E / exchange->world(), NK = N * cfg.top_k;
+  const moe::ContiguousLayout& own = x.owner.layout;
+  const int64_t R = own.rows, Rr = static_cast<int64_t>(own.row.size());
+  O* send = grown<O>(ep_send, NK * D, "communication/expert parallel");
+  in(ranges::unpermute_backward, [&] {
+    S* dye = rounds ? grown<S>(ep_local, NK * D, "workspace/expert parallel") : reinterpret_cast<S*>(send);
+    const S* y = reinterpret_cast<const S*>(x.y.data());
+    moe::combine_rows_backward(w.dx, D, y, D, x.send.row, mr.routing, D, dye, D, std::span<S>(dweight));
+    if (rounds) layers::cast<O>(dye, send, NK * D, r);
+  });
+  O* recv = grown<O>(ep_recv, Rr * D, "communication/expert parallel");
+  int ticket = -1;
+  in(ranges::dispatch_backward, [&] {
+    ticket = exchange->start(send, x.send_rows, recv, x.recv_rows, D * static_cast<int64_t>(sizeof(O)));
+    if (Sh == 0) exchange->wait(ticket);
+  });
+  if (Sh > 0) {
+    shared_backward<O>(L, s, w, dy);
+    in(ranges::dispatch_backward, [&] { exchange->wait(ticket); });
+  }
+  O* dop = grown<O>(ep_dop, R * std::max(2 * De, D), "workspace/expert parallel");
+  S* gemm = grown<S>(ep_gemm, R * std::max(2 * De, 2 * D), "workspace/expert parallel");
+  in(ranges::unpermute_backward, [&] { moe::scatter_rows(recv, D, own.row, D, dop, D); });
+  in(ranges::experts_backward, [&] {
+    experts_backward<O>(L, dop, reinterpret_cast<const O*>(x.x.data()),
+                        reinterpret_cast<const O*>(x.ab.data()), reinterpret_cast<const O*>(x.g.data()),
+                        x.owner.count, own, exchange->rank() * El, gemm);
+  });
+  S* back = grown<S>(ep_send, Rr * D, "communication/expert parallel");
+  in(ranges::permute_backward, [&] {
+    moe::gather_rows(gemm, 2 * D, own.row, D, back, D, false);
+    moe::gather_rows(gemm + D, 2 * D, own.row, D, back, D, true);
+  });
+  S* dx = grown<S>(ep_recv, NK * D, "communication/expert parallel");
+  in(ranges::combine_backward, [&] {
+    exchange->wait(exchange->start(back, x.recv_rows, dx, x.send_rows, D * static_cast<int64_t>(sizeof(S))));
+  });
+  in(ranges::permute_backward,
+     [&] { moe::combine_rows(dx, D, x.send.row, {}, mr.routing, D, w.dtmp, D, Sh > 0); });
 }
 
 // ---- The public class ----
@@ -1096,6 +1327,27 @@ void TransformerLM<S>::update_router_bias(std::span<const int64_t> counts, int64
 }
 
 template <typename S>
+void TransformerLM<S>::set_expert_exchange(ExpertExchange* exchange) {
+  const ModelConfig& c = impl_->cfg;
+  if (exchange) {
+    check_arg(c.is_moe(), "exchange", "expert parallelism needs an MoE model (this one is dense)");
+    const int w = exchange->world();
+    check_arg(w >= 1 && exchange->rank() >= 0 && exchange->rank() < w, "exchange",
+              "worker {} of {} is not a worker of the exchange", exchange->rank(), w);
+    check_arg(c.num_experts % w == 0, "exchange",
+              "{} experts do not share out evenly over {} workers (the experts must be a multiple of the "
+              "workers)",
+              c.num_experts, w);
+  }
+  impl_->exchange = exchange;
+  impl_->forward_done = false;
+}
+template <typename S>
+ExpertExchange* TransformerLM<S>::expert_exchange() const {
+  return impl_->exchange;
+}
+
+template <typename S>
 void TransformerLM<S>::init(uint64_t seed) {
   InitRng rng{seed};
   // Tensors are filled in state_dict order (embedding first, then layer by layer), not in the flat
@@ -1216,11 +1468,15 @@ template <typename S>
 int64_t TransformerLM<S>::activation_bytes() const {
   int64_t b = static_cast<int64_t>(impl_->final_acts.bytes.size());
   for (const auto& a : impl_->layer_acts) b += static_cast<int64_t>(a.bytes.size());
+  for (const auto& x : impl_->moe_remote)
+    b += static_cast<int64_t>(x.x.size() + x.ab.size() + x.g.size() + x.y.size());
   return b;
 }
 template <typename S>
 int64_t TransformerLM<S>::workspace_bytes() const {
-  return static_cast<int64_t>(impl_->work.bytes.size());
+  const Impl& m = *impl_;
+  return static_cast<int64_t>(m.work.bytes.size() + m.ep_send.size() + m.ep_recv.size() + m.ep_gemm.size() +
+                              m.ep_dop.size() + m.ep_local.size());
 }
 
 template class TransformerLM<float>;

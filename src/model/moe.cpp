@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <numeric>
+#include <type_traits>
 #include <utility>
 
 #include "ridge/core/error.hpp"
@@ -287,6 +288,72 @@ ContiguousLayout contiguous_layout(const BasicRouting<V>& r, int64_t alignment) 
   for (size_t i = 0; i < r.expert.size(); ++i) c.row[i] = next[static_cast<size_t>(r.expert[i])]++;
   return c;
 }
+
+ReceivedLayout received_layout(std::span<const int64_t> count, int64_t sources, int64_t experts,
+                               int64_t alignment) {
+  check_arg(alignment >= 1, "alignment", "{} is not accepted (expected 1 or more)", alignment);
+  check_arg(sources >= 1 && experts >= 1 && static_cast<int64_t>(count.size()) == sources * experts, "count",
+            "{} values for {} sources x {} experts", count.size(), sources, experts);
+  ReceivedLayout r;
+  ContiguousLayout& c = r.layout;
+  c.alignment = alignment;
+  r.count.assign(static_cast<size_t>(experts), 0);
+  for (size_t i = 0; i < count.size(); ++i) {
+    check_arg(count[i] >= 0, "count", "source {} expert {} has {} rows", i / static_cast<size_t>(experts),
+              i % static_cast<size_t>(experts), count[i]);
+    r.count[i % static_cast<size_t>(experts)] += count[i];
+  }
+  c.offset.assign(static_cast<size_t>(experts + 1), 0);
+  for (size_t e = 0; e < r.count.size(); ++e)
+    c.offset[e + 1] = c.offset[e] + (r.count[e] + alignment - 1) / alignment * alignment;
+  c.rows = c.offset.back();
+  c.m_indices.assign(static_cast<size_t>(c.rows), -1);
+  for (size_t e = 0; e < r.count.size(); ++e)
+    std::fill_n(c.m_indices.begin() + c.offset[e], r.count[e], static_cast<int32_t>(e));
+  std::vector<int64_t> next(c.offset.begin(), c.offset.end() - 1);
+  for (size_t i = 0; i < count.size(); ++i)
+    for (int64_t n = 0; n < count[i]; ++n) c.row.push_back(next[i % static_cast<size_t>(experts)]++);
+  return r;
+}
+
+template <typename X>
+void scatter_rows(const X* src, int64_t lds, std::span<const int64_t> row, int64_t d, X* dst, int64_t ldd) {
+  const auto n = static_cast<int64_t>(row.size());
+#pragma omp parallel for num_threads(threads_for(n, d)) schedule(static)
+  for (int64_t i = 0; i < n; ++i)
+    std::memcpy(dst + row[static_cast<size_t>(i)] * ldd, src + i * lds, static_cast<size_t>(d) * sizeof(X));
+}
+
+template <typename X>
+void gather_rows(const X* src, int64_t lds, std::span<const int64_t> row, int64_t d, X* dst, int64_t ldd,
+                 bool accumulate) {
+  const auto n = static_cast<int64_t>(row.size());
+  if constexpr (!std::is_arithmetic_v<X>)
+    check(!accumulate, "gather_rows: accumulate needs float or double rows");
+#pragma omp parallel for num_threads(threads_for(n, d)) schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    const X* s = src + row[static_cast<size_t>(i)] * lds;
+    X* o = dst + i * ldd;
+    if constexpr (std::is_arithmetic_v<X>) {
+      if (accumulate) {
+        for (int64_t c = 0; c < d; ++c) o[c] += s[c];
+        continue;
+      }
+    }
+    std::memcpy(o, s, static_cast<size_t>(d) * sizeof(X));
+  }
+}
+
+template void scatter_rows<float>(const float*, int64_t, std::span<const int64_t>, int64_t, float*, int64_t);
+template void scatter_rows<double>(const double*, int64_t, std::span<const int64_t>, int64_t, double*,
+                                   int64_t);
+template void scatter_rows<bf16>(const bf16*, int64_t, std::span<const int64_t>, int64_t, bf16*, int64_t);
+template void gather_rows<float>(const float*, int64_t, std::span<const int64_t>, int64_t, float*, int64_t,
+                                 bool);
+template void gather_rows<double>(const double*, int64_t, std::span<const int64_t>, int64_t, double*, int64_t,
+                                  bool);
+template void gather_rows<bf16>(const bf16*, int64_t, std::span<const int64_t>, int64_t, bf16*, int64_t,
+                                bool);
 
 template <typename V>
 MaskedLayout masked_layout(const BasicRouting<V>& r, int64_t max_m) {

@@ -149,9 +149,18 @@ StepResult Trainer::step(const int32_t* inputs, const int32_t* targets) {
     return r;
   }
   const double clip = cfg_.max_grad_norm > 0 ? clip_factor(r.grad_norm, cfg_.max_grad_norm) : 1.0;
-  // AdamW over the unfrozen tensors inside this worker's optimizer range, in maximal contiguous runs.
+  // AdamW over the unfrozen tensors inside this worker's optimizer range, in maximal contiguous runs,
+  // less the ranges other workers step (expert parallelism: their experts).
   adamw_.advance();
   const int64_t ob = optimizer_begin(), oe = optimizer_end();
+  const auto foreign = hooks_ ? hooks_->foreign_ranges() : std::span<const std::pair<int64_t, int64_t>>();
+  auto update = [&](int64_t b, int64_t e) {
+    if (b < e)
+      adamw_.update(
+          model_.params().subspan(static_cast<size_t>(b), static_cast<size_t>(e - b)),
+          std::span<const float>(model_.grads()).subspan(static_cast<size_t>(b), static_cast<size_t>(e - b)),
+          b - ob, r.lr, clip / r.loss_scale);
+  };
   for (size_t i = 0; i < tensors.size();) {
     if (frozen_[i]) {
       ++i;
@@ -159,13 +168,14 @@ StepResult Trainer::step(const int32_t* inputs, const int32_t* targets) {
     }
     size_t j = i;
     while (j < tensors.size() && !frozen_[j]) ++j;
-    const int64_t b = std::max(ob, tensors[i].offset),
-                  e = std::min(oe, tensors[j - 1].offset + tensors[j - 1].numel);
-    if (b < e)
-      adamw_.update(
-          model_.params().subspan(static_cast<size_t>(b), static_cast<size_t>(e - b)),
-          std::span<const float>(model_.grads()).subspan(static_cast<size_t>(b), static_cast<size_t>(e - b)),
-          b - ob, r.lr, clip / r.loss_scale);
+    int64_t b = std::max(ob, tensors[i].offset);
+    const int64_t e = std::min(oe, tensors[j - 1].offset + tensors[j - 1].numel);
+    for (const auto& [fb, fe] : foreign) {
+      if (fe <= b || fb >= e) continue;
+      update(b, fb);
+      b = std::max(b, fe);
+    }
+    update(b, e);
     i = j;
   }
   if (hooks_) {

@@ -113,28 +113,79 @@ double all_to_all_s(double bytes, const DdpLink& l) {
   return latency(l, l.ranks - 1) + (n - 1) / n * bytes / l.bandwidth;
 }
 
-ExpertParallel expert_parallel(const ModelShape& m, const DdpLink& link, int64_t expert_ranks) {
+namespace {
+bool expert_stack(const ParamSpec& p) {
+  return p.name.find(".ffn.experts.") != std::string::npos;
+}
+}  // namespace
+
+ExpertParallel expert_parallel(const ModelShape& m, const DdpInput& in, const DdpLink& link,
+                               int64_t expert_ranks) {
   check_arg(m.is_moe(), "shape", "expert parallelism needs an MoE model (this one is dense)");
   check_arg(expert_ranks >= 1 && expert_ranks <= (int64_t{1} << 20), "expert_ranks",
             "{} is not a rank count (accepted: 1 to 2^20)", expert_ranks);
   check_arg(m.num_experts % expert_ranks == 0, "expert_ranks",
             "{} ranks do not share out {} experts evenly (accepted: a divisor of {})", expert_ranks,
             m.num_experts, m.num_experts);
+  link.validate();
+  check_arg(link.ranks % expert_ranks == 0, "expert_ranks",
+            "{} does not divide the {} ranks (the ranks form groups that each hold every expert once)",
+            expert_ranks, link.ranks);
   ExpertParallel r;
   r.ranks = expert_ranks;
   r.experts_per_rank = m.num_experts / expert_ranks;
   r.moe_layers = m.num_moe_layers();
   r.all_to_alls = 4 * r.moe_layers;
   r.tokens = static_cast<double>(m.batch) * static_cast<double>(m.seq);
-  r.bytes = r.tokens * static_cast<double>(m.top_k) * static_cast<double>(m.d_model) *
-            static_cast<double>(dtype_size(m.storage.value_or(m.operand)));
+  const double rows = r.tokens * static_cast<double>(m.top_k) * static_cast<double>(m.d_model);
+  r.dispatch_bytes = rows * static_cast<double>(dtype_size(m.storage.value_or(m.operand)));
+  r.combine_bytes = rows * 4;
   const double n = static_cast<double>(expert_ranks);
-  r.leaving_bytes = (n - 1) / n * r.bytes;
+  r.leaving = (n - 1) / n;
   DdpLink l = link;
   l.ranks = expert_ranks;
-  r.all_to_all_s = all_to_all_s(r.bytes, l);
-  r.step_s = static_cast<double>(r.all_to_alls) * r.all_to_all_s;
+  r.dispatch_s = all_to_all_s(r.dispatch_bytes, l);
+  r.combine_s = all_to_all_s(r.combine_bytes, l);
+  r.shared_forward_s = in.shared_forward_s;
+  r.shared_backward_s = in.shared_backward_s;
+  const double layers = static_cast<double>(r.moe_layers);
+  r.step_s = layers * 2 * (r.dispatch_s + r.combine_s);
+  r.hidden_s =
+      layers * (std::min(r.dispatch_s, r.shared_forward_s) + std::min(r.dispatch_s, r.shared_backward_s));
+  r.exposed_s = r.step_s - r.hidden_s;
+  for (const ParamSpec& p : model_parameters(m))
+    if (expert_stack(p)) {
+      double b = 4;
+      for (int64_t d : p.shape) b *= static_cast<double>(d);
+      r.expert_grad_bytes += b;
+    }
+  r.replicas = link.ranks / expert_ranks;
+  DdpLink replicas = link;
+  replicas.ranks = r.replicas;
+  r.replica_reduce_s = ring_all_reduce_s(r.expert_grad_bytes / n, replicas);
   return r;
+}
+
+DdpInput expert_parallel_ddp_input(const DdpInput& in, const ExpertParallel& ep) {
+  DdpInput out = in;
+  const double total = in.total_bytes();
+  out.grads.clear();
+  for (const auto& g : in.grads)
+    if (g.name.find(".ffn.experts.") == std::string::npos) out.grads.push_back(g);
+  // AdamW runs over every parameter at the same rate: the dense ones and 1/N of the experts'.
+  if (total > 0) {
+    const double stepped = out.total_bytes() + ep.expert_grad_bytes / static_cast<double>(ep.ranks);
+    out.optimizer_s = in.optimizer_s * stepped / total;
+  }
+  return out;
+}
+
+DdpPrediction add_expert_parallel(DdpPrediction p, const ExpertParallel& ep) {
+  p.comm_s += ep.step_s + ep.replica_reduce_s;
+  p.hidden_s += ep.hidden_s;
+  p.exposed_s += ep.exposed_s + ep.replica_reduce_s;
+  p.step_s += ep.exposed_s + ep.replica_reduce_s;
+  return p;
 }
 
 double DdpInput::total_bytes() const {
@@ -341,6 +392,8 @@ DdpInput ddp_input(const ModelShape& m, const Chip& chip, const std::string& lev
     }
     const double t1 = bound(c, chip, bo).t_lower;
     const double t = t1 * static_cast<double>(op.count);
+    if (op.moe && op.name.find("shared") != std::string::npos)
+      (op.pass == "forward" ? in.shared_forward_s : in.shared_backward_s) += t1;
     if (op.pass == "forward") {
       in.forward_s += t;
     } else if (op.pass == "optimizer") {

@@ -9,6 +9,7 @@
 #include <set>
 #include <sstream>
 
+#include "mpirun.hpp"
 #include "run.hpp"
 #include "core/json.hpp"
 
@@ -18,13 +19,7 @@ namespace {
 
 using ridge::test::RunResult;
 
-// OpenMPI refuses root without these, and this machine has fewer cores than some runs want ranks.
-// OpenMPI's plugins leak at exit (from dlopen'ed modules LeakSanitizer cannot name, so no suppression
-// file can match them): under the sanitizer build, leak checking is off for MPI runs only.
-const std::string kMpirun = std::string(
-                                "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 "
-                                "ASAN_OPTIONS=detect_leaks=0 timeout 120 ") +
-                            RIDGE_MPIEXEC + " --oversubscribe --bind-to none";
+const std::string kMpirun = ridge::test::mpirun("120");
 const std::string kModel =
     " train --layers 2 --d-model 32 --heads 2 --d-ff 48 --vocab 64 --context 8 --threads 1 "
     "--seed 5 --lr 3e-3 --warmup 0 --log-every 1 ";
@@ -34,13 +29,7 @@ RunResult sh(const std::string& cmd) {
   return ridge::test::run_shell(cmd);
 }
 
-std::vector<double> losses(const std::string& out) {
-  std::vector<double> l;
-  std::istringstream in(out);
-  for (std::string line; std::getline(in, line);)
-    if (!line.empty() && line[0] == '{') l.push_back(nlohmann::json::parse(line).at("loss").get<double>());
-  return l;
-}
+using ridge::test::json_losses;
 
 using ridge::test::ridge_lines;
 
@@ -52,7 +41,7 @@ using ridge::test::ridge_lines;
 TEST(CliDist, EveryModeMatchesOneProcess) {
   const RunResult one = ridge::test::run(kModel + "--batch 4 --steps 3 --json", "OMP_NUM_THREADS=1");
   ASSERT_EQ(one.code, 0) << one.err;
-  const auto want = losses(one.out);
+  const auto want = json_losses(one.out);
   ASSERT_EQ(want.size(), 3u);
   for (const std::string mode :
        {"--ddp naive", "--ddp flat", "--ddp overlap", "--ddp bucketed --bucket-mb 0.02",
@@ -63,7 +52,7 @@ TEST(CliDist, EveryModeMatchesOneProcess) {
     const RunResult r =
         sh(kMpirun + " -np 2 " + RIDGE_BINARY + kModel + "--batch 4 --steps 3 --json " + mode);
     ASSERT_EQ(r.code, 0) << r.err;
-    const auto got = losses(r.out);
+    const auto got = json_losses(r.out);
     ASSERT_EQ(got.size(), want.size()) << "only rank 0 prints: " << r.out;
     for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-5 * want[i]) << "step " << i + 1;
   }
@@ -79,7 +68,7 @@ TEST(CliDist, ShardedCheckpointResumesInOneProcess) {
   const RunResult one =
       ridge::test::run(kModel + "--batch 4 --steps 3 --json --resume " + ck, "OMP_NUM_THREADS=1");
   EXPECT_EQ(one.code, 0) << one.err;
-  EXPECT_EQ(losses(one.out).size(), 1u);  // steps 3 of 3: only the last one ran
+  EXPECT_EQ(json_losses(one.out).size(), 1u);  // steps 3 of 3: only the last one ran
   std::filesystem::remove_all(dir);
 }
 
@@ -156,7 +145,7 @@ TEST(CliDist, ARankDyingMidBackwardEndsEveryRankWithOneLine) {
         << lines[0];
     // Step 3 never completes. Rank 0 logs steps 1 and 2 (the second can be cut off when rank 1 dies
     // and mpirun ends rank 0 before its forwarded output is flushed).
-    const auto logged = losses(r.out);
+    const auto logged = json_losses(r.out);
     EXPECT_GE(logged.size(), c.rank == 0 ? 2u : 1u) << r.out;
     EXPECT_LE(logged.size(), 2u) << r.out;
   }
@@ -192,7 +181,7 @@ TEST(CliDist, ShardedCheckpointResumesAtAnotherWorldSizeAndScheme) {
   const RunResult again = sh(kMpirun + " -np 2 " + RIDGE_BINARY + kModel +
                              "--batch 4 --steps 3 --json --shard-optimizer zero1 --ddp naive --resume " + ck);
   ASSERT_EQ(again.code, 0) << again.err;
-  const auto a = losses(one.out), b = losses(two.out), z = losses(again.out);
+  const auto a = json_losses(one.out), b = json_losses(two.out), z = json_losses(again.out);
   ASSERT_EQ(a.size(), 1u);
   ASSERT_EQ(b.size(), 1u);
   ASSERT_EQ(z.size(), 1u);

@@ -148,16 +148,38 @@ TEST(CliMoe, ExpertParallelAllToAll) {
   EXPECT_EQ(e["ranks"], 4);
   EXPECT_EQ(e["experts_per_rank"], 16);
   EXPECT_EQ(e["all_to_alls"], 48);  // 4 per MoE layer, 12 layers
-  EXPECT_EQ(e["bytes"].get<double>(), 4 * 256 * 3 * 768 * 2.0);
-  EXPECT_EQ(e["leaving_bytes"].get<double>(), 0.75 * e["bytes"].get<double>());
+  // 4 x 256 tokens x top-3 x d_model 768: the dispatch in bf16, the combine in fp32; 3/4 leave the rank.
+  EXPECT_EQ(e["dispatch_bytes"].get<double>(), 4 * 256 * 3 * 768 * 2.0);
+  EXPECT_EQ(e["combine_bytes"].get<double>(), 4 * 256 * 3 * 768 * 4.0);
+  EXPECT_EQ(e["leaving"].get<double>(), 0.75);
   // H100's NVLink (450 GB/s one way), the nvlink preset's latencies: 8.4 us + 3 x 3.4 us per all-to-all.
-  EXPECT_NEAR(e["all_to_all_s"].get<double>(), 8.4e-6 + 3 * 3.4e-6 + e["leaving_bytes"].get<double>() / 450e9,
-              1e-12);
-  EXPECT_NEAR(e["step_s"].get<double>(), 48 * e["all_to_all_s"].get<double>(), 1e-12);
+  const double d = 8.4e-6 + 3 * 3.4e-6 + 0.75 * e["dispatch_bytes"].get<double>() / 450e9,
+               c = 8.4e-6 + 3 * 3.4e-6 + 0.75 * e["combine_bytes"].get<double>() / 450e9;
+  EXPECT_NEAR(e["dispatch_s"].get<double>(), d, 1e-12);
+  EXPECT_NEAR(e["combine_s"].get<double>(), c, 1e-12);
+  EXPECT_NEAR(e["step_s"].get<double>(), 12 * 2 * (d + c), 1e-12);
+  // moe-small's shared expert hides each dispatch, or as much of it as its compute lasts.
+  const double sf = e["shared_forward_s"].get<double>(), sb = e["shared_backward_s"].get<double>();
+  EXPECT_GT(sf, 0);
+  EXPECT_NEAR(e["hidden_s"].get<double>(), 12 * (std::min(d, sf) + std::min(d, sb)), 1e-12);
+  EXPECT_NEAR(e["exposed_s"].get<double>(), e["step_s"].get<double>() - e["hidden_s"].get<double>(), 1e-15);
+  EXPECT_EQ(e["replicas"], 2);
+  // Every mode's step carries the exposed exchange and the replica reduction; no sharded mode is priced.
+  for (const auto& mode : j["modes"]) {
+    EXPECT_EQ(mode["sharding"], "none");
+    EXPECT_GE(mode["exposed_s"].get<double>(),
+              e["exposed_s"].get<double>() + e["replica_reduce_s"].get<double>());
+  }
   EXPECT_FALSE(json_of("roofline ddp --size moe-small --json").contains("expert_parallel"));
   const auto t = run("roofline ddp --size moe-small --ranks 8 --expert-parallel 8");
   EXPECT_NE(t.out.find("expert parallel: the 64 experts sharded over groups of 8"), std::string::npos)
       << t.out;
+  // Without a shared expert nothing hides it.
+  const auto s = json_of(
+      "roofline ddp --size moe-small --shared-experts 0 --precision bf16 --ranks 8 --expert-parallel 8 "
+      "--json");
+  EXPECT_EQ(s["expert_parallel"]["hidden_s"].get<double>(), 0);
+  EXPECT_EQ(s["expert_parallel"]["shared_forward_s"].get<double>(), 0);
   expect_user_error("roofline ddp --size moe-small --ranks 6 --expert-parallel 3", "--expert-parallel");
   expect_user_error("roofline ddp --size moe-small --ranks 8 --expert-parallel 3", "--expert-parallel: 3");
   expect_user_error("roofline ddp --size moe-tiny --ranks 16 --expert-parallel 16",

@@ -24,81 +24,16 @@
 #include "ridge/model/optim.hpp"
 #include "ridge/model/train.hpp"
 
+#include "distributed/common.hpp"
+
 namespace rm = ridge::model;
 namespace rd = ridge::distributed;
 
 namespace {
 
-int rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
+using namespace ridge::test::dist;  // the model, the batches, the reference (common.hpp)
 
-rm::ModelConfig tiny() {
-  rm::ModelConfig c;
-  c.vocab_size = 64;
-  c.context_length = 8;
-  c.d_model = 32;
-  c.num_layers = 2;
-  c.num_heads = 2;
-  c.d_ff = 48;
-  c.validate();
-  return c;
-}
-
-constexpr int64_t kGlobalBatch = 4, kSeq = 8, kSteps = 4;
-
-rm::TrainConfig train_config(int64_t batch, rm::Precision p = rm::Precision::fp32) {
-  rm::TrainConfig t;
-  t.batch = batch;
-  t.seq = kSeq;
-  t.precision = p;
-  t.lr_max = 3e-3;
-  t.lr_min = 3e-3;
-  t.max_grad_norm = 0.5;  // small enough that clipping acts on the averaged gradient
-  t.seed = 7;
-  return t;
-}
-
-// The global batches of every step, drawn the same way on every rank.
-struct Batches {
-  std::vector<std::vector<int32_t>> x, y;
-};
-Batches make_batches(int64_t vocab, int steps, uint64_t seed = 11) {
-  Batches b;
-  ridge::text::Rng rng(seed);
-  for (int s = 0; s < steps; ++s) {
-    std::vector<int32_t> x(static_cast<size_t>(kGlobalBatch * kSeq)), y(x.size());
-    for (size_t i = 0; i < x.size(); ++i) {
-      x[i] = static_cast<int32_t>(rng.below(static_cast<uint64_t>(vocab)));
-      y[i] = static_cast<int32_t>(rng.below(static_cast<uint64_t>(vocab)));
-    }
-    b.x.push_back(std::move(x));
-    b.y.push_back(std::move(y));
-  }
-  return b;
-}
-
-// Single process, gradient accumulation over the two half-batches: the DDP sum in one process.
-class AccumulateHalves : public rm::StepHooks {
- public:
-  AccumulateHalves(rm::Trainer& t) : t_(t) {}
-  const int32_t *x1 = nullptr, *y1 = nullptr;
-  void reduce_gradients(std::span<float> g) override {
-    std::vector<float> g0(g.begin(), g.end());
-    auto& m = t_.model();
-    m.zero_grad();
-    m.forward(x1, y1, t_.config().batch, t_.config().seq);
-    m.backward(1.0f);
-    for (size_t i = 0; i < g.size(); ++i) g[i] = (g0[i] + g[i]) / 2.0f;
-    for (size_t i = 0; i < m.tensors().size(); ++i)
-      if (t_.frozen(i)) std::fill_n(g.begin() + m.tensors()[i].offset, m.tensors()[i].numel, 0.0f);
-  }
-
- private:
-  rm::Trainer& t_;
-};
+constexpr int64_t kSteps = 4;
 
 rd::DdpConfig ddp(rd::DdpMode mode, double mb = 25, rd::Sharding s = rd::Sharding::none) {
   rd::DdpConfig c;

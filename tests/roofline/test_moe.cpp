@@ -413,7 +413,9 @@ TEST(MoeStep, DdpGroupsTheMoeLayersOps) {
   EXPECT_NEAR(in.backward_group_s[2] - in.backward_group_s[3], moe - dense, 1e-12 * backward);
 }
 
-TEST(MoeExpertParallel, AllToAllBytesAndTime) {
+// Expert parallelism as distributed::DataParallel runs it, counted by hand: 4 x 32 = 128 tokens per rank,
+// top-2, d_model 8, bf16 operands, 4 experts over groups of 4 of 8 ranks (2 replicas of each shard).
+TEST(MoeExpertParallel, AllToAllBytesTimeOverlapAndGradients) {
   const rr::ModelShape m = step_of(moe_shape(), 4, 32);
   rr::DdpLink link;
   link.name = "example";
@@ -421,15 +423,70 @@ TEST(MoeExpertParallel, AllToAllBytesAndTime) {
   link.hop_latency_s = 1e-6;
   link.base_latency_s = 5e-6;
   link.ranks = 8;
-  const auto ep = rr::expert_parallel(m, link, 4);
-  // 128 tokens x top-2 x d_model 8 x 2 bytes, 3/4 of it off the rank: base + 3 hops + that over the link.
-  EXPECT_EQ(ep.bytes, 128.0 * 2 * 8 * 2);
-  EXPECT_EQ(ep.leaving_bytes, 0.75 * ep.bytes);
-  EXPECT_DOUBLE_EQ(ep.all_to_all_s, 5e-6 + 3e-6 + 0.75 * 4096 / 1e9);
+  rr::DdpInput in;
+  in.shared_forward_s = 5e-6;  // shorter than a dispatch: it hides 5 us of it
+  in.shared_backward_s = 1.0;  // longer: it hides the whole dispatch
+  const auto ep = rr::expert_parallel(m, in, link, 4);
+  // The dispatch: 128 tokens x top-2 x 8 x 2 bytes; the combine the same rows in fp32; 3/4 leave the rank.
+  EXPECT_EQ(ep.dispatch_bytes, 128.0 * 2 * 8 * 2);
+  EXPECT_EQ(ep.combine_bytes, 128.0 * 2 * 8 * 4);
+  EXPECT_EQ(ep.leaving, 0.75);
+  // base + 3 hops + the bytes that leave over the link.
+  const double d = 5e-6 + 3e-6 + 0.75 * 4096 / 1e9, c = 5e-6 + 3e-6 + 0.75 * 8192 / 1e9;
+  EXPECT_DOUBLE_EQ(ep.dispatch_s, d);
+  EXPECT_DOUBLE_EQ(ep.combine_s, c);
   EXPECT_EQ(ep.experts_per_rank, 1);
   EXPECT_EQ(ep.all_to_alls, 4);  // one MoE layer
-  EXPECT_DOUBLE_EQ(ep.step_s, 4 * ep.all_to_all_s);
-  EXPECT_EQ(rr::expert_parallel(m, link, 1).step_s, 0);         // all experts on the rank: nothing to send
-  EXPECT_THROW(rr::expert_parallel(m, link, 3), ridge::Error);  // 4 experts over 3 ranks
-  EXPECT_THROW(rr::expert_parallel(step_of(dense_shape(), 4, 32), link, 2), ridge::Error);
+  EXPECT_DOUBLE_EQ(ep.step_s, 2 * d + 2 * c);
+  EXPECT_DOUBLE_EQ(ep.hidden_s, 5e-6 + d);
+  EXPECT_DOUBLE_EQ(ep.exposed_s, 2 * d + 2 * c - 5e-6 - d);
+  // The experts' gradients: 4 experts x (w1, w3 [6, 8] and w2 [8, 6]) in fp32; each rank's quarter
+  // all-reduced between its 2 replicas: base + 2 hops + 2 (2-1)/2 x 576 bytes.
+  EXPECT_EQ(ep.expert_grad_bytes, 4.0 * 4 * 3 * 6 * 8);
+  EXPECT_EQ(ep.replicas, 2);
+  EXPECT_DOUBLE_EQ(ep.replica_reduce_s, 5e-6 + 2e-6 + 576 / 1e9);
+  rr::DdpLink four = link;
+  four.ranks = 4;
+  EXPECT_EQ(rr::expert_parallel(m, in, four, 4).replica_reduce_s, 0);  // one replica: nothing to reduce
+  // All experts on each rank: nothing to send, every gradient replicated over the 8 ranks.
+  const auto one = rr::expert_parallel(m, in, link, 1);
+  EXPECT_EQ(one.step_s, 0);
+  EXPECT_EQ(one.hidden_s, 0);
+  EXPECT_THROW(rr::expert_parallel(m, in, link, 3), ridge::Error);  // 4 experts over 3 ranks
+  link.ranks = 6;
+  EXPECT_THROW(rr::expert_parallel(m, in, link, 4), ridge::Error);  // 4 does not divide 6 ranks
+  link.ranks = 8;
+  EXPECT_THROW(rr::expert_parallel(step_of(dense_shape(), 4, 32), in, link, 2), ridge::Error);
+}
+
+// The data-parallel part: the experts' gradients in no reduction, AdamW over the dense parameters and a
+// quarter of the experts'; the shared experts' times from the step's ops; a mode's step with the exchange.
+TEST(MoeExpertParallel, TheDdpModesLeaveTheExpertsOut) {
+  const rr::ModelShape m = step_of(moe_shape(), 2, 16);
+  const auto chp = chip(1e13, 1e11);
+  const auto in = rr::ddp_input(m, chp);
+  double shared_fwd = 0, shared_bwd = 0;
+  for (const auto& op : rr::model_step_ops(m))
+    if (op.name.find("shared") != std::string::npos)
+      (op.pass == "forward" ? shared_fwd : shared_bwd) += rr::bound(op.cost, chp).t_lower;
+  EXPECT_GT(shared_fwd, 0);
+  EXPECT_DOUBLE_EQ(in.shared_forward_s, shared_fwd);
+  EXPECT_DOUBLE_EQ(in.shared_backward_s, shared_bwd);
+  rr::DdpLink link;
+  link.name = "example";
+  link.bandwidth = 1e9;
+  link.ranks = 4;
+  const auto ep = rr::expert_parallel(m, in, link, 4);
+  const auto dp = rr::expert_parallel_ddp_input(in, ep);
+  const double experts = 4.0 * 4 * 3 * 6 * 8;
+  EXPECT_DOUBLE_EQ(dp.total_bytes(), in.total_bytes() - experts);
+  for (const auto& g : dp.grads) EXPECT_EQ(g.name.find(".ffn.experts."), std::string::npos) << g.name;
+  EXPECT_DOUBLE_EQ(dp.optimizer_s,
+                   in.optimizer_s * (in.total_bytes() - experts + experts / 4) / in.total_bytes());
+  rr::DdpSetting flat;
+  const auto plain = rr::predict_ddp(dp, link, flat);
+  const auto with = rr::add_expert_parallel(plain, ep);
+  EXPECT_DOUBLE_EQ(with.step_s, plain.step_s + ep.exposed_s);
+  EXPECT_DOUBLE_EQ(with.comm_s, plain.comm_s + ep.step_s);
+  EXPECT_DOUBLE_EQ(with.hidden_s, plain.hidden_s + ep.hidden_s);
 }

@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "ridge/model/config.hpp"
+#include "ridge/model/expert_exchange.hpp"
 
 namespace ridge::model {
 
@@ -142,8 +143,18 @@ class TransformerLM {
   // speed 0.
   void update_router_bias(std::span<const int64_t> counts, int64_t tokens);
 
+  // Expert parallelism (ridge/model/expert_exchange.hpp): from the next forward on, each MoE layer runs
+  // only this worker's block of experts, [rank E / world, (rank + 1) E / world), over the rows every
+  // worker routes to them, and reaches the others' through `exchange` (nullptr: every expert here, the
+  // default). The weight gradients of the other workers' experts stay zero here: each expert's gradient
+  // is whole at its owner. ridge::Error naming `exchange` for a dense model or E not a multiple of the
+  // world. The exchange must outlive its use.
+  void set_expert_exchange(ExpertExchange* exchange);
+  ExpertExchange* expert_exchange() const;
+
   // Bytes held for activations and workspace by the last forward (what the memory profiler tags
-  // "activations" and "workspace").
+  // "activations" and "workspace"; under expert parallelism also the owner's saved rows and the
+  // exchange's buffers, tagged ".../expert parallel").
   int64_t activation_bytes() const;
   int64_t workspace_bytes() const;
 

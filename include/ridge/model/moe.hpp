@@ -110,6 +110,29 @@ struct ContiguousLayout {
 template <typename V>
 ContiguousLayout contiguous_layout(const BasicRouting<V>& r, int64_t alignment);
 
+// Expert parallelism (ridge/model/expert_exchange.hpp): the layout an owner of `experts` experts runs
+// its grouped GEMMs over, for the rows `sources` workers send it. count [sources * experts] holds the rows
+// source s sends for each of the owner's experts (count[s * experts + e]); they arrive source by source,
+// each source's rows in expert order. Expert e's run gathers every source's rows of e, in source order
+// (which is the global batch's token order), padded to a multiple of `alignment`. layout.row[i] is the
+// run row of the i-th row received, layout.m_indices the owner's own expert ids (0 .. experts - 1), and
+// count[e] the rows of expert e. Throws ridge::Error naming `count` for a negative count or a size
+// other than sources * experts.
+struct ReceivedLayout {
+  ContiguousLayout layout;
+  std::vector<int64_t> count;  // [experts]
+};
+ReceivedLayout received_layout(std::span<const int64_t> count, int64_t sources, int64_t experts,
+                               int64_t alignment);
+
+// The row moves of an exchange: scatter dst[row[i], :] = src[i, :], and gather dst[i, :] (+)= src[row[i],
+// :], for i < row.size() (rows d wide; lds, ldd apart). accumulate adds in (float and double only).
+template <typename X>
+void scatter_rows(const X* src, int64_t lds, std::span<const int64_t> row, int64_t d, X* dst, int64_t ldd);
+template <typename X>
+void gather_rows(const X* src, int64_t lds, std::span<const int64_t> row, int64_t d, X* dst, int64_t ldd,
+                 bool accumulate);
+
 // DeepGEMM's masked layout (decode): expert e's tokens are rows [0, masked_m[e]) of its [max_m, d]
 // slab, in token order; row[t * k + j] = e * max_m + the row within the slab. max_m >= the largest
 // count (a fixed buffer: the caller sizes it once, e.g. T for a batch of T tokens).

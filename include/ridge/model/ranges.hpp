@@ -55,6 +55,12 @@ inline constexpr Name gemm_experts_w1_w3{"gemm experts w1 w3", Kind::gemm};
 inline constexpr Name gemm_experts_w2{"gemm experts w2", Kind::gemm};
 inline constexpr Name shared_experts{"shared experts", Kind::block};
 inline constexpr Name unpermute{"unpermute", Kind::elementwise};
+// Expert parallelism (ridge/model/expert_exchange.hpp): the counts and the tokens' rows to the experts'
+// owners, and the experts' outputs back; in the backward pass the outputs' gradients to the owners
+// (dispatch backward: the combine's gradient) and the inputs' gradients back (combine backward). A
+// dispatch overlapped with the shared experts shows as two ranges around them: the start, and the wait.
+inline constexpr Name dispatch{"dispatch", Kind::communication};
+inline constexpr Name combine{"combine", Kind::communication};
 inline constexpr Name final_norm{"final norm", Kind::elementwise};
 inline constexpr Name gemm_lm_head{"gemm lm_head", Kind::gemm};
 inline constexpr Name loss{"loss", Kind::elementwise};
@@ -75,6 +81,8 @@ inline constexpr Name unpermute_backward{"unpermute backward", Kind::elementwise
 inline constexpr Name experts_backward{"experts backward", Kind::block};
 inline constexpr Name gemm_experts_w2_backward{"gemm experts w2 backward", Kind::gemm};
 inline constexpr Name gemm_experts_w1_w3_backward{"gemm experts w1 w3 backward", Kind::gemm};
+inline constexpr Name dispatch_backward{"dispatch backward", Kind::communication};
+inline constexpr Name combine_backward{"combine backward", Kind::communication};
 inline constexpr Name permute_backward{"permute backward", Kind::elementwise};
 inline constexpr Name route_backward{"route backward", Kind::elementwise};
 inline constexpr Name gemm_router_backward{"gemm router backward", Kind::gemm};
@@ -112,6 +120,8 @@ inline constexpr Name all[] = {
     gemm_experts_w2,
     shared_experts,
     unpermute,
+    dispatch,
+    combine,
     final_norm,
     gemm_lm_head,
     loss,
@@ -128,6 +138,8 @@ inline constexpr Name all[] = {
     experts_backward,
     gemm_experts_w2_backward,
     gemm_experts_w1_w3_backward,
+    dispatch_backward,
+    combine_backward,
     permute_backward,
     route_backward,
     gemm_router_backward,

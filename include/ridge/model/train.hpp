@@ -10,6 +10,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ridge/text/data.hpp"
@@ -86,6 +87,9 @@ class StepHooks {
   // (balance bias) are the same on every worker. Collective: every worker calls it at every step of an
   // MoE model.
   virtual void sum_expert_counts(std::span<int64_t> counts) { (void)counts; }
+  // Expert parallelism: the flat parameter ranges (sorted, disjoint) of the experts other workers own.
+  // This worker computes no gradient for them and its optimizer does not step them (their owners do).
+  virtual std::span<const std::pair<int64_t, int64_t>> foreign_ranges() const { return {}; }
 
   // The loop's part. This worker among the `world` that share each global batch: train() draws
   // world x batch rows and steps on rows [rank x batch, (rank + 1) x batch).

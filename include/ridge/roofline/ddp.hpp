@@ -51,24 +51,35 @@ double ring_broadcast_s(double bytes, const DdpLink& link);
 //   base + (N-1) hop + (N-1)/N S / B
 double all_to_all_s(double bytes, const DdpLink& link);
 
-// Expert parallelism (issue 40): an MoE model's routed experts sharded over `expert_ranks` ranks (num_experts
-// a multiple of them), each rank's tokens sent to the ranks of the experts they chose and their outputs sent
-// back. Per MoE layer and step, four all-to-alls of the rank's tokens x top_k rows of d_model values in the
-// operand dtype: dispatch and combine, and in backward their gradients (the combine's gradient is a
-// dispatch, the dispatch's a combine). Uniform routing sends (N-1)/N of them off the rank. Counted as
-// exposed: nothing here overlaps them with compute.
+// Expert parallelism (issue 40), as distributed::DataParallel runs it: an MoE model's routed experts sharded
+// over `expert_ranks` ranks (num_experts a multiple of them), each rank's tokens sent to the ranks of the
+// experts they chose and the outputs sent back. Per MoE layer and step four all-to-alls of the rank's
+// tokens x top_k rows of d_model values: the dispatch (the tokens, in the operand dtype) and the combine
+// (the outputs, fp32: ridge sums them in the state type), and in backward the dispatch of the outputs'
+// gradients (operand dtype) and the combine of the inputs' gradients (fp32). Uniform routing keeps 1/N
+// of the rows on the rank; (N-1)/N leave it, each all-to-all costing
+//   base + (N-1) hop + (N-1)/N S / B   (all_to_all_s).
+// With shared experts each dispatch is in flight while they compute (forward, and backward's), so per MoE
+// layer min(dispatch, shared forward) + min(dispatch, shared backward) is hidden; the rest is exposed.
+// The routed experts' gradients are whole at their owner: they join no data-parallel reduction; when the
+// ranks hold several replicas of each shard (ranks / expert_ranks > 1) each rank all-reduces its shard's
+// among them after backward (a ring over ranks / expert_ranks), exposed.
 struct ExpertParallel {
   int64_t ranks = 1, experts_per_rank = 0, moe_layers = 0;
-  int64_t all_to_alls = 0;   // per step: 4 per MoE layer
-  double tokens = 0;         // per rank and step: batch x seq
-  double bytes = 0;          // one all-to-all's payload on a rank: tokens x top_k x d_model x operand bytes
-  double leaving_bytes = 0;  // the (N-1)/N of it that leaves the rank
-  double all_to_all_s = 0;   // one all-to-all
-  double step_s = 0;         // all of a step's
+  int64_t all_to_alls = 0;               // per step: 4 per MoE layer
+  double tokens = 0;                     // per rank and step: batch x seq
+  double dispatch_bytes = 0;             // one dispatch on a rank: tokens x top_k x d_model x operand bytes
+  double combine_bytes = 0;              // one combine: tokens x top_k x d_model x 4
+  double leaving = 0;                    // the share of each that leaves the rank, (N-1)/N
+  double dispatch_s = 0, combine_s = 0;  // one each
+  double shared_forward_s = 0, shared_backward_s = 0;  // per MoE layer (from DdpInput)
+  double step_s = 0;                                   // every all-to-all of a step
+  double hidden_s = 0;                                 // the dispatches' part behind the shared experts
+  double exposed_s = 0;                                // step_s - hidden_s
+  double expert_grad_bytes = 0;  // fp32 gradients of every routed expert (each rank reduces 1/N of them)
+  int64_t replicas = 1;          // ranks / expert_ranks
+  double replica_reduce_s = 0;   // all-reduce of this rank's 1/N among its replicas (0 for one replica)
 };
-// `per_rank`: one rank's step (its batch). ridge::Error naming the argument for a dense shape ("shape"),
-// expert_ranks outside 1 .. 2^20 or not dividing num_experts ("expert_ranks").
-ExpertParallel expert_parallel(const ModelShape& per_rank, const DdpLink& link, int64_t expert_ranks);
 
 struct GradTensor {
   std::string name;
@@ -84,6 +95,9 @@ struct DdpInput {
   double forward_s = 0;
   double optimizer_s = 0;  // the part optimizer sharding divides by N (AdamW)
   double other_s = 0;      // the rest of the step (zero_grad, gradient norm)
+  // MoE: one MoE layer's shared experts, forward and backward (what an expert-parallel dispatch overlaps);
+  // 0 without shared experts, and for measured inputs that do not give them.
+  double shared_forward_s = 0, shared_backward_s = 0;
   double total_bytes() const;
   double backward_s() const;
   // ridge::Error naming the field: sizes and times finite >= 0, groups in range and non-decreasing.
@@ -119,6 +133,20 @@ struct DdpPrediction {
 };
 
 DdpPrediction predict_ddp(const DdpInput& in, const DdpLink& link, const DdpSetting& setting);
+
+// Expert parallelism over groups of `expert_ranks` of link.ranks ranks. per_rank: one rank's step (its
+// batch); in: its phases (ddp_input), whose shared-expert times the dispatches overlap. ridge::Error naming
+// the argument for a dense shape ("shape"), expert_ranks outside 1 .. 2^20, not dividing num_experts or
+// not dividing link.ranks ("expert_ranks").
+ExpertParallel expert_parallel(const ModelShape& per_rank, const DdpInput& in, const DdpLink& link,
+                               int64_t expert_ranks);
+// The data-parallel part of an expert-parallel step: `in` with the routed experts' gradients left out of
+// the list (no DDP mode reduces them), and AdamW's time for the dense parameters and this rank's 1/N of
+// the experts (each rank steps only its own).
+DdpInput expert_parallel_ddp_input(const DdpInput& in, const ExpertParallel& ep);
+// A DDP design's prediction with the expert exchange added: comm grows by every all-to-all and the replica
+// reduction, exposed and step by their exposed part.
+DdpPrediction add_expert_parallel(DdpPrediction p, const ExpertParallel& ep);
 
 // The bucket sizes tried by best_bucket: 1, 2, 5, 10, 25, 50, 100, 250, 1000 MB.
 std::vector<double> default_bucket_candidates();
