@@ -49,6 +49,29 @@ roofline::ModelOp calib_op(const std::string& kind, const std::string& name, roo
   return op;
 }
 
+// A GEMM op's name as op_class() reads its layout: " dW" tn, " dX" nn, none nt.
+std::string calib_name(const std::string& prefix, const std::string& layout) {
+  return layout == "tn" ? prefix + " dW" : layout == "nn" ? prefix + " dX" : prefix;
+}
+
+// The GEMM classes' fits: per class, its shapes' summed bound over their summed time, and what was timed.
+struct ClassSums {
+  std::map<std::string, std::pair<double, double>> sums;  // class -> (bound ms, measured ms)
+  void add(const roofline::Chip& chip, const roofline::ModelOp& op, model::Precision p, double ms,
+           const std::string& shape, Efficiencies& e) {
+    const double bound_ms = roofline::bound(op.cost, chip).t_lower * 1e3;
+    const std::string cls = op_class(op, p);
+    sums[cls].first += bound_ms;
+    sums[cls].second += ms;
+    std::string& what = e.shapes[cls];
+    what += fmt::format("{}{}: {:.3f} ms measured, {:.3f} ms bound", what.empty() ? "" : "; ", shape, ms,
+                        bound_ms);
+  }
+  void finish(Efficiencies& e) const {
+    for (const auto& [cls, bm] : sums) e.by_class[cls] = std::min(1.0, bm.first / bm.second);
+  }
+};
+
 template <typename O>
 constexpr model::Precision precision_of() {
   return std::is_same_v<O, bf16> ? model::Precision::bf16 : model::Precision::fp32;
@@ -62,7 +85,7 @@ void fit_gemms(const roofline::Chip& chip, Efficiencies& e) {
   const std::vector<std::array<int64_t, 3>> rows = {{kT, kD, kD}, {kT, kF, kD}, {kT, kD, kF}, {kT, kV, kD}};
   const std::vector<std::array<int64_t, 3>> dw = {{kD, kD, kT}, {kF, kD, kT}, {kD, kF, kT}, {kV, kD, kT}};
   const DType t = std::is_same_v<O, bf16> ? DType::bf16 : DType::f32;
-  std::map<std::string, std::pair<double, double>> sums;  // class -> (bound ms, measured ms)
+  ClassSums sums;
   for (const char* layout : {"nt", "nn", "tn"}) {
     const std::string l = layout;
     for (const auto& [m, n, k] : l == "tn" ? dw : rows) {
@@ -82,21 +105,11 @@ void fit_gemms(const roofline::Chip& chip, Efficiencies& e) {
       roofline::MatmulDtypes dt;
       dt.x = dt.w = t;
       dt.out = DType::f32;
-      const auto op = calib_op("gemm",
-                               l == "tn"   ? "calib dW"
-                               : l == "nn" ? "calib dX"
-                                           : "calib",
-                               roofline::matmul(m, k, n, dt));
-      const double bound_ms = roofline::bound(op.cost, chip).t_lower * 1e3;
-      const std::string cls = op_class(op, precision_of<O>());
-      sums[cls].first += bound_ms;
-      sums[cls].second += ms;
-      std::string& what = e.shapes[cls];
-      what += fmt::format("{}{} M={} N={} K={}: {:.3f} ms measured, {:.3f} ms bound",
-                          what.empty() ? "" : "; ", l, m, n, k, ms, bound_ms);
+      sums.add(chip, calib_op("gemm", calib_name("calib", l), roofline::matmul(m, k, n, dt)),
+               precision_of<O>(), ms, fmt::format("{} M={} N={} K={}", l, m, n, k), e);
     }
   }
-  for (const auto& [cls, bm] : sums) e.by_class[cls] = std::min(1.0, bm.first / bm.second);
+  sums.finish(e);
 }
 
 // The experts' grouped GEMMs as the MoE block calls them (model/expert_gemm.hpp): nt the forward's w1|w3
@@ -113,7 +126,7 @@ void fit_grouped(const roofline::Chip& chip, Efficiencies& e) {
   // tn d[g] [n, k] += a_g [rows, n]^T b_g [rows, k].
   const std::vector<std::tuple<std::string, int64_t, int64_t>> calls = {
       {"nt", 2 * De, D}, {"nt", D, De}, {"nn", De, D}, {"nn", D, 2 * De}, {"tn", D, De}, {"tn", 2 * De, D}};
-  std::map<std::string, std::pair<double, double>> sums;  // class -> (bound ms, measured ms)
+  ClassSums sums;
   for (const auto& [l, n, k] : calls) {
     Buffer<O> a(static_cast<size_t>(R * std::max(n, k)), "calib.a"),
         b(static_cast<size_t>(std::max(G * n * k, R * k)), "calib.b");
@@ -138,20 +151,10 @@ void fit_grouped(const roofline::Chip& chip, Efficiencies& e) {
     });
     const roofline::Cost cost = l == "tn" ? roofline::grouped_gemm_dw(rows, n, k, t, DType::f32)
                                           : roofline::grouped_gemm_contiguous(rows, n, k, t, DType::f32);
-    const auto op = calib_op("gemm",
-                             l == "tn"   ? "gemm experts calib dW"
-                             : l == "nn" ? "gemm experts calib dX"
-                                         : "gemm experts calib",
-                             cost);
-    const double bound_ms = roofline::bound(op.cost, chip).t_lower * 1e3;
-    const std::string cls = op_class(op, precision_of<O>());
-    sums[cls].first += bound_ms;
-    sums[cls].second += ms;
-    std::string& what = e.shapes[cls];
-    what += fmt::format("{}{} {} experts x {} rows, N={} K={}: {:.3f} ms measured, {:.3f} ms bound",
-                        what.empty() ? "" : "; ", l, G, Mg, n, k, ms, bound_ms);
+    sums.add(chip, calib_op("gemm", calib_name("gemm experts calib", l), cost), precision_of<O>(), ms,
+             fmt::format("{} {} experts x {} rows, N={} K={}", l, G, Mg, n, k), e);
   }
-  for (const auto& [cls, bm] : sums) e.by_class[cls] = std::min(1.0, bm.first / bm.second);
+  sums.finish(e);
 }
 
 template <typename O>
