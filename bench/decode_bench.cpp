@@ -88,21 +88,12 @@ std::vector<PeerResult> run_peer(const std::string& script, const std::vector<st
     cs.push_back({{"phase", c.phase}, {"batch", c.batch}, {"context", c.context}, {"prompt", c.prompt}});
   argv.push_back("--cases");
   argv.push_back(cs.dump());
-  const auto run = process::run(argv);
-  auto all = [&](const std::string& why) {
+  json j;
+  std::string why;
+  if (!bench_peers::run_json(argv, j, why)) {
     for (auto& r : out) r.why = why;
     return out;
-  };
-  if (!run.started) return all(fmt::format("cannot run '{}'", python()));
-  const std::string& text = run.output;
-  const auto brace = text.rfind("\n{");
-  json j;
-  try {
-    j = input::parse_json(text.substr(brace == std::string::npos ? 0 : brace + 1), "peer output");
-  } catch (const std::exception&) {
-    return all(fmt::format("failed (exit {}): {}", run.exit_code, text.substr(0, 160)));
   }
-  if (j.contains("error")) return all(j["error"].get<std::string>());
   const auto& rs = j.at("results");
   for (size_t i = 0; i < out.size() && i < rs.size(); ++i) {
     if (rs[i].contains("tokens_per_s"))

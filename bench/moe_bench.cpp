@@ -74,40 +74,29 @@ TorchResult torch_loop(const std::vector<int64_t>& counts, const Shape& s, const
   std::string cs, ps;
   for (int64_t c : counts) cs += (cs.empty() ? "" : ",") + std::to_string(c);
   for (const auto& p : passes) ps += (ps.empty() ? "" : ",") + p;
-  const auto run = process::run({bench_peers::python(g_python),
-                                 std::string(RIDGE_SOURCE_DIR) + "/tools/torch_moe_peer.py",
-                                 "--counts",
-                                 cs,
-                                 "--d-model",
-                                 std::to_string(s.d),
-                                 "--d-expert",
-                                 std::to_string(s.de),
-                                 "--dtype",
-                                 dtype,
-                                 "--passes",
-                                 ps,
-                                 "--threads",
-                                 std::to_string(get_num_threads()),
-                                 "--warmup",
-                                 std::to_string(std::max(1, o.warmup)),
-                                 "--iters",
-                                 std::to_string(std::max(1, o.iters)),
-                                 "--rounds",
-                                 "3"});
-  if (!run.started) {
-    r.why = "PyTorch peer: cannot start python";
-    return r;
-  }
-  const auto nl = run.output.rfind("\n{");
   nlohmann::json j;
-  try {
-    j = input::parse_json(run.output.substr(nl == std::string::npos ? 0 : nl + 1), "peer output");
-  } catch (const std::exception&) {
-    r.why = fmt::format("PyTorch peer failed (exit {}): {}", run.exit_code, run.output.substr(0, 160));
-    return r;
-  }
-  if (j.contains("error")) {
-    r.why = j["error"].get<std::string>();
+  if (!bench_peers::run_json({bench_peers::python(g_python),
+                              std::string(RIDGE_SOURCE_DIR) + "/tools/torch_moe_peer.py",
+                              "--counts",
+                              cs,
+                              "--d-model",
+                              std::to_string(s.d),
+                              "--d-expert",
+                              std::to_string(s.de),
+                              "--dtype",
+                              dtype,
+                              "--passes",
+                              ps,
+                              "--threads",
+                              std::to_string(get_num_threads()),
+                              "--warmup",
+                              std::to_string(std::max(1, o.warmup)),
+                              "--iters",
+                              std::to_string(std::max(1, o.iters)),
+                              "--rounds",
+                              "3"},
+                             j, r.why)) {
+    r.why = "PyTorch peer: " + r.why;
     return r;
   }
   for (const auto& p : passes)
