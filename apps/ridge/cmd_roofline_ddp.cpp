@@ -173,7 +173,12 @@ void setup_roofline_ddp(CLI::App* parent) {
       preds.push_back(rr::predict_ddp(in, link, s));
       if (ep) preds.back() = rr::add_expert_parallel(preds.back(), *ep);
     }
-    const auto mem = rr::ddp_memory(static_cast<double>(rr::model_param_count(shape)), shape.operand, ranks);
+    // Under expert parallelism a rank holds its 1/N of the routed experts (their gradients are fp32, 4 bytes
+    // a parameter).
+    const double all_params = static_cast<double>(rr::model_param_count(shape));
+    const double held =
+        ep ? all_params - ep->expert_grad_bytes / 4 * (1 - 1.0 / static_cast<double>(ep->ranks)) : all_params;
+    const auto mem = rr::ddp_memory(held, shape.operand, ranks);
 
     if (o->json) {
       nlohmann::json modes = nlohmann::json::array(), tried = nlohmann::json::array();
@@ -218,6 +223,7 @@ void setup_roofline_ddp(CLI::App* parent) {
       if (ep)
         j["expert_parallel"] = {{"ranks", ep->ranks},
                                 {"experts_per_rank", ep->experts_per_rank},
+                                {"params_per_rank", held},
                                 {"moe_layers", ep->moe_layers},
                                 {"all_to_alls", ep->all_to_alls},
                                 {"tokens_per_rank", ep->tokens},
@@ -278,6 +284,12 @@ void setup_roofline_ddp(CLI::App* parent) {
                gb(mem.total()), gb(mem.sharded_total()), gb(mem.total() - mem.sharded_total()),
                100.0 * (mem.total() - mem.sharded_total()) / mem.total());
     fmt::print("activations and workspace not included (see 'ridge roofline model', 'ridge memory')\n");
+    if (ep)
+      fmt::print(
+          "expert parallel: a rank holds {:.2f}M of the {:.2f}M parameters (its {} of the {} experts of each MoE "
+          "layer); ridge train shards no optimizer state with it, so the replicated column is what a rank "
+          "holds\n",
+          held / 1e6, all_params / 1e6, ep->experts_per_rank, cfg.num_experts);
     if (ep) {
       fmt::print(
           "\nexpert parallel: the {} experts sharded over groups of {} of the {} ranks ({} per rank); 4 "

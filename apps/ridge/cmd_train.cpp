@@ -293,7 +293,8 @@ Prepared prepare(const Args& a, int world) {
     check(n_data >= a.context + 1, "--context: {} needs at least {} tokens of data; {} has {}", a.context,
           a.context + 1, file ? "--data" : "--text", n_data);
 
-  const double need = model::step_memory(c, t.batch, t.seq, t.precision).total(),
+  // Under expert parallelism a rank holds its block of the experts and the exchange's buffers.
+  const double need = model::step_memory(c, t.batch, t.seq, t.precision, a.expert_parallel ? world : 1).total(),
                avail = static_cast<double>(memory::available_bytes());
   if (!(avail <= 0 || need < 0.9 * avail)) {
     std::string flags = "--size";  // the flags that sized this run, as the user gave them
@@ -525,6 +526,8 @@ void run_rank(const Args& a) {
         // the start, cs336's none until DataParallel allocates its shard.
         std::tie(p->t.optimizer_begin, p->t.optimizer_end) = distributed::initial_optimizer_range(
             cfg.sharding, p->c.param_count(), session.size(), session.rank());
+        // Expert parallelism: this rank's model holds its block of the experts only.
+        if (a.expert_parallel) p->t.experts = {session.rank(), session.size()};
         trainer.emplace(p->c, p->t);
       } catch (const Error& e) {
         err = trainer_error(e, p->c);

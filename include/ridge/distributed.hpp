@@ -23,13 +23,14 @@
 // all-gather of the parameters covers the whole flat buffer (frozen values are equal on every rank).
 //
 // Expert parallelism (expert_parallel, an MoE model, with every mode above and no optimizer sharding):
-// rank r owns the block [r E / N, (r + 1) E / N) of every MoE layer's experts. Each MoE layer sends its
-// tokens' rows to the experts' owners and the outputs back (model::ExpertExchange over MPI all-to-alls),
-// so an expert's gradient is whole at its owner: the stacked expert tensors are in no bucket, the owner
-// divides its block by N (the average, as the all-reduce gives the dense tensors), and only the owner
-// steps it (StepHooks::foreign_ranges); the other ranks' copies of it are not read or kept current.
-// save() gathers every owner's blocks (weights and AdamW state) into rank 0's buffers before it writes,
-// so the checkpoint is the one a single process writes; a resume loads every block on every rank.
+// rank r holds and owns the block [r E / N, (r + 1) E / N) of every MoE layer's experts: its trainer is
+// built with TrainConfig::experts = {r, N}, so its weights, gradients and AdamW state for the experts are
+// 1/N of the single process's. Each MoE layer sends its tokens' rows to the experts' owners and the
+// outputs back (model::ExpertExchange over MPI all-to-alls), so an expert's gradient is whole at its
+// owner: the stacked expert tensors are in no bucket and not broadcast, the owner divides its block by N
+// (the average, as the all-reduce gives the dense tensors) and steps it. save() writes the single
+// process's file from rank 0, each stack gathered from every rank's block as the writer reaches it (one
+// whole stack at a time); a resume loads each rank's block.
 #pragma once
 
 #include <cstdint>
@@ -139,12 +140,6 @@ struct DdpConfig {
   void validate() const;         // ridge::Error naming bucket_mb, or expert_parallel with sharding
 };
 
-// Expert parallelism's flat ranges: for each stacked expert tensor of an MoE model (the
-// ffn.experts.w1/w2/w3 of every MoE layer, [E, rows, cols]), rank r's block of E / world experts, in
-// flat order. ridge::Error naming `world` unless it divides E (a dense model has none).
-std::vector<std::pair<int64_t, int64_t>> expert_blocks(const model::TransformerLM<float>& model, int world,
-                                                       int rank);
-
 // A run of tensors [first, last] contiguous in the flat buffer, reduced as one.
 struct Bucket {
   int first = 0, last = 0;  // tensor indices, inclusive
@@ -213,7 +208,6 @@ class DataParallel : public model::StepHooks {
   void after_update(std::span<float> params) override;
   double mean_loss(double loss) override { return distributed::mean(loss); }
   void sum_expert_counts(std::span<int64_t> counts) override;
-  std::span<const std::pair<int64_t, int64_t>> foreign_ranges() const override;
   void save_checkpoint(const model::Trainer& trainer, const std::string& path) override;
 
  private:

@@ -332,29 +332,6 @@ void DdpConfig::validate() const {
             sharding_name(sharding));
 }
 
-namespace {
-// The stacked expert tensors of an MoE layer: [E, rows, cols].
-bool expert_stack(const model::TensorInfo& t) {
-  return t.name.find(".ffn.experts.") != std::string::npos && t.shape.size() == 3;
-}
-}  // namespace
-
-std::vector<std::pair<int64_t, int64_t>> expert_blocks(const model::TransformerLM<float>& model, int world,
-                                                       int rank) {
-  const int64_t E = model.config().num_experts;
-  check_arg(world >= 1 && (E == 0 || E % world == 0), "world",
-            "{} ranks do not share out {} experts evenly (the experts must be a multiple of the ranks)",
-            world, E);
-  check_arg(rank >= 0 && rank < world, "rank", "{} is not a rank of a {}-rank run", rank, world);
-  std::vector<std::pair<int64_t, int64_t>> out;
-  for (const auto& t : model.tensors()) {
-    if (!expert_stack(t)) continue;
-    const int64_t block = t.numel / world;  // E / world experts of rows x cols each
-    out.emplace_back(t.offset + rank * block, t.offset + (rank + 1) * block);
-  }
-  return out;
-}
-
 std::vector<Bucket> plan_buckets(const std::vector<model::TensorInfo>& tensors,
                                  const std::vector<bool>& frozen, double bucket_mb) {
   check(frozen.size() == tensors.size(), "frozen: {} flags for {} tensors", frozen.size(), tensors.size());
@@ -458,10 +435,10 @@ struct DataParallel::Impl {
   Buffer<float> shard_buf;
   // RIDGE_TEST_DIE_AT_STEP on the rank RIDGE_TEST_DIE_RANK names, 0 elsewhere (test only).
   int64_t die_at_step = 0;
-  // Expert parallelism: the exchange the model's MoE layers call, this rank's expert blocks and the
-  // other ranks' (flat ranges, sorted), and the exchange's byte count at the end of the last step.
+  // Expert parallelism: the exchange the model's MoE layers call, the flat ranges of this rank's expert
+  // stacks (its block of each), and the exchange's byte count at the end of the last step.
   std::unique_ptr<MpiExpertExchange> exchange;
-  std::vector<std::pair<int64_t, int64_t>> own, foreign;
+  std::vector<std::pair<int64_t, int64_t>> own;
   int64_t expert_bytes_before = 0, expert_exchanges_before = 0;
 
   // The test-only fault injection: this rank ends abruptly, as a crash would, with no MPI_Finalize,
@@ -529,12 +506,20 @@ DataParallel::DataParallel(model::Trainer& trainer, const DdpConfig& config)
   std::vector<bool> frozen = trainer_.frozen_flags();
   if (cfg_.expert_parallel) {
     check_arg(m.config().is_moe(), "expert_parallel", "needs an MoE model (this one is dense)");
-    impl_->own = expert_blocks(m, world_, rank_);
-    for (int r = 0; r < world_; ++r)
-      if (r != rank_)
-        for (const auto& b : expert_blocks(m, world_, r)) impl_->foreign.push_back(b);
-    std::sort(impl_->foreign.begin(), impl_->foreign.end());
-    for (size_t i = 0; i < tensors.size(); ++i) frozen[i] = frozen[i] || expert_stack(tensors[i]);
+    const int64_t E = m.config().num_experts;
+    check_arg(E % world_ == 0, "expert_parallel",
+              "{} ranks do not share out {} experts evenly (the experts must be a multiple of the ranks)",
+              world_, E);
+    const model::ExpertShard& h = m.expert_shard();
+    check_arg(h == model::ExpertShard{rank_, world_}, "expert_parallel",
+              "rank {} of {} holds the experts of worker {} of {}: build its trainer with "
+              "TrainConfig::experts = {{{}, {}}}",
+              rank_, world_, h.rank, h.world, rank_, world_);
+    for (size_t i = 0; i < tensors.size(); ++i)
+      if (tensors[i].expert_stack()) {
+        impl_->own.emplace_back(tensors[i].offset, tensors[i].offset + tensors[i].numel);
+        frozen[i] = true;
+      }
   }
   switch (cfg_.mode) {
     case DdpMode::naive:
@@ -583,8 +568,18 @@ std::pair<int64_t, int64_t> DataParallel::shard() const {
 
 void DataParallel::broadcast_parameters() {
   auto p = trainer_.model().params();
-  for_each_piece(0, static_cast<int64_t>(p.size()),
-                 [&](int64_t o, int count) { MPI_Bcast(p.data() + o, count, MPI_FLOAT, 0, MPI_COMM_WORLD); });
+  auto bcast = [&](int64_t b, int64_t e) {
+    for_each_piece(b, e - b,
+                   [&](int64_t o, int count) { MPI_Bcast(p.data() + o, count, MPI_FLOAT, 0, MPI_COMM_WORLD); });
+  };
+  // Everything rank 0 holds that the others hold too: under expert parallelism the runs between the
+  // expert stacks (each rank's block of a stack is its own, initialised or loaded for it).
+  int64_t from = 0;
+  for (const auto& [b, e] : impl_->own) {
+    bcast(from, b);
+    from = e;
+  }
+  bcast(from, static_cast<int64_t>(p.size()));
 }
 
 void DataParallel::group_final(int group) {
@@ -701,10 +696,6 @@ void DataParallel::reduce_gradients(std::span<float> grads) {
   s.expert_exchanges_before = s.exchange->exchanges();
 }
 
-std::span<const std::pair<int64_t, int64_t>> DataParallel::foreign_ranges() const {
-  return impl_->foreign;
-}
-
 double DataParallel::grad_norm(std::span<const float> grads) {
   if (impl_->exchange) {
     // The dense part is the same averaged gradient on every rank; each expert block's is its owner's.
@@ -716,7 +707,7 @@ double DataParallel::grad_norm(std::span<const float> grads) {
     };
     double dense = 0, experts = 0, all_experts = 0;
     for (const auto& t : trainer_.model().tensors())
-      if (!expert_stack(t)) dense += sq(t.offset, t.offset + t.numel);
+      if (!t.expert_stack()) dense += sq(t.offset, t.offset + t.numel);
     for (const auto& [b, e] : impl_->own) experts += sq(b, e);
     MPI_Allreduce(&experts, &all_experts, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
     return std::sqrt(dense + all_experts);
@@ -763,32 +754,26 @@ void DataParallel::after_update(std::span<float> params) {
 
 void DataParallel::save(const std::string& path) {
   if (impl_->exchange && world_ > 1) {
-    // Every owner's expert blocks (weights, AdamW's m and v) into rank 0's buffers, which hold stale
-    // copies of them (rank 0 never reads or steps another rank's experts), then the single process's file.
-    const auto& own = impl_->own;
-    int64_t per = 0;
-    for (const auto& [b, e] : own) per += e - b;
-    check(3 * per * world_ < INT_MAX, "save: {} expert values per rank are beyond MPI's int counts", per);
+    // Rank 0 writes the single process's file: each expert stack (weights, AdamW's m and v) gathered
+    // from every rank's block as the writer reaches it (the blocks are in rank order), one at a time, so
+    // no rank ever holds more than one whole stack. The others send theirs in the same order.
     auto params = trainer_.model().params();
     auto m = trainer_.optimizer().m(), v = trainer_.optimizer().v();
     const std::span<float> parts[3] = {params, m, v};
-    Buffer<float> mine(static_cast<size_t>(3 * per), "communication/checkpoint gather"),
-        all(rank_ == 0 ? static_cast<size_t>(3 * per * world_) : 0, "communication/checkpoint gather");
-    size_t at = 0;
-    for (const auto& part : parts)
-      for (const auto& [b, e] : own)
-        for (int64_t i = b; i < e; ++i) mine[at++] = part[static_cast<size_t>(i)];
-    MPI_Gather(mine.data(), static_cast<int>(3 * per), MPI_FLOAT, all.data(), static_cast<int>(3 * per),
-               MPI_FLOAT, 0, MPI_COMM_WORLD);
-    if (rank_ != 0) return;
-    for (int r = 1; r < world_; ++r) {
-      at = static_cast<size_t>(3 * per * r);
-      const auto blocks = expert_blocks(trainer_.model(), world_, r);
-      for (const auto& part : parts)
-        for (const auto& [b, e] : blocks)
-          for (int64_t i = b; i < e; ++i) part[static_cast<size_t>(i)] = all[at++];
+    auto gather = [&](const model::TensorInfo& t, int part, float* whole) {
+      check(t.numel < INT_MAX, "save: an expert block of {} values is beyond MPI's int counts", t.numel);
+      MPI_Gather(parts[part].data() + t.offset, static_cast<int>(t.numel), MPI_FLOAT, whole,
+                 static_cast<int>(t.numel), MPI_FLOAT, 0, MPI_COMM_WORLD);
+    };
+    if (rank_ == 0) {
+      trainer_.save(path, [&](const model::TensorInfo& t, int part, std::span<float> dst) {
+        gather(t, part, dst.data());
+      });
+      return;
     }
-    trainer_.save(path);
+    for (const auto& t : trainer_.model().tensors())
+      if (t.expert_stack())
+        for (int part = 0; part < 3; ++part) gather(t, part, nullptr);
     return;
   }
   if (cfg_.sharding == Sharding::none) {

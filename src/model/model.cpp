@@ -209,6 +209,7 @@ struct Work {
 template <typename S>
 struct TransformerLM<S>::Impl {
   ModelConfig cfg;
+  ExpertShard shard;  // the experts of each stack this model holds
   Precision precision = Precision::fp32;
   AttentionPath attention = AttentionPath::flash;
   std::vector<TensorInfo> tensors;
@@ -294,6 +295,13 @@ struct TransformerLM<S>::Impl {
       t.shape = std::move(p.shape);
       t.numel = 1;
       for (int64_t d : t.shape) t.numel *= d;
+      if (t.name.find(".ffn.experts.") != std::string::npos && t.shape.size() == 3) {
+        // A stack [E, rows, cols]: this worker's block of E / world experts.
+        t.experts = t.shape[0];
+        t.expert_begin = t.experts / shard.world * shard.rank;
+        t.shape[0] = t.experts / shard.world;
+        t.numel /= shard.world;
+      }
       t.offset = tensors.empty() ? 0 : tensors.back().offset + tensors.back().numel;
       t.group = p.group;
       if (group_begin.size() <= static_cast<size_t>(t.group))
@@ -394,20 +402,19 @@ struct TransformerLM<S>::Impl {
   template <typename O>
   void moe_forward(int64_t l, const LayerActs<S, O>& s, const Work<S, O>& w, S* next);
   // The parts of an MoE layer both paths run: the shared experts (progress() between their GEMMs, so an
-  // exchange in flight moves on), the routed experts over the rows of a contiguous layout (experts
-  // [e0, e0 + layout's experts) of the stacks; y may be gemm), their backward (dop: the rows' dy in,
-  // d(a|b) out; dx of both halves side by side into gemm), and the router's backward.
+  // exchange in flight moves on), the routed experts over the rows of a contiguous layout (the experts
+  // this model holds; y may be gemm), their backward (dop: the rows' dy in, d(a|b) out; dx of both halves
+  // side by side into gemm), and the router's backward.
   template <typename O>
   void shared_forward(const MoeLayer<O>& L, const LayerActs<S, O>& s, const Work<S, O>& w, S* next);
   template <typename O>
   void shared_backward(const MoeLayer<O>& L, const LayerActs<S, O>& s, const Work<S, O>& w, const O* dy);
   template <typename O>
   void experts_forward(const MoeLayer<O>& L, const O* x, std::span<const int64_t> count,
-                       const moe::ContiguousLayout& lay, int64_t e0, O* ab, O* g, S* gemm, S* y);
+                       const moe::ContiguousLayout& lay, O* ab, O* g, S* gemm, S* y);
   template <typename O>
   void experts_backward(const MoeLayer<O>& L, O* dop, const O* x, const O* ab, const O* g,
-                        std::span<const int64_t> count, const moe::ContiguousLayout& lay, int64_t e0,
-                        S* gemm);
+                        std::span<const int64_t> count, const moe::ContiguousLayout& lay, S* gemm);
   template <typename O>
   void router_backward(int64_t l, const MoeLayer<O>& L, const LayerActs<S, O>& s, const Work<S, O>& w,
                        S loss_scale);
@@ -720,7 +727,7 @@ void TransformerLM<S>::Impl::moe_forward(int64_t l, const LayerActs<S, O>& s, co
   const moe::ContiguousLayout& lay = mr.layout;
   in(ranges::permute, [&] { moe::permute_rows(s.h2, D, lay.row, mr.routing, D, m.x, D); });
   in(ranges::experts,
-     [&] { experts_forward<O>(layer, m.x, mr.routing.count, lay, 0, m.ab, m.g, w.moe_gemm, m.y); });
+     [&] { experts_forward<O>(layer, m.x, mr.routing.count, lay, m.ab, m.g, w.moe_gemm, m.y); });
   if (Sh > 0) shared_forward<O>(layer, s, w, next);
   in(ranges::unpermute, [&] {
     if (Sh == 0) std::copy_n(s.x_mid, N * D, next);
@@ -753,15 +760,15 @@ void TransformerLM<S>::Impl::shared_forward(const MoeLayer<O>& L, const LayerAct
 template <typename S>
 template <typename O>
 void TransformerLM<S>::Impl::experts_forward(const MoeLayer<O>& L, const O* x, std::span<const int64_t> count,
-                                             const moe::ContiguousLayout& lay, int64_t e0, O* ab, O* g,
+                                             const moe::ContiguousLayout& lay, O* ab, O* g,
                                              S* gemm, S* y) {
   const int64_t D = L.D, De = L.De, R = lay.rows, El = static_cast<int64_t>(count.size());
   if (R == 0) return;  // an owner no worker sent a row to
   const O* W = weights<O>();
   in(ranges::gemm_experts_w1_w3, [&] {
-    experts::forward(in_rows(x, R, D), stack(W + L.t.ew1 + e0 * De * D, El, De, D),
+    experts::forward(in_rows(x, R, D), stack(W + L.t.ew1, El, De, D),
                      out_rows(gemm, R, De, 2 * De), lay.m_indices);
-    experts::forward(in_rows(x, R, D), stack(W + L.t.ew3 + e0 * De * D, El, De, D),
+    experts::forward(in_rows(x, R, D), stack(W + L.t.ew3, El, De, D),
                      out_rows(gemm + De, R, De, 2 * De), lay.m_indices);
   });
   in(ranges::swiglu, [&] {
@@ -770,7 +777,7 @@ void TransformerLM<S>::Impl::experts_forward(const MoeLayer<O>& L, const O* x, s
     });
   });
   in(ranges::gemm_experts_w2, [&] {
-    experts::forward(in_rows(g, R, De), stack(W + L.t.ew2 + e0 * D * De, El, D, De), out_rows(y, R, D, D),
+    experts::forward(in_rows(g, R, De), stack(W + L.t.ew2, El, D, De), out_rows(y, R, D, D),
                      lay.m_indices);
   });
 }
@@ -823,7 +830,7 @@ void TransformerLM<S>::Impl::moe_forward_remote(int64_t l, const MoeLayer<O>& L,
   S* gemm = grown<S>(ep_gemm, R * std::max(2 * De, 2 * D), "workspace/expert parallel");
   in(ranges::permute, [&] { moe::scatter_rows(recv, D, own.row, D, xo, D); });
   in(ranges::experts,
-     [&] { experts_forward<O>(L, xo, x.owner.count, own, exchange->rank() * El, ab, g, gemm, gemm); });
+     [&] { experts_forward<O>(L, xo, x.owner.count, own, ab, g, gemm, gemm); });
   S* back = grown<S>(ep_send, Rr * D, "communication/expert parallel");
   in(ranges::unpermute, [&] { moe::gather_rows(gemm, D, own.row, D, back, D, false); });
   S* y = grown<S>(x.y, NK * D, "activations/expert parallel");
@@ -988,7 +995,7 @@ void TransformerLM<S>::Impl::moe_backward(int64_t l, const LayerActs<S, O>& s, c
                   [&](int64_t r0, int64_t n) { cast<O>(dye + r0 * D, w.moe_dop + r0 * D, n * D, r); });
   });
   in(ranges::experts_backward,
-     [&] { experts_backward<O>(layer, w.moe_dop, m.x, m.ab, m.g, mr.routing.count, lay, 0, w.moe_gemm); });
+     [&] { experts_backward<O>(layer, w.moe_dop, m.x, m.ab, m.g, mr.routing.count, lay, w.moe_gemm); });
   // d h2 (+)= the sum over each token's rows of both halves.
   in(ranges::permute_backward, [&] {
     moe::combine_rows(w.moe_gemm, 2 * D, lay.row, {}, mr.routing, D, w.dtmp, D, Sh > 0);
@@ -1031,16 +1038,16 @@ template <typename S>
 template <typename O>
 void TransformerLM<S>::Impl::experts_backward(const MoeLayer<O>& L, O* dop, const O* x, const O* ab,
                                               const O* g, std::span<const int64_t> count,
-                                              const moe::ContiguousLayout& lay, int64_t e0, S* gemm) {
+                                              const moe::ContiguousLayout& lay, S* gemm) {
   const int64_t D = L.D, De = L.De, R = lay.rows, El = static_cast<int64_t>(count.size());
   if (R == 0) return;
   S* G = grads.data();
   const O* W = weights<O>();
   const MoeTensors& t = L.t;
   in(ranges::gemm_experts_w2_backward, [&] {
-    experts::weight_grad(in_rows(dop, R, D), in_rows(g, R, De), stack(G + t.ew2 + e0 * D * De, El, D, De),
+    experts::weight_grad(in_rows(dop, R, D), in_rows(g, R, De), stack(G + t.ew2, El, D, De),
                          lay.m_indices);
-    experts::input_grad(in_rows(dop, R, D), stack(W + t.ew2 + e0 * D * De, El, D, De),
+    experts::input_grad(in_rows(dop, R, D), stack(W + t.ew2, El, D, De),
                         out_rows(gemm, R, De, De), lay.m_indices);
   });
   // d(a|b) into dop (the rows' dy is consumed).
@@ -1052,7 +1059,7 @@ void TransformerLM<S>::Impl::experts_backward(const MoeLayer<O>& L, O* dop, cons
   in(ranges::gemm_experts_w1_w3_backward, [&] {
     for (const int64_t half : {int64_t{0}, int64_t{1}}) {
       const auto dab = in_rows(dop + half * De, R, De, 2 * De);
-      const int64_t w13 = (half ? t.ew3 : t.ew1) + e0 * De * D;
+      const int64_t w13 = half ? t.ew3 : t.ew1;
       experts::weight_grad(dab, in_rows(x, R, D), stack(G + w13, El, De, D), lay.m_indices);
       experts::input_grad(dab, stack(W + w13, El, De, D), out_rows(gemm + half * D, R, D, 2 * D),
                           lay.m_indices);
@@ -1095,7 +1102,7 @@ void TransformerLM<S>::Impl::moe_backward_remote(const MoeLayer<O>& L, const Lay
   MoeRemote& x = moe_remote[static_cast<size_t>(l)];
   const layers::Round r = round();
   const bool rounds = !std::is_same_v<O, S> || r != layers::Round::none;
-  const int64_t El = E / exchange->world(), NK = N * cfg.top_k;
+  const int64_t NK = N * cfg.top_k;
   const moe::ContiguousLayout& own = x.owner.layout;
   const int64_t R = own.rows, Rr = static_cast<int64_t>(own.row.size());
   O* send = grown<O>(ep_send, NK * D, "communication/expert parallel");
@@ -1121,7 +1128,7 @@ void TransformerLM<S>::Impl::moe_backward_remote(const MoeLayer<O>& L, const Lay
   in(ranges::experts_backward, [&] {
     experts_backward<O>(L, dop, reinterpret_cast<const O*>(x.x.data()),
                         reinterpret_cast<const O*>(x.ab.data()), reinterpret_cast<const O*>(x.g.data()),
-                        x.owner.count, own, exchange->rank() * El, gemm);
+                        x.owner.count, own, gemm);
   });
   S* back = grown<S>(ep_send, Rr * D, "communication/expert parallel");
   in(ranges::permute_backward, [&] {
@@ -1137,6 +1144,12 @@ void TransformerLM<S>::Impl::moe_backward_remote(const MoeLayer<O>& L, const Lay
 }
 
 // ---- The public class ----
+
+std::vector<int64_t> TensorInfo::whole_shape() const {
+  std::vector<int64_t> s = shape;
+  if (expert_stack()) s[0] = experts;
+  return s;
+}
 
 namespace {
 
@@ -1168,10 +1181,19 @@ struct InitRng {
 }  // namespace
 
 template <typename S>
-TransformerLM<S>::TransformerLM(const ModelConfig& config, Precision precision, AttentionPath attention)
+TransformerLM<S>::TransformerLM(const ModelConfig& config, Precision precision, AttentionPath attention,
+                                ExpertShard experts)
     : impl_(std::make_unique<Impl>()) {
   config.validate();
+  check_arg(experts.world >= 1 && experts.rank >= 0 && experts.rank < experts.world, "experts",
+            "worker {} of {} is not a worker of an expert shard", experts.rank, experts.world);
+  check_arg(experts.whole() || config.is_moe(), "experts",
+            "a shard of {} workers needs an MoE model (this one is dense)", experts.world);
+  check_arg(experts.whole() || config.num_experts % experts.world == 0, "experts",
+            "{} workers do not share out {} experts evenly (the experts must be a multiple of the workers)",
+            experts.world, config.num_experts);
   impl_->cfg = config;
+  impl_->shard = experts;
   set_precision(precision);
   set_attention_path(attention);
   impl_->layout();
@@ -1196,6 +1218,10 @@ TransformerLM<S>& TransformerLM<S>::operator=(TransformerLM&&) noexcept = defaul
 template <typename S>
 const ModelConfig& TransformerLM<S>::config() const {
   return impl_->cfg;
+}
+template <typename S>
+const ExpertShard& TransformerLM<S>::expert_shard() const {
+  return impl_->shard;
 }
 template <typename S>
 Precision TransformerLM<S>::precision() const {
@@ -1338,6 +1364,11 @@ void TransformerLM<S>::set_expert_exchange(ExpertExchange* exchange) {
               "{} experts do not share out evenly over {} workers (the experts must be a multiple of the "
               "workers)",
               c.num_experts, w);
+    const ExpertShard& h = impl_->shard;
+    check_arg(h.world == w && h.rank == exchange->rank(), "exchange",
+              "this model holds the experts of worker {} of {}, but the exchange is worker {} of {} (build the "
+              "model for ExpertShard{{{}, {}}})",
+              h.rank, h.world, exchange->rank(), w, exchange->rank(), w);
   }
   impl_->exchange = exchange;
   impl_->forward_done = false;
@@ -1386,7 +1417,12 @@ void TransformerLM<S>::init(uint64_t seed) {
     const size_t d = t->shape.size();
     const double std =
         embedding ? 1.0 : std::sqrt(2.0 / static_cast<double>(t->shape[d - 2] + t->shape[d - 1]));
+    // A partial stack draws every expert's values in order and keeps its own block's.
+    const int64_t per = t->expert_stack() ? t->numel / t->shape[0] : 0;
+    const int64_t skip = per * t->expert_begin, after = t->expert_stack() ? per * (t->experts - t->shape[0]) - skip : 0;
+    for (int64_t i = 0; i < skip; ++i) rng.truncated_normal(std);
     for (int64_t i = 0; i < t->numel; ++i) p[i] = static_cast<S>(rng.truncated_normal(std));
+    for (int64_t i = 0; i < after; ++i) rng.truncated_normal(std);
   }
   std::fill(impl_->state.begin(), impl_->state.end(), S(0));
   impl_->forward_done = false;
@@ -1399,6 +1435,9 @@ S TransformerLM<S>::forward(const int32_t* inputs, const int32_t* targets, int64
   check(batch >= 1, "batch: must be >= 1, got {}", batch);
   check(seq >= 1 && seq <= c.context_length, "seq: must be in 1..{} (the context length), got {}",
         c.context_length, seq);
+  check_arg(impl_->shard.whole() || impl_->exchange, "exchange",
+            "this model holds the experts of worker {} of {} only; set its expert exchange before a forward",
+            impl_->shard.rank, impl_->shard.world);
   const int64_t n = batch * seq;
   impl_->inputs.assign(inputs, inputs + n);
   if (impl_->eot >= 0) impl_->cut_documents(inputs, batch, seq);

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "ridge/core/error.hpp"
 #include "ridge/core/units.hpp"
 #include "core/check.hpp"
@@ -21,10 +23,34 @@ roofline::ModelShape model_shape(const ModelConfig& c, int64_t batch, int64_t se
   return s;
 }
 
-roofline::ModelMemory step_memory(const ModelConfig& c, int64_t batch, int64_t seq, Precision p) {
+roofline::ModelMemory step_memory(const ModelConfig& c, int64_t batch, int64_t seq, Precision p,
+                                  int expert_world) {
+  check_arg(expert_world >= 1, "expert_world", "{} is not accepted (expected 1 or more)", expert_world);
   roofline::ModelShape m = model_shape(c, batch, seq, p, AttentionPath::flash);
   m.storage = p == Precision::fp16 ? DType::f32 : m.operand;
-  return roofline::model_memory(m);
+  roofline::ModelMemory r = roofline::model_memory(m);
+  if (expert_world == 1 || !c.is_moe()) return r;
+  // The share of the parameters the other ranks hold.
+  const double all = static_cast<double>(roofline::model_parameter_elements(m));
+  const double experts = static_cast<double>(roofline::model_param_groups(m).experts);
+  const double kept = 1 - experts * (1 - 1.0 / expert_world) / all;
+  r.parameters *= kept;
+  r.gradients *= kept;
+  r.optimizer_state *= kept;
+  r.operand_copy *= kept;
+  // Per MoE layer the owner keeps its received rows' x, SwiGLU's inputs and g (operand type; the rows
+  // of its experts padded to the grouped GEMMs' alignment) and the outputs that came back (state type);
+  // once, the rows leaving and arriving and the owner's GEMM output and rounded gradients
+  // (TransformerLM's ep_* scratch).
+  const double state = 4, operand = static_cast<double>(dtype_size(*m.storage));
+  const double rows = static_cast<double>(batch * seq * c.top_k), D = static_cast<double>(c.d_model),
+               De = static_cast<double>(c.expert_width());
+  const double padded =
+      rows + static_cast<double>(c.num_experts / expert_world * (roofline::kExpertRowAlignment - 1));
+  r.exchange = static_cast<double>(c.num_moe_layers()) * (padded * (D + 3 * De) * operand + rows * D * state) +
+               rows * 2 * D * std::max(state, operand) + padded * (std::max(2 * De, 2 * D) * state +
+                                                                   std::max(2 * De, D) * operand);
+  return r;
 }
 
 const char* mfu_peak_key(const roofline::Chip& chip, Precision p) {

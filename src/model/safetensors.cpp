@@ -291,8 +291,9 @@ std::vector<double> SafetensorsFile::to_f64(const std::string& name) const {
   return convert<double>(at(name));
 }
 
-void SafetensorsWriter::add(const std::string& name, DType dtype, std::vector<int64_t> shape,
-                            const void* data) {
+// The checks every add() makes; the tensor's size in bytes.
+size_t SafetensorsWriter::checked_bytes(const std::string& name, DType dtype,
+                                        const std::vector<int64_t>& shape) const {
   check(!name.empty(), "SafetensorsWriter::add: name is empty");
   check(name != "__metadata__", "SafetensorsWriter::add: name '__metadata__' is reserved by the format");
   for (const Item& it : items_)
@@ -304,8 +305,20 @@ void SafetensorsWriter::add(const std::string& name, DType dtype, std::vector<in
   size_t bytes = 0;
   check(shape_size(shape, dtype_size(dtype), &numel, &bytes),
         "SafetensorsWriter::add: the element count of shape {} of '{}' overflows", shape_text(shape), name);
+  return bytes;
+}
+
+void SafetensorsWriter::add(const std::string& name, DType dtype, std::vector<int64_t> shape,
+                            const void* data) {
+  const size_t bytes = checked_bytes(name, dtype, shape);
   check(data != nullptr || bytes == 0, "SafetensorsWriter::add: data of '{}' is null", name);
-  items_.push_back({name, dtype, std::move(shape), data, bytes});
+  items_.push_back({name, dtype, std::move(shape), data, bytes, {}});
+}
+
+void SafetensorsWriter::add(const std::string& name, DType dtype, std::vector<int64_t> shape, Fill fill) {
+  const size_t bytes = checked_bytes(name, dtype, shape);
+  check(static_cast<bool>(fill), "SafetensorsWriter::add: the fill of '{}' is empty", name);
+  items_.push_back({name, dtype, std::move(shape), nullptr, bytes, std::move(fill)});
 }
 
 void SafetensorsWriter::set_metadata(const std::string& key, const std::string& value) {
@@ -330,11 +343,23 @@ void SafetensorsWriter::write(const std::string& path) const {
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');  // the data section starts 8-byte aligned
   const uint64_t len = text.size();
-  std::vector<std::span<const std::byte>> pieces;
-  pieces.emplace_back(reinterpret_cast<const std::byte*>(&len), 8);
-  pieces.emplace_back(reinterpret_cast<const std::byte*>(text.data()), text.size());
-  for (const Item& it : items_) pieces.emplace_back(static_cast<const std::byte*>(it.data), it.bytes);
-  files::write_bytes(path, pieces, fmt::format("safetensors write '{}'", path));
+  files::write_streamed(
+      path,
+      [&](const files::ByteSink& sink) {
+        sink({reinterpret_cast<const std::byte*>(&len), 8});
+        sink({reinterpret_cast<const std::byte*>(text.data()), text.size()});
+        std::vector<std::byte> filled;
+        for (const Item& it : items_) {
+          if (!it.fill) {
+            sink({static_cast<const std::byte*>(it.data), it.bytes});
+            continue;
+          }
+          filled.assign(it.bytes, std::byte{0});
+          it.fill(filled);
+          sink(filled);
+        }
+      },
+      fmt::format("safetensors write '{}'", path));
 }
 
 }  // namespace ridge::model

@@ -47,7 +47,7 @@ const TrainConfig& validated(const TrainConfig& t) {
 
 Trainer::Trainer(const ModelConfig& model, const TrainConfig& train)
     : cfg_(validated(train)),
-      model_(model, train.precision, train.attention),
+      model_(model, train.precision, train.attention, train.experts),
       adamw_(std::min<int64_t>(
                  train.optimizer_end < 0 ? static_cast<int64_t>(model_.params().size()) : train.optimizer_end,
                  static_cast<int64_t>(model_.params().size())) -
@@ -149,18 +149,9 @@ StepResult Trainer::step(const int32_t* inputs, const int32_t* targets) {
     return r;
   }
   const double clip = cfg_.max_grad_norm > 0 ? clip_factor(r.grad_norm, cfg_.max_grad_norm) : 1.0;
-  // AdamW over the unfrozen tensors inside this worker's optimizer range, in maximal contiguous runs,
-  // less the ranges other workers step (expert parallelism: their experts).
+  // AdamW over the unfrozen tensors inside this worker's optimizer range, in maximal contiguous runs.
   adamw_.advance();
   const int64_t ob = optimizer_begin(), oe = optimizer_end();
-  const auto foreign = hooks_ ? hooks_->foreign_ranges() : std::span<const std::pair<int64_t, int64_t>>();
-  auto update = [&](int64_t b, int64_t e) {
-    if (b < e)
-      adamw_.update(
-          model_.params().subspan(static_cast<size_t>(b), static_cast<size_t>(e - b)),
-          std::span<const float>(model_.grads()).subspan(static_cast<size_t>(b), static_cast<size_t>(e - b)),
-          b - ob, r.lr, clip / r.loss_scale);
-  };
   for (size_t i = 0; i < tensors.size();) {
     if (frozen_[i]) {
       ++i;
@@ -168,14 +159,13 @@ StepResult Trainer::step(const int32_t* inputs, const int32_t* targets) {
     }
     size_t j = i;
     while (j < tensors.size() && !frozen_[j]) ++j;
-    int64_t b = std::max(ob, tensors[i].offset);
+    const int64_t b = std::max(ob, tensors[i].offset);
     const int64_t e = std::min(oe, tensors[j - 1].offset + tensors[j - 1].numel);
-    for (const auto& [fb, fe] : foreign) {
-      if (fe <= b || fb >= e) continue;
-      update(b, fb);
-      b = std::max(b, fe);
-    }
-    update(b, e);
+    if (b < e)
+      adamw_.update(
+          model_.params().subspan(static_cast<size_t>(b), static_cast<size_t>(e - b)),
+          std::span<const float>(model_.grads()).subspan(static_cast<size_t>(b), static_cast<size_t>(e - b)),
+          b - ob, r.lr, clip / r.loss_scale);
     i = j;
   }
   if (hooks_) {
@@ -291,21 +281,46 @@ void Trainer::save(const std::string& path) const {
   auto& self = const_cast<Trainer&>(*this);
   check(opt_begin_ == 0 && adamw_.size() == static_cast<int64_t>(model_.params().size()),
         "save: the optimizer state is sharded; gather it and pass it to save(path, exp_avg, exp_avg_sq)");
-  save(path, self.adamw_.m(), self.adamw_.v());
+  write(path, self.adamw_.m(), self.adamw_.v(), nullptr);
 }
 
 void Trainer::save(const std::string& path, std::span<const float> m, std::span<const float> v) const {
+  write(path, m, v, nullptr);
+}
+
+void Trainer::save(const std::string& path, const WholeStack& whole) const {
+  auto& self = const_cast<Trainer&>(*this);
+  check(static_cast<bool>(whole), "save: the whole-stack source is empty");
+  check(opt_begin_ == 0 && adamw_.size() == static_cast<int64_t>(model_.params().size()),
+        "save: the optimizer state is sharded; a model holding a block of the experts keeps all of its own");
+  write(path, self.adamw_.m(), self.adamw_.v(), &whole);
+}
+
+void Trainer::write(const std::string& path, std::span<const float> m, std::span<const float> v,
+                    const WholeStack* whole) const {
   auto& self = const_cast<Trainer&>(*this);  // the writer only reads the buffers it is handed
   check(m.size() == model_.params().size() && v.size() == m.size(),
         "exp_avg, exp_avg_sq: need {} values each, got {} and {}", model_.params().size(), m.size(),
         v.size());
+  const ExpertShard& shard = model_.expert_shard();
+  check(shard.whole() || whole,
+        "save: this model holds the experts of worker {} of {} only; the checkpoint needs every worker's "
+        "(distributed::DataParallel::save gathers them)",
+        shard.rank, shard.world);
   SafetensorsWriter w;
   auto params = self.model_.params();
-  for (const TensorInfo& t : model_.tensors()) {
-    w.add(t.name, DType::f32, t.shape, params.data() + t.offset);
-    w.add("optimizer.exp_avg." + t.name, DType::f32, t.shape, m.data() + t.offset);
-    w.add("optimizer.exp_avg_sq." + t.name, DType::f32, t.shape, v.data() + t.offset);
-  }
+  const float* parts[3] = {params.data(), m.data(), v.data()};
+  const std::string prefix[3] = {"", "optimizer.exp_avg.", "optimizer.exp_avg_sq."};
+  for (const TensorInfo& t : model_.tensors())
+    for (int part = 0; part < 3; ++part) {
+      if (!t.partial()) {
+        w.add(prefix[part] + t.name, DType::f32, t.shape, parts[part] + t.offset);
+        continue;
+      }
+      w.add(prefix[part] + t.name, DType::f32, t.whole_shape(), [&t, part, whole](std::span<std::byte> dst) {
+        (*whole)(t, part, {reinterpret_cast<float*>(dst.data()), dst.size() / sizeof(float)});
+      });
+    }
   // The router biases (balance bias): state the model keeps, not trained.
   for (const TensorInfo& t : model_.state_tensors())
     w.add(t.name, DType::f32, t.shape, self.model_.state().data() + t.offset);
@@ -415,8 +430,9 @@ CheckedFile check_checkpoint(const std::string& path, const TransformerLM<float>
         e.dtype == DType::f32 || e.dtype == DType::f64 || e.dtype == DType::bf16 || e.dtype == DType::fp16;
     check(full ? e.dtype == DType::f32 : is_float, "checkpoint '{}': tensor '{}' is {}; ridge reads {} here",
           path, name, safetensors_dtype_name(e.dtype), full ? "F32" : "F32, F64, BF16 or F16");
-    check(e.shape == t.shape, "checkpoint '{}': tensor '{}' has the shape {}; this model's is {}", path, name,
-          fmt::format("[{}]", fmt::join(e.shape, ", ")), fmt::format("[{}]", fmt::join(t.shape, ", ")));
+    check(e.shape == t.whole_shape(), "checkpoint '{}': tensor '{}' has the shape {}; this model's is {}", path,
+          name, fmt::format("[{}]", fmt::join(e.shape, ", ")),
+          fmt::format("[{}]", fmt::join(t.whole_shape(), ", ")));
     const std::vector<float> v = f.to_f32(name);
     for (size_t i = 0; i < v.size(); ++i) {
       check(std::isfinite(v[i]), "checkpoint '{}': tensor '{}' holds a non-finite value ({}) at index {}",
@@ -437,9 +453,17 @@ CheckedFile check_checkpoint(const std::string& path, const TransformerLM<float>
   return out;
 }
 
+// The values of `name` that tensor t holds: the file's whole tensor, or a partial stack's block of it.
+std::vector<float> held_values(const SafetensorsFile& f, const std::string& name, const TensorInfo& t) {
+  std::vector<float> v = f.to_f32(name);
+  if (!t.partial()) return v;
+  const int64_t per = t.numel / t.shape[0];
+  return {v.begin() + t.expert_begin * per, v.begin() + (t.expert_begin + t.shape[0]) * per};
+}
+
 void copy_params(const SafetensorsFile& f, TransformerLM<float>& model) {
   for (const TensorInfo& t : model.tensors()) {
-    const std::vector<float> v = f.to_f32(t.name);
+    const std::vector<float> v = held_values(f, t.name, t);
     std::copy(v.begin(), v.end(), model.params().begin() + t.offset);
   }
   for (const TensorInfo& t : model.state_tensors()) {
@@ -515,7 +539,7 @@ void Trainer::load(const std::string& path) {
   auto copy_state = [&](const std::string& name, const TensorInfo& t, std::span<float> dst) {
     const int64_t b = std::max(opt_begin_, t.offset), e = std::min(optimizer_end(), t.offset + t.numel);
     if (b >= e) return;
-    const std::vector<float> v = f.to_f32(name);
+    const std::vector<float> v = held_values(f, name, t);
     std::copy(v.begin() + (b - t.offset), v.begin() + (e - t.offset), dst.begin() + (b - opt_begin_));
   };
   copy_params(f, model_);

@@ -94,6 +94,42 @@ TEST(CliDistMoe, CheckpointResumesInOneProcess) {
   ASSERT_EQ(got.size(), 1u);
   ASSERT_EQ(want.size(), 3u);
   EXPECT_NEAR(got[0], want[2], 1e-5 * want[2]);
+  // And on 2 ranks again, each loading its block of the experts.
+  const RunResult again = np2(run + "--steps 3 --resume " + ck);
+  ASSERT_EQ(again.code, 0) << again.err;
+  const auto resumed = json_losses(again.out);
+  ASSERT_EQ(resumed.size(), 1u);
+  EXPECT_NEAR(resumed[0], want[2], 1e-5 * want[2]);
+  std::filesystem::remove_all(dir);
+}
+
+// `--memory` per rank: a rank holds its block of the experts, so its parameters, gradients and AdamW
+// state are one process's less half of the experts' (2 layers x w1, w2, w3 of 4 experts of 24 x 32), for
+// the whole run.
+TEST(CliDistMoe, EachRankHoldsItsHalfOfTheExperts) {
+  const auto dir = std::filesystem::temp_directory_path() / "ridge_cli_dist_moe_memory";
+  std::filesystem::create_directories(dir);
+  const std::string run = "--batch 4 --steps 2 --memory ";
+  const RunResult one = ridge::test::run(kModel + run + (dir / "one.json").string(), "OMP_NUM_THREADS=1");
+  ASSERT_EQ(one.code, 0) << one.err;
+  const RunResult two = np2(run + (dir / "ep.json").string() + " --expert-parallel");
+  ASSERT_EQ(two.code, 0) << two.err;
+  auto read = [&](const std::string& name) {
+    std::ifstream f(dir / name);
+    return nlohmann::json::parse(f).at("summary");
+  };
+  const auto whole = read("one.json");
+  const int64_t experts = 2 * 3 * 4 * 24 * 32, other_half = 4 * experts / 2;  // bytes of fp32
+  for (const std::string rank : {"ep.rank0.json", "ep.rank1.json"}) {
+    SCOPED_TRACE(rank);
+    const auto s = read(rank);
+    for (const std::string tag : {"parameters", "gradients", "optimizer state/m (exp_avg)",
+                                  "optimizer state/v (exp_avg_sq)"}) {
+      EXPECT_EQ(s.at("live_at_end").value(tag, int64_t{0}), whole.at("live_at_end").value(tag, int64_t{0}) - other_half)
+          << tag;
+      EXPECT_EQ(s.at("live_at_peak").value(tag, int64_t{0}), s.at("live_at_end").value(tag, int64_t{0})) << tag;
+    }
+  }
   std::filesystem::remove_all(dir);
 }
 

@@ -147,6 +147,10 @@ TEST(CliMoe, ExpertParallelAllToAll) {
   const auto& e = j["expert_parallel"];
   EXPECT_EQ(e["ranks"], 4);
   EXPECT_EQ(e["experts_per_rank"], 16);
+  // A rank holds 16 of the 64 routed experts (12 layers x w1, w2, w3 of 768 x 768): 3/4 of them are elsewhere.
+  const double routed = 12.0 * 64 * 3 * 768 * 768;
+  EXPECT_EQ(e["params_per_rank"].get<double>(), j["params"].get<double>() - routed * 3 / 4);
+  EXPECT_DOUBLE_EQ(j["memory_per_rank"]["grads"].get<double>(), 4 * e["params_per_rank"].get<double>());
   EXPECT_EQ(e["all_to_alls"], 48);  // 4 per MoE layer, 12 layers
   // 4 x 256 tokens x top-3 x d_model 768: the dispatch in bf16, the combine in fp32; 3/4 leave the rank.
   EXPECT_EQ(e["dispatch_bytes"].get<double>(), 4 * 256 * 3 * 768 * 2.0);

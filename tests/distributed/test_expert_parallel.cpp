@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -54,12 +55,39 @@ constexpr int64_t kSteps = 4, kLocal = kGlobalBatch / 2;
 rm::TrainConfig train_config() {
   return ridge::test::dist::train_config(kLocal);
 }
+// This rank's trainer under expert parallelism: its model holds its block of the experts.
+rm::TrainConfig ep_config() {
+  rm::TrainConfig t = train_config();
+  t.experts = {rank(), 2};
+  return t;
+}
+
+// Values of a model that holds a block of the experts, laid out as the single process's model lays them
+// out, and which of them it holds.
+struct Whole {
+  std::vector<float> values;
+  std::vector<bool> held;
+};
+Whole as_whole(const rm::TransformerLM<float>& local, std::span<const float> values) {
+  const rm::TransformerLM<float> layout(local.config());
+  Whole w{std::vector<float>(layout.params().size(), 0.0f), std::vector<bool>(layout.params().size(), false)};
+  for (const auto& t : local.tensors()) {
+    const rm::TensorInfo& r = layout.tensor(t.name);
+    const int64_t from = r.offset + (t.expert_stack() ? t.numel / t.shape[0] * t.expert_begin : 0);
+    for (int64_t i = 0; i < t.numel; ++i) {
+      w.values[static_cast<size_t>(from + i)] = values[static_cast<size_t>(t.offset + i)];
+      w.held[static_cast<size_t>(from + i)] = true;
+    }
+  }
+  return w;
+}
 
 struct Run {
-  std::vector<float> params;
+  std::vector<float> params;              // in the single process's layout
   std::vector<double> losses;             // the mean of the two halves' losses, per step
   std::vector<std::vector<double>> load;  // each step's expert load (from the counts of the whole batch)
   std::vector<float> grad1;               // the averaged gradient of the first step
+  std::vector<bool> held;                 // the values this rank holds (all, for one process)
 };
 
 // Routers frozen at zero: every token's top-k are experts 0 .. top_k - 1 (ties go to the lower id).
@@ -76,8 +104,10 @@ std::vector<std::string> zero_routers(rm::Trainer& t) {
 }
 
 Run run_expert_parallel(const Moe& moe, rd::DdpMode mode, const Batches& b, bool zero = false) {
-  rm::Trainer t(model(moe), train_config());
-  if (rank() == 1) t.model().init(99);  // the broadcast must make them rank 0's
+  rm::Trainer t(model(moe), ep_config());
+  if (rank() == 1)  // the broadcast must make the dense tensors rank 0's
+    for (const auto& ti : t.model().tensors())
+      if (!ti.expert_stack()) std::ranges::fill(t.model().param(ti.name), 0.5f);
   if (zero) zero_routers(t);
   rd::DdpConfig cfg;
   cfg.mode = mode;
@@ -90,7 +120,7 @@ Run run_expert_parallel(const Moe& moe, rd::DdpMode mode, const Batches& b, bool
     const auto res = t.step(b.x[s].data() + off, b.y[s].data() + off);
     r.losses.push_back(rd::mean(res.loss));
     r.load.push_back(res.expert_load);
-    if (s == 0) r.grad1.assign(t.model().grads().begin(), t.model().grads().end());
+    if (s == 0) r.grad1 = as_whole(t.model(), t.model().grads()).values;
     EXPECT_EQ(dp.last_stats().expert_exchanges, 4 * 2) << "4 all-to-alls of rows per MoE layer";
     if (zero) {
       for (const auto& st : t.model().moe_stats())
@@ -98,7 +128,9 @@ Run run_expert_parallel(const Moe& moe, rd::DdpMode mode, const Batches& b, bool
           EXPECT_EQ(st.count[static_cast<size_t>(e)], 0) << "a token chose expert " << e;
     }
   }
-  r.params.assign(t.model().params().begin(), t.model().params().end());
+  Whole w = as_whole(t.model(), t.model().params());
+  r.params = std::move(w.values);
+  r.held = std::move(w.held);
   return r;
 }
 
@@ -117,19 +149,8 @@ Run run_accumulated(const Moe& moe, const Batches& b, bool zero = false) {
     if (s == 0) r.grad1.assign(t.model().grads().begin(), t.model().grads().end());
   }
   r.params.assign(t.model().params().begin(), t.model().params().end());
+  r.held.assign(r.params.size(), true);
   return r;
-}
-
-// The other rank's expert blocks are not kept current on this one: compare the dense tensors and this
-// rank's own blocks.
-std::vector<bool> compared(const rm::ModelConfig& c) {
-  rm::TransformerLM<float> m(c);
-  std::vector<bool> keep(m.params().size(), true);
-  for (int r = 0; r < 2; ++r)
-    if (r != rank())
-      for (const auto& [b, e] : rd::expert_blocks(m, 2, r))
-        std::fill(keep.begin() + b, keep.begin() + e, false);
-  return keep;
 }
 
 void expect_within_bound(const Moe& moe, rd::DdpMode mode, bool zero = false) {
@@ -145,7 +166,7 @@ void expect_within_bound(const Moe& moe, rd::DdpMode mode, bool zero = false) {
   const double ops = 12.0 * static_cast<double>(c.num_layers) + 6.0;
   const double grad_bound = 2 * ops * k * u;  // relative to each tensor's largest gradient
   const double param_bound = kSteps * train_config().lr_max * 1.4 * 2 * 4.0 * ops * k * u;
-  const auto keep = compared(c);
+  const auto& keep = got.held;  // the dense tensors and this rank's block of the experts
   rm::TransformerLM<float> layout(c);
   double worst_grad = 0, worst_rms = 0, worst_elem = 0;
   for (const auto& t : layout.tensors()) {
@@ -177,7 +198,7 @@ void expect_within_bound(const Moe& moe, rd::DdpMode mode, bool zero = false) {
   rm::Trainer init(c, train_config());
   double moved = 0;
   for (size_t i = 0; i < got.params.size(); ++i)
-    moved = std::max(moved, std::abs(double(got.params[i]) - double(init.model().params()[i])));
+    if (keep[i]) moved = std::max(moved, std::abs(double(got.params[i]) - double(init.model().params()[i])));
   EXPECT_GT(moved, 100 * param_bound);
   if (rank() == 0)
     std::printf(
@@ -218,15 +239,15 @@ TEST(DistExpertParallel, ARankWhoseExpertsNoTokenChoosesStillTrains) {
   expect_within_bound(Moe{8, 1, 0, G::sigmoid, B::aux}, rd::DdpMode::overlap, true);
 }
 
-// The checkpoint a 2-rank run writes is the single process's: every rank's expert blocks in it (weights
-// and AdamW state) are that rank's own bits, the dense tensors everyone's; resumed on 2 ranks it takes the
-// next steps as the run that wrote it did, bit for bit.
+// The checkpoint a 2-rank run writes is the single process's: every rank's block of each expert stack in
+// it (weights and AdamW state) is that rank's own bits, the dense tensors everyone's; resumed on 2 ranks
+// (each loading its block) it takes the next steps as the run that wrote it did, bit for bit.
 TEST(DistExpertParallel, CheckpointsHoldEveryOwnersBlocksAndResume) {
   const Moe moe{8, 2, 1, G::sigmoid, B::bias};
   const rm::ModelConfig c = model(moe);
   const Batches b = make_batches(c.vocab_size, kSteps);
   const std::string path = (std::filesystem::temp_directory_path() / "ridge_ep_ckpt.safetensors").string();
-  rm::Trainer t(c, train_config());
+  rm::Trainer t(c, ep_config());
   rd::DdpConfig cfg;
   cfg.mode = rd::DdpMode::bucketed;
   cfg.bucket_mb = 0.01;
@@ -240,30 +261,35 @@ TEST(DistExpertParallel, CheckpointsHoldEveryOwnersBlocksAndResume) {
   step(t, 1);
   dp.save(path);
   MPI_Barrier(MPI_COMM_WORLD);
-  rm::Trainer saved(c, train_config());
+  rm::Trainer saved(c, train_config());  // one process, every expert
   saved.load(path);
   EXPECT_EQ(saved.steps(), 2);
-  const auto keep = compared(c);
-  for (size_t i = 0; i < keep.size(); ++i) {
-    if (!keep[i]) continue;
-    ASSERT_EQ(saved.model().params()[i], t.model().params()[i]) << "parameter " << i << " on rank " << rank();
-    ASSERT_EQ(saved.optimizer().m()[i], t.optimizer().m()[i]) << "exp_avg " << i << " on rank " << rank();
-    ASSERT_EQ(saved.optimizer().v()[i], t.optimizer().v()[i]) << "exp_avg_sq " << i << " on rank " << rank();
+  const Whole p = as_whole(t.model(), t.model().params()), m = as_whole(t.model(), t.optimizer().m()),
+              v = as_whole(t.model(), t.optimizer().v());
+  for (size_t i = 0; i < p.held.size(); ++i) {
+    if (!p.held[i]) continue;
+    ASSERT_EQ(saved.model().params()[i], p.values[i]) << "parameter " << i << " on rank " << rank();
+    ASSERT_EQ(saved.optimizer().m()[i], m.values[i]) << "exp_avg " << i << " on rank " << rank();
+    ASSERT_EQ(saved.optimizer().v()[i], v.values[i]) << "exp_avg_sq " << i << " on rank " << rank();
   }
   for (size_t i = 0; i < saved.model().state().size(); ++i)
     ASSERT_EQ(saved.model().state()[i], t.model().state()[i]) << "router bias " << i;
+  // The plain save() of a model that holds a block refuses: the file needs every rank's.
+  EXPECT_THROW(t.save(path + ".alone"), ridge::Error);
+  EXPECT_FALSE(std::filesystem::exists(path + ".alone"));
   // Resume on both ranks and take the last two steps; the run that wrote it takes them too.
-  rm::Trainer resumed(c, train_config());
+  rm::Trainer resumed(c, ep_config());
   resumed.load(path);
+  EXPECT_EQ(resumed.model().params().size(), t.model().params().size());
+  for (size_t i = 0; i < t.model().params().size(); ++i)
+    ASSERT_EQ(resumed.model().params()[i], t.model().params()[i]) << "loaded parameter " << i;
   rd::DataParallel dp2(resumed, cfg);
   for (size_t s = 2; s < b.x.size(); ++s) {
     step(t, s);
     step(resumed, s);
   }
-  for (size_t i = 0; i < keep.size(); ++i)
-    if (keep[i]) {
-      ASSERT_EQ(resumed.model().params()[i], t.model().params()[i]) << "parameter " << i;
-    }
+  for (size_t i = 0; i < t.model().params().size(); ++i)
+    ASSERT_EQ(resumed.model().params()[i], t.model().params()[i]) << "parameter " << i;
   MPI_Barrier(MPI_COMM_WORLD);
   if (rank() == 0) std::filesystem::remove(path);
 }
@@ -298,5 +324,14 @@ TEST(DistExpertParallel, RefusesWhatItCannotShard) {
   dense.num_experts = 0, dense.top_k = 0, dense.d_expert = 0;
   rm::Trainer t(dense, train_config());
   EXPECT_THROW(rd::DataParallel(t, cfg), ridge::Error);
+  // A trainer that holds every expert (not built for its rank's block).
+  rm::Trainer whole(model(Moe{}), train_config());
+  try {
+    rd::DataParallel dp(whole, cfg);
+    FAIL() << "a trainer holding every expert was accepted";
+  } catch (const ridge::Error& e) {
+    EXPECT_EQ(e.argument(), "expert_parallel");
+    EXPECT_NE(std::string(e.what()).find("TrainConfig::experts"), std::string::npos) << e.what();
+  }
   MPI_Barrier(MPI_COMM_WORLD);
 }

@@ -1,9 +1,9 @@
 // Expert parallelism in the model (ridge/model/expert_exchange.hpp), without MPI: W workers in threads of
-// one process, each a TransformerLM on its slice of the batch, exchanging rows through memory. The
-// reference is the single-process model run on each slice alone (no exchange): worker w's loss and its
-// dense gradients must be that slice's, each owner's block of the stacked expert gradients the sum of
-// every slice's gradient of those experts, and every other block zero. The MPI implementation and the
-// training step around it are held to one process in tests/distributed.
+// one process, each a TransformerLM built for its ExpertShard (holding only its block of each expert
+// stack) on its slice of the batch, exchanging rows through memory. The reference is the single-process
+// model run on each slice alone (no exchange): worker w's loss and its dense gradients must be that
+// slice's, and its expert stacks' gradients the sum of every slice's gradient of its block. The MPI
+// implementation and the training step around it are held to one process in tests/distributed.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -19,6 +19,7 @@
 #include "ridge/model/model.hpp"
 #include "ridge/model/moe.hpp"
 #include "ridge/model/ranges.hpp"
+#include "ridge/model/roofline.hpp"
 #include "ridge/text/data.hpp"
 
 namespace rm = ridge::model;
@@ -104,8 +105,8 @@ rm::ModelConfig config(const Case& k) {
 
 constexpr int64_t kRows = 2, kSeq = 8;  // each worker's slice
 
-rm::TransformerLM<float> make_model(const rm::ModelConfig& c, const Case& k) {
-  rm::TransformerLM<float> m(c, k.precision);
+rm::TransformerLM<float> make_model(const rm::ModelConfig& c, const Case& k, rm::ExpertShard shard = {}) {
+  rm::TransformerLM<float> m(c, k.precision, rm::AttentionPath::flash, shard);
   m.init(5);
   if (k.one_block)  // all logits 0: every token's top-k are the lowest expert ids (ties to the lower)
     for (int64_t l = 0; l < c.num_layers; ++l) {
@@ -115,10 +116,6 @@ rm::TransformerLM<float> make_model(const rm::ModelConfig& c, const Case& k) {
   // A bias that is not zero, so that the choice reads it (balance bias).
   for (size_t i = 0; i < m.state().size(); ++i) m.state()[i] = 0.01f * static_cast<float>(i % 3);
   return m;
-}
-
-bool expert_stack(const rm::TensorInfo& t) {
-  return t.name.find(".ffn.experts.") != std::string::npos;
 }
 
 void check_case(const Case& k) {
@@ -145,7 +142,7 @@ void check_case(const Case& k) {
   std::vector<rm::TransformerLM<float>> models;
   std::vector<std::unique_ptr<ThreadExchange>> ex;
   for (int w = 0; w < W; ++w) {
-    models.push_back(make_model(c, k));
+    models.push_back(make_model(c, k, {w, W}));
     ex.push_back(std::make_unique<ThreadExchange>(hub, w));
     models.back().set_expert_exchange(ex.back().get());
   }
@@ -169,6 +166,7 @@ void check_case(const Case& k) {
   const double kmax = static_cast<double>(std::max({W * n * k.top_k, c.d_model, c.d_ff, c.vocab_size}));
   const double ops = 12.0 * static_cast<double>(c.num_layers) + 6.0;
   const bool fp32 = k.precision == rm::Precision::fp32;
+  const rm::TransformerLM<float> whole(c);  // the single process's layout, where ref_grad lies
   for (int w = 0; w < W; ++w) {
     EXPECT_NEAR(loss[static_cast<size_t>(w)], ref_loss[static_cast<size_t>(w)],
                 4 * u * std::abs(ref_loss[static_cast<size_t>(w)]))
@@ -176,17 +174,22 @@ void check_case(const Case& k) {
     const auto& m = models[static_cast<size_t>(w)];
     const auto g = m.grads();
     for (const auto& t : m.tensors()) {
-      // The reference: this slice's gradient, or for an expert stack the sum over every slice in this
-      // worker's block and zero elsewhere.
+      // The reference: this slice's gradient, or for an expert stack (this worker's block of E / W
+      // experts) the sum over every slice of the block's gradient.
+      const rm::TensorInfo& r = whole.tensor(t.name);
+      const int64_t from = r.offset + (t.expert_stack() ? t.numel * w : 0);
+      if (t.expert_stack()) {
+        EXPECT_EQ(t.shape[0], c.num_experts / W) << t.name;
+        EXPECT_EQ(t.expert_begin, c.num_experts / W * w) << t.name;
+        EXPECT_EQ(t.numel * W, r.numel) << t.name;
+      }
       std::vector<double> want(static_cast<size_t>(t.numel));
-      const int64_t block = t.numel / W;
       for (int64_t i = 0; i < t.numel; ++i) {
-        const auto at = static_cast<size_t>(t.offset + i);
-        if (!expert_stack(t)) {
+        const auto at = static_cast<size_t>(from + i);
+        if (!t.expert_stack())
           want[static_cast<size_t>(i)] = ref_grad[static_cast<size_t>(w)][at];
-        } else if (i / block == w) {
+        else
           for (int s = 0; s < W; ++s) want[static_cast<size_t>(i)] += ref_grad[static_cast<size_t>(s)][at];
-        }
       }
       double gmax = 0, err = 0, ab = 0, aa = 0, bb = 0;
       for (int64_t i = 0; i < t.numel; ++i) {
@@ -194,9 +197,6 @@ void check_case(const Case& k) {
         gmax = std::max(gmax, std::abs(b));
         err = std::max(err, std::abs(a - b));
         ab += a * b, aa += a * a, bb += b * b;
-        if (expert_stack(t) && i / block != w) {
-          ASSERT_EQ(a, 0.0) << t.name << " [" << i << "] on worker " << w;
-        }
       }
       if (fp32) {
         EXPECT_LE(err, 2 * ops * kmax * u * std::max(gmax, 1e-3)) << t.name << " on worker " << w;
@@ -246,7 +246,8 @@ TEST(ModelExpertParallel, Bf16WorkersEqualEachSliceAlone) {
 }
 
 // Every token of every worker chooses worker 0's experts: the others send it everything, receive no row
-// and run no expert (their grouped GEMMs have no rows), and their blocks' gradients are zero.
+// and run no expert (their grouped GEMMs have no rows), and their blocks' gradients are zero (the
+// reference's are too).
 TEST(ModelExpertParallel, AWorkerWhoseExpertsNoTokenChoseRunsNone) {
   OneThread one;
   for (const Case& k : {Case{4, 2, 0, G::softmax, Bal::aux, 2, rm::Precision::fp32, true},
@@ -256,22 +257,94 @@ TEST(ModelExpertParallel, AWorkerWhoseExpertsNoTokenChoseRunsNone) {
   }
 }
 
-TEST(ModelExpertParallel, ExpertsThatDoNotShareOutOverTheWorkersAreRefused) {
-  Hub hub(3);
-  ThreadExchange ex(hub, 0);
-  rm::TransformerLM<float> m(config(Case{4, 2, 0, G::softmax, Bal::aux, 3}));
+// A worker's model holds its block of each stack, with the single process's values (init draws every
+// expert's and keeps its own), and 1/W of the experts' parameters and gradients.
+TEST(ModelExpertParallel, AWorkersModelHoldsItsBlockOfTheSingleProcesssExperts) {
+  const rm::ModelConfig c = config(Case{8, 2, 1, G::sigmoid, Bal::bias, 4});
+  rm::TransformerLM<float> whole(c);
+  whole.init(11);
+  int64_t experts = 0;
+  for (const auto& t : whole.tensors())
+    if (t.expert_stack()) experts += t.numel;
+  for (int w = 0; w < 4; ++w) {
+    rm::TransformerLM<float> m(c, rm::Precision::fp32, rm::AttentionPath::flash, {w, 4});
+    m.init(11);
+    EXPECT_EQ(m.params().size() + static_cast<size_t>(experts / 4 * 3), whole.params().size());
+    EXPECT_EQ(m.grads().size(), m.params().size());
+    for (const auto& t : m.tensors()) {
+      const auto got = m.param(t.name);
+      const auto all = whole.param(t.name);
+      const size_t from = t.expert_stack() ? static_cast<size_t>(t.numel * w) : 0;
+      EXPECT_EQ(t.whole_shape(), whole.tensor(t.name).shape) << t.name;
+      ASSERT_EQ(got.size(), t.expert_stack() ? all.size() / 4 : all.size()) << t.name;
+      for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], all[from + i]) << t.name << " [" << i << "]";
+    }
+    for (size_t i = 0; i < m.state().size(); ++i) EXPECT_EQ(m.state()[i], whole.state()[i]);
+  }
+}
+
+// ridge train's memory check for a rank: its block of the experts' parameters, gradients and AdamW state,
+// and the exchange's buffers on top of one process's step.
+TEST(ModelExpertParallel, StepMemoryCountsARanksBlockAndTheExchange) {
+  const rm::ModelConfig c = config(Case{8, 2, 1, G::softmax, Bal::aux, 4});
+  for (const auto p : {rm::Precision::fp32, rm::Precision::bf16}) {
+    const auto one = rm::step_memory(c, kRows, kSeq, p), four = rm::step_memory(c, kRows, kSeq, p, 4);
+    const rm::TransformerLM<float> m(c, p, rm::AttentionPath::flash, {3, 4});
+    EXPECT_EQ(four.parameters, static_cast<double>(m.params().size() * sizeof(float)));
+    EXPECT_EQ(four.gradients, four.parameters);
+    EXPECT_EQ(four.optimizer_state, 2 * four.parameters);
+    EXPECT_LT(four.parameters, one.parameters);
+    EXPECT_EQ(four.activations(), one.activations());
+    EXPECT_EQ(one.exchange, 0.0);
+    EXPECT_GT(four.exchange, 0.0);
+    EXPECT_EQ(rm::step_memory(c, kRows, kSeq, p, 1).total(), one.total());
+  }
+  EXPECT_THROW(rm::step_memory(c, kRows, kSeq, rm::Precision::fp32, 0), ridge::Error);
+}
+
+TEST(ModelExpertParallel, ShardsThatCannotRunAreRefused) {
+  const rm::ModelConfig c = config(Case{4, 2, 0, G::softmax, Bal::aux, 3});
+  // Experts that do not share out, a dense model, a worker outside the world.
+  auto refused = [&](const rm::ModelConfig& cfg, rm::ExpertShard shard, const std::string& says) {
+    try {
+      rm::TransformerLM<float> m(cfg, rm::Precision::fp32, rm::AttentionPath::flash, shard);
+      ADD_FAILURE() << "worker " << shard.rank << " of " << shard.world << " was accepted";
+    } catch (const ridge::Error& e) {
+      EXPECT_EQ(e.argument(), "experts");
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+    }
+  };
+  refused(c, {0, 3}, "3 workers do not share out 4 experts evenly");
+  refused(c, {2, 2}, "worker 2 of 2 is not a worker");
+  rm::ModelConfig dense = config(Case{4, 2, 0, G::softmax, Bal::aux, 1});
+  dense.num_experts = 0, dense.top_k = 0, dense.d_expert = 0, dense.moe_layers.clear();
+  refused(dense, {0, 2}, "needs an MoE model");
+
+  // An exchange that is not the model's worker; a partial model without its exchange.
+  Hub hub(2);
+  ThreadExchange ex(hub, 1);
+  rm::TransformerLM<float> m(c, rm::Precision::fp32, rm::AttentionPath::flash, {0, 2});
+  m.init(1);
   try {
     m.set_expert_exchange(&ex);
-    FAIL() << "4 experts over 3 workers were accepted";
+    FAIL() << "worker 1's exchange was accepted by worker 0's model";
   } catch (const ridge::Error& e) {
     EXPECT_EQ(e.argument(), "exchange");
-    EXPECT_NE(std::string(e.what()).find("4 experts do not share out evenly over 3 workers"),
+    EXPECT_NE(std::string(e.what()).find("holds the experts of worker 0 of 2, but the exchange is worker 1"),
               std::string::npos)
         << e.what();
   }
   EXPECT_EQ(m.expert_exchange(), nullptr);
-  rm::ModelConfig dense = config(Case{4, 2, 0, G::softmax, Bal::aux, 1});
-  dense.num_experts = 0, dense.top_k = 0, dense.d_expert = 0, dense.moe_layers.clear();
+  const std::vector<int32_t> x(8, 1);
+  try {
+    m.forward(x.data(), x.data(), 1, 8);
+    FAIL() << "a forward without the experts of the other worker ran";
+  } catch (const ridge::Error& e) {
+    EXPECT_EQ(e.argument(), "exchange");
+  }
+  // A whole model and an exchange of several workers: refused too (it holds every expert).
+  rm::TransformerLM<float> full(c);
+  EXPECT_THROW(full.set_expert_exchange(&ex), ridge::Error);
   Hub one(1);
   ThreadExchange ex1(one, 0);
   rm::TransformerLM<float> d(dense);

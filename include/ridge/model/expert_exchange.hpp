@@ -8,8 +8,12 @@
 //   backward  the outputs' gradients to the owners (the combine's backward), the inputs' gradients back
 //             (the dispatch's backward).
 //
+// A worker holds only its own experts: the model is built for its ExpertShard (TransformerLM's constructor,
+// TrainConfig::experts), so its flat buffers hold [rank E / world, (rank + 1) E / world) of each stack, and
+// its parameters, gradients and optimizer state for the experts are 1/world of the single process's.
+//
 // The model never includes MPI: the distributed module implements this over MPI
-// (distributed::ExpertParallel); without an exchange set (TransformerLM::set_expert_exchange) every
+// (distributed::MpiExpertExchange); without an exchange set (TransformerLM::set_expert_exchange) every
 // expert is local, the single-process model.
 #pragma once
 
@@ -17,6 +21,15 @@
 #include <span>
 
 namespace ridge::model {
+
+// Which of each MoE layer's experts a model holds: the block [rank E / world, (rank + 1) E / world) of E
+// (world 1: all of them, the default). E must be a multiple of world.
+struct ExpertShard {
+  int rank = 0;
+  int world = 1;
+  bool whole() const { return world == 1; }
+  bool operator==(const ExpertShard&) const = default;
+};
 
 class ExpertExchange {
  public:

@@ -59,6 +59,14 @@ struct TensorInfo {
   int64_t offset = 0;          // in elements, into params() / grads()
   int64_t numel = 0;
   int group = 0;  // backward group: gradients of a group become final together
+  // An MoE layer's expert stack ("layers.L.ffn.experts.w1.weight" ...; experts > 0): this model holds
+  // experts [expert_begin, expert_begin + shape[0]) of the layer's `experts` (all of them unless it was
+  // built for one worker of expert parallelism, ExpertShard). 0 for every other tensor.
+  int64_t experts = 0, expert_begin = 0;
+  bool expert_stack() const { return experts > 0; }
+  bool partial() const { return experts > 0 && shape[0] != experts; }
+  // The tensor as a checkpoint holds it: shape with every expert of a stack.
+  std::vector<int64_t> whole_shape() const;
 };
 
 // Parameters in the flat buffers are ordered by when their gradients become final in the backward
@@ -70,13 +78,17 @@ struct TensorInfo {
 template <typename S>
 class TransformerLM {
  public:
+  // `experts`: the experts this model holds (a worker of expert parallelism holds its block of each
+  // stack; every parameter of a partial stack, its gradient and optimizer state are that block's).
+  // ridge::Error naming `experts` for a dense model with world > 1, or E not a multiple of world.
   explicit TransformerLM(const ModelConfig& config, Precision precision = Precision::fp32,
-                         AttentionPath attention = AttentionPath::flash);
+                         AttentionPath attention = AttentionPath::flash, ExpertShard experts = {});
   ~TransformerLM();
   TransformerLM(TransformerLM&&) noexcept;
   TransformerLM& operator=(TransformerLM&&) noexcept;
 
   const ModelConfig& config() const;
+  const ExpertShard& expert_shard() const;
   Precision precision() const;
   AttentionPath attention_path() const;
   void set_precision(Precision p);
@@ -108,7 +120,8 @@ class TransformerLM {
   std::span<const S> state() const;
 
   // CS336's initialisation: linear weights truncated normal, std sqrt(2 / (d_in + d_out)), cut at
-  // 3 std; the embedding truncated N(0, 1) cut at 3; norm weights 1. Same seed, same weights.
+  // 3 std; the embedding truncated N(0, 1) cut at 3; norm weights 1. Same seed, same weights (a
+  // partial expert stack gets the single process's values of its experts).
   void init(uint64_t seed);
 
   // Runs the forward pass on inputs [batch, seq] (token ids in [0, vocab)), keeping what backward
@@ -144,11 +157,11 @@ class TransformerLM {
   void update_router_bias(std::span<const int64_t> counts, int64_t tokens);
 
   // Expert parallelism (ridge/model/expert_exchange.hpp): from the next forward on, each MoE layer runs
-  // only this worker's block of experts, [rank E / world, (rank + 1) E / world), over the rows every
-  // worker routes to them, and reaches the others' through `exchange` (nullptr: every expert here, the
-  // default). The weight gradients of the other workers' experts stay zero here: each expert's gradient
-  // is whole at its owner. ridge::Error naming `exchange` for a dense model or E not a multiple of the
-  // world. The exchange must outlive its use.
+  // the experts this model holds (its ExpertShard, which must be the exchange's rank and world) over the
+  // rows every worker routes to them, and reaches the others' through `exchange` (nullptr: none, for a
+  // model that holds every expert). ridge::Error naming `exchange` for a dense model or a shard that is
+  // not the exchange's worker. A model built for a shard of world > 1 runs forward only with its
+  // exchange set. The exchange must outlive its use.
   void set_expert_exchange(ExpertExchange* exchange);
   ExpertExchange* expert_exchange() const;
 

@@ -22,8 +22,11 @@ roofline::ModelShape model_shape(const ModelConfig& c, int64_t batch, int64_t se
 // activations, workspace), from the buffer description the model allocates from
 // (ridge/roofline/model_buffers.hpp), with operands stored as the model stores them on this CPU (fp16
 // values in fp32 storage). What `ridge train` checks against the memory available and `ridge bench
-// model` prints as its analytic memory.
-roofline::ModelMemory step_memory(const ModelConfig& c, int64_t batch, int64_t seq, Precision p);
+// model` prints as its analytic memory. `expert_world` > 1: one rank of expert parallelism over that many
+// ranks (`ridge train --expert-parallel`): its block of the experts' parameters, gradients, AdamW state and
+// operand copy, and the exchange's buffers at uniform routing (a rank receives as many rows as it sends).
+roofline::ModelMemory step_memory(const ModelConfig& c, int64_t batch, int64_t seq, Precision p,
+                                  int expert_world = 1);
 
 // The peak a model FLOPs utilisation divides by: that of the units ridge's model runs its GEMMs on,
 // bf16's for bf16 (fp32's on a chip without a bf16 peak), fp32's for fp32 and for fp16 (ridge

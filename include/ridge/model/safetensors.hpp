@@ -10,7 +10,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -70,18 +72,25 @@ class SafetensorsWriter {
   // `data` (numel * dtype_size bytes) must stay valid until write(). Throws ridge::Error on an empty,
   // repeated or reserved name, a negative dimension, or a size that overflows.
   void add(const std::string& name, DType dtype, std::vector<int64_t> shape, const void* data);
+  // A tensor whose bytes `fill` writes into the buffer it is handed (numel * dtype_size bytes) when write()
+  // reaches it, in the order added: one such buffer at a time, so the file may hold more than the caller
+  // keeps at once (a sharded model's whole expert stacks, gathered one by one).
+  using Fill = std::function<void(std::span<std::byte>)>;
+  void add(const std::string& name, DType dtype, std::vector<int64_t> shape, Fill fill);
   void set_metadata(const std::string& key, const std::string& value);
   // Atomic: writes a temporary file in the same directory, fsyncs it and renames it over `path`; on any
   // failure the temporary is removed and whatever was at `path` is left as it was.
   void write(const std::string& path) const;
 
  private:
+  size_t checked_bytes(const std::string& name, DType dtype, const std::vector<int64_t>& shape) const;
   struct Item {
     std::string name;
     DType dtype;
     std::vector<int64_t> shape;
     const void* data;
     size_t bytes;
+    Fill fill;  // or this, for data
   };
   std::vector<Item> items_;
   std::map<std::string, std::string> metadata_;

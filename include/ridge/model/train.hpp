@@ -48,6 +48,9 @@ struct TrainConfig {
   // A data-parallel rank that knows its shard before building the trainer sets it, so it never
   // allocates the whole state (shard_optimizer() with the same range then keeps the buffers).
   int64_t optimizer_begin = 0, optimizer_end = -1;
+  // Expert parallelism: the experts of each MoE layer this worker's model holds (and steps); the
+  // distributed module's DataParallel needs {its rank, the world}. Default: all of them.
+  ExpertShard experts;
   void validate() const;
 };
 
@@ -87,9 +90,6 @@ class StepHooks {
   // (balance bias) are the same on every worker. Collective: every worker calls it at every step of an
   // MoE model.
   virtual void sum_expert_counts(std::span<int64_t> counts) { (void)counts; }
-  // Expert parallelism: the flat parameter ranges (sorted, disjoint) of the experts other workers own.
-  // This worker computes no gradient for them and its optimizer does not step them (their owners do).
-  virtual std::span<const std::pair<int64_t, int64_t>> foreign_ranges() const { return {}; }
 
   // The loop's part. This worker among the `world` that share each global batch: train() draws
   // world x batch rows and steps on rows [rank x batch, (rank + 1) x batch).
@@ -140,8 +140,15 @@ class Trainer {
   void save(const std::string& path) const;
   // The same with AdamW's state for every parameter given (a sharded run gathers it first).
   void save(const std::string& path, std::span<const float> exp_avg, std::span<const float> exp_avg_sq) const;
+  // A model that holds a block of each expert stack (TrainConfig::experts) writes the whole stacks, so the
+  // file is the single process's: `whole(t, part, dst)` fills stack t's every value (t.whole_shape(); part
+  // 0 the parameters, 1 exp_avg, 2 exp_avg_sq) as the file is written, one stack at a time, in the
+  // tensors' order. The plain save() refuses such a model (distributed::DataParallel::save gathers them).
+  using WholeStack = std::function<void(const TensorInfo& t, int part, std::span<float> dst)>;
+  void save(const std::string& path, const WholeStack& whole) const;
   // Loads a checkpoint written by save() (everything resumes), or a weights-only file (PyTorch's
-  // state_dict saved as safetensors): then the optimizer starts fresh. The model's config must match.
+  // state_dict saved as safetensors): then the optimizer starts fresh. The model's config must match; a
+  // model that holds a block of the experts takes its block of each stack.
   // The checkpoint's tokenizer record, if any, becomes the trainer's.
   void load(const std::string& path);
 
@@ -151,6 +158,8 @@ class Trainer {
   const std::optional<TokenizerRecord>& tokenizer() const { return tokenizer_; }
 
  private:
+  void write(const std::string& path, std::span<const float> m, std::span<const float> v,
+             const WholeStack* whole) const;
   TrainConfig cfg_;
   TransformerLM<float> model_;
   AdamW<float> adamw_;

@@ -224,12 +224,16 @@ struct ModelMemory {
   int64_t layers = 0;
   double per_moe_layer = 0, routing = 0;
   int64_t moe_layers = 0;
+  // Expert parallelism (model::step_memory with expert_world > 1): the exchange's buffers, each MoE
+  // layer's received rows and the rows in flight, at uniform routing.
+  double exchange = 0;
   double activations() const {
     return per_layer * static_cast<double>(layers - moe_layers) +
            per_moe_layer * static_cast<double>(moe_layers) + final;
   }
   double total() const {
-    return parameters + gradients + optimizer_state + operand_copy + activations() + workspace + routing;
+    return parameters + gradients + optimizer_state + operand_copy + activations() + workspace + routing +
+           exchange;
   }
 };
 ModelMemory model_memory(const ModelShape& m);
