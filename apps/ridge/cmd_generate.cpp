@@ -363,6 +363,8 @@ void run(const Args& a) {
                         {"decode_tokens_per_s", decode_tps},
                         {"decode_bytes", st.decode_bytes},
                         {"decode_bytes_per_s", bw}};
+    // An MoE model's added key (a dense model's document is what it was).
+    if (im.config().is_moe()) j["decode_experts_read"] = st.decode_experts_read;
     if (roof > 0) {
       j["bandwidth_roof"] = roof;
       j["bandwidth_level"] = roof_name;
@@ -391,6 +393,9 @@ void run(const Args& a) {
     line += "; run 'ridge probe' for this machine's bandwidth roof)";
   line +=
       fmt::format(", {} weights, {} threads", generate::weight_format_name(io.weights), get_num_threads());
+  if (im.config().is_moe())
+    line += fmt::format(", {:.2f} of {} experts read per MoE layer and step", st.decode_experts_read,
+                        im.config().num_experts);
   cli::say("ridge generate: ", line);
 }
 

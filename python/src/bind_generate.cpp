@@ -115,6 +115,7 @@ void bind_generate(nb::module_& m) {
         d["decode_steps"] = st.decode_steps;
         d["decode_seconds"] = st.decode_seconds;
         d["decode_bytes"] = st.decode_bytes;
+        if (im.config().is_moe()) d["decode_experts_read"] = st.decode_experts_read;
         return nb::make_tuple(out, d);
       },
       nb::arg("model"), nb::arg("prompts"), nb::arg("max_tokens"), nb::arg("temperature"), nb::arg("top_p"),

@@ -1261,11 +1261,13 @@ std::vector<std::vector<int32_t>> generate(const InferenceModel& model,
                      : roofline::decode_cost_read(c, dtypes, n, (keys + n / 2) / n,
                                                   mean_read / static_cast<double>(read.size()));
     st.decode_bytes += static_cast<double>(cost.memory_bytes());
+    if (!read.empty()) st.decode_experts_read += mean_read / static_cast<double>(read.size());
     st.decode_steps += 1;
     st.decode_tokens += static_cast<int64_t>(step_ids.size());
     sample_all(which);
   }
   st.decode_seconds = std::chrono::duration<double>(clock::now() - t0).count();
+  if (st.decode_steps > 0) st.decode_experts_read /= static_cast<double>(st.decode_steps);
   if (stats) *stats = st;
   return out;
 }

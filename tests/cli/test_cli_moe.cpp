@@ -272,7 +272,16 @@ TEST(CliMoe, TrainAndGenerateTakeTheFlags) {
     const auto j = nlohmann::json::parse(r.out);
     EXPECT_EQ(j["decode_steps"], 1) << flags;
     EXPECT_GT(j["decode_bytes"].get<double>(), 0) << flags;
+    // One sequence: each MoE layer reads exactly its token's top-2 experts.
+    EXPECT_EQ(j["decode_experts_read"].get<double>(), 2.0) << flags;
   }
+  // Three sequences of one step: between top-2 and 6 (or E = 8) distinct experts per layer.
+  const auto three = nlohmann::json::parse(
+      run(gen + "--size moe-tiny --vocab 256 --context 64 --prompt ho --prompt ha --json").out);
+  EXPECT_GE(three["decode_experts_read"].get<double>(), 2.0);
+  EXPECT_LE(three["decode_experts_read"].get<double>(), 6.0);
+  EXPECT_FALSE(nlohmann::json::parse(run(gen + "--size tiny --vocab 256 --context 64 --json").out)
+                   .contains("decode_experts_read"));
   expect_user_error(gen + "--size tiny --expert-top-k 2", "--expert-top-k: '2' is an MoE setting");
   expect_user_error(gen + "--size tiny --experts 4 --expert-top-k 5",
                     "--expert-top-k: 5 is above --experts 4");

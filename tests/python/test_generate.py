@@ -135,6 +135,8 @@ def test_an_moe_model_generates_what_its_forward_computes():
     # (tests/generate's GenerateMoe.Fp8ExpertsStayWithinDeepGemmsCalcDiffOfFp32).
     out, stats = m.generate([[1, 2, 3]], max_tokens=4, weights="fp8", temperature=0, return_stats=True)
     assert len(out[0]) == 4 and stats["decode_bytes"] > 0
+    # One sequence: each MoE layer read exactly its token's top-k experts at every step.
+    assert stats["decode_experts_read"] == cfg["top_k"]
     a, b = m.inference("fp32").session(), m.inference("fp8").session()
     ia, ib = a.prefill([texts[1]]), b.prefill([texts[1]])
     x, y = a.logits(ia[0]).astype(np.float64), b.logits(ib[0]).astype(np.float64)

@@ -187,6 +187,9 @@ struct GenerateStats {
   // written, activations), each step at its batch and its sequences' mean context; an MoE model's steps
   // with the routed experts each read (roofline::decode_cost_read of Session::experts_read()).
   double decode_bytes = 0;
+  // An MoE model's decode: the distinct routed experts each MoE layer read per step, the mean over the
+  // layers and the steps (of E; what decode_bytes counted). 0 for a dense model.
+  double decode_experts_read = 0;
 };
 
 // The tokens generated for each prompt (ending at eos, if it came, or after max_tokens).
