@@ -22,6 +22,9 @@ namespace ridge::cli {
 
 struct MoeFlags {
   std::string experts, top_k, shared, d_expert, layers, router, balance, aux_loss_coef, bias_speed;
+  // Each flag's option once declared: a flag given with an empty value ("--moe-layers ''") counts as given
+  // and is refused by its parser, not taken for absent.
+  std::vector<std::pair<const std::string*, const CLI::Option*>> options;
   // `ridge generate` has a sampling --top-k; there the experts' is --expert-top-k.
   std::string top_k_flag = "--top-k";
   bool training = false;
@@ -31,20 +34,29 @@ struct MoeFlags {
   void add_to(CLI::App* c, const std::string& top_k_name = "--top-k", bool trains = false) {
     top_k_flag = top_k_name;
     training = trains;
-    c->add_option("--experts", experts,
-                  "Mixture of Experts: routed experts per MoE layer (0: a dense model; default: the size's)");
-    c->add_option(top_k_flag, top_k, "MoE: experts each token passes through, 1 .. --experts");
-    c->add_option("--shared-experts", shared, "MoE: always-on shared experts per MoE layer (default 0)");
-    c->add_option("--d-expert", d_expert, "MoE: an expert's hidden width (default: --d-ff)");
-    c->add_option("--moe-layers", layers,
-                  "MoE: the layers whose feed-forward is MoE: all (default), or indices and ranges: 1,3,5 or "
-                  "0-3 or 2-");
-    c->add_option("--router", router, "MoE: the router's gate, softmax (Mixtral) or sigmoid (DeepSeek-V3)");
-    c->add_option("--balance", balance,
-                  "MoE: load balancing, aux (Switch's auxiliary loss) or bias (DeepSeek-V3's, loss-free)");
+    options.clear();
+    auto add = [&](const std::string& name, std::string& text, const std::string& help) {
+      options.emplace_back(&text, c->add_option(name, text, help));
+    };
+    add("--experts", experts,
+        "Mixture of Experts: routed experts per MoE layer (0: a dense model; default: the size's)");
+    add(top_k_flag, top_k, "MoE: experts each token passes through, 1 .. --experts");
+    add("--shared-experts", shared, "MoE: always-on shared experts per MoE layer (default 0)");
+    add("--d-expert", d_expert, "MoE: an expert's hidden width (default: --d-ff)");
+    add("--moe-layers", layers,
+        "MoE: the layers whose feed-forward is MoE: all (default), or indices and ranges: 1,3,5 or 0-3 or 2-");
+    add("--router", router, "MoE: the router's gate, softmax (Mixtral) or sigmoid (DeepSeek-V3)");
+    add("--balance", balance,
+        "MoE: load balancing, aux (Switch's auxiliary loss) or bias (DeepSeek-V3's, loss-free)");
     if (!training) return;
-    c->add_option("--aux-loss-coef", aux_loss_coef, "MoE: the auxiliary loss's coefficient (--balance aux)");
-    c->add_option("--bias-speed", bias_speed, "MoE: the balance bias's update per step (--balance bias)");
+    add("--aux-loss-coef", aux_loss_coef, "MoE: the auxiliary loss's coefficient (--balance aux)");
+    add("--bias-speed", bias_speed, "MoE: the balance bias's update per step (--balance bias)");
+  }
+  bool given(const std::string& text) const {
+    if (!text.empty()) return true;
+    for (const auto& [t, o] : options)
+      if (t == &text) return o->count() > 0;
+    return false;
   }
 
   // The flags given, in the order add_to declares them: {flag, text}.
@@ -60,7 +72,7 @@ struct MoeFlags {
              {"--balance", &balance},
              {"--aux-loss-coef", &aux_loss_coef},
              {"--bias-speed", &bias_speed}})
-      if (!text->empty()) out.emplace_back(flag, *text);
+      if (given(*text)) out.emplace_back(flag, *text);
     return out;
   }
 
@@ -77,7 +89,7 @@ struct MoeFlags {
       return numbers::parse_real(text, flag, {0, std::numeric_limits<double>::infinity()});
     };
     const int64_t base_top_k = cfg.top_k;
-    if (!experts.empty()) {
+    if (given(experts)) {
       const int64_t e = integer(experts, "--experts", 0);
       // --experts 0: a dense model, every MoE field at its default (validate() holds a dense model to them).
       if (e == 0)
@@ -97,10 +109,10 @@ struct MoeFlags {
       fail(
           "{}: '{}' is an MoE setting, but {} (accepted: with --experts 1 or more, or an MoE --size such "
           "as moe-tiny)",
-          flag, text, experts.empty() ? "the model is dense" : "--experts 0 makes the model dense");
+          flag, text, !given(experts) ? "the model is dense" : "--experts 0 makes the model dense");
     }
     if (!cfg.is_moe()) return true;
-    if (!top_k.empty()) {
+    if (given(top_k)) {
       cfg.top_k = integer(top_k, top_k_flag, 1);
       check(cfg.top_k <= cfg.num_experts, "{}: {} is above --experts {} (accepted: 1 .. {})", top_k_flag,
             cfg.top_k, cfg.num_experts, cfg.num_experts);
@@ -111,13 +123,13 @@ struct MoeFlags {
             "--experts: {} is below the size's top-k of {} (accepted: {} or more, or give {})",
             cfg.num_experts, base_top_k, base_top_k, top_k_flag);
     }
-    if (!shared.empty()) cfg.num_shared_experts = integer(shared, "--shared-experts", 0);
-    if (!d_expert.empty()) cfg.d_expert = integer(d_expert, "--d-expert", 1);
-    if (!layers.empty()) cfg.moe_layers = model::parse_moe_layers(layers, cfg.num_layers, "--moe-layers");
-    if (!router.empty()) cfg.router = model::moe::parse_gate(router, "--router");
-    if (!balance.empty()) cfg.balance = model::moe::parse_balance(balance, "--balance");
-    if (!aux_loss_coef.empty()) cfg.aux_loss_coef = real(aux_loss_coef, "--aux-loss-coef");
-    if (!bias_speed.empty()) cfg.bias_update_speed = real(bias_speed, "--bias-speed");
+    if (given(shared)) cfg.num_shared_experts = integer(shared, "--shared-experts", 0);
+    if (given(d_expert)) cfg.d_expert = integer(d_expert, "--d-expert", 1);
+    if (given(layers)) cfg.moe_layers = model::parse_moe_layers(layers, cfg.num_layers, "--moe-layers");
+    if (given(router)) cfg.router = model::moe::parse_gate(router, "--router");
+    if (given(balance)) cfg.balance = model::moe::parse_balance(balance, "--balance");
+    if (given(aux_loss_coef)) cfg.aux_loss_coef = real(aux_loss_coef, "--aux-loss-coef");
+    if (given(bias_speed)) cfg.bias_update_speed = real(bias_speed, "--bias-speed");
     return true;
   }
 };

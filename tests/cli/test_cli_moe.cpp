@@ -219,7 +219,12 @@ TEST(CliMoe, BadFlagsAreOneLineExit2OnEveryCommand) {
       {"--experts 8 {K} 0", "{K}: '0' is out of range"},
       {"--experts 8 {K} 2 --d-expert 0", "--d-expert: '0' is out of range"},
       {"--experts 1e3 {K} 2", "--experts: '1e3' is not a decimal integer"},
-      {"--size moe-small --experts 2", "--experts: 2 is below the size's top-k of 3"}};
+      {"--size moe-small --experts 2", "--experts: 2 is below the size's top-k of 3"},
+      // An empty value is given, not absent.
+      {"--experts ''", "--experts: '' is not a decimal integer"},
+      {"--experts 8 {K} ''", "{K}: '' is not a decimal integer"},
+      {"--experts 8 {K} 2 --moe-layers ''", "--moe-layers: not a layer index: ''"},
+      {"--experts 8 {K} 2 --router ''", "--router: '' is not a gate"}};
   const auto with = [](std::string s, const std::string& k) {
     for (size_t at = s.find("{K}"); at != std::string::npos; at = s.find("{K}")) s.replace(at, 3, k);
     return s;
