@@ -88,6 +88,28 @@ void m_grouped_fp8_gemm_nt_masked(TensorView<const fp8_e4m3> a, TensorView<const
                                   TensorView<const fp8_e4m3> b, TensorView<const float> b_scales,
                                   TensorView<float> d, std::span<const int32_t> masked_m, int64_t expected_m);
 
+// ---- grouped along M, each group's B packed once ----
+// The same layouts with B as one PackedFp8B per group (b[g]: PackedFp8B::pack of group g's [n, k] and its
+// 128x128 scales), as DeepGEMM takes B per group: an MoE model's experts, packed at load, read as the
+// dense FP8 linears' packed weights do (the decode kernels widen straight from the panels). Every b[g]
+// has the n of b[0] and k = the columns of a. Contiguous: the groups are b's entries (m_indices in
+// [-1, b.size())); masked: a's first dimension, which b.size() must equal. A group with no rows is not
+// computed and its b[g] not read. The bits are those of a loop of the packed fp8_gemm_nt, one call per
+// group, at any thread count (against the raw-B grouped GEMMs above, an fp32 D of 1..4-row groups may
+// differ in the last bits: their small-m kernels sum in another order).
+void m_grouped_fp8_gemm_nt_contiguous(MatrixView<const fp8_e4m3> a, MatrixView<const float> a_scales,
+                                      std::span<const PackedFp8B> b, MatrixView<bf16> d,
+                                      std::span<const int32_t> m_indices);
+void m_grouped_fp8_gemm_nt_contiguous(MatrixView<const fp8_e4m3> a, MatrixView<const float> a_scales,
+                                      std::span<const PackedFp8B> b, MatrixView<float> d,
+                                      std::span<const int32_t> m_indices);
+void m_grouped_fp8_gemm_nt_masked(TensorView<const fp8_e4m3> a, TensorView<const float> a_scales,
+                                  std::span<const PackedFp8B> b, TensorView<bf16> d,
+                                  std::span<const int32_t> masked_m, int64_t expected_m);
+void m_grouped_fp8_gemm_nt_masked(TensorView<const fp8_e4m3> a, TensorView<const float> a_scales,
+                                  std::span<const PackedFp8B> b, TensorView<float> d,
+                                  std::span<const int32_t> masked_m, int64_t expected_m);
+
 // ---- quantization ----
 // scale = max(amax, 1e-4) / 448 over each block, q = RNE(x / scale) (saturating to +-448).
 // per_token: scales [m, ceil(k/128)] (1x128); per_block: scales [ceil(m/128), ceil(k/128)] (128x128).

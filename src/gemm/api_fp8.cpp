@@ -146,14 +146,19 @@ void dense_packed(MatrixView<const fp8_e4m3> a, MatrixView<const float> sa, cons
   check(im.k == a.cols, "b: packed with k={} but a has {} columns", im.k, a.cols);
   check_fp8_a_d_c(a, sa, im.n, a.cols, d, c);
   detail::Problem p = fp8_problem(a, sa, im.n, d, c);
-  set_b(p, reinterpret_cast<const fp8_e4m3*>(im.data.data()), im.pairs, im.scales.data(),
-        fp8_scale_blocks(im.k));
-  p.b.fp8_panels = true;
-  p.b.fp8_finite = im.finite;
+  detail::set_packed_fp8_b(p, b);
   detail::run(p);
 }
 
 }  // namespace
+
+void detail::set_packed_fp8_b(Problem& p, const PackedFp8B& b) {
+  const auto& im = b.impl();
+  set_b(p, reinterpret_cast<const fp8_e4m3*>(im.data.data()), im.pairs, im.scales.data(),
+        fp8_scale_blocks(im.k));
+  p.b.fp8_panels = true;
+  p.b.fp8_finite = im.finite;
+}
 
 void fp8_gemm_nt(MatrixView<const fp8_e4m3> a, MatrixView<const float> sa, const PackedFp8B& b,
                  MatrixView<bf16> d, MatrixView<const float> c) {

@@ -9,6 +9,7 @@
 #include "core/dispatch.hpp"
 #include "gemm/kernel.hpp"
 #include "ridge/gemm.hpp"
+#include "ridge/gemm_fp8.hpp"
 
 namespace ridge::gemm::detail {
 
@@ -47,6 +48,9 @@ void set_group_rows(Problem& p, const TA* a, int64_t lda, TD* d, int64_t ldd, in
   p.d = d + r0 * ldd;
   p.ldd = ldd;
 }
+
+// A PackedFp8B as p's B, its scales with it (api_fp8.cpp; p.n and p.k already b's, as the caller checked).
+void set_packed_fp8_b(Problem& p, const PackedFp8B& b);
 
 // Runs every problem of a grouped GEMM (one per group of an MoE layer; one input element type, as
 // checked by the caller), each element computed as run() would compute it for its problem alone.

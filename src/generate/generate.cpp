@@ -9,8 +9,10 @@
 #include <cstddef>
 #include <fmt/format.h>
 #include <map>
+#include <span>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "model/layers.hpp"
 #include "ridge/attention.hpp"
@@ -82,7 +84,7 @@ InferenceMemory inference_memory(const ModelConfig& c, const InferenceOptions& o
   // The linears in their format, lm_head in its own, the embedding table and the norms in fp32.
   const roofline::ParamGroups w = roofline::model_param_groups(c);
   // An MoE model's routers in fp32 (the training forward's), its routed experts in the format: FP8's
-  // quantized straight into their stacks, one byte each with their 128x128 blocks' fp32 scales.
+  // quantized and packed one expert at a time, one byte each with their 128x128 blocks' fp32 scales.
   const double experts = is_fp8(o.weights)
                              ? static_cast<double>(w.experts) + 4 * static_cast<double>(w.expert_scale_blocks)
                              : static_cast<double>(w.experts) * per(o.weights);
@@ -123,7 +125,7 @@ struct Scratch {
 };
 
 // `count` weights as fp32 or bf16 (FP8's layouts are the callers': a linear's packed panels, an expert
-// stack's raw blocks).
+// stack's packed panels per expert).
 void store_weights(const float* w, size_t count, WeightFormat f, Buffer<float>& w32, Buffer<bf16>& w16) {
   if (f == WeightFormat::fp32) {
     w32 = Buffer<float>(count, "inference/weights");
@@ -229,16 +231,16 @@ struct ExpertOperand {
   const float* s8 = nullptr;
 };
 
-// The routed experts' w1, w3 or w2 of one MoE layer, stacked [E, n, k] in the format as the grouped GEMMs
-// read it (FP8: each expert's [n, k] quantized on its own, 128x128 blocks, scales [E, ceil(n/128),
-// ceil(k/128)]; not packed: the grouped GEMMs' small-m kernels stream raw e4m3 rows).
+// The routed experts' w1, w3 or w2 of one MoE layer in the format as the grouped GEMMs read it: fp32 and
+// bf16 stacked [E, n, k]; FP8 one PackedFp8B per expert (its [n, k] quantized on its own, 128x128 blocks,
+// then packed as a dense FP8 linear's weights are: the decode kernels widen straight from the panels,
+// where raw e4m3 rows went through the slower raw-B kernels).
 struct ExpertStack {
   WeightFormat fmt = WeightFormat::fp32;
   int64_t E = 0, n = 0, k = 0;
   Buffer<float> w32;
   Buffer<bf16> w16;
-  Buffer<fp8_e4m3> w8;
-  Buffer<float> s8;
+  std::vector<gemm::PackedFp8B> w8;
 
   void set(const float* w, int64_t experts, int64_t rows, int64_t cols, WeightFormat f) {
     fmt = f;
@@ -247,17 +249,23 @@ struct ExpertStack {
     k = cols;
     const size_t count = static_cast<size_t>(E * n * k);
     if (!is_fp8(f)) return store_weights(w, count, f, w32, w16);
-    const int64_t nb = gemm::fp8_scale_blocks(n), kb = gemm::fp8_scale_blocks(k);
-    w8 = Buffer<fp8_e4m3>(count, "inference/weights");
-    s8 = Buffer<float>(static_cast<size_t>(E * nb * kb), "inference/weights");
-    for (int64_t e = 0; e < E; ++e)
-      gemm::per_block_cast_to_fp8(MatrixView<const float>{w + e * n * k, n, k, k},
-                                  MatrixView<fp8_e4m3>{w8.data() + e * n * k, n, k, k},
-                                  MatrixView<float>{s8.data() + e * nb * kb, nb, kb, kb},
-                                  f == WeightFormat::fp8 ? gemm::Fp8Scales::fp32 : gemm::Fp8Scales::ue8m0);
+    w8.clear();
+    w8.reserve(static_cast<size_t>(E));
+    for (int64_t e = 0; e < E; ++e) {
+      const auto q = gemm::per_block_cast_to_fp8(
+          MatrixView<const float>{w + e * n * k, n, k, k},
+          f == WeightFormat::fp8 ? gemm::Fp8Scales::fp32 : gemm::Fp8Scales::ue8m0);
+      w8.push_back(gemm::PackedFp8B::pack(q.view(), q.scale_view()));
+    }
   }
-  // Bytes one expert's matrix takes to read (FP8: with its scales), as the decode roofline counts them.
+  // Bytes one expert's matrix takes to read (FP8: with its scales), as the decode roofline counts them; FP8
+  // counted from the packed expert itself (its panels, which pad n to 32 rows and k to even: the roofline's
+  // n k where the widths are multiples of 32, as every named size's are; and its 128x128 blocks' fp32
+  // scales).
   double expert_bytes() const {
+    if (is_fp8(fmt))
+      return static_cast<double>(w8.front().bytes()) +
+             4.0 * static_cast<double>(gemm::fp8_scale_blocks(n) * gemm::fp8_scale_blocks(k));
     return static_cast<double>(
         roofline::weight_bytes(static_cast<long double>(n), static_cast<long double>(k), weight_dtype(fmt)));
   }
@@ -279,9 +287,9 @@ struct ExpertStack {
           return gemm::m_grouped_bf16_gemm_nt_contiguous(MatrixView<const bf16>{a.b16, R, k, k},
                                                          b3(w16.data(), n, k), dm, mi);
         default:
-          return gemm::m_grouped_fp8_gemm_nt_contiguous(
-              MatrixView<const fp8_e4m3>{a.q8, R, k, k}, MatrixView<const float>{a.s8, R, kb, kb},
-              b3(w8.data(), n, k), b3(s8.data(), gemm::fp8_scale_blocks(n), kb), dm, mi);
+          return gemm::m_grouped_fp8_gemm_nt_contiguous(MatrixView<const fp8_e4m3>{a.q8, R, k, k},
+                                                        MatrixView<const float>{a.s8, R, kb, kb},
+                                                        std::span<const gemm::PackedFp8B>(w8), dm, mi);
       }
     }
     // Masked: [E, max_m, width] slabs. expected_m is the rows an expert with tokens has on average.
@@ -307,9 +315,9 @@ struct ExpertStack {
         return gemm::m_grouped_bf16_gemm_nt_masked(slabs(a.b16, k, k), b3(w16.data(), n, k), slabs(d, n, ldd),
                                                    mm, expected);
       default:
-        return gemm::m_grouped_fp8_gemm_nt_masked(slabs(a.q8, k, k), slabs(a.s8, kb, kb), b3(w8.data(), n, k),
-                                                  b3(s8.data(), gemm::fp8_scale_blocks(n), kb),
-                                                  slabs(d, n, ldd), mm, expected);
+        return gemm::m_grouped_fp8_gemm_nt_masked(slabs(a.q8, k, k), slabs(a.s8, kb, kb),
+                                                  std::span<const gemm::PackedFp8B>(w8), slabs(d, n, ldd), mm,
+                                                  expected);
     }
   }
 };

@@ -7,12 +7,14 @@
 #include <cstdlib>
 #include <cstring>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "ridge/core.hpp"
 #include "ridge/gemm.hpp"
 #include "ridge/gemm_fp8.hpp"
+#include "common/expect_error.hpp"
 #include "core/dispatch.hpp"
 
 namespace {
@@ -501,6 +503,194 @@ TEST(Fp8Gemm, BlockingHasKBlocksOfWholeScaleBlocks) {
     }
 }
 
+// Groups of one n and k for the packed grouped GEMMs: per group a B quantized from its own values, kept
+// both as the raw stack [G, n, k] with scales [G, ceil(n/128), ceil(k/128)] and as one PackedFp8B each.
+struct Fp8Groups {
+  int64_t G, n, k, nb, kb;
+  std::vector<fp8_e4m3> b;
+  std::vector<float> sb;
+  std::vector<gemm::PackedFp8B> packed;
+  std::vector<Operands> ops;  // group g's B in ops[g].b
+  Fp8Groups(int64_t groups, int64_t n_, int64_t k_, uint32_t seed)
+      : G(groups), n(n_), k(k_), nb(gemm::fp8_scale_blocks(n_)), kb(gemm::fp8_scale_blocks(k_)) {
+    b.resize(static_cast<size_t>(G * n * k));
+    sb.resize(static_cast<size_t>(G * nb * kb));
+    for (int64_t g = 0; g < G; ++g) {
+      ops.emplace_back(1, n, k, seed + static_cast<uint32_t>(g));
+      std::memcpy(&b[g * n * k], ops[g].b.values.data(), n * k);
+      std::memcpy(&sb[g * nb * kb], ops[g].b.scales.data(), sizeof(float) * nb * kb);
+      packed.push_back(gemm::PackedFp8B::pack(ops[g].b.view(), ops[g].b.scale_view()));
+    }
+  }
+  TensorView<const fp8_e4m3> bt() const {
+    return TensorView<const fp8_e4m3>::contiguous(b.data(), {G, n, k});
+  }
+  TensorView<const float> sbt() const { return TensorView<const float>::contiguous(sb.data(), {G, nb, kb}); }
+};
+
+// Runs fn at 1, 2 and 3 threads: the same bits at each (returned: the 1-thread result).
+template <typename V, typename F>
+V same_at_every_thread_count(const F& fn, const std::string& what) {
+  const int saved = gemm::get_num_threads();
+  gemm::set_num_threads(1);
+  const V one = fn();
+  for (const int t : {2, 3}) {
+    gemm::set_num_threads(t);
+    const V other = fn();
+    EXPECT_EQ(std::memcmp(other.data(), one.data(), one.size() * sizeof(one[0])), 0)
+        << what << ": " << t << " threads against 1";
+  }
+  gemm::set_num_threads(saved);
+  return one;
+}
+
+// The grouped GEMMs on one PackedFp8B per group, contiguous (prefill) and masked (decode), on every path:
+// the same bits at 1, 2 and 3 threads and as a loop of the packed dense fp8_gemm_nt (one call per group),
+// padding rows and rows past the mask untouched, and the computed rows held to the scalar reference by
+// calc_diff, as are the raw-B grouped GEMM's (not bit for bit: at 1..4 rows the raw and the packed small-m
+// kernels sum in other orders, and an fp32 D shows it in its last bits). The groups reach each kernel on
+// panels: 1..4 rows (the packed small-m kernels), 7 and 16 (the blocked path), 40 and past an aligned
+// block; empty groups; a full masked slab. n = 150: two 128-column scale blocks, a ragged last panel;
+// k = 321: three K blocks, a half pair. Against the reference the difference is the fp32 sums' order (and
+// a bf16 D's one rounding, ~2^-9 relative: calc_diff ~ 2^-18), so the bound is 1e-5, far inside
+// DeepGEMM's 1e-3 (which is against the unquantized product).
+template <typename TD>
+void packed_grouped(const Fp8Groups& w, const std::vector<int64_t>& counts,
+                    const std::vector<int32_t>& masked, int64_t m_max, uint32_t seed) {
+  const int64_t G = w.G, n = w.n, k = w.k, kb = w.kb;
+  const std::string out = std::is_same_v<TD, bf16> ? "bf16 d" : "f32 d";
+  TD sentinel;
+  if constexpr (std::is_same_v<TD, bf16>)
+    sentinel = ridge::to_bf16(-777.0f);
+  else
+    sentinel = -777.0f;
+  auto value = [](TD v) -> double {
+    if constexpr (std::is_same_v<TD, bf16>)
+      return ridge::to_float(v);
+    else
+      return v;
+  };
+  // Rows where computed(row) is false still hold the sentinel; the others, packed and raw, against ref.
+  auto check_rows = [&](const std::vector<TD>& got, const std::vector<TD>& raw,
+                        const std::vector<double>& ref, const auto& computed, const std::string& layout) {
+    std::vector<double> x, xr, y;
+    for (size_t i = 0; i < got.size(); ++i) {
+      const auto row = static_cast<int64_t>(i) / n;
+      if (!computed(row)) {
+        ASSERT_EQ(std::memcmp(&got[i], &sentinel, sizeof(TD)), 0) << layout << ": row " << row << " written";
+        continue;
+      }
+      x.push_back(value(got[i]));
+      xr.push_back(value(raw[i]));
+      y.push_back(ref[i]);
+    }
+    EXPECT_LT(calc_diff(x, y), 1e-5) << layout << " against the reference";
+    EXPECT_LT(calc_diff(xr, y), 1e-5) << layout << ", raw B, against the reference";
+  };
+  // Contiguous: each group's rows padded with -1 to the alignment.
+  const int64_t align = gemm::m_alignment_for_contiguous_layout();
+  std::vector<int32_t> idx;
+  for (int64_t g = 0; g < G; ++g)
+    for (int64_t r = 0; r < (counts[g] + align - 1) / align * align; ++r)
+      idx.push_back(r < counts[g] ? static_cast<int32_t>(g) : -1);
+  const int64_t m_sum = static_cast<int64_t>(idx.size());
+  const Operands a(m_sum, 1, k, seed);
+  const MatrixView<const fp8_e4m3> av = a.a.view();
+  const MatrixView<const float> sav = a.a.scale_view();
+  // The reference: every row against its own group's B.
+  std::vector<double> ref_c(static_cast<size_t>(m_sum * n), 0.0);
+  for (int64_t r = 0; r < m_sum;) {
+    int64_t e = r + 1;
+    while (e < m_sum && idx[e] == idx[r]) ++e;
+    if (idx[r] >= 0) {
+      std::vector<float> part(static_cast<size_t>((e - r) * n));
+      gemm::fp8_gemm_nt_reference(MatrixView<const fp8_e4m3>{av.data + r * k, e - r, k, k},
+                                  MatrixView<const float>{sav.data + r * kb, e - r, kb, kb},
+                                  w.ops[idx[r]].b.view(), w.ops[idx[r]].b.scale_view(),
+                                  MatrixView<float>{part.data(), e - r, n, n});
+      for (size_t i = 0; i < part.size(); ++i) ref_c[static_cast<size_t>(r * n) + i] = part[i];
+    }
+    r = e;
+  }
+  // Masked: slabs [G, m_max, k] of A's first G * m_max rows.
+  ASSERT_LE(G * m_max, m_sum);
+  const auto am = TensorView<const fp8_e4m3>::contiguous(av.data, {G, m_max, k});
+  const auto sam = TensorView<const float>::contiguous(sav.data, {G, m_max, kb});
+  std::vector<double> ref_m(static_cast<size_t>(G * m_max * n), 0.0);
+  for (int64_t g = 0; g < G; ++g) {
+    std::vector<float> part(static_cast<size_t>(m_max * n));
+    gemm::fp8_gemm_nt_reference(MatrixView<const fp8_e4m3>{av.data + g * m_max * k, m_max, k, k},
+                                MatrixView<const float>{sav.data + g * m_max * kb, m_max, kb, kb},
+                                w.ops[g].b.view(), w.ops[g].b.scale_view(),
+                                MatrixView<float>{part.data(), m_max, n, n});
+    for (size_t i = 0; i < part.size(); ++i) ref_m[static_cast<size_t>(g * m_max * n) + i] = part[i];
+  }
+  for (const auto& path : isas()) {
+    dispatch::ScopedPath guard(path);
+    const std::string where = dispatch::name(path) + " " + out;
+    SCOPED_TRACE(where);
+    // ---- contiguous ----
+    auto fresh_c = [&] { return std::vector<TD>(static_cast<size_t>(m_sum * n), sentinel); };
+    const std::vector<TD> got = same_at_every_thread_count<std::vector<TD>>(
+        [&] {
+          auto d = fresh_c();
+          gemm::m_grouped_fp8_gemm_nt_contiguous(av, sav, std::span<const gemm::PackedFp8B>(w.packed),
+                                                 MatrixView<TD>{d.data(), m_sum, n, n}, idx);
+          return d;
+        },
+        "contiguous " + where);
+    auto raw = fresh_c(), loop = fresh_c();
+    gemm::m_grouped_fp8_gemm_nt_contiguous(av, sav, w.bt(), w.sbt(), MatrixView<TD>{raw.data(), m_sum, n, n},
+                                           idx);
+    for (int64_t r = 0; r < m_sum;) {
+      int64_t e = r + 1;
+      while (e < m_sum && idx[e] == idx[r]) ++e;
+      if (idx[r] >= 0)
+        gemm::fp8_gemm_nt(MatrixView<const fp8_e4m3>{av.data + r * k, e - r, k, k},
+                          MatrixView<const float>{sav.data + r * kb, e - r, kb, kb}, w.packed[idx[r]],
+                          MatrixView<TD>{loop.data() + r * n, e - r, n, n});
+      r = e;
+    }
+    EXPECT_EQ(std::memcmp(got.data(), loop.data(), got.size() * sizeof(TD)), 0)
+        << "contiguous: against a loop of the packed fp8_gemm_nt";
+    check_rows(
+        got, raw, ref_c, [&](int64_t r) { return idx[r] >= 0; }, "contiguous");
+    // ---- masked ----
+    auto fresh_m = [&] { return std::vector<TD>(static_cast<size_t>(G * m_max * n), sentinel); };
+    const std::vector<TD> gotm = same_at_every_thread_count<std::vector<TD>>(
+        [&] {
+          auto d = fresh_m();
+          gemm::m_grouped_fp8_gemm_nt_masked(am, sam, std::span<const gemm::PackedFp8B>(w.packed),
+                                             TensorView<TD>::contiguous(d.data(), {G, m_max, n}), masked, 8);
+          return d;
+        },
+        "masked " + where);
+    auto rawm = fresh_m(), loopm = fresh_m();
+    gemm::m_grouped_fp8_gemm_nt_masked(am, sam, w.bt(), w.sbt(),
+                                       TensorView<TD>::contiguous(rawm.data(), {G, m_max, n}), masked, 8);
+    for (int64_t g = 0; g < G; ++g)
+      if (masked[g] > 0)
+        gemm::fp8_gemm_nt(MatrixView<const fp8_e4m3>{av.data + g * m_max * k, masked[g], k, k},
+                          MatrixView<const float>{sav.data + g * m_max * kb, masked[g], kb, kb}, w.packed[g],
+                          MatrixView<TD>{loopm.data() + g * m_max * n, masked[g], n, n});
+    EXPECT_EQ(std::memcmp(gotm.data(), loopm.data(), gotm.size() * sizeof(TD)), 0)
+        << "masked: against a loop of the packed fp8_gemm_nt";
+    check_rows(
+        gotm, rawm, ref_m, [&](int64_t r) { return r % m_max < masked[r / m_max]; }, "masked");
+  }
+}
+
+TEST(Fp8Grouped, PackedWeightsEqualRawAndADenseLoopOnEveryPath) {
+  const Fp8Groups w(8, 150, 321, 600);
+  const std::vector<int64_t> counts = small() ? std::vector<int64_t>{3, 0, 1, 16, 0, 7, 2, 4}
+                                              : std::vector<int64_t>{70, 0, 3, 129, 16, 1, 2, 7};
+  const int64_t m_max = small() ? 16 : 64;
+  const std::vector<int32_t> masked = small() ? std::vector<int32_t>{1, 0, 3, 16, 4, 7, 2, 0}
+                                              : std::vector<int32_t>{40, 0, 3, 64, 16, 1, 2, 7};
+  packed_grouped<bf16>(w, counts, masked, m_max, 700);
+  packed_grouped<float>(w, counts, masked, m_max, 701);
+}
+
 // Grouped layouts with nothing to do: every group masked to 0 rows, every row padding. D is untouched.
 TEST(Fp8Grouped, AllGroupsEmptyLeaveDUntouched) {
   const int64_t G = 2, m_max = 5, n = 40, k = 130, kb = 2, nb = 1,
@@ -696,6 +886,95 @@ TEST(Fp8Errors, BadShapesStridesScalesAndGroups) {
                                            MatrixView<float>{sa.data(), m, 1, 1}),
                ridge::Error);
   EXPECT_THROW(gemm::PackedFp8B().impl(), ridge::Error);
+}
+
+// The packed grouped GEMMs' own arguments: b's count against the groups, each b[g] packed, of a's k and
+// b[0]'s n; the layouts' and the outputs' checks as for raw B. One line each, naming the argument.
+TEST(Fp8Errors, PackedGroupedArgumentsAreErrorsNamingThem) {
+  using ridge::test::expect_error;
+  using Span = std::span<const gemm::PackedFp8B>;
+  const int64_t n = 8, k = 130, kb = 2, align = gemm::m_alignment_for_contiguous_layout();
+  auto pack = [](int64_t rows, int64_t cols) {
+    const auto x = randn(static_cast<size_t>(rows * cols), 5);
+    const auto q = gemm::per_block_cast_to_fp8(MatrixView<const float>{x.data(), rows, cols, cols});
+    return gemm::PackedFp8B::pack(q.view(), q.scale_view());
+  };
+  std::vector<gemm::PackedFp8B> two;
+  two.push_back(pack(n, k));
+  two.push_back(pack(n, k));
+  std::vector<gemm::PackedFp8B> other_k, other_n, with_empty;
+  other_k.push_back(pack(n, k));
+  other_k.push_back(pack(n, k - 1));
+  other_n.push_back(pack(n, k));
+  other_n.push_back(pack(n + 1, k));
+  with_empty.push_back(pack(n, k));
+  with_empty.emplace_back();
+  std::vector<fp8_e4m3> a(static_cast<size_t>(align * k));
+  std::vector<float> sa(static_cast<size_t>(align * kb), 1.f);
+  std::vector<bf16> d(static_cast<size_t>(align * n));
+  const MatrixView<const fp8_e4m3> av{a.data(), align, k, k};
+  const MatrixView<const float> sav{sa.data(), align, kb, kb};
+  const MatrixView<bf16> dv{d.data(), align, n, n};
+  std::vector<int32_t> idx(static_cast<size_t>(align), 1);
+  EXPECT_NO_THROW(gemm::m_grouped_fp8_gemm_nt_contiguous(av, sav, Span(two), dv, idx));
+  expect_error([&] { gemm::m_grouped_fp8_gemm_nt_contiguous(av, sav, Span(), dv, idx); },
+               "b: expected at least one packed weight (one per group), got 0");
+  expect_error([&] { gemm::m_grouped_fp8_gemm_nt_contiguous(av, sav, Span(two).first(1), dv, idx); },
+               "m_indices[0] = 1: expected a group in [0, 1) or -1 for padding");
+  expect_error([&] { gemm::m_grouped_fp8_gemm_nt_contiguous(av, sav, Span(other_k), dv, idx); },
+               "b[1]: packed with k=129 but a has 130 columns");
+  expect_error([&] { gemm::m_grouped_fp8_gemm_nt_contiguous(av, sav, Span(other_n), dv, idx); },
+               "b[1]: packed with n=9 but b[0] has n=8 (every group shares n)");
+  expect_error([&] { gemm::m_grouped_fp8_gemm_nt_contiguous(av, sav, Span(with_empty), dv, idx); },
+               "b[1]: the PackedFp8B is empty (use PackedFp8B::pack)");
+  expect_error(
+      [&] {
+        gemm::m_grouped_fp8_gemm_nt_contiguous(av, sav, Span(two),
+                                               MatrixView<bf16>{d.data(), align, n - 1, n}, idx);
+      },
+      "d is [64, 7], expected [64, 8]");
+  expect_error(
+      [&] {
+        gemm::m_grouped_fp8_gemm_nt_contiguous(
+            av, sav, Span(two), MatrixView<float>{const_cast<float*>(sa.data()), align, n, n}, idx);
+      },
+      "d: overlaps an input (a_scales)");
+  // masked: a [2, 4, k], d [2, 4, n]
+  const auto at = TensorView<const fp8_e4m3>::contiguous(a.data(), {2, 4, k});
+  const auto sat = TensorView<const float>::contiguous(sa.data(), {2, 4, kb});
+  const auto dt = TensorView<bf16>::contiguous(d.data(), {2, 4, n});
+  const std::vector<int32_t> mm = {4, 0};
+  EXPECT_NO_THROW(gemm::m_grouped_fp8_gemm_nt_masked(at, sat, Span(two), dt, mm, 4));
+  expect_error([&] { gemm::m_grouped_fp8_gemm_nt_masked(at, sat, Span(two).first(1), dt, mm, 4); },
+               "b: expected 2 packed weights (one per group), got 1");
+  expect_error([&] { gemm::m_grouped_fp8_gemm_nt_masked(at, sat, Span(other_k), dt, mm, 4); },
+               "b[1]: packed with k=129 but a has 130 columns");
+  expect_error([&] { gemm::m_grouped_fp8_gemm_nt_masked(at, sat, Span(other_n), dt, mm, 4); },
+               "b[1]: packed with n=9 but b[0] has n=8 (every group shares n)");
+  expect_error(
+      [&] {
+        gemm::m_grouped_fp8_gemm_nt_masked(TensorView<const fp8_e4m3>::contiguous(a.data(), {8, k}), sat,
+                                           Span(two), dt, mm, 4);
+      },
+      "a: expected a rank-3 tensor [groups, m_max, k], got rank 2");
+  expect_error(
+      [&] {
+        gemm::m_grouped_fp8_gemm_nt_masked(at, sat, Span(two), dt, std::vector<int32_t>{5, 0}, 4);
+      },
+      "masked_m[0] = 5: expected 0 <= masked_m <= m_max = 4");
+  expect_error(
+      [&] {
+        gemm::m_grouped_fp8_gemm_nt_masked(at, sat, Span(two),
+                                           TensorView<bf16>::contiguous(d.data(), {2, 4, n + 1}), mm, 4);
+      },
+      "d is [2, 4, 9], expected [2, 4, 8]");
+  expect_error(
+      [&] {
+        gemm::m_grouped_fp8_gemm_nt_masked(
+            at, sat, Span(two), TensorView<bf16>::contiguous(reinterpret_cast<bf16*>(a.data()), {2, 4, n}),
+            mm, 4);
+      },
+      "d: overlaps an input (a)");
 }
 
 // Outputs written while inputs are still read: the grouped GEMMs' d and the quantizers' q and scales

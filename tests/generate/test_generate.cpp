@@ -667,6 +667,16 @@ rm::ModelConfig moe_config(const MoeCase& k, rm::ModelConfig c = small_config())
   return c;
 }
 
+// The case as one MoE layer with d_model and d_expert 256 (two K blocks of the FP8 GEMMs).
+rm::ModelConfig one_moe_layer_256(MoeCase k) {
+  k.d_expert = 256;
+  rm::ModelConfig base = small_config();
+  base.d_model = 256;
+  base.num_layers = 1;
+  base.d_ff = 640;
+  return moe_config(k, base);
+}
+
 // A model of the case with its router biases (balance bias) +0.3 and -0.3 by turns (starting with the other
 // sign in every other MoE layer): the scores are in (0, 1), so such a bias moves many tokens' choices.
 rm::TransformerLM<float> moe_model(const rm::ModelConfig& c, uint64_t seed,
@@ -911,16 +921,11 @@ TEST(GenerateMoe, Bf16DecodeMatchesTheBf16ForwardWithinItsRounding) {
 TEST(GenerateMoe, Fp8ExpertsStayWithinDeepGemmsCalcDiffOfFp32) {
   for (auto f : {rg::WeightFormat::fp8, rg::WeightFormat::fp8_ue8m0})
     for (size_t ci : {size_t{1}, size_t{4}}) {
-      MoeCase k = moe_cases()[ci];
-      k.d_expert = 256;
+      const MoeCase& k = moe_cases()[ci];
       const bool attention = k.top_k == k.experts;
       SCOPED_TRACE(std::string(rg::weight_format_name(f)) + ", " + k.name +
                    (attention ? "" : ", attention output zero"));
-      rm::ModelConfig base = small_config();
-      base.d_model = 256;
-      base.num_layers = 1;
-      base.d_ff = 640;
-      const rm::ModelConfig c = moe_config(k, base);
+      const rm::ModelConfig c = one_moe_layer_256(k);
       rm::TransformerLM<float> m = moe_model(c, 12);
       if (!attention)
         for (float& w : m.param("layers.0.attn.output_proj.weight")) w = 0;
@@ -948,6 +953,48 @@ TEST(GenerateMoe, Fp8ExpertsStayWithinDeepGemmsCalcDiffOfFp32) {
       // One expert's bytes: a quarter of fp32's, and its scales.
       EXPECT_LT(b.expert_bytes(), 0.26 * a.expert_bytes());
     }
+}
+
+// FP8 experts are packed once at load (one PackedFp8B per expert), and every grouped GEMM reads them:
+// on every path the machine runs for FP8, a prefill (contiguous) and decode steps of 1, 2, 4, 6 and 5
+// sequences (the masked slabs: top-4 of 4 gives every expert every token, so 1..4 rows per expert take the
+// packed small-m kernels and 5..6 the blocked path on the panels) stay within the calc_diff bound of
+// Fp8ExpertsStayWithinDeepGemmsCalcDiffOfFp32 of the fp32 model's logits at each step.
+TEST(GenerateMoe, Fp8PackedExpertsStayWithinCalcDiffOfFp32OnEveryPath) {
+  const rm::ModelConfig c = one_moe_layer_256(moe_cases()[4]);
+  rm::TransformerLM<float> m = moe_model(c, 15);
+  rg::InferenceOptions o32, o8;
+  o32.weights = rg::WeightFormat::fp32;
+  o8.weights = rg::WeightFormat::fp8;
+  const rg::InferenceModel a(m, o32), b(m, o8);
+  std::vector<std::vector<int32_t>> prompts;
+  for (const size_t len : {3, 9, 1, 14, 5, 7}) prompts.push_back(random_tokens(len, 20 + len, c.vocab_size));
+  const std::vector<size_t> active = {1, 2, 4, 6, 5};  // each step decodes the first `active` sequences
+  // Runs the prompts and the steps on `im`: every sequence's logits after the prefill, then the stepped
+  // ones'.
+  auto run = [&](const rg::InferenceModel& im) {
+    std::vector<std::vector<float>> out;
+    rg::Session s(im, static_cast<int64_t>(prompts.size()));
+    const auto ids = s.prefill(prompts);
+    for (const int id : ids) out.emplace_back(s.logits(id).begin(), s.logits(id).end());
+    for (size_t step = 0; step < active.size(); ++step) {
+      const std::vector<int> stepped(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(active[step]));
+      s.decode(stepped, random_tokens(active[step], 200 + step, c.vocab_size));
+      for (const int id : stepped) out.emplace_back(s.logits(id).begin(), s.logits(id).end());
+    }
+    return out;
+  };
+  const auto want = run(a);
+  for (const ridge::dispatch::Path& path : ridge::dispatch::paths({ridge::dispatch::Dtype::fp8})) {
+    const ridge::dispatch::ScopedPath scope(path);
+    SCOPED_TRACE(ridge::dispatch::name(path));
+    const auto got = run(b);
+    ASSERT_EQ(got.size(), want.size());
+    double worst = 0;
+    for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, calc_diff(got[i], want[i]));
+    EXPECT_LT(worst, 2.5e-3);
+    EXPECT_GT(worst, 1e-7);  // really quantized
+  }
 }
 
 // The state an MoE model's router biases live in: from flat parameters it must be given, of its size, finite.
