@@ -34,6 +34,8 @@ struct Args {
   bool json = false;
   bool eos_given = false;
   cli::MoeFlags moe;  // --experts, --expert-top-k (--top-k is sampling's), ...
+  // The shape flags that only mean something with --size (a checkpoint that records its config decides).
+  std::vector<std::pair<std::string, const CLI::Option*>> shape_flags;
 };
 
 // The tokenizer text goes through: --tokenizer, else the one the checkpoint records (if it is still where it
@@ -175,6 +177,9 @@ model::TransformerLM<float> load_model(const Args& a) {
       cfg = *c;
       check(a.size.empty(), "--size: the checkpoint '{}' records its model's shape; drop --size",
             a.checkpoint);
+      for (const auto& [flag, opt] : a.shape_flags)
+        check(opt->count() == 0, "{}: the checkpoint '{}' records its model's shape; drop {} (it sizes --size's model)",
+              flag, a.checkpoint, flag);
       check_moe_flags_agree(a, cfg);
     } else {
       check(!a.size.empty(),
@@ -405,14 +410,15 @@ void setup(CLI::App& root) {
       root.add_subcommand("generate", "sample text from a trained model (KV cache, paged, split-KV decode)");
   cmd->add_option("--checkpoint", a.checkpoint, "a checkpoint of `ridge train` or a safetensors state_dict");
   cmd->add_option("--size", a.size, "random weights of a preset size instead (timing): tiny, small, ...");
-  cmd->add_option("--vocab", a.vocab, "with --size: vocabulary size")
-      ->capture_default_str()
-      ->transform(cli::integer_in(1));
-  cmd->add_option("--context", a.context, "with --size: context length")
-      ->capture_default_str()
-      ->transform(cli::integer_in(2));
-  cmd->add_option("--kv-heads", a.kv_heads, "with --size: key/value heads (0: as many as heads)")
-      ->transform(cli::integer_in(0));
+  a.shape_flags = {{"--vocab", cmd->add_option("--vocab", a.vocab, "with --size: vocabulary size")
+                                   ->capture_default_str()
+                                   ->transform(cli::integer_in(1))},
+                   {"--context", cmd->add_option("--context", a.context, "with --size: context length")
+                                     ->capture_default_str()
+                                     ->transform(cli::integer_in(2))},
+                   {"--kv-heads", cmd->add_option("--kv-heads", a.kv_heads,
+                                                  "with --size: key/value heads (0: as many as heads)")
+                                      ->transform(cli::integer_in(0))}};
   a.moe.add_to(cmd, "--expert-top-k");
   cmd->add_option("--prompt", a.prompts, "a prompt (repeatable: one sequence each)");
   cmd->add_option(

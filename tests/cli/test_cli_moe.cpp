@@ -304,6 +304,11 @@ TEST(CliMoe, TrainAndGenerateTakeTheFlags) {
                     "--experts/--expert-top-k: checkpoint '" + ck + "' records a dense model");
   expect_user_error(gen + "--checkpoint " + ck + " --router sigmoid", "--router: checkpoint");
   EXPECT_EQ(run(gen + "--checkpoint " + ck + " --experts 0").code, 0);  // agrees: dense
+  // The --size shape flags beside a checkpoint that records its shape: refused, not ignored.
+  for (const char* flag : {"--kv-heads 1", "--vocab 256", "--context 16"})
+    expect_user_error(gen + "--checkpoint " + ck + " " + flag,
+                      std::string(flag).substr(0, std::string(flag).find(' ')) + ": the checkpoint '" + ck +
+                          "' records its model's shape");
   // An MoE checkpoint of ridge train (balance bias: its router biases are in it) generates, in every format;
   // dense flags beside it are refused.
   const std::string moe_ck = dir.file("moe_ck.safetensors");
