@@ -178,8 +178,9 @@ model::TransformerLM<float> load_model(const Args& a) {
       check(a.size.empty(), "--size: the checkpoint '{}' records its model's shape; drop --size",
             a.checkpoint);
       for (const auto& [flag, opt] : a.shape_flags)
-        check(opt->count() == 0, "{}: the checkpoint '{}' records its model's shape; drop {} (it sizes --size's model)",
-              flag, a.checkpoint, flag);
+        check(opt->count() == 0,
+              "{}: the checkpoint '{}' records its model's shape; drop {} (it sizes --size's model)", flag,
+              a.checkpoint, flag);
       check_moe_flags_agree(a, cfg);
     } else {
       check(!a.size.empty(),

@@ -286,7 +286,8 @@ void setup_roofline_ddp(CLI::App* parent) {
     fmt::print("activations and workspace not included (see 'ridge roofline model', 'ridge memory')\n");
     if (ep)
       fmt::print(
-          "expert parallel: a rank holds {:.2f}M of the {:.2f}M parameters (its {} of the {} experts of each MoE "
+          "expert parallel: a rank holds {:.2f}M of the {:.2f}M parameters (its {} of the {} experts of each "
+          "MoE "
           "layer); ridge train shards no optimizer state with it, so the replicated column is what a rank "
           "holds\n",
           held / 1e6, all_params / 1e6, ep->experts_per_rank, cfg.num_experts);

@@ -294,7 +294,8 @@ Prepared prepare(const Args& a, int world) {
           a.context + 1, file ? "--data" : "--text", n_data);
 
   // Under expert parallelism a rank holds its block of the experts and the exchange's buffers.
-  const double need = model::step_memory(c, t.batch, t.seq, t.precision, a.expert_parallel ? world : 1).total(),
+  const double need =
+                   model::step_memory(c, t.batch, t.seq, t.precision, a.expert_parallel ? world : 1).total(),
                avail = static_cast<double>(memory::available_bytes());
   if (!(avail <= 0 || need < 0.9 * avail)) {
     std::string flags = "--size";  // the flags that sized this run, as the user gave them

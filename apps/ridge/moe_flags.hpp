@@ -44,7 +44,8 @@ struct MoeFlags {
     add("--shared-experts", shared, "MoE: always-on shared experts per MoE layer (default 0)");
     add("--d-expert", d_expert, "MoE: an expert's hidden width (default: --d-ff)");
     add("--moe-layers", layers,
-        "MoE: the layers whose feed-forward is MoE: all (default), or indices and ranges: 1,3,5 or 0-3 or 2-");
+        "MoE: the layers whose feed-forward is MoE: all (default), or indices and ranges: 1,3,5 or 0-3 or "
+        "2-");
     add("--router", router, "MoE: the router's gate, softmax (Mixtral) or sigmoid (DeepSeek-V3)");
     add("--balance", balance,
         "MoE: load balancing, aux (Switch's auxiliary loss) or bias (DeepSeek-V3's, loss-free)");

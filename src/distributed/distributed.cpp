@@ -569,8 +569,9 @@ std::pair<int64_t, int64_t> DataParallel::shard() const {
 void DataParallel::broadcast_parameters() {
   auto p = trainer_.model().params();
   auto bcast = [&](int64_t b, int64_t e) {
-    for_each_piece(b, e - b,
-                   [&](int64_t o, int count) { MPI_Bcast(p.data() + o, count, MPI_FLOAT, 0, MPI_COMM_WORLD); });
+    for_each_piece(b, e - b, [&](int64_t o, int count) {
+      MPI_Bcast(p.data() + o, count, MPI_FLOAT, 0, MPI_COMM_WORLD);
+    });
   };
   // Everything rank 0 holds that the others hold too: under expert parallelism the runs between the
   // expert stacks (each rank's block of a stack is its own, initialised or loaded for it).

@@ -760,16 +760,15 @@ void TransformerLM<S>::Impl::shared_forward(const MoeLayer<O>& L, const LayerAct
 template <typename S>
 template <typename O>
 void TransformerLM<S>::Impl::experts_forward(const MoeLayer<O>& L, const O* x, std::span<const int64_t> count,
-                                             const moe::ContiguousLayout& lay, O* ab, O* g,
-                                             S* gemm, S* y) {
+                                             const moe::ContiguousLayout& lay, O* ab, O* g, S* gemm, S* y) {
   const int64_t D = L.D, De = L.De, R = lay.rows, El = static_cast<int64_t>(count.size());
   if (R == 0) return;  // an owner no worker sent a row to
   const O* W = weights<O>();
   in(ranges::gemm_experts_w1_w3, [&] {
-    experts::forward(in_rows(x, R, D), stack(W + L.t.ew1, El, De, D),
-                     out_rows(gemm, R, De, 2 * De), lay.m_indices);
-    experts::forward(in_rows(x, R, D), stack(W + L.t.ew3, El, De, D),
-                     out_rows(gemm + De, R, De, 2 * De), lay.m_indices);
+    experts::forward(in_rows(x, R, D), stack(W + L.t.ew1, El, De, D), out_rows(gemm, R, De, 2 * De),
+                     lay.m_indices);
+    experts::forward(in_rows(x, R, D), stack(W + L.t.ew3, El, De, D), out_rows(gemm + De, R, De, 2 * De),
+                     lay.m_indices);
   });
   in(ranges::swiglu, [&] {
     each_expert(count, lay, [&](int64_t r0, int64_t n) {
@@ -777,8 +776,7 @@ void TransformerLM<S>::Impl::experts_forward(const MoeLayer<O>& L, const O* x, s
     });
   });
   in(ranges::gemm_experts_w2, [&] {
-    experts::forward(in_rows(g, R, De), stack(W + L.t.ew2, El, D, De), out_rows(y, R, D, D),
-                     lay.m_indices);
+    experts::forward(in_rows(g, R, De), stack(W + L.t.ew2, El, D, De), out_rows(y, R, D, D), lay.m_indices);
   });
 }
 
@@ -829,8 +827,7 @@ void TransformerLM<S>::Impl::moe_forward_remote(int64_t l, const MoeLayer<O>& L,
   O* g = grown<O>(x.g, R * De, "activations/expert parallel");
   S* gemm = grown<S>(ep_gemm, R * std::max(2 * De, 2 * D), "workspace/expert parallel");
   in(ranges::permute, [&] { moe::scatter_rows(recv, D, own.row, D, xo, D); });
-  in(ranges::experts,
-     [&] { experts_forward<O>(L, xo, x.owner.count, own, ab, g, gemm, gemm); });
+  in(ranges::experts, [&] { experts_forward<O>(L, xo, x.owner.count, own, ab, g, gemm, gemm); });
   S* back = grown<S>(ep_send, Rr * D, "communication/expert parallel");
   in(ranges::unpermute, [&] { moe::gather_rows(gemm, D, own.row, D, back, D, false); });
   S* y = grown<S>(x.y, NK * D, "activations/expert parallel");
@@ -1045,10 +1042,9 @@ void TransformerLM<S>::Impl::experts_backward(const MoeLayer<O>& L, O* dop, cons
   const O* W = weights<O>();
   const MoeTensors& t = L.t;
   in(ranges::gemm_experts_w2_backward, [&] {
-    experts::weight_grad(in_rows(dop, R, D), in_rows(g, R, De), stack(G + t.ew2, El, D, De),
-                         lay.m_indices);
-    experts::input_grad(in_rows(dop, R, D), stack(W + t.ew2, El, D, De),
-                        out_rows(gemm, R, De, De), lay.m_indices);
+    experts::weight_grad(in_rows(dop, R, D), in_rows(g, R, De), stack(G + t.ew2, El, D, De), lay.m_indices);
+    experts::input_grad(in_rows(dop, R, D), stack(W + t.ew2, El, D, De), out_rows(gemm, R, De, De),
+                        lay.m_indices);
   });
   // d(a|b) into dop (the rows' dy is consumed).
   in(ranges::swiglu_backward, [&] {
@@ -1365,10 +1361,11 @@ void TransformerLM<S>::set_expert_exchange(ExpertExchange* exchange) {
               "workers)",
               c.num_experts, w);
     const ExpertShard& h = impl_->shard;
-    check_arg(h.world == w && h.rank == exchange->rank(), "exchange",
-              "this model holds the experts of worker {} of {}, but the exchange is worker {} of {} (build the "
-              "model for ExpertShard{{{}, {}}})",
-              h.rank, h.world, exchange->rank(), w, exchange->rank(), w);
+    check_arg(
+        h.world == w && h.rank == exchange->rank(), "exchange",
+        "this model holds the experts of worker {} of {}, but the exchange is worker {} of {} (build the "
+        "model for ExpertShard{{{}, {}}})",
+        h.rank, h.world, exchange->rank(), w, exchange->rank(), w);
   }
   impl_->exchange = exchange;
   impl_->forward_done = false;
@@ -1419,7 +1416,8 @@ void TransformerLM<S>::init(uint64_t seed) {
         embedding ? 1.0 : std::sqrt(2.0 / static_cast<double>(t->shape[d - 2] + t->shape[d - 1]));
     // A partial stack draws every expert's values in order and keeps its own block's.
     const int64_t per = t->expert_stack() ? t->numel / t->shape[0] : 0;
-    const int64_t skip = per * t->expert_begin, after = t->expert_stack() ? per * (t->experts - t->shape[0]) - skip : 0;
+    const int64_t skip = per * t->expert_begin,
+                  after = t->expert_stack() ? per * (t->experts - t->shape[0]) - skip : 0;
     for (int64_t i = 0; i < skip; ++i) rng.truncated_normal(std);
     for (int64_t i = 0; i < t->numel; ++i) p[i] = static_cast<S>(rng.truncated_normal(std));
     for (int64_t i = 0; i < after; ++i) rng.truncated_normal(std);

@@ -47,9 +47,10 @@ roofline::ModelMemory step_memory(const ModelConfig& c, int64_t batch, int64_t s
                De = static_cast<double>(c.expert_width());
   const double padded =
       rows + static_cast<double>(c.num_experts / expert_world * (roofline::kExpertRowAlignment - 1));
-  r.exchange = static_cast<double>(c.num_moe_layers()) * (padded * (D + 3 * De) * operand + rows * D * state) +
-               rows * 2 * D * std::max(state, operand) + padded * (std::max(2 * De, 2 * D) * state +
-                                                                   std::max(2 * De, D) * operand);
+  r.exchange =
+      static_cast<double>(c.num_moe_layers()) * (padded * (D + 3 * De) * operand + rows * D * state) +
+      rows * 2 * D * std::max(state, operand) +
+      padded * (std::max(2 * De, 2 * D) * state + std::max(2 * De, D) * operand);
   return r;
 }
 

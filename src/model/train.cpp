@@ -430,8 +430,8 @@ CheckedFile check_checkpoint(const std::string& path, const TransformerLM<float>
         e.dtype == DType::f32 || e.dtype == DType::f64 || e.dtype == DType::bf16 || e.dtype == DType::fp16;
     check(full ? e.dtype == DType::f32 : is_float, "checkpoint '{}': tensor '{}' is {}; ridge reads {} here",
           path, name, safetensors_dtype_name(e.dtype), full ? "F32" : "F32, F64, BF16 or F16");
-    check(e.shape == t.whole_shape(), "checkpoint '{}': tensor '{}' has the shape {}; this model's is {}", path,
-          name, fmt::format("[{}]", fmt::join(e.shape, ", ")),
+    check(e.shape == t.whole_shape(), "checkpoint '{}': tensor '{}' has the shape {}; this model's is {}",
+          path, name, fmt::format("[{}]", fmt::join(e.shape, ", ")),
           fmt::format("[{}]", fmt::join(t.whole_shape(), ", ")));
     const std::vector<float> v = f.to_f32(name);
     for (size_t i = 0; i < v.size(); ++i) {

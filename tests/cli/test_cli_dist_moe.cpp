@@ -123,11 +123,13 @@ TEST(CliDistMoe, EachRankHoldsItsHalfOfTheExperts) {
   for (const std::string rank : {"ep.rank0.json", "ep.rank1.json"}) {
     SCOPED_TRACE(rank);
     const auto s = read(rank);
-    for (const std::string tag : {"parameters", "gradients", "optimizer state/m (exp_avg)",
-                                  "optimizer state/v (exp_avg_sq)"}) {
-      EXPECT_EQ(s.at("live_at_end").value(tag, int64_t{0}), whole.at("live_at_end").value(tag, int64_t{0}) - other_half)
+    for (const std::string tag :
+         {"parameters", "gradients", "optimizer state/m (exp_avg)", "optimizer state/v (exp_avg_sq)"}) {
+      EXPECT_EQ(s.at("live_at_end").value(tag, int64_t{0}),
+                whole.at("live_at_end").value(tag, int64_t{0}) - other_half)
           << tag;
-      EXPECT_EQ(s.at("live_at_peak").value(tag, int64_t{0}), s.at("live_at_end").value(tag, int64_t{0})) << tag;
+      EXPECT_EQ(s.at("live_at_peak").value(tag, int64_t{0}), s.at("live_at_end").value(tag, int64_t{0}))
+          << tag;
     }
   }
   std::filesystem::remove_all(dir);

@@ -147,7 +147,8 @@ TEST(CliMoe, ExpertParallelAllToAll) {
   const auto& e = j["expert_parallel"];
   EXPECT_EQ(e["ranks"], 4);
   EXPECT_EQ(e["experts_per_rank"], 16);
-  // A rank holds 16 of the 64 routed experts (12 layers x w1, w2, w3 of 768 x 768): 3/4 of them are elsewhere.
+  // A rank holds 16 of the 64 routed experts (12 layers x w1, w2, w3 of 768 x 768): 3/4 of them are
+  // elsewhere.
   const double routed = 12.0 * 64 * 3 * 768 * 768;
   EXPECT_EQ(e["params_per_rank"].get<double>(), j["params"].get<double>() - routed * 3 / 4);
   EXPECT_DOUBLE_EQ(j["memory_per_rank"]["grads"].get<double>(), 4 * e["params_per_rank"].get<double>());
