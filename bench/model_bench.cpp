@@ -61,40 +61,55 @@ TorchResult torch_peer(const Flags& flags, const std::string& weights, const mod
                        int64_t batch, int64_t seq, const std::string& precision, const std::string& pass,
                        const std::string& attention, int threads, int warmup, int iters) {
   TorchResult r;
-  const std::string cmd = fmt::format(
-      "{} {}/tools/torch_model_peer.py --weights {} --vocab {} --d-model {} --d-ff {} --layers {} --heads {} "
-      "--kv-heads {} --rope-theta {} --batch {} --seq {} --precision {} --pass {} --attention {} --threads "
-      "{} "
-      "--warmup {} --iters {} {}{} 2>&1",
-      bench_peers::python(flags.python), RIDGE_SOURCE_DIR, weights, cfg.vocab_size, cfg.d_model, cfg.d_ff,
-      cfg.num_layers, cfg.num_heads, cfg.kv_heads(), cfg.rope_theta, batch, seq, precision,
-      pass == "forward+backward" ? "forward_backward" : pass, attention, threads, warmup, iters,
-      flags.no_compile ? "--no-compile" : "",
-      cfg.is_moe() ? fmt::format(" --experts {} --top-k {} --shared-experts {} --d-expert {} --moe-layers {} "
-                                 "--router {} --balance {} --aux-coef {}",
-                                 cfg.num_experts, cfg.top_k, cfg.num_shared_experts, cfg.expert_width(),
-                                 model::moe_layers_text(cfg), model::moe::gate_name(cfg.router),
-                                 model::moe::balance_name(cfg.balance), cfg.aux_loss_coef)
-                   : std::string());
-  std::FILE* f = popen(cmd.c_str(), "r");
-  if (!f) {
-    r.why = "PyTorch peer: cannot start python";
-    return r;
-  }
-  std::string text;
-  char buf[4096];
-  while (size_t n = std::fread(buf, 1, sizeof buf, f)) text.append(buf, n);
-  const int rc = pclose(f);
-  const auto nl = text.find_last_of('\n', text.size() >= 2 ? text.size() - 2 : 0);
+  auto s = [](const auto& v) { return fmt::format("{}", v); };
+  std::vector<std::string> argv = {bench_peers::python(flags.python),
+                                   std::string(RIDGE_SOURCE_DIR) + "/tools/torch_model_peer.py",
+                                   "--weights",
+                                   weights,
+                                   "--vocab",
+                                   s(cfg.vocab_size),
+                                   "--d-model",
+                                   s(cfg.d_model),
+                                   "--d-ff",
+                                   s(cfg.d_ff),
+                                   "--layers",
+                                   s(cfg.num_layers),
+                                   "--heads",
+                                   s(cfg.num_heads),
+                                   "--kv-heads",
+                                   s(cfg.kv_heads()),
+                                   "--rope-theta",
+                                   s(cfg.rope_theta),
+                                   "--batch",
+                                   s(batch),
+                                   "--seq",
+                                   s(seq),
+                                   "--precision",
+                                   precision,
+                                   "--pass",
+                                   pass == "forward+backward" ? "forward_backward" : pass,
+                                   "--attention",
+                                   attention,
+                                   "--threads",
+                                   s(threads),
+                                   "--warmup",
+                                   s(warmup),
+                                   "--iters",
+                                   s(iters)};
+  if (flags.no_compile) argv.push_back("--no-compile");
+  if (cfg.is_moe())
+    for (const std::string& a :
+         {std::string("--experts"), s(cfg.num_experts), std::string("--top-k"), s(cfg.top_k),
+          std::string("--shared-experts"), s(cfg.num_shared_experts), std::string("--d-expert"),
+          s(cfg.expert_width()), std::string("--moe-layers"), model::moe_layers_text(cfg),
+          std::string("--router"), std::string(model::moe::gate_name(cfg.router)), std::string("--balance"),
+          std::string(model::moe::balance_name(cfg.balance)), std::string("--aux-coef"),
+          s(cfg.aux_loss_coef)})
+      argv.push_back(a);
   json j;
-  try {
-    j = input::parse_json(text.substr(nl == std::string::npos ? 0 : nl + 1), "peer output");
-  } catch (const std::exception&) {
-    r.why = fmt::format("PyTorch peer failed (exit {}): {}", rc, text.substr(0, 160));
-    return r;
-  }
-  if (j.contains("error")) {
-    r.why = j["error"].get<std::string>();
+  std::string why;
+  if (!bench_peers::run_json(argv, j, why)) {
+    r.why = "PyTorch peer: " + why;
     return r;
   }
   for (const char* m : {"eager", "compile"})
