@@ -49,8 +49,8 @@ constexpr Rule kRules[] = {
     // The tiles take the blocked work; decode rows keep the avx512bf16 small-m kernels (below), which
     // read B once at the memory roof.
     {kBf16 | kFp8, kBlocked, kAmx, Needs::nothing, Family::amx, kTableAmx},
-    // Blocked bf16 on the fp32 FMAs where they are the faster; decode rows are bound by memory either
-    // way and keep the bf16 small-m kernels.
+    // Blocked bf16 on the fp32 FMAs where they are the faster; decode rows (up to 16: gemm's plan()) are
+    // bound by memory either way and keep the bf16 small-m kernels.
     {kBf16, kBlocked, kAvx512bf16, Needs::bf16_on_fma, Family::bf16_on_fma, kTableAvx512},
     // FP8's byte-permute widening, blocked and small-m (on amx, the small-m kernels only: blocked FP8
     // took the tiles above).

@@ -40,7 +40,7 @@ Switches current();
 enum class Dtype { f32, bf16, fp8 };
 
 // The shape class of the work: the blocked kernels (packed panels, the micro-kernel), or the small-m
-// kernels (decode rows, m <= 16, row-major: B read once, unpacked). The two are chosen independently.
+// kernels (decode rows, m <= 64, row-major: B read once, unpacked). The two are chosen independently.
 enum class Work { blocked, small_m };
 
 enum class Family {

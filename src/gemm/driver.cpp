@@ -357,9 +357,6 @@ void run_rect(const Problem& p, const KernelInfo& ki, const Blocking& bk, int64_
   }
 }
 
-// Decode shapes (m <= kSmallM) are bound by reading B; packing it would read it twice.
-constexpr int64_t kSmallM = 16;
-
 // Runs body(thread) on `used` threads; the first exception is rethrown on the caller's thread. The
 // team can be smaller than asked (nested inside another parallel region): the threads that exist
 // take the slots in turn.
@@ -415,6 +412,9 @@ void run_small_m(const Problem& p, SmallMKernel kernel, int64_t g) {
   });
 }
 
+// The small-m kernels' rows where the blocked work runs on another engine (plan(), below).
+constexpr int64_t kSmallMOtherEngine = 16;
+
 // How the driver runs one problem (m, n, k >= 1): the small-m kernel the dispatch policy chooses for
 // decode rows, where it takes them, else the blocked kernel (or the PackedB's) with its blocking. A
 // problem's plan depends on the problem alone, never on the thread count or on the other problems of a
@@ -428,11 +428,18 @@ struct Plan {
 
 Plan plan(const Problem& p, const dispatch::Switches& path) {
   Plan pl;
-  if (!p.b_panels && !p.a.kmajor && p.m <= kSmallM) {
-    const dispatch::Choice c = dispatch::choose(dtype_of(p.a.elem), dispatch::Work::small_m, path);
+  const dispatch::Dtype dtype = dtype_of(p.a.elem);
+  if (!p.b_panels && !p.a.kmajor && p.m <= kSmallMMaxRows) {
+    const dispatch::Choice c = dispatch::choose(dtype, dispatch::Work::small_m, path);
     const KernelInfo sm = kernel_for(p.a.elem, c);
-    if (!p.b.fp8_panels && !p.b.kmajor && p.m <= sm.small_m_rows && sm.small_m &&
-        sm.small_m_elem == p.a.elem) {
+    // Where the blocked work runs on another engine than the small-m kernel, rows past 16 stay with it:
+    // the tiles (where they overtake the small-m kernels has not been measured: no AMX host yet), and bf16
+    // on the FMAs (Intel issues vdpbf16ps at half their rate: the blocked vdpbf16ps kernel ran 1.4-1.6x
+    // slower at m = 64; docs/gemm.md, "bf16 on Intel without AMX").
+    const dispatch::Family blocked = dispatch::choose(dtype, dispatch::Work::blocked, path).family;
+    const bool other = blocked == dispatch::Family::amx || blocked == dispatch::Family::bf16_on_fma;
+    const int64_t rows = other ? std::min<int64_t>(kSmallMOtherEngine, sm.small_m_rows) : sm.small_m_rows;
+    if (!p.b.fp8_panels && !p.b.kmajor && p.m <= rows && sm.small_m && sm.small_m_elem == p.a.elem) {
       // With the JIT on, the same kernel with this call's m and k compiled in, where it serves them.
       const SmallMKernel jit = jit_small_m(sm, p.m, p.k, c.jit);
       pl.small_m = jit ? jit : sm.small_m;
@@ -445,9 +452,8 @@ Plan plan(const Problem& p, const dispatch::Switches& path) {
       return pl;
     }
   }
-  pl.ki = p.packed_ki
-              ? *p.packed_ki
-              : kernel_for(p.a.elem, dispatch::choose(dtype_of(p.a.elem), dispatch::Work::blocked, path));
+  pl.ki = p.packed_ki ? *p.packed_ki
+                      : kernel_for(p.a.elem, dispatch::choose(dtype, dispatch::Work::blocked, path));
   pl.bk = derive_blocking(pl.ki, p.k);
   return pl;
 }

@@ -66,6 +66,10 @@ constexpr int64_t kFp8PanelPairBytes = 64;
 
 struct KernelInfo;
 
+// The most rows of A a small-m kernel takes (KernelInfo::small_m_rows, at most this): past it the
+// blocked kernels, whose packing of B is then a small part of the work.
+constexpr int64_t kSmallMMaxRows = 64;
+
 // Packs rows [r0, r0 + count) and k [p0, p0 + kc) of an operand into panels of R rows in the
 // kernel's panel format (panel q at q * R * panel_k(kc) elements; rows past count and pad are 0).
 // `fast` off selects the plain loops (RIDGE_GEMM_SCALAR_PACK).
@@ -98,7 +102,7 @@ struct KernelInfo {
   const char* small_m_jit = nullptr;
   Elem small_m_elem = Elem::f32;
   int64_t small_m_cols = 4;   // column granule of the small-m split (FP8: 16, within a scale block)
-  int64_t small_m_rows = 16;  // the most rows of A small_m takes (at most the driver's 16); more: blocked
+  int64_t small_m_rows = 16;  // the most rows of A small_m takes (at most kSmallMMaxRows); more: blocked
   // The small-m path for FP8 B in PackedFp8B panels (SmallM::b at panel 0, ldb = pairs), 1..4 rows of A,
   // split in whole panels (kFp8PanelRows columns); nullptr: the blocked path.
   SmallMKernel small_m_fp8_panels = nullptr;

@@ -18,6 +18,9 @@ namespace {
 
 constexpr int kMR = 14;
 constexpr int kNR = 32;
+// The most rows of A the small-m kernels take (small_m_lanes.inc past 16): at 32-64 rows they ran
+// 1.0-1.4x the blocked path (docs/gemm.md, 17..64 rows).
+constexpr int64_t kSmallMRows = 64;
 
 #include "simd/scalar.inc"
 #include "simd/avx512.inc"
@@ -215,7 +218,23 @@ void small_m_lanes(const SmallM& s, int64_t n0, int64_t n1, const Tile& t) {
   }
 }
 
+// 17..64 rows (small_m_lanes.inc): row blocks of 16 over each chunk of B, the lanes of the kernel above.
+struct LanesBf16 {
+  using E = uint16_t;
+  static constexpr int kWordK = 2;
+  static __m512i words(const uint16_t* p, int64_t left) {
+    const __mmask32 km = left >= 32 ? ~__mmask32(0) : left <= 0 ? __mmask32(0) : (__mmask32(1) << left) - 1;
+    return _mm512_maskz_loadu_epi16(km, p);
+  }
+  static void madd(__m512& acc, __m512i a, const uint32_t* b) { dp_bcast(acc, (__m512bh)a, b); }
+  static void madd(__m256& acc, __m256i a, const uint32_t* b) { dp_bcast(acc, (__m256bh)a, b); }
+};
+
+#include "gemm/small_m_lanes.inc"
+#include "gemm/small_m_lanes_avx512.inc"
+
 void small_m_dispatch(const SmallM& s, int64_t n0, int64_t n1, const Tile& t) {
+  if (s.m > 16) return small_m_lanes_rows<Lanes512<LanesBf16>>(s, n0, n1, t);
   if (s.m >= 5) return small_m_lanes(s, n0, n1, t);
   small_m(s, n0, n1, t);
 }
@@ -259,6 +278,7 @@ KernelInfo kernel_bf16_avx512bf16() {
                     .pack_b = &pack_dense,
                     .small_m = &small_m_dispatch,
                     .small_m_elem = Elem::bf16,
+                    .small_m_rows = kSmallMRows,
                     .pack_words = &pack_words_avx512,
                     .pack_kmajor_pairs = &pack_kmajor_pairs};
 }

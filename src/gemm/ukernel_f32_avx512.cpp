@@ -19,6 +19,9 @@ namespace {
 
 constexpr int kMR = 14;
 constexpr int kNR = 32;
+// The most rows of A the small-m kernels take (small_m_lanes.inc past 16): at 32-64 rows they ran
+// 1.0-1.4x the blocked path (docs/gemm.md, 17..64 rows).
+constexpr int64_t kSmallMRows = 64;
 
 #include "simd/scalar.inc"
 #include "simd/avx512.inc"
@@ -54,13 +57,34 @@ void ukernel(int64_t kc, const void* a_panel, const void* b_panel, int /*mr*/, i
 
 #include "gemm/dot_f32_avx512.inc"
 #include "gemm/small_m_avx512.inc"
+#include "gemm/transpose_avx512.inc"
+
+// 17..64 rows (small_m_lanes.inc): the rows of A in the lanes, B's element an embedded broadcast.
+struct LanesF32 {
+  using E = float;
+  static constexpr int kWordK = 1;
+  static __m512i words(const float* p, int64_t left) {
+    const __mmask16 km = left >= 16  ? __mmask16(0xFFFF)
+                         : left <= 0 ? __mmask16(0)
+                                     : __mmask16((1u << left) - 1);
+    return _mm512_maskz_loadu_epi32(km, p);
+  }
+  static void madd(__m512& acc, __m512i a, const uint32_t* b) {
+    __asm__("vfmadd231ps %[b]%{1to16%}, %[a], %[acc]" : [acc] "+v"(acc) : [a] "v"(a), [b] "m"(*b));
+  }
+  static void madd(__m256& acc, __m256i a, const uint32_t* b) {
+    __asm__("vfmadd231ps %[b]%{1to8%}, %[a], %[acc]" : [acc] "+v"(acc) : [a] "v"(a), [b] "m"(*b));
+  }
+};
+
+#include "gemm/small_m_lanes.inc"
+#include "gemm/small_m_lanes_avx512.inc"
 
 void small_m(const SmallM& s, int64_t n0, int64_t n1, const Tile& t) {
+  if (s.m > 16) return small_m_lanes_rows<Lanes512<LanesF32>>(s, n0, n1, t);
   small_m_blocks<DotF32>(s.m, n0, n1, s.k, s.a, s.lda, s.b, s.ldb, t,
                          rows_in_address_order(s.m, s.k, sizeof(float), sizeof(float)));
 }
-
-#include "gemm/transpose_avx512.inc"
 
 // Rows of 32-bit words (Widen: of bf16, each widened to the fp32 whose high half it is) into panels of R
 // rows, [word][R], 16 rows by 16 words at a time through transpose16; rows past `rows` are zero.
@@ -110,6 +134,7 @@ KernelInfo kernel_f32_avx512() {
                     .small_m = &small_m,
                     .small_m_jit = "f32_avx512",
                     .small_m_elem = Elem::f32,
+                    .small_m_rows = kSmallMRows,
                     .pack_words = &pack_words_avx512,
                     .pack_widen_bf16 = &pack_16x16<true>};
 }

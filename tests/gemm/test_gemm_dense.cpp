@@ -57,6 +57,12 @@ std::vector<Shape> shapes() {
                           {4, 17, 257},
                           {2, 9, 5000},    // A past half of L1: the 4 x 4 blocks
                           {1, 19, 2500}};  // rows of B past 4 KiB: 8 rows side by side
+  // 17..64 rows (small_m_lanes.inc): row blocks of 16 and a last one of 1, 8 (a half register), 15 or 16
+  // rows; several chunks of k with a ragged (bf16: odd) last one; ragged column blocks; n past 64 splits
+  // the columns between threads. 65 rows: the blocked path again.
+  for (const Shape& x : {Shape{17, 37, 301}, Shape{24, 23, 129}, Shape{31, 19, 517}, Shape{32, 45, 300},
+                         Shape{33, 70, 129}, Shape{48, 21, 1001}, Shape{64, 53, 263}, Shape{65, 29, 301}})
+    s.push_back(x);
   if (!small()) {
     s.push_back({129, 127, 576});
     s.push_back({131, 257, 300});
@@ -306,6 +312,73 @@ TEST(GemmDense, NarrowPathWithAInL2IsTheGeneralPathsBits) {
   gemm::set_num_threads(saved);
 }
 
+// 17..64 rows (small_m_lanes.inc): the public GEMM runs the path's small-m kernel up to the rows it takes
+// (the bits of that kernel called alone over every column), the blocked kernel past them (the bits of a
+// PackedB); the thread count (each thread a range of columns) does not change the bits; and on
+// AVX512_BF16 a row's bits are those of the 5..16-row kernel (one lane's chain over k either way).
+template <typename T>
+void small_m_rows_bits(const Path& isa, std::mt19937& rng) {
+  namespace gd = ridge::gemm::detail;
+  const gd::Elem elem = std::is_same_v<T, bf16> ? gd::Elem::bf16 : gd::Elem::f32;
+  const gd::KernelInfo sm = gd::select_kernel(elem, dispatch::Work::small_m, cpu::active_isa());
+  const gd::KernelInfo blocked = gd::select_kernel(elem, dispatch::Work::blocked, cpu::active_isa());
+  // Where the blocked work runs on the tiles or (bf16) on the FMAs, the small-m kernel keeps 16 rows.
+  const bool other = std::string(blocked.name).rfind("bf16_amx", 0) == 0 ||
+                     std::string(blocked.name) == "f32_avx512_14x32_widened";
+  const int64_t rows = !sm.small_m || sm.small_m_elem != elem ? 0 : other ? 16 : sm.small_m_rows;
+  const int saved = gemm::get_num_threads();
+  for (const Shape& s : {Shape{17, 131, 301}, Shape{33, 100, 129}, Shape{64, 97, 263}, Shape{65, 97, 263}}) {
+    const std::string what = label(isa, s) + (std::is_same_v<T, bf16> ? " bf16" : " f32");
+    Mat<T> a(s.m, s.k, 1), b(s.n, s.k, 2);
+    Mat<float> c(s.m, s.n), d(s.m, s.n), e(s.m, s.n);
+    fill(a, rng);
+    fill(b, rng);
+    fill(c, rng);
+    const auto call = [&](int threads, Mat<float>& out) {
+      gemm::set_num_threads(threads);
+      gemm_call(a, b, out, &c);
+    };
+    call(1, d);
+    for (int threads : {2, 3}) {
+      call(threads, e);
+      EXPECT_EQ(d.v, e.v) << what << ": " << threads << " threads against 1";
+    }
+    gemm::set_num_threads(saved);
+    if (s.m <= rows) {
+      gd::SmallM args{.m = s.m, .k = s.k, .a = a.v.data(), .lda = a.ld, .b = b.v.data(), .ldb = b.ld};
+      const gd::Tile t{.src = c.v.data(), .lds = c.ld, .dst = e.v.data(), .ldd = e.ld};
+      sm.small_m(args, 0, s.n, t);
+      EXPECT_EQ(d.v, e.v) << what << ": not the small-m kernel's bits";
+    } else {
+      const gemm::PackedB pb = gemm::PackedB::pack(b.cview());
+      if constexpr (std::is_same_v<T, bf16>)
+        gemm::bf16_gemm_nt(a.cview(), pb, e.view(), c.cview());
+      else
+        gemm::f32_gemm_nt(a.cview(), pb, e.view(), c.cview());
+      EXPECT_EQ(d.v, e.v) << what << ": not the blocked kernel's bits";
+    }
+    if constexpr (std::is_same_v<T, bf16>) {
+      if (std::string(sm.name) == "bf16_avx512bf16_14x32" && s.m <= rows) {
+        Mat<float> d16(16, s.n);
+        gemm::bf16_gemm_nt(MatrixView<const bf16>{a.v.data(), 16, s.k, a.ld}, b.cview(), d16.view(),
+                           MatrixView<const float>{c.v.data(), 16, s.n, c.ld});
+        for (int64_t i = 0; i < 16; ++i)
+          for (int64_t j = 0; j < s.n; ++j)
+            ASSERT_EQ(d16.at(i, j), d.at(i, j)) << what << ": row " << i << " against the 16-row kernel";
+      }
+    }
+  }
+}
+
+TEST(GemmDense, SmallMRowsTakeTheSmallMKernelAtAnyThreadCount) {
+  std::mt19937 rng(12);
+  for (const Path& isa : dispatch::paths({dispatch::Dtype::f32, dispatch::Dtype::bf16})) {
+    ScopedPath scope(isa);
+    small_m_rows_bits<float>(isa, rng);
+    small_m_rows_bits<bf16>(isa, rng);
+  }
+}
+
 // Called from inside another parallel region (nested teams get one thread), every rectangle of D
 // must still be computed.
 TEST(GemmDense, InsideParallelRegion) {
@@ -332,7 +405,8 @@ TEST(GemmDense, PackedBMatchesUnpacked) {
   std::mt19937 rng(8);
   for (const Path& isa : dispatch::paths({dispatch::Dtype::f32, dispatch::Dtype::bf16})) {
     ScopedPath scope(isa);
-    for (const Shape& s : {Shape{1, 7, 33}, Shape{16, 100, 257}, Shape{17, 70, 300}, Shape{65, 2112, 40}}) {
+    for (const Shape& s : {Shape{1, 7, 33}, Shape{16, 100, 257}, Shape{17, 70, 300}, Shape{65, 2112, 40},
+                           Shape{66, 70, 300}}) {
       Mat<bf16> a(s.m, s.k), b(s.n, s.k), d1(s.m, s.n), d2(s.m, s.n);
       fill(a, rng);
       fill(b, rng);
@@ -342,8 +416,8 @@ TEST(GemmDense, PackedBMatchesUnpacked) {
       EXPECT_EQ(pb.k(), s.k);
       EXPECT_EQ(pb.isa(), isa.isa);
       gemm::bf16_gemm_nt(a.cview(), pb, d2.view());
-      // m <= 16 without packing takes the decode path (dot products, another summation order).
-      const bool same_path = s.m > 16;
+      // m <= 64 without packing takes the small-m path (another summation order) where the path has one.
+      const bool same_path = s.m > ridge::gemm::detail::kSmallMMaxRows;
       for (size_t i = 0; i < d1.v.size(); ++i) {
         if (same_path) {
           ASSERT_EQ(d1.v[i].bits, d2.v[i].bits) << label(isa, s);
@@ -358,7 +432,7 @@ TEST(GemmDense, PackedBMatchesUnpacked) {
       gemm::f32_gemm_nt(af.cview(), bf.cview(), e1.view());
       gemm::f32_gemm_nt(af.cview(), gemm::PackedB::pack(bf.cview()), e2.view());
       for (size_t i = 0; i < e1.v.size(); ++i) {
-        if (s.m > 16) {
+        if (same_path) {
           ASSERT_EQ(e1.v[i], e2.v[i]) << label(isa, s);
         } else {
           ASSERT_NEAR(e1.v[i], e2.v[i], s.k * 1e-6f) << label(isa, s);
@@ -504,7 +578,7 @@ TEST(GemmDispatch, BlockedAndSmallMKernelsAreChosenApart) {
       ScopedPath path({.isa = cpu::Isa::avx512bf16, .amx_emulated = false, .bf16_on_fma = true});
       gemm::bf16_gemm_nt(a.cview(), b.cview(), fma_d.view());
     }
-    if (s.m <= 16)
+    if (s.m <= 16)  // past 16 rows the FMAs' blocked kernel (plan() in driver.cpp)
       EXPECT_EQ(dot_d.v, fma_d.v) << "decode rows: one small-m kernel whatever the blocked choice";
     else
       EXPECT_NE(dot_d.v, fma_d.v) << "blocked: vdpbf16ps and the FMAs round differently";

@@ -220,10 +220,13 @@ struct MContiguous {
 };
 
 std::vector<std::vector<int64_t>> m_counts() {
-  // Empty groups, single rows (the small-m path), a group past one aligned block, and one group with
-  // every row.
-  std::vector<std::vector<int64_t>> c = {{70, 0, 1, 5, 129}, {0, 150, 0}};
-  if (!small()) c.push_back({16, 17, 200, 3, 64, 0, 64});
+  // Empty groups, single rows (the small-m path), a group past one aligned block, one group with every
+  // row, and 17..64 rows (the small-m path's row blocks) with one past them.
+  std::vector<std::vector<int64_t>> c = {{70, 0, 1, 5, 129}, {0, 150, 0}, {17, 33, 65, 32}};
+  if (!small()) {
+    c.push_back({16, 17, 200, 3, 64, 0, 64});
+    c.push_back({31, 48, 64, 24});
+  }
   return c;
 }
 
@@ -310,9 +313,9 @@ struct MMasked {
 template <typename T, typename TD>
 void sweep_m_masked(uint32_t seed) {
   std::mt19937 rng(seed);
-  const int64_t m_max = small() ? 20 : 40;
-  // 0 rows, m_max rows, decode counts (the small-m path) and one past it.
-  const MMasked<T> o({0, static_cast<int32_t>(m_max), 1, 7, 16, 17}, m_max, 53, small() ? 67 : 131, rng);
+  const int64_t m_max = small() ? 40 : 65;
+  // 0 rows, m_max rows, small-m counts (1..64 rows) and one past them.
+  const MMasked<T> o({0, static_cast<int32_t>(m_max), 1, 7, 16, 17, 33}, m_max, 53, small() ? 67 : 131, rng);
   for (const dispatch::Path& path : dispatch::paths({dispatch::Dtype::f32, dispatch::Dtype::bf16})) {
     dispatch::ScopedPath scope(path);
     o.check(o.template run<TD>(), std::string("masked ") + dispatch::name(path));
@@ -470,6 +473,17 @@ void bits_of_every_form(std::mt19937& rng, const std::string& path) {
   expect_same_bits<std::vector<TD>>([&] { return mo.template run<TD>(); },
                                     [&] { return mo.template run_dense<TD>(); }, "masked " + types);
   mo.check(mo.template run<TD>(), "masked " + types);
+  // 17..65 rows over several chunks of k (small_m_lanes.inc), and a 64-row group the work list cuts along
+  // N (the rest of the call is small beside it).
+  const MMasked<T> rows({17, 64, 31, 65, 48}, 65, 70, 301, rng);
+  expect_same_bits<std::vector<TD>>([&] { return rows.template run<TD>(); },
+                                    [&] { return rows.template run_dense<TD>(); },
+                                    "masked 17..65 rows " + types);
+  rows.check(rows.template run<TD>(), "masked 17..65 rows " + types);
+  const MMasked<T> wide({64, 0, 1}, 64, 520, 33, rng);
+  expect_same_bits<std::vector<TD>>([&] { return wide.template run<TD>(); },
+                                    [&] { return wide.template run_dense<TD>(); },
+                                    "masked, cut along N " + types);
   if constexpr (std::is_same_v<TD, float>) {
     const KContiguous<T> ko({40, 0, 3, 150, 16, 1}, 45, 70, rng);
     for (const WithC with : {WithC::none, WithC::in_place}) {
