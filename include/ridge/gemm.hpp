@@ -6,7 +6,7 @@
 //   tt: A [k,m], B [n,k]   D = A^T B^T
 // No transpose is ever materialised: the packers read each operand in its stored orientation
 // into the same micro-kernel panels, so one driver, blocking and thread split serve every layout.
-// The small-m (decode) path, m <= 64, is nt-only; the other layouts take the blocked path there.
+// The small-m (decode) path, m <= 64 (16 on AVX2), is nt-only; the other layouts take the blocked path.
 //
 // Every matrix is row-major with a leading-dimension stride (MatrixView::ld, in elements, >= cols).
 // Accumulation is always fp32; the output is fp32 or bf16 (rounded to nearest even once, at the
@@ -117,8 +117,9 @@ void bf16_gemm_nt(MatrixView<const bf16> a, const PackedB& b, MatrixView<float> 
 void bf16_gemm_nt(MatrixView<const bf16> a, const PackedB& b, MatrixView<bf16> d,
                   MatrixView<const bf16> c = {});
 
-// Shapes with m <= 64 and an unpacked B take a small-m path (B read once as it lies, never packed) on
-// the AVX2 and AVX-512 paths; the result differs from the packed path only by summation order.
+// Shapes with an unpacked B and m <= 64 on the AVX-512 paths (m <= 16 on AVX2, and for bf16 where the
+// blocked work runs on AMX tiles or the FMAs) take a small-m path (B read once as it lies, never
+// packed); the result differs from the packed path only by summation order.
 //
 // Scalar reference twins: plain loops, fp32 accumulation in k order. The oracle the tests hold
 // every optimized path against (together with an fp64 product).
