@@ -295,7 +295,7 @@ struct TransformerLM<S>::Impl {
       t.shape = std::move(p.shape);
       t.numel = 1;
       for (int64_t d : t.shape) t.numel *= d;
-      if (t.name.find(".ffn.experts.") != std::string::npos && t.shape.size() == 3) {
+      if (rr::is_expert_stack(t.name)) {
         // A stack [E, rows, cols]: this worker's block of E / world experts.
         t.experts = t.shape[0];
         t.expert_begin = t.experts / shard.world * shard.rank;
@@ -1415,9 +1415,7 @@ void TransformerLM<S>::init(uint64_t seed) {
     const double std =
         embedding ? 1.0 : std::sqrt(2.0 / static_cast<double>(t->shape[d - 2] + t->shape[d - 1]));
     // A partial stack draws every expert's values in order and keeps its own block's.
-    const int64_t per = t->expert_stack() ? t->numel / t->shape[0] : 0;
-    const int64_t skip = per * t->expert_begin,
-                  after = t->expert_stack() ? per * (t->experts - t->shape[0]) - skip : 0;
+    const int64_t skip = t->whole_begin(), after = t->whole_numel() - skip - t->numel;
     for (int64_t i = 0; i < skip; ++i) rng.truncated_normal(std);
     for (int64_t i = 0; i < t->numel; ++i) p[i] = static_cast<S>(rng.truncated_normal(std));
     for (int64_t i = 0; i < after; ++i) rng.truncated_normal(std);

@@ -457,8 +457,7 @@ CheckedFile check_checkpoint(const std::string& path, const TransformerLM<float>
 std::vector<float> held_values(const SafetensorsFile& f, const std::string& name, const TensorInfo& t) {
   std::vector<float> v = f.to_f32(name);
   if (!t.partial()) return v;
-  const int64_t per = t.numel / t.shape[0];
-  return {v.begin() + t.expert_begin * per, v.begin() + (t.expert_begin + t.shape[0]) * per};
+  return {v.begin() + t.whole_begin(), v.begin() + t.whole_begin() + t.numel};
 }
 
 void copy_params(const SafetensorsFile& f, TransformerLM<float>& model) {

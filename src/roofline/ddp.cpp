@@ -113,12 +113,6 @@ double all_to_all_s(double bytes, const DdpLink& l) {
   return latency(l, l.ranks - 1) + (n - 1) / n * bytes / l.bandwidth;
 }
 
-namespace {
-bool expert_stack(const ParamSpec& p) {
-  return p.name.find(".ffn.experts.") != std::string::npos;
-}
-}  // namespace
-
 ExpertParallel expert_parallel(const ModelShape& m, const DdpInput& in, const DdpLink& link,
                                int64_t expert_ranks) {
   check_arg(m.is_moe(), "shape", "expert parallelism needs an MoE model (this one is dense)");
@@ -154,7 +148,7 @@ ExpertParallel expert_parallel(const ModelShape& m, const DdpInput& in, const Dd
       layers * (std::min(r.dispatch_s, r.shared_forward_s) + std::min(r.dispatch_s, r.shared_backward_s));
   r.exposed_s = r.step_s - r.hidden_s;
   for (const ParamSpec& p : model_parameters(m))
-    if (expert_stack(p)) {
+    if (is_expert_stack(p.name)) {
       double b = 4;
       for (int64_t d : p.shape) b *= static_cast<double>(d);
       r.expert_grad_bytes += b;
@@ -171,7 +165,7 @@ DdpInput expert_parallel_ddp_input(const DdpInput& in, const ExpertParallel& ep)
   const double total = in.total_bytes();
   out.grads.clear();
   for (const auto& g : in.grads)
-    if (g.name.find(".ffn.experts.") == std::string::npos) out.grads.push_back(g);
+    if (!is_expert_stack(g.name)) out.grads.push_back(g);
   // AdamW runs over every parameter at the same rate: the dense ones and 1/N of the experts'.
   if (total > 0) {
     const double stepped = out.total_bytes() + ep.expert_grad_bytes / static_cast<double>(ep.ranks);

@@ -73,7 +73,7 @@ Whole as_whole(const rm::TransformerLM<float>& local, std::span<const float> val
   Whole w{std::vector<float>(layout.params().size(), 0.0f), std::vector<bool>(layout.params().size(), false)};
   for (const auto& t : local.tensors()) {
     const rm::TensorInfo& r = layout.tensor(t.name);
-    const int64_t from = r.offset + (t.expert_stack() ? t.numel / t.shape[0] * t.expert_begin : 0);
+    const int64_t from = r.offset + t.whole_begin();
     for (int64_t i = 0; i < t.numel; ++i) {
       w.values[static_cast<size_t>(from + i)] = values[static_cast<size_t>(t.offset + i)];
       w.held[static_cast<size_t>(from + i)] = true;

@@ -65,8 +65,11 @@ struct TensorInfo {
   int64_t experts = 0, expert_begin = 0;
   bool expert_stack() const { return experts > 0; }
   bool partial() const { return experts > 0 && shape[0] != experts; }
-  // The tensor as a checkpoint holds it: shape with every expert of a stack.
+  // The tensor as a checkpoint holds it: shape with every expert of a stack; and where this model's block
+  // starts in it, in elements (0 for a whole tensor).
   std::vector<int64_t> whole_shape() const;
+  int64_t whole_begin() const { return expert_stack() ? numel / shape[0] * expert_begin : 0; }
+  int64_t whole_numel() const { return expert_stack() ? numel / shape[0] * experts : numel; }
 };
 
 // Parameters in the flat buffers are ordered by when their gradients become final in the backward

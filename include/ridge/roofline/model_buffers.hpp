@@ -31,6 +31,11 @@ struct ParamSpec {
   int group = 0;
 };
 std::vector<ParamSpec> model_parameters(const ModelArch& m);
+// Whether a parameter is an MoE layer's stack of routed experts ("layers.L.ffn.experts.w1.weight", w2, w3:
+// [E, rows, cols]), by its name: the tensors expert parallelism shards over the ranks.
+inline bool is_expert_stack(const std::string& name) {
+  return name.find(".ffn.experts.") != std::string::npos;
+}
 // Dkv: the width of k (and of v) in a q|k|v row, kv heads * d_head; D when kv heads = heads. ridge::Error
 // for num_kv_heads < 0, or (grouped-query) heads not a multiple of kv heads or d_model of heads.
 int64_t kv_width(const ModelArch& m);
