@@ -126,6 +126,18 @@ struct Scratch {
 
 // `count` weights as fp32 or bf16 (FP8's layouts are the callers': a linear's packed panels, an expert
 // stack's packed panels per expert).
+// The scales an FP8 format quantizes with: fp32, or DeepSeek's powers of two (UE8M0).
+gemm::Fp8Scales fp8_scales(WeightFormat f) {
+  return f == WeightFormat::fp8 ? gemm::Fp8Scales::fp32 : gemm::Fp8Scales::ue8m0;
+}
+
+// An [n, k] weight in an FP8 format: quantized in 128x128 blocks, then packed as the FP8 kernels read it (a
+// dense linear's weights, and each routed expert's).
+gemm::PackedFp8B pack_fp8(const float* w, int64_t n, int64_t k, WeightFormat f) {
+  const auto q = gemm::per_block_cast_to_fp8(MatrixView<const float>{w, n, k, k}, fp8_scales(f));
+  return gemm::PackedFp8B::pack(q.view(), q.scale_view());
+}
+
 void store_weights(const float* w, size_t count, WeightFormat f, Buffer<float>& w32, Buffer<bf16>& w16) {
   if (f == WeightFormat::fp32) {
     w32 = Buffer<float>(count, "inference/weights");
@@ -149,10 +161,7 @@ struct Linear {
     n = rows;
     k = cols;
     if (!is_fp8(f)) return store_weights(w, static_cast<size_t>(n * k), f, w32, w16);
-    const auto q =
-        gemm::per_block_cast_to_fp8(MatrixView<const float>{w, n, k, k},
-                                    f == WeightFormat::fp8 ? gemm::Fp8Scales::fp32 : gemm::Fp8Scales::ue8m0);
-    w8 = gemm::PackedFp8B::pack(q.view(), q.scale_view());
+    w8 = pack_fp8(w, n, k, f);
   }
   // Bytes one call reads of the weights (with FP8, the 128x128 blocks' fp32 scales too), as the decode
   // roofline counts them.
@@ -181,10 +190,9 @@ struct Linear {
         const int64_t kb = gemm::fp8_scale_blocks(k);
         fp8_e4m3* a = Scratch::room(s.q8, static_cast<size_t>(rows * k), "inference/activations");
         float* sa = Scratch::room(s.s8, static_cast<size_t>(rows * kb), "inference/activations");
-        gemm::per_token_cast_to_fp8(
-            MatrixView<const float>{x, rows, k, k}, MatrixView<fp8_e4m3>{a, rows, k, k},
-            MatrixView<float>{sa, rows, kb, kb},
-            fmt == WeightFormat::fp8 ? gemm::Fp8Scales::fp32 : gemm::Fp8Scales::ue8m0);
+        gemm::per_token_cast_to_fp8(MatrixView<const float>{x, rows, k, k},
+                                    MatrixView<fp8_e4m3>{a, rows, k, k}, MatrixView<float>{sa, rows, kb, kb},
+                                    fp8_scales(fmt));
         gemm::fp8_gemm_nt(MatrixView<const fp8_e4m3>{a, rows, k, k},
                           MatrixView<const float>{sa, rows, kb, kb}, w8, d, c);
         return;
@@ -251,12 +259,7 @@ struct ExpertStack {
     if (!is_fp8(f)) return store_weights(w, count, f, w32, w16);
     w8.clear();
     w8.reserve(static_cast<size_t>(E));
-    for (int64_t e = 0; e < E; ++e) {
-      const auto q = gemm::per_block_cast_to_fp8(
-          MatrixView<const float>{w + e * n * k, n, k, k},
-          f == WeightFormat::fp8 ? gemm::Fp8Scales::fp32 : gemm::Fp8Scales::ue8m0);
-      w8.push_back(gemm::PackedFp8B::pack(q.view(), q.scale_view()));
-    }
+    for (int64_t e = 0; e < E; ++e) w8.push_back(pack_fp8(w + e * n * k, n, k, f));
   }
   // Bytes one expert's matrix takes to read (FP8: with its scales), as the decode roofline counts them; FP8
   // counted from the packed expert itself (its panels, which pad n to 32 rows and k to even: the roofline's
@@ -663,10 +666,9 @@ struct Session::Impl {
     fp8_e4m3* q = moe_step.q8.data();
     float* sc = moe_step.s8.data();
     lay.each_run([&](int64_t r0, int64_t n) {
-      gemm::per_token_cast_to_fp8(
-          MatrixView<const float>{src + r0 * cols, n, cols, cols},
-          MatrixView<fp8_e4m3>{q + r0 * cols, n, cols, cols}, MatrixView<float>{sc + r0 * kb, n, kb, kb},
-          m->opt.weights == WeightFormat::fp8 ? gemm::Fp8Scales::fp32 : gemm::Fp8Scales::ue8m0);
+      gemm::per_token_cast_to_fp8(MatrixView<const float>{src + r0 * cols, n, cols, cols},
+                                  MatrixView<fp8_e4m3>{q + r0 * cols, n, cols, cols},
+                                  MatrixView<float>{sc + r0 * kb, n, kb, kb}, fp8_scales(m->opt.weights));
     });
     return {.q8 = q, .s8 = sc};
   }
