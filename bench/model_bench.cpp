@@ -98,14 +98,11 @@ TorchResult torch_peer(const Flags& flags, const std::string& weights, const mod
                                    s(iters)};
   if (flags.no_compile) argv.push_back("--no-compile");
   if (cfg.is_moe())
-    for (const std::string& a :
-         {std::string("--experts"), s(cfg.num_experts), std::string("--top-k"), s(cfg.top_k),
-          std::string("--shared-experts"), s(cfg.num_shared_experts), std::string("--d-expert"),
-          s(cfg.expert_width()), std::string("--moe-layers"), model::moe_layers_text(cfg),
-          std::string("--router"), std::string(model::moe::gate_name(cfg.router)), std::string("--balance"),
-          std::string(model::moe::balance_name(cfg.balance)), std::string("--aux-coef"),
-          s(cfg.aux_loss_coef)})
-      argv.push_back(a);
+    argv.insert(argv.end(),
+                {"--experts", s(cfg.num_experts), "--top-k", s(cfg.top_k), "--shared-experts",
+                 s(cfg.num_shared_experts), "--d-expert", s(cfg.expert_width()), "--moe-layers",
+                 model::moe_layers_text(cfg), "--router", model::moe::gate_name(cfg.router), "--balance",
+                 model::moe::balance_name(cfg.balance), "--aux-coef", s(cfg.aux_loss_coef)});
   json j;
   std::string why;
   if (!bench_peers::run_json(argv, j, why)) {
